@@ -1,0 +1,66 @@
+#include "codec/common/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+namespace epk {
+
+MappedFile::~MappedFile() { reset(); }
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      path_(std::move(other.path_)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    reset();  // release ours first
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+void MappedFile::reset() {
+  if (data_ != nullptr && size_ > 0) ::munmap(const_cast<std::uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_errno_error(path + ": open", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return make_errno_error(path + ": fstat", e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return make_error(ErrorCode::kBadInput, path + ": not a regular file");
+  }
+  MappedFile f;
+  f.path_ = path;
+  f.size_ = static_cast<std::size_t>(st.st_size);
+  if (f.size_ > 0) {
+    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      f.size_ = 0;
+      return make_errno_error(path + ": mmap", e);
+    }
+    f.data_ = static_cast<const std::uint8_t*>(p);
+  }
+  ::close(fd);
+  return f;
+}
+
+}  // namespace epk

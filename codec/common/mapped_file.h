@@ -1,0 +1,38 @@
+// A read-only memory map of a whole file (move-only RAII). Large checkpoints are read through this, never copied.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "codec/common/result.h"
+
+namespace epk {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  // Maps `path` read-only. An empty file maps to an empty span.
+  static Result<MappedFile> open(const std::string& path);
+
+  std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
+  const std::uint8_t* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void reset();
+
+  const std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace epk
