@@ -5,6 +5,7 @@ find_package(Boost 1.74 REQUIRED)                 # Asio is header-only
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
+find_package(fmt REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
 
@@ -24,3 +25,16 @@ if(EPK_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)
 endif()
+
+# Binaries also run on the GPU machine, which lacks some of these libraries: prefer static archives and header-only
+# forms (xxhash and liburing from .a, spdlog and fmt header-only).
+find_library(XXHASH_STATIC NAMES libxxhash.a)
+add_library(epk_xxhash INTERFACE)
+target_include_directories(epk_xxhash INTERFACE ${XXHASH_INCLUDE_DIRS})
+if(XXHASH_STATIC)
+  target_link_libraries(epk_xxhash INTERFACE ${XXHASH_STATIC})
+else()
+  target_link_libraries(epk_xxhash INTERFACE PkgConfig::XXHASH)
+endif()
+add_library(epk_logging INTERFACE)
+target_link_libraries(epk_logging INTERFACE spdlog::spdlog_header_only fmt::fmt-header-only)
