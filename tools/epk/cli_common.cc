@@ -1,0 +1,45 @@
+#include "tools/epk/cli_common.h"
+
+#include <cstdio>
+
+namespace epk::cli {
+
+int report(std::string_view command, const Error& error) {
+  std::fprintf(stderr, "epk %.*s: %s\n", static_cast<int>(command.size()), command.data(), error.to_string().c_str());
+  return kExitFailure;
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024.0 && unit < 4) {
+    v /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string shape_string(const std::vector<std::uint64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::uint64_t element_count(const std::vector<std::uint64_t>& shape) {
+  std::uint64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string_view tool_version() { return EPK_VERSION; }
+
+}  // namespace epk::cli

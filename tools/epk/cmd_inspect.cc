@@ -1,0 +1,91 @@
+// epk inspect FILE [--json]: per tensor name, shape, dtype, encoding, stored bytes, bits per weight; totals.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "codec/container/reader.h"
+#include "tools/epk/cli_common.h"
+
+namespace epk::cli {
+namespace {
+
+struct InspectArgs {
+  std::string input;
+  bool json = false;
+};
+
+std::uint64_t stored_bytes(const container::TensorEntry& t) {
+  std::uint64_t n = 0;
+  for (const auto& b : t.buffers) n += b.size;
+  return n;
+}
+
+double bits_per_weight(std::uint64_t bytes, std::uint64_t elements) {
+  return elements ? 8.0 * static_cast<double>(bytes) / static_cast<double>(elements) : 0.0;
+}
+
+Status run_inspect(const InspectArgs& args) {
+  EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
+  std::uint64_t total_bytes = 0, total_elements = 0;
+  nlohmann::json tensors = nlohmann::json::array();
+  if (!args.json)
+    std::printf("%-48s %-18s %-8s %-13s %12s %8s\n", "tensor", "shape", "dtype", "encoding", "stored", "bpw");
+  for (const auto& t : reader.tensors()) {
+    std::uint64_t bytes = stored_bytes(t);
+    std::uint64_t elements = element_count(t.shape);
+    total_bytes += bytes;
+    total_elements += elements;
+    double bpw = bits_per_weight(bytes, elements);
+    if (args.json) {
+      nlohmann::json buffers = nlohmann::json::array();
+      for (const auto& b : t.buffers)
+        buffers.push_back({{"name", b.name}, {"offset", b.offset}, {"size", b.size}, {"xxh3", b.xxh3}});
+      tensors.push_back({{"name", t.name},
+                         {"shape", t.shape},
+                         {"dtype", std::string(dtype_name(t.dtype))},
+                         {"encoding", std::string(container::encoding_name(t.encoding))},
+                         {"params", nlohmann::json::parse(t.params_json, nullptr, false)},
+                         {"stored_bytes", bytes},
+                         {"bits_per_weight", bpw},
+                         {"buffers", buffers}});
+    } else {
+      std::printf("%-48s %-18s %-8s %-13s %12s %8.3f\n", t.name.c_str(), shape_string(t.shape).c_str(),
+                  std::string(dtype_name(t.dtype)).c_str(), std::string(container::encoding_name(t.encoding)).c_str(),
+                  human_bytes(bytes).c_str(), bpw);
+    }
+  }
+  double total_bpw = bits_per_weight(total_bytes, total_elements);
+  if (args.json) {
+    nlohmann::json out = {{"file", args.input},
+                          {"file_bytes", reader.file_size()},
+                          {"padding_bytes", reader.padding_bytes()},
+                          {"metadata", reader.metadata()},
+                          {"tensors", tensors},
+                          {"totals",
+                           {{"tensors", reader.tensors().size()},
+                            {"elements", total_elements},
+                            {"stored_bytes", total_bytes},
+                            {"bits_per_weight", total_bpw}}}};
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("total: %zu tensors, %llu weights, %s stored, %.3f bits per weight; file %s (padding %s)\n",
+                reader.tensors().size(), static_cast<unsigned long long>(total_elements),
+                human_bytes(total_bytes).c_str(), total_bpw, human_bytes(reader.file_size()).c_str(),
+                human_bytes(reader.padding_bytes()).c_str());
+  }
+  return {};
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<InspectArgs>();
+  auto* cmd = app.add_subcommand("inspect", "List the tensors of an .epk file with their encodings and rates");
+  cmd->add_option("input", args->input, "the .epk file")->required();
+  cmd->add_flag("--json", args->json, "print JSON (fields: docs/FORMAT.md, 'epk inspect --json')");
+  cmd->callback([args, exit_code] {
+    auto st = run_inspect(*args);
+    *exit_code = st ? kExitOk : report("inspect", st.error());
+  });
+}
+
+}  // namespace epk::cli

@@ -1,0 +1,52 @@
+// epk pack IN -o OUT.epk: every tensor of a safetensors file or sharded checkpoint, stored raw.
+#include <cstdio>
+#include <map>
+
+#include "codec/container/writer.h"
+#include "codec/safetensors/checkpoint.h"
+#include "tools/epk/cli_common.h"
+
+namespace epk::cli {
+namespace {
+
+struct PackArgs {
+  std::string input;
+  std::string output;
+};
+
+Status run_pack(const PackArgs& args) {
+  EPK_TRY_ASSIGN(auto checkpoint, safetensors::Checkpoint::open(args.input));
+  std::map<std::string, std::string> metadata = {
+      {"source", args.input},
+      {"tool", "epk " + std::string(tool_version())},
+      {"settings", "pack: raw"},
+  };
+  EPK_TRY_ASSIGN(auto writer, container::Writer::create(args.output, std::move(metadata)));
+  std::uint64_t bytes = 0;
+  for (const auto& t : checkpoint.tensors()) {
+    container::TensorSpec spec{t.name, t.shape, t.dtype, container::Encoding::kRaw, "{}"};
+    container::BufferData data{"data", t.data};
+    EPK_TRY(writer.add_tensor(spec, std::span<const container::BufferData>(&data, 1)));
+    bytes += t.data.size();
+  }
+  EPK_TRY(writer.finish());
+  std::printf("packed %zu tensors (%s) into %s\n", checkpoint.tensors().size(), human_bytes(bytes).c_str(),
+              args.output.c_str());
+  return {};
+}
+
+}  // namespace
+
+void add_pack_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<PackArgs>();
+  auto* cmd = app.add_subcommand("pack", "Store every tensor of a safetensors checkpoint raw in an .epk file");
+  cmd->add_option("input", args->input, "a .safetensors file, a model.safetensors.index.json, or their directory")
+      ->required();
+  cmd->add_option("-o,--output", args->output, "the .epk file to write")->required();
+  cmd->callback([args, exit_code] {
+    auto st = run_pack(*args);
+    *exit_code = st ? kExitOk : report("pack", st.error());
+  });
+}
+
+}  // namespace epk::cli

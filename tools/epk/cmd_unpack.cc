@@ -1,0 +1,55 @@
+// epk unpack FILE.epk -o OUT.safetensors: raw tensors come back byte-identical (checksums verified on the way).
+#include <cstdio>
+
+#include "codec/container/reader.h"
+#include "codec/safetensors/writer.h"
+#include "tools/epk/cli_common.h"
+
+namespace epk::cli {
+namespace {
+
+struct UnpackArgs {
+  std::string input;
+  std::string output;
+};
+
+Status run_unpack(const UnpackArgs& args) {
+  EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
+  std::vector<safetensors::TensorSpec> decls;
+  for (const auto& t : reader.tensors()) {
+    if (t.encoding != container::Encoding::kRaw)
+      return make_error(ErrorCode::kUnsupported,
+                        args.input + ": tensor '" + t.name + "' is " +
+                            std::string(container::encoding_name(t.encoding)) +
+                            "-encoded; unpack writes raw tensors only (use epk decompress)");
+    if (t.buffers.size() != 1)
+      return make_error(ErrorCode::kBadInput, args.input + ": raw tensor '" + t.name + "' has " +
+                                                  std::to_string(t.buffers.size()) + " buffers, expected 1");
+    decls.push_back({t.name, t.dtype, t.shape});
+  }
+  std::map<std::string, std::string> metadata;
+  if (auto it = reader.metadata().find("source"); it != reader.metadata().end()) metadata["epk_source"] = it->second;
+  EPK_TRY_ASSIGN(auto writer, safetensors::Writer::create(args.output, decls, metadata));
+  for (const auto& t : reader.tensors()) {
+    EPK_TRY(reader.verify(t));
+    EPK_TRY(writer.write(t.name, reader.buffer(t, 0)));
+  }
+  EPK_TRY(writer.finish());
+  std::printf("unpacked %zu tensors into %s\n", reader.tensors().size(), args.output.c_str());
+  return {};
+}
+
+}  // namespace
+
+void add_unpack_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<UnpackArgs>();
+  auto* cmd = app.add_subcommand("unpack", "Write the raw tensors of an .epk file back to safetensors");
+  cmd->add_option("input", args->input, "the .epk file")->required();
+  cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
+  cmd->callback([args, exit_code] {
+    auto st = run_unpack(*args);
+    *exit_code = st ? kExitOk : report("unpack", st.error());
+  });
+}
+
+}  // namespace epk::cli

@@ -1,0 +1,16 @@
+// epk: compress, inspect, verify and convert checkpoints for epkd.
+#include <CLI/CLI.hpp>
+
+#include "tools/epk/cli_common.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"epk: compressed checkpoints for the epkd weight server"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(epk::cli::tool_version()));
+  int exit_code = epk::cli::kExitOk;
+  epk::cli::add_pack_command(app, &exit_code);
+  epk::cli::add_inspect_command(app, &exit_code);
+  epk::cli::add_unpack_command(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
