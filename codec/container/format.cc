@@ -4,9 +4,12 @@ namespace epk::container {
 
 std::string_view encoding_name(Encoding e) {
   switch (e) {
-    case Encoding::kRaw: return "raw";
-    case Encoding::kLatticeRans: return "lattice-rans";
-    case Encoding::kIntq: return "intq";
+    case Encoding::kRaw:
+      return "raw";
+    case Encoding::kLatticeRans:
+      return "lattice-rans";
+    case Encoding::kIntq:
+      return "intq";
   }
   return "unknown";
 }
@@ -61,8 +64,6 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
-bool is_valid_name_utf8(std::string_view s) {
-  return s.find('\0') == std::string_view::npos && is_valid_utf8(s);
-}
+bool is_valid_name_utf8(std::string_view s) { return s.find('\0') == std::string_view::npos && is_valid_utf8(s); }
 
 }  // namespace epk::container

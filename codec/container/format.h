@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -33,8 +34,8 @@ inline constexpr std::size_t kHeaderChecksumAt = 120;  // XXH3-64 of bytes [0, 1
 }  // namespace header
 
 // Rule 4: alignment.
-inline constexpr std::uint64_t kBufferAlign = 64;         // buffers inside a section, small sections, index, metadata
-inline constexpr std::uint64_t kLargeSectionAlign = 4096; // sections of kLargeSectionThreshold bytes or more
+inline constexpr std::uint64_t kBufferAlign = 64;          // buffers inside a section, small sections, index, metadata
+inline constexpr std::uint64_t kLargeSectionAlign = 4096;  // sections of kLargeSectionThreshold bytes or more
 inline constexpr std::uint64_t kLargeSectionThreshold = 1u << 20;
 
 // Rule 5: bounds on the index.

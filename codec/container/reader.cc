@@ -35,9 +35,9 @@ class Cursor {
 
   Status need(std::uint64_t n, const std::string& field) const {
     if (n > left())
-      return fail(ErrorCode::kBadInput, field,
-                  "needs " + num(n) + " bytes, " + num(left()) + " left in the " + region_ + " (truncated " +
-                      region_ + ")");
+      return fail(
+          ErrorCode::kBadInput, field,
+          "needs " + num(n) + " bytes, " + num(left()) + " left in the " + region_ + " (truncated " + region_ + ")");
     return {};
   }
 
@@ -53,7 +53,8 @@ class Cursor {
   Result<std::string> read_str32(const std::string& field, std::uint64_t max_len, bool is_name) {
     EPK_TRY_ASSIGN(std::uint32_t len, read<std::uint32_t>(field + "_len"));
     if (is_name && len == 0) return fail(ErrorCode::kBadInput, field + "_len", "empty");
-    if (len > max_len) return fail(ErrorCode::kBadInput, field + "_len", num(len) + " exceeds the limit " + num(max_len));
+    if (len > max_len)
+      return fail(ErrorCode::kBadInput, field + "_len", num(len) + " exceeds the limit " + num(max_len));
     EPK_TRY(need(len, field + "_len"));
     std::string s(reinterpret_cast<const char*>(data_ + pos_), len);
     pos_ += len;
@@ -118,8 +119,9 @@ Result<HeaderFields> parse_header(const std::string& path, std::span<const std::
   if (!checked_add(f.index_offset, f.index_size, &index_end))
     return fail(ErrorCode::kBadInput, "index_size", "index_offset + index_size overflows");
   if (index_end > f.file_size)
-    return fail(ErrorCode::kBadInput, "index_offset",
-                "index [" + num(f.index_offset) + ", " + num(index_end) + ") past end of file (" + num(f.file_size) + ")");
+    return fail(
+        ErrorCode::kBadInput, "index_offset",
+        "index [" + num(f.index_offset) + ", " + num(index_end) + ") past end of file (" + num(f.file_size) + ")");
   if (f.metadata_offset < index_end || f.metadata_offset % kBufferAlign != 0)
     return fail(ErrorCode::kBadInput, "metadata_offset",
                 num(f.metadata_offset) + " before the end of the index (" + num(index_end) + ") or not 64-aligned");
@@ -249,7 +251,8 @@ Result<std::map<std::string, std::string>> parse_metadata(Cursor& c) {
     EPK_TRY_ASSIGN(auto key, c.read_str32(at + ".key", kMaxNameLen, /*is_name=*/true));
     EPK_TRY_ASSIGN(auto value, c.read_str32(at + ".value", UINT32_MAX, /*is_name=*/false));
     if (prev != nullptr && !(*prev < key))
-      return c.fail(ErrorCode::kBadInput, at + ".key", "'" + key + "' not after '" + *prev + "' (duplicate or unsorted)");
+      return c.fail(ErrorCode::kBadInput, at + ".key",
+                    "'" + key + "' not after '" + *prev + "' (duplicate or unsorted)");
     prev = &out.emplace_hint(out.end(), std::move(key), std::move(value))->first;
   }
   if (c.left() != 0) return c.fail(ErrorCode::kBadInput, "metadata", num(c.left()) + " trailing bytes");

@@ -1,14 +1,17 @@
 #include "codec/container/writer.h"
 
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "codec/common/bytes.h"
 #include "codec/common/checksum.h"
 
 namespace epk::container {
 namespace {
+
+constexpr std::size_t kWriteChunk = 4u << 20;
 
 Error invalid(const std::string& path, const std::string& what) {
   return make_error(ErrorCode::kInvalidArgument, path + ": " + what);
@@ -98,8 +101,8 @@ Status Writer::validate(const TensorSpec& spec, std::span<const BufferData> buff
       return invalid(p, t + ": a raw tensor has exactly one buffer named 'data'");
     std::uint64_t want = bits / 8 + (bits % 8 != 0);
     if (buffers[0].bytes.size() != want)
-      return invalid(p, t + ": raw buffer holds " + std::to_string(buffers[0].bytes.size()) + " bytes, shape and dtype say " +
-                            std::to_string(want));
+      return invalid(p, t + ": raw buffer holds " + std::to_string(buffers[0].bytes.size()) +
+                            " bytes, shape and dtype say " + std::to_string(want));
   }
   return {};
 }
@@ -120,7 +123,8 @@ Status Writer::add_tensor(const TensorSpec& spec, std::span<const BufferData> bu
     r.name = b.name;
     r.offset = align_up(end, kBufferAlign);  // relative until the section is placed
     r.size = b.bytes.size();
-    if (!checked_add(r.offset, r.size, &end)) return invalid(path(), "tensor '" + spec.name + "': section size overflows");
+    if (!checked_add(r.offset, r.size, &end))
+      return invalid(path(), "tensor '" + spec.name + "': section size overflows");
     e.buffers.push_back(std::move(r));
   }
   e.section_size = end;
@@ -133,8 +137,17 @@ Status Writer::add_tensor(const TensorSpec& spec, std::span<const BufferData> bu
     if (file_.position() != e.section_offset + e.buffers[i].offset)
       return make_error(ErrorCode::kInternal, path() + ": buffer placement out of step");
     e.buffers[i].offset = file_.position();
-    e.buffers[i].xxh3 = xxh3_64(buffers[i].bytes);
-    EPK_TRY(file_.write(buffers[i].bytes));
+    // Hash and write chunk by chunk, so each chunk is read once while it is cache-hot (a buffer may be GBs of a
+    // mapped source file).
+    Xxh3Stream hash;
+    auto rest = buffers[i].bytes;
+    while (!rest.empty()) {
+      auto chunk = rest.first(std::min<std::size_t>(rest.size(), kWriteChunk));
+      hash.update(chunk);
+      EPK_TRY(file_.write(chunk));
+      rest = rest.subspan(chunk.size());
+    }
+    e.buffers[i].xxh3 = hash.digest();
   }
   failed_ = false;
   names_.insert(e.name);

@@ -30,7 +30,7 @@ struct TensorSpec {
   std::vector<std::uint64_t> shape;  // rank <= kMaxRank; empty for a scalar
   DType dtype = DType::kF32;         // the source dtype
   Encoding encoding = Encoding::kRaw;
-  std::string params_json = "{}";    // a JSON object; empty is taken as "{}"
+  std::string params_json = "{}";  // a JSON object; empty is taken as "{}"
 };
 
 class Writer {
@@ -73,7 +73,7 @@ class Writer {
   std::map<std::string, std::string> metadata_;
   std::vector<TensorEntry> entries_;
   std::unordered_set<std::string> names_;
-  bool open_ = false;    // created and neither finished nor failed
+  bool open_ = false;  // created and neither finished nor failed
   bool failed_ = false;
 };
 

@@ -151,8 +151,7 @@ std::vector<Row> rows() {
       {"magic_text_mode", [](Bytes& f, L) { f[4] = '\n'; }, ErrorCode::kBadInput, "header.magic"},
       {"version_plus_one", [](Bytes& f, L) { put32(f, header::kVersionAt, kVersion + 1); }, ErrorCode::kUnsupported,
        "header.version"},
-      {"version_zero", [](Bytes& f, L) { put32(f, header::kVersionAt, 0); }, ErrorCode::kUnsupported,
-       "header.version"},
+      {"version_zero", [](Bytes& f, L) { put32(f, header::kVersionAt, 0); }, ErrorCode::kUnsupported, "header.version"},
       {"header_checksum", [](Bytes& f, L) { f[header::kReservedAt + 3] = 1; }, ErrorCode::kChecksum,
        "header.header_checksum", Fix::kNone},
       {"unknown_flag", [](Bytes& f, L) { put32(f, header::kFlagsAt, 1); }, ErrorCode::kUnsupported, "header.flags"},
@@ -160,15 +159,14 @@ std::vector<Row> rows() {
        "header.reserved"},
       {"file_size_plus_one", [](Bytes& f, L) { put64(f, header::kFileSizeAt, f.size() + 1); }, ErrorCode::kBadInput,
        "header.file_size"},
-      {"index_offset_past_end",
-       [](Bytes& f, L) { put64(f, header::kIndexOffsetAt, align_up(f.size(), 64) + 64); }, ErrorCode::kBadInput,
-       "header.index_offset"},
+      {"index_offset_past_end", [](Bytes& f, L) { put64(f, header::kIndexOffsetAt, align_up(f.size(), 64) + 64); },
+       ErrorCode::kBadInput, "header.index_offset"},
       {"index_offset_misaligned", [](Bytes& f, L l) { put64(f, header::kIndexOffsetAt, l.index_offset + 8); },
        ErrorCode::kBadInput, "header.index_offset"},
       {"index_offset_in_header", [](Bytes& f, L) { put64(f, header::kIndexOffsetAt, 64); }, ErrorCode::kBadInput,
        "header.index_offset"},
-      {"index_size_overflows", [](Bytes& f, L) { put64(f, header::kIndexSizeAt, kMax64 - 32); },
-       ErrorCode::kBadInput, "header.index_size"},
+      {"index_size_overflows", [](Bytes& f, L) { put64(f, header::kIndexSizeAt, kMax64 - 32); }, ErrorCode::kBadInput,
+       "header.index_size"},
       {"index_size_too_small", [](Bytes& f, L) { put64(f, header::kIndexSizeAt, 7); }, ErrorCode::kBadInput,
        "header.index_size"},
       {"index_past_metadata", [](Bytes& f, L l) { put64(f, header::kIndexSizeAt, l.index_size + 64); },
@@ -177,8 +175,8 @@ std::vector<Row> rows() {
        ErrorCode::kBadInput, "header.metadata_offset"},
       {"metadata_size_short", [](Bytes& f, L l) { put64(f, header::kMetadataSizeAt, l.metadata_size - 1); },
        ErrorCode::kBadInput, "header.metadata_size"},
-      {"metadata_size_overflows", [](Bytes& f, L) { put64(f, header::kMetadataSizeAt, kMax64); },
-       ErrorCode::kBadInput, "header.metadata_size"},
+      {"metadata_size_overflows", [](Bytes& f, L) { put64(f, header::kMetadataSizeAt, kMax64); }, ErrorCode::kBadInput,
+       "header.metadata_size"},
       {"index_checksum", [](Bytes& f, L l) { f[l.tensors[4].section_size] ^= 1; }, ErrorCode::kChecksum,
        "header.index_checksum", Fix::kHeaderOnly},
       {"metadata_checksum", [](Bytes& f, L) { f[f.size() - 1] ^= 0x20; }, ErrorCode::kChecksum,
@@ -199,8 +197,8 @@ std::vector<Row> rows() {
        ErrorCode::kBadInput, "trailing bytes"},
       {"name_len_past_end", [](Bytes& f, L l) { put32(f, l.tensors[3].name_len, 4000); }, ErrorCode::kBadInput,
        "tensor[3].name_len"},
-      {"name_len_over_limit", [](Bytes& f, L l) { put32(f, l.tensors[0].name_len, 0xFFFFFFFFu); },
-       ErrorCode::kBadInput, "tensor[0].name_len"},
+      {"name_len_over_limit", [](Bytes& f, L l) { put32(f, l.tensors[0].name_len, 0xFFFFFFFFu); }, ErrorCode::kBadInput,
+       "tensor[0].name_len"},
       {"name_empty", [](Bytes& f, L l) { put32(f, l.tensors[0].name_len, 0); }, ErrorCode::kBadInput,
        "tensor[0].name_len"},
       {"name_not_utf8", [](Bytes& f, L l) { f[l.tensors[0].name_len + 4] = 0xFF; }, ErrorCode::kBadInput,
@@ -211,8 +209,8 @@ std::vector<Row> rows() {
       {"dtype_unknown", [](Bytes& f, L l) { f[l.tensors[0].dtype] = 200; }, ErrorCode::kUnsupported, "dtype"},
       {"dtype_one_past_last", [](Bytes& f, L l) { f[l.tensors[0].dtype] = kDTypeCount; }, ErrorCode::kUnsupported,
        "dtype"},
-      {"encoding_unknown", [](Bytes& f, L l) { f[l.tensors[1].encoding] = kEncodingCount; },
-       ErrorCode::kUnsupported, "encoding"},
+      {"encoding_unknown", [](Bytes& f, L l) { f[l.tensors[1].encoding] = kEncodingCount; }, ErrorCode::kUnsupported,
+       "encoding"},
       {"entry_reserved", [](Bytes& f, L l) { f[l.tensors[1].reserved] = 1; }, ErrorCode::kBadInput, "reserved"},
       {"shape_product_overflows",
        [](Bytes& f, L l) {
@@ -226,12 +224,11 @@ std::vector<Row> rows() {
          put64(f, l.tensors[1].shape + 8, 1);
        },
        ErrorCode::kBadInput, "'t1' shape: element count * dtype bits"},
-      {"params_len_past_end", [](Bytes& f, L l) { put32(f, l.tensors[1].params_len, 100000); },
-       ErrorCode::kBadInput, "params_len"},
+      {"params_len_past_end", [](Bytes& f, L l) { put32(f, l.tensors[1].params_len, 100000); }, ErrorCode::kBadInput,
+       "params_len"},
       {"params_len_over_limit", [](Bytes& f, L l) { put32(f, l.tensors[1].params_len, kMaxParamsLen + 1); },
        ErrorCode::kBadInput, "params_len"},
-      {"params_not_utf8", [](Bytes& f, L l) { f[l.tensors[1].params_len + 4] = 0xC0; }, ErrorCode::kBadInput,
-       "params"},
+      {"params_not_utf8", [](Bytes& f, L l) { f[l.tensors[1].params_len + 4] = 0xC0; }, ErrorCode::kBadInput, "params"},
       {"section_past_end", [](Bytes& f, L l) { put64(f, l.tensors[4].section_offset, align_up(f.size(), 64)); },
        ErrorCode::kBadInput, "'t4' section_offset"},
       {"section_in_index", [](Bytes& f, L l) { put64(f, l.tensors[4].section_offset, l.index_offset); },
@@ -258,8 +255,9 @@ std::vector<Row> rows() {
       {"buffer_offset_past_section",
        [](Bytes& f, L l) { put64(f, l.tensors[1].buffers[2].offset, align_up(l.tensors[1].section_size_value, 64)); },
        ErrorCode::kBadInput, "'t1' buffers[2].offset: [448, 648) past the section end"},
-      {"buffer_offset_past_file", [](Bytes& f, L l) { put64(f, l.tensors[1].buffers[0].offset, align_up(f.size(), 64)); },
-       ErrorCode::kBadInput, "'t1' buffers[0].offset"},
+      {"buffer_offset_past_file",
+       [](Bytes& f, L l) { put64(f, l.tensors[1].buffers[0].offset, align_up(f.size(), 64)); }, ErrorCode::kBadInput,
+       "'t1' buffers[0].offset"},
       {"buffer_misaligned",
        [](Bytes& f, L l) { put64(f, l.tensors[1].buffers[1].offset, l.tensors[1].buffers[1].rel_offset + 8); },
        ErrorCode::kBadInput, "'t1' buffers[1].offset"},
@@ -271,12 +269,12 @@ std::vector<Row> rows() {
        ErrorCode::kBadInput, "'t1' buffers[1].name"},
       {"raw_size_mismatch", [](Bytes& f, L l) { put64(f, l.tensors[0].buffers[0].size, 56); }, ErrorCode::kBadInput,
        "'t0' buffers[0].size"},
-      {"raw_buffer_renamed", [](Bytes& f, L l) { f[l.tensors[0].buffers[0].name_len + 4] = 'x'; },
-       ErrorCode::kBadInput, "'t0' buffer_count"},
+      {"raw_buffer_renamed", [](Bytes& f, L l) { f[l.tensors[0].buffers[0].name_len + 4] = 'x'; }, ErrorCode::kBadInput,
+       "'t0' buffer_count"},
       {"metadata_count_huge", [](Bytes& f, L l) { put64(f, l.metadata_offset, kMax64 / 2); }, ErrorCode::kBadInput,
        "metadata.entry_count"},
-      {"metadata_key_len_past_end", [](Bytes& f, L l) { put32(f, l.metadata_key_len[1], 1000); },
-       ErrorCode::kBadInput, "metadata[1].key_len"},
+      {"metadata_key_len_past_end", [](Bytes& f, L l) { put32(f, l.metadata_key_len[1], 1000); }, ErrorCode::kBadInput,
+       "metadata[1].key_len"},
       {"metadata_keys_unsorted", [](Bytes& f, L l) { f[l.metadata_key_len[0] + 4] = 'z'; }, ErrorCode::kBadInput,
        "metadata[1].key"},
       {"metadata_trailing_bytes", [](Bytes& f, L l) { put64(f, l.metadata_offset, 1); }, ErrorCode::kBadInput,
@@ -311,7 +309,8 @@ TEST_F(ContainerMalformed, ValidFileOpensAndVerifies) {
   EXPECT_EQ(r->tensors().size(), 5u);
   EXPECT_TRUE(r->verify_all());
   ASSERT_EQ(layout_.tensors.size(), 5u);  // the walker agrees with the reader
-  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(layout_.tensors[i].section_offset_value, r->tensors()[i].section_offset);
+  for (std::size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(layout_.tensors[i].section_offset_value, r->tensors()[i].section_offset);
 }
 
 TEST_F(ContainerMalformed, EveryRowIsRefusedNamingFileAndField) {
@@ -336,8 +335,16 @@ TEST_F(ContainerMalformed, EveryRowIsRefusedNamingFileAndField) {
 // sample of other lengths; once as is (caught by header.file_size), once with file_size patched to the truncated
 // length (caught by the region checks).
 TEST_F(ContainerMalformed, TruncatedAtEveryBoundaryIsRefused) {
-  std::set<std::uint64_t> cuts = {0, 1, 8, 64, kHeaderSize - 1, kHeaderSize, layout_.index_offset,
-                                  layout_.index_offset + 8, layout_.metadata_offset, layout_.metadata_offset + 8,
+  std::set<std::uint64_t> cuts = {0,
+                                  1,
+                                  8,
+                                  64,
+                                  kHeaderSize - 1,
+                                  kHeaderSize,
+                                  layout_.index_offset,
+                                  layout_.index_offset + 8,
+                                  layout_.metadata_offset,
+                                  layout_.metadata_offset + 8,
                                   valid_.size() - 1};
   for (const auto& t : layout_.tensors) {
     cuts.insert(t.start);

@@ -152,13 +152,16 @@ TEST(ContainerRoundTrip, LargeSectionsStartAt4096SmallAt64) {
   auto path = (dir / "a.epk").string();
   Expected tiny{{"tiny", {3}, DType::kU8, Encoding::kRaw, "{}"}, {"data"}, {random_bytes(3, 1)}};
   Expected below{{"below", {kLargeSectionThreshold - 1}, DType::kU8, Encoding::kRaw, "{}"},
-                 {"data"}, {random_bytes(kLargeSectionThreshold - 1, 2)}};
+                 {"data"},
+                 {random_bytes(kLargeSectionThreshold - 1, 2)}};
   Expected tiny2{{"tiny2", {1}, DType::kU8, Encoding::kRaw, "{}"}, {"data"}, {random_bytes(1, 3)}};
   Expected at{{"at", {kLargeSectionThreshold}, DType::kU8, Encoding::kRaw, "{}"},
-              {"data"}, {random_bytes(kLargeSectionThreshold, 4)}};
+              {"data"},
+              {random_bytes(kLargeSectionThreshold, 4)}};
   // Buffers of 524289 and 524287 bytes: the 64-byte gap between them pushes the section over 1 MiB.
   Expected crossing{{"crossing", {8}, DType::kBF16, Encoding::kLatticeRans, "{}"},
-                    {"payload", "offsets"}, {random_bytes(524289, 5), random_bytes(524287, 6)}};
+                    {"payload", "offsets"},
+                    {random_bytes(524289, 5), random_bytes(524287, 6)}};
   {
     auto w = Writer::create(path, {});
     ASSERT_TRUE(w);
@@ -179,15 +182,33 @@ TEST(ContainerRoundTrip, LargeSectionsStartAt4096SmallAt64) {
   std::filesystem::remove_all(dir);
 }
 
+// The writer hashes in 4 MiB chunks while writing; the stored checksum must equal the one-shot XXH3-64.
+TEST(ContainerRoundTrip, ChunkedHashEqualsOneShot) {
+  auto dir = fresh_dir("chunks");
+  auto path = (dir / "c.epk").string();
+  auto data = random_bytes((9u << 20) + 5, 11);
+  {
+    auto w = Writer::create(path, {});
+    ASSERT_TRUE(w);
+    ASSERT_TRUE(w->add_tensor({"w", {data.size()}, DType::kU8, Encoding::kRaw, "{}"}, {{"data", data}}));
+    ASSERT_TRUE(w->finish());
+  }
+  auto r = Reader::open(path);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->tensors()[0].buffers[0].xxh3, xxh3_64(data));
+  auto bytes = r->buffer(r->tensors()[0], 0);
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), data.begin(), data.end()));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ContainerRoundTrip, MetadataSurvivesWithUtf8AndLongValues) {
   auto dir = fresh_dir("meta");
   auto path = (dir / "m.epk").string();
-  std::map<std::string, std::string> meta = {
-      {"source", "/models/Llama-3-8B/model-00001-of-00004.safetensors"},
-      {"tool_version", "epk 0.1.0"},
-      {"settings", R"({"bpp":4.0,"tile_symbols":4096})"},
-      {"caf\xC3\xA9", std::string(100000, 'x')},
-      {"empty", ""}};
+  std::map<std::string, std::string> meta = {{"source", "/models/Llama-3-8B/model-00001-of-00004.safetensors"},
+                                             {"tool_version", "epk 0.1.0"},
+                                             {"settings", R"({"bpp":4.0,"tile_symbols":4096})"},
+                                             {"caf\xC3\xA9", std::string(100000, 'x')},
+                                             {"empty", ""}};
   {
     auto w = Writer::create(path, meta);
     ASSERT_TRUE(w);
