@@ -140,12 +140,15 @@ Result<Checkpoint> Checkpoint::open_index(const std::string& path, const Checkpo
 
   const std::string dir = fs::path(path).parent_path().string();
   const std::string base = dir.empty() ? std::string() : dir + "/";
+  // Every shard must exist before any is parsed: a missing file is the plainer report.
+  for (const auto& [shard, names] : by_shard) {
+    if (!is_regular(base + shard)) {
+      return make_error(ErrorCode::kNotFound, path + ": weight_map: tensor '" + names.front() + "': shard '" + shard +
+                                                  "' does not exist (" + base + shard + ")");
+    }
+  }
   for (const auto& [shard, names] : by_shard) {
     const std::string shard_path = base + shard;
-    if (!is_regular(shard_path)) {
-      return make_error(ErrorCode::kNotFound, path + ": weight_map: tensor '" + names.front() + "': shard '" + shard +
-                                                  "' does not exist (" + shard_path + ")");
-    }
     EPK_TRY_ASSIGN(auto f, File::open(shard_path));
     for (const auto& name : names) {
       if (f.find(name) == nullptr) {
