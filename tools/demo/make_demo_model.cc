@@ -3,6 +3,7 @@
 // README demo and by end-to-end tests, so nobody needs to download a model.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -62,9 +63,12 @@ epk::Status write_shard(const std::filesystem::path& path, const std::vector<Ten
   std::vector<epk::safetensors::TensorSpec> decls;
   for (const auto& t : tensors) decls.push_back({t.name, epk::DType::kBF16, t.shape});
   EPK_TRY_ASSIGN(auto writer, epk::safetensors::Writer::create(path.string(), decls, {{"format", "pt"}}));
-  for (const auto& t : tensors)
-    EPK_TRY(writer.write(t.name, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(t.bf16.data()),
-                                                       t.bf16.size() * 2)));
+  // The writer sorts tensors as the reference does; supply bytes in its order.
+  for (const auto& spec : writer.tensors()) {
+    auto it = std::find_if(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.name == spec.name; });
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(it->bf16.data());
+    EPK_TRY(writer.write(spec.name, std::span<const std::uint8_t>(bytes, it->bf16.size() * 2)));
+  }
   return writer.finish();
 }
 

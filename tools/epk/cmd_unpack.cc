@@ -30,9 +30,11 @@ Status run_unpack(const UnpackArgs& args) {
   std::map<std::string, std::string> metadata;
   if (auto it = reader.metadata().find("source"); it != reader.metadata().end()) metadata["epk_source"] = it->second;
   EPK_TRY_ASSIGN(auto writer, safetensors::Writer::create(args.output, decls, metadata));
-  for (const auto& t : reader.tensors()) {
-    EPK_TRY(reader.verify(t));
-    EPK_TRY(writer.write(t.name, reader.buffer(t, 0)));
+  // The writer sorts tensors as the reference does; supply bytes in its order, each checked against its checksum.
+  for (const auto& spec : writer.tensors()) {
+    const auto* t = reader.find(spec.name);
+    EPK_TRY(reader.verify(*t));
+    EPK_TRY(writer.write(spec.name, reader.buffer(*t, 0)));
   }
   EPK_TRY(writer.finish());
   std::printf("unpacked %zu tensors into %s\n", reader.tensors().size(), args.output.c_str());
