@@ -291,6 +291,9 @@ Result<Reader> Reader::open(const std::string& path) {
   if (count != h.tensor_count)
     return index.fail(ErrorCode::kBadInput, "index.tensor_count",
                       num(count) + " but header.tensor_count is " + num(h.tensor_count));
+  if (count > kMaxTensors)
+    return index.fail(ErrorCode::kBadInput, "index.tensor_count",
+                      num(count) + " exceeds the limit " + num(kMaxTensors));
   if (count > index.left() / kMinTensorEntry)
     return index.fail(ErrorCode::kBadInput, "index.tensor_count",
                       num(count) + " entries cannot fit in the " + num(index.left()) + " bytes left in the index");
@@ -317,8 +320,8 @@ Result<Reader> Reader::open(const std::string& path) {
   std::vector<std::uint32_t> order;
   for (std::uint32_t i = 0; i < r.tensors_.size(); ++i)
     if (r.tensors_[i].section_size > 0) order.push_back(i);
-  std::sort(order.begin(), order.end(),
-            [&](auto a, auto b) { return r.tensors_[a].section_offset < r.tensors_[b].section_offset; });
+  auto by_offset = [&](auto a, auto b) { return r.tensors_[a].section_offset < r.tensors_[b].section_offset; };
+  if (!std::is_sorted(order.begin(), order.end(), by_offset)) std::sort(order.begin(), order.end(), by_offset);
   for (std::size_t k = 1; k < order.size(); ++k) {
     const auto& prev = r.tensors_[order[k - 1]];
     const auto& cur = r.tensors_[order[k]];

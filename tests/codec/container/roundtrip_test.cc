@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -300,6 +302,31 @@ TEST(ContainerWriter, DestroyedWithoutFinishLeavesNothing) {
   }
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_EQ(testing::file_count(dir), 0u);
+  std::filesystem::remove_all(dir);
+}
+
+// A process killed while writing (here: _exit without destructors) leaves only its temporary file, never the final
+// name.
+TEST(ContainerWriter, ProcessDyingMidWriteLeavesNoFinalFile) {
+  auto dir = fresh_dir("die");
+  auto path = (dir / "d.epk").string();
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto w = Writer::create(path, {});
+    if (!w) ::_exit(2);
+    auto data = random_bytes(100000, 2);
+    if (!w->add_tensor({"w", {data.size()}, DType::kU8, Encoding::kRaw, "{}"}, {{"data", data}})) ::_exit(3);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  ASSERT_EQ(testing::file_count(dir), 1u);
+  auto leftover = std::filesystem::directory_iterator(dir)->path().filename().string();
+  EXPECT_EQ(leftover.rfind("d.epk.tmp.", 0), 0u) << leftover;
   std::filesystem::remove_all(dir);
 }
 
