@@ -39,6 +39,7 @@ inline constexpr std::uint64_t kLargeSectionAlign = 4096;  // sections of kLarge
 inline constexpr std::uint64_t kLargeSectionThreshold = 1u << 20;
 
 // Rule 5: bounds on the index.
+inline constexpr std::uint64_t kMaxTensors = 1u << 24;
 inline constexpr std::uint32_t kMaxRank = 8;
 inline constexpr std::uint32_t kMaxNameLen = 4096;
 inline constexpr std::uint32_t kMaxBuffers = 256;

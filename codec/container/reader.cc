@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <type_traits>
 #include <utility>
 
 #include "codec/common/bytes.h"
@@ -33,16 +34,19 @@ class Cursor {
     return make_error(code, path_ + ": " + field + ": " + detail);
   }
 
-  Status need(std::uint64_t n, const std::string& field) const {
+  // `field` is a string or a callable returning one: field names are built only when an error is reported, so a
+  // valid index of many tensors parses without allocating a message per field.
+  template <class Field>
+  Status need(std::uint64_t n, const Field& field) const {
     if (n > left())
       return fail(
-          ErrorCode::kBadInput, field,
+          ErrorCode::kBadInput, name_of(field),
           "needs " + num(n) + " bytes, " + num(left()) + " left in the " + region_ + " (truncated " + region_ + ")");
     return {};
   }
 
-  template <class T>
-  Result<T> read(const std::string& field) {
+  template <class T, class Field>
+  Result<T> read(const Field& field) {
     EPK_TRY(need(sizeof(T), field));
     T v = load_le<T>(data_ + pos_);
     pos_ += sizeof(T);
@@ -50,20 +54,29 @@ class Cursor {
   }
 
   // A str32: the length is bounded by max_len and by the bytes left before anything is copied.
-  Result<std::string> read_str32(const std::string& field, std::uint64_t max_len, bool is_name) {
-    EPK_TRY_ASSIGN(std::uint32_t len, read<std::uint32_t>(field + "_len"));
-    if (is_name && len == 0) return fail(ErrorCode::kBadInput, field + "_len", "empty");
-    if (len > max_len)
-      return fail(ErrorCode::kBadInput, field + "_len", num(len) + " exceeds the limit " + num(max_len));
-    EPK_TRY(need(len, field + "_len"));
+  template <class Field>
+  Result<std::string> read_str32(const Field& field, std::uint64_t max_len, bool is_name) {
+    auto len_field = [&] { return name_of(field) + "_len"; };
+    EPK_TRY_ASSIGN(std::uint32_t len, read<std::uint32_t>(len_field));
+    if (is_name && len == 0) return fail(ErrorCode::kBadInput, len_field(), "empty");
+    if (len > max_len) return fail(ErrorCode::kBadInput, len_field(), num(len) + " exceeds the limit " + num(max_len));
+    EPK_TRY(need(len, len_field));
     std::string s(reinterpret_cast<const char*>(data_ + pos_), len);
     pos_ += len;
     if (is_name ? !is_valid_name_utf8(s) : !is_valid_utf8(s))
-      return fail(ErrorCode::kBadInput, field, "not valid UTF-8 (or contains NUL)");
+      return fail(ErrorCode::kBadInput, name_of(field), "not valid UTF-8 (or contains NUL)");
     return s;
   }
 
  private:
+  template <class Field>
+  static std::string name_of(const Field& field) {
+    if constexpr (std::is_invocable_v<const Field&>)
+      return field();
+    else
+      return std::string(field);
+  }
+
   const std::uint8_t* data_;
   std::uint64_t size_;
   std::uint64_t pos_ = 0;
@@ -145,30 +158,34 @@ Result<HeaderFields> parse_header(const std::string& path, std::span<const std::
 
 // Rules 5.1-5.10 for one tensor; `index_offset` bounds its section.
 Result<TensorEntry> parse_tensor(Cursor& c, std::uint64_t i, std::uint64_t index_offset) {
-  const std::string at = "tensor[" + num(i) + "]";
   TensorEntry e;
-  EPK_TRY_ASSIGN(e.name, c.read_str32(at + ".name", kMaxNameLen, /*is_name=*/true));
-  const std::string t = at + " '" + e.name + "' ";
-  auto bad = [&](const std::string& field, const std::string& detail) {
-    return c.fail(ErrorCode::kBadInput, t + field, detail);
+  // Field names: "tensor[3] 'name' rank", "tensor[3] 'name' buffers[1].offset"; tf/bf make them lazily.
+  auto tname = [&](std::string_view f) { return "tensor[" + num(i) + "] '" + e.name + "' " + std::string(f); };
+  auto tf = [&](const char* f) { return [&, f] { return tname(f); }; };
+  auto bname = [&](std::uint64_t j, std::string_view f) { return tname("buffers[" + num(j) + "]." + std::string(f)); };
+  auto bf = [&](std::uint32_t j, const char* f) { return [&, j, f] { return bname(j, f); }; };
+  auto bad = [&](const char* field, const std::string& detail) {
+    return c.fail(ErrorCode::kBadInput, tname(field), detail);
   };
 
-  EPK_TRY_ASSIGN(auto rank, c.read<std::uint8_t>(t + "rank"));
-  EPK_TRY_ASSIGN(auto dtype_code, c.read<std::uint8_t>(t + "dtype"));
-  EPK_TRY_ASSIGN(auto encoding_code, c.read<std::uint8_t>(t + "encoding"));
-  EPK_TRY_ASSIGN(auto reserved, c.read<std::uint8_t>(t + "reserved"));
+  EPK_TRY_ASSIGN(e.name, c.read_str32([&] { return "tensor[" + num(i) + "].name"; }, kMaxNameLen, /*is_name=*/true));
+  EPK_TRY_ASSIGN(auto rank, c.read<std::uint8_t>(tf("rank")));
+  EPK_TRY_ASSIGN(auto dtype_code, c.read<std::uint8_t>(tf("dtype")));
+  EPK_TRY_ASSIGN(auto encoding_code, c.read<std::uint8_t>(tf("encoding")));
+  EPK_TRY_ASSIGN(auto reserved, c.read<std::uint8_t>(tf("reserved")));
   if (rank > kMaxRank) return bad("rank", num(rank) + " exceeds " + num(kMaxRank));
   auto dtype = dtype_from_code(dtype_code);
-  if (!dtype) return c.fail(ErrorCode::kUnsupported, t + "dtype", "unknown code " + num(dtype_code));
+  if (!dtype) return c.fail(ErrorCode::kUnsupported, tname("dtype"), "unknown code " + num(dtype_code));
   auto encoding = encoding_from_code(encoding_code);
-  if (!encoding) return c.fail(ErrorCode::kUnsupported, t + "encoding", "unknown code " + num(encoding_code));
+  if (!encoding) return c.fail(ErrorCode::kUnsupported, tname("encoding"), "unknown code " + num(encoding_code));
   if (reserved != 0) return bad("reserved", "not zero");
   e.dtype = *dtype;
   e.encoding = *encoding;
 
   std::uint64_t count = 1;
+  e.shape.reserve(rank);
   for (unsigned d = 0; d < rank; ++d) {
-    EPK_TRY_ASSIGN(auto dim, c.read<std::uint64_t>(t + "shape"));
+    EPK_TRY_ASSIGN(auto dim, c.read<std::uint64_t>(tf("shape")));
     e.shape.push_back(dim);
     if (!checked_mul(count, dim, &count)) return bad("shape", "element count overflows 64 bits");
   }
@@ -176,10 +193,10 @@ Result<TensorEntry> parse_tensor(Cursor& c, std::uint64_t i, std::uint64_t index
   if (!checked_mul(count, static_cast<std::uint64_t>(dtype_bits(e.dtype)), &bits))
     return bad("shape", "element count * dtype bits overflows 64 bits");
 
-  EPK_TRY_ASSIGN(e.params_json, c.read_str32(t + "params", kMaxParamsLen, /*is_name=*/false));
+  EPK_TRY_ASSIGN(e.params_json, c.read_str32(tf("params"), kMaxParamsLen, /*is_name=*/false));
 
-  EPK_TRY_ASSIGN(e.section_offset, c.read<std::uint64_t>(t + "section_offset"));
-  EPK_TRY_ASSIGN(e.section_size, c.read<std::uint64_t>(t + "section_size"));
+  EPK_TRY_ASSIGN(e.section_offset, c.read<std::uint64_t>(tf("section_offset")));
+  EPK_TRY_ASSIGN(e.section_size, c.read<std::uint64_t>(tf("section_size")));
   std::uint64_t section_end;
   if (!checked_add(e.section_offset, e.section_size, &section_end))
     return bad("section_size", "section_offset + section_size overflows");
@@ -190,43 +207,45 @@ Result<TensorEntry> parse_tensor(Cursor& c, std::uint64_t i, std::uint64_t index
   if (e.section_offset % align != 0)
     return bad("section_offset", num(e.section_offset) + " not aligned to " + num(align));
 
-  EPK_TRY_ASSIGN(auto buffer_count, c.read<std::uint32_t>(t + "buffer_count"));
+  EPK_TRY_ASSIGN(auto buffer_count, c.read<std::uint32_t>(tf("buffer_count")));
   if (buffer_count > kMaxBuffers || buffer_count > c.left() / kMinBufferEntry)
     return bad("buffer_count", num(buffer_count) + " exceeds the limit " + num(kMaxBuffers) +
                                    " or the bytes left in the index (" + num(c.left()) + ")");
   e.buffers.reserve(buffer_count);
   for (std::uint32_t j = 0; j < buffer_count; ++j) {
-    const std::string b = t + "buffers[" + num(j) + "]";
     BufferRef r;
-    EPK_TRY_ASSIGN(r.name, c.read_str32(b + ".name", kMaxNameLen, /*is_name=*/true));
-    EPK_TRY_ASSIGN(auto rel, c.read<std::uint64_t>(b + ".offset"));
-    EPK_TRY_ASSIGN(r.size, c.read<std::uint64_t>(b + ".size"));
-    EPK_TRY_ASSIGN(r.xxh3, c.read<std::uint64_t>(b + ".checksum"));
+    EPK_TRY_ASSIGN(r.name, c.read_str32(bf(j, "name"), kMaxNameLen, /*is_name=*/true));
+    EPK_TRY_ASSIGN(auto rel, c.read<std::uint64_t>(bf(j, "offset")));
+    EPK_TRY_ASSIGN(r.size, c.read<std::uint64_t>(bf(j, "size")));
+    EPK_TRY_ASSIGN(r.xxh3, c.read<std::uint64_t>(bf(j, "checksum")));
     if (rel % kBufferAlign != 0)
-      return c.fail(ErrorCode::kBadInput, b + ".offset", num(rel) + " not a multiple of " + num(kBufferAlign));
+      return c.fail(ErrorCode::kBadInput, bname(j, "offset"), num(rel) + " not a multiple of " + num(kBufferAlign));
     std::uint64_t rel_end;
     if (!checked_add(rel, r.size, &rel_end))
-      return c.fail(ErrorCode::kBadInput, b + ".size", "offset + size overflows");
+      return c.fail(ErrorCode::kBadInput, bname(j, "size"), "offset + size overflows");
     if (rel_end > e.section_size)
-      return c.fail(ErrorCode::kBadInput, b + ".offset",
+      return c.fail(ErrorCode::kBadInput, bname(j, "offset"),
                     "[" + num(rel) + ", " + num(rel_end) + ") past the section end (" + num(e.section_size) + ")");
     for (std::uint32_t k = 0; k < j; ++k)
-      if (e.buffers[k].name == r.name) return c.fail(ErrorCode::kBadInput, b + ".name", "duplicate '" + r.name + "'");
+      if (e.buffers[k].name == r.name)
+        return c.fail(ErrorCode::kBadInput, bname(j, "name"), "duplicate '" + r.name + "'");
     r.offset = e.section_offset + rel;  // cannot overflow: rel_end <= section_size and the section end fits
     e.buffers.push_back(std::move(r));
   }
 
-  // Buffers of one tensor do not overlap (empty ones never do).
+  // Buffers of one tensor do not overlap (empty ones never do). The writer lays them out in order, so the common case
+  // is checked without sorting.
   std::vector<std::uint32_t> order;
+  order.reserve(e.buffers.size());
   for (std::uint32_t j = 0; j < e.buffers.size(); ++j)
     if (e.buffers[j].size > 0) order.push_back(j);
-  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return e.buffers[a].offset < e.buffers[b].offset; });
+  auto by_offset = [&](auto a, auto b) { return e.buffers[a].offset < e.buffers[b].offset; };
+  if (!std::is_sorted(order.begin(), order.end(), by_offset)) std::sort(order.begin(), order.end(), by_offset);
   for (std::size_t k = 1; k < order.size(); ++k) {
     const auto& prev = e.buffers[order[k - 1]];
     const auto& cur = e.buffers[order[k]];
     if (prev.offset + prev.size > cur.offset)
-      return c.fail(ErrorCode::kBadInput, t + "buffers[" + num(order[k]) + "].offset",
-                    "overlaps buffers[" + num(order[k - 1]) + "]");
+      return c.fail(ErrorCode::kBadInput, bname(order[k], "offset"), "overlaps buffers[" + num(order[k - 1]) + "]");
   }
 
   if (e.encoding == Encoding::kRaw) {
@@ -234,7 +253,7 @@ Result<TensorEntry> parse_tensor(Cursor& c, std::uint64_t i, std::uint64_t index
       return bad("buffer_count", "a raw tensor has exactly one buffer named 'data'");
     std::uint64_t want = bits / 8 + (bits % 8 != 0);
     if (e.buffers[0].size != want)
-      return c.fail(ErrorCode::kBadInput, t + "buffers[0].size",
+      return c.fail(ErrorCode::kBadInput, bname(0, "size"),
                     num(e.buffers[0].size) + " bytes, shape and dtype say " + num(want));
   }
   return e;
@@ -247,11 +266,11 @@ Result<std::map<std::string, std::string>> parse_metadata(Cursor& c) {
     return c.fail(ErrorCode::kBadInput, "metadata.entry_count", num(count) + " exceeds the bytes of the metadata");
   const std::string* prev = nullptr;
   for (std::uint64_t i = 0; i < count; ++i) {
-    const std::string at = "metadata[" + num(i) + "]";
-    EPK_TRY_ASSIGN(auto key, c.read_str32(at + ".key", kMaxNameLen, /*is_name=*/true));
-    EPK_TRY_ASSIGN(auto value, c.read_str32(at + ".value", UINT32_MAX, /*is_name=*/false));
+    auto mf = [&](const char* f) { return [&, f] { return "metadata[" + num(i) + "]." + f; }; };
+    EPK_TRY_ASSIGN(auto key, c.read_str32(mf("key"), kMaxNameLen, /*is_name=*/true));
+    EPK_TRY_ASSIGN(auto value, c.read_str32(mf("value"), UINT32_MAX, /*is_name=*/false));
     if (prev != nullptr && !(*prev < key))
-      return c.fail(ErrorCode::kBadInput, at + ".key",
+      return c.fail(ErrorCode::kBadInput, mf("key")(),
                     "'" + key + "' not after '" + *prev + "' (duplicate or unsorted)");
     prev = &out.emplace_hint(out.end(), std::move(key), std::move(value))->first;
   }
@@ -272,6 +291,9 @@ Result<Reader> Reader::open(const std::string& path) {
   if (count != h.tensor_count)
     return index.fail(ErrorCode::kBadInput, "index.tensor_count",
                       num(count) + " but header.tensor_count is " + num(h.tensor_count));
+  if (count > kMaxTensors)
+    return index.fail(ErrorCode::kBadInput, "index.tensor_count",
+                      num(count) + " exceeds the limit " + num(kMaxTensors));
   if (count > index.left() / kMinTensorEntry)
     return index.fail(ErrorCode::kBadInput, "index.tensor_count",
                       num(count) + " entries cannot fit in the " + num(index.left()) + " bytes left in the index");
@@ -298,8 +320,8 @@ Result<Reader> Reader::open(const std::string& path) {
   std::vector<std::uint32_t> order;
   for (std::uint32_t i = 0; i < r.tensors_.size(); ++i)
     if (r.tensors_[i].section_size > 0) order.push_back(i);
-  std::sort(order.begin(), order.end(),
-            [&](auto a, auto b) { return r.tensors_[a].section_offset < r.tensors_[b].section_offset; });
+  auto by_offset = [&](auto a, auto b) { return r.tensors_[a].section_offset < r.tensors_[b].section_offset; };
+  if (!std::is_sorted(order.begin(), order.end(), by_offset)) std::sort(order.begin(), order.end(), by_offset);
   for (std::size_t k = 1; k < order.size(); ++k) {
     const auto& prev = r.tensors_[order[k - 1]];
     const auto& cur = r.tensors_[order[k]];

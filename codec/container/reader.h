@@ -17,6 +17,7 @@
 
 namespace epk::container {
 
+// Immutable once opened: every const method may be called from many threads at once.
 class Reader {
  public:
   Reader() = default;  // empty: no tensors, no file

@@ -1,9 +1,8 @@
 #include "codec/container/writer.h"
 
 #include <algorithm>
-#include <utility>
-
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "codec/common/bytes.h"
 #include "codec/common/checksum.h"
@@ -75,6 +74,7 @@ Status Writer::validate(const TensorSpec& spec, std::span<const BufferData> buff
   if (!valid_name(spec.name)) return invalid(p, "tensor name '" + spec.name + "': empty, too long or not UTF-8");
   const std::string t = "tensor '" + spec.name + "'";
   if (names_.contains(spec.name)) return invalid(p, t + ": duplicate name");
+  if (entries_.size() >= kMaxTensors) return invalid(p, t + ": the file already holds the most tensors (2^24)");
   if (spec.shape.size() > kMaxRank) return invalid(p, t + ": rank " + std::to_string(spec.shape.size()) + " > 8");
   if (!dtype_from_code(static_cast<std::uint32_t>(spec.dtype))) return invalid(p, t + ": unknown dtype");
   if (!encoding_from_code(static_cast<std::uint32_t>(spec.encoding))) return invalid(p, t + ": unknown encoding");

@@ -189,6 +189,12 @@ std::vector<Row> rows() {
          put64(f, l.index_offset, kMax64);
        },
        ErrorCode::kBadInput, "index.tensor_count"},
+      {"tensor_count_over_limit",
+       [](Bytes& f, L l) {
+         put64(f, header::kTensorCountAt, kMaxTensors + 1);
+         put64(f, l.index_offset, kMaxTensors + 1);
+       },
+       ErrorCode::kBadInput, "index.tensor_count: 16777217 exceeds the limit"},
       {"index_trailing_bytes",
        [](Bytes& f, L l) {
          put64(f, header::kTensorCountAt, 4);

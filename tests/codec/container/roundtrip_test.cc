@@ -1,7 +1,12 @@
 // Round trips through Writer and Reader, alignment and padding, and crash safety of the writer.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 
@@ -204,11 +209,13 @@ TEST(ContainerRoundTrip, ChunkedHashEqualsOneShot) {
 TEST(ContainerRoundTrip, MetadataSurvivesWithUtf8AndLongValues) {
   auto dir = fresh_dir("meta");
   auto path = (dir / "m.epk").string();
-  std::map<std::string, std::string> meta = {{"source", "/models/Llama-3-8B/model-00001-of-00004.safetensors"},
-                                             {"tool_version", "epk 0.1.0"},
-                                             {"settings", R"({"bpp":4.0,"tile_symbols":4096})"},
-                                             {"caf\xC3\xA9", std::string(100000, 'x')},
-                                             {"empty", ""}};
+  std::map<std::string, std::string> meta = {
+      {"source", "/models/Llama-3-8B/model-00001-of-00004.safetensors"},
+      {"tool_version", "epk 0.1.0"},
+      {"settings", R"({"bpp":4.0,"tile_symbols":4096})"},
+      {"caf\xC3\xA9", std::string(100000, 'x')},
+      {"\xC3\xA9t\xC3\xA9", "sorts after ASCII keys: keys compare as unsigned bytes"},
+      {"empty", ""}};
   {
     auto w = Writer::create(path, meta);
     ASSERT_TRUE(w);
@@ -298,6 +305,31 @@ TEST(ContainerWriter, DestroyedWithoutFinishLeavesNothing) {
   std::filesystem::remove_all(dir);
 }
 
+// A process killed while writing (here: _exit without destructors) leaves only its temporary file, never the final
+// name.
+TEST(ContainerWriter, ProcessDyingMidWriteLeavesNoFinalFile) {
+  auto dir = fresh_dir("die");
+  auto path = (dir / "d.epk").string();
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto w = Writer::create(path, {});
+    if (!w) ::_exit(2);
+    auto data = random_bytes(100000, 2);
+    if (!w->add_tensor({"w", {data.size()}, DType::kU8, Encoding::kRaw, "{}"}, {{"data", data}})) ::_exit(3);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  ASSERT_EQ(testing::file_count(dir), 1u);
+  auto leftover = std::filesystem::directory_iterator(dir)->path().filename().string();
+  EXPECT_EQ(leftover.rfind("d.epk.tmp.", 0), 0u) << leftover;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ContainerWriter, MoveAssignAbandonsTheOverwrittenWriter) {
   auto dir = fresh_dir("moveassign");
   auto a = Writer::create((dir / "a.epk").string(), {});
@@ -327,6 +359,70 @@ TEST(ContainerWriter, ExistingFileIsReplacedOnlyAtFinish) {
   ASSERT_TRUE(w);
   ASSERT_TRUE(w->finish());
   EXPECT_TRUE(Reader::open(path));
+  std::filesystem::remove_all(dir);
+}
+
+// An I/O error in the middle of a tensor (the file-size limit, EFBIG) fails the writer for good; nothing appears.
+TEST(ContainerWriter, WriteErrorAbandonsTheFile) {
+  auto dir = fresh_dir("efbig");
+  auto path = (dir / "e.epk").string();
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  {
+    auto w = Writer::create(path, {});
+    ASSERT_TRUE(w);
+    struct rlimit lim = old;
+    lim.rlim_cur = 1 << 20;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &lim), 0);
+    auto data = random_bytes(2 << 20, 12);
+    auto s = w->add_tensor({"w", {data.size()}, DType::kU8, Encoding::kRaw, "{}"}, {{"data", data}});
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error().code, ErrorCode::kIo) << s.error().to_string();
+    auto small = random_bytes(4, 13);
+    auto again = w->add_tensor({"v", {4}, DType::kU8, Encoding::kRaw, "{}"}, {{"data", small}});
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().code, ErrorCode::kIo);
+    EXPECT_FALSE(w->finish());
+  }
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(testing::file_count(dir), 0u);
+  std::filesystem::remove_all(dir);
+}
+
+// A checkpoint-sized index: every name found, and the time open() takes to validate it.
+TEST(ContainerRoundTrip, TwentyThousandTensorsIndex) {
+  auto dir = fresh_dir("bigindex");
+  auto path = (dir / "i.epk").string();
+  constexpr int kTensors = 20000;
+  auto data = random_bytes(96, 14);
+  {
+    auto w = Writer::create(path, {});
+    ASSERT_TRUE(w);
+    for (int i = 0; i < kTensors; ++i) {
+      auto n = static_cast<std::size_t>(1 + i % 96);
+      ASSERT_TRUE(
+          w->add_tensor({"model.layers." + std::to_string(i) + ".weight", {n}, DType::kU8, Encoding::kRaw, "{}"},
+                        {{"data", std::span<const std::uint8_t>(data).first(n)}}));
+    }
+    ASSERT_TRUE(w->finish());
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = Reader::open(path);
+  auto t1 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(r) << r.error().to_string();
+  std::printf("open() of %d tensors, %llu-byte file: %.2f ms\n", kTensors,
+              static_cast<unsigned long long>(r->file_size()),
+              std::chrono::duration<double, std::milli>(t1 - t0).count());
+  ASSERT_EQ(r->tensors().size(), static_cast<std::size_t>(kTensors));
+  for (int i = 0; i < kTensors; ++i) {
+    const auto* t = r->find("model.layers." + std::to_string(i) + ".weight");
+    ASSERT_NE(t, nullptr) << i;
+    EXPECT_EQ(t, &r->tensors()[static_cast<std::size_t>(i)]);
+  }
+  EXPECT_TRUE(r->verify_all());
   std::filesystem::remove_all(dir);
 }
 
