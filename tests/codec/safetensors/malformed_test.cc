@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ struct Row {
   ErrorCode code;
   std::vector<std::string> must_name;  // besides the file path: the field (and tensor where there is one)
 };
+
+// gtest prints the row's name instead of its bytes.
+void PrintTo(const Row& row, std::ostream* os) { *os << row.name; }
 
 std::vector<Row> rows() {
   using testing::safetensors_bytes;
