@@ -5,51 +5,83 @@
 
 namespace epk::safetensors {
 
-JsonParse parse_json_object_checked(std::span<const std::uint8_t> text) {
-  using nlohmann::json;
-  JsonParse out;
-  // One key set per open object; arrays push nothing (their elements have no keys).
+namespace {
+
+// SAX pass that only tracks keys, one set per open object. nlohmann's DOM parser keeps the last of duplicate keys
+// silently, and its callback parser rescans the parent object at every object end (quadratic in the tensor count:
+// 100k tensors took minutes), so duplicates are found here, in linear time, before the DOM parse.
+class DuplicateKeyFinder : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::string duplicate;  // first duplicate found, described
+  std::string syntax_error;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    frames_.push_back(Frame{{}, pending_key_});
+    pending_key_.clear();
+    return true;
+  }
+  bool end_object() override {
+    frames_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    pending_key_.clear();  // objects inside arrays sit under no key
+    return true;
+  }
+  bool end_array() override { return true; }
+  bool key(string_t& k) override {
+    if (!frames_.back().keys.insert(k).second && duplicate.empty()) {
+      duplicate = "duplicate key '" + k + "'";
+      if (frames_.size() > 1) duplicate += " inside '" + frames_.back().name + "'";
+    }
+    pending_key_ = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+    syntax_error = ex.what();
+    return false;
+  }
+
+ private:
   struct Frame {
     std::unordered_set<std::string> keys;
     std::string name;  // the key this object sits under, for messages
   };
-  std::vector<Frame> stack;
-  std::string last_key;
-  std::string duplicate;
-
-  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        stack.push_back(Frame{{}, last_key});
-        break;
-      case json::parse_event_t::object_end:
-        if (!stack.empty()) stack.pop_back();
-        break;
-      case json::parse_event_t::key:
-        last_key = parsed.get<std::string>();
-        if (!stack.empty() && !stack.back().keys.insert(last_key).second && duplicate.empty()) {
-          duplicate = "duplicate key '" + last_key + "'";
-          if (stack.size() > 1) duplicate += " inside '" + stack.back().name + "'";
-        }
-        break;
-      case json::parse_event_t::array_start:
-        last_key.clear();  // objects inside arrays sit under no key
-        break;
-      default:
-        break;
-    }
+  bool value() {
+    pending_key_.clear();
     return true;
-  };
+  }
+  std::vector<Frame> frames_;
+  std::string pending_key_;
+};
 
-  try {
-    out.value = json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    out.value = json();
-    out.error = std::string("not valid JSON: ") + e.what();
+}  // namespace
+
+JsonParse parse_json_object_checked(std::span<const std::uint8_t> text) {
+  using nlohmann::json;
+  JsonParse out;
+  DuplicateKeyFinder finder;
+  const bool ok = json::sax_parse(text.begin(), text.end(), &finder, json::input_format_t::json, /*strict=*/true,
+                                  /*ignore_comments=*/false);
+  if (!ok) {
+    out.error = "not valid JSON: " + (finder.syntax_error.empty() ? std::string("parse failed") : finder.syntax_error);
     return out;
   }
-  if (!duplicate.empty()) {
-    out.error = duplicate;
+  if (!finder.duplicate.empty()) {
+    out.error = finder.duplicate;
+    return out;
+  }
+  out.value = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/false);
+  if (out.value.is_discarded()) {  // cannot happen after the SAX pass accepted the same bytes
+    out.value = json();
+    out.error = "not valid JSON";
     return out;
   }
   if (!out.value.is_object()) {

@@ -1,7 +1,6 @@
 #include "codec/safetensors/reader.h"
 
 #include <algorithm>
-#include <unordered_set>
 #include <utility>
 
 #include <nlohmann/json.hpp>

@@ -58,6 +58,16 @@ TEST(SafetensorsCheckpoint, IndexFileDirectly) {
   expect_sharded(*c);
 }
 
+TEST(SafetensorsCheckpoint, SymlinkedShardsAsInAHubSnapshot) {
+  // huggingface_hub snapshot directories hold symlinks into a blob store.
+  auto dir = testing::fresh_dir("ckpt_symlinks");
+  for (const auto& e : fs::directory_iterator(testing::data_dir() + "/sharded"))
+    fs::create_symlink(fs::absolute(e.path()), dir / e.path().filename());
+  auto c = Checkpoint::open(dir.string());
+  ASSERT_TRUE(c) << c.error().to_string();
+  expect_sharded(*c);
+}
+
 TEST(SafetensorsCheckpoint, MovedCheckpointKeepsItsViews) {
   auto c = Checkpoint::open(testing::data_dir() + "/sharded");
   ASSERT_TRUE(c) << c.error().to_string();

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,9 @@ struct Row {
   std::vector<std::string> must_name;  // besides the file path: the field (and tensor where there is one)
 };
 
+// gtest prints the row's name instead of its bytes.
+void PrintTo(const Row& row, std::ostream* os) { *os << row.name; }
+
 std::vector<Row> rows() {
   using testing::safetensors_bytes;
   return {
@@ -41,6 +46,12 @@ std::vector<Row> rows() {
       {"header_length_past_eof", u64_le(100) + "{}", ErrorCode::kBadInput, {"header length", "100"}},
       {"header_length_near_u64_max", u64_le(~std::uint64_t{0} - 3) + "{}", ErrorCode::kBadInput, {"header length"}},
       {"header_over_100mb", u64_le(100'000'001) + "{}", ErrorCode::kBadInput, {"header length", "100000001"}},
+      {"header_at_limit_past_eof", u64_le(100'000'000) + "{}", ErrorCode::kBadInput,
+       {"header length", "100000000 bytes declared but only 2 follow"}},
+      {"deeply_nested_arrays", safetensors_bytes(std::string(100000, '[') + std::string(100000, ']'), 0),
+       ErrorCode::kBadInput, {"header", "not an object"}},
+      {"deeply_nested_unclosed", safetensors_bytes("{\"a\":" + std::string(200000, '['), 0), ErrorCode::kBadInput,
+       {"header", "JSON"}},
       {"empty_header", safetensors_bytes("", 0), ErrorCode::kBadInput, {"header", "JSON"}},
       {"not_json", safetensors_bytes("{not json}", 0), ErrorCode::kBadInput, {"header", "JSON"}},
       {"truncated_json", safetensors_bytes("{\"a\":{\"dtype\":\"U8\"", 0), ErrorCode::kBadInput, {"header"}},
@@ -146,6 +157,58 @@ TEST_P(MalformedFile, IsRefusedNamingFileAndField) {
 
 INSTANTIATE_TEST_SUITE_P(Table, MalformedFile, ::testing::ValuesIn(rows()),
                          [](const ::testing::TestParamInfo<Row>& p) { return std::string(p.param.name); });
+
+// Fixed-seed mutations of a valid file (header bytes, the length field, truncation): each either opens with every
+// view inside the data section, or is refused with a message naming the file. Mostly a target for ASan/UBSan.
+TEST(MalformedMutations, NeverCrashAndViewsStayInBounds) {
+  const std::string good = testing::read_bytes(testing::data_dir() + "/all_dtypes.safetensors");
+  ASSERT_GT(good.size(), 16u);
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<std::uint8_t>(good[i]);
+  auto dir = testing::fresh_dir("mutations");
+  auto path = (dir / "m.safetensors").string();
+  std::mt19937_64 rng(12345);
+  int opened = 0, refused = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    std::string b = good;
+    switch (iter % 4) {
+      case 0:  // one header byte replaced by a JSON-significant or random byte
+      case 1: {
+        const char kBytes[] = "{}[]\":,-0123456789.eE \\\xff\x00";
+        std::size_t at = 8 + rng() % header_len;
+        b[at] = (rng() % 2) ? kBytes[rng() % (sizeof kBytes - 1)] : static_cast<char>(rng());
+        break;
+      }
+      case 2:  // truncated anywhere
+        b.resize(rng() % b.size());
+        break;
+      case 3: {  // the length field perturbed
+        std::uint64_t n = header_len + (rng() % 33) - 16;
+        if (rng() % 8 == 0) n = rng();
+        for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+        break;
+      }
+    }
+    testing::write_bytes(path, b);
+    auto f = File::open(path);
+    if (!f) {
+      ++refused;
+      EXPECT_EQ(f.error().message.rfind(path, 0), 0u) << f.error().message;
+      continue;
+    }
+    ++opened;
+    const auto mapped = f->bytes_mapped();
+    std::uint64_t expect_at = f->data_offset();
+    for (const auto& t : f->tensors()) {
+      const auto at = static_cast<std::uint64_t>(t.data.data() - mapped.data());
+      EXPECT_EQ(at, expect_at) << t.name;  // contiguous, in file order
+      expect_at = at + t.data.size();
+    }
+    EXPECT_EQ(expect_at, mapped.size());
+  }
+  EXPECT_GT(refused, 100);
+  EXPECT_GT(opened, 0);  // e.g. a changed letter in a tensor name still leaves a valid file
+}
 
 // Index rows: a scratch copy of the sharded vector with a broken index.
 fs::path sharded_with_index(const std::string& name, const std::string& index) {
