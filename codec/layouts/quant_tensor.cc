@@ -56,15 +56,14 @@ Status validate(const QuantTensor& t) {
     }
   }
   if (!t.perm.empty()) {
+    // A row-parallel shard keeps the global feature indices of its rows, so perm need not cover 0..rows-1; it must
+    // name distinct, non-negative features.
     if (t.perm.size() != sz(t.padded_rows)) return invalid("perm has " + std::to_string(t.perm.size()) + " entries");
-    std::vector<bool> seen(t.perm.size(), false);
-    for (std::size_t k = 0; k < t.perm.size(); ++k) {
-      const std::int32_t p = t.perm[k];
-      if (p < 0 || sz(p) >= seen.size() || seen[sz(p)]) {
-        return invalid("perm[" + std::to_string(k) + "] = " + std::to_string(p) + " is not a permutation entry");
-      }
-      seen[sz(p)] = true;
-    }
+    std::vector<std::int32_t> sorted = t.perm;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted.front() < 0) return invalid("perm has a negative entry " + std::to_string(sorted.front()));
+    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    if (dup != sorted.end()) return invalid("perm names feature " + std::to_string(*dup) + " twice");
   }
   return {};
 }
@@ -155,6 +154,23 @@ Result<QuantTensor> sort_groups(const QuantTensor& t) {
   // Only the logical rows may move; a padded row sorted into the logical range would be sliced away wrongly.
   for (std::int64_t j = 0; j < t.rows; ++j) {
     if (order[sz(j)] >= t.rows) return invalid("sort_groups: a padding row sorts into the logical rows");
+  }
+  return out;
+}
+
+Result<QuantTensor> slice_rows(const QuantTensor& t, std::int64_t begin, std::int64_t end) {
+  EPK_TRY(validate(t));
+  if (begin < 0 || end < begin || end > t.rows) {
+    return invalid("slice_rows [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside 0.." +
+                   std::to_string(t.rows));
+  }
+  QuantTensor out = t;
+  out.rows = out.padded_rows = end - begin;
+  out.codes.assign(t.codes.begin() + begin * t.padded_cols, t.codes.begin() + end * t.padded_cols);
+  out.g_idx.assign(t.g_idx.begin() + begin, t.g_idx.begin() + end);
+  out.perm.resize(sz(end - begin));
+  for (std::int64_t k = begin; k < end; ++k) {
+    out.perm[sz(k - begin)] = t.perm.empty() ? static_cast<std::int32_t>(k) : t.perm[sz(k)];
   }
   return out;
 }

@@ -34,7 +34,8 @@ struct QuantTensor {
   std::vector<float> scales;         // [num_groups, padded_cols]
   std::vector<std::int32_t> zeros;   // [num_groups, padded_cols]
   std::vector<std::int32_t> g_idx;   // [padded_rows], each in [0, num_groups)
-  std::vector<std::int32_t> perm;    // empty (identity) or [padded_rows], a permutation of input features
+  std::vector<std::int32_t> perm;    // empty (identity) or [padded_rows]: distinct input features (a permutation,
+                                     // or a row-parallel shard's global feature indices)
 
   std::uint8_t code(std::int64_t k, std::int64_t n) const { return codes[k * padded_cols + n]; }
   std::int32_t group_of(std::int64_t k) const { return g_idx[k]; }
@@ -60,6 +61,12 @@ Status pad_to(QuantTensor& t, std::int64_t row_multiple, std::int64_t col_multip
 // g_idx[k] == k / G when the source groups all have G members (GPTQ act-order), and perm composed so that row k still
 // multiplies activation x[perm[k]]. Dequantized rows move with it; nothing is requantized.
 Result<QuantTensor> sort_groups(const QuantTensor& t);
+
+// Rows [begin, end) of the logical rows, as a tensor-parallel row shard: codes, g_idx and the scale/zero groups stay
+// as they are (act-order groups are scattered across K, so a shard may touch any group), and perm becomes the global
+// feature index of each row, so the shard's matvec against the full activation vector is its partial sum. Dropping
+// that index (slicing codes alone) is the act-order sharding bug. The source must have no row padding inside range.
+Result<QuantTensor> slice_rows(const QuantTensor& t, std::int64_t begin, std::int64_t end);
 
 // w as float32, logical [rows, cols] row-major, in stored row order (apply perm to the activations, not here).
 // Exact: a f16/bf16 scale times an integer of at most 9 bits fits float32's 24-bit significand.

@@ -37,3 +37,53 @@ inline QuantTensor random_quant_tensor(int bits, std::int64_t rows, std::int64_t
 }
 
 }  // namespace epk::layouts::testing
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string_view>
+
+#include "codec/layouts/tensor.h"
+
+namespace epk::layouts::testing {
+
+inline const Tensor* find_tensor(const std::vector<Tensor>& ts, std::string_view name) {
+  for (const auto& t : ts) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+inline TensorView view_of(const std::vector<Tensor>& ts, std::string_view name) {
+  const Tensor* t = find_tensor(ts, name);
+  EXPECT_NE(t, nullptr) << name;
+  return t ? t->view() : TensorView{};
+}
+
+inline std::vector<std::uint32_t> words_of_tensor(const Tensor& t) {
+  std::vector<std::uint32_t> w(t.bytes.size() / 4);
+  if (!w.empty()) std::memcpy(w.data(), t.bytes.data(), t.bytes.size());
+  return w;
+}
+
+// Same logical content (codes, scales, zeros, g_idx, perm and sizes).
+inline void expect_same_logical(const QuantTensor& a, const QuantTensor& b) {
+  EXPECT_EQ(a.bits, b.bits);
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.cols, b.cols);
+  EXPECT_EQ(a.group_size, b.group_size);
+  EXPECT_EQ(a.codes, b.codes);
+  EXPECT_EQ(a.scales, b.scales);
+  EXPECT_EQ(a.zeros, b.zeros);
+  EXPECT_EQ(a.g_idx, b.g_idx);
+  EXPECT_EQ(a.perm, b.perm);
+}
+
+// Zeros in 1..2^b-1 (GPTQ v1 cannot hold 0).
+inline void avoid_zero_zeros(QuantTensor& t) {
+  for (auto& z : t.zeros) {
+    if (z == 0) z = 1;
+  }
+}
+
+}  // namespace epk::layouts::testing
