@@ -17,7 +17,7 @@ constexpr std::size_t kChunk = 1024;
 // tiled[r][t*256 + i*16 + j] = codes[16r + i][16t + j] for tile row r, tile t; and the inverse.
 std::size_t tiled_index(std::int64_t k, std::int64_t n, std::int64_t cols) {
   const std::int64_t r = k / kTile, i = k % kTile, t = n / kTile, j = n % kTile;
-  return sz(r * kTile * cols + t * kTile * kTile + i * kTile + j);
+  return sz(r * cols + t * kTile * kTile + i * kTile + j);
 }
 
 bool scattered(const QuantTensor& t) { return !has_static_groups(t) || !t.perm.empty(); }
