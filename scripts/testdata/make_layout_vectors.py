@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the quantized-layout test vectors under tests/data/layouts/.
 
-Run with the reference environment:  /opt/refvenv/bin/python scripts/testdata/make_layout_vectors.py
+Run with the reference environment:  /opt/refvenv/bin/python scripts/testdata/make_layout_vectors.py [--out DIR]
+(the `reference`-labelled test regenerates them into a temporary DIR and requires identical bytes).
 Each case is a small safetensors file: the packed tensors under their checkpoint names, the logical inputs the packer
 started from (logical.*), and the reference library's own dequantized output (ref.*). __metadata__["params"] holds the parameters as JSON.
 
@@ -414,6 +415,9 @@ def bnb_case(name, quant_type, shape, blocksize, double_quant, dtype):
 
 
 def main():
+    global OUT
+    if len(sys.argv) == 3 and sys.argv[1] == "--out":
+        OUT = sys.argv[2]
     os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(20261130)
     gptq_case("gptq_4bit_v1_actorder", rng, 4, 256, 64, 32, True, True, True)

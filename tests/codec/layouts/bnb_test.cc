@@ -29,7 +29,7 @@ Fixture make(const std::string& json, std::size_t n_weight_bytes, std::vector<fl
   Fixture f;
   f.weight.assign(n_weight_bytes, 0);
   f.absmax.resize(absmax.size() * 4);
-  std::memcpy(f.absmax.data(), absmax.data(), f.absmax.size());
+  if (!absmax.empty()) std::memcpy(f.absmax.data(), absmax.data(), f.absmax.size());
   f.state = json_bytes(json);
   return f;
 }
