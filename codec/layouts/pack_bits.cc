@@ -10,8 +10,6 @@
 namespace epk::layouts {
 namespace {
 
-__extension__ typedef unsigned __int128 U128;
-
 Status check_bits(int bits) {
   if (bits < 1 || bits > 8) {
     return make_error(ErrorCode::kInvalidArgument, "pack_bits: width " + std::to_string(bits) + " outside 1..8");
@@ -90,25 +88,27 @@ void unpack_divisor(const std::uint32_t* words, std::size_t n_words, std::uint8_
   }
 }
 
-// 3 bits: 32 codes fill exactly 3 words; build the 96-bit block in one 128-bit register so the two straddling codes
-// (10 and 21) need no special case.
+// 3 bits: 8 codes fill exactly 3 bytes, and the word stream is little-endian, so the 96-bit block of 32 codes is
+// four independent 24-bit groups; the two codes that straddle words (10 and 21) need no special case.
 void pack3(const std::uint8_t* codes, std::size_t n_blocks, std::uint32_t* words) {
-  for (std::size_t b = 0; b < n_blocks; ++b) {
-    const std::uint8_t* c = codes + b * 32;
-    U128 acc = 0;
-    for (int j = 0; j < 32; ++j) acc |= static_cast<U128>(c[j]) << (3 * j);
-    words[3 * b + 0] = static_cast<std::uint32_t>(acc);
-    words[3 * b + 1] = static_cast<std::uint32_t>(acc >> 32);
-    words[3 * b + 2] = static_cast<std::uint32_t>(acc >> 64);
+  unsigned char* out = reinterpret_cast<unsigned char*>(words);
+  for (std::size_t g = 0; g < n_blocks * 4; ++g) {
+    const std::uint8_t* c = codes + g * 8;
+    std::uint32_t v = 0;
+    for (int j = 0; j < 8; ++j) v |= static_cast<std::uint32_t>(c[j]) << (3 * j);
+    out[3 * g + 0] = static_cast<unsigned char>(v);
+    out[3 * g + 1] = static_cast<unsigned char>(v >> 8);
+    out[3 * g + 2] = static_cast<unsigned char>(v >> 16);
   }
 }
 
 void unpack3(const std::uint32_t* words, std::size_t n_blocks, std::uint8_t* codes) {
-  for (std::size_t b = 0; b < n_blocks; ++b) {
-    U128 v = static_cast<U128>(words[3 * b]) | (static_cast<U128>(words[3 * b + 1]) << 32) |
-             (static_cast<U128>(words[3 * b + 2]) << 64);
-    std::uint8_t* c = codes + b * 32;
-    for (int j = 0; j < 32; ++j) c[j] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(v >> (3 * j)) & 7u);
+  const unsigned char* in = reinterpret_cast<const unsigned char*>(words);
+  for (std::size_t g = 0; g < n_blocks * 4; ++g) {
+    const std::uint32_t v = static_cast<std::uint32_t>(in[3 * g]) | (static_cast<std::uint32_t>(in[3 * g + 1]) << 8) |
+                            (static_cast<std::uint32_t>(in[3 * g + 2]) << 16);
+    std::uint8_t* c = codes + g * 8;
+    for (int j = 0; j < 8; ++j) c[j] = static_cast<std::uint8_t>((v >> (3 * j)) & 7u);
   }
 }
 
