@@ -33,6 +33,7 @@ void unpack_awq_row(const std::uint32_t* words, std::size_t words_n, std::uint8_
 Result<QuantTensor> read_awq(const AwqViews& v, std::int64_t group_size) {
   EPK_TRY(check_view(v.qweight, "qweight", detail::kIntWordTypes, std::vector<std::int64_t>{-1, -1}));
   const std::int64_t k = v.qweight.shape[0], wn = v.qweight.shape[1], n = wn * 8;
+  if (k == 0 || n == 0) return bad(v.qweight, "empty weight");
   const std::int64_t g = group_size <= 0 ? k : group_size;
   if (k % g != 0) {
     return bad(v.qweight, "K = " + std::to_string(k) + " is not a multiple of group size " + std::to_string(g));

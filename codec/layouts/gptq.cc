@@ -23,6 +23,7 @@ Result<QuantTensor> read_gptq(const GptqViews& v, int bits, std::int64_t group_s
   }
   EPK_TRY(check_view(v.scales, "scales", detail::kFloatTypes, std::vector<std::int64_t>{-1, n}));
   const std::int64_t groups = v.scales.shape[0];
+  if (k == 0 || n == 0) return bad(v.qweight, "empty weight");
   const std::int64_t g = group_size <= 0 ? k : group_size;
   if (k > 0 && groups != (k + g - 1) / g) {
     return bad(v.scales, std::to_string(groups) + " groups, but K = " + std::to_string(k) + " with group size " +

@@ -51,3 +51,17 @@ TEST(GptqBadInput, ShapesDtypesAndGidxAreChecked) {
 
 }  // namespace
 }  // namespace epk::layouts
+
+namespace epk::layouts {
+namespace {
+
+TEST(GptqBadInput, EmptyTensorsAreRefusedNotDividedBy) {
+  const std::vector<std::uint8_t> none;
+  TensorView qweight{"qweight", DType::kI32, {0, 0}, none};
+  TensorView qzeros{"qzeros", DType::kI32, {0, 0}, none};
+  TensorView scales{"scales", DType::kF16, {0, 0}, none};
+  EXPECT_FALSE(read_gptq(GptqViews{qweight, qzeros, scales, std::nullopt}, 4, -1, GptqZeros::kV1));
+}
+
+}  // namespace
+}  // namespace epk::layouts
