@@ -75,6 +75,7 @@ Tensor make_u8_tensor(std::string name, std::vector<std::int64_t> shape, std::sp
 
 Tensor make_float_tensor(std::string name, std::vector<std::int64_t> shape, std::span<const float> values,
                          DType dtype) {
+  if (dtype != DType::kF16 && dtype != DType::kBF16) dtype = DType::kF32;
   Tensor t{std::move(name), dtype, std::move(shape), {}};
   if (dtype == DType::kF32) {
     t.bytes.resize(values.size() * 4);

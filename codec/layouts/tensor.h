@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codec/common/bytes.h"
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
 
@@ -38,20 +39,16 @@ Status check_view(const TensorView& v, std::string_view what, std::span<const DT
                   std::span<const std::int64_t> want_shape);
 
 // Element reads of an already checked view (bounds are the caller's contract).
-inline std::int32_t view_i32(const TensorView& v, std::size_t i);
+inline std::int32_t view_i32(const TensorView& v, std::size_t i) { return load_le<std::int32_t>(v.bytes.data() + 4 * i); }
 // Reads F16, BF16 or F32 as float (exact for all three).
 float view_float(const TensorView& v, std::size_t i);
 
 // Owned tensors from typed host data.
 Tensor make_i32_tensor(std::string name, std::vector<std::int64_t> shape, std::span<const std::int32_t> values);
 Tensor make_u8_tensor(std::string name, std::vector<std::int64_t> shape, std::span<const std::uint8_t> values);
-// Stores floats as F16, BF16 or F32, rounding to nearest even (exact when they came from that dtype).
+// Stores floats as F16 or BF16 (rounding to nearest even; exact when they came from that dtype), any other dtype as
+// F32.
 Tensor make_float_tensor(std::string name, std::vector<std::int64_t> shape, std::span<const float> values, DType dtype);
 
 }  // namespace epk::layouts
 
-#include "codec/common/bytes.h"
-
-namespace epk::layouts {
-inline std::int32_t view_i32(const TensorView& v, std::size_t i) { return load_le<std::int32_t>(v.bytes.data() + 4 * i); }
-}  // namespace epk::layouts
