@@ -309,6 +309,8 @@ def ct_helpers():
             cand = os.path.join(p, "compressed_tensors")
             if os.path.isdir(cand):
                 base = cand
+    if base is None:
+        raise ModuleNotFoundError("No module named 'compressed_tensors' (pip install --no-deps compressed-tensors)")
     path = os.path.join(base, "compressors", "pack_quantized", "helpers.py")
     mod_spec = importlib.util.spec_from_file_location("ct_pack_helpers", path)
     mod = importlib.util.module_from_spec(mod_spec)
