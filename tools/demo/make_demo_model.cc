@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "codec/common/float_convert.h"
+#include "codec/common/half.h"
 #include "codec/safetensors/writer.h"
 
 namespace {
@@ -48,14 +48,14 @@ Tensor linear(Rng& rng, std::string name, std::uint64_t out, std::uint64_t in) {
   for (std::uint64_t r = 0; r < out; ++r) {
     double row_scale = 0.02 * std::exp(0.5 * rng.gaussian());
     for (std::uint64_t c = 0; c < in; ++c)
-      t.bf16[r * in + c] = epk::float_to_bf16(static_cast<float>(row_scale * rng.gaussian()));
+      t.bf16[r * in + c] = epk::f32_to_bf16(static_cast<float>(row_scale * rng.gaussian()));
   }
   return t;
 }
 
 Tensor norm(std::string name, std::uint64_t n) {
   Tensor t{std::move(name), {n}, {}};
-  t.bf16.assign(n, epk::float_to_bf16(1.0f));
+  t.bf16.assign(n, epk::f32_to_bf16(1.0f));
   return t;
 }
 

@@ -1,0 +1,72 @@
+#include "codec/layouts/linear_reader.h"
+
+#include "codec/layouts/awq.h"
+#include "codec/layouts/compressed_tensors.h"
+#include "codec/layouts/gptq.h"
+
+namespace epk::layouts {
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+Result<TensorView> need(const TensorLookup& lookup, std::string_view prefix, std::string_view suffix) {
+  const std::string name = std::string(prefix) + "." + std::string(suffix);
+  auto v = lookup(name);
+  if (!v) return make_error(ErrorCode::kBadInput, "checkpoint: tensor '" + name + "' is missing");
+  return *v;
+}
+
+std::optional<TensorView> maybe(const TensorLookup& lookup, std::string_view prefix, std::string_view suffix) {
+  return lookup(std::string(prefix) + "." + std::string(suffix));
+}
+
+}  // namespace
+
+std::vector<std::string> quantized_linear_prefixes(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    for (std::string_view suffix : {std::string_view(".qweight"), std::string_view(".weight_packed")}) {
+      if (ends_with(n, suffix)) out.push_back(n.substr(0, n.size() - suffix.size()));
+    }
+  }
+  return out;
+}
+
+Result<QuantTensor> read_quantized_linear(const TensorLookup& lookup, std::string_view prefix,
+                                          const QuantConfig& config) {
+  switch (config.format) {
+    case QuantFormat::kGptq: {
+      EPK_TRY_ASSIGN(TensorView qweight, need(lookup, prefix, "qweight"));
+      EPK_TRY_ASSIGN(TensorView qzeros, need(lookup, prefix, "qzeros"));
+      EPK_TRY_ASSIGN(TensorView scales, need(lookup, prefix, "scales"));
+      return read_gptq(GptqViews{qweight, qzeros, scales, maybe(lookup, prefix, "g_idx")}, config.bits,
+                       config.group_size, config.gptq_zeros);
+    }
+    case QuantFormat::kAwq: {
+      EPK_TRY_ASSIGN(TensorView qweight, need(lookup, prefix, "qweight"));
+      EPK_TRY_ASSIGN(TensorView qzeros, need(lookup, prefix, "qzeros"));
+      EPK_TRY_ASSIGN(TensorView scales, need(lookup, prefix, "scales"));
+      return read_awq(AwqViews{qweight, qzeros, scales}, config.group_size);
+    }
+    case QuantFormat::kCompressedTensors: {
+      EPK_TRY_ASSIGN(TensorView packed, need(lookup, prefix, "weight_packed"));
+      EPK_TRY_ASSIGN(TensorView shape, need(lookup, prefix, "weight_shape"));
+      EPK_TRY_ASSIGN(TensorView scale, need(lookup, prefix, "weight_scale"));
+      auto zp = maybe(lookup, prefix, "weight_zero_point");
+      if (!config.symmetric && !zp) {
+        return make_error(ErrorCode::kBadInput,
+                          "checkpoint: tensor '" + std::string(prefix) + ".weight_zero_point' is missing");
+      }
+      return read_compressed_tensors(CtViews{packed, shape, scale, zp, maybe(lookup, prefix, "weight_g_idx")},
+                                     config.bits, config.group_size, CtPacking::kDense);
+    }
+    case QuantFormat::kBitsandbytes4bit:
+      return make_error(ErrorCode::kUnsupported, "checkpoint: '" + std::string(prefix) +
+                                                     "' is bitsandbytes 4-bit (float levels, not integer codes)");
+  }
+  return make_error(ErrorCode::kInternal, "read_quantized_linear: unknown format");
+}
+
+}  // namespace epk::layouts
