@@ -14,7 +14,7 @@
 #include "codec/rans/decoder.h"
 #include "codec/rans/encoder.h"
 #include "codec/rans/reference_format.h"
-#include "tests/codec/rans/vector_file.h"
+#include "tests/codec/testing/vector_file.h"
 
 namespace epk::rans {
 namespace {
