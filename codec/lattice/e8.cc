@@ -4,13 +4,28 @@
 
 namespace epk::lattice {
 
+namespace {
+
+// Round half to even in the default rounding mode without a libm call: adding and removing 1.5 * 2^23 leaves the
+// integer nearest to y for |y| < 2^22; larger values take the library path.
+inline float round_even(float y) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  if (std::fabs(y) < 4194304.0f) {
+    const float t = y + kMagic;  // not folded: without -ffast-math the compiler keeps both roundings
+    return t - kMagic;
+  }
+  return std::nearbyint(y);
+}
+
+}  // namespace
+
 void nearest_d8(const float y[kDim], std::int32_t out[kDim]) {
   std::int64_t sum = 0;
   int worst = 0;
   float worst_abs = -1.0f;
   float worst_resid = 0.0f;
   for (int i = 0; i < kDim; ++i) {
-    const float f = std::nearbyint(y[i]);  // default rounding mode: half to even
+    const float f = round_even(y[i]);
     const float r = y[i] - f;
     out[i] = std::int32_t(f);
     sum += out[i];

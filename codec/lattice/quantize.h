@@ -23,6 +23,8 @@ struct QuantizedFields {
 
 // Quantizes n vectors of x (8 floats each): y = x / scale in float32 (a division, as the reference), nearest E8
 // point, fields. coset and fields receive n and 8n entries.
+// SSE2 fast path; identical results to quantize_vectors_ref (the plain loop over nearest_e8) for every input.
 void quantize_vectors(const float* x, std::size_t n, float scale, std::uint8_t* coset, std::int32_t* fields);
+void quantize_vectors_ref(const float* x, std::size_t n, float scale, std::uint8_t* coset, std::int32_t* fields);
 
 }  // namespace epk::lattice

@@ -318,7 +318,8 @@ Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_
   return make_error(ErrorCode::kCorruptTile, msg);
 }
 
-std::vector<TileStatus> check_tiles(const LatticeRansStream& s, int threads) {
+Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads) {
+  EPK_TRY(validate_stream(s, name));
   const Luts luts = build_luts(s);
   const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
   const std::uint32_t tiles = s.tiles();

@@ -55,9 +55,9 @@ inline Status decode(const LatticeRansStream& s, std::string_view name, DType ou
   return decode_rows(s, name, out_type, out, 0, s.rows, threads, faults);
 }
 
-// Decodes every tile without producing weights; returns the status of each bad tile (empty when all are good).
-// The stream must have passed validate_stream.
-std::vector<TileStatus> check_tiles(const LatticeRansStream& s, int threads = 1);
+// Validates the stream, then decodes every tile without producing weights; returns the status of each bad tile
+// (empty when all are good), or validate_stream's error.
+Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads = 1);
 
 // Decodes the fields of every vector (the sym_min offsets restored): for tests and re-encoding.
 Result<lattice::QuantizedFields> decode_fields(const LatticeRansStream& s, std::string_view name);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "codec/lattice/quantize.h"
 #include "tests/codec/testing/vector_file.h"
@@ -152,6 +153,47 @@ TEST(NearestE8, MatchesReferenceOnTieHeavyInputs) {
       ASSERT_EQ(got, point[v * 8 + i]) << "vector " << v;
     }
   }
+}
+
+}  // namespace
+}  // namespace epk::lattice
+
+namespace epk::lattice {
+namespace {
+
+void expect_fast_equals_ref(const std::vector<float>& x, float scale) {
+  const std::size_t n = x.size() / 8;
+  std::vector<std::uint8_t> c1(n), c2(n);
+  std::vector<std::int32_t> f1(n * 8), f2(n * 8);
+  quantize_vectors(x.data(), n, scale, c1.data(), f1.data());
+  quantize_vectors_ref(x.data(), n, scale, c2.data(), f2.data());
+  for (std::size_t v = 0; v < n; ++v) {
+    ASSERT_EQ(c1[v], c2[v]) << "vector " << v;
+    for (int k = 0; k < 8; ++k) ASSERT_EQ(f1[v * 8 + k], f2[v * 8 + k]) << "vector " << v << " field " << k;
+  }
+}
+
+TEST(QuantizeFast, MatchesReferenceOnTieGrids) {
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> q(-40, 40);
+  std::vector<float> x(8 * 20000);
+  for (float& v : x) v = float(q(rng)) / 4.0f;  // quarter grid: ties within and between cosets
+  expect_fast_equals_ref(x, 1.0f);
+  for (float& v : x) v = float(q(rng)) / 8.0f;
+  expect_fast_equals_ref(x, 0.5f);
+}
+
+TEST(QuantizeFast, MatchesReferenceOnRandomAndLargeInputs) {
+  std::mt19937 rng(22);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> x(8 * 20000);
+  for (float& v : x) v = n(rng);
+  expect_fast_equals_ref(x, 0.37f);
+  expect_fast_equals_ref(x, 1e-3f);
+  // values around and beyond 2^22 after scaling take the fallback path
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 ? 1.0f : 3e6f) * n(rng);
+  expect_fast_equals_ref(x, 0.5f);
+  expect_fast_equals_ref({-0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.2f}, 1.0f);
 }
 
 }  // namespace
