@@ -85,3 +85,25 @@ inline VectorFile read_vector_file(const std::string& path) {
 }
 
 }  // namespace epk::testing
+
+namespace epk::testing {
+
+// Writes tensors as a safetensors file (for handing our streams to the reference in the live tests).
+inline bool write_vector_file(const std::string& path, const std::map<std::string, VectorTensor>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    offset += t.data.size();
+  }
+  std::string text = header.dump();
+  while (text.size() % 8) text.push_back(' ');
+  std::ofstream out(path, std::ios::binary);
+  const std::uint64_t n = text.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(text.data(), std::streamsize(text.size()));
+  for (const auto& [name, t] : tensors) out.write(reinterpret_cast<const char*>(t.data.data()), std::streamsize(t.data.size()));
+  return bool(out);
+}
+
+}  // namespace epk::testing
