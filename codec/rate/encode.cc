@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,17 @@
 namespace epk::rate {
 
 namespace {
+
+model::FieldCounts count_fields_parallel(const lattice::QuantizedFields& q, int threads) {
+  model::FieldCounts total;
+  std::mutex mu;
+  parallel_for_blocks(q.vectors(), 65536, threads, [&](std::size_t b, std::size_t e) {
+    const model::FieldCounts part = model::count_fields(&q.coset[b], &q.fields[b * lattice::kFields], e - b);
+    std::lock_guard<std::mutex> lock(mu);
+    model::merge_counts(total, part);
+  });
+  return total;
+}
 
 constexpr float kMinRms = 1e-12f;
 constexpr double kCoarsenMargin = 1.05;
@@ -138,10 +150,27 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
       bool escalate = false;
       scale = bisect_scale(sample_ptr, sample.size(), padded, target, prob_bits, tile_symbols, o.search_iterations,
                            threads);
+      Calibration cal;
+      bool full_checked = !o.calibrate_rate || sample.size() == rows;
+      if (o.calibrate_rate) {
+        cal = calibrate_scale(sample_ptr, sample.size(), padded, target, prob_bits, tile_symbols, scale, threads);
+        scale = cal.scale;
+      }
       std::uint32_t table_size = 1u << prob_bits;
       for (;;) {
         quantize_all(normalized.data(), vectors, float(scale), q, threads);
-        std::uint32_t alpha = model::max_alphabet(model::count_fields(q.coset.data(), q.fields.data(), vectors));
+        const model::FieldCounts counts = count_fields_parallel(q, threads);
+        std::uint32_t alpha = model::max_alphabet(counts);
+        if (alpha <= table_size && !full_checked) {
+          // The sample can misjudge heavy-tailed tensors: one correction from the whole tensor's modelled rate.
+          full_checked = true;
+          const double bpp = calibrated_bpp(counts, rows, double(rows) * padded, prob_bits, tile_symbols,
+                                            cal.coder_ratio);
+          if (std::fabs(bpp / target - 1.0) > 0.002 && cal.slope < 0.0) {
+            scale *= std::exp(std::clamp((target - bpp) / cal.slope, -0.2, 0.2));
+            continue;
+          }
+        }
         if (alpha <= table_size) {
           refit_rows(x.data(), rows, padded, q, scale, rms.data(), scales, &row_sse, threads);
           if (o.rdo_sweeps > 0) {

@@ -21,6 +21,8 @@ struct EncodeOptions {
   std::uint32_t tile_symbols = 0;   // 0: by target (32768 / 16384 / 8192 / 4096)
   int search_iterations = 12;       // bisection steps
   std::uint64_t search_max_vectors = 262144;  // sample budget of the search, in 8-weight vectors
+  bool calibrate_rate = true;       // correct the size model by the coder's measured overhead (search.h); false
+                                    // keeps the reference's search exactly
 };
 
 // What the encoder decided, for reports and tests.

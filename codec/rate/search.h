@@ -30,4 +30,21 @@ void quantize_all(const float* x, std::size_t n, float scale, lattice::Quantized
 double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols, double target_bpp,
                     int prob_bits, std::uint32_t tile_symbols, int iterations, int threads);
 
+// Beyond the reference: its size model prices symbols at their cross-entropy, but a 32-bit rANS state renormalised
+// at 2^15 loses a little to the coder itself (about 0.4% of the payload at 11 probability bits, 0.9% at 12), so its
+// stored rates land above the target. calibrate_scale encodes the sample at `scale`, takes the ratio of real to
+// modelled coded bytes, and moves the scale by secant steps (in log scale, on the sample, at most 2) until the
+// model times that ratio meets the target. Returns scale unchanged when the sample cannot be coded at prob_bits.
+struct Calibration {
+  double scale = 0.0;
+  double coder_ratio = 1.0;          // real / modelled coded bytes
+  double slope = -1.0 / 0.6931471805599453;  // d(bpp) / d(ln scale), measured by the secant when it ran
+};
+Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
+                            double target_bpp, int prob_bits, std::uint32_t tile_symbols, double scale, int threads);
+
+// Modelled bits per weight of counts over `weights` weights (padded), the coded part scaled by coder_ratio.
+double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, double weights, int prob_bits,
+                      std::uint32_t tile_symbols, double coder_ratio);
+
 }  // namespace epk::rate
