@@ -70,7 +70,12 @@ inline float float_from_narrow(std::uint32_t bits) {
   return sign ? -mag : mag;
 }
 
-inline std::uint16_t bf16_from_float(float v) { return std::uint16_t(narrow_from_float<8, 7>(v)); }
+// bf16 keeps float32's exponent, so rounding the bit pattern is round-to-nearest-even for normals and subnormals
+// alike (the same result as narrow_from_float<8, 7>, without its branches).
+inline std::uint16_t bf16_from_float(float v) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+  return std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 inline std::uint16_t f16_from_float(float v) { return std::uint16_t(narrow_from_float<5, 10>(v)); }
 inline std::uint8_t f8e4m3_from_float(float v) { return std::uint8_t(narrow_from_float<4, 3>(v)); }
 inline std::uint8_t f8e5m2_from_float(float v) { return std::uint8_t(narrow_from_float<5, 2>(v)); }

@@ -146,38 +146,64 @@ TileFault decode_tile(const LatticeRansStream& s, const Luts& luts, std::uint32_
 
 std::size_t element_size(DType t) { return std::size_t(dtype_bits(t) / 8); }
 
-// Writes n coordinates (already scaled, float32) as out_type at dst.
-void store_values(DType t, const float* v, int n, std::byte* dst) {
+// One output element from a reconstructed float32, saturated as the reference's snap_to_container.
+template <DType T>
+inline void store_one(float v, std::byte* dst, std::size_t i) {
+  if constexpr (T == DType::kF32) {
+    std::memcpy(dst + 4 * i, &v, 4);
+  } else if constexpr (T == DType::kBF16) {
+    const std::uint16_t b = bf16_from_float(std::clamp(v, -kBf16Max, kBf16Max));
+    std::memcpy(dst + 2 * i, &b, 2);
+  } else if constexpr (T == DType::kF16) {
+    const std::uint16_t b = f16_from_float(std::clamp(v, -kF16Max, kF16Max));
+    std::memcpy(dst + 2 * i, &b, 2);
+  } else if constexpr (T == DType::kF8E4M3) {
+    dst[i] = std::byte(f8e4m3_from_float(std::clamp(v, -kF8E4M3Max, kF8E4M3Max)));
+  } else if constexpr (T == DType::kF8E5M2) {
+    dst[i] = std::byte(f8e5m2_from_float(std::clamp(v, -kF8E5M2Max, kF8E5M2Max)));
+  } else {
+    static_assert(T == DType::kI8);
+    dst[i] = std::byte(std::uint8_t(std::int8_t(std::clamp(std::nearbyint(v), -128.0f, 127.0f))));
+  }
+}
+
+// Writes the decoded vectors [v0, v1) of a tile (tile-local arrays start at vector tb) into out.
+template <DType T>
+void reconstruct(const LatticeRansStream& s, const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t tb,
+                 std::uint64_t v0, std::uint64_t v1, std::uint32_t row_begin, std::byte* out) {
+  constexpr std::size_t esize = std::size_t(T == DType::kF32 ? 4 : (T == DType::kBF16 || T == DType::kF16) ? 2 : 1);
+  const std::uint64_t vpr = s.padded_cols / 8;
+  for (std::uint64_t v = v0; v < v1; ++v) {
+    const std::uint8_t c = coset[v - tb];
+    const std::int32_t* f = &fields[(v - tb) * lattice::kFields];
+    const std::uint64_t row = v / vpr;
+    const std::uint64_t col = (v % vpr) * 8;
+    const float scale = s.scales[row];
+    const float half = 0.5f * float(c);
+    const std::int32_t par = (f[0] ^ f[1] ^ f[2] ^ f[3] ^ f[4] ^ f[5] ^ f[6]) & 1;
+    float vals[8];
+    for (int k = 0; k < 7; ++k) vals[k] = (float(f[k]) + half) * scale;
+    vals[7] = (float(2 * f[7] + par) + half) * scale;
+    std::byte* dst = out + ((row - row_begin) * s.cols + col) * esize;
+    if (col + 8 <= s.cols) {
+      for (int k = 0; k < 8; ++k) store_one<T>(vals[k], dst, std::size_t(k));
+    } else {
+      const int n = int(s.cols - col);
+      for (int k = 0; k < n; ++k) store_one<T>(vals[k], dst, std::size_t(k));
+    }
+  }
+}
+
+void reconstruct_any(DType t, const LatticeRansStream& s, const std::uint8_t* coset, const std::int32_t* fields,
+                     std::uint64_t tb, std::uint64_t v0, std::uint64_t v1, std::uint32_t row_begin, std::byte* out) {
   switch (t) {
-    case DType::kF32:
-      std::memcpy(dst, v, std::size_t(n) * 4);
-      return;
-    case DType::kBF16:
-      for (int i = 0; i < n; ++i) {
-        const std::uint16_t b = bf16_from_float(std::clamp(v[i], -kBf16Max, kBf16Max));
-        std::memcpy(dst + 2 * i, &b, 2);
-      }
-      return;
-    case DType::kF16:
-      for (int i = 0; i < n; ++i) {
-        const std::uint16_t b = f16_from_float(std::clamp(v[i], -kF16Max, kF16Max));
-        std::memcpy(dst + 2 * i, &b, 2);
-      }
-      return;
-    case DType::kF8E4M3:
-      for (int i = 0; i < n; ++i) dst[i] = std::byte(f8e4m3_from_float(std::clamp(v[i], -kF8E4M3Max, kF8E4M3Max)));
-      return;
-    case DType::kF8E5M2:
-      for (int i = 0; i < n; ++i) dst[i] = std::byte(f8e5m2_from_float(std::clamp(v[i], -kF8E5M2Max, kF8E5M2Max)));
-      return;
-    case DType::kI8:
-      for (int i = 0; i < n; ++i) {
-        const float r = std::clamp(std::nearbyint(v[i]), -128.0f, 127.0f);
-        dst[i] = std::byte(std::uint8_t(std::int8_t(r)));
-      }
-      return;
-    default:
-      return;
+    case DType::kF32: return reconstruct<DType::kF32>(s, coset, fields, tb, v0, v1, row_begin, out);
+    case DType::kBF16: return reconstruct<DType::kBF16>(s, coset, fields, tb, v0, v1, row_begin, out);
+    case DType::kF16: return reconstruct<DType::kF16>(s, coset, fields, tb, v0, v1, row_begin, out);
+    case DType::kF8E4M3: return reconstruct<DType::kF8E4M3>(s, coset, fields, tb, v0, v1, row_begin, out);
+    case DType::kF8E5M2: return reconstruct<DType::kF8E5M2>(s, coset, fields, tb, v0, v1, row_begin, out);
+    case DType::kI8: return reconstruct<DType::kI8>(s, coset, fields, tb, v0, v1, row_begin, out);
+    default: return;
   }
 }
 
@@ -292,17 +318,8 @@ Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_
       if (f != TileFault::kNone) continue;
       const std::uint64_t tb = std::uint64_t(t) * tile_vectors;
       const std::uint64_t te = std::min(tb + tile_vectors, s.vectors());
-      for (std::uint64_t v = std::max(tb, v0); v < std::min(te, v1); ++v) {
-        const lattice::E8Point p = lattice::fields_to_point(coset[v - tb], &fields[(v - tb) * lattice::kFields]);
-        const std::uint64_t row = v / vpr;
-        const std::uint64_t col = (v % vpr) * 8;
-        const float scale = s.scales[row];
-        float vals[8];
-        for (int k = 0; k < 8; ++k) vals[k] = lattice::coordinate(p.z[k], p.c) * scale;
-        const int n = int(std::min<std::uint64_t>(8, s.cols - col));
-        std::byte* dst = out.data() + ((row - row_begin) * s.cols + col) * esize;
-        store_values(out_type, vals, n, dst);
-      }
+      reconstruct_any(out_type, s, coset.data(), fields.data(), tb, std::max(tb, v0), std::min(te, v1), row_begin,
+                      out.data());
     }
   });
   std::vector<TileStatus> bad_tiles;
