@@ -1,6 +1,6 @@
 // Rate accuracy, error and speed of the CPU EntroPack codec on synthetic layers.
 //   codec_bench [--rows R] [--cols C] [--threads T] [--targets 2,3,4,5,6,8] [--rdo N] [--dists gauss,student]
-//               [--sample VECTORS] [--calibrate 0|1]
+//               [--sample VECTORS] [--calibrate 0|1] [--input RAW_F32_FILE (rows x cols, row-major)]
 // Rows are Gaussian or Student-t (3 degrees of freedom), each multiplied by a log-normal row scale (sigma 1). Stored
 // bytes are the reference's count (buffers, JSON header, 16-byte alignment: its actual_bpp).
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -54,6 +55,41 @@ std::vector<float> make_layer(std::uint32_t rows, std::uint32_t cols, bool stude
   return w;
 }
 
+// NF4 (bitsandbytes' code book, blocks of 64 along the row, fp32 absmax: 4.5 bits per weight): relative L2 error.
+double nf4_error(const std::vector<float>& w, std::uint32_t cols) {
+  static const float kCode[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                  -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                  0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
+                                  0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+                                  0.7229568362236023f, 1.0f};
+  double err = 0, energy = 0;
+  const std::size_t rows = w.size() / cols;
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t b = 0; b < cols; b += 64) {
+      const std::size_t e = std::min<std::size_t>(cols, b + 64);
+      float absmax = 0;
+      for (std::size_t i = b; i < e; ++i) absmax = std::max(absmax, std::fabs(w[r * cols + i]));
+      for (std::size_t i = b; i < e; ++i) {
+        const float x = w[r * cols + i];
+        float q = 0;
+        if (absmax > 0) {
+          const float n = x / absmax;
+          float best = 1e30f;
+          for (float c : kCode) {
+            if (std::fabs(n - c) < best) {
+              best = std::fabs(n - c);
+              q = c * absmax;
+            }
+          }
+        }
+        err += double(x - q) * double(x - q);
+        energy += double(x) * x;
+      }
+    }
+  }
+  return std::sqrt(err / energy);
+}
+
 std::vector<double> parse_list(const std::string& s) {
   std::vector<double> out;
   std::stringstream ss(s);
@@ -71,6 +107,7 @@ int main(int argc, char** argv) {
   int rdo = 0;
   std::uint64_t sample = 262144;
   int calibrate = 1;
+  std::string input;
   std::vector<double> targets = {2, 3, 4, 5, 6, 8};
   std::string dists = "gauss,student";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -81,6 +118,7 @@ int main(int argc, char** argv) {
     else if (a == "--rdo") rdo = std::atoi(argv[i + 1]);
     else if (a == "--sample") sample = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--calibrate") calibrate = std::atoi(argv[i + 1]);
+    else if (a == "--input") input = argv[i + 1];
     else if (a == "--targets") targets = parse_list(argv[i + 1]);
     else if (a == "--dists") dists = argv[i + 1];
   }
@@ -92,11 +130,25 @@ int main(int argc, char** argv) {
               "enc wall", "enc cpu", "dec f32", "dec bf16", "bf16x2", "pb");
   double sum_err = 0, max_err = 0;
   int n_err = 0;
-  for (const std::string& dist : {std::string("gauss"), std::string("student")}) {
-    if (dists.find(dist) == std::string::npos) continue;
-    const std::vector<float> w = make_layer(rows, cols, dist == "student", 42);
+  std::vector<std::string> names = {"gauss", "student"};
+  if (!input.empty()) names = {"file"};
+  for (const std::string& dist : names) {
+    if (input.empty() && dists.find(dist) == std::string::npos) continue;
+    std::vector<float> w;
+    if (input.empty()) {
+      w = make_layer(rows, cols, dist == "student", 42);
+    } else {
+      w.resize(std::size_t(rows) * cols);
+      std::FILE* f = std::fopen(input.c_str(), "rb");
+      if (!f || std::fread(w.data(), 4, w.size(), f) != w.size()) {
+        std::printf("cannot read %zu floats from %s\n", w.size(), input.c_str());
+        return 1;
+      }
+      std::fclose(f);
+    }
     double energy = 0;
     for (float v : w) energy += double(v) * v;
+    std::printf("%-8s NF4 (blocksize 64, 4.5 bpp): relative L2 %.3f%%\n", dist.c_str(), 100 * nf4_error(w, cols));
     const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(w.data()), w.size() * 4);
     const double nw = double(rows) * cols;
     for (double target : targets) {
