@@ -151,7 +151,12 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
       scale = bisect_scale(sample_ptr, sample.size(), padded, target, prob_bits, tile_symbols, o.search_iterations,
                            threads);
       Calibration cal;
-      bool full_checked = !o.calibrate_rate || sample.size() == rows;
+      // Whole-tensor corrections left: the sample misjudges heavy tails, and at high rates its frequency tables
+      // weigh more than the whole tensor's do, so the sample's scale can miss by a percent.
+      int full_checks = (!o.calibrate_rate || sample.size() == rows) ? 0 : 2;
+      double prev_log_scale = 0.0;
+      double prev_bpp = 0.0;
+      bool have_prev = false;
       if (o.calibrate_rate) {
         cal = calibrate_scale(sample_ptr, sample.size(), padded, target, prob_bits, tile_symbols, scale, threads);
         scale = cal.scale;
@@ -161,13 +166,22 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
         quantize_all(normalized.data(), vectors, float(scale), q, threads);
         const model::FieldCounts counts = count_fields_parallel(q, threads);
         std::uint32_t alpha = model::max_alphabet(counts);
-        if (alpha <= table_size && !full_checked) {
-          // The sample can misjudge heavy-tailed tensors: one correction from the whole tensor's modelled rate.
-          full_checked = true;
+        if (alpha <= table_size && full_checks > 0) {
+          --full_checks;
           const double bpp = calibrated_bpp(counts, rows, double(rows) * padded, prob_bits, tile_symbols,
                                             cal.coder_ratio);
-          if (std::fabs(bpp / target - 1.0) > 0.002 && cal.slope < 0.0) {
-            scale *= std::exp(std::clamp((target - bpp) / cal.slope, -0.2, 0.2));
+          if (std::fabs(bpp / target - 1.0) > 0.002) {
+            // Secant through the previous whole-tensor point when there is one, else the high-rate slope: one bit
+            // per weight per halving of the scale.
+            double slope = -1.0 / std::log(2.0);
+            if (have_prev && bpp != prev_bpp && std::log(scale) != prev_log_scale) {
+              const double secant = (bpp - prev_bpp) / (std::log(scale) - prev_log_scale);
+              if (secant < 0.0) slope = secant;
+            }
+            prev_log_scale = std::log(scale);
+            prev_bpp = bpp;
+            have_prev = true;
+            scale *= std::exp(std::clamp((target - bpp) / slope, -0.2, 0.2));
             continue;
           }
         }
