@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "codec/common/float_convert.h"
 #include "codec/common/parallel.h"
@@ -282,12 +284,36 @@ Status validate_stream(const LatticeRansStream& s, std::string_view name) {
   return {};
 }
 
-Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_type, std::span<std::byte> out,
-                   std::uint32_t row_begin, std::uint32_t row_end, int threads, std::vector<TileStatus>* faults) {
+struct DecodePlan::Impl {
+  LatticeRansStream s;
+  std::string name;
+  Luts luts;
+};
+
+DecodePlan::DecodePlan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DecodePlan::DecodePlan(DecodePlan&&) noexcept = default;
+DecodePlan& DecodePlan::operator=(DecodePlan&&) noexcept = default;
+DecodePlan::~DecodePlan() = default;
+
+const LatticeRansStream& DecodePlan::stream() const { return impl_->s; }
+
+Result<DecodePlan> DecodePlan::create(const LatticeRansStream& s, std::string_view name) {
+  EPK_TRY(validate_stream(s, name));
+  auto impl = std::make_unique<Impl>();
+  impl->s = s;
+  impl->name = std::string(name);
+  impl->luts = build_luts(s);
+  return DecodePlan(std::move(impl));
+}
+
+Status DecodePlan::decode_rows(DType out_type, std::span<std::byte> out, std::uint32_t row_begin,
+                               std::uint32_t row_end, int threads, std::vector<TileStatus>* faults) const {
+  const LatticeRansStream& s = impl_->s;
+  const std::string_view name = impl_->name;
+  const Luts& luts = impl_->luts;
   if (!decode_output_supported(out_type)) {
     return make_error(ErrorCode::kUnsupported, prefix(name) + "output dtype " + std::string(dtype_name(out_type)));
   }
-  EPK_TRY(validate_stream(s, name));
   if (row_begin > row_end || row_end > s.rows) {
     return make_error(ErrorCode::kInvalidArgument, prefix(name) + "row range [" + std::to_string(row_begin) + ", " +
                                                        std::to_string(row_end) + ") outside " +
@@ -300,7 +326,6 @@ Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_
                                                        " bytes, expected " + std::to_string(need));
   }
   if (row_begin == row_end) return {};
-  const Luts luts = build_luts(s);
   const std::uint64_t vpr = s.padded_cols / 8;
   const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
   const std::uint64_t v0 = std::uint64_t(row_begin) * vpr;
@@ -333,6 +358,15 @@ Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_
   }
   if (faults) faults->insert(faults->end(), bad_tiles.begin(), bad_tiles.end());
   return make_error(ErrorCode::kCorruptTile, msg);
+}
+
+Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_type, std::span<std::byte> out,
+                   std::uint32_t row_begin, std::uint32_t row_end, int threads, std::vector<TileStatus>* faults) {
+  if (!decode_output_supported(out_type)) {
+    return make_error(ErrorCode::kUnsupported, prefix(name) + "output dtype " + std::string(dtype_name(out_type)));
+  }
+  EPK_TRY_ASSIGN(const DecodePlan plan, DecodePlan::create(s, name));
+  return plan.decode_rows(out_type, out, row_begin, row_end, threads, faults);
 }
 
 Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,29 @@ bool decode_output_supported(DType t);
 // frequencies summing to 2^pb, symbol counts consistent across tables), row scales finite and positive.
 // name (the tensor) prefixes every message.
 Status validate_stream(const LatticeRansStream& s, std::string_view name);
+
+// A validated stream with its decode tables built once, for decoding many row ranges of one tensor (the tables take
+// 17 * 2^prob_bits * 8 bytes). It keeps the view, not the bytes: the buffers must outlive the plan. Move-only.
+class DecodePlan {
+ public:
+  static Result<DecodePlan> create(const LatticeRansStream& s, std::string_view name);
+  DecodePlan(DecodePlan&&) noexcept;
+  DecodePlan& operator=(DecodePlan&&) noexcept;
+  DecodePlan(const DecodePlan&) = delete;
+  DecodePlan& operator=(const DecodePlan&) = delete;
+  ~DecodePlan();
+
+  // As the free decode_rows below, without validating or building tables again.
+  Status decode_rows(DType out_type, std::span<std::byte> out, std::uint32_t row_begin, std::uint32_t row_end,
+                     int threads = 1, std::vector<TileStatus>* faults = nullptr) const;
+  const LatticeRansStream& stream() const;
+
+  struct Impl;
+
+ private:
+  explicit DecodePlan(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 // Decodes rows [row_begin, row_end) into out: (row_end - row_begin) * cols elements of out_type, row-major, the
 // logical columns only. Only the tiles covering those rows are decoded. On corrupt tiles returns kCorruptTile naming

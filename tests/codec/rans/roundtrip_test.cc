@@ -123,6 +123,27 @@ TEST(RoundTrip, RowRangeDecodesOnlyItsTiles) {
   EXPECT_EQ(0, std::memcmp(part.data(), whole.data() + std::size_t(150) * cols, part.size() * 4));
 }
 
+TEST(RoundTrip, PlanDecodesRowRangesLikeTheWhole) {
+  const std::uint32_t rows = 123, cols = 77;
+  const auto w = gaussian(std::size_t(rows) * cols, 8);
+  const EncodedTensor t = encode_or_die(w, rows, cols, 5.0);
+  const std::vector<float> whole = decode_f32(t);
+  auto plan = DecodePlan::create(t.view(), "w");
+  ASSERT_TRUE(plan.has_value()) << plan.error().to_string();
+  const DecodePlan moved = std::move(plan).value();
+  for (auto [r0, r1] : {std::pair{0u, 1u}, std::pair{5u, 60u}, std::pair{122u, 123u}, std::pair{0u, 123u},
+                        std::pair{40u, 40u}}) {
+    std::vector<float> part(std::size_t(r1 - r0) * cols);
+    auto st = moved.decode_rows(DType::kF32, {reinterpret_cast<std::byte*>(part.data()), part.size() * 4}, r0, r1, 2);
+    ASSERT_TRUE(st.has_value()) << st.error().to_string();
+    EXPECT_EQ(0, std::memcmp(part.data(), whole.data() + std::size_t(r0) * cols, part.size() * 4)) << r0;
+  }
+  std::vector<float> bad(10);
+  EXPECT_FALSE(moved.decode_rows(DType::kF32, {reinterpret_cast<std::byte*>(bad.data()), 40}, 0, 2).has_value());
+  EXPECT_FALSE(moved.decode_rows(DType::kF32, {reinterpret_cast<std::byte*>(bad.data()), 0}, 3, 2).has_value());
+  EXPECT_FALSE(moved.decode_rows(DType::kU32, {reinterpret_cast<std::byte*>(bad.data()), 0}, 0, 0).has_value());
+}
+
 TEST(RoundTrip, RdoKeepsTheRateAndDoesNotRaiseError) {
   // rows with different spectra: RDO moves bits between them
   const std::uint32_t rows = 128, cols = 256;
