@@ -158,7 +158,8 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
       double prev_bpp = 0.0;
       bool have_prev = false;
       if (o.calibrate_rate) {
-        cal = calibrate_scale(sample_ptr, sample.size(), padded, target, prob_bits, tile_symbols, scale, threads);
+        cal = calibrate_scale(sample_ptr, sample.size(), padded, cols, target, prob_bits, tile_symbols, scale,
+                              threads);
         scale = cal.scale;
       }
       std::uint32_t table_size = 1u << prob_bits;
@@ -168,8 +169,7 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
         std::uint32_t alpha = model::max_alphabet(counts);
         if (alpha <= table_size && full_checks > 0) {
           --full_checks;
-          const double bpp = calibrated_bpp(counts, rows, double(rows) * padded, prob_bits, tile_symbols,
-                                            cal.coder_ratio);
+          const double bpp = calibrated_bpp(counts, rows, cols, prob_bits, tile_symbols, cal);
           if (std::fabs(bpp / target - 1.0) > 0.002) {
             // Secant through the previous whole-tensor point when there is one, else the high-rate slope: one bit
             // per weight per halving of the scale.

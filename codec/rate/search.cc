@@ -8,6 +8,7 @@
 
 #include "codec/common/parallel.h"
 #include "codec/rans/encoder.h"
+#include "codec/rans/reference_format.h"
 
 namespace epk::rate {
 
@@ -71,55 +72,43 @@ double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_
   return std::sqrt(lo * hi);
 }
 
-namespace {
-
-// Fixed model terms of estimate_stored_bytes beyond the coded bytes, per the sample.
-double fixed_bytes(std::uint64_t sample_rows, const model::FieldCounts& counts, int prob_bits,
-                   std::uint32_t tile_symbols) {
-  return model::estimate_stored_bytes(counts, sample_rows, prob_bits, tile_symbols) -
-         model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
-}
-
-}  // namespace
-
-double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, double weights, int prob_bits,
-                      std::uint32_t tile_symbols, double coder_ratio) {
+double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std::uint32_t cols, int prob_bits,
+                      std::uint32_t tile_symbols, const Calibration& cal) {
   const double coded = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
-  return 8.0 * (coded * coder_ratio + fixed_bytes(rows, counts, prob_bits, tile_symbols)) / weights;
+  return 8.0 * (coded * cal.coder_ratio + cal.fixed + cal.fixed_per_row * double(rows)) /
+         (double(rows) * double(cols));
 }
 
 Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
-                            double target_bpp, int prob_bits, std::uint32_t tile_symbols, double scale,
-                            int threads) {
+                            std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
+                            double scale, int threads) {
   Calibration out;
   out.scale = scale;
   const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
-  const double target_bytes = target_bpp * double(sample_rows) * padded_cols / 8.0;
   lattice::QuantizedFields q;
   quantize_all(sample, n, float(scale), q, threads);
   const model::FieldCounts counts = model::count_fields(q.coset.data(), q.fields.data(), n);
-  rans::EncodeGeometry g{std::uint32_t(sample_rows), padded_cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
+  rans::EncodeGeometry g{std::uint32_t(sample_rows), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
   auto enc = rans::encode_fields(q, std::vector<float>(sample_rows, 1.0f), g, threads);
   if (!enc) return out;
   const double actual = double(enc->payload.size() * 2 + enc->states.size() * 4 + enc->offsets.size() * 4 +
                                enc->freq_tables.size() * 2);
   const double modelled = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
   if (!(modelled > 0.0)) return out;
-  const double ratio = actual / modelled;
-  out.coder_ratio = ratio;
-  const double weights = double(sample_rows) * padded_cols;
+  out.coder_ratio = actual / modelled;
+  // Everything in the reference's blob that is not coded bytes: 4 bytes a row of scales, the rest fixed.
+  out.fixed = double(rans::reference_quant_state_bytes(*enc)) - actual - 4.0 * double(sample_rows);
   auto excess = [&](const model::FieldCounts& c) {
-    return model::estimate_coded_bytes(c, prob_bits, tile_symbols) * ratio +
-           fixed_bytes(sample_rows, c, prob_bits, tile_symbols) - target_bytes;
+    return calibrated_bpp(c, sample_rows, cols, prob_bits, tile_symbols, out) - target_bpp;
   };
   double s0 = scale;
   double f0 = excess(counts);
   for (int step = 0; step < 2; ++step) {
-    if (std::fabs(f0) < 1e-4 * target_bytes) break;
+    if (std::fabs(f0) < 2e-4 * target_bpp) break;
     const double s1 = f0 > 0 ? s0 * 1.02 : s0 / 1.02;  // a larger scale costs fewer bits
     const double f1 = excess(quantize_counts(sample, n, float(s1), threads));
     if (f1 == f0) break;
-    out.slope = 8.0 * (f1 - f0) / weights / (std::log(s1) - std::log(s0));
+    out.slope = (f1 - f0) / (std::log(s1) - std::log(s0));
     double next = std::log(s0) + (std::log(s1) - std::log(s0)) * f0 / (f0 - f1);
     next = std::clamp(next, std::log(s0) - 0.2, std::log(s0) + 0.2);
     s0 = std::exp(next);

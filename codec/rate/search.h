@@ -38,13 +38,18 @@ double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_
 struct Calibration {
   double scale = 0.0;
   double coder_ratio = 1.0;          // real / modelled coded bytes
+  double fixed_per_row = 4.0;        // real bytes beside the coded ones: row scales ...
+  double fixed = 856.0;              // ... and the rest (tables metadata, layout, JSON header, alignment)
   double slope = -1.0 / 0.6931471805599453;  // d(bpp) / d(ln scale), measured by the secant when it ran
 };
+// The target is met over the logical columns (cols), as the reference's actual_bpp counts, and with the real
+// container overhead (measured from the sample's blob) instead of the model's fixed 856 bytes.
 Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
-                            double target_bpp, int prob_bits, std::uint32_t tile_symbols, double scale, int threads);
+                            std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
+                            double scale, int threads);
 
-// Modelled bits per weight of counts over `weights` weights (padded), the coded part scaled by coder_ratio.
-double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, double weights, int prob_bits,
-                      std::uint32_t tile_symbols, double coder_ratio);
+// Bits per logical weight (rows * cols) of counts under the calibration.
+double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std::uint32_t cols, int prob_bits,
+                      std::uint32_t tile_symbols, const Calibration& cal);
 
 }  // namespace epk::rate
