@@ -1,6 +1,8 @@
 // The EntroPack encoder for one 2-D weight: row normalisation, target-rate scale search, probability-precision
 // escalation and scale coarsening, row refit, optional row RDO, tiled rANS coding. Follows the reference's eager
-// encoder step for step; the stored buffers decode bit-exactly in the reference package.
+// encoder step for step, plus (calibrate_rate, on by default) a correction of its size model that brings the stored
+// rate to within a fraction of a percent of the target. The stored buffers decode bit-exactly in the reference
+// package. Reentrant: tensors may be encoded concurrently from several threads.
 #pragma once
 
 #include <cstdint>
