@@ -136,7 +136,9 @@ TEST(RoundTrip, PlanDecodesRowRangesLikeTheWhole) {
     std::vector<float> part(std::size_t(r1 - r0) * cols);
     auto st = moved.decode_rows(DType::kF32, {reinterpret_cast<std::byte*>(part.data()), part.size() * 4}, r0, r1, 2);
     ASSERT_TRUE(st.has_value()) << st.error().to_string();
-    EXPECT_EQ(0, std::memcmp(part.data(), whole.data() + std::size_t(r0) * cols, part.size() * 4)) << r0;
+    if (!part.empty()) {
+      EXPECT_EQ(0, std::memcmp(part.data(), whole.data() + std::size_t(r0) * cols, part.size() * 4)) << r0;
+    }
   }
   std::vector<float> bad(10);
   EXPECT_FALSE(moved.decode_rows(DType::kF32, {reinterpret_cast<std::byte*>(bad.data()), 40}, 0, 2).has_value());
