@@ -1,0 +1,121 @@
+#include "codec/rate/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+#include <random>
+
+#include "codec/common/parallel.h"
+#include "codec/rans/encoder.h"
+#include "codec/rans/reference_format.h"
+
+namespace epk::rate {
+
+namespace {
+constexpr std::size_t kBlockVectors = 16384;
+}
+
+std::vector<std::uint32_t> sample_rows(std::uint32_t rows, std::uint32_t padded_cols, std::uint64_t max_vectors) {
+  const std::uint64_t vpr = std::max<std::uint32_t>(1, padded_cols / 8);
+  const std::uint64_t sub = std::max<std::uint64_t>(1, std::min<std::uint64_t>(rows, max_vectors / vpr));
+  std::vector<std::uint32_t> idx(rows);
+  std::iota(idx.begin(), idx.end(), 0u);
+  if (sub >= rows) return idx;
+  std::mt19937_64 rng(std::uint64_t(rows) * kSampleSeedMultiplier + padded_cols);
+  for (std::uint64_t i = 0; i < sub; ++i) {
+    std::uniform_int_distribution<std::uint64_t> pick(i, rows - 1);
+    std::swap(idx[i], idx[pick(rng)]);
+  }
+  idx.resize(sub);
+  return idx;
+}
+
+model::FieldCounts quantize_counts(const float* x, std::size_t n, float scale, int threads) {
+  model::FieldCounts total;
+  std::mutex mu;
+  parallel_for_blocks(n, kBlockVectors, threads, [&](std::size_t b, std::size_t e) {
+    std::vector<std::uint8_t> c(e - b);
+    std::vector<std::int32_t> f((e - b) * lattice::kFields);
+    lattice::quantize_vectors(x + b * lattice::kDim, e - b, scale, c.data(), f.data());
+    const model::FieldCounts part = model::count_fields(c.data(), f.data(), e - b);
+    std::lock_guard<std::mutex> lock(mu);
+    model::merge_counts(total, part);
+  });
+  return total;
+}
+
+void quantize_all(const float* x, std::size_t n, float scale, lattice::QuantizedFields& out, int threads) {
+  out.resize(n);
+  parallel_for_blocks(n, kBlockVectors, threads, [&](std::size_t b, std::size_t e) {
+    lattice::quantize_vectors(x + b * lattice::kDim, e - b, scale, out.coset.data() + b,
+                              out.fields.data() + b * lattice::kFields);
+  });
+}
+
+double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols, double target_bpp,
+                    int prob_bits, std::uint32_t tile_symbols, int iterations, int threads) {
+  const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
+  const double weights = double(sample_rows) * padded_cols;
+  double lo = kScaleLow;
+  double hi = kScaleHigh;
+  for (int it = 0; it < iterations; ++it) {
+    const double mid = std::sqrt(lo * hi);
+    const model::FieldCounts counts = quantize_counts(sample, n, float(mid), threads);
+    const double bytes = model::estimate_stored_bytes(counts, sample_rows, prob_bits, tile_symbols);
+    if (8.0 * bytes / weights > target_bpp) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return std::sqrt(lo * hi);
+}
+
+double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std::uint32_t cols, int prob_bits,
+                      std::uint32_t tile_symbols, const Calibration& cal) {
+  const double coded = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
+  return 8.0 * (coded * cal.coder_ratio + cal.fixed + cal.fixed_per_row * double(rows)) /
+         (double(rows) * double(cols));
+}
+
+Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
+                            std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
+                            double scale, int threads) {
+  Calibration out;
+  out.scale = scale;
+  const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
+  lattice::QuantizedFields q;
+  quantize_all(sample, n, float(scale), q, threads);
+  const model::FieldCounts counts = model::count_fields(q.coset.data(), q.fields.data(), n);
+  rans::EncodeGeometry g{std::uint32_t(sample_rows), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
+  auto enc = rans::encode_fields(q, std::vector<float>(sample_rows, 1.0f), g, threads);
+  if (!enc) return out;
+  const double actual = double(enc->payload.size() * 2 + enc->states.size() * 4 + enc->offsets.size() * 4 +
+                               enc->freq_tables.size() * 2);
+  const double modelled = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
+  if (!(modelled > 0.0)) return out;
+  out.coder_ratio = actual / modelled;
+  // Everything in the reference's blob that is not coded bytes: 4 bytes a row of scales, the rest fixed.
+  out.fixed = double(rans::reference_quant_state_bytes(*enc)) - actual - 4.0 * double(sample_rows);
+  auto excess = [&](const model::FieldCounts& c) {
+    return calibrated_bpp(c, sample_rows, cols, prob_bits, tile_symbols, out) - target_bpp;
+  };
+  double s0 = scale;
+  double f0 = excess(counts);
+  for (int step = 0; step < 2; ++step) {
+    if (std::fabs(f0) < 2e-4 * target_bpp) break;
+    const double s1 = f0 > 0 ? s0 * 1.02 : s0 / 1.02;  // a larger scale costs fewer bits
+    const double f1 = excess(quantize_counts(sample, n, float(s1), threads));
+    if (f1 == f0) break;
+    out.slope = (f1 - f0) / (std::log(s1) - std::log(s0));
+    double next = std::log(s0) + (std::log(s1) - std::log(s0)) * f0 / (f0 - f1);
+    next = std::clamp(next, std::log(s0) - 0.2, std::log(s0) + 0.2);
+    s0 = std::exp(next);
+    if (step == 0) f0 = excess(quantize_counts(sample, n, float(s0), threads));
+  }
+  out.scale = s0;
+  return out;
+}
+
+}  // namespace epk::rate
