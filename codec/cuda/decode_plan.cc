@@ -1,0 +1,321 @@
+// Host side of the GPU decoder: validates every stream against its own sizes, builds the packed lookup tables and
+// lays out scratch: [tensor descriptors][work items][tables][status][per-tile status].
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "codec/common/bytes.h"
+#include "codec/cuda/decode.h"
+#include "codec/cuda/decode_desc.h"
+#include "codec/cuda/decode_launch.h"
+
+namespace epk::cuda {
+namespace {
+
+using detail::kLutTables;
+using detail::TensorDesc;
+using detail::WorkItem;
+
+Error bad(const DecodeJob& job, const std::string& what) {
+  return make_error(ErrorCode::kBadInput, "tensor '" + job.name + "': " + what);
+}
+
+std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+struct Checked {
+  std::uint32_t vecs_per_row = 0;
+  std::uint64_t vectors = 0;
+  std::uint32_t tile_vectors = 0;
+  std::uint32_t tiles = 0;
+  std::uint32_t coset_f0 = 0;
+};
+
+Result<Checked> validate(const DecodeJob& job) {
+  if (job.stream == nullptr) return bad(job, "no stream");
+  const rans::LatticeRansStream& s = *job.stream;
+  Checked c;
+  if (s.rows == 0 || s.cols == 0) return bad(job, "empty shape");
+  if (s.padded_cols % 8 != 0 || s.padded_cols < s.cols || s.padded_cols - s.cols >= 8) {
+    return bad(job, "layout padded_cols " + std::to_string(s.padded_cols) + " does not pad cols " +
+                        std::to_string(s.cols) + " to a multiple of 8");
+  }
+  if (s.prob_bits < 9 || s.prob_bits > 15) return bad(job, "layout prob_bits " + std::to_string(s.prob_bits));
+  if (s.tile_symbols == 0) return bad(job, "layout tile_symbols is 0");
+  c.vecs_per_row = s.padded_cols / 8;
+  c.vectors = std::uint64_t{s.rows} * c.vecs_per_row;
+  if (c.vectors >= (std::uint64_t{1} << 40)) return bad(job, "too many vectors");
+  c.tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
+  const std::uint64_t tiles = std::max<std::uint64_t>(1, (c.vectors + c.tile_vectors - 1) / c.tile_vectors);
+  if (tiles >= (std::uint64_t{1} << 31)) return bad(job, "too many tiles");
+  c.tiles = static_cast<std::uint32_t>(tiles);
+  if (s.offsets.size() != std::size_t{c.tiles} + 1) {
+    return bad(job, "offsets has " + std::to_string(s.offsets.size()) + " entries, expected " +
+                        std::to_string(c.tiles + 1));
+  }
+  if (s.states.size() != std::size_t{c.tiles} * rans::kLanes) {
+    return bad(job, "states has " + std::to_string(s.states.size()) + " entries, expected " +
+                        std::to_string(std::size_t{c.tiles} * rans::kLanes));
+  }
+  if (s.scales.size() != s.rows) return bad(job, "scales has " + std::to_string(s.scales.size()) + " entries");
+  if (s.tables.size() != rans::kTables) return bad(job, "stream_meta has " + std::to_string(s.tables.size()) + " rows");
+  if (s.payload.size() >= (std::uint64_t{1} << 32) - 8) return bad(job, "payload too large");
+  for (std::uint32_t t = 0; t < c.tiles; ++t) {
+    if (s.offsets[t] > s.offsets[t + 1]) return bad(job, "offsets[" + std::to_string(t) + "] decreases");
+  }
+  if (s.offsets.back() > s.payload.size()) {
+    return bad(job, "offsets end " + std::to_string(s.offsets.back()) + " past payload of " +
+                        std::to_string(s.payload.size()) + " words");
+  }
+  const std::uint32_t m = 1u << s.prob_bits;
+  for (int t = 0; t < rans::kTables; ++t) {
+    const rans::TableMeta& tm = s.tables[t];
+    const std::string where = "stream_meta[" + std::to_string(t) + "]";
+    if (tm.alphabet < 0 || tm.freq_offset < 0 || static_cast<std::uint64_t>(tm.alphabet) > m) {
+      return bad(job, where + " alphabet/offset out of range");
+    }
+    if (static_cast<std::uint64_t>(tm.freq_offset) + static_cast<std::uint64_t>(tm.alphabet) > s.freq_tables.size()) {
+      return bad(job, where + " runs past freq_tables");
+    }
+    if (tm.alphabet == 0) {
+      if (t == 0) return bad(job, where + " (coset) is empty");
+      continue;
+    }
+    std::uint64_t sum = 0;
+    for (int i = 0; i < tm.alphabet; ++i) sum += s.freq_tables[tm.freq_offset + i];
+    if (sum != m) return bad(job, where + " frequencies sum to " + std::to_string(sum) + ", not " + std::to_string(m));
+    const std::int64_t lo = tm.sym_min;
+    const std::int64_t hi = lo + tm.alphabet - 1;
+    if (t == 0) {
+      if (lo < 0 || hi > 1) return bad(job, where + " coset symbols outside {0, 1}");
+      c.coset_f0 = lo == 1 ? 0u : s.freq_tables[tm.freq_offset];
+    } else if (!detail::lut_value_fits(lo, s.prob_bits) || !detail::lut_value_fits(hi, s.prob_bits)) {
+      return make_error(ErrorCode::kUnsupported,
+                        "tensor '" + job.name + "': " + where + " symbols [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "] do not fit the GPU decoder's packed tables at prob_bits " +
+                            std::to_string(s.prob_bits) + "; use the CPU decoder");
+    }
+  }
+  return c;
+}
+
+// Packed entries for tables 1..16 (see decode_desc.h).
+void build_lut(const rans::LatticeRansStream& s, std::uint32_t* lut) {
+  const std::uint32_t pb = s.prob_bits;
+  const std::uint32_t m = 1u << pb;
+  for (int t = 1; t < rans::kTables; ++t) {
+    std::uint32_t* table = lut + (static_cast<std::size_t>(t - 1) << pb);
+    const rans::TableMeta& tm = s.tables[t];
+    if (tm.alphabet == 0) {  // unused by a valid stream; a corrupt one decodes value 0 with freq 1 here
+      for (std::uint32_t k = 0; k < m; ++k) table[k] = k;
+      continue;
+    }
+    std::uint32_t cdf = 0;
+    for (int i = 0; i < tm.alphabet; ++i) {
+      const std::uint32_t f = s.freq_tables[tm.freq_offset + i];
+      const auto value = static_cast<std::uint32_t>(static_cast<std::int32_t>(tm.sym_min + i));
+      for (std::uint32_t k = 0; k < f; ++k) {
+        table[cdf + k] = k | ((f - 1) << pb) | (value << (2 * pb));
+      }
+      cdf += f;
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view output_format_name(OutputFormat format) {
+  switch (format) {
+    case OutputFormat::kBf16: return "bf16";
+    case OutputFormat::kFp16: return "fp16";
+    case OutputFormat::kFp32: return "fp32";
+    case OutputFormat::kFp8E4M3: return "fp8_e4m3";
+    case OutputFormat::kFp8E5M2: return "fp8_e5m2";
+    case OutputFormat::kInt8Rowwise: return "int8_rowwise";
+  }
+  return "?";
+}
+
+std::uint32_t output_element_bytes(OutputFormat format) {
+  switch (format) {
+    case OutputFormat::kBf16:
+    case OutputFormat::kFp16: return 2;
+    case OutputFormat::kFp32: return 4;
+    case OutputFormat::kFp8E4M3:
+    case OutputFormat::kFp8E5M2:
+    case OutputFormat::kInt8Rowwise: return 1;
+  }
+  return 0;
+}
+
+std::string_view tile_fault_name(TileFault fault) {
+  switch (fault) {
+    case TileFault::kOk: return "ok";
+    case TileFault::kBadOffsets: return "bad offsets";
+    case TileFault::kUnderflow: return "read before the tile start";
+    case TileFault::kNotDrained: return "words left over";
+    case TileFault::kBadFinalState: return "final state is not 2^15";
+  }
+  return "?";
+}
+
+Int8Gain int8_gain(const rans::LatticeRansStream& s) {
+  // Largest |2p| = |2z + c| any table allows; z8 = 2m + parity spans [2 m_min, 2 m_max + 1].
+  std::int64_t bound = 1;
+  for (int field = 0; field < 8; ++field) {
+    for (int c = 0; c < 2; ++c) {
+      const std::size_t t = 1 + 2 * field + c;
+      if (t >= s.tables.size() || s.tables[t].alphabet <= 0) continue;
+      std::int64_t lo = s.tables[t].sym_min;
+      std::int64_t hi = lo + s.tables[t].alphabet - 1;
+      if (field == 7) {
+        lo = 2 * lo;
+        hi = 2 * hi + 1;
+      }
+      bound = std::max({bound, std::abs(2 * lo + c), std::abs(2 * hi + c)});
+    }
+  }
+  Int8Gain g;
+  if (bound > 127) {
+    g.gain = static_cast<float>(127.0 / static_cast<double>(bound));
+    g.half_over_gain = static_cast<float>(0.5 / static_cast<double>(g.gain));
+  }
+  return g;
+}
+
+Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
+  DecodePlan plan;
+  plan.stage_words_ = options.stage_words;
+  std::vector<Checked> checked;
+  std::uint32_t max_pb = 0;
+  std::uint64_t total_tiles = 0;
+  for (const DecodeJob& job : jobs) {
+    EPK_TRY_ASSIGN(Checked c, validate(job));
+    const rans::LatticeRansStream& s = *job.stream;
+    const std::uint32_t row_end = job.row_end == 0 ? s.rows : job.row_end;
+    if (job.row_begin >= row_end || row_end > s.rows) {
+      return make_error(ErrorCode::kInvalidArgument, "tensor '" + job.name + "': row range [" +
+                                                         std::to_string(job.row_begin) + ", " +
+                                                         std::to_string(row_end) + ") outside " +
+                                                         std::to_string(s.rows) + " rows");
+    }
+    if (job.dev.payload_dev == nullptr || job.dev.offsets_dev == nullptr || job.dev.states_dev == nullptr ||
+        job.dev.scales_dev == nullptr || job.out_dev == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument, "tensor '" + job.name + "': a device pointer is null");
+    }
+    if (reinterpret_cast<std::uintptr_t>(job.dev.payload_dev) % 16 != 0 ||
+        reinterpret_cast<std::uintptr_t>(job.out_dev) % 16 != 0) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "tensor '" + job.name + "': payload and output must be 16-byte aligned");
+    }
+    if (job.format == OutputFormat::kInt8Rowwise && job.row_scales_dev == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument, "tensor '" + job.name + "': int8_rowwise needs row_scales_dev");
+    }
+    if (static_cast<std::uint32_t>(job.format) >= kOutputFormats) {
+      return make_error(ErrorCode::kInvalidArgument, "tensor '" + job.name + "': unknown output format");
+    }
+    const std::uint64_t v_begin = std::uint64_t{job.row_begin} * c.vecs_per_row;
+    const std::uint64_t v_end = std::uint64_t{row_end} * c.vecs_per_row;
+    const auto t0 = static_cast<std::uint32_t>(v_begin / c.tile_vectors);
+    const auto t1 = static_cast<std::uint32_t>((v_end + c.tile_vectors - 1) / c.tile_vectors);
+    plan.job_names_.push_back(job.name);
+    plan.first_tile_.push_back(t0);
+    plan.tile_base_.push_back(static_cast<std::uint32_t>(total_tiles));
+    total_tiles += t1 - t0;
+    if (total_tiles >= (std::uint64_t{1} << 32)) return make_error(ErrorCode::kInvalidArgument, "too many tiles");
+    max_pb = std::max(max_pb, s.prob_bits);
+    plan.output_bytes_ += std::uint64_t{row_end - job.row_begin} * s.cols * output_element_bytes(job.format);
+    plan.compressed_bytes_ += (std::uint64_t{s.offsets[t1]} - s.offsets[t0]) * 2 + std::uint64_t{t1 - t0} * 132;
+    checked.push_back(c);
+  }
+  plan.total_tiles_ = total_tiles;
+  if (jobs.empty()) return plan;
+
+  EPK_TRY_ASSIGN(detail::DeviceLimits limits, detail::query_limits(options.device));
+  const std::size_t lut_bytes_max = (static_cast<std::size_t>(kLutTables) << max_pb) * 4;
+  const std::uint32_t max_warps = std::clamp<std::uint32_t>(options.max_warps_per_block, 1, detail::kMaxWarpsPerBlock);
+  // Enough warps per block to cover the tiles in about one wave, at most max_warps.
+  const std::uint64_t per_sm = (total_tiles + limits.sms - 1) / std::max(1, limits.sms);
+  plan.warps_per_block_ = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(per_sm, 1, max_warps));
+  const std::size_t ring_bytes = options.stage_words ? std::size_t{plan.warps_per_block_} * detail::kRingWords * 2 : 0;
+  const std::size_t static_shared = 256;
+  const bool shared_fits = lut_bytes_max + ring_bytes + static_shared <= limits.max_shared_per_block;
+  if (options.lut == LutPlacement::kShared && !shared_fits) {
+    return make_error(ErrorCode::kUnsupported, "decode plan: tables of " + std::to_string(lut_bytes_max) +
+                                                   " bytes do not fit in shared memory");
+  }
+  plan.shared_lut_ = options.lut == LutPlacement::kShared || (options.lut == LutPlacement::kAuto && shared_fits);
+  plan.shared_bytes_ = (plan.shared_lut_ ? lut_bytes_max : 0) + ring_bytes;
+  EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.shared_lut_, plan.stage_words_,
+                                                     static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_));
+  if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
+
+  // Work items: each tensor's tiles split into chunks so that the grid is about one resident wave; a block decodes
+  // its chunk with its warps pulling tiles from a shared counter (tables loaded once per block).
+  const std::uint64_t wave = std::uint64_t{static_cast<std::uint32_t>(limits.sms)} * resident;
+  const std::uint64_t per_block = std::max<std::uint64_t>(plan.warps_per_block_, (total_tiles + wave - 1) / wave);
+  std::vector<WorkItem> items;
+  for (std::size_t t = 0; t < jobs.size(); ++t) {
+    const std::uint32_t t0 = plan.first_tile_[t];
+    const std::uint32_t n = (t + 1 < jobs.size() ? plan.tile_base_[t + 1] : static_cast<std::uint32_t>(total_tiles)) -
+                            plan.tile_base_[t];
+    const std::uint64_t chunks = (n + per_block - 1) / per_block;
+    for (std::uint64_t k = 0; k < chunks; ++k) {
+      const auto b = static_cast<std::uint32_t>(t0 + n * k / chunks);
+      const auto e = static_cast<std::uint32_t>(t0 + n * (k + 1) / chunks);
+      if (e > b) items.push_back({static_cast<std::uint32_t>(t), b, e, 0});
+    }
+  }
+  plan.blocks_ = items.size();
+
+  // Scratch image.
+  plan.descs_offset_ = 0;
+  plan.items_offset_ = align16(jobs.size() * sizeof(TensorDesc));
+  std::size_t lut_offset = align16(plan.items_offset_ + items.size() * sizeof(WorkItem));
+  std::vector<std::size_t> lut_offsets;
+  for (const DecodeJob& job : jobs) {
+    lut_offsets.push_back(lut_offset);
+    lut_offset += align16((static_cast<std::size_t>(kLutTables) << job.stream->prob_bits) * 4);
+  }
+  plan.status_offset_ = lut_offset;
+  plan.tile_status_offset_ = plan.status_offset_ + sizeof(DecodeStatus);
+  plan.scratch_bytes_ = (plan.tile_status_offset_ + total_tiles + 255) / 256 * 256;
+  plan.image_.assign(plan.status_offset_, std::byte{0});
+
+  for (std::size_t t = 0; t < jobs.size(); ++t) {
+    const DecodeJob& job = jobs[t];
+    const rans::LatticeRansStream& s = *job.stream;
+    const Checked& c = checked[t];
+    TensorDesc d{};
+    d.payload = job.dev.payload_dev;
+    d.offsets = job.dev.offsets_dev;
+    d.states = job.dev.states_dev;
+    d.scales = job.dev.scales_dev;
+    d.lut_offset = lut_offsets[t];
+    d.out = job.out_dev;
+    d.row_scales = job.format == OutputFormat::kInt8Rowwise ? job.row_scales_dev : nullptr;
+    d.payload_words = s.payload.size();
+    d.vectors = c.vectors;
+    d.rows = s.rows;
+    d.cols = s.cols;
+    d.vecs_per_row = c.vecs_per_row;
+    d.tile_vectors = c.tile_vectors;
+    d.tiles = c.tiles;
+    d.prob_bits = s.prob_bits;
+    d.coset_f0 = c.coset_f0;
+    d.format = static_cast<std::uint32_t>(job.format);
+    d.row_begin = job.row_begin;
+    d.row_end = job.row_end == 0 ? s.rows : job.row_end;
+    d.tile_base = plan.tile_base_[t];
+    d.first_tile = plan.first_tile_[t];
+    const Int8Gain g = int8_gain(s);
+    d.int8_gain = g.gain;
+    d.int8_half_over_gain = g.half_over_gain;
+    std::memcpy(plan.image_.data() + plan.descs_offset_ + t * sizeof(TensorDesc), &d, sizeof(d));
+    build_lut(s, reinterpret_cast<std::uint32_t*>(plan.image_.data() + lut_offsets[t]));
+  }
+  std::memcpy(plan.image_.data() + plan.items_offset_, items.data(), items.size() * sizeof(WorkItem));
+  return plan;
+}
+
+}  // namespace epk::cuda
