@@ -64,16 +64,16 @@ __device__ __forceinline__ std::uint32_t int8_bits(int q2, float gain, bool exac
   return static_cast<std::uint32_t>(q) & 0xffu;
 }
 
-// Writes one decoded vector (8 coordinates z, coset c) as element offset `elem` of the output; n < 8 only at the end
-// of a row whose length is not a multiple of 8 (then the stores are scalar).
-__device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t elem, int n, const int* z, int c,
-                                             float scale) {
+// Writes one decoded vector (8 coordinates z, coset c) at element offset `elem` of the output: n elements (fewer than
+// 8 only at the end of a row whose length is not a multiple of 8), with wide stores when every row is vector-aligned.
+__device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t elem, int n, bool wide, const int* z,
+                                             int c, float scale) {
   const float chalf = c ? 0.5f : 0.0f;
   float v[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fadd_rn(static_cast<float>(z[j]), chalf), scale);
   const auto format = static_cast<OutputFormat>(d.format);
-  if (n == 8) {
+  if (wide) {
     switch (format) {
       case OutputFormat::kBf16: {
         uint4 w;
@@ -242,8 +242,9 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
           if (col < d.cols) {
             const float scale = __ldg(d.scales + row);
             const std::uint64_t elem = static_cast<std::uint64_t>(row - row_begin) * d.cols + col;
+            // Wide stores need every row to start on a vector boundary; otherwise store element by element.
             const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
-            store_vector(d, elem, n, z, c, scale);
+            store_vector(d, elem, n, (d.cols & 7u) == 0, z, c, scale);
             if (d.row_scales != nullptr && col == 0) d.row_scales[row - row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
           }
         }

@@ -53,8 +53,18 @@ Result<DeviceLimits> query_limits(int device) {
 
 Result<int> blocks_per_sm(bool shared_lut, bool staged, int threads, std::size_t dynamic_shared) {
   KernelFn fn = kernel_for(shared_lut, staged);
+  // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
+  cudaFuncAttributes attrs{};
+  if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) return cuda_error("cudaFuncGetAttributes", e);
+  int device = 0, optin = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cuda_error("cudaGetDevice", e);
+  if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      e != cudaSuccess) {
+    return cuda_error("cudaDeviceGetAttribute(shared per block)", e);
+  }
+  if (dynamic_shared + attrs.sharedSizeBytes > static_cast<std::size_t>(optin)) return 0;
   if (cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(dynamic_shared));
+                                           optin - static_cast<int>(attrs.sharedSizeBytes));
       e != cudaSuccess) {
     return cuda_error("cudaFuncSetAttribute(max dynamic shared memory)", e);
   }
