@@ -150,8 +150,9 @@ void bench_tensor(const std::string& name, const RawStream& raw, const std::vect
       });
       Row r;
       r.name = name;
+      static const char* kModes[] = {" shLUT", " glLUT", " wideLUT"};
       r.variant = std::string(vname) + "/" + std::string(epk::cuda::output_format_name(format)) + " w" +
-                  std::to_string(plans[0].warps_per_block()) + (plans[0].shared_lut() ? " shLUT" : " glLUT") +
+                  std::to_string(plans[0].warps_per_block()) + kModes[plans[0].lut_mode()] +
                   (plans[0].stage_words() ? " staged" : " direct") + " b" + std::to_string(plans[0].blocks());
       r.us = median(us);
       r.min_us = *std::min_element(us.begin(), us.end());
@@ -224,7 +225,7 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
               "compressed in, per layer median %.1f us (%d tiles/layer, %zu blocks, w%u, %s)\n",
               total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3), median(per_layer),
               static_cast<int>(plans[0].tiles()), plans[0].blocks(), plans[0].warps_per_block(),
-              plans[0].shared_lut() ? "shared LUT" : "global LUT");
+              plans[0].lut_mode() == 0 ? "shared LUT" : "global LUT");
   Row r;
   r.name = "stack32x7_4bpp";
   r.variant = "per layer";
@@ -279,7 +280,7 @@ int main(int argc, char** argv) {
       {"globalLUT", {LutPlacement::kGlobal, 32, true}},
       {"direct", {LutPlacement::kAuto, 32, false}},
       {"w16", {LutPlacement::kAuto, 16, true}},
-      {"w8", {LutPlacement::kAuto, 8, true}},
+      {"wide", {LutPlacement::kWide, 32, true}},
   };
   const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);

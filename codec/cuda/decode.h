@@ -69,9 +69,10 @@ struct DecodeJob {
   float* row_scales_dev = nullptr;                   // kInt8Rowwise only: row_end - row_begin floats
 };
 
-// Where the packed lookup tables live while decoding. kShared needs 16 << prob_bits u32 per tensor in shared memory
-// (prob_bits <= 11); kGlobal reads them through L1 from scratch.
-enum class LutPlacement : std::uint8_t { kAuto, kShared, kGlobal };
+// Where the lookup tables live while decoding. kShared: 32-bit entries (16 << prob_bits per tensor) in shared memory,
+// which needs prob_bits <= 11 and values within 31 - 2 prob_bits signed bits; kGlobal: the same entries read through
+// L1; kWide: 64-bit entries through L1, for any prob_bits and symbol range (kAuto falls back to it).
+enum class LutPlacement : std::uint8_t { kAuto, kShared, kGlobal, kWide };
 
 struct DecodeOptions {
   LutPlacement lut = LutPlacement::kAuto;
@@ -107,7 +108,8 @@ class DecodePlan {
   std::size_t tiles() const { return total_tiles_; }
   std::size_t blocks() const { return blocks_; }
   std::uint32_t warps_per_block() const { return warps_per_block_; }
-  bool shared_lut() const { return shared_lut_; }
+  bool shared_lut() const { return lut_mode_ == 0; }
+  int lut_mode() const { return lut_mode_; }  // detail::LutMode
   bool stage_words() const { return stage_words_; }
   std::size_t shared_bytes_per_block() const { return shared_bytes_; }
   std::uint64_t output_bytes() const { return output_bytes_; }
@@ -133,7 +135,8 @@ class DecodePlan {
   std::size_t scratch_bytes_ = 0, total_tiles_ = 0, blocks_ = 0, shared_bytes_ = 0;
   std::uint64_t output_bytes_ = 0, compressed_bytes_ = 0;
   std::uint32_t warps_per_block_ = 0;
-  bool shared_lut_ = false, stage_words_ = true;
+  int lut_mode_ = 0;
+  bool stage_words_ = true;
 };
 
 // Copies the plan's image into scratch (stream-ordered; the plan must outlive the copy: upload waits for it).

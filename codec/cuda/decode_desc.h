@@ -8,19 +8,28 @@ namespace epk::cuda::detail {
 
 inline constexpr int kRingChunks = 128;              // 16-byte chunks of staged words per warp (2 KiB)
 inline constexpr int kRingWords = kRingChunks * 8;
+inline constexpr int kRingBytes = kRingWords * 2;
 inline constexpr int kMaxWarpsPerBlock = 32;
 inline constexpr int kLutTables = 16;                // tables 1..16; the coset (table 0) decodes arithmetically
+
+// How the field tables are held (one kernel variant each).
+enum LutMode : int {
+  kPackedShared = 0,  // 32-bit entries staged in shared memory
+  kPackedGlobal = 1,  // 32-bit entries read through L1
+  kWideGlobal = 2,    // 64-bit entries read through L1: any prob_bits and symbol range
+};
 
 struct TensorDesc {
   const std::uint16_t* payload;
   const std::uint32_t* offsets;
   const std::uint32_t* states;
   const float* scales;
-  std::uint64_t lut_offset;   // byte offset in scratch of kLutTables << prob_bits packed entries
+  std::uint64_t lut_offset;   // byte offset in scratch of this tensor's kLutTables << prob_bits entries
   void* out;
   float* row_scales;
   std::uint64_t payload_words;
   std::uint64_t vectors;      // rows * vecs_per_row
+  std::uint64_t row_magic;    // floor((2^64 - 1) / vecs_per_row) + 1: row = umul64hi(vector, magic) (vpr > 1)
   std::uint32_t rows;
   std::uint32_t cols;
   std::uint32_t vecs_per_row;  // padded_cols / 8
@@ -32,11 +41,13 @@ struct TensorDesc {
   std::uint32_t row_begin;
   std::uint32_t row_end;
   std::uint32_t tile_base;     // index of this tensor's first tile in the per-tile status array
+  std::uint32_t first_tile;    // first tile that covers row_begin
   float int8_gain;
   float int8_half_over_gain;
-  std::uint32_t first_tile;    // first tile that covers row_begin
+  std::uint32_t pad[6];
 };
-static_assert(sizeof(TensorDesc) == 128);
+inline constexpr int kDescWords = 40;
+static_assert(sizeof(TensorDesc) == kDescWords * 4);
 
 struct WorkItem {
   std::uint32_t tensor;
@@ -46,15 +57,17 @@ struct WorkItem {
 };
 static_assert(sizeof(WorkItem) == 16);
 
-// Packed lookup entry for slot s of a field table: bits [0, pb) slot - cdf(sym), [pb, 2pb) freq(sym) - 1,
-// [2pb, 32) the decoded value (sym_min + sym) as a signed (32 - 2pb)-bit integer. Decode step:
-// q = x >> pb; x = (freq - 1) * q + q + delta.
-inline constexpr bool lut_value_fits(std::int64_t value, std::uint32_t prob_bits) {
-  const int bits = 32 - 2 * static_cast<int>(prob_bits);
+// Packed 32-bit entry for slot s of a field table (kPacked*): bits [0, pb) slot - cdf(sym); [pb, 31 - pb) the decoded
+// value (sym_min + sym) as a signed (31 - 2pb)-bit integer; [31 - pb, 32) freq(sym) (1..2^pb). Decode step:
+// x = (e >> (31 - pb)) * (x >> pb) + (e & (2^pb - 1)); value = (int)(e << (pb + 1)) >> (2pb + 1).
+inline constexpr bool packed_value_fits(std::int64_t value, std::uint32_t prob_bits) {
+  const int bits = 31 - 2 * static_cast<int>(prob_bits);
   if (bits <= 0) return false;
   const std::int64_t lo = -(std::int64_t{1} << (bits - 1));
   const std::int64_t hi = (std::int64_t{1} << (bits - 1)) - 1;
   return value >= lo && value <= hi;
 }
+
+// Wide 64-bit entry (kWideGlobal): low word freq << 16 | (slot - cdf); high word the value (int32).
 
 }  // namespace epk::cuda::detail

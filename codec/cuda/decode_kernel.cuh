@@ -19,6 +19,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "codec/cuda/decode.h"
 #include "codec/cuda/decode_desc.h"
@@ -34,10 +35,6 @@ __device__ __forceinline__ std::uint32_t lanemask_ge() {
   return m;
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
@@ -135,9 +132,60 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
   }
 }
 
-template <bool kSharedLut, bool kStaged>
+__device__ __forceinline__ void cp_async16_s(std::uint32_t smem_addr, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ std::uint32_t ld_shared_u16(std::uint32_t addr) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+// Hides a value from the optimizer so it stays one register: the table base is then added to the slot with one LEA
+// on the state chain instead of being re-associated into an IADD3 + LEA there.
+__device__ __forceinline__ std::uint32_t opaque(std::uint32_t v) {
+  std::uint32_t r;
+  asm("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
+__device__ __forceinline__ float ld_global_nc_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
+  std::uint32_t v;
+  asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// One field symbol: looks up slot x & mask of table `table_index` (already offset by the coset), updates x, returns
+// the decoded value.
+// table_s: shared byte address of the table (kPackedShared); table: its first entry otherwise.
+template <int kMode>
+__device__ __forceinline__ int decode_field(std::uint32_t& x, std::uint32_t pb, std::uint32_t mask,
+                                            const void* __restrict__ table, std::uint32_t table_s) {
+  const std::uint32_t slot = x & mask;
+  const std::uint32_t q = x >> pb;
+  if constexpr (kMode == kWideGlobal) {
+    const uint2 e = __ldg(static_cast<const uint2*>(table) + slot);
+    x = (e.x >> 16) * q + (e.x & 0xffffu);
+    return static_cast<int>(e.y);
+  } else {
+    std::uint32_t e;
+    if constexpr (kMode == kPackedShared) {
+      e = ld_shared_u32(table_s + slot * 4);
+    } else {
+      e = __ldg(static_cast<const std::uint32_t*>(table) + slot);
+    }
+    x = (e >> (31 - pb)) * q + (e & mask);
+    return static_cast<int>(e << (pb + 1)) >> (2 * pb + 1);
+  }
+}
+
+template <int kMode, bool kStaged>
 __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
-                                            const std::uint32_t* __restrict__ lut, std::uint16_t* ring,
+                                            const void* __restrict__ lut, std::uint32_t lut_s, std::uint32_t ring_s,
                                             DecodeStatus* status, std::uint8_t* tile_status) {
   const int lane = threadIdx.x & 31;
   const std::uint32_t ge = lanemask_ge();
@@ -156,22 +204,19 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
     fault = TileFault::kBadOffsets;
   } else {
     std::uint32_t x = __ldg(d.states + static_cast<std::uint64_t>(tile) * 32 + lane);
-    std::uint32_t p = we;  // next word read is p - 1; decreases by the words read
+    std::uint32_t p2 = 2 * we;  // twice the next word index + 1: the next word read is at byte p2 - 2
     const std::uint16_t* __restrict__ payload = d.payload;
 
     // Staged words: chunk k (words 8k..8k+7) sits in ring slot k % kRingChunks.
-    const std::uint32_t begin_chunk = wb / 8;
-    std::uint32_t loaded_lo = (we + 7) / 8;
+    const int begin_chunk = static_cast<int>(wb / 8);
+    int loaded_lo = static_cast<int>((we + 7) / 8);
     auto refill = [&]() {
-      const std::uint32_t top = (p + 7) / 8;
-      const std::uint32_t want = top > begin_chunk + kRingChunks ? top - kRingChunks : begin_chunk;
-      if (want < loaded_lo) {
-        for (std::int64_t k = static_cast<std::int64_t>(loaded_lo) - 1 - lane; k >= static_cast<std::int64_t>(want);
-             k -= 32) {
-          cp_async16(ring + (k % kRingChunks) * 8, payload + k * 8);
-        }
-        loaded_lo = want;
+      const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
+      const int want = top > begin_chunk + kRingChunks ? top - kRingChunks : begin_chunk;
+      for (int k = loaded_lo - 1 - lane; k >= want; k -= 32) {
+        cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16, payload + static_cast<std::int64_t>(k) * 8);
       }
+      loaded_lo = min(loaded_lo, want);
       cp_async_commit();
     };
     if constexpr (kStaged) {
@@ -180,80 +225,103 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       __syncwarp();
     }
 
-    auto renorm = [&](bool valid) {
-      const bool need = valid && x < kStateLow;
-      const std::uint32_t vote = __ballot_sync(kFull, need);
-      if (need) {
-        const std::uint32_t pos = p - __popc(vote & ge);
-        std::uint32_t word;
-        if constexpr (kStaged) {
-          word = ring[pos % kRingWords];
-        } else {
-          word = (pos - wb < we - wb) ? __ldg(payload + pos) : 0u;
-        }
-        x = (x << 16) | word;
-      }
-      p -= __popc(vote);
-    };
-
     const std::uint32_t rem = count & 31u;
     std::uint32_t g_start = rem ? count - rem : count - 32;
-    std::uint32_t n_valid = rem ? rem : 32;
     const std::uint32_t row_begin = d.row_begin, row_end = d.row_end;
-    for (;;) {
+
+    struct Placement {
+      std::uint32_t row, col;
+      bool store;
+      float scale;
+    };
+    auto place = [&](std::uint32_t group_start, bool lane_valid) {
+      Placement pl;
+      const std::uint64_t vec = v0 + group_start + lane;
+      pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
+                                   : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
+      pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
+      pl.store = lane_valid && pl.row >= row_begin && pl.row < row_end && pl.col < d.cols;
+      pl.scale = ld_global_nc_f32(d.scales + (pl.store ? pl.row : row_begin));
+      return pl;
+    };
+    Placement next = place(g_start, rem == 0 || static_cast<std::uint32_t>(lane) < rem);
+
+    // One group of up to 32 vectors; kPartial only for the tile's last (first decoded) group of rem vectors.
+    auto group = [&](auto partial_tag, std::uint32_t n_valid) {
+      constexpr bool kPartial = decltype(partial_tag)::value;
       if constexpr (kStaged) {
-        cp_async_wait_all();
+        cp_async_wait_one();  // the words this group reads were issued one group ago or earlier
         __syncwarp();
         refill();
       }
-      const bool valid = static_cast<std::uint32_t>(lane) < n_valid;
+      const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
+      // This group's placement comes from the previous group (software-pipelined scale load); fetch the next one's
+      // now, so its load latency hides behind this group's symbol chain.
+      const Placement here = next;
+      if (g_start != 0) next = place(g_start - 32, true);
+      const bool store = valid && here.store;
+      const std::uint32_t row = here.row, col = here.col;
+      const float scale = here.scale;
+
+      auto renorm = [&]() {
+        const bool need = valid && x < kStateLow;
+        const std::uint32_t vote = __ballot_sync(kFull, need);
+        if (need) {
+          const std::uint32_t pre = __popc(vote & ge);
+          std::uint32_t word;
+          if constexpr (kStaged) {
+            word = ld_shared_u16(ring_s | ((p2 - 2 * pre) & (kRingBytes - 2)));
+          } else {
+            const std::uint32_t pos = (p2 >> 1) - pre;
+            word = (pos - wb < we - wb) ? __ldg(payload + pos) : 0u;
+          }
+          x = (x << 16) | word;
+        }
+        p2 -= 2 * __popc(vote);
+      };
+
       int c = 0;
       if (valid) {
         const std::uint32_t slot = x & mask;
         c = slot >= f0 ? 1 : 0;
-        const std::uint32_t start = c ? f0 : 0u;
-        const std::uint32_t freq = c ? f1 : f0;
-        x = freq * (x >> pb) + slot - start;
+        x = (c ? f1 : f0) * (x >> pb) + slot - (c ? f0 : 0u);
       }
-      renorm(valid);
+      renorm();
       int z[8];
-      const std::uint32_t cbase = static_cast<std::uint32_t>(c) << pb;
+      const std::uint32_t cbase = static_cast<std::uint32_t>(c) << pb;  // table 1 + 2f + c, offset by table 1
+      const std::uint32_t entry_bytes = kMode == kWideGlobal ? 8 : 4;
 #pragma unroll
       for (int f = 0; f < 8; ++f) {
+        const std::uint32_t table_offset = (cbase + ((2u * f) << pb)) * entry_bytes;
         if (valid) {
-          const std::uint32_t slot = x & mask;
-          const std::uint32_t idx = cbase + ((2u * f) << pb) + slot;
-          const std::uint32_t e = kSharedLut ? lut[idx] : __ldg(lut + idx);
-          const std::uint32_t q = x >> pb;
-          x = ((e >> pb) & mask) * q + q + (e & mask);
-          z[f] = static_cast<int>(e) >> (2 * pb);
+          z[f] = decode_field<kMode>(x, pb, mask, static_cast<const std::uint8_t*>(lut) + table_offset,
+                                     opaque(lut_s + table_offset));
         }
-        renorm(valid);
+        renorm();
       }
-      if (valid) {
+      if (store) {
         int parity = 0;
 #pragma unroll
         for (int f = 0; f < 7; ++f) parity += z[f];
         z[7] = 2 * z[7] + (parity & 1);
-        const std::uint64_t vec = v0 + g_start + lane;
-        const std::uint32_t row = static_cast<std::uint32_t>(vec / d.vecs_per_row);
-        if (row >= row_begin && row < row_end) {
-          const std::uint32_t col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(row) * d.vecs_per_row) * 8;
-          if (col < d.cols) {
-            const float scale = __ldg(d.scales + row);
-            const std::uint64_t elem = static_cast<std::uint64_t>(row - row_begin) * d.cols + col;
-            // Wide stores need every row to start on a vector boundary; otherwise store element by element.
-            const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
-            store_vector(d, elem, n, (d.cols & 7u) == 0, z, c, scale);
-            if (d.row_scales != nullptr && col == 0) d.row_scales[row - row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
-          }
-        }
+        const std::uint64_t elem = static_cast<std::uint64_t>(row - row_begin) * d.cols + col;
+        const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
+        store_vector(d, elem, n, (d.cols & 7u) == 0, z, c, scale);
+        if (d.row_scales != nullptr && col == 0) d.row_scales[row - row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
       }
-      if (g_start == 0) break;
+    };
+
+    if (rem) {
+      group(std::true_type{}, rem);
+    } else {
+      group(std::false_type{}, 32);
+    }
+    while (g_start != 0) {
       g_start -= 32;
-      n_valid = 32;
+      group(std::false_type{}, 32);
     }
     if constexpr (kStaged) cp_async_wait_all();
+    const std::uint32_t p = p2 >> 1;
     const bool states_ok = __all_sync(kFull, x == kStateLow);
     if (p > we) {
       fault = TileFault::kUnderflow;  // p wrapped below zero: a word before the tile start was needed
@@ -273,45 +341,44 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
   }
 }
 
-// Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them.
-template <bool kSharedLut, bool kStaged>
+// Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
+// memory: [packed tables (kPackedShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)][descriptor][counter].
+template <int kMode, bool kStaged>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,
                           std::uint64_t status_offset, std::uint64_t tile_status_offset) {
   extern __shared__ uint4 dynamic_smem[];
-  __shared__ TensorDesc desc;
-  __shared__ std::uint32_t next_tile;
-
   const WorkItem item = reinterpret_cast<const WorkItem*>(scratch + items_offset)[blockIdx.x];
-  if (threadIdx.x < 32) {
-    const std::uint32_t* src = reinterpret_cast<const std::uint32_t*>(
-        reinterpret_cast<const TensorDesc*>(scratch + descs_offset) + item.tensor);
-    reinterpret_cast<std::uint32_t*>(&desc)[threadIdx.x] = src[threadIdx.x];
-  }
-  if (threadIdx.x == 0) next_tile = item.tile_begin;
-  __syncthreads();
-  const TensorDesc d = desc;  // into registers: the hot fields stay there across the asm memory clobbers
-  const std::uint32_t* lut = reinterpret_cast<const std::uint32_t*>(scratch + d.lut_offset);
-  std::uint8_t* smem_bytes = reinterpret_cast<std::uint8_t*>(dynamic_smem);
-  std::size_t lut_bytes = 0;
-  if constexpr (kSharedLut) {
-    const std::uint32_t n16 = (static_cast<std::uint32_t>(kLutTables) << d.prob_bits) / 4;
-    const uint4* src = reinterpret_cast<const uint4*>(lut);
+  const std::uint32_t warps = blockDim.x / 32;
+  const std::uint32_t smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+  // The tensor's prob_bits decides the table size; read it before placing anything.
+  const auto* gdesc = reinterpret_cast<const TensorDesc*>(scratch + descs_offset) + item.tensor;
+  const std::uint32_t pb = gdesc->prob_bits;
+  const std::uint32_t lut_bytes = kMode == kPackedShared ? (static_cast<std::uint32_t>(kLutTables) << pb) * 4 : 0;
+  const std::uint32_t ring0 = (smem0 + lut_bytes + kRingBytes - 1) & ~static_cast<std::uint32_t>(kRingBytes - 1);
+  const std::uint32_t desc_s = ring0 + (kStaged ? warps * kRingBytes : 0);
+  auto* desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - smem0));
+  auto* next_tile = desc_words + kDescWords;
+  if (threadIdx.x < kDescWords) desc_words[threadIdx.x] = reinterpret_cast<const std::uint32_t*>(gdesc)[threadIdx.x];
+  if (threadIdx.x == 0) *next_tile = item.tile_begin;
+  const void* lut = scratch + gdesc->lut_offset;
+  if constexpr (kMode == kPackedShared) {
+    const std::uint32_t n16 = lut_bytes / 16;
+    const uint4* src = static_cast<const uint4*>(lut);
     for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) dynamic_smem[i] = src[i];
-    lut = reinterpret_cast<const std::uint32_t*>(dynamic_smem);
-    lut_bytes = static_cast<std::size_t>(n16) * 16;
-    __syncthreads();
   }
-  std::uint16_t* ring = reinterpret_cast<std::uint16_t*>(smem_bytes + lut_bytes) + (threadIdx.x / 32) * kRingWords;
+  __syncthreads();
+  const TensorDesc d = *reinterpret_cast<const TensorDesc*>(desc_words);  // into registers
   auto* status = reinterpret_cast<DecodeStatus*>(scratch + status_offset);
   auto* tile_status = scratch + tile_status_offset;
+  const std::uint32_t ring_s = ring0 + (threadIdx.x / 32) * kRingBytes;
 
   for (;;) {
     std::uint32_t tile = 0;
-    if ((threadIdx.x & 31) == 0) tile = atomicAdd(&next_tile, 1u);
+    if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
     tile = __shfl_sync(kFull, tile, 0);
     if (tile >= item.tile_end) break;
-    decode_tile<kSharedLut, kStaged>(d, item.tensor, tile, lut, ring, status, tile_status);
+    decode_tile<kMode, kStaged>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
   }
 }
 

@@ -18,11 +18,16 @@ Error cuda_error(const char* what, cudaError_t err) {
 
 using KernelFn = void (*)(std::uint8_t*, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t);
 
-KernelFn kernel_for(bool shared_lut, bool staged) {
-  if (shared_lut) {
-    return staged ? detail::lattice_decode_kernel<true, true> : detail::lattice_decode_kernel<true, false>;
+KernelFn kernel_for(int lut_mode, bool staged) {
+  using namespace detail;
+  switch (lut_mode) {
+    case kPackedShared:
+      return staged ? lattice_decode_kernel<kPackedShared, true> : lattice_decode_kernel<kPackedShared, false>;
+    case kPackedGlobal:
+      return staged ? lattice_decode_kernel<kPackedGlobal, true> : lattice_decode_kernel<kPackedGlobal, false>;
+    default:
+      return staged ? lattice_decode_kernel<kWideGlobal, true> : lattice_decode_kernel<kWideGlobal, false>;
   }
-  return staged ? detail::lattice_decode_kernel<false, true> : detail::lattice_decode_kernel<false, false>;
 }
 
 }  // namespace
@@ -51,8 +56,8 @@ Result<DeviceLimits> query_limits(int device) {
   return limits;
 }
 
-Result<int> blocks_per_sm(bool shared_lut, bool staged, int threads, std::size_t dynamic_shared) {
-  KernelFn fn = kernel_for(shared_lut, staged);
+Result<int> blocks_per_sm(int lut_mode, bool staged, int threads, std::size_t dynamic_shared) {
+  KernelFn fn = kernel_for(lut_mode, staged);
   // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
   cudaFuncAttributes attrs{};
   if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) return cuda_error("cudaFuncGetAttributes", e);
@@ -115,7 +120,7 @@ Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream) {
       e != cudaSuccess) {
     return cuda_error("decode: cudaMemsetAsync(status)", e);
   }
-  KernelFn fn = kernel_for(plan.shared_lut(), plan.stage_words());
+  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words());
   const dim3 grid(static_cast<unsigned>(plan.blocks()));
   const dim3 block(plan.warps_per_block() * 32);
   fn<<<grid, block, plan.shared_bytes_per_block(), stream>>>(scratch, plan.descs_offset(), plan.items_offset(),

@@ -29,6 +29,7 @@ struct Checked {
   std::uint32_t tile_vectors = 0;
   std::uint32_t tiles = 0;
   std::uint32_t coset_f0 = 0;
+  bool packs = true;  // every field value fits a packed 32-bit entry
 };
 
 Result<Checked> validate(const DecodeJob& job) {
@@ -44,7 +45,7 @@ Result<Checked> validate(const DecodeJob& job) {
   if (s.tile_symbols == 0) return bad(job, "layout tile_symbols is 0");
   c.vecs_per_row = s.padded_cols / 8;
   c.vectors = std::uint64_t{s.rows} * c.vecs_per_row;
-  if (c.vectors >= (std::uint64_t{1} << 40)) return bad(job, "too many vectors");
+  if (c.vectors > (std::uint64_t{1} << 32) - 64) return bad(job, "more than 2^32 - 64 vectors");
   c.tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
   const std::uint64_t tiles = std::max<std::uint64_t>(1, (c.vectors + c.tile_vectors - 1) / c.tile_vectors);
   if (tiles >= (std::uint64_t{1} << 31)) return bad(job, "too many tiles");
@@ -59,7 +60,7 @@ Result<Checked> validate(const DecodeJob& job) {
   }
   if (s.scales.size() != s.rows) return bad(job, "scales has " + std::to_string(s.scales.size()) + " entries");
   if (s.tables.size() != rans::kTables) return bad(job, "stream_meta has " + std::to_string(s.tables.size()) + " rows");
-  if (s.payload.size() >= (std::uint64_t{1} << 32) - 8) return bad(job, "payload too large");
+  if (s.payload.size() >= (std::uint64_t{1} << 31) - 8) return bad(job, "payload of 2^31 words or more");
   for (std::uint32_t t = 0; t < c.tiles; ++t) {
     if (s.offsets[t] > s.offsets[t + 1]) return bad(job, "offsets[" + std::to_string(t) + "] decreases");
   }
@@ -89,34 +90,38 @@ Result<Checked> validate(const DecodeJob& job) {
     if (t == 0) {
       if (lo < 0 || hi > 1) return bad(job, where + " coset symbols outside {0, 1}");
       c.coset_f0 = lo == 1 ? 0u : s.freq_tables[tm.freq_offset];
-    } else if (!detail::lut_value_fits(lo, s.prob_bits) || !detail::lut_value_fits(hi, s.prob_bits)) {
-      return make_error(ErrorCode::kUnsupported,
-                        "tensor '" + job.name + "': " + where + " symbols [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "] do not fit the GPU decoder's packed tables at prob_bits " +
-                            std::to_string(s.prob_bits) + "; use the CPU decoder");
+    } else if (!detail::packed_value_fits(lo, s.prob_bits) || !detail::packed_value_fits(hi, s.prob_bits)) {
+      c.packs = false;
     }
   }
   return c;
 }
 
-// Packed entries for tables 1..16 (see decode_desc.h).
-void build_lut(const rans::LatticeRansStream& s, std::uint32_t* lut) {
+// Entries for tables 1..16 (see decode_desc.h): packed 32-bit or wide 64-bit.
+void build_lut(const rans::LatticeRansStream& s, bool wide, std::byte* out) {
   const std::uint32_t pb = s.prob_bits;
   const std::uint32_t m = 1u << pb;
+  auto put = [&](std::size_t index, std::uint32_t freq, std::uint32_t delta, std::int32_t value) {
+    if (wide) {
+      const std::uint32_t w[2] = {(freq << 16) | delta, static_cast<std::uint32_t>(value)};
+      std::memcpy(out + index * 8, w, 8);
+    } else {
+      const std::uint32_t vmask = (1u << (31 - 2 * pb)) - 1u;
+      const std::uint32_t e = (freq << (31 - pb)) | ((static_cast<std::uint32_t>(value) & vmask) << pb) | delta;
+      std::memcpy(out + index * 4, &e, 4);
+    }
+  };
   for (int t = 1; t < rans::kTables; ++t) {
-    std::uint32_t* table = lut + (static_cast<std::size_t>(t - 1) << pb);
+    const std::size_t base = static_cast<std::size_t>(t - 1) << pb;
     const rans::TableMeta& tm = s.tables[t];
     if (tm.alphabet == 0) {  // unused by a valid stream; a corrupt one decodes value 0 with freq 1 here
-      for (std::uint32_t k = 0; k < m; ++k) table[k] = k;
+      for (std::uint32_t k = 0; k < m; ++k) put(base + k, 1, k, 0);
       continue;
     }
     std::uint32_t cdf = 0;
     for (int i = 0; i < tm.alphabet; ++i) {
       const std::uint32_t f = s.freq_tables[tm.freq_offset + i];
-      const auto value = static_cast<std::uint32_t>(static_cast<std::int32_t>(tm.sym_min + i));
-      for (std::uint32_t k = 0; k < f; ++k) {
-        table[cdf + k] = k | ((f - 1) << pb) | (value << (2 * pb));
-      }
+      for (std::uint32_t k = 0; k < f; ++k) put(base + cdf + k, f, k, tm.sym_min + i);
       cdf += f;
     }
   }
@@ -189,6 +194,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   std::vector<Checked> checked;
   std::uint32_t max_pb = 0;
   std::uint64_t total_tiles = 0;
+  bool all_pack = true;
   for (const DecodeJob& job : jobs) {
     EPK_TRY_ASSIGN(Checked c, validate(job));
     const rans::LatticeRansStream& s = *job.stream;
@@ -224,6 +230,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     total_tiles += t1 - t0;
     if (total_tiles >= (std::uint64_t{1} << 32)) return make_error(ErrorCode::kInvalidArgument, "too many tiles");
     max_pb = std::max(max_pb, s.prob_bits);
+    all_pack = all_pack && c.packs;
     plan.output_bytes_ += std::uint64_t{row_end - job.row_begin} * s.cols * output_element_bytes(job.format);
     plan.compressed_bytes_ += (std::uint64_t{s.offsets[t1]} - s.offsets[t0]) * 2 + std::uint64_t{t1 - t0} * 132;
     checked.push_back(c);
@@ -237,16 +244,26 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   // Enough warps per block to cover the tiles in about one wave, at most max_warps.
   const std::uint64_t per_sm = (total_tiles + limits.sms - 1) / std::max(1, limits.sms);
   plan.warps_per_block_ = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(per_sm, 1, max_warps));
-  const std::size_t ring_bytes = options.stage_words ? std::size_t{plan.warps_per_block_} * detail::kRingWords * 2 : 0;
-  const std::size_t static_shared = 256;
-  const bool shared_fits = lut_bytes_max + ring_bytes + static_shared <= limits.max_shared_per_block;
-  if (options.lut == LutPlacement::kShared && !shared_fits) {
-    return make_error(ErrorCode::kUnsupported, "decode plan: tables of " + std::to_string(lut_bytes_max) +
-                                                   " bytes do not fit in shared memory");
+  const std::size_t ring_bytes = options.stage_words ? std::size_t{plan.warps_per_block_} * detail::kRingBytes : 0;
+  // Dynamic shared memory: tables, 2 KiB alignment slack, the rings, the descriptor and the tile counter.
+  const std::size_t fixed_shared = detail::kRingBytes + ring_bytes + 256;
+  const bool shared_fits = all_pack && lut_bytes_max + fixed_shared + 1024 <= limits.max_shared_per_block;
+  switch (options.lut) {
+    case LutPlacement::kShared:
+      if (!shared_fits) {
+        return make_error(ErrorCode::kUnsupported, "decode plan: packed tables of " + std::to_string(lut_bytes_max) +
+                                                       " bytes do not fit in shared memory (or do not pack)");
+      }
+      plan.lut_mode_ = detail::kPackedShared;
+      break;
+    case LutPlacement::kGlobal: plan.lut_mode_ = all_pack ? detail::kPackedGlobal : detail::kWideGlobal; break;
+    case LutPlacement::kWide: plan.lut_mode_ = detail::kWideGlobal; break;
+    case LutPlacement::kAuto:
+      plan.lut_mode_ = shared_fits ? detail::kPackedShared : all_pack ? detail::kPackedGlobal : detail::kWideGlobal;
+      break;
   }
-  plan.shared_lut_ = options.lut == LutPlacement::kShared || (options.lut == LutPlacement::kAuto && shared_fits);
-  plan.shared_bytes_ = (plan.shared_lut_ ? lut_bytes_max : 0) + ring_bytes;
-  EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.shared_lut_, plan.stage_words_,
+  plan.shared_bytes_ = (plan.lut_mode_ == detail::kPackedShared ? lut_bytes_max : 0) + fixed_shared;
+  EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.lut_mode_, plan.stage_words_,
                                                      static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_));
   if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
 
@@ -275,7 +292,8 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   std::vector<std::size_t> lut_offsets;
   for (const DecodeJob& job : jobs) {
     lut_offsets.push_back(lut_offset);
-    lut_offset += align16((static_cast<std::size_t>(kLutTables) << job.stream->prob_bits) * 4);
+    const std::size_t entry = plan.lut_mode_ == detail::kWideGlobal ? 8 : 4;
+    lut_offset += align16((static_cast<std::size_t>(kLutTables) << job.stream->prob_bits) * entry);
   }
   plan.status_offset_ = lut_offset;
   plan.tile_status_offset_ = plan.status_offset_ + sizeof(DecodeStatus);
@@ -299,6 +317,8 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     d.rows = s.rows;
     d.cols = s.cols;
     d.vecs_per_row = c.vecs_per_row;
+    // floor((2^64 - 1) / vpr) + 1; umul64hi(v, magic) == v / vpr for every v < 2^32 (checked below for larger ones).
+    d.row_magic = c.vecs_per_row > 1 ? ~std::uint64_t{0} / c.vecs_per_row + 1 : 0;
     d.tile_vectors = c.tile_vectors;
     d.tiles = c.tiles;
     d.prob_bits = s.prob_bits;
@@ -312,7 +332,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     d.int8_gain = g.gain;
     d.int8_half_over_gain = g.half_over_gain;
     std::memcpy(plan.image_.data() + plan.descs_offset_ + t * sizeof(TensorDesc), &d, sizeof(d));
-    build_lut(s, reinterpret_cast<std::uint32_t*>(plan.image_.data() + lut_offsets[t]));
+    build_lut(s, plan.lut_mode_ == detail::kWideGlobal, plan.image_.data() + lut_offsets[t]);
   }
   std::memcpy(plan.image_.data() + plan.items_offset_, items.data(), items.size() * sizeof(WorkItem));
   return plan;
