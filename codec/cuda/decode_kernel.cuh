@@ -2,16 +2,19 @@
 // vectors i, i+32, ... of the tile), 9 symbols per vector (the coset, then z1..z7 and m under that coset's tables),
 // then the E8 inverse, the row scale and the output conversion, stored as one 16-byte (or 8/32-byte) write per lane.
 //
-// Why it looks like this:
+// Why it looks like this (docs/NOTES.md has the measurements):
 // - Each renormalisation reads at most one 16-bit word; a ballot and a popcount of the lower lanes give every lane
 //   its word without a prefix-sum pass (lanes wrote in ascending order, the decoder walks backwards).
-// - The state chain (lookup -> multiply-add -> compare -> word) is the critical path, so the words come from shared
-//   memory: each warp stages its tile's words in a 2 KiB ring with cp.async, one group (32 vectors) ahead, so a state
-//   update never waits on a global load.
-// - The 16 field tables are packed into one 32-bit entry per slot (delta, freq-1, signed value); with prob_bits <= 11
-//   they fit in shared memory (128 KiB), otherwise they are read through L1. The coset table has two symbols and is
+// - The state chain (lookup -> multiply-add -> compare -> ballot -> word) is the critical path, so the words come from
+//   shared memory: each warp stages its tile's words in a 2 KiB ring with cp.async, two groups (64 vectors) ahead,
+//   so a state update never waits on a global load.
+// - The 16 field tables are packed into one 32-bit entry per slot (delta, signed value, frequency on top so the
+//   update is one shift and one multiply-add after the load); with prob_bits <= 11 they sit in shared memory
+//   (128 KiB per block). Wider symbol ranges use 64-bit entries through L1. The coset table has two symbols and is
 //   decoded arithmetically from the frequency of coset 0.
-// - The partial group (count % 32 vectors) at the tile's end is decoded first, as the encoder emitted it last.
+// - Full groups are a separate instantiation from the one partial group (count % 32 vectors) at the tile's end, which
+//   is decoded first as the encoder emitted it last; full groups carry no per-lane validity predicate.
+// - Row, column and scale of the next group are fetched while the current group decodes (software pipelined).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,6 +48,14 @@ __device__ __forceinline__ std::uint32_t bf16_bits(float v) {
 __device__ __forceinline__ std::uint32_t fp16_bits(float v) {
   return static_cast<std::uint32_t>(__half_as_ushort(__float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f))));
 }
+__device__ __forceinline__ std::uint32_t bf16x2_bits(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&b);
+}
+__device__ __forceinline__ std::uint32_t fp16x2_bits(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(fminf(fmaxf(lo, -65504.0f), 65504.0f), fminf(fmaxf(hi, -65504.0f), 65504.0f));
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
 __device__ __forceinline__ std::uint32_t e4m3_bits(float v) {
   return static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(fminf(fmaxf(v, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
 }
@@ -72,21 +83,21 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
   const auto format = static_cast<OutputFormat>(d.format);
   if (wide) {
     switch (format) {
-      case OutputFormat::kBf16: {
+      case OutputFormat::kBf16: {  // paired conversions: one F2FP per two values, same rounding (RN)
         uint4 w;
-        w.x = bf16_bits(v[0]) | (bf16_bits(v[1]) << 16);
-        w.y = bf16_bits(v[2]) | (bf16_bits(v[3]) << 16);
-        w.z = bf16_bits(v[4]) | (bf16_bits(v[5]) << 16);
-        w.w = bf16_bits(v[6]) | (bf16_bits(v[7]) << 16);
+        w.x = bf16x2_bits(v[0], v[1]);
+        w.y = bf16x2_bits(v[2], v[3]);
+        w.z = bf16x2_bits(v[4], v[5]);
+        w.w = bf16x2_bits(v[6], v[7]);
         reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
         return;
       }
       case OutputFormat::kFp16: {
         uint4 w;
-        w.x = fp16_bits(v[0]) | (fp16_bits(v[1]) << 16);
-        w.y = fp16_bits(v[2]) | (fp16_bits(v[3]) << 16);
-        w.z = fp16_bits(v[4]) | (fp16_bits(v[5]) << 16);
-        w.w = fp16_bits(v[6]) | (fp16_bits(v[7]) << 16);
+        w.x = fp16x2_bits(v[0], v[1]);
+        w.y = fp16x2_bits(v[2], v[3]);
+        w.z = fp16x2_bits(v[4], v[5]);
+        w.w = fp16x2_bits(v[6], v[7]);
         reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
         return;
       }
@@ -210,17 +221,26 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
     // Staged words: chunk k (words 8k..8k+7) sits in ring slot k % kRingChunks.
     const int begin_chunk = static_cast<int>(wb / 8);
     int loaded_lo = static_cast<int>((we + 7) / 8);
-    auto refill = [&]() {
+    // Loads the chunks between the lowest one staged and the lowest one the ring can hold without overwriting words
+    // still needed, once at least kRefillChunks are free. Safety: a group reads at most 288 words; with
+    // wait_group(1) a group may only read chunks issued two groups earlier, which stay at least
+    // 8 * (kRingChunks - kRefillChunks) - 7 >= 2 * 288 + 288 words deep.
+    constexpr int kRefillChunks = 16;
+    static_assert(8 * (kRingChunks - kRefillChunks) - 7 >= 3 * 288);
+    auto refill = [&](int min_chunks) {
       const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
       const int want = top > begin_chunk + kRingChunks ? top - kRingChunks : begin_chunk;
-      for (int k = loaded_lo - 1 - lane; k >= want; k -= 32) {
-        cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16, payload + static_cast<std::int64_t>(k) * 8);
+      if (loaded_lo - want >= min_chunks) {
+        for (int k = loaded_lo - 1 - lane; k >= want; k -= 32) {
+          cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16,
+                       payload + static_cast<std::int64_t>(k) * 8);
+        }
+        loaded_lo = want;
       }
-      loaded_lo = min(loaded_lo, want);
       cp_async_commit();
     };
     if constexpr (kStaged) {
-      refill();
+      refill(1);
       cp_async_wait_all();
       __syncwarp();
     }
@@ -250,9 +270,9 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
     auto group = [&](auto partial_tag, std::uint32_t n_valid) {
       constexpr bool kPartial = decltype(partial_tag)::value;
       if constexpr (kStaged) {
-        cp_async_wait_one();  // the words this group reads were issued one group ago or earlier
+        cp_async_wait_one();  // the words this group reads were issued two groups ago or earlier
         __syncwarp();
-        refill();
+        refill(kRefillChunks);
       }
       const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
       // This group's placement comes from the previous group (software-pipelined scale load); fetch the next one's
@@ -359,7 +379,9 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
   const std::uint32_t desc_s = ring0 + (kStaged ? warps * kRingBytes : 0);
   auto* desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - smem0));
   auto* next_tile = desc_words + kDescWords;
-  if (threadIdx.x < kDescWords) desc_words[threadIdx.x] = reinterpret_cast<const std::uint32_t*>(gdesc)[threadIdx.x];
+  for (std::uint32_t i = threadIdx.x; i < static_cast<std::uint32_t>(kDescWords); i += blockDim.x) {
+    desc_words[i] = reinterpret_cast<const std::uint32_t*>(gdesc)[i];  // blocks may have fewer threads than words
+  }
   if (threadIdx.x == 0) *next_tile = item.tile_begin;
   const void* lut = scratch + gdesc->lut_offset;
   if constexpr (kMode == kPackedShared) {
