@@ -17,7 +17,10 @@ enum LutMode : int {
   kPackedShared = 0,  // 32-bit entries staged in shared memory
   kPackedGlobal = 1,  // 32-bit entries read through L1
   kWideGlobal = 2,    // 64-bit entries read through L1: any prob_bits and symbol range
+  kTwoLevelShared = 3,  // slot -> u16 symbol index, symbol -> (freq << 16 | cdf), in shared memory (prob_bits 12..)
 };
+
+inline constexpr bool lut_in_shared(int mode) { return mode == kPackedShared || mode == kTwoLevelShared; }
 
 struct TensorDesc {
   const std::uint16_t* payload;
@@ -44,7 +47,9 @@ struct TensorDesc {
   std::uint32_t first_tile;    // first tile that covers row_begin
   float int8_gain;
   float int8_half_over_gain;
-  std::uint32_t pad[6];
+  std::uint32_t lut_bytes;    // size of this tensor's table region in scratch (copied to shared memory)
+  std::uint32_t total_symbols;  // kTwoLevelShared: symbols over tables 1..16
+  std::uint32_t pad[4];
 };
 inline constexpr int kDescWords = 40;
 static_assert(sizeof(TensorDesc) == kDescWords * 4);
@@ -69,5 +74,7 @@ inline constexpr bool packed_value_fits(std::int64_t value, std::uint32_t prob_b
 }
 
 // Wide 64-bit entry (kWideGlobal): low word freq << 16 | (slot - cdf); high word the value (int32).
+// Two-level region (kTwoLevelShared): u16 g[16 << pb] (index over all tables' symbols), u32 (freq << 16 | cdf)[total
+// + 1] (the last one a dummy for empty tables), i32 value_offset[16] (value = g + value_offset[table - 1]).
 
 }  // namespace epk::cuda::detail

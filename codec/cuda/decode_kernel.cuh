@@ -204,6 +204,9 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
   const std::uint32_t mask = (1u << pb) - 1u;
   const std::uint32_t f0 = d.coset_f0;
   const std::uint32_t f1 = (1u << pb) - f0;
+  // kTwoLevelShared: the symbol table and the value offsets follow the slot table.
+  const std::uint32_t sym_s = lut_s + (static_cast<std::uint32_t>(kLutTables) << pb) * 2;
+  const std::uint32_t voff_s = sym_s + (d.total_symbols + 1) * 4;
 
   const std::uint64_t v0 = static_cast<std::uint64_t>(tile) * d.tile_vectors;
   const std::uint32_t count =
@@ -312,8 +315,17 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       const std::uint32_t entry_bytes = kMode == kWideGlobal ? 8 : 4;
 #pragma unroll
       for (int f = 0; f < 8; ++f) {
-        const std::uint32_t table_offset = (cbase + ((2u * f) << pb)) * entry_bytes;
-        if (valid) {
+        if constexpr (kMode == kTwoLevelShared) {
+          if (valid) {
+            const std::uint32_t slot = x & mask;
+            const std::uint32_t q = x >> pb;
+            const std::uint32_t g = ld_shared_u16(opaque(lut_s + (cbase + ((2u * f) << pb)) * 2) + slot * 2);
+            const std::uint32_t e = ld_shared_u32(sym_s + g * 4);
+            x = (e >> 16) * q + slot - (e & 0xffffu);
+            z[f] = static_cast<int>(g + ld_shared_u32(voff_s + (2 * f + c) * 4));
+          }
+        } else if (valid) {
+          const std::uint32_t table_offset = (cbase + ((2u * f) << pb)) * entry_bytes;
           z[f] = decode_field<kMode>(x, pb, mask, static_cast<const std::uint8_t*>(lut) + table_offset,
                                      opaque(lut_s + table_offset));
         }
@@ -362,7 +374,7 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
 }
 
 // Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
-// memory: [packed tables (kPackedShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)][descriptor][counter].
+// memory: [tables (kPackedShared, kTwoLevelShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)][descriptor][counter].
 template <int kMode, bool kStaged>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,
@@ -373,8 +385,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
   const std::uint32_t smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   // The tensor's prob_bits decides the table size; read it before placing anything.
   const auto* gdesc = reinterpret_cast<const TensorDesc*>(scratch + descs_offset) + item.tensor;
-  const std::uint32_t pb = gdesc->prob_bits;
-  const std::uint32_t lut_bytes = kMode == kPackedShared ? (static_cast<std::uint32_t>(kLutTables) << pb) * 4 : 0;
+  const std::uint32_t lut_bytes = lut_in_shared(kMode) ? gdesc->lut_bytes : 0;
   const std::uint32_t ring0 = (smem0 + lut_bytes + kRingBytes - 1) & ~static_cast<std::uint32_t>(kRingBytes - 1);
   const std::uint32_t desc_s = ring0 + (kStaged ? warps * kRingBytes : 0);
   auto* desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - smem0));
@@ -384,7 +395,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
   }
   if (threadIdx.x == 0) *next_tile = item.tile_begin;
   const void* lut = scratch + gdesc->lut_offset;
-  if constexpr (kMode == kPackedShared) {
+  if constexpr (lut_in_shared(kMode)) {
     const std::uint32_t n16 = lut_bytes / 16;
     const uint4* src = static_cast<const uint4*>(lut);
     for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) dynamic_smem[i] = src[i];

@@ -25,6 +25,8 @@ KernelFn kernel_for(int lut_mode, bool staged) {
       return staged ? lattice_decode_kernel<kPackedShared, true> : lattice_decode_kernel<kPackedShared, false>;
     case kPackedGlobal:
       return staged ? lattice_decode_kernel<kPackedGlobal, true> : lattice_decode_kernel<kPackedGlobal, false>;
+    case kTwoLevelShared:
+      return staged ? lattice_decode_kernel<kTwoLevelShared, true> : lattice_decode_kernel<kTwoLevelShared, false>;
     default:
       return staged ? lattice_decode_kernel<kWideGlobal, true> : lattice_decode_kernel<kWideGlobal, false>;
   }

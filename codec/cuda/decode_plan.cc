@@ -30,6 +30,7 @@ struct Checked {
   std::uint32_t tiles = 0;
   std::uint32_t coset_f0 = 0;
   bool packs = true;  // every field value fits a packed 32-bit entry
+  std::uint32_t total_symbols = 0;  // over tables 1..16
 };
 
 Result<Checked> validate(const DecodeJob& job) {
@@ -84,6 +85,7 @@ Result<Checked> validate(const DecodeJob& job) {
     }
     std::uint64_t sum = 0;
     for (int i = 0; i < tm.alphabet; ++i) sum += s.freq_tables[tm.freq_offset + i];
+    if (t > 0) c.total_symbols += static_cast<std::uint32_t>(tm.alphabet);
     if (sum != m) return bad(job, where + " frequencies sum to " + std::to_string(sum) + ", not " + std::to_string(m));
     const std::int64_t lo = tm.sym_min;
     const std::int64_t hi = lo + tm.alphabet - 1;
@@ -122,6 +124,40 @@ void build_lut(const rans::LatticeRansStream& s, bool wide, std::byte* out) {
     for (int i = 0; i < tm.alphabet; ++i) {
       const std::uint32_t f = s.freq_tables[tm.freq_offset + i];
       for (std::uint32_t k = 0; k < f; ++k) put(base + cdf + k, f, k, tm.sym_min + i);
+      cdf += f;
+    }
+  }
+}
+
+std::size_t two_level_bytes(std::uint32_t prob_bits, std::uint32_t total_symbols) {
+  return align16((static_cast<std::size_t>(kLutTables) << prob_bits) * 2 + (std::size_t{total_symbols} + 1) * 4 + 64);
+}
+
+// Two-level tables (see decode_desc.h): slot -> global symbol index, symbol -> freq << 16 | cdf, per-table offsets.
+// An empty table (never used by a valid stream) maps every slot to a shared dummy symbol (freq 2^pb, cdf 0), which
+// leaves the state unchanged.
+void build_two_level(const rans::LatticeRansStream& s, std::uint32_t total_symbols, std::byte* out) {
+  const std::uint32_t pb = s.prob_bits;
+  const std::uint32_t m = 1u << pb;
+  auto* slots = reinterpret_cast<std::uint16_t*>(out);
+  auto* syms = reinterpret_cast<std::uint32_t*>(out + (static_cast<std::size_t>(kLutTables) << pb) * 2);
+  auto* voff = reinterpret_cast<std::int32_t*>(reinterpret_cast<std::byte*>(syms) + (std::size_t{total_symbols} + 1) * 4);
+  syms[total_symbols] = m << 16;  // the dummy symbol of empty tables
+  std::uint32_t g = 0;
+  for (int t = 1; t < rans::kTables; ++t) {
+    const rans::TableMeta& tm = s.tables[t];
+    std::uint16_t* table = slots + (static_cast<std::size_t>(t - 1) << pb);
+    voff[t - 1] = tm.sym_min - static_cast<std::int32_t>(g);
+    if (tm.alphabet == 0) {
+      voff[t - 1] = -static_cast<std::int32_t>(total_symbols);  // value 0 for the dummy symbol below
+      std::fill(table, table + m, static_cast<std::uint16_t>(total_symbols));
+      continue;
+    }
+    std::uint32_t cdf = 0;
+    for (int i = 0; i < tm.alphabet; ++i, ++g) {
+      const std::uint32_t f = s.freq_tables[tm.freq_offset + i];
+      syms[g] = (f << 16) | cdf;
+      std::fill(table + cdf, table + cdf + f, static_cast<std::uint16_t>(g));
       cdf += f;
     }
   }
@@ -248,6 +284,13 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   // Dynamic shared memory: tables, 2 KiB alignment slack, the rings, the descriptor and the tile counter.
   const std::size_t fixed_shared = detail::kRingBytes + ring_bytes + 256;
   const bool shared_fits = all_pack && lut_bytes_max + fixed_shared + 1024 <= limits.max_shared_per_block;
+  std::size_t two_level_max = 0;
+  bool two_level_ok = true;  // symbol indices fit u16 and frequencies fit 16 bits
+  for (std::size_t t = 0; t < jobs.size(); ++t) {
+    two_level_max = std::max(two_level_max, two_level_bytes(jobs[t].stream->prob_bits, checked[t].total_symbols));
+    two_level_ok = two_level_ok && checked[t].total_symbols < 65535 && jobs[t].stream->prob_bits <= 15;
+  }
+  const bool two_level_fits = two_level_ok && two_level_max + fixed_shared + 1024 <= limits.max_shared_per_block;
   switch (options.lut) {
     case LutPlacement::kShared:
       if (!shared_fits) {
@@ -256,13 +299,27 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
       }
       plan.lut_mode_ = detail::kPackedShared;
       break;
+    case LutPlacement::kTwoLevel:
+      if (!two_level_fits) {
+        return make_error(ErrorCode::kUnsupported, "decode plan: two-level tables of " +
+                                                       std::to_string(two_level_max) +
+                                                       " bytes do not fit in shared memory");
+      }
+      plan.lut_mode_ = detail::kTwoLevelShared;
+      break;
     case LutPlacement::kGlobal: plan.lut_mode_ = all_pack ? detail::kPackedGlobal : detail::kWideGlobal; break;
     case LutPlacement::kWide: plan.lut_mode_ = detail::kWideGlobal; break;
     case LutPlacement::kAuto:
-      plan.lut_mode_ = shared_fits ? detail::kPackedShared : all_pack ? detail::kPackedGlobal : detail::kWideGlobal;
+      plan.lut_mode_ = shared_fits      ? detail::kPackedShared
+                       : two_level_fits ? detail::kTwoLevelShared
+                       : all_pack       ? detail::kPackedGlobal
+                                        : detail::kWideGlobal;
       break;
   }
-  plan.shared_bytes_ = (plan.lut_mode_ == detail::kPackedShared ? lut_bytes_max : 0) + fixed_shared;
+  plan.shared_bytes_ = (plan.lut_mode_ == detail::kPackedShared     ? lut_bytes_max
+                        : plan.lut_mode_ == detail::kTwoLevelShared ? two_level_max
+                                                                    : 0) +
+                       fixed_shared;
   EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.lut_mode_, plan.stage_words_,
                                                      static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_));
   if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
@@ -290,10 +347,18 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   plan.items_offset_ = align16(jobs.size() * sizeof(TensorDesc));
   std::size_t lut_offset = align16(plan.items_offset_ + items.size() * sizeof(WorkItem));
   std::vector<std::size_t> lut_offsets;
-  for (const DecodeJob& job : jobs) {
+  std::vector<std::size_t> lut_sizes;
+  for (std::size_t t = 0; t < jobs.size(); ++t) {
+    const std::uint32_t pb = jobs[t].stream->prob_bits;
+    std::size_t bytes = 0;
+    if (plan.lut_mode_ == detail::kTwoLevelShared) {
+      bytes = two_level_bytes(pb, checked[t].total_symbols);
+    } else {
+      bytes = align16((static_cast<std::size_t>(kLutTables) << pb) * (plan.lut_mode_ == detail::kWideGlobal ? 8 : 4));
+    }
     lut_offsets.push_back(lut_offset);
-    const std::size_t entry = plan.lut_mode_ == detail::kWideGlobal ? 8 : 4;
-    lut_offset += align16((static_cast<std::size_t>(kLutTables) << job.stream->prob_bits) * entry);
+    lut_sizes.push_back(bytes);
+    lut_offset += bytes;
   }
   plan.status_offset_ = lut_offset;
   plan.tile_status_offset_ = plan.status_offset_ + sizeof(DecodeStatus);
@@ -332,7 +397,13 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     d.int8_gain = g.gain;
     d.int8_half_over_gain = g.half_over_gain;
     std::memcpy(plan.image_.data() + plan.descs_offset_ + t * sizeof(TensorDesc), &d, sizeof(d));
-    build_lut(s, plan.lut_mode_ == detail::kWideGlobal, plan.image_.data() + lut_offsets[t]);
+    d.lut_bytes = static_cast<std::uint32_t>(lut_sizes[t]);
+    d.total_symbols = c.total_symbols;
+    if (plan.lut_mode_ == detail::kTwoLevelShared) {
+      build_two_level(s, c.total_symbols, plan.image_.data() + lut_offsets[t]);
+    } else {
+      build_lut(s, plan.lut_mode_ == detail::kWideGlobal, plan.image_.data() + lut_offsets[t]);
+    }
   }
   std::memcpy(plan.image_.data() + plan.items_offset_, items.data(), items.size() * sizeof(WorkItem));
   return plan;

@@ -86,6 +86,7 @@ const DecodeOptions kVariants[] = {
     {LutPlacement::kAuto, 32, true},
     {LutPlacement::kGlobal, 32, true},
     {LutPlacement::kWide, 32, true},
+    {LutPlacement::kTwoLevel, 32, true},
     {LutPlacement::kAuto, 32, false},
     {LutPlacement::kWide, 4, false},
 };
