@@ -312,7 +312,6 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       renorm();
       int z[8];
       const std::uint32_t cbase = static_cast<std::uint32_t>(c) << pb;  // table 1 + 2f + c, offset by table 1
-      const std::uint32_t entry_bytes = kMode == kWideGlobal ? 8 : 4;
 #pragma unroll
       for (int f = 0; f < 8; ++f) {
         if constexpr (kMode == kTwoLevelShared) {
@@ -325,7 +324,7 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
             z[f] = static_cast<int>(g + ld_shared_u32(voff_s + (2 * f + c) * 4));
           }
         } else if (valid) {
-          const std::uint32_t table_offset = (cbase + ((2u * f) << pb)) * entry_bytes;
+          const std::uint32_t table_offset = (cbase + ((2u * f) << pb)) * (kMode == kWideGlobal ? 8u : 4u);
           z[f] = decode_field<kMode>(x, pb, mask, static_cast<const std::uint8_t*>(lut) + table_offset,
                                      opaque(lut_s + table_offset));
         }
