@@ -33,5 +33,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   && export PYTHONPATH=/tmp/site
 PYTHONUNBUFFERED=1 timeout 300 python3 "$py/make_bench_streams.py" "$streams" 2>&1 | grep -v Warning | tee "$out/reference.txt"
 echo "== bench"
-"$bin/gpu_decode_bench" "$streams" --runs 100 $quick 2>&1 | tee "$out/bench.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 250 \
+  > "$out/clocks.csv" 2>&1 &
+smi_pid=$!
+"$bin/gpu_decode_bench" "$streams" --runs 200 $quick 2>&1 | tee "$out/bench.txt"
+kill "$smi_pid" 2>/dev/null
+echo "SM clock during the bench (MHz): $(awk -F', ' 'NR>1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -4 | tr '\n' ' ')"
 echo "== tests exit code: $tests_rc"

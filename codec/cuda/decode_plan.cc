@@ -277,9 +277,27 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   EPK_TRY_ASSIGN(detail::DeviceLimits limits, detail::query_limits(options.device));
   const std::size_t lut_bytes_max = (static_cast<std::size_t>(kLutTables) << max_pb) * 4;
   const std::uint32_t max_warps = std::clamp<std::uint32_t>(options.max_warps_per_block, 1, detail::kMaxWarpsPerBlock);
-  // Enough warps per block to cover the tiles in about one wave, at most max_warps.
-  const std::uint64_t per_sm = (total_tiles + limits.sms - 1) / std::max(1, limits.sms);
-  plan.warps_per_block_ = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(per_sm, 1, max_warps));
+  // Work split: one block per SM (a block's tables fill the shared memory or its registers the register file), each
+  // block one chunk of one tensor's tiles, tables loaded once per block. Chunks are sized so that every tensor's
+  // chunks together fit one wave (a block left for a second wave would double the time), and the warps per block so
+  // that the chunk divides into whole rounds of one tile per warp (no half-empty last round).
+  const std::uint64_t sms = static_cast<std::uint64_t>(std::max(1, limits.sms));
+  std::vector<std::uint64_t> tensor_tiles;
+  std::uint64_t max_tensor_tiles = 1;
+  for (std::size_t t = 0; t < jobs.size(); ++t) {
+    const std::uint32_t end = t + 1 < jobs.size() ? plan.tile_base_[t + 1] : static_cast<std::uint32_t>(total_tiles);
+    tensor_tiles.push_back(end - plan.tile_base_[t]);
+    max_tensor_tiles = std::max<std::uint64_t>(max_tensor_tiles, tensor_tiles.back());
+  }
+  auto blocks_for = [&](std::uint64_t per) {
+    std::uint64_t b = 0;
+    for (std::uint64_t n : tensor_tiles) b += (n + per - 1) / per;
+    return b;
+  };
+  std::uint64_t per_block = std::max<std::uint64_t>(1, (total_tiles + sms - 1) / sms);
+  while (per_block < max_tensor_tiles && blocks_for(per_block) > sms) ++per_block;
+  const std::uint64_t rounds = (per_block + max_warps - 1) / max_warps;
+  plan.warps_per_block_ = static_cast<std::uint32_t>((per_block + rounds - 1) / rounds);
   const std::size_t ring_bytes = options.stage_words ? std::size_t{plan.warps_per_block_} * detail::kRingBytes : 0;
   // Dynamic shared memory: tables, 2 KiB alignment slack, the rings, the descriptor and the tile counter.
   const std::size_t fixed_shared = detail::kRingBytes + ring_bytes + 256;
@@ -324,10 +342,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
                                                      static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_));
   if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
 
-  // Work items: each tensor's tiles split into chunks so that the grid is about one resident wave; a block decodes
-  // its chunk with its warps pulling tiles from a shared counter (tables loaded once per block).
-  const std::uint64_t wave = std::uint64_t{static_cast<std::uint32_t>(limits.sms)} * resident;
-  const std::uint64_t per_block = std::max<std::uint64_t>(plan.warps_per_block_, (total_tiles + wave - 1) / wave);
+  // Work items: a block decodes its chunk with its warps pulling tiles from a shared counter.
   std::vector<WorkItem> items;
   for (std::size_t t = 0; t < jobs.size(); ++t) {
     const std::uint32_t t0 = plan.first_tile_[t];
