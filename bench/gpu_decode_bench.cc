@@ -4,7 +4,7 @@
 // device-to-device copy of the output size and the reference decoder's time (ref_times.txt from the same script).
 // Also a 32-layer 8B-class stack decoded layer by layer.
 //
-// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick]
+// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -259,9 +259,11 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   int runs = 100;
   bool quick = false;
+  std::string only;  // --only NAME: just that tensor, default variant, bf16, no stack (for profilers)
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }
   if (epk::cuda::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -300,6 +302,12 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
 
+  if (!only.empty()) {
+    if (const RawStream* r = load(only)) {
+      bench_tensor(only, *r, {{"default", {}}}, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream);
+    }
+    return 0;
+  }
   for (const char* n : {"l10240x3840_4bpp", "l10240x3840_2bpp", "l10240x3840_8bpp"}) {
     if (const RawStream* r = load(n)) {
       const bool main_case = std::string(n) == "l10240x3840_4bpp";
