@@ -233,7 +233,8 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
     auto refill = [&](int min_chunks) {
       const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
       const int want = top > begin_chunk + kRingChunks ? top - kRingChunks : begin_chunk;
-      if (loaded_lo - want >= min_chunks) {
+      // The last chunks of a tile (its start) are loaded as soon as they fit, however few they are.
+      if (loaded_lo - want >= min_chunks || (want == begin_chunk && loaded_lo > want)) {
         for (int k = loaded_lo - 1 - lane; k >= want; k -= 32) {
           cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16,
                        payload + static_cast<std::int64_t>(k) * 8);

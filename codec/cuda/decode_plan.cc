@@ -411,9 +411,9 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     const Int8Gain g = int8_gain(s);
     d.int8_gain = g.gain;
     d.int8_half_over_gain = g.half_over_gain;
-    std::memcpy(plan.image_.data() + plan.descs_offset_ + t * sizeof(TensorDesc), &d, sizeof(d));
     d.lut_bytes = static_cast<std::uint32_t>(lut_sizes[t]);
     d.total_symbols = c.total_symbols;
+    std::memcpy(plan.image_.data() + plan.descs_offset_ + t * sizeof(TensorDesc), &d, sizeof(d));
     if (plan.lut_mode_ == detail::kTwoLevelShared) {
       build_two_level(s, c.total_symbols, plan.image_.data() + lut_offsets[t]);
     } else {
