@@ -1,0 +1,46 @@
+// The EntroPack encoder for one 2-D weight: row normalisation, target-rate scale search, probability-precision
+// escalation and scale coarsening, row refit, optional row RDO, tiled rANS coding. Follows the reference's eager
+// encoder step for step; the stored buffers decode bit-exactly in the reference package.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "codec/common/dtype.h"
+#include "codec/common/result.h"
+#include "codec/rans/encoded_tensor.h"
+
+namespace epk::rate {
+
+struct EncodeOptions {
+  double target_bpp = 4.0;          // bits per weight, in [0.001, 11]; capped at the source dtype's width
+  int rdo_sweeps = 0;               // 0: no row RDO; 1..8 sweeps
+  int rdo_candidates = 5;           // scales per row tried by RDO
+  int threads = 1;                  // worker threads within this tensor
+  int prob_bits = 0;                // 0: 11 up to 7 bpp else 12, raised to 15 while an alphabet overflows
+  std::uint32_t tile_symbols = 0;   // 0: by target (32768 / 16384 / 8192 / 4096)
+  int search_iterations = 12;       // bisection steps
+  std::uint64_t search_max_vectors = 262144;  // sample budget of the search, in 8-weight vectors
+  bool calibrate_rate = true;       // correct the size model by the coder's measured overhead (search.h); false
+                                    // keeps the reference's search exactly
+};
+
+// What the encoder decided, for reports and tests.
+struct EncodeReport {
+  double scale = 0.0;             // final lattice scale
+  int prob_bits = 0;
+  bool coarsened = false;         // the scale was coarsened because an alphabet overflowed 2^15
+  double estimated_bytes = 0.0;   // the size model on the full tensor's fields
+  double max_abs_input = 0.0;
+};
+
+// Input dtypes: F32, BF16, F16, F8_E4M3, F8_E5M2, I8 (weights is rows * cols elements, row-major, little-endian).
+bool encode_input_supported(DType t);
+
+// Errors (kInvalidArgument) name the tensor: empty shape, unsupported dtype, a byte count that does not match,
+// non-finite values (with the element's row and column), bad options.
+Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
+                                   DType dtype, const EncodeOptions& options, std::string_view name = "tensor",
+                                   EncodeReport* report = nullptr);
+
+}  // namespace epk::rate
