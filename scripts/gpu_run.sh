@@ -21,6 +21,8 @@ echo "== tests"
 EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_decode_reference_test" --gtest_brief=1 2>&1 | tail -3
 EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_decode_test" --gtest_brief=1 2>&1 | tee "$out/test.txt" | tail -25
 tests_rc=${PIPESTATUS[0]}
+EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_oracle_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
+oracle_rc=${PIPESTATUS[0]}
 if [[ "$quick" != "--quick" ]] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
   EPK_TEST_DATA_DIR="$data" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/epk_cuda_decode_test" \
@@ -39,4 +41,4 @@ smi_pid=$!
 "$bin/gpu_decode_bench" "$streams" --runs 200 $quick 2>&1 | tee "$out/bench.txt"
 kill "$smi_pid" 2>/dev/null
 echo "SM clock during the bench (MHz): $(awk -F', ' 'NR>1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -4 | tr '\n' ' ')"
-echo "== tests exit code: $tests_rc"
+echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc"
