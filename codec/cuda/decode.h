@@ -73,7 +73,7 @@ struct DecodeJob {
 // which needs prob_bits <= 11 and values within 31 - 2 prob_bits signed bits; kTwoLevel: a 16-bit symbol index per
 // slot plus a per-symbol (freq, cdf) table in shared memory (prob_bits 12 fits); kGlobal: the packed entries read
 // through L1; kWide: 64-bit entries through L1, for any prob_bits and symbol range. kAuto takes the first that fits
-// in that order: kShared, kTwoLevel, kGlobal, kWide.
+// in the order kShared, kGlobal, kWide (kTwoLevel only when asked for: it has not run on a GPU yet).
 enum class LutPlacement : std::uint8_t { kAuto, kShared, kGlobal, kWide, kTwoLevel };
 
 struct DecodeOptions {
