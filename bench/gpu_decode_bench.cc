@@ -109,8 +109,10 @@ double stored_bpp(const RawStream& r) {
 }
 
 // One tensor, several copies (rotated so inputs + outputs exceed L2), one variant.
-void bench_tensor(const std::string& name, const RawStream& raw, const std::vector<std::pair<std::string, DecodeOptions>>& variants,
-                  const std::vector<OutputFormat>& formats, int runs, double ref_us, std::size_t l2, cudaStream_t stream) {
+void bench_tensor(const std::string& name, const RawStream& raw,
+                  const std::vector<std::pair<std::string, DecodeOptions>>& variants,
+                  const std::vector<OutputFormat>& formats, int runs, double ref_us, std::size_t l2,
+                  cudaStream_t stream) {
   const epk::rans::LatticeRansStream s = raw.view();
   const std::size_t in_bytes = raw.payload.size() * 2 + raw.states.size() * 4;
   const std::size_t out_max = std::size_t{s.rows} * s.cols * 4;
@@ -137,7 +139,9 @@ void bench_tensor(const std::string& name, const RawStream& raw, const std::vect
         }
         if (!plan) die(plan.error());
         scratch.emplace_back(plan->scratch_bytes());
-        if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) die(st.error());
+        if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) {
+          die(st.error());
+        }
         plans.push_back(std::move(*plan));
       }
       if (plans.size() != static_cast<std::size_t>(copies)) continue;
@@ -320,7 +324,9 @@ int main(int argc, char** argv) {
     }
   }
   for (const char* n : {"q4096x4096_4bpp", "up14336x4096_4bpp"}) {
-    if (const RawStream* r = load(n)) bench_tensor(n, *r, default_only, {OutputFormat::kBf16}, runs, ref_of(n), l2, stream);
+    if (const RawStream* r = load(n)) {
+      bench_tensor(n, *r, default_only, {OutputFormat::kBf16}, runs, ref_of(n), l2, stream);
+    }
   }
   for (const char* n : {"k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp", "gate14336x4096_4bpp",
                         "down4096x14336_4bpp"}) {

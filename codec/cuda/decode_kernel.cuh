@@ -113,7 +113,8 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
 #pragma unroll
         for (int j = 0; j < 8; ++j) b[j] = format == OutputFormat::kFp8E4M3 ? e4m3_bits(v[j]) : e5m2_bits(v[j]);
         reinterpret_cast<uint2*>(d.out)[elem / 8] =
-            make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24), b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
+            make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24),
+                       b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
         return;
       }
       case OutputFormat::kInt8Rowwise: {
@@ -122,7 +123,8 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
 #pragma unroll
         for (int j = 0; j < 8; ++j) b[j] = int8_bits(2 * z[j] + c, d.int8_gain, exact);
         reinterpret_cast<uint2*>(d.out)[elem / 8] =
-            make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24), b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
+            make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24),
+                       b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
         return;
       }
     }
@@ -340,7 +342,9 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
         const std::uint64_t elem = static_cast<std::uint64_t>(row - row_begin) * d.cols + col;
         const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
         store_vector(d, elem, n, (d.cols & 7u) == 0, z, c, scale);
-        if (d.row_scales != nullptr && col == 0) d.row_scales[row - row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
+        if (d.row_scales != nullptr && col == 0) {
+          d.row_scales[row - row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
+        }
       }
     };
 
@@ -375,7 +379,8 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
 }
 
 // Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
-// memory: [tables (kPackedShared, kTwoLevelShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)][descriptor][counter].
+// memory: [tables (kPackedShared, kTwoLevelShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)]
+// [descriptor][tile counter].
 template <int kMode, bool kStaged>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,

@@ -62,7 +62,9 @@ Result<int> blocks_per_sm(int lut_mode, bool staged, int threads, std::size_t dy
   KernelFn fn = kernel_for(lut_mode, staged);
   // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
   cudaFuncAttributes attrs{};
-  if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) return cuda_error("cudaFuncGetAttributes", e);
+  if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) {
+    return cuda_error("cudaFuncGetAttributes", e);
+  }
   int device = 0, optin = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cuda_error("cudaGetDevice", e);
   if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -176,7 +178,8 @@ Result<std::vector<TileFaultRecord>> read_tile_faults(const DecodePlan& plan, co
     const std::uint32_t end = t + 1 < plan.tensors() ? plan.tile_base(t + 1) : static_cast<std::uint32_t>(codes.size());
     for (std::uint32_t i = base; i < end; ++i) {
       if (codes[i] != 0) {
-        out.push_back({static_cast<std::uint32_t>(t), plan.first_tile(t) + (i - base), static_cast<TileFault>(codes[i])});
+        out.push_back(
+            {static_cast<std::uint32_t>(t), plan.first_tile(t) + (i - base), static_cast<TileFault>(codes[i])});
       }
     }
   }

@@ -141,7 +141,8 @@ void build_two_level(const rans::LatticeRansStream& s, std::uint32_t total_symbo
   const std::uint32_t m = 1u << pb;
   auto* slots = reinterpret_cast<std::uint16_t*>(out);
   auto* syms = reinterpret_cast<std::uint32_t*>(out + (static_cast<std::size_t>(kLutTables) << pb) * 2);
-  auto* voff = reinterpret_cast<std::int32_t*>(reinterpret_cast<std::byte*>(syms) + (std::size_t{total_symbols} + 1) * 4);
+  auto* voff =
+      reinterpret_cast<std::int32_t*>(reinterpret_cast<std::byte*>(syms) + (std::size_t{total_symbols} + 1) * 4);
   syms[total_symbols] = m << 16;  // the dummy symbol of empty tables
   std::uint32_t g = 0;
   for (int t = 1; t < rans::kTables; ++t) {

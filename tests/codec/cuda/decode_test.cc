@@ -162,8 +162,9 @@ TEST(GpuBatch, ManyTensorsInOneLaunchMatchTheirReferences) {
       devs.push_back(std::make_unique<DeviceStream>(views[i]));
       wants.push_back(reference(views[i], format, b, e));
       outs.push_back(std::make_unique<DeviceOutput>(wants.back().values.size(), e - b));
-      jobs.push_back({testing::cuda_vector_names()[i] + "#" + std::to_string(copy), &views[i], devs.back()->buffers(), b, e, format,
-                      outs.back()->values.get(), outs.back()->row_scales.get<float>()});
+      jobs.push_back({testing::cuda_vector_names()[i] + "#" + std::to_string(copy), &views[i],
+                      devs.back()->buffers(), b, e, format, outs.back()->values.get(),
+                      outs.back()->row_scales.get<float>()});
     }
   }
   const Status st = run(jobs, {});
