@@ -1,0 +1,345 @@
+// GPU decode benchmark: the fused decoder on reference-compressed tensors (.epkraw files made on the GPU machine by
+// scripts/gpu/make_bench_streams.py), checked bit for bit against the reference package's own output, timed with CUDA
+// events (median of many runs after warm-up, rotating over copies of inputs and outputs larger than L2), next to a
+// device-to-device copy of the output size and the reference decoder's time (ref_times.txt from the same script).
+// Also a 32-layer 8B-class stack decoded layer by layer.
+//
+// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "codec/cuda/decode.h"
+#include "tests/codec/cuda/device_stream.h"
+#include "tests/codec/cuda/raw_stream_file.h"
+
+namespace {
+
+using epk::cuda::DecodeJob;
+using epk::cuda::DecodeOptions;
+using epk::cuda::DecodePlan;
+using epk::cuda::LutPlacement;
+using epk::cuda::OutputFormat;
+using epk::testing::DeviceBuffer;
+using epk::testing::DeviceStream;
+using epk::testing::RawStream;
+
+struct Row {
+  std::string name, variant;
+  double us = 0, min_us = 0, out_gbs = 0, ref_us = 0, copy_us = 0, bpp = 0;
+  std::string exact;
+};
+std::vector<Row> g_rows;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void die(const epk::Error& e) {
+  std::fprintf(stderr, "error: %s\n", e.to_string().c_str());
+  std::exit(1);
+}
+
+template <class F>
+std::vector<double> time_runs(int warmup, int runs, cudaStream_t stream, F&& body) {
+  cudaEvent_t a, b;
+  EPK_CUDA_CHECK(cudaEventCreate(&a));
+  EPK_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warmup; ++i) body(i);
+  // Warm up by time too (at least 150 ms of back-to-back runs), so the clocks have ramped up before timing.
+  if (warmup > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(150);
+    for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
+      for (int k = 0; k < 16; ++k) body(i * 16 + k);
+      EPK_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+  }
+  std::vector<double> us;
+  for (int i = 0; i < runs; ++i) {
+    EPK_CUDA_CHECK(cudaEventRecord(a, stream));
+    body(i);
+    EPK_CUDA_CHECK(cudaEventRecord(b, stream));
+    EPK_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    EPK_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    us.push_back(ms * 1000.0);
+  }
+  EPK_CUDA_CHECK(cudaEventDestroy(a));
+  EPK_CUDA_CHECK(cudaEventDestroy(b));
+  return us;
+}
+
+double copy_us(std::size_t bytes, int copies, int runs, cudaStream_t stream) {
+  std::vector<DeviceBuffer> src, dst;
+  for (int i = 0; i < copies; ++i) {
+    src.emplace_back(bytes);
+    dst.emplace_back(bytes);
+    EPK_CUDA_CHECK(cudaMemset(src.back().get(), 0x3c, bytes));
+  }
+  auto us = time_runs(5, runs, stream, [&](int i) {
+    EPK_CUDA_CHECK(cudaMemcpyAsync(dst[i % copies].get(), src[i % copies].get(), bytes, cudaMemcpyDeviceToDevice,
+                                   stream));
+  });
+  return median(us);
+}
+
+std::map<std::string, double> read_ref_times(const std::string& path) {
+  std::map<std::string, double> m;
+  std::ifstream in(path);
+  std::string name;
+  double us;
+  while (in >> name >> us) m[name] = us;
+  return m;
+}
+
+double stored_bpp(const RawStream& r) {
+  const double bytes = r.payload.size() * 2.0 + r.offsets.size() * 4.0 + r.states.size() * 4.0 + 17 * 16 +
+                       r.freq_tables.size() * 2.0 + r.scales.size() * 4.0 + 24;
+  return bytes * 8.0 / (double(r.rows) * r.cols);
+}
+
+// One tensor, several copies (rotated so inputs + outputs exceed L2), one variant.
+void bench_tensor(const std::string& name, const RawStream& raw,
+                  const std::vector<std::pair<std::string, DecodeOptions>>& variants,
+                  const std::vector<OutputFormat>& formats, int runs, double ref_us, std::size_t l2,
+                  cudaStream_t stream) {
+  const epk::rans::LatticeRansStream s = raw.view();
+  const std::size_t in_bytes = raw.payload.size() * 2 + raw.states.size() * 4;
+  const std::size_t out_max = std::size_t{s.rows} * s.cols * 4;
+  const int copies = static_cast<int>(std::clamp<std::size_t>((3 * l2) / (in_bytes + out_max / 2) + 1, 2, 8));
+  std::vector<std::unique_ptr<DeviceStream>> devs;
+  std::vector<DeviceBuffer> outs, scales;
+  for (int c = 0; c < copies; ++c) {
+    devs.push_back(std::make_unique<DeviceStream>(s));
+    outs.emplace_back(out_max);
+    scales.emplace_back(std::size_t{s.rows} * 4);
+  }
+  const double copy = copy_us(std::size_t{s.rows} * s.cols * 2, copies, runs, stream);
+  for (OutputFormat format : formats) {
+    for (const auto& [vname, options] : variants) {
+      if (format != OutputFormat::kBf16 && vname != "default") continue;
+      std::vector<DecodePlan> plans;
+      std::vector<DeviceBuffer> scratch;
+      for (int c = 0; c < copies; ++c) {
+        DecodeJob job{name, &s, devs[c]->buffers(), 0, 0, format, outs[c].get(), scales[c].get<float>()};
+        auto plan = DecodePlan::create({&job, 1}, options);
+        if (!plan && plan.error().code == epk::ErrorCode::kUnsupported) {
+          std::printf("%-22s %-12s skipped: %s\n", name.c_str(), vname.c_str(), plan.error().message.c_str());
+          break;
+        }
+        if (!plan) die(plan.error());
+        scratch.emplace_back(plan->scratch_bytes());
+        if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) {
+          die(st.error());
+        }
+        plans.push_back(std::move(*plan));
+      }
+      if (plans.size() != static_cast<std::size_t>(copies)) continue;
+      // Correctness first: poison, decode, status, compare with the reference package's output where stored.
+      EPK_CUDA_CHECK(cudaMemset(outs[0].get(), 0xAB, out_max));
+      if (auto st = epk::cuda::decode(plans[0], scratch[0].get(), stream); !st) die(st.error());
+      std::string exact = "-";
+      if (auto st = epk::cuda::read_status(plans[0], scratch[0].get(), stream); !st) {
+        exact = "CORRUPT " + st.error().message;
+      } else if (auto it = raw.outputs.find(static_cast<std::uint32_t>(format)); it != raw.outputs.end()) {
+        std::vector<std::uint8_t> got(it->second.size());
+        EPK_CUDA_CHECK(cudaMemcpy(got.data(), outs[0].get(), got.size(), cudaMemcpyDeviceToHost));
+        std::size_t diff = got.size();
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          if (got[i] != it->second[i]) {
+            diff = i;
+            break;
+          }
+        }
+        exact = diff == got.size() ? "yes" : "NO@" + std::to_string(diff);
+      }
+      auto us = time_runs(10, runs, stream, [&](int i) {
+        if (auto st = epk::cuda::decode(plans[i % copies], scratch[i % copies].get(), stream); !st) die(st.error());
+      });
+      Row r;
+      r.name = name;
+      static const char* kModes[] = {" shLUT", " glLUT", " wideLUT", " 2lvLUT"};
+      r.variant = std::string(vname) + "/" + std::string(epk::cuda::output_format_name(format)) + " w" +
+                  std::to_string(plans[0].warps_per_block()) + kModes[plans[0].lut_mode()] +
+                  (plans[0].stage_words() ? " staged" : " direct") + " b" + std::to_string(plans[0].blocks());
+      r.us = median(us);
+      r.min_us = *std::min_element(us.begin(), us.end());
+      r.out_gbs = double(plans[0].output_bytes()) / (r.us * 1e3);
+      r.ref_us = ref_us;
+      r.copy_us = copy;
+      r.bpp = stored_bpp(raw);
+      r.exact = exact;
+      std::printf("%-22s %-44s median %8.1f us  min %8.1f  %7.1f GB/s out  exact %s\n", r.name.c_str(),
+                  r.variant.c_str(), r.us, r.min_us, r.out_gbs, exact.c_str());
+      std::fflush(stdout);
+      g_rows.push_back(r);
+    }
+  }
+}
+
+// 32 layers x 7 linear weights, each layer's copy in its own device buffers, decoded one layer per launch.
+void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cudaStream_t stream) {
+  const char* names[] = {"q4096x4096_4bpp", "k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp",
+                         "gate14336x4096_4bpp", "up14336x4096_4bpp", "down4096x14336_4bpp"};
+  std::vector<epk::rans::LatticeRansStream> views;
+  for (const char* n : names) {
+    auto it = parts.find(n);
+    if (it == parts.end()) {
+      std::printf("stack: missing %s, skipped\n", n);
+      return;
+    }
+    views.push_back(it->second.view());
+  }
+  constexpr int kLayers = 32;
+  std::vector<std::unique_ptr<DeviceStream>> devs;
+  std::vector<DeviceBuffer> outs, scratch;
+  std::vector<DecodePlan> plans;
+  std::uint64_t out_bytes = 0, in_bytes = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    std::vector<DecodeJob> jobs;
+    for (std::size_t t = 0; t < views.size(); ++t) {
+      devs.push_back(std::make_unique<DeviceStream>(views[t]));
+      outs.emplace_back(std::size_t{views[t].rows} * views[t].cols * 2);
+      jobs.push_back({"layers." + std::to_string(l) + "." + names[t], &views[t], devs.back()->buffers(), 0, 0,
+                      OutputFormat::kBf16, outs.back().get(), nullptr});
+    }
+    auto plan = DecodePlan::create(jobs);
+    if (!plan) die(plan.error());
+    scratch.emplace_back(plan->scratch_bytes());
+    if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) die(st.error());
+    out_bytes += plan->output_bytes();
+    in_bytes += plan->compressed_bytes();
+    plans.push_back(std::move(*plan));
+  }
+  auto whole = time_runs(1, passes, stream, [&](int) {
+    for (int l = 0; l < kLayers; ++l) {
+      if (auto st = epk::cuda::decode(plans[l], scratch[l].get(), stream); !st) die(st.error());
+    }
+  });
+  for (int l = 0; l < kLayers; ++l) {
+    if (auto st = epk::cuda::read_status(plans[l], scratch[l].get(), stream); !st) die(st.error());
+  }
+  std::vector<double> per_layer;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int l = 0; l < kLayers; ++l) {
+      auto us = time_runs(0, 1, stream, [&](int) {
+        if (auto st = epk::cuda::decode(plans[l], scratch[l].get(), stream); !st) die(st.error());
+      });
+      per_layer.push_back(us[0]);
+    }
+  }
+  const double total = median(whole);
+  std::printf("stack 32x7 (8B-class, 4 bpp): %.3f ms total (median of %d passes), %.1f GB/s bf16 out, %.1f GB/s "
+              "compressed in, per layer median %.1f us (%d tiles/layer, %zu blocks, w%u, %s)\n",
+              total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3), median(per_layer),
+              static_cast<int>(plans[0].tiles()), plans[0].blocks(), plans[0].warps_per_block(),
+              plans[0].lut_mode() == 0 ? "shared LUT" : "global LUT");
+  Row r;
+  r.name = "stack32x7_4bpp";
+  r.variant = "per layer";
+  r.us = median(per_layer);
+  r.out_gbs = out_bytes / (total * 1e3);
+  r.exact = "total " + std::to_string(total / 1000.0) + " ms";
+  g_rows.push_back(r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s DATA_DIR [--runs N] [--quick]\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  int runs = 100;
+  bool quick = false;
+  std::string only;  // --only NAME: just that tensor, default variant, bf16, no stack (for profilers)
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+  }
+  if (epk::cuda::device_count() == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  EPK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB, smem/block optin %zu KB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20, prop.sharedMemPerBlockOptin >> 10);
+  cudaStream_t stream;
+  EPK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const auto ref = read_ref_times(dir + "/ref_times.txt");
+  auto ref_of = [&](const std::string& n) {
+    auto it = ref.find(n);
+    return it == ref.end() ? 0.0 : it->second;
+  };
+
+  std::map<std::string, RawStream> loaded;
+  auto load = [&](const std::string& n) -> const RawStream* {
+    auto r = epk::testing::read_raw_stream(dir + "/" + n + ".epkraw");
+    if (!r) {
+      std::printf("%s: %s\n", n.c_str(), r.error().to_string().c_str());
+      return nullptr;
+    }
+    return &(loaded[n] = std::move(*r));
+  };
+
+  const std::vector<std::pair<std::string, DecodeOptions>> all_variants = {
+      {"default", {}},
+      {"globalLUT", {LutPlacement::kGlobal, 32, true}},
+      {"direct", {LutPlacement::kAuto, 32, false}},
+      {"w16", {LutPlacement::kAuto, 16, true}},
+      {"wide", {LutPlacement::kWide, 32, true}},
+      {"twolevel", {LutPlacement::kTwoLevel, 32, true}},
+  };
+  const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
+  const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
+
+  if (!only.empty()) {
+    if (const RawStream* r = load(only)) {
+      bench_tensor(only, *r, {{"default", {}}}, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream);
+    }
+    return 0;
+  }
+  for (const char* n : {"l10240x3840_4bpp", "l10240x3840_2bpp", "l10240x3840_8bpp"}) {
+    if (const RawStream* r = load(n)) {
+      const bool main_case = std::string(n) == "l10240x3840_4bpp";
+      bench_tensor(n, *r, quick ? default_only : all_variants,
+                   main_case ? std::vector<OutputFormat>{OutputFormat::kBf16, OutputFormat::kFp16, OutputFormat::kFp32,
+                                                         OutputFormat::kFp8E4M3, OutputFormat::kInt8Rowwise}
+                             : std::vector<OutputFormat>{OutputFormat::kBf16},
+                   runs, ref_of(n), l2, stream);
+      loaded.erase(n);
+    }
+  }
+  for (const char* n : {"q4096x4096_4bpp", "up14336x4096_4bpp"}) {
+    if (const RawStream* r = load(n)) {
+      bench_tensor(n, *r, default_only, {OutputFormat::kBf16}, runs, ref_of(n), l2, stream);
+    }
+  }
+  for (const char* n : {"k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp", "gate14336x4096_4bpp",
+                        "down4096x14336_4bpp"}) {
+    load(n);
+  }
+  bench_stack(loaded, quick ? 3 : 10, stream);
+
+  std::printf("\n%-20s %-40s %9s %9s %8s %9s %9s %6s %s\n", "tensor", "variant", "ours_us", "ref_us", "speedup",
+              "copy_us", "GB/s_out", "bpp", "bit-exact");
+  for (const Row& r : g_rows) {
+    std::printf("%-20s %-40s %9.1f %9.1f %8.2f %9.1f %9.1f %6.2f %s\n", r.name.c_str(), r.variant.c_str(), r.us,
+                r.ref_us, r.ref_us > 0 ? r.ref_us / r.us : 0.0, r.copy_us, r.out_gbs, r.bpp, r.exact.c_str());
+  }
+  EPK_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}

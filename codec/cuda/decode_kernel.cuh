@@ -1,0 +1,424 @@
+// The fused lattice-rans decode kernel. One warp decodes one tile at a time: 32 interleaved rANS states (lane i owns
+// vectors i, i+32, ... of the tile), 9 symbols per vector (the coset, then z1..z7 and m under that coset's tables),
+// then the E8 inverse, the row scale and the output conversion, stored as one 16-byte (or 8/32-byte) write per lane.
+//
+// Why it looks like this (docs/NOTES.md has the measurements):
+// - Each renormalisation reads at most one 16-bit word; a ballot and a popcount of the lower lanes give every lane
+//   its word without a prefix-sum pass (lanes wrote in ascending order, the decoder walks backwards).
+// - The state chain (lookup -> multiply-add -> compare -> ballot -> word) is the critical path, so the words come from
+//   shared memory: each warp stages its tile's words in a 2 KiB ring with cp.async, two groups (64 vectors) ahead,
+//   so a state update never waits on a global load.
+// - The 16 field tables are packed into one 32-bit entry per slot (delta, signed value, frequency on top so the
+//   update is one shift and one multiply-add after the load); with prob_bits <= 11 they sit in shared memory
+//   (128 KiB per block). Wider symbol ranges use 64-bit entries through L1. The coset table has two symbols and is
+//   decoded arithmetically from the frequency of coset 0.
+// - Full groups are a separate instantiation from the one partial group (count % 32 vectors) at the tile's end, which
+//   is decoded first as the encoder emitted it last; full groups carry no per-lane validity predicate.
+// - Row, column and scale of the next group are fetched while the current group decodes (software pipelined).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "codec/cuda/decode.h"
+#include "codec/cuda/decode_desc.h"
+
+namespace epk::cuda::detail {
+
+constexpr std::uint32_t kFull = 0xffffffffu;
+constexpr std::uint32_t kStateLow = 1u << 15;
+
+__device__ __forceinline__ std::uint32_t lanemask_ge() {
+  std::uint32_t m;
+  asm("mov.u32 %0, %%lanemask_ge;" : "=r"(m));
+  return m;
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ std::uint32_t bf16_bits(float v) {
+  const __nv_bfloat16 b = __float2bfloat16_rn(v);
+  return static_cast<std::uint32_t>(__bfloat16_as_ushort(b));
+}
+__device__ __forceinline__ std::uint32_t fp16_bits(float v) {
+  return static_cast<std::uint32_t>(__half_as_ushort(__float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f))));
+}
+__device__ __forceinline__ std::uint32_t bf16x2_bits(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&b);
+}
+__device__ __forceinline__ std::uint32_t fp16x2_bits(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(fminf(fmaxf(lo, -65504.0f), 65504.0f), fminf(fmaxf(hi, -65504.0f), 65504.0f));
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+__device__ __forceinline__ std::uint32_t e4m3_bits(float v) {
+  return static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(fminf(fmaxf(v, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ std::uint32_t e5m2_bits(float v) {
+  return static_cast<std::uint32_t>(
+      __nv_cvt_float_to_fp8(fminf(fmaxf(v, -57344.0f), 57344.0f), __NV_SATFINITE, __NV_E5M2));
+}
+__device__ __forceinline__ std::uint32_t int8_bits(int q2, float gain, bool exact) {
+  int q = q2;
+  if (!exact) {
+    q = static_cast<int>(rintf(__fmul_rn(static_cast<float>(q2), gain)));
+    q = max(-127, min(127, q));
+  }
+  return static_cast<std::uint32_t>(q) & 0xffu;
+}
+
+// Writes one decoded vector (8 coordinates z, coset c) at element offset `elem` of the output: n elements (fewer than
+// 8 only at the end of a row whose length is not a multiple of 8), with wide stores when every row is vector-aligned.
+__device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t elem, int n, bool wide, const int* z,
+                                             int c, float scale) {
+  const float chalf = c ? 0.5f : 0.0f;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fadd_rn(static_cast<float>(z[j]), chalf), scale);
+  const auto format = static_cast<OutputFormat>(d.format);
+  if (wide) {
+    switch (format) {
+      case OutputFormat::kBf16: {  // paired conversions: one F2FP per two values, same rounding (RN)
+        uint4 w;
+        w.x = bf16x2_bits(v[0], v[1]);
+        w.y = bf16x2_bits(v[2], v[3]);
+        w.z = bf16x2_bits(v[4], v[5]);
+        w.w = bf16x2_bits(v[6], v[7]);
+        reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
+        return;
+      }
+      case OutputFormat::kFp16: {
+        uint4 w;
+        w.x = fp16x2_bits(v[0], v[1]);
+        w.y = fp16x2_bits(v[2], v[3]);
+        w.z = fp16x2_bits(v[4], v[5]);
+        w.w = fp16x2_bits(v[6], v[7]);
+        reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
+        return;
+      }
+      case OutputFormat::kFp32: {
+        float4* o = reinterpret_cast<float4*>(d.out) + elem / 4;
+        o[0] = make_float4(v[0], v[1], v[2], v[3]);
+        o[1] = make_float4(v[4], v[5], v[6], v[7]);
+        return;
+      }
+      case OutputFormat::kFp8E4M3:
+      case OutputFormat::kFp8E5M2: {
+        std::uint32_t b[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) b[j] = format == OutputFormat::kFp8E4M3 ? e4m3_bits(v[j]) : e5m2_bits(v[j]);
+        reinterpret_cast<uint2*>(d.out)[elem / 8] =
+            make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24),
+                       b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
+        return;
+      }
+      case OutputFormat::kInt8Rowwise: {
+        const bool exact = d.int8_gain == 1.0f;
+        std::uint32_t b[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) b[j] = int8_bits(2 * z[j] + c, d.int8_gain, exact);
+        reinterpret_cast<uint2*>(d.out)[elem / 8] =
+            make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24),
+                       b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
+        return;
+      }
+    }
+    return;
+  }
+  for (int j = 0; j < n; ++j) {
+    const std::uint64_t e = elem + j;
+    switch (format) {
+      case OutputFormat::kBf16: static_cast<std::uint16_t*>(d.out)[e] = bf16_bits(v[j]); break;
+      case OutputFormat::kFp16: static_cast<std::uint16_t*>(d.out)[e] = fp16_bits(v[j]); break;
+      case OutputFormat::kFp32: static_cast<float*>(d.out)[e] = v[j]; break;
+      case OutputFormat::kFp8E4M3: static_cast<std::uint8_t*>(d.out)[e] = e4m3_bits(v[j]); break;
+      case OutputFormat::kFp8E5M2: static_cast<std::uint8_t*>(d.out)[e] = e5m2_bits(v[j]); break;
+      case OutputFormat::kInt8Rowwise:
+        static_cast<std::uint8_t*>(d.out)[e] = int8_bits(2 * z[j] + c, d.int8_gain, d.int8_gain == 1.0f);
+        break;
+    }
+  }
+}
+
+__device__ __forceinline__ void cp_async16_s(std::uint32_t smem_addr, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ std::uint32_t ld_shared_u16(std::uint32_t addr) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+  return v;
+}
+// Hides a value from the optimizer so it stays one register: the table base is then added to the slot with one LEA
+// on the state chain instead of being re-associated into an IADD3 + LEA there.
+__device__ __forceinline__ std::uint32_t opaque(std::uint32_t v) {
+  std::uint32_t r;
+  asm("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
+__device__ __forceinline__ float ld_global_nc_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
+  std::uint32_t v;
+  asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// One field symbol: looks up slot x & mask of table `table_index` (already offset by the coset), updates x, returns
+// the decoded value.
+// table_s: shared byte address of the table (kPackedShared); table: its first entry otherwise.
+template <int kMode>
+__device__ __forceinline__ int decode_field(std::uint32_t& x, std::uint32_t pb, std::uint32_t mask,
+                                            const void* __restrict__ table, std::uint32_t table_s) {
+  const std::uint32_t slot = x & mask;
+  const std::uint32_t q = x >> pb;
+  if constexpr (kMode == kWideGlobal) {
+    const uint2 e = __ldg(static_cast<const uint2*>(table) + slot);
+    x = (e.x >> 16) * q + (e.x & 0xffffu);
+    return static_cast<int>(e.y);
+  } else {
+    std::uint32_t e;
+    if constexpr (kMode == kPackedShared) {
+      e = ld_shared_u32(table_s + slot * 4);
+    } else {
+      e = __ldg(static_cast<const std::uint32_t*>(table) + slot);
+    }
+    x = (e >> (31 - pb)) * q + (e & mask);
+    return static_cast<int>(e << (pb + 1)) >> (2 * pb + 1);
+  }
+}
+
+template <int kMode, bool kStaged>
+__device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
+                                            const void* __restrict__ lut, std::uint32_t lut_s, std::uint32_t ring_s,
+                                            DecodeStatus* status, std::uint8_t* tile_status) {
+  const int lane = threadIdx.x & 31;
+  const std::uint32_t ge = lanemask_ge();
+  const std::uint32_t pb = d.prob_bits;
+  const std::uint32_t mask = (1u << pb) - 1u;
+  const std::uint32_t f0 = d.coset_f0;
+  const std::uint32_t f1 = (1u << pb) - f0;
+  // kTwoLevelShared: the symbol table and the value offsets follow the slot table.
+  const std::uint32_t sym_s = lut_s + (static_cast<std::uint32_t>(kLutTables) << pb) * 2;
+  const std::uint32_t voff_s = sym_s + (d.total_symbols + 1) * 4;
+
+  const std::uint64_t v0 = static_cast<std::uint64_t>(tile) * d.tile_vectors;
+  const std::uint32_t count =
+      static_cast<std::uint32_t>(d.vectors - v0 < d.tile_vectors ? d.vectors - v0 : d.tile_vectors);
+  const std::uint32_t wb = __ldg(d.offsets + tile);
+  const std::uint32_t we = __ldg(d.offsets + tile + 1);
+  TileFault fault = TileFault::kOk;
+  if (wb > we || we > d.payload_words) {
+    fault = TileFault::kBadOffsets;
+  } else {
+    std::uint32_t x = __ldg(d.states + static_cast<std::uint64_t>(tile) * 32 + lane);
+    std::uint32_t p2 = 2 * we;  // twice the next word index + 1: the next word read is at byte p2 - 2
+    const std::uint16_t* __restrict__ payload = d.payload;
+
+    // Staged words: chunk k (words 8k..8k+7) sits in ring slot k % kRingChunks.
+    const int begin_chunk = static_cast<int>(wb / 8);
+    int loaded_lo = static_cast<int>((we + 7) / 8);
+    // Loads the chunks between the lowest one staged and the lowest one the ring can hold without overwriting words
+    // still needed, once at least kRefillChunks are free. Safety: a group reads at most 288 words; with
+    // wait_group(1) a group may only read chunks issued two groups earlier, which stay at least
+    // 8 * (kRingChunks - kRefillChunks) - 7 >= 2 * 288 + 288 words deep. 1 (refill whenever a chunk is free) is the
+    // setting measured on the H200; 16 (fewer refill passes) is reasoned safe but has not run there yet.
+    constexpr int kRefillChunks = 1;
+    static_assert(8 * (kRingChunks - kRefillChunks) - 7 >= 3 * 288);
+    auto refill = [&](int min_chunks) {
+      const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
+      const int want = top > begin_chunk + kRingChunks ? top - kRingChunks : begin_chunk;
+      // The last chunks of a tile (its start) are loaded as soon as they fit, however few they are.
+      if (loaded_lo - want >= min_chunks || (want == begin_chunk && loaded_lo > want)) {
+        for (int k = loaded_lo - 1 - lane; k >= want; k -= 32) {
+          cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16,
+                       payload + static_cast<std::int64_t>(k) * 8);
+        }
+        loaded_lo = want;
+      }
+      cp_async_commit();
+    };
+    if constexpr (kStaged) {
+      refill(1);
+      cp_async_wait_all();
+      __syncwarp();
+    }
+
+    const std::uint32_t rem = count & 31u;
+    std::uint32_t g_start = rem ? count - rem : count - 32;
+    const std::uint32_t row_begin = d.row_begin, row_end = d.row_end;
+
+    struct Placement {
+      std::uint32_t row, col;
+      bool store;
+      float scale;
+    };
+    auto place = [&](std::uint32_t group_start, bool lane_valid) {
+      Placement pl;
+      const std::uint64_t vec = v0 + group_start + lane;
+      pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
+                                   : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
+      pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
+      pl.store = lane_valid && pl.row >= row_begin && pl.row < row_end && pl.col < d.cols;
+      pl.scale = ld_global_nc_f32(d.scales + (pl.store ? pl.row : row_begin));
+      return pl;
+    };
+    Placement next = place(g_start, rem == 0 || static_cast<std::uint32_t>(lane) < rem);
+
+    // One group of up to 32 vectors; kPartial only for the tile's last (first decoded) group of rem vectors.
+    auto group = [&](auto partial_tag, std::uint32_t n_valid) {
+      constexpr bool kPartial = decltype(partial_tag)::value;
+      if constexpr (kStaged) {
+        cp_async_wait_one();  // the words this group reads were issued two groups ago or earlier
+        __syncwarp();
+        refill(kRefillChunks);
+      }
+      const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
+      // This group's placement comes from the previous group (software-pipelined scale load); fetch the next one's
+      // now, so its load latency hides behind this group's symbol chain.
+      const Placement here = next;
+      if (g_start != 0) next = place(g_start - 32, true);
+      const bool store = valid && here.store;
+      const std::uint32_t row = here.row, col = here.col;
+      const float scale = here.scale;
+
+      auto renorm = [&]() {
+        const bool need = valid && x < kStateLow;
+        const std::uint32_t vote = __ballot_sync(kFull, need);
+        if (need) {
+          const std::uint32_t pre = __popc(vote & ge);
+          std::uint32_t word;
+          if constexpr (kStaged) {
+            word = ld_shared_u16(ring_s | ((p2 - 2 * pre) & (kRingBytes - 2)));
+          } else {
+            const std::uint32_t pos = (p2 >> 1) - pre;
+            word = (pos - wb < we - wb) ? __ldg(payload + pos) : 0u;
+          }
+          x = (x << 16) | word;
+        }
+        p2 -= 2 * __popc(vote);
+      };
+
+      int c = 0;
+      if (valid) {
+        const std::uint32_t slot = x & mask;
+        c = slot >= f0 ? 1 : 0;
+        x = (c ? f1 : f0) * (x >> pb) + slot - (c ? f0 : 0u);
+      }
+      renorm();
+      int z[8];
+      const std::uint32_t cbase = static_cast<std::uint32_t>(c) << pb;  // table 1 + 2f + c, offset by table 1
+#pragma unroll
+      for (int f = 0; f < 8; ++f) {
+        if constexpr (kMode == kTwoLevelShared) {
+          if (valid) {
+            const std::uint32_t slot = x & mask;
+            const std::uint32_t q = x >> pb;
+            const std::uint32_t g = ld_shared_u16(opaque(lut_s + (cbase + ((2u * f) << pb)) * 2) + slot * 2);
+            const std::uint32_t e = ld_shared_u32(sym_s + g * 4);
+            x = (e >> 16) * q + slot - (e & 0xffffu);
+            z[f] = static_cast<int>(g + ld_shared_u32(voff_s + (2 * f + c) * 4));
+          }
+        } else if (valid) {
+          const std::uint32_t table_offset = (cbase + ((2u * f) << pb)) * (kMode == kWideGlobal ? 8u : 4u);
+          z[f] = decode_field<kMode>(x, pb, mask, static_cast<const std::uint8_t*>(lut) + table_offset,
+                                     opaque(lut_s + table_offset));
+        }
+        renorm();
+      }
+      if (store) {
+        int parity = 0;
+#pragma unroll
+        for (int f = 0; f < 7; ++f) parity += z[f];
+        z[7] = 2 * z[7] + (parity & 1);
+        const std::uint64_t elem = static_cast<std::uint64_t>(row - row_begin) * d.cols + col;
+        const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
+        store_vector(d, elem, n, (d.cols & 7u) == 0, z, c, scale);
+        if (d.row_scales != nullptr && col == 0) {
+          d.row_scales[row - row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
+        }
+      }
+    };
+
+    if (rem) {
+      group(std::true_type{}, rem);
+    } else {
+      group(std::false_type{}, 32);
+    }
+    while (g_start != 0) {
+      g_start -= 32;
+      group(std::false_type{}, 32);
+    }
+    if constexpr (kStaged) cp_async_wait_all();
+    const std::uint32_t p = p2 >> 1;
+    const bool states_ok = __all_sync(kFull, x == kStateLow);
+    if (p > we) {
+      fault = TileFault::kUnderflow;  // p wrapped below zero: a word before the tile start was needed
+    } else if (p != wb) {
+      fault = p > wb ? TileFault::kNotDrained : TileFault::kUnderflow;
+    } else if (!states_ok) {
+      fault = TileFault::kBadFinalState;
+    }
+  }
+  if (lane == 0) {
+    tile_status[d.tile_base + (tile - d.first_tile)] = static_cast<std::uint8_t>(fault);
+    if (fault != TileFault::kOk) {
+      atomicAdd(&status->bad_tiles, 1u);
+      atomicMax(reinterpret_cast<unsigned long long*>(&status->first_bad_inverted),
+                ~((static_cast<unsigned long long>(tensor) << 32) | tile));
+    }
+  }
+}
+
+// Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
+// memory: [tables (kPackedShared, kTwoLevelShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)]
+// [descriptor][tile counter].
+template <int kMode, bool kStaged>
+__global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
+    lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,
+                          std::uint64_t status_offset, std::uint64_t tile_status_offset) {
+  extern __shared__ uint4 dynamic_smem[];
+  const WorkItem item = reinterpret_cast<const WorkItem*>(scratch + items_offset)[blockIdx.x];
+  const std::uint32_t warps = blockDim.x / 32;
+  const std::uint32_t smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+  // The tensor's prob_bits decides the table size; read it before placing anything.
+  const auto* gdesc = reinterpret_cast<const TensorDesc*>(scratch + descs_offset) + item.tensor;
+  const std::uint32_t lut_bytes = lut_in_shared(kMode) ? gdesc->lut_bytes : 0;
+  const std::uint32_t ring0 = (smem0 + lut_bytes + kRingBytes - 1) & ~static_cast<std::uint32_t>(kRingBytes - 1);
+  const std::uint32_t desc_s = ring0 + (kStaged ? warps * kRingBytes : 0);
+  auto* desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - smem0));
+  auto* next_tile = desc_words + kDescWords;
+  for (std::uint32_t i = threadIdx.x; i < static_cast<std::uint32_t>(kDescWords); i += blockDim.x) {
+    desc_words[i] = reinterpret_cast<const std::uint32_t*>(gdesc)[i];  // blocks may have fewer threads than words
+  }
+  if (threadIdx.x == 0) *next_tile = item.tile_begin;
+  const void* lut = scratch + gdesc->lut_offset;
+  if constexpr (lut_in_shared(kMode)) {
+    const std::uint32_t n16 = lut_bytes / 16;
+    const uint4* src = static_cast<const uint4*>(lut);
+    for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) dynamic_smem[i] = src[i];
+  }
+  __syncthreads();
+  const TensorDesc d = *reinterpret_cast<const TensorDesc*>(desc_words);  // into registers
+  auto* status = reinterpret_cast<DecodeStatus*>(scratch + status_offset);
+  auto* tile_status = scratch + tile_status_offset;
+  const std::uint32_t ring_s = ring0 + (threadIdx.x / 32) * kRingBytes;
+
+  for (;;) {
+    std::uint32_t tile = 0;
+    if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
+    tile = __shfl_sync(kFull, tile, 0);
+    if (tile >= item.tile_end) break;
+    decode_tile<kMode, kStaged>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
+  }
+}
+
+}  // namespace epk::cuda::detail

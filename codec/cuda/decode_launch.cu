@@ -1,0 +1,189 @@
+// Launch side of the fused decoder: instantiates the four kernel variants (shared/global tables x staged/direct
+// words), uploads plans, launches, and reads back the status.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "codec/cuda/decode.h"
+#include "codec/cuda/decode_kernel.cuh"
+#include "codec/cuda/decode_launch.h"
+
+namespace epk::cuda {
+namespace {
+
+Error cuda_error(const char* what, cudaError_t err) {
+  return make_error(ErrorCode::kCuda, std::string(what) + ": " + cudaGetErrorName(err) + " (" +
+                                          cudaGetErrorString(err) + ")");
+}
+
+using KernelFn = void (*)(std::uint8_t*, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t);
+
+KernelFn kernel_for(int lut_mode, bool staged) {
+  using namespace detail;
+  switch (lut_mode) {
+    case kPackedShared:
+      return staged ? lattice_decode_kernel<kPackedShared, true> : lattice_decode_kernel<kPackedShared, false>;
+    case kPackedGlobal:
+      return staged ? lattice_decode_kernel<kPackedGlobal, true> : lattice_decode_kernel<kPackedGlobal, false>;
+    case kTwoLevelShared:
+      return staged ? lattice_decode_kernel<kTwoLevelShared, true> : lattice_decode_kernel<kTwoLevelShared, false>;
+    default:
+      return staged ? lattice_decode_kernel<kWideGlobal, true> : lattice_decode_kernel<kWideGlobal, false>;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+Result<DeviceLimits> query_limits(int device) {
+  if (device < 0) {
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cuda_error("cudaGetDevice", e);
+  }
+  DeviceLimits limits;
+  int v = 0;
+  if (cudaError_t e = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
+    return cuda_error("cudaDeviceGetAttribute(multiprocessors)", e);
+  }
+  limits.sms = v;
+  if (cudaError_t e = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device); e != cudaSuccess) {
+    return cuda_error("cudaDeviceGetAttribute(shared per block)", e);
+  }
+  limits.max_shared_per_block = static_cast<std::size_t>(v);
+  if (cudaError_t e = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      e != cudaSuccess) {
+    return cuda_error("cudaDeviceGetAttribute(shared per SM)", e);
+  }
+  limits.max_shared_per_sm = static_cast<std::size_t>(v);
+  return limits;
+}
+
+Result<int> blocks_per_sm(int lut_mode, bool staged, int threads, std::size_t dynamic_shared) {
+  KernelFn fn = kernel_for(lut_mode, staged);
+  // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
+  cudaFuncAttributes attrs{};
+  if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) {
+    return cuda_error("cudaFuncGetAttributes", e);
+  }
+  int device = 0, optin = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cuda_error("cudaGetDevice", e);
+  if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      e != cudaSuccess) {
+    return cuda_error("cudaDeviceGetAttribute(shared per block)", e);
+  }
+  if (dynamic_shared + attrs.sharedSizeBytes > static_cast<std::size_t>(optin)) return 0;
+  if (cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           optin - static_cast<int>(attrs.sharedSizeBytes));
+      e != cudaSuccess) {
+    return cuda_error("cudaFuncSetAttribute(max dynamic shared memory)", e);
+  }
+  int blocks = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, threads, dynamic_shared);
+      e != cudaSuccess) {
+    return cuda_error("cudaOccupancyMaxActiveBlocksPerMultiprocessor", e);
+  }
+  return blocks;
+}
+
+}  // namespace detail
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+Status upload(const DecodePlan& plan, void* scratch_dev, std::size_t scratch_bytes, Stream stream) {
+  if (scratch_dev == nullptr || scratch_bytes < plan.scratch_bytes()) {
+    return make_error(ErrorCode::kInvalidArgument, "decode upload: scratch of " + std::to_string(scratch_bytes) +
+                                                       " bytes, the plan needs " +
+                                                       std::to_string(plan.scratch_bytes()));
+  }
+  if (reinterpret_cast<std::uintptr_t>(scratch_dev) % 256 != 0) {
+    return make_error(ErrorCode::kInvalidArgument, "decode upload: scratch must be 256-byte aligned");
+  }
+  const auto& image = plan.image();
+  if (cudaError_t e = cudaMemcpyAsync(scratch_dev, image.data(), image.size(), cudaMemcpyHostToDevice, stream);
+      e != cudaSuccess) {
+    return cuda_error("decode upload: cudaMemcpyAsync", e);
+  }
+  // The image is pageable host memory owned by the plan: wait so the plan may be moved or freed afterwards.
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+    return cuda_error("decode upload: cudaStreamSynchronize", e);
+  }
+  return {};
+}
+
+Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream) {
+  if (plan.blocks() == 0) return {};
+  auto* scratch = static_cast<std::uint8_t*>(scratch_dev);
+  if (cudaError_t e = cudaMemsetAsync(scratch + plan.status_offset(), 0, sizeof(DecodeStatus), stream);
+      e != cudaSuccess) {
+    return cuda_error("decode: cudaMemsetAsync(status)", e);
+  }
+  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words());
+  const dim3 grid(static_cast<unsigned>(plan.blocks()));
+  const dim3 block(plan.warps_per_block() * 32);
+  fn<<<grid, block, plan.shared_bytes_per_block(), stream>>>(scratch, plan.descs_offset(), plan.items_offset(),
+                                                             plan.status_offset(), plan.tile_status_offset());
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_error("decode: kernel launch", e);
+  return {};
+}
+
+Status read_status(const DecodePlan& plan, const void* scratch_dev, Stream stream) {
+  DecodeStatus st;
+  const auto* scratch = static_cast<const std::uint8_t*>(scratch_dev);
+  if (cudaError_t e = cudaMemcpyAsync(&st, scratch + plan.status_offset(), sizeof(st), cudaMemcpyDeviceToHost, stream);
+      e != cudaSuccess) {
+    return cuda_error("decode status: cudaMemcpyAsync", e);
+  }
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+    return cuda_error("decode status: cudaStreamSynchronize", e);
+  }
+  if (st.bad_tiles == 0) return {};
+  const std::uint64_t key = ~st.first_bad_inverted;
+  const auto tensor = static_cast<std::uint32_t>(key >> 32);
+  const auto tile = static_cast<std::uint32_t>(key);
+  std::string name = tensor < plan.tensors() ? plan.job_name(tensor) : "?";
+  std::string fault = "?";
+  if (auto faults = read_tile_faults(plan, scratch_dev, stream)) {
+    for (const TileFaultRecord& f : *faults) {
+      if (f.tensor == tensor && f.tile == tile) fault = std::string(tile_fault_name(f.fault));
+    }
+  }
+  return make_error(ErrorCode::kCorruptTile, "tensor '" + name + "': tile " + std::to_string(tile) + " is corrupt (" +
+                                                 fault + "); " + std::to_string(st.bad_tiles) +
+                                                 " corrupt tile(s) in the batch");
+}
+
+Result<std::vector<TileFaultRecord>> read_tile_faults(const DecodePlan& plan, const void* scratch_dev, Stream stream) {
+  std::vector<std::uint8_t> codes(plan.tiles());
+  const auto* scratch = static_cast<const std::uint8_t*>(scratch_dev);
+  if (!codes.empty()) {
+    if (cudaError_t e = cudaMemcpyAsync(codes.data(), scratch + plan.tile_status_offset(), codes.size(),
+                                        cudaMemcpyDeviceToHost, stream);
+        e != cudaSuccess) {
+      return cuda_error("decode tile status: cudaMemcpyAsync", e);
+    }
+  }
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+    return cuda_error("decode tile status: cudaStreamSynchronize", e);
+  }
+  std::vector<TileFaultRecord> out;
+  for (std::size_t t = 0; t < plan.tensors(); ++t) {
+    const std::uint32_t base = plan.tile_base(t);
+    const std::uint32_t end = t + 1 < plan.tensors() ? plan.tile_base(t + 1) : static_cast<std::uint32_t>(codes.size());
+    for (std::uint32_t i = base; i < end; ++i) {
+      if (codes[i] != 0) {
+        out.push_back(
+            {static_cast<std::uint32_t>(t), plan.first_tile(t) + (i - base), static_cast<TileFault>(codes[i])});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace epk::cuda

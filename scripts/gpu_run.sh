@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# On the GPU machine: runs the GPU decoder tests (plus compute-sanitizer on a subset), makes reference-compressed
+# streams and reference decode timings with the entropack wheel, runs bench/gpu_decode_bench, and prints a short table
+# last. Binaries are built elsewhere and carried (scripts/gpu/stage.sh puts them, this script, the Python helpers and
+# the committed test vectors into one folder). Results also go to $OUT when it is set.
+#   bash .gpu/gpu_run.sh [--quick]
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="${EPK_GPU_BIN:-$here/bin}"
+py="${EPK_GPU_PY:-$here/py}"
+data="${EPK_TEST_DATA_DIR:-$here/data}"
+wheels="${EPK_WHEELS:-$PWD/.whl}"
+out="${OUT:-/tmp/epk_gpu_out}"
+streams=/tmp/epk_bench_streams
+quick="${1:-}"
+mkdir -p "$out" "$streams"
+
+echo "== device"
+nvidia-smi --format=csv \
+  --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total,temperature.gpu,power.draw
+echo "== tests"
+EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_decode_reference_test" --gtest_brief=1 2>&1 | tail -3
+EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_decode_test" --gtest_brief=1 2>&1 | tee "$out/test.txt" | tail -25
+tests_rc=${PIPESTATUS[0]}
+EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_oracle_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
+oracle_rc=${PIPESTATUS[0]}
+if [[ "$quick" != "--quick" ]] && command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer"
+  EPK_TEST_DATA_DIR="$data" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$bin/epk_cuda_decode_test" --gtest_brief=1 --gtest_filter='GpuCorruption.*:GpuRowRange.*:GpuBatch.*' 2>&1 | tail -4
+  EPK_TEST_DATA_DIR="$data" timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$bin/epk_cuda_decode_test" --gtest_brief=1 --gtest_filter='GpuCorruption.AFlipped*' 2>&1 | tail -3
+fi
+echo "== reference streams and reference decode times"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  "$wheels"/*.whl && export PYTHONPATH=/tmp/site
+PYTHONUNBUFFERED=1 timeout 300 python3 "$py/make_bench_streams.py" "$streams" 2>&1 | grep -v Warning \
+  | tee "$out/reference.txt"
+echo "== bench"
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 250 \
+  > "$out/clocks.csv" 2>&1 &
+smi_pid=$!
+"$bin/gpu_decode_bench" "$streams" --runs 200 $quick 2>&1 | tee "$out/bench.txt"
+kill "$smi_pid" 2>/dev/null
+clocks="$(awk -F', ' 'NR>1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -4 | tr '\n' ' ')"
+echo "SM clock during the bench (samples x clock): $clocks"
+echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc"

@@ -1,0 +1,317 @@
+// The GPU decoder against its scalar CPU reference (and the reference package's outputs stored with the vectors),
+// bit for bit, for every output format, table placement and word staging; row ranges; batches; corrupt tiles.
+// Tests that need a GPU skip where none is present; plan validation tests run everywhere.
+#include "codec/cuda/decode.h"
+
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <random>
+
+#include "codec/cuda/decode_reference.h"
+#include "tests/codec/cuda/device_stream.h"
+#include "tests/codec/cuda/raw_stream_file.h"
+#include "tests/codec/cuda/test_data.h"
+
+namespace epk::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::DeviceStream;
+using testing::RawStream;
+using testing::read_raw_stream;
+
+#define SKIP_WITHOUT_GPU() \
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+RawStream load(const std::string& name) {
+  auto raw = read_raw_stream(testing::cuda_data_dir() + "/" + name + ".epkraw");
+  EXPECT_TRUE(raw) << raw.error().to_string();
+  return raw ? std::move(*raw) : RawStream{};
+}
+
+struct HostResult {
+  std::vector<std::uint8_t> values;
+  std::vector<float> row_scales;
+};
+
+HostResult reference(const rans::LatticeRansStream& s, OutputFormat f, std::uint32_t b, std::uint32_t e) {
+  if (e == 0) e = s.rows;
+  HostResult r;
+  r.values.assign(std::size_t{e - b} * s.cols * output_element_bytes(f), 0);
+  r.row_scales.assign(e - b, 0.0f);
+  std::vector<TileFaultRecord> faults;
+  EXPECT_TRUE(decode_reference(s, f, b, e, r.values, r.row_scales, &faults));
+  EXPECT_TRUE(faults.empty());
+  return r;
+}
+
+// One tensor's output on the device, poisoned before every decode so unwritten elements show.
+struct DeviceOutput {
+  DeviceBuffer values, row_scales;
+  DeviceOutput(std::size_t bytes, std::size_t rows) : values(bytes), row_scales(rows * 4) {
+    EPK_CUDA_CHECK(cudaMemset(values.get(), 0xAB, bytes));
+    EPK_CUDA_CHECK(cudaMemset(row_scales.get(), 0xAB, rows * 4));
+  }
+  HostResult fetch() const {
+    HostResult r;
+    r.values.resize(values.bytes());
+    r.row_scales.resize(row_scales.bytes() / 4);
+    EPK_CUDA_CHECK(cudaMemcpy(r.values.data(), values.get(), values.bytes(), cudaMemcpyDeviceToHost));
+    EPK_CUDA_CHECK(cudaMemcpy(r.row_scales.data(), row_scales.get(), row_scales.bytes(), cudaMemcpyDeviceToHost));
+    return r;
+  }
+};
+
+std::size_t first_difference(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
+  if (a.size() != b.size()) return 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return i;
+  }
+  return a.size();
+}
+
+// Plans, uploads, decodes and checks the status; returns the plan's status.
+Status run(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
+  EPK_TRY_ASSIGN(DecodePlan plan, DecodePlan::create(jobs, options));
+  DeviceBuffer scratch(plan.scratch_bytes());
+  EPK_TRY(upload(plan, scratch.get(), scratch.bytes(), nullptr));
+  EPK_TRY(decode(plan, scratch.get(), nullptr));
+  return read_status(plan, scratch.get(), nullptr);
+}
+
+const DecodeOptions kVariants[] = {
+    {LutPlacement::kAuto, 32, true},
+    {LutPlacement::kGlobal, 32, true},
+    {LutPlacement::kWide, 32, true},
+    {LutPlacement::kTwoLevel, 32, true},
+    {LutPlacement::kAuto, 32, false},
+    {LutPlacement::kWide, 4, false},
+};
+
+class GpuVectors : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuVectors, EveryFormatAndVariantMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  RawStream raw = load(GetParam());
+  const rans::LatticeRansStream s = raw.view();
+  DeviceStream dev(s);
+  for (int fi = 0; fi < kOutputFormats; ++fi) {
+    const auto format = static_cast<OutputFormat>(fi);
+    const HostResult want = reference(s, format, 0, 0);
+    if (auto it = raw.outputs.find(static_cast<std::uint32_t>(fi)); it != raw.outputs.end()) {
+      ASSERT_EQ(first_difference(want.values, it->second), want.values.size())
+          << "CPU reference vs reference package, " << output_format_name(format);
+    }
+    for (const DecodeOptions& options : kVariants) {
+      DeviceOutput out(want.values.size(), s.rows);
+      DecodeJob job{GetParam(), &s, dev.buffers(), 0, 0, format, out.values.get(), out.row_scales.get<float>()};
+      const Status st = run({&job, 1}, options);
+      ASSERT_TRUE(st) << st.error().to_string();
+      const HostResult got = out.fetch();
+      const std::string what = std::string(output_format_name(format)) + " lut " +
+                               std::to_string(static_cast<int>(options.lut)) + " staged " +
+                               std::to_string(options.stage_words) + " warps " +
+                               std::to_string(options.max_warps_per_block);
+      EXPECT_EQ(first_difference(got.values, want.values), want.values.size()) << what;
+      if (format == OutputFormat::kInt8Rowwise) {
+        EXPECT_EQ(got.row_scales, want.row_scales) << what;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Committed, GpuVectors, ::testing::ValuesIn(testing::cuda_vector_names()));
+
+TEST(GpuRowRange, EachRangeMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const char* name : {"gauss_29x520_8bpp", "gauss_29x520_4bpp", "gauss_13x100_4bpp"}) {
+    RawStream raw = load(name);
+    const rans::LatticeRansStream s = raw.view();
+    DeviceStream dev(s);
+    const std::pair<std::uint32_t, std::uint32_t> ranges[] = {{0, 1}, {5, 12}, {s.rows - 1, s.rows}, {3, s.rows}};
+    for (auto [b, e] : ranges) {
+      const HostResult want = reference(s, OutputFormat::kBf16, b, e);
+      DeviceOutput out(want.values.size(), e - b);
+      DecodeJob job{name, &s, dev.buffers(), b, e, OutputFormat::kBf16, out.values.get(), nullptr};
+      ASSERT_TRUE(run({&job, 1}, {}));
+      EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size())
+          << name << " rows [" << b << ", " << e << ")";
+    }
+  }
+}
+
+TEST(GpuBatch, ManyTensorsInOneLaunchMatchTheirReferences) {
+  SKIP_WITHOUT_GPU();
+  std::vector<RawStream> raws;
+  for (const std::string& n : testing::cuda_vector_names()) raws.push_back(load(n));
+  std::vector<rans::LatticeRansStream> views;
+  for (const RawStream& r : raws) views.push_back(r.view());
+  std::vector<std::unique_ptr<DeviceStream>> devs;
+  std::vector<std::unique_ptr<DeviceOutput>> outs;
+  std::vector<HostResult> wants;
+  std::vector<DecodeJob> jobs;
+  std::mt19937 rng(7);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    for (int copy = 0; copy < 3; ++copy) {  // several jobs per stream, with different formats and ranges
+      const auto format = static_cast<OutputFormat>((i + copy) % kOutputFormats);
+      const std::uint32_t b = copy == 0 ? 0 : rng() % views[i].rows;
+      const std::uint32_t e = copy == 0 ? views[i].rows : b + 1 + rng() % (views[i].rows - b);
+      devs.push_back(std::make_unique<DeviceStream>(views[i]));
+      wants.push_back(reference(views[i], format, b, e));
+      outs.push_back(std::make_unique<DeviceOutput>(wants.back().values.size(), e - b));
+      jobs.push_back({testing::cuda_vector_names()[i] + "#" + std::to_string(copy), &views[i],
+                      devs.back()->buffers(), b, e, format, outs.back()->values.get(),
+                      outs.back()->row_scales.get<float>()});
+    }
+  }
+  const Status st = run(jobs, {});
+  ASSERT_TRUE(st) << st.error().to_string();
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    const HostResult got = outs[j]->fetch();
+    EXPECT_EQ(first_difference(got.values, wants[j].values), wants[j].values.size()) << "job " << j;
+    if (jobs[j].format == OutputFormat::kInt8Rowwise) {
+      EXPECT_EQ(got.row_scales, wants[j].row_scales) << "job " << j;
+    }
+  }
+}
+
+TEST(GpuCorruption, AFlippedWordIsReportedWithTensorAndTileAndOthersStayCorrect) {
+  SKIP_WITHOUT_GPU();
+  RawStream good = load("gauss_29x520_4bpp");
+  RawStream broken = load("gauss_29x520_8bpp");
+  const std::uint32_t tile = 3;
+  broken.payload[(broken.offsets[tile] + broken.offsets[tile + 1]) / 2] ^= 0x1234;
+  const rans::LatticeRansStream gs = good.view(), bs = broken.view();
+  DeviceStream gd(gs), bd(bs);
+  const HostResult want = reference(gs, OutputFormat::kBf16, 0, 0);
+  DeviceOutput go(want.values.size(), gs.rows), bo(std::size_t{bs.rows} * bs.cols * 2, bs.rows);
+  const DecodeJob jobs[] = {
+      {"good", &gs, gd.buffers(), 0, 0, OutputFormat::kBf16, go.values.get(), nullptr},
+      {"model.layers.0.mlp.up_proj", &bs, bd.buffers(), 0, 0, OutputFormat::kBf16, bo.values.get(), nullptr},
+  };
+  for (const DecodeOptions& options : kVariants) {
+    auto plan = DecodePlan::create(jobs, options);
+    ASSERT_TRUE(plan);
+    DeviceBuffer scratch(plan->scratch_bytes());
+    ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
+    ASSERT_TRUE(decode(*plan, scratch.get(), nullptr));
+    const Status st = read_status(*plan, scratch.get(), nullptr);
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().code, ErrorCode::kCorruptTile);
+    EXPECT_NE(st.error().message.find("model.layers.0.mlp.up_proj"), std::string::npos) << st.error().message;
+    EXPECT_NE(st.error().message.find("tile 3 "), std::string::npos) << st.error().message;
+    auto faults = read_tile_faults(*plan, scratch.get(), nullptr);
+    ASSERT_TRUE(faults);
+    ASSERT_EQ(faults->size(), 1u);
+    EXPECT_EQ((*faults)[0].tensor, 1u);
+    EXPECT_EQ((*faults)[0].tile, tile);
+    EXPECT_EQ(first_difference(go.fetch().values, want.values), want.values.size());
+  }
+}
+
+TEST(GpuCorruption, TruncatedTileIsReported) {
+  SKIP_WITHOUT_GPU();
+  RawStream raw = load("gauss_29x520_8bpp");
+  // Move tile 1's start forward: its stream now lacks words (tile 0 gains them and ends up not drained).
+  raw.offsets[1] += 3;
+  const rans::LatticeRansStream s = raw.view();
+  DeviceStream dev(s);
+  DeviceOutput out(std::size_t{s.rows} * s.cols * 2, s.rows);
+  DecodeJob job{"w", &s, dev.buffers(), 0, 0, OutputFormat::kBf16, out.values.get(), nullptr};
+  auto plan = DecodePlan::create({&job, 1});
+  ASSERT_TRUE(plan);
+  DeviceBuffer scratch(plan->scratch_bytes());
+  ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
+  ASSERT_TRUE(decode(*plan, scratch.get(), nullptr));
+  auto faults = read_tile_faults(*plan, scratch.get(), nullptr);
+  ASSERT_TRUE(faults);
+  ASSERT_EQ(faults->size(), 2u);
+  EXPECT_EQ((*faults)[0].tile, 0u);
+  EXPECT_EQ((*faults)[1].tile, 1u);
+  std::vector<TileFaultRecord> ref_faults;
+  std::vector<std::uint8_t> host(std::size_t{s.rows} * s.cols * 2);
+  ASSERT_TRUE(decode_reference(s, OutputFormat::kBf16, 0, 0, host, {}, &ref_faults));
+  ASSERT_EQ(ref_faults.size(), 2u);
+  EXPECT_EQ((*faults)[0].fault, ref_faults[0].fault);
+  EXPECT_EQ((*faults)[1].fault, ref_faults[1].fault);
+}
+
+// Plan validation: runs without a GPU (no device call happens before a bad stream is refused).
+class PlanValidation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    raw_ = load("gauss_29x520_4bpp");
+    view_ = raw_.view();
+    job_.name = "blk.0.attn_q";
+    job_.stream = &view_;
+    // Never dereferenced: validation fails first.
+    job_.dev = {reinterpret_cast<const std::uint16_t*>(std::uintptr_t{0x1000}),
+                reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x2000}),
+                reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x3000}),
+                reinterpret_cast<const float*>(std::uintptr_t{0x4000})};
+    job_.out_dev = reinterpret_cast<void*>(std::uintptr_t{0x5000});
+  }
+  Error expect_refused(ErrorCode code) {
+    auto plan = DecodePlan::create({&job_, 1});
+    EXPECT_FALSE(plan);
+    if (plan) return {};
+    EXPECT_EQ(plan.error().code, code) << plan.error().to_string();
+    EXPECT_NE(plan.error().message.find("blk.0.attn_q"), std::string::npos) << plan.error().message;
+    return plan.error();
+  }
+  RawStream raw_;
+  rans::LatticeRansStream view_;
+  DecodeJob job_;
+};
+
+TEST_F(PlanValidation, DecreasingOffsetsAreRefused) {
+  std::swap(raw_.offsets[1], raw_.offsets[2]);
+  EXPECT_NE(expect_refused(ErrorCode::kBadInput).message.find("offsets"), std::string::npos);
+}
+
+TEST_F(PlanValidation, OffsetsPastThePayloadAreRefused) {
+  view_.payload = view_.payload.first(view_.payload.size() - 1);
+  EXPECT_NE(expect_refused(ErrorCode::kBadInput).message.find("payload"), std::string::npos);
+}
+
+TEST_F(PlanValidation, MissingStatesAreRefused) {
+  view_.states = view_.states.first(view_.states.size() - 1);
+  EXPECT_NE(expect_refused(ErrorCode::kBadInput).message.find("states"), std::string::npos);
+}
+
+TEST_F(PlanValidation, FrequenciesThatDoNotSumToTheTableSizeAreRefused) {
+  raw_.freq_tables[raw_.tables[3].freq_offset] += 1;
+  EXPECT_NE(expect_refused(ErrorCode::kBadInput).message.find("stream_meta[3]"), std::string::npos);
+}
+
+TEST_F(PlanValidation, TableRunningPastFreqTablesIsRefused) {
+  raw_.tables[16].alphabet = 1000;
+  EXPECT_NE(expect_refused(ErrorCode::kBadInput).message.find("stream_meta[16]"), std::string::npos);
+}
+
+TEST_F(PlanValidation, BadProbBitsAreRefused) {
+  view_.prob_bits = 17;
+  EXPECT_NE(expect_refused(ErrorCode::kBadInput).message.find("prob_bits"), std::string::npos);
+}
+
+TEST_F(PlanValidation, RowRangeOutsideTheTensorIsRefused) {
+  job_.row_begin = 10;
+  job_.row_end = 30;
+  expect_refused(ErrorCode::kInvalidArgument);
+}
+
+TEST_F(PlanValidation, UnalignedPayloadIsRefused) {
+  job_.dev.payload_dev = reinterpret_cast<const std::uint16_t*>(std::uintptr_t{0x1002});
+  expect_refused(ErrorCode::kInvalidArgument);
+}
+
+TEST_F(PlanValidation, Int8RowwiseWithoutRowScalesIsRefused) {
+  job_.format = OutputFormat::kInt8Rowwise;
+  expect_refused(ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace epk::cuda
