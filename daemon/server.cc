@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -159,6 +160,7 @@ class Service {
     cache_.drop_client(id);
     sessions_.erase(id);
     spdlog::debug("client {} gone; its pins dropped", id);
+    if (shutting_down_ && sessions_.empty() && on_drained_) on_drained_();
   }
 
   shm::HelloReply hello_reply() const {
@@ -281,8 +283,10 @@ class Service {
     s.send(std::move(out));
   }
 
-  // SIGTERM: finish decodes in flight (their waiters get answers), then stop every session.
-  void shutdown() {
+  // SIGTERM: finish decodes in flight (their waiters get answers), then stop every session. `on_drained` runs once
+  // the last session has ended (at once if there is none).
+  void shutdown(std::function<void()> on_drained) {
+    on_drained_ = std::move(on_drained);
     shutting_down_ = true;
     scheduler_.drain();
     scheduler_.stop();
@@ -291,6 +295,7 @@ class Service {
       if (auto s = w.lock()) s->stop();
     }
     if (Status v = cache_.verify(); !v) spdlog::error("{}", v.error().to_string());
+    if (sessions_.empty() && on_drained_) on_drained_();
   }
 
  private:
@@ -385,6 +390,7 @@ class Service {
   ClientId next_client_ = 1;
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
   bool shutting_down_ = false;
+  std::function<void()> on_drained_;
   DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed
 };
 
@@ -627,9 +633,9 @@ int run_daemon(const DaemonConfig& cfg) {
     acceptor.close(ignored);
     ::unlink(cfg.socket_path.c_str());
     hup.cancel(ignored);
-    svc.shutdown();
     // Sessions close once their replies are written; a client that never reads cannot hold the exit for long.
     drain_deadline.expires_after(std::chrono::seconds(2));
+    svc.shutdown([&] { drain_deadline.cancel(); });
     drain_deadline.async_wait([&](boost::system::error_code e) {
       if (!e) io.stop();
     });
