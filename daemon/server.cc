@@ -635,10 +635,10 @@ int run_daemon(const DaemonConfig& cfg) {
     hup.cancel(ignored);
     // Sessions close once their replies are written; a client that never reads cannot hold the exit for long.
     drain_deadline.expires_after(std::chrono::seconds(2));
-    svc.shutdown([&] { drain_deadline.cancel(); });
     drain_deadline.async_wait([&](boost::system::error_code e) {
       if (!e) io.stop();
     });
+    svc.shutdown([&] { drain_deadline.cancel(); });
   });
   std::function<void()> wait_hup = [&] {
     hup.async_wait([&](boost::system::error_code ec, int) {
