@@ -115,6 +115,8 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  bool check_invariants = false;
+  app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
   app.add_flag("--cpu", cpu, "host memfd pools and the CPU decoder even where a GPU exists");
   try {
     app.parse(argc, argv);
@@ -136,6 +138,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (synthetic_delay_us != 0) cfg.synthetic_delay_us = synthetic_delay_us;
   if (!log_level.empty()) cfg.log_level = log_level;
   if (cpu) cfg.cpu = true;
+  if (check_invariants) cfg.check_invariants = true;
   std::vector<ModelSpec> parsed;
   for (const std::string& m : models) {
     EPK_TRY_ASSIGN(ModelSpec s, parse_name_value(m, "--model"));

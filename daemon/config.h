@@ -28,6 +28,7 @@ struct DaemonConfig {
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
   std::uint32_t synthetic_delay_us = 0;
   std::string log_level = "info";
+  bool check_invariants = false;  // verify the whole cache after every change (tests); exit 3 if one broke
   std::string config_file;  // empty when none; SIGHUP re-reads the models from it
   std::vector<ModelSpec> models;
   std::vector<ModelSpec> synthetic;  // TEST MODELS: path holds a SyntheticSource spec

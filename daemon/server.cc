@@ -156,8 +156,11 @@ class Service {
   }
   ClientId next_client_id() { return next_client_++; }
 
+  bool invariant_broken() const { return invariant_broken_; }
+
   void client_gone(ClientId id) {
     cache_.drop_client(id);
+    check();
     sessions_.erase(id);
     spdlog::debug("client {} gone; its pins dropped", id);
     if (shutting_down_ && sessions_.empty() && on_drained_) on_drained_();
@@ -199,6 +202,7 @@ class Service {
       return send_error(*s, req, wire_status_for(lookup.error().code),
                         "model '" + model->name + "' tensor '" + m.tensor + "': " + lookup.error().message);
     }
+    check();
     Slot* slot = lookup->slot;
     switch (lookup->outcome) {
       case Cache::Outcome::kHit:
@@ -229,6 +233,7 @@ class Service {
         if (!served) continue;
         auto lookup = cache_.acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout}, served->bytes,
                                      kNoClient);
+        check();
         if (!lookup) break;  // no space: later names would not fit either
         if (lookup->outcome == Cache::Outcome::kMiss) {
           start_decode(*lookup->slot, model->source, t->second, m.layout, std::move(*served), Priority::kPrefetch);
@@ -248,6 +253,7 @@ class Service {
     }
     // The host fence is complete when the release arrives: nothing to keep.
     Status st = cache_.release(m.handle, s.id(), nullptr);
+    check();
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
     std::vector<std::uint8_t> out;
     shm::encode_empty(req, static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit),
@@ -294,7 +300,10 @@ class Service {
     for (auto& [id, w] : sessions_) {
       if (auto s = w.lock()) s->stop();
     }
-    if (Status v = cache_.verify(); !v) spdlog::error("{}", v.error().to_string());
+    if (Status v = cache_.verify(); !v) {
+      spdlog::error("{}", v.error().to_string());
+      invariant_broken_ = true;
+    }
     if (sessions_.empty() && on_drained_) on_drained_();
   }
 
@@ -308,6 +317,14 @@ class Service {
     ServedTensor desc;
     std::vector<Waiter> waiters;
   };
+
+  void check() {
+    if (!cfg_.check_invariants || invariant_broken_) return;
+    if (Status v = cache_.verify(); !v) {
+      spdlog::critical("{}", v.error().to_string());
+      invariant_broken_ = true;
+    }
+  }
 
   static void discard(void* ctx, std::uint64_t offset, std::uint64_t bytes) {
     static_cast<Service*>(ctx)->pool_->discard(offset, bytes);
@@ -354,6 +371,7 @@ class Service {
     if (!st) spdlog::error("decode failed: {}", st.error().to_string());
     Slot* slot = cache_.find(slot_id);
     cache_.decoded(slot_id, static_cast<bool>(st));
+    check();
     for (const Waiter& w : f.waiters) {
       auto s = w.session.lock();
       if (!s || !s->open()) continue;  // its pins went with its socket
@@ -390,6 +408,7 @@ class Service {
   ClientId next_client_ = 1;
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
   bool shutting_down_ = false;
+  bool invariant_broken_ = false;
   std::function<void()> on_drained_;
   DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed
 };
@@ -662,6 +681,10 @@ int run_daemon(const DaemonConfig& cfg) {
   wait_hup();
   asio::co_spawn(io, accept_loop(acceptor, svc), asio::detached);
   io.run();
+  if (svc.invariant_broken()) {
+    spdlog::critical("stopped; a cache invariant was broken");
+    return 3;
+  }
   spdlog::info("stopped");
   return 0;
 }

@@ -3,6 +3,8 @@
 //   acquire SOCKET MODEL TENSOR LAYOUT HOLD_MS   acquire (checking synthetic contents), print "acquired HANDLE", hold
 //                                                HOLD_MS (-1: until killed), release, print "released"
 //   loop SOCKET MODEL TENSOR LAYOUT N             N acquire+release round trips, contents checked once
+//   cycle SOCKET MODEL TENSORS LAYOUT ROUNDS      acquire, check and release each of the comma-separated TENSORS, ROUNDS
+//                                                times; a no-space answer is retried (other clients hold pins)
 //   stats SOCKET                                  print the daemon's stats as key=value lines
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/client.h"
 #include "daemon/synthetic_source.h"
@@ -84,6 +87,32 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
     if (auto st = c->release(t->handle); !st) return die(st.error().to_string());
     std::printf("released\n");
+    return 0;
+  }
+  if (cmd == "cycle") {
+    std::vector<std::string> names;
+    for (std::size_t start = 0;;) {
+      std::size_t comma = tensor.find(',', start);
+      names.push_back(tensor.substr(start, comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    long rounds = std::atol(argv[6]);
+    long retries = 0;
+    for (long r = 0; r < rounds; ++r) {
+      for (const std::string& name : names) {
+        auto t = c->acquire(model, name, *layout);
+        while (!t && t.error().code == epk::ErrorCode::kNoSpace && retries < 5000) {
+          ++retries;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          t = c->acquire(model, name, *layout);
+        }
+        if (!t) return die(name + ": " + t.error().to_string());
+        if (!check_synthetic(*t, index_of(name))) return die("contents of " + name + " differ");
+        if (auto st = c->release(t->handle); !st) return die(st.error().to_string());
+      }
+    }
+    std::printf("done %ld retries %ld\n", rounds, retries);
     return 0;
   }
   if (cmd == "loop") {

@@ -1,0 +1,553 @@
+// Starts the real epkd on a temporary socket and talks to it from real client processes (epk_test_client), from this
+// process through libepk, and through raw sockets for malformed traffic. Loopback only; every wait is bounded.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "codec/common/bytes.h"
+#include "shm/fd_passing.h"
+#include "shm/protocol.h"
+
+namespace epk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using client::Client;
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // the child's stdout, when captured
+};
+
+Child spawn(const std::vector<std::string>& args, bool capture_stdout, const std::string& stderr_path = "") {
+  int pipefd[2] = {-1, -1};
+  if (capture_stdout && ::pipe2(pipefd, O_CLOEXEC) != 0) return {};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (capture_stdout) ::dup2(pipefd[1], 1);
+    if (!stderr_path.empty()) {
+      int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) ::dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (capture_stdout) ::close(pipefd[1]);
+  return {pid, capture_stdout ? pipefd[0] : -1};
+}
+
+// Exit code, or -1 (and the child is killed) when it does not exit within timeout_ms.
+int wait_exit(pid_t pid, int timeout_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (Clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+std::string read_line(int fd, int timeout_ms) {
+  std::string line;
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    char ch;
+    if (::read(fd, &ch, 1) != 1) break;
+    if (ch == '\n') return line;
+    line += ch;
+  }
+  return line;
+}
+
+class Epkd {
+ public:
+  explicit Epkd(std::vector<std::string> extra, std::string budget_mb = "1") {
+    char tmpl[] = "/tmp/epkdtest.XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    socket_ = dir_ + "/epkd.sock";
+    log_ = dir_ + "/epkd.log";
+    std::vector<std::string> args = {EPKD_PATH, "--socket", socket_, "--budget-mb", budget_mb, "--cpu",
+                                     "--read-timeout-ms", "300", "--check-invariants", "--log-level", "info"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = spawn(args, false, log_).pid;
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < deadline) {
+      if (Client::connect(socket_, 2000)) return;
+      int status;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~Epkd() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (::testing::Test::HasFailure()) {
+      std::ifstream in(log_);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::fprintf(stderr, "---- epkd log ----\n%s------------------\n", text.c_str());
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  bool running() const { return pid_ > 0; }
+  const std::string& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }
+
+  // SIGTERM and the exit code (-1 when it does not exit within 5 s).
+  int terminate() {
+    ::kill(pid_, SIGTERM);
+    int rc = wait_exit(pid_, 5000);
+    pid_ = -1;
+    return rc;
+  }
+
+  client::Stats stats() {
+    auto c = Client::connect(socket_, 2000);
+    EXPECT_TRUE(c) << c.error().to_string();
+    if (!c) return {};
+    auto s = c->stats();
+    EXPECT_TRUE(s) << s.error().to_string();
+    return s ? *s : client::Stats{};
+  }
+
+  Child client(std::vector<std::string> args) {
+    args.insert(args.begin(), {TEST_CLIENT_PATH, args[0], socket_});
+    args.erase(args.begin() + 3);
+    return spawn(args, true);
+  }
+
+ private:
+  std::string dir_, socket_, log_;
+  pid_t pid_ = -1;
+};
+
+std::string spec(int n, const char* dims) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string("t") + std::to_string(i) + ":" + dims;
+  return s;
+}
+
+// ---- raw socket helpers for malformed traffic ----
+
+int raw_connect(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void raw_send(int fd, const std::vector<std::uint8_t>& bytes) {
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+}
+
+struct RawReply {
+  bool got = false;
+  shm::FrameHeader header;
+  std::vector<std::uint8_t> payload;
+  bool eof_after = false;
+};
+
+// Reads one frame (fds, if any, are closed), then checks whether the daemon closed the stream after it.
+RawReply raw_read_reply(int fd, int timeout_ms, bool expect_close) {
+  RawReply r;
+  std::vector<std::uint8_t> buf;
+  std::vector<shm::UniqueFd> fds;
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    std::uint8_t tmp[4096];
+    auto n = shm::recv_with_fds(fd, tmp, &fds);
+    if (!n || *n == 0) break;
+    buf.insert(buf.end(), tmp, tmp + *n);
+    if (buf.size() >= shm::kHeaderSize) {
+      auto h = shm::decode_header(buf);
+      if (h && buf.size() >= shm::kHeaderSize + h->payload_size) {
+        r.got = true;
+        r.header = *h;
+        r.payload.assign(buf.begin() + shm::kHeaderSize, buf.begin() + shm::kHeaderSize + h->payload_size);
+        break;
+      }
+    }
+  }
+  if (expect_close) {
+    auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (Clock::now() < until) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 10) <= 0) continue;
+      std::uint8_t tmp[256];
+      if (::recv(fd, tmp, sizeof(tmp), 0) <= 0) {
+        r.eof_after = true;
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+shm::WireStatus error_status(const RawReply& r) {
+  EXPECT_EQ(r.header.type, static_cast<std::uint16_t>(shm::MsgType::kError));
+  auto e = shm::decode_error(r.payload);
+  EXPECT_TRUE(e);
+  return e ? e->status : shm::WireStatus::kInternal;
+}
+
+void raw_hello(int fd) {
+  std::vector<std::uint8_t> msg;
+  shm::encode_hello(1, {static_cast<std::uint32_t>(::getpid()), 0}, &msg);
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 2000, false);
+  ASSERT_TRUE(r.got);
+  ASSERT_EQ(r.header.type, static_cast<std::uint16_t>(shm::MsgType::kHello) | shm::kReplyBit);
+}
+
+// The daemon still serves a fresh client.
+void expect_serving(Epkd& d) {
+  auto c = Client::connect(d.socket(), 2000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto t = c->acquire("m", "t0", shm::Layout::kDenseF32);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_TRUE(c->release(t->handle));
+}
+
+// ---- tests ----
+
+TEST(Epkd, ConcurrentAcquiresOfOneTensorDecodeOnce) {
+  Epkd d({"--synthetic", "m=t0:300x257", "--synthetic-delay-us", "500000", "--threads", "2"});
+  ASSERT_TRUE(d.running());
+  std::vector<Child> kids;
+  for (int i = 0; i < 8; ++i) kids.push_back(d.client({"acquire", "m", "t0", "dense:bf16", "0"}));
+  for (Child& k : kids) {
+    EXPECT_EQ(wait_exit(k.pid, 10000), 0);
+    ::close(k.out);
+  }
+  client::Stats s = d.stats();
+  EXPECT_EQ(s.decodes, 1u);
+  EXPECT_EQ(s.misses, 8u);
+  EXPECT_EQ(s.pins, 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, EvictionUnderPressureStaysInTheBudget) {
+  Epkd d({"--synthetic", "m=" + spec(8, "256x256")});  // 8 x 256 KiB against 1 MiB
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  for (int round = 0; round < 3; ++round) {
+    for (int t = 0; t < 8; ++t) {
+      auto x = c->acquire("m", "t" + std::to_string(t), shm::Layout::kStored);
+      ASSERT_TRUE(x) << x.error().to_string();
+      ASSERT_EQ(x->bytes, 256u * 1024);
+      ASSERT_TRUE(c->release(x->handle));
+    }
+  }
+  auto s = c->stats();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->misses, 24u);  // LRU over a cycle larger than the cache: every access misses
+  EXPECT_EQ(s->decodes, 24u);
+  EXPECT_EQ(s->evictions, 20u);
+  EXPECT_LE(s->used_bytes, s->budget_bytes);
+  EXPECT_EQ(s->budget_bytes, 1u << 20);
+  EXPECT_EQ(d.terminate(), 0);  // exit 0 also says every --check-invariants pass held
+}
+
+TEST(Epkd, PinnedSlotsSurvivePressure) {
+  Epkd d({"--synthetic", "m=" + spec(8, "256x256")});
+  ASSERT_TRUE(d.running());
+  Child holder = d.client({"acquire", "m", "t0", "stored", "-1"});
+  ASSERT_EQ(read_line(holder.out, 5000).rfind("acquired", 0), 0u);
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  for (int round = 0; round < 2; ++round) {
+    for (int t = 1; t < 8; ++t) {
+      auto x = c->acquire("m", "t" + std::to_string(t), shm::Layout::kStored);
+      ASSERT_TRUE(x) << x.error().to_string();
+      ASSERT_TRUE(c->release(x->handle));
+    }
+  }
+  auto before = c->stats();
+  auto t0 = c->acquire("m", "t0", shm::Layout::kStored);  // still cached: a hit, no decode
+  ASSERT_TRUE(t0);
+  auto after = c->stats();
+  EXPECT_EQ(after->hits, before->hits + 1);
+  EXPECT_EQ(after->decodes, before->decodes);
+  // With t0 (2 pins) and three more pinned, a fifth 256 KiB tensor cannot fit: refused, nothing pinned evicted.
+  std::vector<std::uint64_t> held;
+  for (int t = 1; t <= 3; ++t) {
+    auto x = c->acquire("m", "t" + std::to_string(t), shm::Layout::kStored);
+    ASSERT_TRUE(x);
+    held.push_back(x->handle);
+  }
+  auto refused = c->acquire("m", "t4", shm::Layout::kStored);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kNoSpace);
+  EXPECT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));  // the pinned slots are all still there
+  ::kill(holder.pid, SIGKILL);
+  wait_exit(holder.pid, 2000);
+  ::close(holder.out);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, KilledClientLosesItsPinsWithinOneSecond) {
+  Epkd d({"--synthetic", "m=" + spec(2, "64x64")});
+  ASSERT_TRUE(d.running());
+  for (int round = 0; round < 20; ++round) {
+    Child holder = d.client({"acquire", "m", "t" + std::to_string(round % 2), "dense:fp16", "-1"});
+    ASSERT_EQ(read_line(holder.out, 5000).rfind("acquired", 0), 0u);
+    ASSERT_EQ(d.stats().pins, 1u);
+    ::kill(holder.pid, SIGKILL);
+    auto killed_at = Clock::now();
+    wait_exit(holder.pid, 2000);
+    ::close(holder.out);
+    std::uint64_t pins = 1;
+    while (pins != 0 && Clock::now() - killed_at < std::chrono::seconds(1)) {
+      pins = d.stats().pins;
+      if (pins != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(pins, 0u) << "round " << round << ": pins still held 1 s after SIGKILL";
+  }
+  client::Stats s = d.stats();
+  EXPECT_EQ(s.clients, 1u);  // only the stats connection: no session leaked
+  EXPECT_EQ(s.pinned_slots, 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, SixtyFourClientsUnderPressure) {
+  // 12 tensors in fp32 (64 KiB each) and bf16 (32 KiB each): 1.125 MiB of slots against a 1 MiB budget.
+  Epkd d({"--synthetic", "m=" + spec(12, "128x128"), "--threads", "2"});
+  ASSERT_TRUE(d.running());
+  std::vector<Child> kids;
+  std::string all = "t0,t1,t2,t3,t4,t5,t6,t7,t8,t9,t10,t11";
+  for (int i = 0; i < 64; ++i) kids.push_back(d.client({"cycle", "m", all, i % 2 ? "dense:bf16" : "dense:fp32", "2"}));
+  for (Child& k : kids) {
+    EXPECT_EQ(wait_exit(k.pid, 60000), 0);
+    ::close(k.out);
+  }
+  client::Stats s = d.stats();
+  EXPECT_LE(s.used_bytes, s.budget_bytes);
+  EXPECT_EQ(s.pins, 0u);
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, PrefetchDecodesAheadSoTheAcquireHits) {
+  Epkd d({"--synthetic", "m=" + spec(3, "100x100")});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto q = c->prefetch("m", {"t0", "t1", "nope"}, shm::Layout::kDenseBF16);
+  ASSERT_TRUE(q) << q.error().to_string();
+  EXPECT_EQ(*q, 2u);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (c->stats()->decodes < 2 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  auto t = c->acquire("m", "t1", shm::Layout::kDenseBF16);
+  ASSERT_TRUE(t);
+  auto s = c->stats();
+  EXPECT_EQ(s->hits, 1u);
+  EXPECT_EQ(s->misses, 0u);
+  EXPECT_EQ(s->prefetches, 2u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, ErrorsThatKeepTheSessionOpen) {
+  Epkd d({"--synthetic", "m=t0:8x8,t1:4:corrupt", "--model", "broken=/nonexistent/broken.epk"});
+  ASSERT_TRUE(d.running());  // the refused model does not stop the others
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto broken = c->open_model("broken");
+  ASSERT_FALSE(broken);
+  EXPECT_EQ(broken.error().code, ErrorCode::kNotFound);
+  auto missing = c->acquire("m", "nope", shm::Layout::kStored);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  auto layout = c->acquire("m", "t0", shm::Layout::kRowwiseI8);
+  ASSERT_FALSE(layout);
+  EXPECT_EQ(layout.error().code, ErrorCode::kUnsupported);
+  auto corrupt = c->acquire("m", "t1", shm::Layout::kStored);
+  ASSERT_FALSE(corrupt);
+  EXPECT_EQ(corrupt.error().code, ErrorCode::kCorruptTile);
+  EXPECT_FALSE(c->release(12345));
+  auto ok = c->acquire("m", "t0", shm::Layout::kStored);  // same session, still served
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  EXPECT_EQ(static_cast<const float*>(ok->data)[0] * 0, 0.0f);
+  EXPECT_TRUE(c->release(ok->handle));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, BadMagicGetsAnErrorAndTheSessionCloses) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  ASSERT_GE(fd, 0);
+  raw_send(fd, std::vector<std::uint8_t>(16, 0xEE));
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, OversizedMessageIsRefusedFromItsHeader) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  raw_hello(fd);
+  std::vector<std::uint8_t> msg(shm::kHeaderSize);
+  shm::encode_header({shm::kProtocolVersion, static_cast<std::uint16_t>(shm::MsgType::kAcquire), 9,
+                      shm::kMaxPayload + 1}, msg.data());
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, TruncatedMessageThenEndOfStream) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  raw_hello(fd);
+  std::vector<std::uint8_t> msg;
+  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  msg.resize(msg.size() - 3);
+  raw_send(fd, msg);
+  ::shutdown(fd, SHUT_WR);
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, StalledMessageTimesOut) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  raw_hello(fd);
+  std::vector<std::uint8_t> msg;
+  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  msg.resize(10);  // part of the header, then silence
+  auto t0 = Clock::now();
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 3000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(2000));  // --read-timeout-ms 300
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, MalformedPayloadAfterHello) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  raw_hello(fd);
+  std::vector<std::uint8_t> msg;
+  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  store_le<std::uint16_t>(msg.data() + shm::kHeaderSize + 8, 60000);  // name length past the payload and the limit
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(r.header.request_id, 2u);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, RequestBeforeHelloAndWrongVersion) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  std::vector<std::uint8_t> msg;
+  shm::encode_empty(1, shm::MsgType::kStats, &msg);
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  fd = raw_connect(d.socket());
+  shm::encode_hello(1, {1, 0}, &msg);
+  store_le<std::uint16_t>(msg.data() + 4, shm::kProtocolVersion + 1);
+  raw_send(fd, msg);
+  r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadVersion);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, SigtermWithAClientHoldingPinsExitsZeroAndRemovesTheSocket) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  Child holder = d.client({"acquire", "m", "t0", "stored", "-1"});
+  ASSERT_EQ(read_line(holder.out, 5000).rfind("acquired", 0), 0u);
+  std::string sock = d.socket();
+  auto t0 = Clock::now();
+  EXPECT_EQ(d.terminate(), 0);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+  EXPECT_FALSE(std::filesystem::exists(sock));
+  ::kill(holder.pid, SIGKILL);
+  wait_exit(holder.pid, 2000);
+  ::close(holder.out);
+}
+
+TEST(Epkd, SecondDaemonOnALiveSocketRefusesToStart) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  Child second = spawn({EPKD_PATH, "--socket", d.socket(), "--budget-mb", "1", "--synthetic", "m=t0:8x8",
+                        "--log-level", "off"}, false);
+  EXPECT_EQ(wait_exit(second.pid, 5000), 1);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+}  // namespace
+}  // namespace epk
