@@ -80,6 +80,7 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   EPK_TRY(get_int("budget_mb", 1, std::int64_t{1} << 30,
                   [&](std::int64_t v) { cfg->budget_bytes = static_cast<std::uint64_t>(v) << 20; }));
   EPK_TRY(get_int("threads", 0, 1024, [&](std::int64_t v) { cfg->threads = static_cast<unsigned>(v); }));
+  EPK_TRY(get_int("io_threads", 0, 64, [&](std::int64_t v) { cfg->io_threads = static_cast<unsigned>(v); }));
   EPK_TRY(get_int("read_timeout_ms", 1, 3600000, [&](std::int64_t v) { cfg->read_timeout_ms = static_cast<int>(v); }));
   EPK_TRY(get_int("synthetic_delay_us", 0, 60000000,
                   [&](std::int64_t v) { cfg->synthetic_delay_us = static_cast<std::uint32_t>(v); }));
@@ -101,7 +102,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   std::string config_file, socket, log_level;
   std::vector<std::string> models, synthetic;
   std::uint64_t budget_mb = 0;
-  unsigned threads = 0;
+  unsigned threads = 0, io_threads = 0;
   int read_timeout_ms = 0;
   std::uint32_t synthetic_delay_us = 0;
   bool cpu = false;
@@ -112,6 +113,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
                  "TEST MODEL, not a checkpoint: NAME=[T:]RxC,... deterministic fp32 tensors (repeatable)");
   app.add_option("--budget-mb", budget_mb, "byte budget of the cache, in MiB");
   app.add_option("--threads", threads, "CPU decode threads (0: one per core)");
+  app.add_option("--io-threads", io_threads, "socket threads (0: a quarter of the cores, 1 to 4)");
   app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
@@ -134,6 +136,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (!socket.empty()) cfg.socket_path = socket;
   if (budget_mb != 0) cfg.budget_bytes = budget_mb << 20;
   if (threads != 0) cfg.threads = threads;
+  if (io_threads != 0) cfg.io_threads = io_threads;
   if (read_timeout_ms > 0) cfg.read_timeout_ms = read_timeout_ms;
   if (synthetic_delay_us != 0) cfg.synthetic_delay_us = synthetic_delay_us;
   if (!log_level.empty()) cfg.log_level = log_level;

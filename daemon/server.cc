@@ -9,6 +9,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
@@ -17,12 +18,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -67,6 +71,8 @@ class Session : public std::enable_shared_from_this<Session> {
         buf_(shm::kMaxMessage) {}
 
   ClientId id() const { return id_; }
+  // Session state is touched only on its own io_context's thread: other threads post to this executor.
+  Socket::executor_type executor() { return sock_.get_executor(); }
   bool open() const { return open_ && !closing_; }
 
   static void start(std::shared_ptr<Session> self) {
@@ -124,6 +130,7 @@ class Service {
 
   // Opens every configured model not yet in the registry; a model that fails is logged and skipped.
   std::size_t open_models(const DaemonConfig& cfg) {
+    std::lock_guard<std::mutex> lock(mu_);
     std::size_t opened = 0;
     for (const ModelSpec& m : cfg.models) {
       if (registry_.find(m.name)) continue;
@@ -147,18 +154,25 @@ class Service {
     return opened;
   }
 
-  std::size_t model_count() const { return registry_.size(); }
+  std::size_t model_count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return registry_.size();
+  }
   const DaemonConfig& config() const { return cfg_; }
 
-  ClientId add_session(const std::shared_ptr<Session>& s) {
+  void add_session(const std::shared_ptr<Session>& s) {
+    std::lock_guard<std::mutex> lock(mu_);
     sessions_[s->id()] = s;
-    return s->id();
   }
-  ClientId next_client_id() { return next_client_++; }
+  ClientId next_client_id() { return next_client_.fetch_add(1); }
 
-  bool invariant_broken() const { return invariant_broken_; }
+  bool invariant_broken() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return invariant_broken_;
+  }
 
   void client_gone(ClientId id) {
+    std::lock_guard<std::mutex> lock(mu_);
     cache_.drop_client(id);
     check();
     sessions_.erase(id);
@@ -173,7 +187,9 @@ class Service {
   }
   int pool_fd() const { return pool_->export_fd(); }
 
+  // The on_* handlers run on the calling session's thread and answer it directly.
   void on_open_model(Session& s, std::uint32_t req, const shm::OpenModelRequest& m) {
+    std::lock_guard<std::mutex> lock(mu_);
     auto id = registry_.find(m.model);
     if (!id) {
       send_error(s, req, shm::WireStatus::kNotFound, "model '" + m.model + "' is not served here");
@@ -186,6 +202,7 @@ class Service {
   }
 
   void on_acquire(const std::shared_ptr<Session>& s, std::uint32_t req, const shm::AcquireRequest& m) {
+    std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
     const ModelEntry* model = registry_.get(m.model_id);
     if (model == nullptr) return send_error(*s, req, shm::WireStatus::kNotFound, "acquire: unknown model id");
@@ -222,6 +239,7 @@ class Service {
   }
 
   void on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequest& m) {
+    std::lock_guard<std::mutex> lock(mu_);
     std::uint32_t queued = 0;
     const ModelEntry* model = registry_.get(m.model_id);
     if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
@@ -248,6 +266,7 @@ class Service {
   }
 
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
+    std::lock_guard<std::mutex> lock(mu_);
     if (m.fence != shm::FenceKind::kHostRelease) {
       return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
     }
@@ -262,6 +281,7 @@ class Service {
   }
 
   void on_stats(Session& s, std::uint32_t req) {
+    std::lock_guard<std::mutex> lock(mu_);
     CacheStats c = cache_.stats();
     shm::StatsReply r;
     r.budget_bytes = c.budget_bytes;
@@ -290,21 +310,27 @@ class Service {
   }
 
   // SIGTERM: finish decodes in flight (their waiters get answers), then stop every session. `on_drained` runs once
-  // the last session has ended (at once if there is none).
+  // the last session has ended (at once if there is none), on some session's thread or the main one.
   void shutdown(std::function<void()> on_drained) {
-    on_drained_ = std::move(on_drained);
-    shutting_down_ = true;
-    scheduler_.drain();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shutting_down_ = true;
+      on_drained_ = std::move(on_drained);
+    }
+    scheduler_.drain();  // without the lock: the workers' completions take it
     scheduler_.stop();
-    io_.poll();  // run the completions the workers posted
-    for (auto& [id, w] : sessions_) {
-      if (auto s = w.lock()) s->stop();
-    }
-    if (Status v = cache_.verify(); !v) {
-      spdlog::error("{}", v.error().to_string());
-      invariant_broken_ = true;
-    }
-    if (sessions_.empty() && on_drained_) on_drained_();
+    // The completions were posted to the main context: stopping the sessions behind them lets their replies out first.
+    asio::post(io_, [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Status v = cache_.verify(); !v) {
+        spdlog::error("{}", v.error().to_string());
+        invariant_broken_ = true;
+      }
+      for (auto& [id, w] : sessions_) {
+        if (auto sp = w.lock()) asio::post(sp->executor(), [sp] { sp->stop(); });
+      }
+      if (sessions_.empty() && on_drained_) on_drained_();
+    });
   }
 
  private:
@@ -362,6 +388,7 @@ class Service {
   }
 
   void on_decoded(std::uint64_t slot_id, Status st, std::uint64_t ns) {
+    std::lock_guard<std::mutex> lock(mu_);
     ++decodes_;
     decode_ns_ += ns;
     auto it = inflight_.find(slot_id);
@@ -374,17 +401,26 @@ class Service {
     check();
     for (const Waiter& w : f.waiters) {
       auto s = w.session.lock();
-      if (!s || !s->open()) continue;  // its pins went with its socket
+      if (!s) continue;  // its pins went with its socket
+      std::vector<std::uint8_t> out;
       if (st && slot != nullptr) {
-        send_acquire_reply(*s, w.request_id, *slot, f.desc);
+        encode_acquire_reply(w.request_id, *slot, f.desc, &out);
       } else {
-        send_error(*s, w.request_id, wire_status_for(st ? ErrorCode::kInternal : st.error().code),
-                   st ? "decode failed" : st.error().message);
+        shm::encode_error(w.request_id, {wire_status_for(st ? ErrorCode::kInternal : st.error().code),
+                                         st ? "decode failed" : st.error().message}, &out);
       }
+      asio::post(s->executor(), [s, out = std::move(out)]() mutable { s->send(std::move(out)); });
     }
   }
 
   void send_acquire_reply(Session& s, std::uint32_t req, const Slot& slot, const ServedTensor& desc) {
+    std::vector<std::uint8_t> out;
+    encode_acquire_reply(req, slot, desc, &out);
+    s.send(std::move(out));
+  }
+
+  static void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc,
+                                   std::vector<std::uint8_t>* out) {
     shm::AcquireReply r;
     r.handle = slot.id;
     r.pool_id = 0;
@@ -393,19 +429,18 @@ class Service {
     r.bytes = desc.bytes;
     r.shape = desc.shape;
     r.strides = desc.strides;
-    std::vector<std::uint8_t> out;
-    shm::encode_acquire_reply(req, r, &out);
-    s.send(std::move(out));
+    shm::encode_acquire_reply(req, r, out);
   }
 
-  asio::io_context& io_;
+  asio::io_context& io_;  // the main context: decode completions and shutdown steps run there
+  std::mutex mu_;         // guards everything below: sessions on several threads share the cache
   DaemonConfig cfg_;
   std::unique_ptr<shm::Pool> pool_;
   Registry registry_;
   Cache cache_;
   std::unordered_map<std::uint64_t, InFlight> inflight_;
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
-  ClientId next_client_ = 1;
+  std::atomic<ClientId> next_client_{1};
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
   bool shutting_down_ = false;
   bool invariant_broken_ = false;
@@ -599,10 +634,14 @@ Status listen_on(asio::local::stream_protocol::acceptor& acceptor, const DaemonC
   return {};
 }
 
-asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& acceptor, Service& svc) {
+// Sessions are spread round-robin over the io contexts, one thread each: a session's handlers never run concurrently.
+asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& acceptor, Service& svc,
+                                  std::vector<std::unique_ptr<asio::io_context>>& contexts) {
+  std::size_t next = 0;
   for (;;) {
     boost::system::error_code ec;
-    Socket sock = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    asio::io_context& ctx = *contexts[next++ % contexts.size()];
+    Socket sock = co_await acceptor.async_accept(ctx, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
       spdlog::warn("accept: {}", ec.message());
@@ -627,7 +666,14 @@ int run_daemon(const DaemonConfig& cfg) {
     spdlog::critical("{}", pool.error().to_string());
     return 1;
   }
-  asio::io_context io(1);
+  unsigned io_threads = cfg.io_threads != 0 ? cfg.io_threads
+                                            : std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  for (unsigned i = 0; i < io_threads; ++i) contexts.push_back(std::make_unique<asio::io_context>(1));
+  asio::io_context& io = *contexts[0];  // acceptor, signals, decode completions, and sessions too
+  using Guard = asio::executor_work_guard<asio::io_context::executor_type>;
+  std::vector<Guard> guards;  // the other contexts idle until shutdown
+  for (unsigned i = 1; i < io_threads; ++i) guards.emplace_back(contexts[i]->get_executor());
   Service svc(io, cfg, std::move(*pool));
   std::size_t opened = svc.open_models(cfg);
   if (opened == 0 && (!cfg.models.empty() || !cfg.synthetic.empty())) {
@@ -639,12 +685,15 @@ int run_daemon(const DaemonConfig& cfg) {
     spdlog::critical("{}", st.error().to_string());
     return 1;
   }
-  spdlog::info("listening on {} (budget {} MiB, {} models)", cfg.socket_path, cfg.budget_bytes >> 20,
-               svc.model_count());
+  spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads)", cfg.socket_path, cfg.budget_bytes >> 20,
+               svc.model_count(), io_threads);
 
   asio::signal_set term(io, SIGTERM, SIGINT);
   asio::signal_set hup(io, SIGHUP);
   asio::steady_timer drain_deadline(io);
+  auto stop_all = [&] {
+    for (auto& c : contexts) c->stop();
+  };
   term.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;
     spdlog::info("signal {}: draining", sig);
@@ -655,9 +704,14 @@ int run_daemon(const DaemonConfig& cfg) {
     // Sessions close once their replies are written; a client that never reads cannot hold the exit for long.
     drain_deadline.expires_after(std::chrono::seconds(2));
     drain_deadline.async_wait([&](boost::system::error_code e) {
-      if (!e) io.stop();
+      if (!e) stop_all();
     });
-    svc.shutdown([&] { drain_deadline.cancel(); });
+    svc.shutdown([&] {
+      asio::post(io, [&] {
+        drain_deadline.cancel();
+        guards.clear();
+      });
+    });
   });
   std::function<void()> wait_hup = [&] {
     hup.async_wait([&](boost::system::error_code ec, int) {
@@ -679,8 +733,12 @@ int run_daemon(const DaemonConfig& cfg) {
     });
   };
   wait_hup();
-  asio::co_spawn(io, accept_loop(acceptor, svc), asio::detached);
+  asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { contexts[i]->run(); });
   io.run();
+  guards.clear();
+  for (auto& t : threads) t.join();
   if (svc.invariant_broken()) {
     spdlog::critical("stopped; a cache invariant was broken");
     return 3;

@@ -87,7 +87,7 @@ class Epkd {
     socket_ = dir_ + "/epkd.sock";
     log_ = dir_ + "/epkd.log";
     std::vector<std::string> args = {EPKD_PATH, "--socket", socket_, "--budget-mb", budget_mb, "--cpu",
-                                     "--read-timeout-ms", "300", "--check-invariants", "--log-level", "info"};
+                                     "--read-timeout-ms", "300", "--check-invariants", "--io-threads", "3", "--log-level", "info"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = spawn(args, false, log_).pid;
     auto deadline = Clock::now() + std::chrono::seconds(10);
