@@ -61,6 +61,8 @@ shm::WireStatus wire_status_for(ErrorCode code) {
 
 class Service;
 
+constexpr std::size_t kMaxQueuedReplies = 4096;
+
 // One connected client. Reads frames into a fixed buffer; a started frame (and the first hello) must arrive within
 // the read timeout, idle time between frames is unlimited (a client may hold pins while it computes). Replies are
 // queued and written in order by one write chain.
@@ -82,6 +84,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void send(std::vector<std::uint8_t> msg) {
     if (!open_) return;
+    if (outq_.size() >= kMaxQueuedReplies) {
+      // A client that sends without reading its replies: drop it rather than buffer without bound.
+      spdlog::warn("client {}: {} replies unread; closing the session", id_, outq_.size());
+      closing_ = true;
+      close_now();
+      return;
+    }
     outq_.push_back(std::move(msg));
     if (!writing_) do_write();
   }
@@ -473,7 +482,7 @@ void Session::do_write() {
   writing_ = true;
   auto self = shared_from_this();
   asio::async_write(sock_, asio::buffer(outq_.front()), [self](boost::system::error_code ec, std::size_t) {
-    self->outq_.pop_front();
+    if (!self->outq_.empty()) self->outq_.pop_front();
     if (ec) {
       self->outq_.clear();
       self->writing_ = false;

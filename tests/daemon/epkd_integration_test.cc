@@ -421,6 +421,31 @@ TEST(Epkd, SigtermWithAClientHoldingPinsExitsZeroAndRemovesTheSocket) {
   ::close(holder.out);
 }
 
+TEST(Epkd, SighupOpensModelsAddedToTheConfigFile) {
+  std::string cfg = std::filesystem::temp_directory_path() / ("epkd_hup_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(cfg) << "[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
+  Epkd d({"--config", cfg});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(c->open_model("late"));
+  std::ofstream(cfg, std::ios::app) << "[[synthetic]]\nname = \"late\"\nspec = \"t0:4x4\"\n";
+  ::kill(d.pid(), SIGHUP);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  bool found = false;
+  while (!found && Clock::now() < deadline) {
+    found = static_cast<bool>(c->open_model("late"));
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(found);
+  auto t = c->acquire("late", "t0", shm::Layout::kStored);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->bytes, 64u);
+  EXPECT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));  // the first model is untouched
+  EXPECT_EQ(d.terminate(), 0);
+  std::filesystem::remove(cfg);
+}
+
 TEST(Epkd, SecondDaemonOnALiveSocketRefusesToStart) {
   Epkd d({"--synthetic", "m=t0:8x8"});
   ASSERT_TRUE(d.running());
