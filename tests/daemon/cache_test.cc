@@ -135,8 +135,9 @@ TEST(Cache, FailedDecodeRemovesTheSlotAndItsPins) {
   auto a = c.acquire(key(0), kKiB, 1);
   auto b = c.acquire(key(0), kKiB, 2);
   ASSERT_TRUE(a && b);
-  c.decoded(a->slot->id, false);
-  EXPECT_EQ(c.find(a->slot->id), nullptr);
+  const std::uint64_t id = a->slot->id;
+  c.decoded(id, false);
+  EXPECT_EQ(c.find(id), nullptr);
   CacheStats s = c.stats();
   EXPECT_EQ(s.pins, 0u);
   EXPECT_EQ(s.used_bytes, 0u);
