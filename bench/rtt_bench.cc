@@ -3,7 +3,7 @@
 //   epk_bench_rtt --epkd build/default/daemon/epkd --clients 1,16 --iters 20000
 //     starts its own epkd (synthetic model, temporary socket), or
 //   epk_bench_rtt --socket S --model M --tensor T [--layout L] --clients 16
-//     against a running one. Each client process connects, acquires once (a miss that fills the cache), then times
+//     against a running one. `--io-threads N` is passed to the epkd it starts. Each client process connects, acquires once (a miss that fills the cache), then times
 //     `iters` acquire+release pairs of the same tensor after all clients are ready.
 #include <signal.h>
 #include <sys/wait.h>
@@ -107,7 +107,9 @@ int main(int argc, char** argv) {
   CLI::App app{"epk_bench_rtt: cache-hit acquire+release round trip latency"};
   std::string epkd, socket, model = "bench", tensor = "t0", layout_name = "dense:bf16", clients_list = "1,16";
   long iters = 20000;
+  int io_threads = 0;
   app.add_option("--epkd", epkd, "start this epkd binary with a synthetic model on a temporary socket");
+  app.add_option("--io-threads", io_threads, "with --epkd: its --io-threads (0: its default)");
   app.add_option("--socket", socket, "a running epkd's socket");
   app.add_option("--model", model);
   app.add_option("--tensor", tensor);
@@ -122,8 +124,9 @@ int main(int argc, char** argv) {
     socket = "/tmp/epk_bench_" + std::to_string(::getpid()) + ".sock";
     daemon = ::fork();
     if (daemon == 0) {
+      std::string io = std::to_string(io_threads);
       ::execl(epkd.c_str(), epkd.c_str(), "--socket", socket.c_str(), "--budget-mb", "64", "--cpu", "--synthetic",
-              "bench=t0:1024x1024", "--log-level", "warn", static_cast<char*>(nullptr));
+              "bench=t0:1024x1024", "--log-level", "warn", "--io-threads", io.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     for (int i = 0; i < 500 && !epk::client::Client::connect(socket); ++i) {
