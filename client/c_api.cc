@@ -129,6 +129,14 @@ int epk_release(epk_client* c, uint64_t handle) {
   });
 }
 
+int epk_release_nowait(epk_client* c, uint64_t handle) {
+  if (c == nullptr) return invalid("epk_release_nowait: NULL client");
+  return guarded([&]() -> int {
+    auto st = c->client.release_nowait(handle);
+    return st ? EPK_OK : fail(st.error());
+  });
+}
+
 int epk_stats(epk_client* c, epk_cache_stats* out) {
   if (c == nullptr || out == nullptr) return invalid("epk_stats: NULL argument");
   return guarded([&]() -> int {

@@ -46,6 +46,8 @@ struct Client::Impl {
   std::vector<std::uint8_t> tx;
   std::vector<std::uint8_t> rx;  // bytes received and not yet consumed
   std::size_t rx_have = 0;
+  std::uint64_t deferred_release_errors = 0;
+  std::unordered_map<std::uint32_t, bool> nowait_ids;  // release_nowait requests that may still be answered (errors)
 
   Status send_all(const std::vector<std::uint8_t>& bytes) {
     std::size_t sent = 0;
@@ -118,7 +120,10 @@ struct Client::Impl {
       if (f.header.type == static_cast<std::uint16_t>(shm::MsgType::kError)) {
         auto e = shm::decode_error(f.payload);
         if (!e) return make_error(ErrorCode::kBadInput, "epk client: " + e.error().message);
-        if (f.header.request_id != id && f.header.request_id != 0) continue;
+        if (f.header.request_id != id && f.header.request_id != 0) {
+          if (nowait_ids.erase(f.header.request_id) != 0) ++deferred_release_errors;
+          continue;
+        }
         if (e->status == shm::WireStatus::kBadMessage || e->status == shm::WireStatus::kBadVersion) sock.reset();
         return make_error(code_for(e->status),
                           std::string("epkd: ") + shm::wire_status_name(e->status) + ": " + e->message);
@@ -251,6 +256,24 @@ Status Client::release(std::uint64_t handle) {
   shm::encode_release(id, {handle, shm::FenceKind::kHostRelease}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kRelease));
   return shm::decode_empty(f.payload, "release reply");
+}
+
+Status Client::release_nowait(std::uint64_t handle) {
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->sock.valid()) return make_error(ErrorCode::kIo, "epk client: not connected");
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_release(id, {handle, shm::FenceKind::kHostRelease, shm::kReleaseNoReply}, &impl_->tx);
+  // Only ids that may come back are remembered; the table is cut when it grows (old failures then go uncounted).
+  if (impl_->nowait_ids.size() > 4096) impl_->nowait_ids.clear();
+  impl_->nowait_ids.emplace(id, true);
+  return impl_->send_all(impl_->tx);
+}
+
+std::uint64_t Client::deferred_release_errors() const {
+  if (impl_ == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->deferred_release_errors;
 }
 
 Result<Stats> Client::stats() {

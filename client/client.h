@@ -53,6 +53,10 @@ class Client {
                                  shm::Layout layout = shm::Layout::kStored);
   // Host path: the release message is the fence (this process is done with the slot when it calls release).
   Status release(std::uint64_t handle);
+  // The same without waiting for the daemon's answer (one message, no round trip). A failure (a handle this client
+  // does not hold) arrives later and is only counted: see deferred_release_errors().
+  Status release_nowait(std::uint64_t handle);
+  std::uint64_t deferred_release_errors() const;
   Result<Stats> stats();
   // Says close and drops the connection (the daemon drops any pins still held). Also done by the destructor.
   void disconnect();

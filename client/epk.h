@@ -49,6 +49,8 @@ int epk_acquire(epk_client* c, const char* model, const char* tensor, const char
 int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
                  uint32_t* queued);
 int epk_release(epk_client* c, uint64_t handle);
+/* Releases without waiting for the daemon's answer; a failure is not reported to this call. */
+int epk_release_nowait(epk_client* c, uint64_t handle);
 int epk_stats(epk_client* c, epk_cache_stats* out);
 /* Closes the connection and frees c (NULL is ignored). Pins still held are dropped by the daemon. */
 void epk_disconnect(epk_client* c);

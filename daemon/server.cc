@@ -283,6 +283,7 @@ class Service {
     Status st = cache_.release(m.handle, s.id(), nullptr);
     check();
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
+    if ((m.flags & shm::kReleaseNoReply) != 0) return;
     std::vector<std::uint8_t> out;
     shm::encode_empty(req, static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit),
                       &out);

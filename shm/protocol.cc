@@ -183,7 +183,7 @@ void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::
   Writer w(out, id, static_cast<std::uint16_t>(MsgType::kRelease));
   w.put(m.handle);
   w.put(static_cast<std::uint32_t>(m.fence));
-  w.put<std::uint32_t>(0);
+  w.put(m.flags);
 }
 
 void encode_empty(std::uint32_t id, MsgType type, std::vector<std::uint8_t>* out) {
@@ -299,8 +299,8 @@ Result<ReleaseRequest> decode_release(std::span<const std::uint8_t> p) {
     return r.bad("fence_kind", "value " + std::to_string(fence) + " is not a known fence kind");
   }
   m.fence = static_cast<FenceKind>(fence);
-  EPK_TRY_ASSIGN(std::uint32_t reserved, r.get<std::uint32_t>("reserved"));
-  if (reserved != 0) return r.bad("reserved", "is not zero");
+  EPK_TRY_ASSIGN(m.flags, r.get<std::uint32_t>("flags"));
+  if ((m.flags & ~kReleaseNoReply) != 0) return r.bad("flags", "has unknown bits set");
   EPK_TRY(r.finish());
   return m;
 }

@@ -15,7 +15,8 @@
 //                 [u64 handle, u32 pool_id, u32 dtype, u64 offset, u64 bytes, u32 ndim (<= kMaxDims), u32 0,
 //                  ndim x u64 shape, ndim x i64 strides (elements)]
 //      prefetch   u32 model_id, u32 layout, u32 count (<= kMaxPrefetch), count x str tensor   [u32 queued]
-//      release    u64 handle, u32 fence_kind, u32 0   []
+//      release    u64 handle, u32 fence_kind, u32 flags (kReleaseNoReply or 0)
+//                 [] unless kReleaseNoReply: then no reply on success, an error reply on failure
 //      stats      (empty)   [u32 field_count (= kStatsFields), field_count x u64 (StatsReply order)]
 //      close      (empty)   [] and the daemon closes the session
 //      error      [u32 status (WireStatus), str message (<= kMaxErrorText)]
@@ -48,6 +49,7 @@ inline constexpr std::uint32_t kMaxDims = 8;
 inline constexpr std::uint32_t kMaxPrefetch = 256;
 inline constexpr std::uint32_t kMaxPools = 16;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
+inline constexpr std::uint32_t kReleaseNoReply = 1;  // release flag: answer only a failure
 
 enum class MsgType : std::uint16_t {
   kHello = 1,
@@ -108,7 +110,11 @@ struct AcquireReply {
 };
 struct PrefetchRequest { std::uint32_t model_id = 0; Layout layout = Layout::kStored; std::vector<std::string> tensors; };
 struct PrefetchReply { std::uint32_t queued = 0; };
-struct ReleaseRequest { std::uint64_t handle = 0; FenceKind fence = FenceKind::kHostRelease; };
+struct ReleaseRequest {
+  std::uint64_t handle = 0;
+  FenceKind fence = FenceKind::kHostRelease;
+  std::uint32_t flags = 0;  // kReleaseNoReply
+};
 struct StatsReply {
   std::uint64_t budget_bytes = 0;
   std::uint64_t used_bytes = 0;

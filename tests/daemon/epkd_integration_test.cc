@@ -265,6 +265,23 @@ TEST(Epkd, PrefetchDecodesAheadSoTheAcquireHits) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+TEST(Epkd, ReleaseWithoutWaitingDropsThePinAndCountsAFailureLater) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto t = c->acquire("m", "t0", shm::Layout::kStored);
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(c->release_nowait(t->handle));
+  EXPECT_EQ(c->stats()->pins, 0u);  // the daemon handles messages of a session in order
+  ASSERT_TRUE(c->release_nowait(t->handle));  // no longer pinned: the failure comes back later
+  auto s = c->stats();
+  ASSERT_TRUE(s) << s.error().to_string();  // the stray error reply does not disturb the next call
+  EXPECT_EQ(c->deferred_release_errors(), 1u);
+  EXPECT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
 TEST(Epkd, ErrorsThatKeepTheSessionOpen) {
   Epkd d({"--synthetic", "m=t0:8x8,t1:4:corrupt", "--model", "broken=/nonexistent/broken.epk"});
   ASSERT_TRUE(d.running());  // the refused model does not stop the others

@@ -52,10 +52,11 @@ TEST(Protocol, RequestsRoundTrip) {
   EXPECT_EQ(pre->tensors, (std::vector<std::string>{"x", "", "yy"}));
   EXPECT_EQ(pre->layout, Layout::kDenseF16);
 
-  encode_release(5, {0xFFFFFFFFFFFFull, FenceKind::kHostRelease}, &msg);
+  encode_release(5, {0xFFFFFFFFFFFFull, FenceKind::kHostRelease, kReleaseNoReply}, &msg);
   auto rel = decode_release(payload_of(msg));
   ASSERT_TRUE(rel);
   EXPECT_EQ(rel->handle, 0xFFFFFFFFFFFFull);
+  EXPECT_EQ(rel->flags, kReleaseNoReply);
 
   encode_empty(6, MsgType::kStats, &msg);
   EXPECT_TRUE(decode_empty(payload_of(msg), "stats"));
@@ -173,7 +174,7 @@ TEST(ProtocolMalformed, UnknownLayoutFenceAndReservedBits) {
   store_le<std::uint32_t>(msg.data() + kHeaderSize + 8, 7);
   EXPECT_FALSE(decode_release(payload_of(msg)));
   encode_release(1, {0, FenceKind::kHostRelease}, &msg);
-  store_le<std::uint32_t>(msg.data() + kHeaderSize + 12, 1);
+  store_le<std::uint32_t>(msg.data() + kHeaderSize + 12, 2);  // an unknown flag
   EXPECT_FALSE(decode_release(payload_of(msg)));
   encode_hello(1, {1, 0}, &msg);
   store_le<std::uint32_t>(msg.data() + kHeaderSize + 4, 1);
