@@ -134,7 +134,10 @@ class Service {
       : io_(io),
         cfg_(cfg),
         pool_(std::move(pool)),
-        cache_(pool_->size(), &Service::discard, this),
+        // Evicted ranges keep their pages: the next slot there rewrites them, and faulting them in again would cost
+        // more than the memory (the budget is the pool's size either way). Cache's discard hook stays for pools
+        // where giving pages back matters.
+        cache_(pool_->size()),
         scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {}
 
   // Opens every configured model not yet in the registry; a model that fails is logged and skipped.
@@ -360,10 +363,6 @@ class Service {
       spdlog::critical("{}", v.error().to_string());
       invariant_broken_ = true;
     }
-  }
-
-  static void discard(void* ctx, std::uint64_t offset, std::uint64_t bytes) {
-    static_cast<Service*>(ctx)->pool_->discard(offset, bytes);
   }
 
   std::size_t add_model(const std::string& name, std::shared_ptr<const ModelSource> src) {
