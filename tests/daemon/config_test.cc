@@ -64,6 +64,17 @@ path = "/models/b.epk"
   std::filesystem::remove(path);
 }
 
+TEST(Config, TheExampleFileParses) {
+  DaemonConfig cfg;
+  Status st = load_config_file(std::string(EPK_SOURCE_DIR) + "/daemon/epkd.example.toml", &cfg);
+  ASSERT_TRUE(st) << st.error().to_string();
+  EXPECT_EQ(cfg.budget_bytes, 8192ull << 20);
+  EXPECT_EQ(cfg.socket_mode, 0660u);
+  ASSERT_EQ(cfg.models.size(), 1u);
+  ASSERT_EQ(cfg.synthetic.size(), 1u);
+  EXPECT_EQ(cfg.synthetic[0].path, "embed:1000x64,layers.0.w:64x64");
+}
+
 TEST(Config, BadInputIsRefusedWithTheField) {
   std::string path = write_temp("epkd_bad", "budget_mb = -4\nsocket = \"/s\"\n");
   auto c = parse({"--config", path});
