@@ -81,10 +81,11 @@ inline std::string read_line(int fd, int timeout_ms) {
 
 class Epkd {
  public:
-  explicit Epkd(std::vector<std::string> extra, std::string budget_mb = "1") {
+  // `socket` empty: a fresh temporary directory holds the socket (and the log).
+  explicit Epkd(std::vector<std::string> extra, std::string budget_mb = "1", std::string socket = "") {
     char tmpl[] = "/tmp/epkdtest.XXXXXX";
     dir_ = ::mkdtemp(tmpl);
-    socket_ = dir_ + "/epkd.sock";
+    socket_ = socket.empty() ? dir_ + "/epkd.sock" : socket;
     log_ = dir_ + "/epkd.log";
     std::vector<std::string> args = {EPKD_PATH, "--socket", socket_, "--budget-mb", budget_mb, "--cpu",
                                      "--read-timeout-ms", "300", "--check-invariants", "--io-threads", "3", "--log-level", "info"};

@@ -14,11 +14,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/client.h"
+#include "daemon/synthetic_source.h"
 #include "tests/daemon/epkd_harness.h"
 #include "codec/common/bytes.h"
 #include "shm/fd_passing.h"
@@ -204,10 +206,23 @@ TEST(Epkd, PinnedSlotsSurvivePressure) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+std::size_t open_fds(pid_t pid) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) ++n;
+  return n;
+}
+
 TEST(Epkd, KilledClientLosesItsPinsWithinOneSecond) {
   Epkd d({"--synthetic", "m=" + spec(2, "64x64")});
   ASSERT_TRUE(d.running());
-  for (int round = 0; round < 20; ++round) {
+  std::size_t fds_before = 0;
+  for (int round = 0; round < 50; ++round) {
+    // Asio opens each io thread's epoll, eventfd and timerfd with its first session: count after every thread has one.
+    // The daemon closes a finished session asynchronously, so let closes settle before counting.
+    if (round == 5) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      fds_before = open_fds(d.pid());
+    }
     Child holder = d.client({"acquire", "m", "t" + std::to_string(round % 2), "dense:fp16", "-1"});
     ASSERT_EQ(read_line(holder.out, 5000).rfind("acquired", 0), 0u);
     ASSERT_EQ(d.stats().pins, 1u);
@@ -225,6 +240,9 @@ TEST(Epkd, KilledClientLosesItsPinsWithinOneSecond) {
   client::Stats s = d.stats();
   EXPECT_EQ(s.clients, 1u);  // only the stats connection: no session leaked
   EXPECT_EQ(s.pinned_slots, 0u);
+  auto settle = Clock::now() + std::chrono::seconds(1);
+  while (open_fds(d.pid()) > fds_before && Clock::now() < settle) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_LE(open_fds(d.pid()), fds_before);  // no socket leaked either
   EXPECT_EQ(d.terminate(), 0);
 }
 
@@ -461,6 +479,34 @@ TEST(Epkd, SighupOpensModelsAddedToTheConfigFile) {
   EXPECT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));  // the first model is untouched
   EXPECT_EQ(d.terminate(), 0);
   std::filesystem::remove(cfg);
+}
+
+TEST(Epkd, DaemonRestartOnTheSameSocketAndClientsReconnect) {
+  std::string dir = std::filesystem::temp_directory_path() / ("epkd_restart_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string sock = dir + "/epkd.sock";
+  std::optional<Client> old;
+  {
+    Epkd first({"--synthetic", "m=t0:8x8"}, "1", sock);
+    ASSERT_TRUE(first.running());
+    auto c = Client::connect(sock);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));
+    old.emplace(std::move(*c));
+    ASSERT_EQ(first.terminate(), 0);
+  }
+  auto gone = old->acquire("m", "t0", shm::Layout::kStored);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, ErrorCode::kIo);
+  Epkd second({"--synthetic", "m=t0:8x8"}, "1", sock);
+  ASSERT_TRUE(second.running());
+  auto again = Client::connect(sock);
+  ASSERT_TRUE(again) << again.error().to_string();
+  auto t = again->acquire("m", "t0", shm::Layout::kStored);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(static_cast<const float*>(t->data)[3], daemon::synthetic_value(0, 3));
+  EXPECT_EQ(second.terminate(), 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Epkd, SecondDaemonOnALiveSocketRefusesToStart) {
