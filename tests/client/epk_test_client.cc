@@ -1,7 +1,9 @@
 // A small client process for the integration tests and by hand. Subcommands (exit 0 on success, 1 on failure with the
 // error on stderr):
-//   acquire SOCKET MODEL TENSOR LAYOUT HOLD_MS   acquire (checking synthetic contents), print "acquired HANDLE", hold
-//                                                HOLD_MS (-1: until killed), release, print "released"
+//   acquire SOCKET MODEL TENSOR LAYOUT HOLD_MS [gate]
+//                                                acquire (checking synthetic contents), print "acquired HANDLE", hold
+//                                                HOLD_MS (-1: until killed), release, print "released". With `gate`:
+//                                                print "connected" once connected, then wait for a byte on stdin
 //   loop SOCKET MODEL TENSOR LAYOUT N             N acquire+release round trips, contents checked once
 //   cycle SOCKET MODEL TENSORS LAYOUT ROUNDS      acquire, check and release each of the comma-separated TENSORS, ROUNDS
 //                                                times; a no-space answer is retried (other clients hold pins)
@@ -76,6 +78,12 @@ int main(int argc, char** argv) {
   if (!layout) return die(std::string("unknown layout ") + argv[5]);
   if (cmd == "acquire") {
     int hold_ms = std::atoi(argv[6]);
+    if (argc > 7 && std::string(argv[7]) == "gate") {
+      std::printf("connected\n");
+      std::fflush(stdout);
+      char b;
+      if (::read(0, &b, 1) != 1) return die("gate: stdin closed");
+    }
     auto t = c->acquire(model, tensor, *layout);
     if (!t) return die(t.error().to_string());
     if (!check_synthetic(*t, index_of(tensor))) return die("contents of " + tensor + " differ from the synthetic values");

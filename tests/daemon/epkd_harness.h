@@ -27,14 +27,19 @@ using client::Client;
 struct Child {
   pid_t pid = -1;
   int out = -1;  // the child's stdout, when captured
+  int in = -1;   // the child's stdin, when captured (a gate the test opens by writing a byte)
 };
 
-inline Child spawn(const std::vector<std::string>& args, bool capture_stdout, const std::string& stderr_path = "") {
+inline Child spawn(const std::vector<std::string>& args, bool capture_stdout, const std::string& stderr_path = "",
+                   bool capture_stdin = false) {
   int pipefd[2] = {-1, -1};
+  int infd[2] = {-1, -1};
   if (capture_stdout && ::pipe2(pipefd, O_CLOEXEC) != 0) return {};
+  if (capture_stdin && ::pipe2(infd, O_CLOEXEC) != 0) return {};
   pid_t pid = ::fork();
   if (pid == 0) {
     if (capture_stdout) ::dup2(pipefd[1], 1);
+    if (capture_stdin) ::dup2(infd[0], 0);
     if (!stderr_path.empty()) {
       int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) ::dup2(fd, 2);
@@ -46,7 +51,8 @@ inline Child spawn(const std::vector<std::string>& args, bool capture_stdout, co
     ::_exit(127);
   }
   if (capture_stdout) ::close(pipefd[1]);
-  return {pid, capture_stdout ? pipefd[0] : -1};
+  if (capture_stdin) ::close(infd[0]);
+  return {pid, capture_stdout ? pipefd[0] : -1, capture_stdin ? infd[1] : -1};
 }
 
 // Exit code, or -1 (and the child is killed) when it does not exit within timeout_ms.
@@ -135,10 +141,12 @@ class Epkd {
     return s ? *s : client::Stats{};
   }
 
-  Child client(std::vector<std::string> args) {
+  // epk_test_client SUBCOMMAND SOCKET ARGS...; `gated`: it connects, prints "connected" and waits for a byte on stdin.
+  Child client(std::vector<std::string> args, bool gated = false) {
     args.insert(args.begin(), {TEST_CLIENT_PATH, args[0], socket_});
     args.erase(args.begin() + 3);
-    return spawn(args, true);
+    if (gated) args.push_back("gate");
+    return spawn(args, true, "", gated);
   }
 
  private:

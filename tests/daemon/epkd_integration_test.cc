@@ -133,11 +133,15 @@ void expect_serving(Epkd& d) {
 TEST(Epkd, ConcurrentAcquiresOfOneTensorDecodeOnce) {
   Epkd d({"--synthetic", "m=t0:300x257", "--synthetic-delay-us", "500000", "--threads", "2"});
   ASSERT_TRUE(d.running());
+  // Every client connects first; then all are let go at once, well inside the 500 ms decode.
   std::vector<Child> kids;
-  for (int i = 0; i < 8; ++i) kids.push_back(d.client({"acquire", "m", "t0", "dense:bf16", "0"}));
+  for (int i = 0; i < 8; ++i) kids.push_back(d.client({"acquire", "m", "t0", "dense:bf16", "0"}, true));
+  for (Child& k : kids) ASSERT_EQ(read_line(k.out, 10000), "connected");
+  for (Child& k : kids) ASSERT_EQ(::write(k.in, "g", 1), 1);
   for (Child& k : kids) {
     EXPECT_EQ(wait_exit(k.pid, 10000), 0);
     ::close(k.out);
+    ::close(k.in);
   }
   client::Stats s = d.stats();
   EXPECT_EQ(s.decodes, 1u);
