@@ -3,8 +3,9 @@
 //   epk_bench_rtt --epkd build/default/daemon/epkd --clients 1,16 --iters 20000
 //     starts its own epkd (synthetic model, temporary socket), or
 //   epk_bench_rtt --socket S --model M --tensor T [--layout L] --clients 16
-//     against a running one. `--io-threads N` is passed to the epkd it starts. Each client process connects, acquires once (a miss that fills the cache), then times
-//     `iters` acquire+release pairs of the same tensor after all clients are ready.
+//     against a running one. `--io-threads N` is passed to the epkd it starts. Each client process connects, acquires
+//     once (a miss that fills the cache), then times `iters` acquire+release pairs of the same tensor after all clients
+//     are ready.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,8 +52,8 @@ int run_client(const std::string& socket, const std::string& model, const std::s
     ns[static_cast<std::size_t>(i)] =
         static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
   }
-  std::ofstream(out_path, std::ios::binary).write(reinterpret_cast<const char*>(ns.data()),
-                                                 static_cast<std::streamsize>(ns.size() * sizeof(std::uint32_t)));
+  std::ofstream(out_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(ns.data()), static_cast<std::streamsize>(ns.size() * sizeof(std::uint32_t)));
   return 0;
 }
 
@@ -99,7 +100,8 @@ bool run_round(const std::string& socket, const std::string& model, const std::s
   std::sort(all.begin(), all.end());
   auto pct = [&](double p) { return all[std::min(all.size() - 1, static_cast<std::size_t>(p * all.size()))] / 1000.0; };
   std::printf("%s clients %2d  pairs %8zu  p50 %7.1f us  p90 %7.1f us  p99 %7.1f us  max %8.1f us  %9.0f pairs/s\n",
-              g_nowait ? "acquire+release_nowait" : "acquire+release", clients, all.size(), pct(0.50), pct(0.90), pct(0.99), all.back() / 1000.0, all.size() / secs);
+              g_nowait ? "acquire+release_nowait" : "acquire+release", clients, all.size(), pct(0.50), pct(0.90),
+              pct(0.99), all.back() / 1000.0, all.size() / secs);
   return true;
 }
 

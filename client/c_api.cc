@@ -78,7 +78,8 @@ int epk_connect(const char* socket_path, epk_client** out) {
 }
 
 int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out) {
-  if (c == nullptr || model == nullptr || tensor == nullptr || out == nullptr) return invalid("epk_acquire: NULL argument");
+  if (c == nullptr || model == nullptr || tensor == nullptr || out == nullptr)
+    return invalid("epk_acquire: NULL argument");
   epk::shm::Layout l;
   if (!parse_layout(layout, &l)) return invalid("epk_acquire: unknown layout");
   return guarded([&]() -> int {
@@ -104,7 +105,8 @@ int epk_acquire(epk_client* c, const char* model, const char* tensor, const char
 
 int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
                  uint32_t* queued) {
-  if (c == nullptr || model == nullptr || (tensors == nullptr && count > 0)) return invalid("epk_prefetch: NULL argument");
+  if (c == nullptr || model == nullptr || (tensors == nullptr && count > 0))
+    return invalid("epk_prefetch: NULL argument");
   epk::shm::Layout l;
   if (!parse_layout(layout, &l)) return invalid("epk_prefetch: unknown layout");
   return guarded([&]() -> int {
@@ -143,8 +145,8 @@ int epk_stats(epk_client* c, epk_cache_stats* out) {
     auto s = c->client.stats();
     if (!s) return fail(s.error());
     *out = epk_cache_stats{s->budget_bytes, s->used_bytes, s->pinned_bytes, s->slots,     s->pinned_slots,
-                     s->pins,         s->hits,       s->misses,       s->evictions, s->decodes,
-                     s->decode_ns,    s->clients,    s->models,       s->prefetches};
+                           s->pins,         s->hits,       s->misses,       s->evictions, s->decodes,
+                           s->decode_ns,    s->clients,    s->models,       s->prefetches};
     return EPK_OK;
   });
 }

@@ -64,7 +64,6 @@ struct Client::Impl {
     return {};
   }
 
-
   // Reads until one whole frame is buffered; returns it and drops it from the buffer.
   Result<Frame> next_frame(std::vector<shm::UniqueFd>* fds) {
     for (;;) {
@@ -131,8 +130,8 @@ struct Client::Impl {
       if (f.header.request_id != id) continue;  // a reply to an abandoned request
       if (f.header.type != (static_cast<std::uint16_t>(expect) | shm::kReplyBit)) {
         sock.reset();
-        return make_error(ErrorCode::kBadInput, std::string("epk client: expected a ") + shm::msg_type_name(
-                                                    static_cast<std::uint16_t>(expect)) + " reply");
+        return make_error(ErrorCode::kBadInput, std::string("epk client: expected a ") +
+                                                    shm::msg_type_name(static_cast<std::uint16_t>(expect)) + " reply");
       }
       return f;
     }
@@ -195,7 +194,8 @@ Result<std::uint32_t> Client::open_model(const std::string& model) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->model_ids.find(model);
   if (it != impl_->model_ids.end()) return it->second;
-  if (model.size() > shm::kMaxModelName) return make_error(ErrorCode::kInvalidArgument, "epk client: model name too long");
+  if (model.size() > shm::kMaxModelName)
+    return make_error(ErrorCode::kInvalidArgument, "epk client: model name too long");
   const std::uint32_t id = impl_->next_id++;
   shm::encode_open_model(id, {model}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kOpenModel));
@@ -206,13 +206,15 @@ Result<std::uint32_t> Client::open_model(const std::string& model) {
 
 Result<Tensor> Client::acquire(const std::string& model, const std::string& tensor, shm::Layout layout) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
-  if (tensor.size() > shm::kMaxTensorName) return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
+  if (tensor.size() > shm::kMaxTensorName)
+    return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
   std::lock_guard<std::mutex> lock(impl_->mu);
   const std::uint32_t id = impl_->next_id++;
   shm::encode_acquire(id, {model_id, layout, tensor}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kAcquire));
   EPK_TRY_ASSIGN(shm::AcquireReply r, shm::decode_acquire_reply(f.payload));
-  if (r.pool_id >= impl_->pools.size()) return make_error(ErrorCode::kBadInput, "epk client: acquire reply: bad pool id");
+  if (r.pool_id >= impl_->pools.size())
+    return make_error(ErrorCode::kBadInput, "epk client: acquire reply: bad pool id");
   const shm::ImportedPool& pool = impl_->pools[r.pool_id];
   if (r.offset > pool.size() || r.bytes > pool.size() - r.offset) {
     return make_error(ErrorCode::kBadInput, "epk client: acquire reply: slot past the end of its pool");
@@ -237,7 +239,8 @@ Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vect
   }
   std::size_t total = 12;
   for (const auto& t : tensors) {
-    if (t.size() > shm::kMaxTensorName) return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
+    if (t.size() > shm::kMaxTensorName)
+      return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
     total += 2 + t.size();
   }
   if (total > shm::kMaxPayload) return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch names too long");

@@ -23,7 +23,7 @@
 namespace epk::client {
 
 struct Tensor {
-  void* data = nullptr;       // inside a mapped pool of this process
+  void* data = nullptr;  // inside a mapped pool of this process
   std::uint64_t bytes = 0;
   DType dtype = DType::kF32;
   std::vector<std::uint64_t> shape;
@@ -47,7 +47,8 @@ class Client {
   Result<std::uint32_t> open_model(const std::string& model);
   // Pins `tensor` of `model` in `layout` until release(); waits for its decode on a miss. kNoSpace when the daemon's
   // budget cannot hold it without evicting pinned slots.
-  Result<Tensor> acquire(const std::string& model, const std::string& tensor, shm::Layout layout = shm::Layout::kStored);
+  Result<Tensor> acquire(const std::string& model, const std::string& tensor,
+                         shm::Layout layout = shm::Layout::kStored);
   // Asks the daemon to decode ahead; returns how many decodes it queued (already cached ones are not counted).
   Result<std::uint32_t> prefetch(const std::string& model, const std::vector<std::string>& tensors,
                                  shm::Layout layout = shm::Layout::kStored);

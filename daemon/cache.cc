@@ -63,15 +63,15 @@ Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, Cl
   } else {
     if (SlotAllocator::rounded(bytes) > budget_) {
       return make_error(ErrorCode::kNoSpace, "no space: " + std::to_string(bytes) +
-                                                         " bytes exceed the whole budget of " + std::to_string(budget_));
+                                                 " bytes exceed the whole budget of " + std::to_string(budget_));
     }
     std::optional<std::uint64_t> offset = alloc_.allocate(bytes);
     while (!offset && evict_one()) offset = alloc_.allocate(bytes);
     if (!offset) {
-      return make_error(ErrorCode::kNoSpace,
-                        "no space: " + std::to_string(bytes) + " bytes do not fit in the budget of " +
-                            std::to_string(budget_) + " without evicting pinned or in-use slots (" +
-                            std::to_string(alloc_.used()) + " bytes held)");
+      return make_error(ErrorCode::kNoSpace, "no space: " + std::to_string(bytes) +
+                                                 " bytes do not fit in the budget of " + std::to_string(budget_) +
+                                                 " without evicting pinned or in-use slots (" +
+                                                 std::to_string(alloc_.used()) + " bytes held)");
     }
     // The one place bytes are added: the budget holds by construction of the allocator, checked again here.
     if (alloc_.used() > budget_) return make_error(ErrorCode::kInternal, "cache: budget exceeded (bug)");
@@ -129,7 +129,8 @@ void Cache::unpin_to(Slot& s, ClientId client, std::uint32_t count) {
 Status Cache::release(std::uint64_t slot_id, ClientId client, std::unique_ptr<shm::Fence> fence) {
   auto it = slots_.find(slot_id);
   if (it == slots_.end() || it->second.pins.count(client) == 0) {
-    return make_error(ErrorCode::kNotFound, "release: handle " + std::to_string(slot_id) + " is not pinned by this client");
+    return make_error(ErrorCode::kNotFound,
+                      "release: handle " + std::to_string(slot_id) + " is not pinned by this client");
   }
   Slot& s = it->second;
   if (fence != nullptr && !fence->completed()) s.fences.push_back(std::move(fence));
@@ -174,7 +175,8 @@ CacheStats Cache::stats() const {
 Status Cache::verify() const {
   auto bad = [](const std::string& why) { return make_error(ErrorCode::kInternal, "cache invariant: " + why); };
   EPK_TRY(alloc_.verify());
-  if (alloc_.used() > budget_) return bad("used " + std::to_string(alloc_.used()) + " > budget " + std::to_string(budget_));
+  if (alloc_.used() > budget_)
+    return bad("used " + std::to_string(alloc_.used()) + " > budget " + std::to_string(budget_));
   std::uint64_t sum = 0;
   std::size_t lru_expected = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;

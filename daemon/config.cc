@@ -154,8 +154,10 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
     parsed.push_back(std::move(s));
   }
   merge_models(&cfg.synthetic, parsed);
-  if (cfg.socket_path.empty()) return make_error(ErrorCode::kInvalidArgument, "no socket: pass --socket or set 'socket'");
-  if (cfg.budget_bytes == 0) return make_error(ErrorCode::kInvalidArgument, "no budget: pass --budget-mb or 'budget_mb'");
+  if (cfg.socket_path.empty())
+    return make_error(ErrorCode::kInvalidArgument, "no socket: pass --socket or set 'socket'");
+  if (cfg.budget_bytes == 0)
+    return make_error(ErrorCode::kInvalidArgument, "no budget: pass --budget-mb or 'budget_mb'");
   return std::optional<DaemonConfig>(std::move(cfg));
 }
 

@@ -69,7 +69,11 @@ constexpr std::size_t kMaxQueuedReplies = 4096;
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Socket sock, Service& svc, ClientId id, int read_timeout_ms)
-      : sock_(std::move(sock)), timer_(sock_.get_executor()), svc_(svc), id_(id), read_timeout_ms_(read_timeout_ms),
+      : sock_(std::move(sock)),
+        timer_(sock_.get_executor()),
+        svc_(svc),
+        id_(id),
+        read_timeout_ms_(read_timeout_ms),
         buf_(shm::kMaxMessage) {}
 
   ClientId id() const { return id_; }
@@ -78,8 +82,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool open() const { return open_ && !closing_; }
 
   static void start(std::shared_ptr<Session> self) {
-    asio::co_spawn(self->sock_.get_executor(), [self]() -> asio::awaitable<void> { co_await self->run(); },
-                   asio::detached);
+    asio::co_spawn(
+        self->sock_.get_executor(), [self]() -> asio::awaitable<void> { co_await self->run(); }, asio::detached);
   }
 
   void send(std::vector<std::uint8_t> msg) {
@@ -160,7 +164,8 @@ class Service {
         spdlog::error("synthetic model '{}' refused: {}", m.name, src.error().to_string());
         continue;
       }
-      spdlog::warn("model '{}' is SYNTHETIC test data ({} tensors), not a checkpoint", m.name, (*src)->tensors().size());
+      spdlog::warn("model '{}' is SYNTHETIC test data ({} tensors), not a checkpoint", m.name,
+                   (*src)->tensors().size());
       opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)));
     }
     return opened;
@@ -208,8 +213,8 @@ class Service {
       return;
     }
     std::vector<std::uint8_t> out;
-    shm::encode_open_model_reply(
-        req, {*id, static_cast<std::uint32_t>(registry_.get(*id)->source->tensors().size())}, &out);
+    shm::encode_open_model_reply(req, {*id, static_cast<std::uint32_t>(registry_.get(*id)->source->tensors().size())},
+                                 &out);
     s.send(std::move(out));
   }
 
@@ -234,9 +239,7 @@ class Service {
     check();
     Slot* slot = lookup->slot;
     switch (lookup->outcome) {
-      case Cache::Outcome::kHit:
-        send_acquire_reply(*s, req, *slot, *served);
-        break;
+      case Cache::Outcome::kHit: send_acquire_reply(*s, req, *slot, *served); break;
       case Cache::Outcome::kPending: {
         InFlight& f = inflight_.at(slot->id);
         f.waiters.push_back({s, req});
@@ -261,8 +264,8 @@ class Service {
         if (t == model->tensor_index.end()) continue;
         auto served = model->source->served(t->second, m.layout);
         if (!served) continue;
-        auto lookup = cache_.acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout}, served->bytes,
-                                     kNoClient);
+        auto lookup =
+            cache_.acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout}, served->bytes, kNoClient);
         check();
         if (!lookup) break;  // no space: later names would not fit either
         if (lookup->outcome == Cache::Outcome::kMiss) {
@@ -288,8 +291,8 @@ class Service {
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
     if ((m.flags & shm::kReleaseNoReply) != 0) return;
     std::vector<std::uint8_t> out;
-    shm::encode_empty(req, static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit),
-                      &out);
+    shm::encode_empty(
+        req, static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit), &out);
     s.send(std::move(out));
   }
 
@@ -387,7 +390,8 @@ class Service {
           Status st = src->produce(tensor, layout, dst);
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-          asio::post(io_, [this, slot_id, st = std::move(st), ns]() mutable { on_decoded(slot_id, std::move(st), ns); });
+          asio::post(io_,
+                     [this, slot_id, st = std::move(st), ns]() mutable { on_decoded(slot_id, std::move(st), ns); });
         },
         prio);
     InFlight& f = inflight_[slot_id];
@@ -415,8 +419,10 @@ class Service {
       if (st && slot != nullptr) {
         encode_acquire_reply(w.request_id, *slot, f.desc, &out);
       } else {
-        shm::encode_error(w.request_id, {wire_status_for(st ? ErrorCode::kInternal : st.error().code),
-                                         st ? "decode failed" : st.error().message}, &out);
+        shm::encode_error(
+            w.request_id,
+            {wire_status_for(st ? ErrorCode::kInternal : st.error().code), st ? "decode failed" : st.error().message},
+            &out);
       }
       asio::post(s->executor(), [s, out = std::move(out)]() mutable { s->send(std::move(out)); });
     }
@@ -567,8 +573,7 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
       if (!writing_) close_now();
       return;
     }
-    default:
-      fail(req, shm::WireStatus::kBadMessage, std::string("unknown message type ") + std::to_string(h.type));
+    default: fail(req, shm::WireStatus::kBadMessage, std::string("unknown message type ") + std::to_string(h.type));
   }
 }
 
@@ -606,8 +611,8 @@ asio::awaitable<void> Session::run() {
              have_ > 0 ? "timed out with " + std::to_string(have_) + " bytes of a message received"
                        : std::string("timed out waiting for hello"));
       } else if (have_ > 0 && ec == asio::error::eof) {
-        fail(0, shm::WireStatus::kBadMessage, "truncated message: the stream ended after " + std::to_string(have_) +
-                                                  " bytes of it");
+        fail(0, shm::WireStatus::kBadMessage,
+             "truncated message: the stream ended after " + std::to_string(have_) + " bytes of it");
       }
       break;
     }
@@ -675,8 +680,8 @@ int run_daemon(const DaemonConfig& cfg) {
     spdlog::critical("{}", pool.error().to_string());
     return 1;
   }
-  unsigned io_threads = cfg.io_threads != 0 ? cfg.io_threads
-                                            : std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
+  unsigned io_threads =
+      cfg.io_threads != 0 ? cfg.io_threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
   std::vector<std::unique_ptr<asio::io_context>> contexts;
   for (unsigned i = 0; i < io_threads; ++i) contexts.push_back(std::make_unique<asio::io_context>(1));
   asio::io_context& io = *contexts[0];  // acceptor, signals, decode completions, and sessions too

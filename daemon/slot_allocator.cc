@@ -53,11 +53,12 @@ Status SlotAllocator::verify() const {
   bool first = true;
   for (const auto& [off, len] : free_) {
     if (len == 0 || off % kSlotAlignment != 0 || len % kSlotAlignment != 0) {
-      return make_error(ErrorCode::kInternal, "slot allocator: misaligned or empty free range at " + std::to_string(off));
+      return make_error(ErrorCode::kInternal,
+                        "slot allocator: misaligned or empty free range at " + std::to_string(off));
     }
     if (!first && off <= end) {
-      return make_error(ErrorCode::kInternal, "slot allocator: free ranges overlap or are not merged at " +
-                                                  std::to_string(off));
+      return make_error(ErrorCode::kInternal,
+                        "slot allocator: free ranges overlap or are not merged at " + std::to_string(off));
     }
     if (off + len > capacity_) return make_error(ErrorCode::kInternal, "slot allocator: free range past capacity");
     end = off + len;

@@ -20,8 +20,8 @@ Result<std::uint64_t> parse_dim(std::string_view s, const std::string& item) {
   std::uint64_t v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p != s.data() + s.size() || v == 0) {
-    return make_error(ErrorCode::kInvalidArgument, "synthetic spec item '" + item + "': bad dimension '" +
-                                                       std::string(s) + "'");
+    return make_error(ErrorCode::kInvalidArgument,
+                      "synthetic spec item '" + item + "': bad dimension '" + std::string(s) + "'");
   }
   return v;
 }
@@ -122,7 +122,8 @@ Result<std::unique_ptr<SyntheticSource>> SyntheticSource::create(const std::stri
         return make_error(ErrorCode::kInvalidArgument, "synthetic spec item '" + item_s + "': too large");
       }
     }
-    if (t.shape.size() > 4) return make_error(ErrorCode::kInvalidArgument, "synthetic spec item '" + item_s + "': >4 dims");
+    if (t.shape.size() > 4)
+      return make_error(ErrorCode::kInvalidArgument, "synthetic spec item '" + item_s + "': >4 dims");
     for (const TensorMeta& other : s->tensors_) {
       if (other.name == t.name) return make_error(ErrorCode::kInvalidArgument, "synthetic spec: duplicate " + t.name);
     }
@@ -143,9 +144,18 @@ Result<ServedTensor> SyntheticSource::served(std::size_t tensor, shm::Layout lay
   std::uint64_t elems = t.stored_bytes / 4;
   switch (layout) {
     case shm::Layout::kStored:
-    case shm::Layout::kDenseF32: out.dtype = DType::kF32; out.bytes = elems * 4; break;
-    case shm::Layout::kDenseBF16: out.dtype = DType::kBF16; out.bytes = elems * 2; break;
-    case shm::Layout::kDenseF16: out.dtype = DType::kF16; out.bytes = elems * 2; break;
+    case shm::Layout::kDenseF32:
+      out.dtype = DType::kF32;
+      out.bytes = elems * 4;
+      break;
+    case shm::Layout::kDenseBF16:
+      out.dtype = DType::kBF16;
+      out.bytes = elems * 2;
+      break;
+    case shm::Layout::kDenseF16:
+      out.dtype = DType::kF16;
+      out.bytes = elems * 2;
+      break;
     default:
       return make_error(ErrorCode::kUnsupported, origin_ + ": tensor '" + t.name + "': layout " +
                                                      std::string(shm::layout_name(layout)) + " is not served");
@@ -159,11 +169,13 @@ Status SyntheticSource::produce(std::size_t tensor, shm::Layout layout, std::spa
   const TensorMeta& t = tensors_[tensor];
   if (dst.size() != st.bytes) {
     return make_error(ErrorCode::kInternal, origin_ + ": tensor '" + t.name + "': destination holds " +
-                                                std::to_string(dst.size()) + " bytes, need " + std::to_string(st.bytes));
+                                                std::to_string(dst.size()) + " bytes, need " +
+                                                std::to_string(st.bytes));
   }
   if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   if (corrupt_[tensor]) {
-    return make_error(ErrorCode::kCorruptTile, origin_ + ": tensor '" + t.name + "': tile 0 did not decode (synthetic corruption)");
+    return make_error(ErrorCode::kCorruptTile,
+                      origin_ + ": tensor '" + t.name + "': tile 0 did not decode (synthetic corruption)");
   }
   const std::uint64_t elems = t.stored_bytes / 4;
   const auto idx = static_cast<std::uint32_t>(tensor);
@@ -172,10 +184,12 @@ Status SyntheticSource::produce(std::size_t tensor, shm::Layout layout, std::spa
       for (std::uint64_t i = 0; i < elems; ++i) store_le<float>(dst.data() + i * 4, synthetic_value(idx, i));
       break;
     case DType::kBF16:
-      for (std::uint64_t i = 0; i < elems; ++i) store_le<std::uint16_t>(dst.data() + i * 2, f32_to_bf16(synthetic_value(idx, i)));
+      for (std::uint64_t i = 0; i < elems; ++i)
+        store_le<std::uint16_t>(dst.data() + i * 2, f32_to_bf16(synthetic_value(idx, i)));
       break;
     case DType::kF16:
-      for (std::uint64_t i = 0; i < elems; ++i) store_le<std::uint16_t>(dst.data() + i * 2, f32_to_f16(synthetic_value(idx, i)));
+      for (std::uint64_t i = 0; i < elems; ++i)
+        store_le<std::uint16_t>(dst.data() + i * 2, f32_to_f16(synthetic_value(idx, i)));
       break;
     default: return make_error(ErrorCode::kInternal, origin_ + ": unexpected served dtype");
   }

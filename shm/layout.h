@@ -9,7 +9,7 @@
 namespace epk::shm {
 
 enum class Layout : std::uint32_t {
-  kStored = 0,        // raw tensors as stored
+  kStored = 0,  // raw tensors as stored
   kDenseBF16 = 1,
   kDenseF16 = 2,
   kDenseF32 = 3,

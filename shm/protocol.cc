@@ -378,9 +378,8 @@ Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p) {
   EPK_TRY_ASSIGN(std::uint32_t n, r.get<std::uint32_t>("field_count"));
   if (n != kStatsFields) return r.bad("field_count", std::to_string(n) + ", expected " + std::to_string(kStatsFields));
   StatsReply m;
-  for (std::uint64_t* f : {&m.budget_bytes, &m.used_bytes, &m.pinned_bytes, &m.slots, &m.pinned_slots, &m.pins,
-                           &m.hits, &m.misses, &m.evictions, &m.decodes, &m.decode_ns, &m.clients, &m.models,
-                           &m.prefetches}) {
+  for (std::uint64_t* f : {&m.budget_bytes, &m.used_bytes, &m.pinned_bytes, &m.slots, &m.pinned_slots, &m.pins, &m.hits,
+                           &m.misses, &m.evictions, &m.decodes, &m.decode_ns, &m.clients, &m.models, &m.prefetches}) {
     EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("stats"));
   }
   EPK_TRY(r.finish());

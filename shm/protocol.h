@@ -94,11 +94,26 @@ struct PoolInfo {
   std::uint64_t size = 0;
 };
 
-struct HelloRequest { std::uint32_t client_pid = 0; std::uint32_t flags = 0; };
-struct HelloReply { std::uint32_t server_version = kProtocolVersion; std::vector<PoolInfo> pools; };
-struct OpenModelRequest { std::string model; };
-struct OpenModelReply { std::uint32_t model_id = 0; std::uint32_t tensor_count = 0; };
-struct AcquireRequest { std::uint32_t model_id = 0; Layout layout = Layout::kStored; std::string tensor; };
+struct HelloRequest {
+  std::uint32_t client_pid = 0;
+  std::uint32_t flags = 0;
+};
+struct HelloReply {
+  std::uint32_t server_version = kProtocolVersion;
+  std::vector<PoolInfo> pools;
+};
+struct OpenModelRequest {
+  std::string model;
+};
+struct OpenModelReply {
+  std::uint32_t model_id = 0;
+  std::uint32_t tensor_count = 0;
+};
+struct AcquireRequest {
+  std::uint32_t model_id = 0;
+  Layout layout = Layout::kStored;
+  std::string tensor;
+};
 struct AcquireReply {
   std::uint64_t handle = 0;
   std::uint32_t pool_id = 0;
@@ -108,8 +123,14 @@ struct AcquireReply {
   std::vector<std::uint64_t> shape;
   std::vector<std::int64_t> strides;  // in elements
 };
-struct PrefetchRequest { std::uint32_t model_id = 0; Layout layout = Layout::kStored; std::vector<std::string> tensors; };
-struct PrefetchReply { std::uint32_t queued = 0; };
+struct PrefetchRequest {
+  std::uint32_t model_id = 0;
+  Layout layout = Layout::kStored;
+  std::vector<std::string> tensors;
+};
+struct PrefetchReply {
+  std::uint32_t queued = 0;
+};
 struct ReleaseRequest {
   std::uint64_t handle = 0;
   FenceKind fence = FenceKind::kHostRelease;
@@ -132,7 +153,10 @@ struct StatsReply {
   std::uint64_t prefetches = 0;
 };
 inline constexpr std::uint32_t kStatsFields = 14;
-struct ErrorReply { WireStatus status = WireStatus::kInternal; std::string message; };
+struct ErrorReply {
+  WireStatus status = WireStatus::kInternal;
+  std::string message;
+};
 
 // Encoders write a whole message (header + payload) into `out` (cleared first).
 void encode_hello(std::uint32_t id, const HelloRequest& m, std::vector<std::uint8_t>* out);

@@ -35,7 +35,8 @@ void Mapping::reset() {
 Result<Mapping> Mapping::map_shared(int fd, std::size_t size, const char* what) {
   if (size == 0) return make_error(ErrorCode::kInvalidArgument, std::string(what) + ": cannot map 0 bytes");
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return make_errno_error(std::string(what) + ": mmap of " + std::to_string(size) + " bytes", errno);
+  if (p == MAP_FAILED)
+    return make_errno_error(std::string(what) + ": mmap of " + std::to_string(size) + " bytes", errno);
   Mapping m;
   m.data_ = static_cast<std::uint8_t*>(p);
   m.size_ = size;

@@ -5,7 +5,8 @@
 //                                                HOLD_MS (-1: until killed), release, print "released". With `gate`:
 //                                                print "connected" once connected, then wait for a byte on stdin
 //   loop SOCKET MODEL TENSOR LAYOUT N             N acquire+release round trips, contents checked once
-//   cycle SOCKET MODEL TENSORS LAYOUT ROUNDS      acquire, check and release each of the comma-separated TENSORS, ROUNDS
+//   cycle SOCKET MODEL TENSORS LAYOUT ROUNDS      acquire, check and release each of the comma-separated TENSORS,
+//   ROUNDS
 //                                                times; a no-space answer is retried (other clients hold pins)
 //   stats SOCKET                                  print the daemon's stats as key=value lines
 #include <unistd.h>
@@ -86,7 +87,8 @@ int main(int argc, char** argv) {
     }
     auto t = c->acquire(model, tensor, *layout);
     if (!t) return die(t.error().to_string());
-    if (!check_synthetic(*t, index_of(tensor))) return die("contents of " + tensor + " differ from the synthetic values");
+    if (!check_synthetic(*t, index_of(tensor)))
+      return die("contents of " + tensor + " differ from the synthetic values");
     std::printf("acquired %llu\n", (unsigned long long)t->handle);
     std::fflush(stdout);
     if (hold_ms < 0) {

@@ -168,9 +168,12 @@ TEST(Cache, SlotWithAnIncompleteFenceIsNotReused) {
 
 TEST(Cache, EvictedRangesAreDiscarded) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> discarded;
-  Cache c(kKiB, [](void* ctx, std::uint64_t off, std::uint64_t len) {
-    static_cast<std::vector<std::pair<std::uint64_t, std::uint64_t>>*>(ctx)->emplace_back(off, len);
-  }, &discarded);
+  Cache c(
+      kKiB,
+      [](void* ctx, std::uint64_t off, std::uint64_t len) {
+        static_cast<std::vector<std::pair<std::uint64_t, std::uint64_t>>*>(ctx)->emplace_back(off, len);
+      },
+      &discarded);
   Slot* s = fill(c, 0, 700, 1);
   ASSERT_TRUE(c.release(s->id, 1, nullptr));
   fill(c, 1, 900, 1);

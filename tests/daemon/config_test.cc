@@ -84,8 +84,8 @@ TEST(Config, BadInputIsRefusedWithTheField) {
   std::string broken = write_temp("epkd_broken", "socket = \n");
   EXPECT_FALSE(parse({"--config", broken}));
   std::filesystem::remove(broken);
-  EXPECT_FALSE(parse({"--budget-mb", "4"}));                           // no socket
-  EXPECT_FALSE(parse({"--socket", "/s"}));                             // no budget
+  EXPECT_FALSE(parse({"--budget-mb", "4"}));  // no socket
+  EXPECT_FALSE(parse({"--socket", "/s"}));    // no budget
   EXPECT_FALSE(parse({"--socket", "/s", "--budget-mb", "4", "--model", "noequals"}));
   EXPECT_FALSE(parse({"--socket", "/s", "--budget-mb", "4", "--bogus"}));
   EXPECT_FALSE(parse({"--config", "/nonexistent/epkd.toml"}));

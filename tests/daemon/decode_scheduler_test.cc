@@ -56,8 +56,18 @@ TEST(DecodeScheduler, PromotedJobRunsOnceAndAheadOfPrefetches) {
   std::mutex mu;
   std::vector<int> order;
   s.submit([&] { gate.wait(); }, Priority::kAcquire);
-  s.submit([&] { std::lock_guard<std::mutex> l(mu); order.push_back(1); }, Priority::kPrefetch);
-  auto job = s.submit([&] { std::lock_guard<std::mutex> l(mu); order.push_back(2); }, Priority::kPrefetch);
+  s.submit(
+      [&] {
+        std::lock_guard<std::mutex> l(mu);
+        order.push_back(1);
+      },
+      Priority::kPrefetch);
+  auto job = s.submit(
+      [&] {
+        std::lock_guard<std::mutex> l(mu);
+        order.push_back(2);
+      },
+      Priority::kPrefetch);
   s.promote(job);
   gate.release();
   s.drain();
@@ -78,11 +88,13 @@ TEST(DecodeScheduler, ManyJobsOnManyThreadsAllRun) {
 TEST(DecodeScheduler, StopDropsQueuedJobsAndLetsTheRunningOneFinish) {
   DecodeScheduler s(1);
   std::atomic<bool> started{false}, finished{false}, dropped_ran{false};
-  s.submit([&] {
-    started = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    finished = true;
-  }, Priority::kAcquire);
+  s.submit(
+      [&] {
+        started = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        finished = true;
+      },
+      Priority::kAcquire);
   s.submit([&] { dropped_ran = true; }, Priority::kPrefetch);
   while (!started) std::this_thread::yield();
   s.stop();

@@ -93,8 +93,9 @@ class Epkd {
     dir_ = ::mkdtemp(tmpl);
     socket_ = socket.empty() ? dir_ + "/epkd.sock" : socket;
     log_ = dir_ + "/epkd.log";
-    std::vector<std::string> args = {EPKD_PATH, "--socket", socket_, "--budget-mb", budget_mb, "--cpu",
-                                     "--read-timeout-ms", "300", "--check-invariants", "--io-threads", "3", "--log-level", "info"};
+    std::vector<std::string> args = {EPKD_PATH, "--socket",          socket_, "--budget-mb",        budget_mb,
+                                     "--cpu",   "--read-timeout-ms", "300",   "--check-invariants", "--io-threads",
+                                     "3",       "--log-level",       "info"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = spawn(args, false, log_).pid;
     auto deadline = Clock::now() + std::chrono::seconds(10);

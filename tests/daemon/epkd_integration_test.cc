@@ -33,7 +33,6 @@ using namespace epk::test_harness;  // NOLINT
 using Clock = std::chrono::steady_clock;
 using client::Client;
 
-
 std::string spec(int n, const char* dims) {
   std::string s;
   for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string("t") + std::to_string(i) + ":" + dims;
@@ -212,7 +211,8 @@ TEST(Epkd, PinnedSlotsSurvivePressure) {
 
 std::size_t open_fds(pid_t pid) {
   std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) ++n;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    ++n;
   return n;
 }
 
@@ -245,7 +245,8 @@ TEST(Epkd, KilledClientLosesItsPinsWithinOneSecond) {
   EXPECT_EQ(s.clients, 1u);  // only the stats connection: no session leaked
   EXPECT_EQ(s.pinned_slots, 0u);
   auto settle = Clock::now() + std::chrono::seconds(1);
-  while (open_fds(d.pid()) > fds_before && Clock::now() < settle) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (open_fds(d.pid()) > fds_before && Clock::now() < settle)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_LE(open_fds(d.pid()), fds_before);  // no socket leaked either
   EXPECT_EQ(d.terminate(), 0);
 }
@@ -295,7 +296,7 @@ TEST(Epkd, ReleaseWithoutWaitingDropsThePinAndCountsAFailureLater) {
   auto t = c->acquire("m", "t0", shm::Layout::kStored);
   ASSERT_TRUE(t);
   ASSERT_TRUE(c->release_nowait(t->handle));
-  EXPECT_EQ(c->stats()->pins, 0u);  // the daemon handles messages of a session in order
+  EXPECT_EQ(c->stats()->pins, 0u);            // the daemon handles messages of a session in order
   ASSERT_TRUE(c->release_nowait(t->handle));  // no longer pinned: the failure comes back later
   auto s = c->stats();
   ASSERT_TRUE(s) << s.error().to_string();  // the stray error reply does not disturb the next call
@@ -350,8 +351,8 @@ TEST(EpkdMalformed, OversizedMessageIsRefusedFromItsHeader) {
   int fd = raw_connect(d.socket());
   raw_hello(fd);
   std::vector<std::uint8_t> msg(shm::kHeaderSize);
-  shm::encode_header({shm::kProtocolVersion, static_cast<std::uint16_t>(shm::MsgType::kAcquire), 9,
-                      shm::kMaxPayload + 1}, msg.data());
+  shm::encode_header(
+      {shm::kProtocolVersion, static_cast<std::uint16_t>(shm::MsgType::kAcquire), 9, shm::kMaxPayload + 1}, msg.data());
   raw_send(fd, msg);
   RawReply r = raw_read_reply(fd, 2000, true);
   ASSERT_TRUE(r.got);
@@ -516,8 +517,8 @@ TEST(Epkd, DaemonRestartOnTheSameSocketAndClientsReconnect) {
 TEST(Epkd, SecondDaemonOnALiveSocketRefusesToStart) {
   Epkd d({"--synthetic", "m=t0:8x8"});
   ASSERT_TRUE(d.running());
-  Child second = spawn({EPKD_PATH, "--socket", d.socket(), "--budget-mb", "1", "--synthetic", "m=t0:8x8",
-                        "--log-level", "off"}, false);
+  Child second = spawn(
+      {EPKD_PATH, "--socket", d.socket(), "--budget-mb", "1", "--synthetic", "m=t0:8x8", "--log-level", "off"}, false);
   EXPECT_EQ(wait_exit(second.pid, 5000), 1);
   expect_serving(d);
   EXPECT_EQ(d.terminate(), 0);

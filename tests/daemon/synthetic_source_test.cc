@@ -25,7 +25,7 @@ TEST(Conversions, Bf16RoundsToNearestEven) {
   EXPECT_EQ(f32_to_bf16(from_bits(0x3F818000)), 0x3F82);  // tie, odd rounds up
   EXPECT_EQ(f32_to_bf16(from_bits(0x3F808001)), 0x3F81);  // above the tie
   EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::infinity()), 0x7F80);
-  EXPECT_EQ(f32_to_bf16(from_bits(0x7F7FFFFF)), 0x7F80);  // max float rounds to infinity
+  EXPECT_EQ(f32_to_bf16(from_bits(0x7F7FFFFF)), 0x7F80);   // max float rounds to infinity
   std::uint16_t nan = f32_to_bf16(from_bits(0x7F800001));  // a NaN with payload only in the low bits stays NaN
   EXPECT_EQ(nan & 0x7F80, 0x7F80);
   EXPECT_NE(nan & 0x007F, 0);
@@ -35,7 +35,7 @@ TEST(Conversions, F16EdgeValues) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3C00);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xC000);
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);  // tie between max and 2^16: even is infinity
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);               // tie between max and 2^16: even is infinity
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie to even zero
   EXPECT_EQ(f32_to_f16(std::ldexp(3.0f, -26)), 0x0001);
