@@ -658,7 +658,10 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
     Socket sock = co_await acceptor.async_accept(ctx, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-      spdlog::warn("accept: {}", ec.message());
+      // Out of fds (EMFILE) and the like fail again at once: back off instead of spinning.
+      spdlog::warn("accept: {}; retrying in 100 ms", ec.message());
+      asio::steady_timer backoff(acceptor.get_executor(), std::chrono::milliseconds(100));
+      co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
     auto s = std::make_shared<Session>(std::move(sock), svc, svc.next_client_id(), svc.config().read_timeout_ms);
