@@ -241,9 +241,13 @@ class Service {
     switch (lookup->outcome) {
       case Cache::Outcome::kHit: send_acquire_reply(*s, req, *slot, *served); break;
       case Cache::Outcome::kPending: {
-        InFlight& f = inflight_.at(slot->id);
-        f.waiters.push_back({s, req});
-        scheduler_.promote(f.job);  // a prefetch that an acquire now waits for
+        auto f = inflight_.find(slot->id);
+        if (f == inflight_.end()) {  // a decoding slot always has its in-flight entry; never throw on a bug
+          (void)cache_.release(slot->id, s->id(), nullptr);
+          return send_error(*s, req, shm::WireStatus::kInternal, "acquire: decode state lost (bug)");
+        }
+        f->second.waiters.push_back({s, req});
+        scheduler_.promote(f->second.job);  // a prefetch that an acquire now waits for
         break;
       }
       case Cache::Outcome::kMiss:
