@@ -15,6 +15,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kNotFound: return "not-found";
     case ErrorCode::kCuda: return "cuda";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kNoSpace: return "no-space";
   }
   return "unknown";
 }

@@ -20,6 +20,7 @@ enum class ErrorCode : std::uint8_t {
   kNotFound,
   kCuda,
   kInternal,
+  kNoSpace,  // a request cannot fit in a byte budget (the daemon's cache) without breaking a rule
 };
 
 const char* error_code_name(ErrorCode code);

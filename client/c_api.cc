@@ -1,0 +1,165 @@
+// The C ABI over Client: every entry point catches everything, so no exception crosses it.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "client/client.h"
+#include "client/epk.h"
+
+struct epk_client {
+  epk::client::Client client;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+int status_for(epk::ErrorCode code) {
+  switch (code) {
+    case epk::ErrorCode::kIo: return EPK_E_IO;
+    case epk::ErrorCode::kBadInput:
+    case epk::ErrorCode::kChecksum: return EPK_E_BAD_INPUT;
+    case epk::ErrorCode::kUnsupported: return EPK_E_UNSUPPORTED;
+    case epk::ErrorCode::kNotFound: return EPK_E_NOT_FOUND;
+    case epk::ErrorCode::kNoSpace: return EPK_E_NO_SPACE;
+    case epk::ErrorCode::kCorruptTile: return EPK_E_DECODE;
+    case epk::ErrorCode::kInvalidArgument: return EPK_E_INVALID;
+    default: return EPK_E_INTERNAL;
+  }
+}
+
+int fail(const epk::Error& e) {
+  g_last_error = e.to_string();
+  return status_for(e.code);
+}
+
+int invalid(const char* what) {
+  g_last_error = std::string("invalid-argument: ") + what;
+  return EPK_E_INVALID;
+}
+
+template <class F>
+int guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    g_last_error = "internal: out of memory";
+  } catch (...) {
+    g_last_error = "internal: unexpected exception";
+  }
+  return EPK_E_INTERNAL;
+}
+
+bool parse_layout(const char* layout, epk::shm::Layout* out) {
+  if (layout == nullptr) {
+    *out = epk::shm::Layout::kStored;
+    return true;
+  }
+  auto l = epk::shm::layout_from_name(layout);
+  if (!l) return false;
+  *out = *l;
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+int epk_connect(const char* socket_path, epk_client** out) {
+  if (out == nullptr) return invalid("epk_connect: out is NULL");
+  *out = nullptr;
+  if (socket_path == nullptr) return invalid("epk_connect: socket_path is NULL");
+  return guarded([&]() -> int {
+    auto c = epk::client::Client::connect(socket_path);
+    if (!c) return fail(c.error());
+    *out = new epk_client{std::move(*c)};
+    return EPK_OK;
+  });
+}
+
+int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out) {
+  if (c == nullptr || model == nullptr || tensor == nullptr || out == nullptr)
+    return invalid("epk_acquire: NULL argument");
+  epk::shm::Layout l;
+  if (!parse_layout(layout, &l)) return invalid("epk_acquire: unknown layout");
+  return guarded([&]() -> int {
+    auto t = c->client.acquire(model, tensor, l);
+    if (!t) return fail(t.error());
+    if (t->shape.size() > EPK_MAX_DIMS) {
+      (void)c->client.release(t->handle);
+      return invalid("epk_acquire: tensor has more than EPK_MAX_DIMS dimensions");
+    }
+    std::memset(out, 0, sizeof(*out));
+    out->data = t->data;
+    out->bytes = t->bytes;
+    out->dtype = static_cast<std::uint32_t>(t->dtype);
+    out->ndim = static_cast<std::uint32_t>(t->shape.size());
+    for (std::size_t i = 0; i < t->shape.size(); ++i) {
+      out->shape[i] = t->shape[i];
+      out->strides[i] = t->strides[i];
+    }
+    out->handle = t->handle;
+    return EPK_OK;
+  });
+}
+
+int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
+                 uint32_t* queued) {
+  if (c == nullptr || model == nullptr || (tensors == nullptr && count > 0))
+    return invalid("epk_prefetch: NULL argument");
+  epk::shm::Layout l;
+  if (!parse_layout(layout, &l)) return invalid("epk_prefetch: unknown layout");
+  return guarded([&]() -> int {
+    std::vector<std::string> names;
+    names.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (tensors[i] == nullptr) return invalid("epk_prefetch: NULL tensor name");
+      names.emplace_back(tensors[i]);
+    }
+    auto r = c->client.prefetch(model, names, l);
+    if (!r) return fail(r.error());
+    if (queued != nullptr) *queued = *r;
+    return EPK_OK;
+  });
+}
+
+int epk_release(epk_client* c, uint64_t handle) {
+  if (c == nullptr) return invalid("epk_release: NULL client");
+  return guarded([&]() -> int {
+    auto st = c->client.release(handle);
+    return st ? EPK_OK : fail(st.error());
+  });
+}
+
+int epk_release_nowait(epk_client* c, uint64_t handle) {
+  if (c == nullptr) return invalid("epk_release_nowait: NULL client");
+  return guarded([&]() -> int {
+    auto st = c->client.release_nowait(handle);
+    return st ? EPK_OK : fail(st.error());
+  });
+}
+
+int epk_stats(epk_client* c, epk_cache_stats* out) {
+  if (c == nullptr || out == nullptr) return invalid("epk_stats: NULL argument");
+  return guarded([&]() -> int {
+    auto s = c->client.stats();
+    if (!s) return fail(s.error());
+    *out = epk_cache_stats{s->budget_bytes, s->used_bytes, s->pinned_bytes, s->slots,     s->pinned_slots,
+                           s->pins,         s->hits,       s->misses,       s->evictions, s->decodes,
+                           s->decode_ns,    s->clients,    s->models,       s->prefetches};
+    return EPK_OK;
+  });
+}
+
+void epk_disconnect(epk_client* c) {
+  if (c == nullptr) return;
+  try {
+    c->client.disconnect();
+  } catch (...) {
+  }
+  delete c;
+}
+
+const char* epk_last_error(void) { return g_last_error.c_str(); }
+
+}  // extern "C"

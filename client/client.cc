@@ -1,0 +1,303 @@
+#include "client/client.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "shm/fd_passing.h"
+#include "shm/pool.h"
+#include "shm/unique_fd.h"
+
+namespace epk::client {
+
+namespace {
+
+ErrorCode code_for(shm::WireStatus s) {
+  switch (s) {
+    case shm::WireStatus::kNotFound: return ErrorCode::kNotFound;
+    case shm::WireStatus::kUnsupported:
+    case shm::WireStatus::kBadVersion: return ErrorCode::kUnsupported;
+    case shm::WireStatus::kNoSpace: return ErrorCode::kNoSpace;
+    case shm::WireStatus::kDecodeFailed: return ErrorCode::kCorruptTile;
+    case shm::WireStatus::kBadMessage: return ErrorCode::kBadInput;
+    case shm::WireStatus::kShuttingDown: return ErrorCode::kIo;
+    default: return ErrorCode::kInternal;
+  }
+}
+
+struct Frame {
+  shm::FrameHeader header;
+  std::vector<std::uint8_t> payload;
+};
+
+}  // namespace
+
+struct Client::Impl {
+  std::mutex mu;
+  shm::UniqueFd sock;
+  std::vector<shm::ImportedPool> pools;
+  std::unordered_map<std::string, std::uint32_t> model_ids;
+  std::uint32_t next_id = 1;
+  std::vector<std::uint8_t> tx;
+  std::vector<std::uint8_t> rx;  // bytes received and not yet consumed
+  std::size_t rx_have = 0;
+  std::uint64_t deferred_release_errors = 0;
+  std::unordered_map<std::uint32_t, bool> nowait_ids;  // release_nowait requests that may still be answered (errors)
+
+  Status send_all(const std::vector<std::uint8_t>& bytes) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      ssize_t n = ::send(sock.get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        sock.reset();
+        return make_errno_error("epk client: send", e);
+      }
+      sent += static_cast<std::size_t>(n);
+    }
+    return {};
+  }
+
+  // Reads until one whole frame is buffered; returns it and drops it from the buffer.
+  Result<Frame> next_frame(std::vector<shm::UniqueFd>* fds) {
+    for (;;) {
+      if (rx_have >= shm::kHeaderSize) {
+        auto h = shm::decode_header(std::span<const std::uint8_t>(rx.data(), rx_have));
+        if (!h) {
+          sock.reset();
+          return make_error(ErrorCode::kBadInput, "epk client: reply from epkd: " + h.error().message);
+        }
+        std::size_t total = shm::kHeaderSize + h->payload_size;
+        if (rx_have >= total) {
+          Frame f{*h, std::vector<std::uint8_t>(rx.begin() + shm::kHeaderSize, rx.begin() + total)};
+          std::memmove(rx.data(), rx.data() + total, rx_have - total);
+          rx_have -= total;
+          return f;
+        }
+      }
+      Result<std::size_t> n = std::size_t{0};
+      if (fds != nullptr) {
+        n = shm::recv_with_fds(sock.get(), std::span<std::uint8_t>(rx.data() + rx_have, rx.size() - rx_have), fds);
+      } else {
+        ssize_t r;
+        do {
+          r = ::recv(sock.get(), rx.data() + rx_have, rx.size() - rx_have, 0);
+        } while (r < 0 && errno == EINTR);
+        if (r < 0) {
+          n = (errno == EAGAIN || errno == EWOULDBLOCK)
+                  ? make_error(ErrorCode::kIo, "epk client: timed out waiting for epkd's reply")
+                  : make_errno_error("epk client: recv", errno);
+        } else {
+          n = static_cast<std::size_t>(r);
+        }
+      }
+      if (!n) {
+        sock.reset();
+        return std::move(n).error();
+      }
+      if (*n == 0) {
+        sock.reset();
+        return make_error(ErrorCode::kIo, "epk client: epkd closed the connection");
+      }
+      rx_have += *n;
+    }
+  }
+
+  // Sends the request in tx and waits for the reply with its id. An error reply becomes an Error; an error for
+  // request 0 means the daemon closed the session.
+  Result<Frame> call(std::uint32_t id, shm::MsgType expect, std::vector<shm::UniqueFd>* fds = nullptr) {
+    if (!sock.valid()) return make_error(ErrorCode::kIo, "epk client: not connected");
+    EPK_TRY(send_all(tx));
+    for (;;) {
+      EPK_TRY_ASSIGN(Frame f, next_frame(fds));
+      if (f.header.type == static_cast<std::uint16_t>(shm::MsgType::kError)) {
+        auto e = shm::decode_error(f.payload);
+        if (!e) return make_error(ErrorCode::kBadInput, "epk client: " + e.error().message);
+        if (f.header.request_id != id && f.header.request_id != 0) {
+          if (nowait_ids.erase(f.header.request_id) != 0) ++deferred_release_errors;
+          continue;
+        }
+        if (e->status == shm::WireStatus::kBadMessage || e->status == shm::WireStatus::kBadVersion) sock.reset();
+        return make_error(code_for(e->status),
+                          std::string("epkd: ") + shm::wire_status_name(e->status) + ": " + e->message);
+      }
+      if (f.header.request_id != id) continue;  // a reply to an abandoned request
+      if (f.header.type != (static_cast<std::uint16_t>(expect) | shm::kReplyBit)) {
+        sock.reset();
+        return make_error(ErrorCode::kBadInput, std::string("epk client: expected a ") +
+                                                    shm::msg_type_name(static_cast<std::uint16_t>(expect)) + " reply");
+      }
+      return f;
+    }
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::Client(Client&&) noexcept = default;
+Client& Client::operator=(Client&& other) noexcept {
+  if (this != &other) {
+    disconnect();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+Client::~Client() { disconnect(); }
+
+bool Client::connected() const { return impl_ != nullptr && impl_->sock.valid(); }
+
+Result<Client> Client::connect(const std::string& socket_path, int reply_timeout_ms) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return make_error(ErrorCode::kInvalidArgument, "epk client: socket path '" + socket_path + "' is too long");
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  auto impl = std::make_unique<Impl>();
+  impl->sock.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!impl->sock.valid()) return make_errno_error("epk client: socket", errno);
+  if (::connect(impl->sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return make_errno_error("epk client: connect to " + socket_path, errno);
+  }
+  if (reply_timeout_ms > 0) {
+    timeval tv{reply_timeout_ms / 1000, (reply_timeout_ms % 1000) * 1000};
+    ::setsockopt(impl->sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  impl->rx.resize(shm::kMaxMessage);
+  const std::uint32_t id = impl->next_id++;
+  shm::encode_hello(id, {static_cast<std::uint32_t>(::getpid()), 0}, &impl->tx);
+  std::vector<shm::UniqueFd> fds;
+  EPK_TRY_ASSIGN(Frame f, impl->call(id, shm::MsgType::kHello, &fds));
+  EPK_TRY_ASSIGN(shm::HelloReply hello, shm::decode_hello_reply(f.payload));
+  if (fds.size() != hello.pools.size()) {
+    return make_error(ErrorCode::kBadInput, "epk client: hello reply announces " + std::to_string(hello.pools.size()) +
+                                                " pools but carried " + std::to_string(fds.size()) + " fds");
+  }
+  for (std::size_t i = 0; i < hello.pools.size(); ++i) {
+    if (hello.pools[i].pool_id != i) return make_error(ErrorCode::kBadInput, "epk client: pool ids out of order");
+    if (hello.pools[i].kind != shm::PoolKind::kHost) {
+      return make_error(ErrorCode::kUnsupported, "epk client: device pools are not in this build");
+    }
+    EPK_TRY_ASSIGN(shm::ImportedPool p, shm::ImportedPool::import_host(std::move(fds[i]), hello.pools[i].size));
+    impl->pools.push_back(std::move(p));
+  }
+  return Client(std::move(impl));
+}
+
+Result<std::uint32_t> Client::open_model(const std::string& model) {
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->model_ids.find(model);
+  if (it != impl_->model_ids.end()) return it->second;
+  if (model.size() > shm::kMaxModelName)
+    return make_error(ErrorCode::kInvalidArgument, "epk client: model name too long");
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_open_model(id, {model}, &impl_->tx);
+  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kOpenModel));
+  EPK_TRY_ASSIGN(shm::OpenModelReply r, shm::decode_open_model_reply(f.payload));
+  impl_->model_ids.emplace(model, r.model_id);
+  return r.model_id;
+}
+
+Result<Tensor> Client::acquire(const std::string& model, const std::string& tensor, shm::Layout layout) {
+  EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
+  if (tensor.size() > shm::kMaxTensorName)
+    return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_acquire(id, {model_id, layout, tensor}, &impl_->tx);
+  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kAcquire));
+  EPK_TRY_ASSIGN(shm::AcquireReply r, shm::decode_acquire_reply(f.payload));
+  if (r.pool_id >= impl_->pools.size())
+    return make_error(ErrorCode::kBadInput, "epk client: acquire reply: bad pool id");
+  const shm::ImportedPool& pool = impl_->pools[r.pool_id];
+  if (r.offset > pool.size() || r.bytes > pool.size() - r.offset) {
+    return make_error(ErrorCode::kBadInput, "epk client: acquire reply: slot past the end of its pool");
+  }
+  auto dtype = dtype_from_code(r.dtype);
+  if (!dtype) return make_error(ErrorCode::kBadInput, "epk client: acquire reply: unknown dtype");
+  Tensor t;
+  t.data = pool.data() + r.offset;
+  t.bytes = r.bytes;
+  t.dtype = *dtype;
+  t.shape = std::move(r.shape);
+  t.strides = std::move(r.strides);
+  t.handle = r.handle;
+  return t;
+}
+
+Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vector<std::string>& tensors,
+                                       shm::Layout layout) {
+  EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
+  if (tensors.size() > shm::kMaxPrefetch) {
+    return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch of more than 256 tensors in one call");
+  }
+  std::size_t total = 12;
+  for (const auto& t : tensors) {
+    if (t.size() > shm::kMaxTensorName)
+      return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
+    total += 2 + t.size();
+  }
+  if (total > shm::kMaxPayload) return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch names too long");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_prefetch(id, {model_id, layout, tensors}, &impl_->tx);
+  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kPrefetch));
+  EPK_TRY_ASSIGN(shm::PrefetchReply r, shm::decode_prefetch_reply(f.payload));
+  return r.queued;
+}
+
+Status Client::release(std::uint64_t handle) {
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_release(id, {handle, shm::FenceKind::kHostRelease}, &impl_->tx);
+  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kRelease));
+  return shm::decode_empty(f.payload, "release reply");
+}
+
+Status Client::release_nowait(std::uint64_t handle) {
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->sock.valid()) return make_error(ErrorCode::kIo, "epk client: not connected");
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_release(id, {handle, shm::FenceKind::kHostRelease, shm::kReleaseNoReply}, &impl_->tx);
+  // Only ids that may come back are remembered; the table is cut when it grows (old failures then go uncounted).
+  if (impl_->nowait_ids.size() > 4096) impl_->nowait_ids.clear();
+  impl_->nowait_ids.emplace(id, true);
+  return impl_->send_all(impl_->tx);
+}
+
+std::uint64_t Client::deferred_release_errors() const {
+  if (impl_ == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->deferred_release_errors;
+}
+
+Result<Stats> Client::stats() {
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_empty(id, shm::MsgType::kStats, &impl_->tx);
+  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kStats));
+  return shm::decode_stats_reply(f.payload);
+}
+
+void Client::disconnect() {
+  if (impl_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->sock.valid()) {
+    const std::uint32_t id = impl_->next_id++;
+    shm::encode_empty(id, shm::MsgType::kClose, &impl_->tx);
+    (void)impl_->call(id, shm::MsgType::kClose);  // best effort: the daemon drops pins either way
+  }
+  impl_->sock.reset();
+  impl_->pools.clear();
+}
+
+}  // namespace epk::client

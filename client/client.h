@@ -1,0 +1,72 @@
+// libepk, C++ API: connect to epkd, acquire tensors served from its shared pools, release them. No Boost here.
+//
+//   auto c = epk::client::Client::connect("/run/epkd.sock");
+//   auto t = c->acquire("llama", "layers.0.mlp.up_proj.weight", epk::shm::Layout::kDenseBF16);
+//   ... read t->data (t->bytes bytes; t->shape, t->strides in elements, t->dtype) ...
+//   c->release(t->handle);
+//
+// A Client is one connection (one daemon session). Calls are serialised by an internal mutex, so one Client may be
+// shared by threads; for parallel requests open several Clients. Acquired memory is the daemon's slot, mapped
+// read-write into this process: it stays valid until release(), and the slot is not reused while pinned.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec/common/dtype.h"
+#include "codec/common/result.h"
+#include "shm/layout.h"
+#include "shm/protocol.h"
+
+namespace epk::client {
+
+struct Tensor {
+  void* data = nullptr;  // inside a mapped pool of this process
+  std::uint64_t bytes = 0;
+  DType dtype = DType::kF32;
+  std::vector<std::uint64_t> shape;
+  std::vector<std::int64_t> strides;  // elements
+  std::uint64_t handle = 0;           // pass to release()
+};
+
+using Stats = shm::StatsReply;
+
+class Client {
+ public:
+  // Connects, says hello and maps the daemon's pools. `reply_timeout_ms` bounds every wait for a reply (an acquire
+  // waits for its decode); 0 waits forever.
+  static Result<Client> connect(const std::string& socket_path, int reply_timeout_ms = 60000);
+
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+  ~Client();
+
+  // Model ids are looked up once per name and cached.
+  Result<std::uint32_t> open_model(const std::string& model);
+  // Pins `tensor` of `model` in `layout` until release(); waits for its decode on a miss. kNoSpace when the daemon's
+  // budget cannot hold it without evicting pinned slots.
+  Result<Tensor> acquire(const std::string& model, const std::string& tensor,
+                         shm::Layout layout = shm::Layout::kStored);
+  // Asks the daemon to decode ahead; returns how many decodes it queued (already cached ones are not counted).
+  Result<std::uint32_t> prefetch(const std::string& model, const std::vector<std::string>& tensors,
+                                 shm::Layout layout = shm::Layout::kStored);
+  // Host path: the release message is the fence (this process is done with the slot when it calls release).
+  Status release(std::uint64_t handle);
+  // The same without waiting for the daemon's answer (one message, no round trip). A failure (a handle this client
+  // does not hold) arrives later and is only counted: see deferred_release_errors().
+  Status release_nowait(std::uint64_t handle);
+  std::uint64_t deferred_release_errors() const;
+  Result<Stats> stats();
+  // Says close and drops the connection (the daemon drops any pins still held). Also done by the destructor.
+  void disconnect();
+  bool connected() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace epk::client

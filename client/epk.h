@@ -1,0 +1,64 @@
+/* libepk, C ABI. Every function returns EPK_OK (0) or an epk_status code; epk_last_error() gives the message of the
+ * calling thread's last failure. No exceptions cross this boundary. Link with -lepk. */
+#ifndef EPK_CLIENT_EPK_H_
+#define EPK_CLIENT_EPK_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct epk_client epk_client;
+
+enum epk_status {
+  EPK_OK = 0,
+  EPK_E_IO = 1,            /* socket or mapping failure; the connection may be gone */
+  EPK_E_BAD_INPUT = 2,     /* the daemon (or this library) saw a malformed message */
+  EPK_E_UNSUPPORTED = 3,   /* layout or feature not served */
+  EPK_E_NOT_FOUND = 4,     /* unknown model, tensor or handle */
+  EPK_E_NO_SPACE = 5,      /* does not fit in the daemon's budget without evicting pinned slots */
+  EPK_E_DECODE = 6,        /* the stored tensor is corrupt */
+  EPK_E_INVALID = 7,       /* bad argument */
+  EPK_E_INTERNAL = 8
+};
+
+#define EPK_MAX_DIMS 8
+
+typedef struct epk_tensor {
+  void* data;              /* in a pool mapped into this process; valid until epk_release(handle) */
+  uint64_t bytes;
+  uint32_t dtype;          /* epk DType code (safetensors names: see codec/common/dtype.h) */
+  uint32_t ndim;
+  uint64_t shape[EPK_MAX_DIMS];
+  int64_t strides[EPK_MAX_DIMS]; /* elements */
+  uint64_t handle;
+} epk_tensor;
+
+typedef struct epk_cache_stats {
+  uint64_t budget_bytes, used_bytes, pinned_bytes, slots, pinned_slots, pins, hits, misses, evictions, decodes,
+      decode_ns, clients, models, prefetches;
+} epk_cache_stats;
+
+/* Connects to the daemon at socket_path; *out is NULL on failure. */
+int epk_connect(const char* socket_path, epk_client** out);
+/* layout: "stored", "dense:bf16", "dense:fp16", "dense:fp32", "rowwise:fp8_e4m3", "rowwise:int8"; NULL = "stored". */
+int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out);
+/* *queued (may be NULL) receives the number of decodes the daemon queued. */
+int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
+                 uint32_t* queued);
+int epk_release(epk_client* c, uint64_t handle);
+/* Releases without waiting for the daemon's answer; a failure is not reported to this call. */
+int epk_release_nowait(epk_client* c, uint64_t handle);
+int epk_stats(epk_client* c, epk_cache_stats* out);
+/* Closes the connection and frees c (NULL is ignored). Pins still held are dropped by the daemon. */
+void epk_disconnect(epk_client* c);
+/* The message of the calling thread's last failed call ("" if none). Valid until the next call on this thread. */
+const char* epk_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EPK_CLIENT_EPK_H_ */

@@ -1,0 +1,212 @@
+#include "daemon/cache.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace epk::daemon {
+
+Cache::Cache(std::uint64_t budget_bytes, DiscardFn discard, void* discard_ctx)
+    : budget_(budget_bytes), alloc_(budget_bytes), discard_(discard), discard_ctx_(discard_ctx) {}
+
+bool Cache::fences_done(Slot& s) {
+  std::erase_if(s.fences, [](const std::unique_ptr<shm::Fence>& f) { return f->completed(); });
+  return s.fences.empty();
+}
+
+void Cache::touch_lru(Slot& s) {
+  if (s.in_lru) lru_.erase(s.lru_pos);
+  s.in_lru = false;
+  if (s.state == SlotState::kReady && s.pin_total == 0) {
+    s.lru_pos = lru_.insert(lru_.end(), s.id);
+    s.in_lru = true;
+  }
+}
+
+void Cache::remove_slot(std::uint64_t slot_id) {
+  auto it = slots_.find(slot_id);
+  if (it == slots_.end()) return;
+  Slot& s = it->second;
+  if (s.in_lru) lru_.erase(s.lru_pos);
+  for (const auto& [client, n] : s.pins) {
+    auto c = by_client_.find(client);
+    if (c != by_client_.end()) {
+      c->second.erase(slot_id);
+      if (c->second.empty()) by_client_.erase(c);
+    }
+  }
+  by_key_.erase(s.key);
+  alloc_.free(s.offset, s.bytes);
+  if (discard_ != nullptr) discard_(discard_ctx_, s.offset, SlotAllocator::rounded(s.bytes));
+  slots_.erase(it);
+}
+
+bool Cache::evict_one() {
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    Slot& s = slots_.at(*it);
+    if (!fences_done(s)) continue;  // a client may still read it: try the next oldest
+    remove_slot(s.id);
+    ++evictions_;
+    return true;
+  }
+  return false;
+}
+
+Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, ClientId client) {
+  auto found = by_key_.find(key);
+  Slot* s = nullptr;
+  Outcome outcome;
+  if (found != by_key_.end()) {
+    s = &slots_.at(found->second);
+    outcome = s->state == SlotState::kReady ? Outcome::kHit : Outcome::kPending;
+    if (client != kNoClient) ++(outcome == Outcome::kHit ? hits_ : misses_);
+  } else {
+    if (SlotAllocator::rounded(bytes) > budget_) {
+      return make_error(ErrorCode::kNoSpace, "no space: " + std::to_string(bytes) +
+                                                 " bytes exceed the whole budget of " + std::to_string(budget_));
+    }
+    std::optional<std::uint64_t> offset = alloc_.allocate(bytes);
+    while (!offset && evict_one()) offset = alloc_.allocate(bytes);
+    if (!offset) {
+      return make_error(ErrorCode::kNoSpace, "no space: " + std::to_string(bytes) +
+                                                 " bytes do not fit in the budget of " + std::to_string(budget_) +
+                                                 " without evicting pinned or in-use slots (" +
+                                                 std::to_string(alloc_.used()) + " bytes held)");
+    }
+    // The one place bytes are added: the budget holds by construction of the allocator, checked again here.
+    if (alloc_.used() > budget_) return make_error(ErrorCode::kInternal, "cache: budget exceeded (bug)");
+    Slot fresh;
+    fresh.id = next_id_++;
+    fresh.key = key;
+    fresh.offset = *offset;
+    fresh.bytes = bytes;
+    fresh.state = SlotState::kDecoding;
+    auto [it, inserted] = slots_.emplace(fresh.id, std::move(fresh));
+    s = &it->second;
+    by_key_.emplace(key, s->id);
+    outcome = Outcome::kMiss;
+    if (client != kNoClient) ++misses_;
+  }
+  if (client != kNoClient) {
+    ++s->pins[client];
+    ++s->pin_total;
+    ++by_client_[client][s->id];
+  }
+  touch_lru(*s);
+  return Lookup{outcome, s};
+}
+
+void Cache::decoded(std::uint64_t slot_id, bool ok) {
+  auto it = slots_.find(slot_id);
+  if (it == slots_.end() || it->second.state != SlotState::kDecoding) return;
+  if (!ok) {
+    remove_slot(slot_id);
+    return;
+  }
+  it->second.state = SlotState::kReady;
+  touch_lru(it->second);
+}
+
+void Cache::unpin_to(Slot& s, ClientId client, std::uint32_t count) {
+  auto p = s.pins.find(client);
+  if (p == s.pins.end()) return;
+  count = std::min(count, p->second);
+  p->second -= count;
+  s.pin_total -= count;
+  if (p->second == 0) s.pins.erase(p);
+  auto c = by_client_.find(client);
+  if (c != by_client_.end()) {
+    auto e = c->second.find(s.id);
+    if (e != c->second.end()) {
+      e->second -= std::min(count, e->second);
+      if (e->second == 0) c->second.erase(e);
+    }
+    if (c->second.empty()) by_client_.erase(c);
+  }
+  touch_lru(s);
+}
+
+Status Cache::release(std::uint64_t slot_id, ClientId client, std::unique_ptr<shm::Fence> fence) {
+  auto it = slots_.find(slot_id);
+  if (it == slots_.end() || it->second.pins.count(client) == 0) {
+    return make_error(ErrorCode::kNotFound,
+                      "release: handle " + std::to_string(slot_id) + " is not pinned by this client");
+  }
+  Slot& s = it->second;
+  if (fence != nullptr && !fence->completed()) s.fences.push_back(std::move(fence));
+  unpin_to(s, client, 1);
+  return {};
+}
+
+void Cache::drop_client(ClientId client) {
+  auto c = by_client_.find(client);
+  if (c == by_client_.end()) return;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> held(c->second.begin(), c->second.end());
+  for (const auto& [slot_id, n] : held) {
+    auto it = slots_.find(slot_id);
+    if (it != slots_.end()) unpin_to(it->second, client, n);
+  }
+  by_client_.erase(client);
+}
+
+Slot* Cache::find(std::uint64_t slot_id) {
+  auto it = slots_.find(slot_id);
+  return it == slots_.end() ? nullptr : &it->second;
+}
+
+CacheStats Cache::stats() const {
+  CacheStats st;
+  st.budget_bytes = budget_;
+  st.used_bytes = alloc_.used();
+  st.slots = slots_.size();
+  for (const auto& [id, s] : slots_) {
+    if (s.pin_total > 0) {
+      ++st.pinned_slots;
+      st.pinned_bytes += SlotAllocator::rounded(s.bytes);
+      st.pins += s.pin_total;
+    }
+  }
+  st.hits = hits_;
+  st.misses = misses_;
+  st.evictions = evictions_;
+  return st;
+}
+
+Status Cache::verify() const {
+  auto bad = [](const std::string& why) { return make_error(ErrorCode::kInternal, "cache invariant: " + why); };
+  EPK_TRY(alloc_.verify());
+  if (alloc_.used() > budget_)
+    return bad("used " + std::to_string(alloc_.used()) + " > budget " + std::to_string(budget_));
+  std::uint64_t sum = 0;
+  std::size_t lru_expected = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const auto& [id, s] : slots_) {
+    sum += SlotAllocator::rounded(s.bytes);
+    ranges.emplace_back(s.offset, s.offset + SlotAllocator::rounded(s.bytes));
+    std::uint32_t total = 0;
+    for (const auto& [client, n] : s.pins) {
+      if (n == 0) return bad("zero pin entry on slot " + std::to_string(id));
+      auto c = by_client_.find(client);
+      if (c == by_client_.end() || c->second.count(id) == 0 || c->second.at(id) != n) {
+        return bad("per-client pin index disagrees on slot " + std::to_string(id));
+      }
+      total += n;
+    }
+    if (total != s.pin_total) return bad("pin total of slot " + std::to_string(id));
+    bool should_be_in_lru = s.state == SlotState::kReady && s.pin_total == 0;
+    if (should_be_in_lru != s.in_lru) return bad("LRU membership of slot " + std::to_string(id));
+    if (s.in_lru) ++lru_expected;
+    auto k = by_key_.find(s.key);
+    if (k == by_key_.end() || k->second != id) return bad("key index of slot " + std::to_string(id));
+  }
+  if (sum != alloc_.used()) return bad("slot bytes " + std::to_string(sum) + " != allocator used");
+  if (lru_.size() != lru_expected) return bad("LRU list length");
+  if (by_key_.size() != slots_.size()) return bad("key index size");
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) return bad("overlapping slots");
+  }
+  return {};
+}
+
+}  // namespace epk::daemon

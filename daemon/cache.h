@@ -1,0 +1,118 @@
+// The slot cache: slots of one pool keyed by (model, tensor, layout), a byte budget that is never exceeded, LRU
+// eviction over unpinned ready slots, pins counted per client, and release fences that must complete before a slot's
+// bytes are reused. Single-threaded: every call comes from the server thread; decode workers only write into slots
+// that are in state kDecoding, which are never evicted.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "codec/common/result.h"
+#include "daemon/slot_allocator.h"
+#include "shm/fence.h"
+#include "shm/layout.h"
+
+namespace epk::daemon {
+
+using ClientId = std::uint64_t;
+inline constexpr ClientId kNoClient = 0;
+
+struct SlotKey {
+  std::uint32_t model = 0;
+  std::uint32_t tensor = 0;
+  shm::Layout layout = shm::Layout::kStored;
+  bool operator==(const SlotKey&) const = default;
+};
+struct SlotKeyHash {
+  std::size_t operator()(const SlotKey& k) const {
+    return std::hash<std::uint64_t>()((std::uint64_t{k.model} << 40) ^ (std::uint64_t{k.tensor} << 8) ^
+                                      static_cast<std::uint64_t>(k.layout));
+  }
+};
+
+enum class SlotState : std::uint8_t { kDecoding, kReady };
+
+struct Slot {
+  std::uint64_t id = 0;  // the handle clients release; never reused
+  SlotKey key;
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;  // requested; the allocator holds SlotAllocator::rounded(bytes)
+  SlotState state = SlotState::kDecoding;
+  std::unordered_map<ClientId, std::uint32_t> pins;  // client -> pin count
+  std::uint32_t pin_total = 0;
+  bool in_lru = false;
+  std::list<std::uint64_t>::iterator lru_pos;
+  std::vector<std::unique_ptr<shm::Fence>> fences;  // released uses not yet known to be over
+};
+
+struct CacheStats {
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t used_bytes = 0;
+  std::uint64_t pinned_bytes = 0;
+  std::uint64_t slots = 0;
+  std::uint64_t pinned_slots = 0;
+  std::uint64_t pins = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;
+};
+
+class Cache {
+ public:
+  // Called with (offset, rounded bytes) when an evicted slot's range goes back to the allocator (the pool discards
+  // the pages).
+  using DiscardFn = void (*)(void* ctx, std::uint64_t offset, std::uint64_t bytes);
+
+  explicit Cache(std::uint64_t budget_bytes, DiscardFn discard = nullptr, void* discard_ctx = nullptr);
+
+  enum class Outcome : std::uint8_t {
+    kHit,      // ready: pinned for the client, answer now
+    kPending,  // being decoded: pinned for the client, answer when decoded
+    kMiss,     // a new slot in kDecoding: pinned for the client (unless kNoClient); the caller starts its decode
+  };
+  struct Lookup {
+    Outcome outcome;
+    Slot* slot;
+  };
+
+  // Finds or reserves the slot for `key` (`bytes` long) and pins it for `client` (no pin for kNoClient: a prefetch).
+  // A miss evicts least-recently-used unpinned ready slots whose fences have completed until the bytes fit; if they
+  // cannot, ErrorCode::kNoSpace (pinned slots are never evicted). Joining a decode in flight counts as a miss.
+  Result<Lookup> acquire(const SlotKey& key, std::uint64_t bytes, ClientId client);
+  // Marks a kDecoding slot ready (ok) or removes it (failed decode: its pins go with it).
+  void decoded(std::uint64_t slot_id, bool ok);
+  // Drops one of `client`'s pins on the slot; `fence` says when the client's use is over. kNotFound if the client
+  // holds no pin on that handle.
+  Status release(std::uint64_t slot_id, ClientId client, std::unique_ptr<shm::Fence> fence);
+  // Drops every pin `client` holds (its socket closed). Its fences count as complete.
+  void drop_client(ClientId client);
+
+  Slot* find(std::uint64_t slot_id);
+  CacheStats stats() const;
+  // Walks every slot: used bytes within the budget and equal to the allocator's, pin totals consistent, the LRU list
+  // exactly the unpinned ready slots, no two slots overlapping.
+  Status verify() const;
+
+ private:
+  void unpin_to(Slot& s, ClientId client, std::uint32_t count);
+  void touch_lru(Slot& s);
+  bool evict_one();
+  void remove_slot(std::uint64_t slot_id);
+  static bool fences_done(Slot& s);
+
+  std::uint64_t budget_;
+  SlotAllocator alloc_;
+  DiscardFn discard_;
+  void* discard_ctx_;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, Slot> slots_;
+  std::unordered_map<SlotKey, std::uint64_t, SlotKeyHash> by_key_;
+  std::unordered_map<ClientId, std::unordered_map<std::uint64_t, std::uint32_t>> by_client_;  // client -> slot -> pins
+  std::list<std::uint64_t> lru_;  // front = least recently used
+  std::uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
+};
+
+}  // namespace epk::daemon

@@ -1,0 +1,47 @@
+// epkd's settings: from a TOML file (--config) and from flags, flags overriding the file.
+//
+// TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
+// io_threads = N, cpu = true|false, read_timeout_ms = N, synthetic_delay_us = N, log_level = "info",
+// [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/common/result.h"
+
+namespace epk::daemon {
+
+struct ModelSpec {
+  std::string name;
+  std::string path;  // .epk file, or the synthetic spec for SyntheticSpec
+};
+
+struct DaemonConfig {
+  std::string socket_path;
+  std::uint32_t socket_mode = 0660;
+  std::uint64_t budget_bytes = 0;
+  unsigned threads = 0;        // CPU decode threads; 0: one per core
+  unsigned io_threads = 0;     // socket threads, sessions spread over them; 0: a quarter of the cores, 1 to 4
+  bool cpu = false;            // host pools and the CPU decoder even where a GPU exists
+  int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
+  std::uint32_t synthetic_delay_us = 0;
+  std::string log_level = "info";
+  bool check_invariants = false;  // verify the whole cache after every change (tests); exit 3 if one broke
+  std::string config_file;        // empty when none; SIGHUP re-reads the models from it
+  std::vector<ModelSpec> models;
+  std::vector<ModelSpec> synthetic;  // TEST MODELS: path holds a SyntheticSource spec
+};
+
+// Reads a TOML config file into `cfg` (fields present in the file replace those in cfg).
+Status load_config_file(const std::string& path, DaemonConfig* cfg);
+
+// Parses epkd's command line. nullopt when --help was printed (exit 0). Checks that a socket and a budget are set.
+Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv);
+
+// Parses "NAME=VALUE" (--model, --synthetic).
+Result<ModelSpec> parse_name_value(const std::string& arg, const char* flag);
+
+}  // namespace epk::daemon

@@ -1,0 +1,52 @@
+// The daemon's view of one opened model: tensor metadata, the size and shape a tensor takes in a serving layout, and a
+// producer that decodes or copies it into a slot. The registry holds these; the decode scheduler calls produce() on
+// its worker threads, so implementations must be safe to call concurrently (const, no shared mutable state).
+//
+// Implementations: SyntheticSource (synthetic_source.h, deterministic tensors for tests and benchmarks) and the .epk
+// reader (epk_source.h: the seam where the container and CPU codec plug in).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "codec/common/dtype.h"
+#include "codec/common/result.h"
+#include "shm/layout.h"
+
+namespace epk::daemon {
+
+struct TensorMeta {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  DType dtype = DType::kF32;  // as stored (source dtype)
+  std::uint64_t stored_bytes = 0;
+};
+
+// What a client receives for a tensor in a layout: the slot size and how to read it.
+struct ServedTensor {
+  std::uint64_t bytes = 0;
+  DType dtype = DType::kF32;
+  std::vector<std::uint64_t> shape;
+  std::vector<std::int64_t> strides;  // elements, row-major unless the layout says otherwise
+};
+
+class ModelSource {
+ public:
+  virtual ~ModelSource() = default;
+  // Where the model came from, for log and error messages ("model.epk", "synthetic:...").
+  virtual const std::string& origin() const = 0;
+  virtual const std::vector<TensorMeta>& tensors() const = 0;
+  // The slot size, dtype, shape and strides of `tensor` in `layout`; kUnsupported if the layout is not servable.
+  virtual Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const = 0;
+  // Decodes or copies `tensor` in `layout` into dst (host memory of the pool, exactly served().bytes long) on the
+  // calling thread. Errors name the tensor; a corrupt tile is an error, never served.
+  virtual Status produce(std::size_t tensor, shm::Layout layout, std::span<std::uint8_t> dst) const = 0;
+};
+
+// Row-major strides, in elements, for `shape`.
+std::vector<std::int64_t> row_major_strides(const std::vector<std::uint64_t>& shape);
+
+}  // namespace epk::daemon

@@ -1,0 +1,771 @@
+#include "daemon/server.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <atomic>
+#include <chrono>
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "daemon/cache.h"
+#include "daemon/decode_scheduler.h"
+#include "daemon/epk_source.h"
+#include "daemon/registry.h"
+#include "daemon/synthetic_source.h"
+#include "shm/fd_passing.h"
+#include "shm/pool.h"
+#include "shm/protocol.h"
+
+namespace epk::daemon {
+namespace {
+
+namespace asio = boost::asio;
+using Socket = asio::local::stream_protocol::socket;
+using Clock = std::chrono::steady_clock;
+
+shm::WireStatus wire_status_for(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kNotFound: return shm::WireStatus::kNotFound;
+    case ErrorCode::kUnsupported: return shm::WireStatus::kUnsupported;
+    case ErrorCode::kNoSpace: return shm::WireStatus::kNoSpace;
+    case ErrorCode::kBadInput:
+    case ErrorCode::kChecksum:
+    case ErrorCode::kCorruptTile: return shm::WireStatus::kDecodeFailed;
+    case ErrorCode::kInvalidArgument: return shm::WireStatus::kBadMessage;
+    default: return shm::WireStatus::kInternal;
+  }
+}
+
+class Service;
+
+constexpr std::size_t kMaxQueuedReplies = 4096;
+
+// One connected client. Reads frames into a fixed buffer; a started frame (and the first hello) must arrive within
+// the read timeout, idle time between frames is unlimited (a client may hold pins while it computes). Replies are
+// queued and written in order by one write chain.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Socket sock, Service& svc, ClientId id, int read_timeout_ms)
+      : sock_(std::move(sock)),
+        timer_(sock_.get_executor()),
+        svc_(svc),
+        id_(id),
+        read_timeout_ms_(read_timeout_ms),
+        buf_(shm::kMaxMessage) {}
+
+  ClientId id() const { return id_; }
+  // Session state is touched only on its own io_context's thread: other threads post to this executor.
+  Socket::executor_type executor() { return sock_.get_executor(); }
+  bool open() const { return open_ && !closing_; }
+
+  static void start(std::shared_ptr<Session> self) {
+    asio::co_spawn(
+        self->sock_.get_executor(), [self]() -> asio::awaitable<void> { co_await self->run(); }, asio::detached);
+  }
+
+  void send(std::vector<std::uint8_t> msg) {
+    if (!open_) return;
+    if (outq_.size() >= kMaxQueuedReplies) {
+      // A client that sends without reading its replies: drop it rather than buffer without bound.
+      spdlog::warn("client {}: {} replies unread; closing the session", id_, outq_.size());
+      closing_ = true;
+      close_now();
+      return;
+    }
+    outq_.push_back(std::move(msg));
+    if (!writing_) do_write();
+  }
+
+  // Error reply, then the session closes once its queued replies are written.
+  void fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message);
+
+  // Shutdown: stop reading; queued replies still go out, then the socket closes.
+  void stop() {
+    if (!open_) return;
+    boost::system::error_code ec;
+    sock_.shutdown(Socket::shutdown_receive, ec);
+  }
+
+ private:
+  asio::awaitable<void> run();
+  void handle_frame(const shm::FrameHeader& h, std::span<const std::uint8_t> payload);
+  void do_write();
+  void close_now();
+  void arm_timer();
+
+  Socket sock_;
+  asio::steady_timer timer_;
+  Service& svc_;
+  ClientId id_;
+  int read_timeout_ms_;
+  std::vector<std::uint8_t> buf_;
+  std::size_t have_ = 0;
+  std::deque<std::vector<std::uint8_t>> outq_;
+  bool writing_ = false;
+  bool closing_ = false;  // stop reading, close after the queue drains
+  bool open_ = true;
+  bool hello_done_ = false;
+  std::uint64_t read_gen_ = 0;
+  bool timed_out_ = false;
+};
+
+class Service {
+ public:
+  Service(asio::io_context& io, const DaemonConfig& cfg, std::unique_ptr<shm::Pool> pool)
+      : io_(io),
+        cfg_(cfg),
+        pool_(std::move(pool)),
+        // Evicted ranges keep their pages: the next slot there rewrites them, and faulting them in again would cost
+        // more than the memory (the budget is the pool's size either way). Cache's discard hook stays for pools
+        // where giving pages back matters.
+        cache_(pool_->size()),
+        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+
+  // Opens every configured model not yet in the registry; a model that fails is logged and skipped.
+  std::size_t open_models(const DaemonConfig& cfg) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::size_t opened = 0;
+    for (const ModelSpec& m : cfg.models) {
+      if (registry_.find(m.name)) continue;
+      auto src = open_epk_source(m.path);
+      if (!src) {
+        spdlog::error("model '{}' refused: {}", m.name, src.error().to_string());
+        continue;
+      }
+      opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)));
+    }
+    for (const ModelSpec& m : cfg.synthetic) {
+      if (registry_.find(m.name)) continue;
+      auto src = SyntheticSource::create(m.path, std::chrono::microseconds(cfg.synthetic_delay_us));
+      if (!src) {
+        spdlog::error("synthetic model '{}' refused: {}", m.name, src.error().to_string());
+        continue;
+      }
+      spdlog::warn("model '{}' is SYNTHETIC test data ({} tensors), not a checkpoint", m.name,
+                   (*src)->tensors().size());
+      opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)));
+    }
+    return opened;
+  }
+
+  std::size_t model_count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return registry_.size();
+  }
+  const DaemonConfig& config() const { return cfg_; }
+
+  void add_session(const std::shared_ptr<Session>& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_[s->id()] = s;
+  }
+  ClientId next_client_id() { return next_client_.fetch_add(1); }
+
+  bool invariant_broken() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return invariant_broken_;
+  }
+
+  void client_gone(ClientId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.drop_client(id);
+    check();
+    sessions_.erase(id);
+    spdlog::debug("client {} gone; its pins dropped", id);
+    if (shutting_down_ && sessions_.empty() && on_drained_) on_drained_();
+  }
+
+  shm::HelloReply hello_reply() const {
+    shm::HelloReply r;
+    r.pools.push_back({0, pool_->kind(), pool_->device(), pool_->size()});
+    return r;
+  }
+  int pool_fd() const { return pool_->export_fd(); }
+
+  // The on_* handlers run on the calling session's thread and answer it directly.
+  void on_open_model(Session& s, std::uint32_t req, const shm::OpenModelRequest& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto id = registry_.find(m.model);
+    if (!id) {
+      send_error(s, req, shm::WireStatus::kNotFound, "model '" + m.model + "' is not served here");
+      return;
+    }
+    std::vector<std::uint8_t> out;
+    shm::encode_open_model_reply(req, {*id, static_cast<std::uint32_t>(registry_.get(*id)->source->tensors().size())},
+                                 &out);
+    s.send(std::move(out));
+  }
+
+  void on_acquire(const std::shared_ptr<Session>& s, std::uint32_t req, const shm::AcquireRequest& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
+    const ModelEntry* model = registry_.get(m.model_id);
+    if (model == nullptr) return send_error(*s, req, shm::WireStatus::kNotFound, "acquire: unknown model id");
+    auto t = model->tensor_index.find(m.tensor);
+    if (t == model->tensor_index.end()) {
+      return send_error(*s, req, shm::WireStatus::kNotFound,
+                        "model '" + model->name + "': no tensor '" + m.tensor + "'");
+    }
+    auto served = model->source->served(t->second, m.layout);
+    if (!served) return send_error(*s, req, wire_status_for(served.error().code), served.error().message);
+    SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
+    auto lookup = cache_.acquire(key, served->bytes, s->id());
+    if (!lookup) {
+      return send_error(*s, req, wire_status_for(lookup.error().code),
+                        "model '" + model->name + "' tensor '" + m.tensor + "': " + lookup.error().message);
+    }
+    check();
+    Slot* slot = lookup->slot;
+    switch (lookup->outcome) {
+      case Cache::Outcome::kHit: send_acquire_reply(*s, req, *slot, *served); break;
+      case Cache::Outcome::kPending: {
+        auto f = inflight_.find(slot->id);
+        if (f == inflight_.end()) {  // a decoding slot always has its in-flight entry; never throw on a bug
+          (void)cache_.release(slot->id, s->id(), nullptr);
+          return send_error(*s, req, shm::WireStatus::kInternal, "acquire: decode state lost (bug)");
+        }
+        f->second.waiters.push_back({s, req});
+        scheduler_.promote(f->second.job);  // a prefetch that an acquire now waits for
+        break;
+      }
+      case Cache::Outcome::kMiss:
+        start_decode(*slot, model->source, t->second, m.layout, std::move(*served), Priority::kAcquire)
+            .waiters.push_back({s, req});
+        break;
+    }
+  }
+
+  void on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequest& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::uint32_t queued = 0;
+    const ModelEntry* model = registry_.get(m.model_id);
+    if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
+    if (!shutting_down_) {
+      for (const std::string& name : m.tensors) {
+        auto t = model->tensor_index.find(name);
+        if (t == model->tensor_index.end()) continue;
+        auto served = model->source->served(t->second, m.layout);
+        if (!served) continue;
+        auto lookup =
+            cache_.acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout}, served->bytes, kNoClient);
+        check();
+        if (!lookup) break;  // no space: later names would not fit either
+        if (lookup->outcome == Cache::Outcome::kMiss) {
+          start_decode(*lookup->slot, model->source, t->second, m.layout, std::move(*served), Priority::kPrefetch);
+          ++queued;
+          ++prefetches_;
+        }
+      }
+    }
+    std::vector<std::uint8_t> out;
+    shm::encode_prefetch_reply(req, {queued}, &out);
+    s.send(std::move(out));
+  }
+
+  void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (m.fence != shm::FenceKind::kHostRelease) {
+      return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
+    }
+    // The host fence is complete when the release arrives: nothing to keep.
+    Status st = cache_.release(m.handle, s.id(), nullptr);
+    check();
+    if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
+    if ((m.flags & shm::kReleaseNoReply) != 0) return;
+    std::vector<std::uint8_t> out;
+    shm::encode_empty(
+        req, static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit), &out);
+    s.send(std::move(out));
+  }
+
+  void on_stats(Session& s, std::uint32_t req) {
+    std::lock_guard<std::mutex> lock(mu_);
+    CacheStats c = cache_.stats();
+    shm::StatsReply r;
+    r.budget_bytes = c.budget_bytes;
+    r.used_bytes = c.used_bytes;
+    r.pinned_bytes = c.pinned_bytes;
+    r.slots = c.slots;
+    r.pinned_slots = c.pinned_slots;
+    r.pins = c.pins;
+    r.hits = c.hits;
+    r.misses = c.misses;
+    r.evictions = c.evictions;
+    r.decodes = decodes_;
+    r.decode_ns = decode_ns_;
+    r.clients = sessions_.size();
+    r.models = registry_.size();
+    r.prefetches = prefetches_;
+    std::vector<std::uint8_t> out;
+    shm::encode_stats_reply(req, r, &out);
+    s.send(std::move(out));
+  }
+
+  static void send_error(Session& s, std::uint32_t req, shm::WireStatus status, const std::string& msg) {
+    std::vector<std::uint8_t> out;
+    shm::encode_error(req, {status, msg}, &out);
+    s.send(std::move(out));
+  }
+
+  // SIGTERM: finish decodes in flight (their waiters get answers), then stop every session. `on_drained` runs once
+  // the last session has ended (at once if there is none), on some session's thread or the main one.
+  void shutdown(std::function<void()> on_drained) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shutting_down_ = true;
+      on_drained_ = std::move(on_drained);
+    }
+    scheduler_.drain();  // without the lock: the workers' completions take it
+    scheduler_.stop();
+    // The completions were posted to the main context: stopping the sessions behind them lets their replies out first.
+    asio::post(io_, [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Status v = cache_.verify(); !v) {
+        spdlog::error("{}", v.error().to_string());
+        invariant_broken_ = true;
+      }
+      for (auto& [id, w] : sessions_) {
+        if (auto sp = w.lock()) asio::post(sp->executor(), [sp] { sp->stop(); });
+      }
+      if (sessions_.empty() && on_drained_) on_drained_();
+    });
+  }
+
+ private:
+  struct Waiter {
+    std::weak_ptr<Session> session;
+    std::uint32_t request_id;
+  };
+  struct InFlight {
+    DecodeScheduler::JobPtr job;
+    ServedTensor desc;
+    std::vector<Waiter> waiters;
+  };
+
+  void check() {
+    if (!cfg_.check_invariants || invariant_broken_) return;
+    if (Status v = cache_.verify(); !v) {
+      spdlog::critical("{}", v.error().to_string());
+      invariant_broken_ = true;
+    }
+  }
+
+  std::size_t add_model(const std::string& name, std::shared_ptr<const ModelSource> src) {
+    std::string origin = src->origin();
+    std::size_t n = src->tensors().size();
+    auto id = registry_.add(name, std::move(src));
+    if (!id) {
+      spdlog::error("model '{}' refused: {}", name, id.error().to_string());
+      return 0;
+    }
+    spdlog::info("model '{}' (id {}) from {}: {} tensors", name, *id, origin, n);
+    return 1;
+  }
+
+  InFlight& start_decode(const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
+                         shm::Layout layout, ServedTensor desc, Priority prio) {
+    std::span<std::uint8_t> dst = pool_->host_span(slot.offset, desc.bytes);
+    std::uint64_t slot_id = slot.id;
+    auto job = scheduler_.submit(
+        [this, src = std::move(src), tensor, layout, dst, slot_id] {
+          auto t0 = Clock::now();
+          Status st = src->produce(tensor, layout, dst);
+          auto ns = static_cast<std::uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+          asio::post(io_,
+                     [this, slot_id, st = std::move(st), ns]() mutable { on_decoded(slot_id, std::move(st), ns); });
+        },
+        prio);
+    InFlight& f = inflight_[slot_id];
+    f.job = std::move(job);
+    f.desc = std::move(desc);
+    return f;
+  }
+
+  void on_decoded(std::uint64_t slot_id, Status st, std::uint64_t ns) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++decodes_;
+    decode_ns_ += ns;
+    auto it = inflight_.find(slot_id);
+    if (it == inflight_.end()) return;
+    InFlight f = std::move(it->second);
+    inflight_.erase(it);
+    if (!st) spdlog::error("decode failed: {}", st.error().to_string());
+    Slot* slot = cache_.find(slot_id);
+    cache_.decoded(slot_id, static_cast<bool>(st));
+    check();
+    for (const Waiter& w : f.waiters) {
+      auto s = w.session.lock();
+      if (!s) continue;  // its pins went with its socket
+      std::vector<std::uint8_t> out;
+      if (st && slot != nullptr) {
+        encode_acquire_reply(w.request_id, *slot, f.desc, &out);
+      } else {
+        shm::encode_error(
+            w.request_id,
+            {wire_status_for(st ? ErrorCode::kInternal : st.error().code), st ? "decode failed" : st.error().message},
+            &out);
+      }
+      asio::post(s->executor(), [s, out = std::move(out)]() mutable { s->send(std::move(out)); });
+    }
+  }
+
+  void send_acquire_reply(Session& s, std::uint32_t req, const Slot& slot, const ServedTensor& desc) {
+    std::vector<std::uint8_t> out;
+    encode_acquire_reply(req, slot, desc, &out);
+    s.send(std::move(out));
+  }
+
+  static void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc,
+                                   std::vector<std::uint8_t>* out) {
+    shm::AcquireReply r;
+    r.handle = slot.id;
+    r.pool_id = 0;
+    r.dtype = static_cast<std::uint32_t>(desc.dtype);
+    r.offset = slot.offset;
+    r.bytes = desc.bytes;
+    r.shape = desc.shape;
+    r.strides = desc.strides;
+    shm::encode_acquire_reply(req, r, out);
+  }
+
+  asio::io_context& io_;  // the main context: decode completions and shutdown steps run there
+  std::mutex mu_;         // guards everything below: sessions on several threads share the cache
+  DaemonConfig cfg_;
+  std::unique_ptr<shm::Pool> pool_;
+  Registry registry_;
+  Cache cache_;
+  std::unordered_map<std::uint64_t, InFlight> inflight_;
+  std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
+  std::atomic<ClientId> next_client_{1};
+  std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
+  bool shutting_down_ = false;
+  bool invariant_broken_ = false;
+  std::function<void()> on_drained_;
+  DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed
+};
+
+void Session::fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message) {
+  spdlog::warn("client {}: {}; closing the session", id_, message);
+  Service::send_error(*this, request_id, status, message);
+  closing_ = true;
+  if (!writing_) close_now();
+}
+
+void Session::close_now() {
+  if (!open_) return;
+  open_ = false;
+  boost::system::error_code ec;
+  timer_.cancel();
+  sock_.shutdown(Socket::shutdown_both, ec);
+  sock_.close(ec);
+}
+
+void Session::do_write() {
+  if (outq_.empty()) {
+    writing_ = false;
+    if (closing_) close_now();
+    return;
+  }
+  writing_ = true;
+  auto self = shared_from_this();
+  asio::async_write(sock_, asio::buffer(outq_.front()), [self](boost::system::error_code ec, std::size_t) {
+    if (!self->outq_.empty()) self->outq_.pop_front();
+    if (ec) {
+      self->outq_.clear();
+      self->writing_ = false;
+      self->close_now();
+      return;
+    }
+    self->do_write();
+  });
+}
+
+void Session::arm_timer() {
+  std::uint64_t gen = ++read_gen_;
+  timer_.expires_after(std::chrono::milliseconds(read_timeout_ms_));
+  std::weak_ptr<Session> weak = weak_from_this();
+  timer_.async_wait([weak, gen](boost::system::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->read_gen_ != gen || !self->open_) return;
+    self->timed_out_ = true;
+    boost::system::error_code ignored;
+    self->sock_.cancel(ignored);
+  });
+}
+
+void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8_t> payload) {
+  using shm::MsgType;
+  const std::uint32_t req = h.request_id;
+  auto malformed = [&](const Error& e) { fail(req, shm::WireStatus::kBadMessage, e.message); };
+  if (!hello_done_ && h.type != static_cast<std::uint16_t>(MsgType::kHello)) {
+    fail(req, shm::WireStatus::kBadMessage, std::string("expected hello first, got ") + shm::msg_type_name(h.type));
+    return;
+  }
+  switch (static_cast<MsgType>(h.type)) {
+    case MsgType::kHello: {
+      auto m = shm::decode_hello(payload);
+      if (!m) return malformed(m.error());
+      if (hello_done_) return fail(req, shm::WireStatus::kBadMessage, "hello sent twice");
+      hello_done_ = true;
+      std::vector<std::uint8_t> out;
+      shm::encode_hello_reply(req, svc_.hello_reply(), &out);
+      // The pool fds ride on the reply. Nothing else is queued before the hello reply, so a direct send keeps order.
+      int fd = svc_.pool_fd();
+      Status st = shm::send_with_fds(sock_.native_handle(), out, std::span<const int>(&fd, 1), read_timeout_ms_);
+      if (!st) {
+        spdlog::warn("client {}: hello reply: {}", id_, st.error().to_string());
+        closing_ = true;
+        close_now();
+        return;
+      }
+      spdlog::debug("client {} (pid {}) connected", id_, m->client_pid);
+      return;
+    }
+    case MsgType::kOpenModel: {
+      auto m = shm::decode_open_model(payload);
+      if (!m) return malformed(m.error());
+      return svc_.on_open_model(*this, req, *m);
+    }
+    case MsgType::kAcquire: {
+      auto m = shm::decode_acquire(payload);
+      if (!m) return malformed(m.error());
+      return svc_.on_acquire(shared_from_this(), req, *m);
+    }
+    case MsgType::kPrefetch: {
+      auto m = shm::decode_prefetch(payload);
+      if (!m) return malformed(m.error());
+      return svc_.on_prefetch(*this, req, *m);
+    }
+    case MsgType::kRelease: {
+      auto m = shm::decode_release(payload);
+      if (!m) return malformed(m.error());
+      return svc_.on_release(*this, req, *m);
+    }
+    case MsgType::kStats: {
+      if (Status st = shm::decode_empty(payload, "stats"); !st) return malformed(st.error());
+      return svc_.on_stats(*this, req);
+    }
+    case MsgType::kClose: {
+      if (Status st = shm::decode_empty(payload, "close"); !st) return malformed(st.error());
+      std::vector<std::uint8_t> out;
+      shm::encode_empty(req, static_cast<MsgType>(static_cast<std::uint16_t>(MsgType::kClose) | shm::kReplyBit), &out);
+      send(std::move(out));
+      closing_ = true;
+      if (!writing_) close_now();
+      return;
+    }
+    default: fail(req, shm::WireStatus::kBadMessage, std::string("unknown message type ") + std::to_string(h.type));
+  }
+}
+
+asio::awaitable<void> Session::run() {
+  auto self = shared_from_this();
+  for (;;) {
+    // Handle every complete frame in the buffer.
+    std::size_t pos = 0;
+    while (open() && have_ - pos >= shm::kHeaderSize) {
+      auto h = shm::decode_header(std::span<const std::uint8_t>(buf_.data() + pos, have_ - pos));
+      if (!h) {
+        fail(0, h.error().code == ErrorCode::kUnsupported ? shm::WireStatus::kBadVersion : shm::WireStatus::kBadMessage,
+             h.error().message);
+        break;
+      }
+      if (have_ - pos - shm::kHeaderSize < h->payload_size) break;
+      handle_frame(*h, std::span<const std::uint8_t>(buf_.data() + pos + shm::kHeaderSize, h->payload_size));
+      pos += shm::kHeaderSize + h->payload_size;
+    }
+    if (!open()) break;
+    if (pos > 0) {
+      std::memmove(buf_.data(), buf_.data() + pos, have_ - pos);
+      have_ -= pos;
+    }
+    const bool partial = have_ > 0 || !hello_done_;
+    if (partial) arm_timer();
+    boost::system::error_code ec;
+    std::size_t n = co_await sock_.async_read_some(asio::buffer(buf_.data() + have_, buf_.size() - have_),
+                                                   asio::redirect_error(asio::use_awaitable, ec));
+    ++read_gen_;  // disarms a timer that has not fired yet
+    if (partial) timer_.cancel();
+    if (ec) {
+      if (timed_out_) {
+        fail(0, shm::WireStatus::kBadMessage,
+             have_ > 0 ? "timed out with " + std::to_string(have_) + " bytes of a message received"
+                       : std::string("timed out waiting for hello"));
+      } else if (have_ > 0 && ec == asio::error::eof) {
+        fail(0, shm::WireStatus::kBadMessage,
+             "truncated message: the stream ended after " + std::to_string(have_) + " bytes of it");
+      }
+      break;
+    }
+    have_ += n;
+  }
+  // Pins die with the connection; queued replies still go out before the socket closes.
+  svc_.client_gone(id_);
+  closing_ = true;
+  if (!writing_) close_now();
+}
+
+Status listen_on(asio::local::stream_protocol::acceptor& acceptor, const DaemonConfig& cfg) {
+  const std::string& path = cfg.socket_path;
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return make_error(ErrorCode::kInvalidArgument, "socket path '" + path + "' is too long");
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return make_error(ErrorCode::kInvalidArgument, path + ": exists and is not a socket");
+    // A live daemon answers a connect; a stale socket file from a crash does not.
+    Socket probe(acceptor.get_executor());
+    boost::system::error_code ec;
+    probe.connect(asio::local::stream_protocol::endpoint(path), ec);
+    if (!ec) return make_error(ErrorCode::kInvalidArgument, path + ": another epkd is listening there");
+    ::unlink(path.c_str());
+  }
+  boost::system::error_code ec;
+  acceptor.open(asio::local::stream_protocol(), ec);
+  if (!ec) acceptor.bind(asio::local::stream_protocol::endpoint(path), ec);
+  if (!ec && ::chmod(path.c_str(), cfg.socket_mode) != 0) return make_errno_error(path + ": chmod", errno);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return make_error(ErrorCode::kIo, path + ": " + ec.message());
+  return {};
+}
+
+// Sessions are spread round-robin over the io contexts, one thread each: a session's handlers never run concurrently.
+asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& acceptor, Service& svc,
+                                  std::vector<std::unique_ptr<asio::io_context>>& contexts) {
+  std::size_t next = 0;
+  for (;;) {
+    boost::system::error_code ec;
+    asio::io_context& ctx = *contexts[next++ % contexts.size()];
+    Socket sock = co_await acceptor.async_accept(ctx, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      // Out of fds (EMFILE) and the like fail again at once: back off instead of spinning.
+      spdlog::warn("accept: {}; retrying in 100 ms", ec.message());
+      asio::steady_timer backoff(acceptor.get_executor(), std::chrono::milliseconds(100));
+      co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    auto s = std::make_shared<Session>(std::move(sock), svc, svc.next_client_id(), svc.config().read_timeout_ms);
+    svc.add_session(s);
+    Session::start(s);
+  }
+}
+
+}  // namespace
+
+int run_daemon(const DaemonConfig& cfg) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("epkd"));
+  if (auto lvl = spdlog::level::from_str(cfg.log_level); lvl != spdlog::level::off || cfg.log_level == "off") {
+    spdlog::set_level(lvl);
+  }
+  if (!cfg.cpu) spdlog::warn("device pools are not in this build: serving from host memory with the CPU decoder");
+  auto pool = shm::HostPool::create("epkd-pool0", cfg.budget_bytes);
+  if (!pool) {
+    spdlog::critical("{}", pool.error().to_string());
+    return 1;
+  }
+  unsigned io_threads =
+      cfg.io_threads != 0 ? cfg.io_threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  for (unsigned i = 0; i < io_threads; ++i) contexts.push_back(std::make_unique<asio::io_context>(1));
+  asio::io_context& io = *contexts[0];  // acceptor, signals, decode completions, and sessions too
+  using Guard = asio::executor_work_guard<asio::io_context::executor_type>;
+  std::vector<Guard> guards;  // the other contexts idle until shutdown
+  for (unsigned i = 1; i < io_threads; ++i) guards.emplace_back(contexts[i]->get_executor());
+  Service svc(io, cfg, std::move(*pool));
+  std::size_t opened = svc.open_models(cfg);
+  if (opened == 0 && (!cfg.models.empty() || !cfg.synthetic.empty())) {
+    spdlog::critical("no model could be opened");
+    return 1;
+  }
+  asio::local::stream_protocol::acceptor acceptor(io);
+  if (Status st = listen_on(acceptor, cfg); !st) {
+    spdlog::critical("{}", st.error().to_string());
+    return 1;
+  }
+  spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads)", cfg.socket_path, cfg.budget_bytes >> 20,
+               svc.model_count(), io_threads);
+
+  asio::signal_set term(io, SIGTERM, SIGINT);
+  asio::signal_set hup(io, SIGHUP);
+  asio::steady_timer drain_deadline(io);
+  auto stop_all = [&] {
+    for (auto& c : contexts) c->stop();
+  };
+  term.async_wait([&](boost::system::error_code ec, int sig) {
+    if (ec) return;
+    spdlog::info("signal {}: draining", sig);
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    ::unlink(cfg.socket_path.c_str());
+    hup.cancel(ignored);
+    // Sessions close once their replies are written; a client that never reads cannot hold the exit for long.
+    drain_deadline.expires_after(std::chrono::seconds(2));
+    drain_deadline.async_wait([&](boost::system::error_code e) {
+      if (!e) stop_all();
+    });
+    svc.shutdown([&] {
+      asio::post(io, [&] {
+        drain_deadline.cancel();
+        guards.clear();
+      });
+    });
+  });
+  std::function<void()> wait_hup = [&] {
+    hup.async_wait([&](boost::system::error_code ec, int) {
+      if (ec) return;
+      if (cfg.config_file.empty()) {
+        spdlog::info("SIGHUP: no config file to reload");
+      } else {
+        DaemonConfig fresh = cfg;
+        fresh.models.clear();
+        fresh.synthetic.clear();
+        if (Status st = load_config_file(cfg.config_file, &fresh); !st) {
+          spdlog::error("SIGHUP: {}", st.error().to_string());
+        } else {
+          std::size_t added = svc.open_models(fresh);
+          spdlog::info("SIGHUP: {} model(s) added; models already open are kept as they are", added);
+        }
+      }
+      wait_hup();
+    });
+  };
+  wait_hup();
+  asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { contexts[i]->run(); });
+  io.run();
+  guards.clear();
+  for (auto& t : threads) t.join();
+  if (svc.invariant_broken()) {
+    spdlog::critical("stopped; a cache invariant was broken");
+    return 3;
+  }
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace epk::daemon

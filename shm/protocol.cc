@@ -1,0 +1,399 @@
+#include "shm/protocol.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "codec/common/bytes.h"
+
+namespace epk::shm {
+namespace {
+
+// Appends little-endian fields to a message; finish() patches the payload size into the header.
+class Writer {
+ public:
+  Writer(std::vector<std::uint8_t>* out, std::uint32_t id, std::uint16_t type) : out_(out) {
+    out_->assign(kHeaderSize, 0);
+    FrameHeader h;
+    h.type = type;
+    h.request_id = id;
+    encode_header(h, out_->data());
+  }
+  template <class T>
+  void put(T v) {
+    std::size_t at = out_->size();
+    out_->resize(at + sizeof(T));
+    store_le<T>(out_->data() + at, v);
+  }
+  void put_str(std::string_view s, std::size_t limit) {
+    s = s.substr(0, std::min(s.size(), limit));
+    put<std::uint16_t>(static_cast<std::uint16_t>(s.size()));
+    out_->insert(out_->end(), s.begin(), s.end());
+  }
+  ~Writer() { store_le<std::uint32_t>(out_->data() + 12, static_cast<std::uint32_t>(out_->size() - kHeaderSize)); }
+
+ private:
+  std::vector<std::uint8_t>* out_;
+};
+
+// Reads fields from an untrusted payload; every read is checked against the bytes left, and errors name the message
+// and the field.
+class Reader {
+ public:
+  Reader(std::span<const std::uint8_t> p, const char* msg) : p_(p), msg_(msg) {}
+
+  template <class T>
+  Result<T> get(const char* field) {
+    if (p_.size() - pos_ < sizeof(T)) return short_error(field, sizeof(T));
+    T v = load_le<T>(p_.data() + pos_);
+    pos_ += sizeof(T);
+    return v;
+  }
+  Result<std::string> get_str(const char* field, std::size_t limit) {
+    EPK_TRY_ASSIGN(std::uint16_t n, get<std::uint16_t>(field));
+    if (n > limit) {
+      return make_error(ErrorCode::kBadInput, std::string(msg_) + ": field '" + field + "' length " +
+                                                  std::to_string(n) + " exceeds the limit " + std::to_string(limit));
+    }
+    if (p_.size() - pos_ < n) return short_error(field, n);
+    std::string s(reinterpret_cast<const char*>(p_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  std::size_t left() const { return p_.size() - pos_; }
+  Status finish() const {
+    if (pos_ != p_.size()) {
+      return make_error(ErrorCode::kBadInput, std::string(msg_) + ": " + std::to_string(p_.size() - pos_) +
+                                                  " trailing bytes after the last field");
+    }
+    return {};
+  }
+  Error bad(const char* field, const std::string& why) const {
+    return make_error(ErrorCode::kBadInput, std::string(msg_) + ": field '" + field + "' " + why);
+  }
+
+ private:
+  Error short_error(const char* field, std::size_t need) const {
+    return make_error(ErrorCode::kBadInput, std::string(msg_) + ": field '" + field + "' needs " +
+                                                std::to_string(need) + " bytes, " + std::to_string(p_.size() - pos_) +
+                                                " left");
+  }
+
+  std::span<const std::uint8_t> p_;
+  std::size_t pos_ = 0;
+  const char* msg_;
+};
+
+std::uint16_t reply(MsgType t) { return static_cast<std::uint16_t>(static_cast<std::uint16_t>(t) | kReplyBit); }
+
+Result<Layout> read_layout(Reader& r) {
+  EPK_TRY_ASSIGN(std::uint32_t code, r.get<std::uint32_t>("layout"));
+  auto l = layout_from_code(code);
+  if (!l) return r.bad("layout", "value " + std::to_string(code) + " is not a known layout");
+  return *l;
+}
+
+}  // namespace
+
+const char* msg_type_name(std::uint16_t type) {
+  switch (static_cast<MsgType>(type & ~kReplyBit)) {
+    case MsgType::kHello: return "hello";
+    case MsgType::kOpenModel: return "open_model";
+    case MsgType::kAcquire: return "acquire";
+    case MsgType::kPrefetch: return "prefetch";
+    case MsgType::kRelease: return "release";
+    case MsgType::kStats: return "stats";
+    case MsgType::kClose: return "close";
+    default: break;
+  }
+  return type == static_cast<std::uint16_t>(MsgType::kError) ? "error" : "unknown";
+}
+
+const char* wire_status_name(WireStatus s) {
+  switch (s) {
+    case WireStatus::kBadMessage: return "bad-message";
+    case WireStatus::kBadVersion: return "bad-version";
+    case WireStatus::kNotFound: return "not-found";
+    case WireStatus::kUnsupported: return "unsupported";
+    case WireStatus::kNoSpace: return "no-space";
+    case WireStatus::kDecodeFailed: return "decode-failed";
+    case WireStatus::kShuttingDown: return "shutting-down";
+    case WireStatus::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+Result<FrameHeader> decode_header(std::span<const std::uint8_t> bytes) {
+  if (bytes.size() < kHeaderSize) {
+    return make_error(ErrorCode::kBadInput, "frame header: " + std::to_string(bytes.size()) + " bytes, need 16");
+  }
+  std::uint32_t magic = load_le<std::uint32_t>(bytes.data());
+  if (magic != kWireMagic) return make_error(ErrorCode::kBadInput, "frame header: field 'magic' is not epk's");
+  FrameHeader h;
+  h.version = load_le<std::uint16_t>(bytes.data() + 4);
+  h.type = load_le<std::uint16_t>(bytes.data() + 6);
+  h.request_id = load_le<std::uint32_t>(bytes.data() + 8);
+  h.payload_size = load_le<std::uint32_t>(bytes.data() + 12);
+  if (h.version != kProtocolVersion) {
+    return make_error(ErrorCode::kUnsupported, "frame header: field 'version' is " + std::to_string(h.version) +
+                                                   ", this daemon speaks " + std::to_string(kProtocolVersion));
+  }
+  if (h.payload_size > kMaxPayload) {
+    return make_error(ErrorCode::kBadInput, "frame header: field 'payload_size' " + std::to_string(h.payload_size) +
+                                                " exceeds the maximum " + std::to_string(kMaxPayload));
+  }
+  return h;
+}
+
+void encode_header(const FrameHeader& h, std::uint8_t* out) {
+  store_le<std::uint32_t>(out, kWireMagic);
+  store_le<std::uint16_t>(out + 4, h.version);
+  store_le<std::uint16_t>(out + 6, h.type);
+  store_le<std::uint32_t>(out + 8, h.request_id);
+  store_le<std::uint32_t>(out + 12, h.payload_size);
+}
+
+void encode_hello(std::uint32_t id, const HelloRequest& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kHello));
+  w.put(m.client_pid);
+  w.put(m.flags);
+}
+
+void encode_open_model(std::uint32_t id, const OpenModelRequest& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kOpenModel));
+  w.put_str(m.model, kMaxModelName);
+}
+
+void encode_acquire(std::uint32_t id, const AcquireRequest& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kAcquire));
+  w.put(m.model_id);
+  w.put(static_cast<std::uint32_t>(m.layout));
+  w.put_str(m.tensor, kMaxTensorName);
+}
+
+void encode_prefetch(std::uint32_t id, const PrefetchRequest& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kPrefetch));
+  w.put(m.model_id);
+  w.put(static_cast<std::uint32_t>(m.layout));
+  auto count = static_cast<std::uint32_t>(std::min<std::size_t>(m.tensors.size(), kMaxPrefetch));
+  w.put(count);
+  for (std::uint32_t i = 0; i < count; ++i) w.put_str(m.tensors[i], kMaxTensorName);
+}
+
+void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kRelease));
+  w.put(m.handle);
+  w.put(static_cast<std::uint32_t>(m.fence));
+  w.put(m.flags);
+}
+
+void encode_empty(std::uint32_t id, MsgType type, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(type));
+}
+
+void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, reply(MsgType::kHello));
+  w.put(m.server_version);
+  w.put(static_cast<std::uint32_t>(m.pools.size()));
+  for (const PoolInfo& p : m.pools) {
+    w.put(p.pool_id);
+    w.put(static_cast<std::uint32_t>(p.kind));
+    w.put(p.device);
+    w.put<std::uint32_t>(0);
+    w.put(p.size);
+  }
+}
+
+void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, reply(MsgType::kOpenModel));
+  w.put(m.model_id);
+  w.put(m.tensor_count);
+}
+
+void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, reply(MsgType::kAcquire));
+  w.put(m.handle);
+  w.put(m.pool_id);
+  w.put(m.dtype);
+  w.put(m.offset);
+  w.put(m.bytes);
+  w.put(static_cast<std::uint32_t>(m.shape.size()));
+  w.put<std::uint32_t>(0);
+  for (std::uint64_t d : m.shape) w.put(d);
+  for (std::int64_t s : m.strides) w.put(s);
+}
+
+void encode_prefetch_reply(std::uint32_t id, const PrefetchReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, reply(MsgType::kPrefetch));
+  w.put(m.queued);
+}
+
+void encode_stats_reply(std::uint32_t id, const StatsReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, reply(MsgType::kStats));
+  w.put(kStatsFields);
+  for (std::uint64_t v : {m.budget_bytes, m.used_bytes, m.pinned_bytes, m.slots, m.pinned_slots, m.pins, m.hits,
+                          m.misses, m.evictions, m.decodes, m.decode_ns, m.clients, m.models, m.prefetches}) {
+    w.put(v);
+  }
+}
+
+void encode_error(std::uint32_t id, const ErrorReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kError));
+  w.put(static_cast<std::uint32_t>(m.status));
+  w.put_str(m.message, kMaxErrorText);
+}
+
+Result<HelloRequest> decode_hello(std::span<const std::uint8_t> p) {
+  Reader r(p, "hello");
+  HelloRequest m;
+  EPK_TRY_ASSIGN(m.client_pid, r.get<std::uint32_t>("client_pid"));
+  EPK_TRY_ASSIGN(m.flags, r.get<std::uint32_t>("flags"));
+  if (m.flags != 0) return r.bad("flags", "has unknown bits set");
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<OpenModelRequest> decode_open_model(std::span<const std::uint8_t> p) {
+  Reader r(p, "open_model");
+  OpenModelRequest m;
+  EPK_TRY_ASSIGN(m.model, r.get_str("model", kMaxModelName));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<AcquireRequest> decode_acquire(std::span<const std::uint8_t> p) {
+  Reader r(p, "acquire");
+  AcquireRequest m;
+  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
+  EPK_TRY_ASSIGN(m.layout, read_layout(r));
+  EPK_TRY_ASSIGN(m.tensor, r.get_str("tensor", kMaxTensorName));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<PrefetchRequest> decode_prefetch(std::span<const std::uint8_t> p) {
+  Reader r(p, "prefetch");
+  PrefetchRequest m;
+  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
+  EPK_TRY_ASSIGN(m.layout, read_layout(r));
+  EPK_TRY_ASSIGN(std::uint32_t count, r.get<std::uint32_t>("count"));
+  if (count > kMaxPrefetch) return r.bad("count", std::to_string(count) + " exceeds " + std::to_string(kMaxPrefetch));
+  // Each name takes at least its 2-byte length: refuse counts the payload cannot hold before reserving.
+  if (static_cast<std::uint64_t>(count) * 2 > r.left()) {
+    return r.bad("count", std::to_string(count) + " names cannot fit in " + std::to_string(r.left()) + " bytes");
+  }
+  m.tensors.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    EPK_TRY_ASSIGN(std::string name, r.get_str("tensor", kMaxTensorName));
+    m.tensors.push_back(std::move(name));
+  }
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<ReleaseRequest> decode_release(std::span<const std::uint8_t> p) {
+  Reader r(p, "release");
+  ReleaseRequest m;
+  EPK_TRY_ASSIGN(m.handle, r.get<std::uint64_t>("handle"));
+  EPK_TRY_ASSIGN(std::uint32_t fence, r.get<std::uint32_t>("fence_kind"));
+  if (fence > static_cast<std::uint32_t>(FenceKind::kCudaEvent)) {
+    return r.bad("fence_kind", "value " + std::to_string(fence) + " is not a known fence kind");
+  }
+  m.fence = static_cast<FenceKind>(fence);
+  EPK_TRY_ASSIGN(m.flags, r.get<std::uint32_t>("flags"));
+  if ((m.flags & ~kReleaseNoReply) != 0) return r.bad("flags", "has unknown bits set");
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Status decode_empty(std::span<const std::uint8_t> p, const char* what) {
+  Reader r(p, what);
+  return r.finish();
+}
+
+Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p) {
+  Reader r(p, "hello reply");
+  HelloReply m;
+  EPK_TRY_ASSIGN(m.server_version, r.get<std::uint32_t>("server_version"));
+  EPK_TRY_ASSIGN(std::uint32_t count, r.get<std::uint32_t>("pool_count"));
+  if (count > kMaxPools) return r.bad("pool_count", std::to_string(count) + " exceeds " + std::to_string(kMaxPools));
+  for (std::uint32_t i = 0; i < count; ++i) {
+    PoolInfo info;
+    EPK_TRY_ASSIGN(info.pool_id, r.get<std::uint32_t>("pool_id"));
+    EPK_TRY_ASSIGN(std::uint32_t kind, r.get<std::uint32_t>("kind"));
+    if (kind > static_cast<std::uint32_t>(PoolKind::kDevice)) return r.bad("kind", "is not a known pool kind");
+    info.kind = static_cast<PoolKind>(kind);
+    EPK_TRY_ASSIGN(info.device, r.get<std::int32_t>("device"));
+    EPK_TRY_ASSIGN(std::uint32_t reserved, r.get<std::uint32_t>("reserved"));
+    if (reserved != 0) return r.bad("reserved", "is not zero");
+    EPK_TRY_ASSIGN(info.size, r.get<std::uint64_t>("size"));
+    m.pools.push_back(info);
+  }
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p) {
+  Reader r(p, "open_model reply");
+  OpenModelReply m;
+  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
+  EPK_TRY_ASSIGN(m.tensor_count, r.get<std::uint32_t>("tensor_count"));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
+  Reader r(p, "acquire reply");
+  AcquireReply m;
+  EPK_TRY_ASSIGN(m.handle, r.get<std::uint64_t>("handle"));
+  EPK_TRY_ASSIGN(m.pool_id, r.get<std::uint32_t>("pool_id"));
+  EPK_TRY_ASSIGN(m.dtype, r.get<std::uint32_t>("dtype"));
+  EPK_TRY_ASSIGN(m.offset, r.get<std::uint64_t>("offset"));
+  EPK_TRY_ASSIGN(m.bytes, r.get<std::uint64_t>("bytes"));
+  EPK_TRY_ASSIGN(std::uint32_t ndim, r.get<std::uint32_t>("ndim"));
+  if (ndim > kMaxDims) return r.bad("ndim", std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
+  EPK_TRY_ASSIGN(std::uint32_t reserved, r.get<std::uint32_t>("reserved"));
+  if (reserved != 0) return r.bad("reserved", "is not zero");
+  m.shape.resize(ndim);
+  m.strides.resize(ndim);
+  for (auto& d : m.shape) {
+    EPK_TRY_ASSIGN(d, r.get<std::uint64_t>("shape"));
+  }
+  for (auto& s : m.strides) {
+    EPK_TRY_ASSIGN(s, r.get<std::int64_t>("strides"));
+  }
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p) {
+  Reader r(p, "prefetch reply");
+  PrefetchReply m;
+  EPK_TRY_ASSIGN(m.queued, r.get<std::uint32_t>("queued"));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p) {
+  Reader r(p, "stats reply");
+  EPK_TRY_ASSIGN(std::uint32_t n, r.get<std::uint32_t>("field_count"));
+  if (n != kStatsFields) return r.bad("field_count", std::to_string(n) + ", expected " + std::to_string(kStatsFields));
+  StatsReply m;
+  for (std::uint64_t* f : {&m.budget_bytes, &m.used_bytes, &m.pinned_bytes, &m.slots, &m.pinned_slots, &m.pins, &m.hits,
+                           &m.misses, &m.evictions, &m.decodes, &m.decode_ns, &m.clients, &m.models, &m.prefetches}) {
+    EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("stats"));
+  }
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<ErrorReply> decode_error(std::span<const std::uint8_t> p) {
+  Reader r(p, "error reply");
+  ErrorReply m;
+  EPK_TRY_ASSIGN(std::uint32_t s, r.get<std::uint32_t>("status"));
+  m.status = static_cast<WireStatus>(s);
+  EPK_TRY_ASSIGN(m.message, r.get_str("message", kMaxErrorText));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+}  // namespace epk::shm

@@ -1,0 +1,190 @@
+// The epkd wire protocol: versioned, fixed-layout, little-endian messages over a Unix stream socket.
+//
+// 1. Every message is a 16-byte frame header followed by `payload_size` bytes:
+//      0 u32 magic 0x5750454B ("KEPW" in memory order: 'K','E','P','W')
+//      4 u16 version (kProtocolVersion)
+//      6 u16 type (MsgType; replies set kReplyBit; kError answers any request)
+//      8 u32 request_id (chosen by the client, echoed in the reply; replies may come out of order)
+//     12 u32 payload_size (<= kMaxPayload)
+// 2. Strings are u16 length + bytes (no terminator), length <= the per-field limit below.
+// 3. Requests and their payloads (replies in brackets):
+//      hello      u32 client_pid, u32 flags(0)   [u32 server_version, u32 pool_count, pool_count x PoolInfo (24 B);
+//                                                 the pool fds ride on the reply with SCM_RIGHTS, in the same order]
+//      open_model str model (<= kMaxModelName)   [u32 model_id, u32 tensor_count]
+//      acquire    u32 model_id, u32 layout, str tensor (<= kMaxTensorName)
+//                 [u64 handle, u32 pool_id, u32 dtype, u64 offset, u64 bytes, u32 ndim (<= kMaxDims), u32 0,
+//                  ndim x u64 shape, ndim x i64 strides (elements)]
+//      prefetch   u32 model_id, u32 layout, u32 count (<= kMaxPrefetch), count x str tensor   [u32 queued]
+//      release    u64 handle, u32 fence_kind, u32 flags (kReleaseNoReply or 0)
+//                 [] unless kReleaseNoReply: then no reply on success, an error reply on failure
+//      stats      (empty)   [u32 field_count (= kStatsFields), field_count x u64 (StatsReply order)]
+//      close      (empty)   [] and the daemon closes the session
+//      error      [u32 status (WireStatus), str message (<= kMaxErrorText)]
+// 4. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
+//    the session is closed; replies to well-formed requests that fail (unknown tensor, no space) keep it open.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "codec/common/result.h"
+#include "shm/fence.h"
+#include "shm/layout.h"
+#include "shm/pool.h"
+
+namespace epk::shm {
+
+inline constexpr std::uint32_t kWireMagic = 0x5750454Bu;
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kHeaderSize = 16;
+inline constexpr std::uint32_t kMaxPayload = 64 * 1024 - kHeaderSize;
+inline constexpr std::size_t kMaxMessage = kHeaderSize + kMaxPayload;
+inline constexpr std::size_t kMaxModelName = 256;
+inline constexpr std::size_t kMaxTensorName = 1024;
+inline constexpr std::size_t kMaxErrorText = 1024;
+inline constexpr std::uint32_t kMaxDims = 8;
+inline constexpr std::uint32_t kMaxPrefetch = 256;
+inline constexpr std::uint32_t kMaxPools = 16;
+inline constexpr std::uint16_t kReplyBit = 0x8000;
+inline constexpr std::uint32_t kReleaseNoReply = 1;  // release flag: answer only a failure
+
+enum class MsgType : std::uint16_t {
+  kHello = 1,
+  kOpenModel = 2,
+  kAcquire = 3,
+  kPrefetch = 4,
+  kRelease = 5,
+  kStats = 6,
+  kClose = 7,
+  kError = 0xFFFF,
+};
+const char* msg_type_name(std::uint16_t type);
+
+// Status carried by an error reply. Stored on the wire: never renumber.
+enum class WireStatus : std::uint32_t {
+  kBadMessage = 1,    // malformed, truncated or oversized; the session is closed after this reply
+  kBadVersion = 2,    // protocol version mismatch; the session is closed
+  kNotFound = 3,      // unknown model, tensor or handle
+  kUnsupported = 4,   // layout or fence kind not servable here
+  kNoSpace = 5,       // the request cannot fit in the budget without evicting pinned slots
+  kDecodeFailed = 6,  // the source refused to produce the tensor (corrupt data)
+  kShuttingDown = 7,
+  kInternal = 8,
+};
+const char* wire_status_name(WireStatus s);
+
+struct FrameHeader {
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t type = 0;
+  std::uint32_t request_id = 0;
+  std::uint32_t payload_size = 0;
+};
+
+// Checks magic, version and payload size. The error names the field.
+Result<FrameHeader> decode_header(std::span<const std::uint8_t> bytes);
+void encode_header(const FrameHeader& h, std::uint8_t* out);
+
+struct PoolInfo {
+  std::uint32_t pool_id = 0;
+  PoolKind kind = PoolKind::kHost;
+  std::int32_t device = -1;
+  std::uint64_t size = 0;
+};
+
+struct HelloRequest {
+  std::uint32_t client_pid = 0;
+  std::uint32_t flags = 0;
+};
+struct HelloReply {
+  std::uint32_t server_version = kProtocolVersion;
+  std::vector<PoolInfo> pools;
+};
+struct OpenModelRequest {
+  std::string model;
+};
+struct OpenModelReply {
+  std::uint32_t model_id = 0;
+  std::uint32_t tensor_count = 0;
+};
+struct AcquireRequest {
+  std::uint32_t model_id = 0;
+  Layout layout = Layout::kStored;
+  std::string tensor;
+};
+struct AcquireReply {
+  std::uint64_t handle = 0;
+  std::uint32_t pool_id = 0;
+  std::uint32_t dtype = 0;  // epk::DType code
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> shape;
+  std::vector<std::int64_t> strides;  // in elements
+};
+struct PrefetchRequest {
+  std::uint32_t model_id = 0;
+  Layout layout = Layout::kStored;
+  std::vector<std::string> tensors;
+};
+struct PrefetchReply {
+  std::uint32_t queued = 0;
+};
+struct ReleaseRequest {
+  std::uint64_t handle = 0;
+  FenceKind fence = FenceKind::kHostRelease;
+  std::uint32_t flags = 0;  // kReleaseNoReply
+};
+struct StatsReply {
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t used_bytes = 0;
+  std::uint64_t pinned_bytes = 0;
+  std::uint64_t slots = 0;
+  std::uint64_t pinned_slots = 0;
+  std::uint64_t pins = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t decodes = 0;
+  std::uint64_t decode_ns = 0;
+  std::uint64_t clients = 0;
+  std::uint64_t models = 0;
+  std::uint64_t prefetches = 0;
+};
+inline constexpr std::uint32_t kStatsFields = 14;
+struct ErrorReply {
+  WireStatus status = WireStatus::kInternal;
+  std::string message;
+};
+
+// Encoders write a whole message (header + payload) into `out` (cleared first).
+void encode_hello(std::uint32_t id, const HelloRequest& m, std::vector<std::uint8_t>* out);
+void encode_open_model(std::uint32_t id, const OpenModelRequest& m, std::vector<std::uint8_t>* out);
+void encode_acquire(std::uint32_t id, const AcquireRequest& m, std::vector<std::uint8_t>* out);
+void encode_prefetch(std::uint32_t id, const PrefetchRequest& m, std::vector<std::uint8_t>* out);
+void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::uint8_t>* out);
+void encode_empty(std::uint32_t id, MsgType type, std::vector<std::uint8_t>* out);  // stats, close, empty replies
+void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::uint8_t>* out);
+void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out);
+void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<std::uint8_t>* out);
+void encode_prefetch_reply(std::uint32_t id, const PrefetchReply& m, std::vector<std::uint8_t>* out);
+void encode_stats_reply(std::uint32_t id, const StatsReply& m, std::vector<std::uint8_t>* out);
+// The message text is cut to kMaxErrorText.
+void encode_error(std::uint32_t id, const ErrorReply& m, std::vector<std::uint8_t>* out);
+
+// Decoders take the payload only (after decode_header) and must consume it exactly.
+Result<HelloRequest> decode_hello(std::span<const std::uint8_t> p);
+Result<OpenModelRequest> decode_open_model(std::span<const std::uint8_t> p);
+Result<AcquireRequest> decode_acquire(std::span<const std::uint8_t> p);
+Result<PrefetchRequest> decode_prefetch(std::span<const std::uint8_t> p);
+Result<ReleaseRequest> decode_release(std::span<const std::uint8_t> p);
+Status decode_empty(std::span<const std::uint8_t> p, const char* what);
+Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p);
+Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p);
+Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p);
+Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p);
+Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p);
+Result<ErrorReply> decode_error(std::span<const std::uint8_t> p);
+
+}  // namespace epk::shm

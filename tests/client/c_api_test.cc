@@ -1,0 +1,91 @@
+// libepk's C ABI against the real epkd: results, error codes and messages, NULL arguments.
+#include "client/epk.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "daemon/synthetic_source.h"
+#include "tests/daemon/epkd_harness.h"
+
+namespace epk {
+namespace {
+
+using test_harness::Epkd;
+
+TEST(CApi, AcquireReleaseAndStats) {
+  Epkd d({"--synthetic", "m=t0:3x5,w:7"});
+  ASSERT_TRUE(d.running());
+  epk_client* c = nullptr;
+  ASSERT_EQ(epk_connect(d.socket().c_str(), &c), EPK_OK) << epk_last_error();
+  ASSERT_NE(c, nullptr);
+  epk_tensor t;
+  ASSERT_EQ(epk_acquire(c, "m", "t0", "dense:bf16", &t), EPK_OK) << epk_last_error();
+  EXPECT_EQ(t.ndim, 2u);
+  EXPECT_EQ(t.shape[0], 3u);
+  EXPECT_EQ(t.shape[1], 5u);
+  EXPECT_EQ(t.strides[0], 5);
+  EXPECT_EQ(t.strides[1], 1);
+  EXPECT_EQ(t.bytes, 30u);
+  EXPECT_EQ(t.dtype, static_cast<std::uint32_t>(DType::kBF16));
+  std::uint16_t v;
+  std::memcpy(&v, static_cast<const std::uint8_t*>(t.data) + 2 * 7, 2);
+  EXPECT_EQ(v, daemon::f32_to_bf16(daemon::synthetic_value(0, 7)));
+  epk_cache_stats s;
+  ASSERT_EQ(epk_stats(c, &s), EPK_OK);
+  EXPECT_EQ(s.pins, 1u);
+  EXPECT_EQ(s.misses, 1u);
+  ASSERT_EQ(epk_release(c, t.handle), EPK_OK);
+  const char* names[] = {"w"};
+  std::uint32_t queued = 99;
+  ASSERT_EQ(epk_prefetch(c, "m", names, 1, NULL, &queued), EPK_OK);
+  EXPECT_EQ(queued, 1u);
+  epk_disconnect(c);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(CApi, ErrorsAreCodesWithMessages) {
+  Epkd d({"--synthetic", "m=t0:4"});
+  ASSERT_TRUE(d.running());
+  epk_client* c = nullptr;
+  ASSERT_EQ(epk_connect(d.socket().c_str(), &c), EPK_OK);
+  epk_tensor t;
+  EXPECT_EQ(epk_acquire(c, "m", "missing", NULL, &t), EPK_E_NOT_FOUND);
+  EXPECT_NE(std::strstr(epk_last_error(), "missing"), nullptr);
+  EXPECT_EQ(epk_acquire(c, "nomodel", "t0", NULL, &t), EPK_E_NOT_FOUND);
+  EXPECT_EQ(epk_acquire(c, "m", "t0", "dense:bogus", &t), EPK_E_INVALID);
+  EXPECT_EQ(epk_acquire(c, "m", "t0", "rowwise:int8", &t), EPK_E_UNSUPPORTED);
+  EXPECT_EQ(epk_release(c, 777), EPK_E_NOT_FOUND);
+  EXPECT_EQ(epk_acquire(c, "m", "t0", "stored", &t), EPK_OK);  // the connection survived the errors
+  epk_disconnect(c);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(CApi, NullArgumentsAndNoDaemon) {
+  epk_client* c = reinterpret_cast<epk_client*>(0x1);
+  EXPECT_EQ(epk_connect("/nonexistent/epkd.sock", &c), EPK_E_IO);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_NE(std::strlen(epk_last_error()), 0u);
+  EXPECT_EQ(epk_connect(NULL, &c), EPK_E_INVALID);
+  EXPECT_EQ(epk_connect("/x", NULL), EPK_E_INVALID);
+  epk_tensor t;
+  EXPECT_EQ(epk_acquire(NULL, "m", "t", NULL, &t), EPK_E_INVALID);
+  EXPECT_EQ(epk_release(NULL, 1), EPK_E_INVALID);
+  EXPECT_EQ(epk_stats(NULL, NULL), EPK_E_INVALID);
+  EXPECT_EQ(epk_prefetch(NULL, "m", NULL, 0, NULL, NULL), EPK_E_INVALID);
+  epk_disconnect(NULL);
+}
+
+TEST(CApi, DaemonGoneIsAnIoError) {
+  Epkd d({"--synthetic", "m=t0:4"});
+  ASSERT_TRUE(d.running());
+  epk_client* c = nullptr;
+  ASSERT_EQ(epk_connect(d.socket().c_str(), &c), EPK_OK);
+  EXPECT_EQ(d.terminate(), 0);
+  epk_tensor t;
+  EXPECT_EQ(epk_acquire(c, "m", "t0", NULL, &t), EPK_E_IO);
+  epk_disconnect(c);
+}
+
+}  // namespace
+}  // namespace epk

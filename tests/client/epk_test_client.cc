@@ -1,0 +1,140 @@
+// A small client process for the integration tests and by hand. Subcommands (exit 0 on success, 1 on failure with the
+// error on stderr):
+//   acquire SOCKET MODEL TENSOR LAYOUT HOLD_MS [gate]
+//                                                acquire (checking synthetic contents), print "acquired HANDLE", hold
+//                                                HOLD_MS (-1: until killed), release, print "released". With `gate`:
+//                                                print "connected" once connected, then wait for a byte on stdin
+//   loop SOCKET MODEL TENSOR LAYOUT N             N acquire+release round trips, contents checked once
+//   cycle SOCKET MODEL TENSORS LAYOUT ROUNDS      acquire, check and release each of the comma-separated TENSORS,
+//   ROUNDS
+//                                                times; a no-space answer is retried (other clients hold pins)
+//   stats SOCKET                                  print the daemon's stats as key=value lines
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "daemon/synthetic_source.h"
+
+namespace {
+
+using epk::client::Client;
+using epk::client::Tensor;
+
+int die(const std::string& msg) {
+  std::fprintf(stderr, "epk_test_client: %s\n", msg.c_str());
+  return 1;
+}
+
+// Checks a synthetic tensor (tensor number = index in the model's spec; tests name tensors tN).
+bool check_synthetic(const Tensor& t, std::uint32_t tensor_index) {
+  std::uint64_t elems = 1;
+  for (auto d : t.shape) elems *= d;
+  const auto* p = static_cast<const std::uint8_t*>(t.data);
+  for (std::uint64_t i = 0; i < elems; ++i) {
+    float v = epk::daemon::synthetic_value(tensor_index, i);
+    if (t.dtype == epk::DType::kF32) {
+      float got;
+      std::memcpy(&got, p + i * 4, 4);
+      if (got != v) return false;
+    } else {
+      std::uint16_t got;
+      std::memcpy(&got, p + i * 2, 2);
+      std::uint16_t want = t.dtype == epk::DType::kBF16 ? epk::daemon::f32_to_bf16(v) : epk::daemon::f32_to_f16(v);
+      if (got != want) return false;
+    }
+  }
+  return true;
+}
+
+std::uint32_t index_of(const std::string& tensor) {
+  return tensor.size() > 1 && tensor[0] == 't' ? static_cast<std::uint32_t>(std::atoi(tensor.c_str() + 1)) : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return die("usage: see the comment at the top of epk_test_client.cc");
+  std::string cmd = argv[1];
+  auto c = Client::connect(argv[2]);
+  if (!c) return die(c.error().to_string());
+  if (cmd == "stats") {
+    auto s = c->stats();
+    if (!s) return die(s.error().to_string());
+    std::printf("used=%llu budget=%llu pins=%llu hits=%llu misses=%llu evictions=%llu decodes=%llu clients=%llu\n",
+                (unsigned long long)s->used_bytes, (unsigned long long)s->budget_bytes, (unsigned long long)s->pins,
+                (unsigned long long)s->hits, (unsigned long long)s->misses, (unsigned long long)s->evictions,
+                (unsigned long long)s->decodes, (unsigned long long)s->clients);
+    return 0;
+  }
+  if (argc < 7) return die("usage: see the comment at the top of epk_test_client.cc");
+  std::string model = argv[3], tensor = argv[4];
+  auto layout = epk::shm::layout_from_name(argv[5]);
+  if (!layout) return die(std::string("unknown layout ") + argv[5]);
+  if (cmd == "acquire") {
+    int hold_ms = std::atoi(argv[6]);
+    if (argc > 7 && std::string(argv[7]) == "gate") {
+      std::printf("connected\n");
+      std::fflush(stdout);
+      char b;
+      if (::read(0, &b, 1) != 1) return die("gate: stdin closed");
+    }
+    auto t = c->acquire(model, tensor, *layout);
+    if (!t) return die(t.error().to_string());
+    if (!check_synthetic(*t, index_of(tensor)))
+      return die("contents of " + tensor + " differ from the synthetic values");
+    std::printf("acquired %llu\n", (unsigned long long)t->handle);
+    std::fflush(stdout);
+    if (hold_ms < 0) {
+      for (;;) ::pause();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+    if (auto st = c->release(t->handle); !st) return die(st.error().to_string());
+    std::printf("released\n");
+    return 0;
+  }
+  if (cmd == "cycle") {
+    std::vector<std::string> names;
+    for (std::size_t start = 0;;) {
+      std::size_t comma = tensor.find(',', start);
+      names.push_back(tensor.substr(start, comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    long rounds = std::atol(argv[6]);
+    long retries = 0;
+    for (long r = 0; r < rounds; ++r) {
+      for (const std::string& name : names) {
+        auto t = c->acquire(model, name, *layout);
+        while (!t && t.error().code == epk::ErrorCode::kNoSpace && retries < 5000) {
+          ++retries;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          t = c->acquire(model, name, *layout);
+        }
+        if (!t) return die(name + ": " + t.error().to_string());
+        if (!check_synthetic(*t, index_of(name))) return die("contents of " + name + " differ");
+        if (auto st = c->release(t->handle); !st) return die(st.error().to_string());
+      }
+    }
+    std::printf("done %ld retries %ld\n", rounds, retries);
+    return 0;
+  }
+  if (cmd == "loop") {
+    long n = std::atol(argv[6]);
+    for (long i = 0; i < n; ++i) {
+      auto t = c->acquire(model, tensor, *layout);
+      if (!t) return die(t.error().to_string());
+      if (i == 0 && !check_synthetic(*t, index_of(tensor))) return die("contents differ from the synthetic values");
+      if (auto st = c->release(t->handle); !st) return die(st.error().to_string());
+    }
+    std::printf("done %ld\n", n);
+    return 0;
+  }
+  return die("unknown subcommand " + cmd);
+}

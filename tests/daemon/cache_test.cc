@@ -1,0 +1,233 @@
+#include "daemon/cache.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace epk::daemon {
+namespace {
+
+constexpr std::uint64_t kKiB = 1024;
+
+SlotKey key(std::uint32_t t) { return {0, t, shm::Layout::kStored}; }
+
+// Acquires and marks decoded: the usual miss path.
+Slot* fill(Cache& c, std::uint32_t t, std::uint64_t bytes, ClientId client) {
+  auto r = c.acquire(key(t), bytes, client);
+  EXPECT_TRUE(r) << r.error().to_string();
+  if (!r) return nullptr;
+  if (r->outcome == Cache::Outcome::kMiss) c.decoded(r->slot->id, true);
+  return r->slot;
+}
+
+TEST(Cache, MissThenHitPinsAndCounts) {
+  Cache c(64 * kKiB);
+  auto a = c.acquire(key(1), 1000, 7);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->outcome, Cache::Outcome::kMiss);
+  EXPECT_EQ(a->slot->state, SlotState::kDecoding);
+  auto b = c.acquire(key(1), 1000, 8);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->outcome, Cache::Outcome::kPending);  // joins the decode in flight: decoded once
+  EXPECT_EQ(b->slot->id, a->slot->id);
+  c.decoded(a->slot->id, true);
+  auto h = c.acquire(key(1), 1000, 7);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->outcome, Cache::Outcome::kHit);
+  CacheStats s = c.stats();
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 2u);
+  EXPECT_EQ(s.pins, 3u);
+  EXPECT_EQ(s.pinned_slots, 1u);
+  EXPECT_TRUE(c.verify());
+}
+
+TEST(Cache, LeastRecentlyUsedUnpinnedSlotIsEvictedFirst) {
+  Cache c(3 * kKiB);
+  for (std::uint32_t t = 0; t < 3; ++t) {
+    Slot* s = fill(c, t, kKiB, 1);
+    ASSERT_TRUE(c.release(s->id, 1, nullptr));
+  }
+  // Touch t0 so that t1 becomes the oldest.
+  Slot* s0 = fill(c, 0, kKiB, 1);
+  ASSERT_TRUE(c.release(s0->id, 1, nullptr));
+  Slot* s3 = fill(c, 3, kKiB, 1);
+  ASSERT_TRUE(c.release(s3->id, 1, nullptr));
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_EQ(c.acquire(key(0), kKiB, 2)->outcome, Cache::Outcome::kHit);
+  EXPECT_EQ(c.acquire(key(2), kKiB, 2)->outcome, Cache::Outcome::kHit);
+  EXPECT_EQ(c.acquire(key(1), kKiB, 3)->outcome, Cache::Outcome::kMiss);  // t1 was the one evicted
+  EXPECT_TRUE(c.verify());
+}
+
+TEST(Cache, PinnedSlotsAreNeverEvictedAndAFullCacheSaysNoSpace) {
+  Cache c(2 * kKiB);
+  fill(c, 0, kKiB, 1);
+  fill(c, 1, kKiB, 2);
+  auto r = c.acquire(key(2), 1, 3);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kNoSpace);
+  EXPECT_EQ(c.stats().evictions, 0u);
+  EXPECT_EQ(c.acquire(key(0), kKiB, 3)->outcome, Cache::Outcome::kHit);
+  EXPECT_TRUE(c.verify());
+}
+
+TEST(Cache, DecodingSlotsAreNeverEvicted) {
+  Cache c(2 * kKiB);
+  auto pre = c.acquire(key(0), 2 * kKiB, kNoClient);  // a prefetch: no pin, still decoding
+  ASSERT_TRUE(pre);
+  EXPECT_EQ(c.stats().pins, 0u);
+  EXPECT_FALSE(c.acquire(key(1), kKiB, 1));
+  c.decoded(pre->slot->id, true);
+  EXPECT_TRUE(c.acquire(key(1), kKiB, 1));  // now the ready, unpinned prefetch can go
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_TRUE(c.verify());
+}
+
+TEST(Cache, RequestLargerThanTheBudgetIsRefused) {
+  Cache c(4 * kKiB);
+  auto r = c.acquire(key(0), 4 * kKiB + 1, 1);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kNoSpace);
+  EXPECT_TRUE(c.acquire(key(0), 4 * kKiB, 1));
+}
+
+TEST(Cache, PinsAreCountedPerClient) {
+  Cache c(8 * kKiB);
+  Slot* s = fill(c, 0, kKiB, 1);
+  fill(c, 0, kKiB, 1);
+  fill(c, 0, kKiB, 2);
+  EXPECT_EQ(s->pin_total, 3u);
+  EXPECT_EQ(s->pins.at(1), 2u);
+  ASSERT_TRUE(c.release(s->id, 1, nullptr));
+  ASSERT_TRUE(c.release(s->id, 1, nullptr));
+  auto again = c.release(s->id, 1, nullptr);  // client 1 holds no more pins
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(s->pin_total, 1u);
+  EXPECT_FALSE(c.release(s->id, 3, nullptr));  // never pinned by client 3
+  EXPECT_FALSE(c.release(999, 2, nullptr));
+  EXPECT_TRUE(c.verify());
+}
+
+TEST(Cache, DroppedClientLosesEveryPin) {
+  Cache c(4 * kKiB);
+  fill(c, 0, kKiB, 1);
+  fill(c, 0, kKiB, 1);
+  fill(c, 1, kKiB, 1);
+  Slot* other = fill(c, 2, kKiB, 2);
+  auto decoding = c.acquire(key(3), kKiB, 1);
+  ASSERT_TRUE(decoding);
+  c.drop_client(1);
+  CacheStats s = c.stats();
+  EXPECT_EQ(s.pins, 1u);
+  EXPECT_EQ(other->pin_total, 1u);
+  EXPECT_TRUE(c.verify());
+  c.decoded(decoding->slot->id, true);  // finished after its client left: unpinned, evictable
+  EXPECT_TRUE(c.verify());
+  for (std::uint32_t t = 10; t < 13; ++t) fill(c, t, kKiB, 3);
+  EXPECT_EQ(c.stats().evictions, 3u);
+  EXPECT_EQ(c.acquire(key(2), kKiB, 3)->outcome, Cache::Outcome::kHit);
+}
+
+TEST(Cache, FailedDecodeRemovesTheSlotAndItsPins) {
+  Cache c(4 * kKiB);
+  auto a = c.acquire(key(0), kKiB, 1);
+  auto b = c.acquire(key(0), kKiB, 2);
+  ASSERT_TRUE(a && b);
+  const std::uint64_t id = a->slot->id;
+  c.decoded(id, false);
+  EXPECT_EQ(c.find(id), nullptr);
+  CacheStats s = c.stats();
+  EXPECT_EQ(s.pins, 0u);
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_TRUE(c.verify());
+}
+
+class PendingFence : public shm::Fence {
+ public:
+  explicit PendingFence(const bool* done) : done_(done) {}
+  bool completed() const override { return *done_; }
+
+ private:
+  const bool* done_;
+};
+
+TEST(Cache, SlotWithAnIncompleteFenceIsNotReused) {
+  Cache c(kKiB);
+  bool done = false;
+  Slot* s = fill(c, 0, kKiB, 1);
+  ASSERT_TRUE(c.release(s->id, 1, std::make_unique<PendingFence>(&done)));
+  auto r = c.acquire(key(1), kKiB, 2);
+  ASSERT_FALSE(r);  // t0 is unpinned but its last user may still read it
+  EXPECT_EQ(r.error().code, ErrorCode::kNoSpace);
+  done = true;
+  EXPECT_TRUE(c.acquire(key(1), kKiB, 2));
+  EXPECT_EQ(c.stats().evictions, 1u);
+}
+
+TEST(Cache, EvictedRangesAreDiscarded) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> discarded;
+  Cache c(
+      kKiB,
+      [](void* ctx, std::uint64_t off, std::uint64_t len) {
+        static_cast<std::vector<std::pair<std::uint64_t, std::uint64_t>>*>(ctx)->emplace_back(off, len);
+      },
+      &discarded);
+  Slot* s = fill(c, 0, 700, 1);
+  ASSERT_TRUE(c.release(s->id, 1, nullptr));
+  fill(c, 1, 900, 1);
+  ASSERT_EQ(discarded.size(), 1u);
+  EXPECT_EQ(discarded[0].first, 0u);
+  EXPECT_EQ(discarded[0].second, SlotAllocator::rounded(700));
+}
+
+// Random acquire / release / decode / drop sequences: the budget and every index stay consistent after each step.
+TEST(Cache, BudgetInvariantHoldsUnderRandomTraffic) {
+  std::mt19937_64 rng(20261130);
+  const std::uint64_t budget = 37 * kKiB + 300;
+  Cache c(budget);
+  std::vector<std::pair<std::uint64_t, ClientId>> held;
+  std::vector<std::uint64_t> decoding;
+  int no_space = 0;
+  for (int step = 0; step < 20000; ++step) {
+    int op = static_cast<int>(rng() % 10);
+    if (op < 5) {
+      auto t = static_cast<std::uint32_t>(rng() % 60);
+      std::uint64_t bytes = 1 + (std::uint64_t{t} * 977) % (6 * kKiB);  // a tensor has one size
+      ClientId client = (rng() % 8 == 0) ? kNoClient : 1 + rng() % 6;
+      auto r = c.acquire(key(t), bytes, client);
+      if (!r) {
+        ASSERT_EQ(r.error().code, ErrorCode::kNoSpace);
+        ++no_space;
+      } else {
+        if (r->outcome == Cache::Outcome::kMiss) decoding.push_back(r->slot->id);
+        if (client != kNoClient) held.emplace_back(r->slot->id, client);
+      }
+    } else if (op < 8 && !held.empty()) {
+      std::size_t i = rng() % held.size();
+      Status st = c.release(held[i].first, held[i].second, nullptr);
+      // A failed decode removes the slot together with its pins.
+      if (!st) {
+        ASSERT_EQ(c.find(held[i].first), nullptr);
+      }
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (op < 9 && !decoding.empty()) {
+      std::size_t i = rng() % decoding.size();
+      c.decoded(decoding[i], rng() % 20 != 0);
+      decoding.erase(decoding.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ClientId gone = 1 + rng() % 6;
+      c.drop_client(gone);
+      std::erase_if(held, [&](const auto& h) { return h.second == gone; });
+    }
+    Status v = c.verify();
+    ASSERT_TRUE(v) << "step " << step << ": " << v.error().to_string();
+    ASSERT_LE(c.stats().used_bytes, budget);
+  }
+  EXPECT_GT(c.stats().evictions, 100u);
+  EXPECT_GT(no_space, 0);
+}
+
+}  // namespace
+}  // namespace epk::daemon

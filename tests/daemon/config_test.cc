@@ -1,0 +1,95 @@
+#include "daemon/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace epk::daemon {
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  auto path = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+Result<std::optional<DaemonConfig>> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "epkd");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(Config, FlagsAlone) {
+  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--model", "a=x.epk", "--synthetic", "toy=4x4", "--cpu"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  ASSERT_TRUE(c->has_value());
+  const DaemonConfig& cfg = **c;
+  EXPECT_EQ(cfg.socket_path, "/tmp/s");
+  EXPECT_EQ(cfg.budget_bytes, 64u << 20);
+  EXPECT_TRUE(cfg.cpu);
+  ASSERT_EQ(cfg.models.size(), 1u);
+  EXPECT_EQ(cfg.models[0].path, "x.epk");
+  ASSERT_EQ(cfg.synthetic.size(), 1u);
+  EXPECT_EQ(cfg.synthetic[0].path, "4x4");
+}
+
+TEST(Config, FileThenFlagsOverride) {
+  std::string path = write_temp("epkd_cfg", R"(
+socket = "/run/epkd.sock"
+socket_mode = "0600"
+budget_mb = 128
+threads = 3
+read_timeout_ms = 250
+[[model]]
+name = "a"
+path = "/models/a.epk"
+[[model]]
+name = "b"
+path = "/models/b.epk"
+)");
+  auto c = parse({"--config", path, "--budget-mb", "32", "--model", "b=/other/b.epk"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  const DaemonConfig& cfg = **c;
+  EXPECT_EQ(cfg.socket_path, "/run/epkd.sock");
+  EXPECT_EQ(cfg.socket_mode, 0600u);
+  EXPECT_EQ(cfg.budget_bytes, 32u << 20);
+  EXPECT_EQ(cfg.threads, 3u);
+  EXPECT_EQ(cfg.read_timeout_ms, 250);
+  ASSERT_EQ(cfg.models.size(), 2u);
+  EXPECT_EQ(cfg.models[1].path, "/other/b.epk");
+  EXPECT_EQ(cfg.config_file, path);
+  std::filesystem::remove(path);
+}
+
+TEST(Config, TheExampleFileParses) {
+  DaemonConfig cfg;
+  Status st = load_config_file(std::string(EPK_SOURCE_DIR) + "/daemon/epkd.example.toml", &cfg);
+  ASSERT_TRUE(st) << st.error().to_string();
+  EXPECT_EQ(cfg.budget_bytes, 8192ull << 20);
+  EXPECT_EQ(cfg.socket_mode, 0660u);
+  ASSERT_EQ(cfg.models.size(), 1u);
+  ASSERT_EQ(cfg.synthetic.size(), 1u);
+  EXPECT_EQ(cfg.synthetic[0].path, "embed:1000x64,layers.0.w:64x64");
+}
+
+TEST(Config, BadInputIsRefusedWithTheField) {
+  std::string path = write_temp("epkd_bad", "budget_mb = -4\nsocket = \"/s\"\n");
+  auto c = parse({"--config", path});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("budget_mb"), std::string::npos);
+  std::filesystem::remove(path);
+  std::string broken = write_temp("epkd_broken", "socket = \n");
+  EXPECT_FALSE(parse({"--config", broken}));
+  std::filesystem::remove(broken);
+  EXPECT_FALSE(parse({"--budget-mb", "4"}));  // no socket
+  EXPECT_FALSE(parse({"--socket", "/s"}));    // no budget
+  EXPECT_FALSE(parse({"--socket", "/s", "--budget-mb", "4", "--model", "noequals"}));
+  EXPECT_FALSE(parse({"--socket", "/s", "--budget-mb", "4", "--bogus"}));
+  EXPECT_FALSE(parse({"--config", "/nonexistent/epkd.toml"}));
+}
+
+}  // namespace
+}  // namespace epk::daemon

@@ -1,0 +1,107 @@
+#include "daemon/decode_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace epk::daemon {
+namespace {
+
+// Blocks the single worker until `open` is set, so jobs queue up behind it in a known state.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void wait() {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return open; });
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+TEST(DecodeScheduler, AcquireJobsRunBeforeQueuedPrefetches) {
+  DecodeScheduler s(1);
+  Gate gate;
+  std::mutex mu;
+  std::vector<int> order;
+  auto record = [&](int v) {
+    return [&, v] {
+      std::lock_guard<std::mutex> l(mu);
+      order.push_back(v);
+    };
+  };
+  s.submit([&] { gate.wait(); }, Priority::kAcquire);
+  s.submit(record(1), Priority::kPrefetch);
+  s.submit(record(2), Priority::kPrefetch);
+  s.submit(record(3), Priority::kAcquire);
+  gate.release();
+  s.drain();
+  EXPECT_EQ(order, (std::vector<int>{3, 1, 2}));
+}
+
+TEST(DecodeScheduler, PromotedJobRunsOnceAndAheadOfPrefetches) {
+  DecodeScheduler s(1);
+  Gate gate;
+  std::mutex mu;
+  std::vector<int> order;
+  s.submit([&] { gate.wait(); }, Priority::kAcquire);
+  s.submit(
+      [&] {
+        std::lock_guard<std::mutex> l(mu);
+        order.push_back(1);
+      },
+      Priority::kPrefetch);
+  auto job = s.submit(
+      [&] {
+        std::lock_guard<std::mutex> l(mu);
+        order.push_back(2);
+      },
+      Priority::kPrefetch);
+  s.promote(job);
+  gate.release();
+  s.drain();
+  EXPECT_EQ(order, (std::vector<int>{2, 1}));
+  s.promote(job);  // after it ran: no effect
+  s.drain();
+  EXPECT_EQ(order.size(), 2u);
+}
+
+TEST(DecodeScheduler, ManyJobsOnManyThreadsAllRun) {
+  DecodeScheduler s(4);
+  std::atomic<int> n{0};
+  for (int i = 0; i < 1000; ++i) s.submit([&] { n.fetch_add(1); }, i % 3 ? Priority::kPrefetch : Priority::kAcquire);
+  s.drain();
+  EXPECT_EQ(n.load(), 1000);
+}
+
+TEST(DecodeScheduler, StopDropsQueuedJobsAndLetsTheRunningOneFinish) {
+  DecodeScheduler s(1);
+  std::atomic<bool> started{false}, finished{false}, dropped_ran{false};
+  s.submit(
+      [&] {
+        started = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        finished = true;
+      },
+      Priority::kAcquire);
+  s.submit([&] { dropped_ran = true; }, Priority::kPrefetch);
+  while (!started) std::this_thread::yield();
+  s.stop();
+  EXPECT_TRUE(finished);
+  EXPECT_FALSE(dropped_ran);
+  s.stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace epk::daemon

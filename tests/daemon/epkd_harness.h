@@ -1,0 +1,158 @@
+// Test harness: starts the real epkd (EPKD_PATH) on a temporary socket and client processes (TEST_CLIENT_PATH);
+// every wait is bounded. Header-only, for the integration tests of tests/daemon and tests/client.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+
+namespace epk::test_harness {
+
+using Clock = std::chrono::steady_clock;
+using client::Client;
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // the child's stdout, when captured
+  int in = -1;   // the child's stdin, when captured (a gate the test opens by writing a byte)
+};
+
+inline Child spawn(const std::vector<std::string>& args, bool capture_stdout, const std::string& stderr_path = "",
+                   bool capture_stdin = false) {
+  int pipefd[2] = {-1, -1};
+  int infd[2] = {-1, -1};
+  if (capture_stdout && ::pipe2(pipefd, O_CLOEXEC) != 0) return {};
+  if (capture_stdin && ::pipe2(infd, O_CLOEXEC) != 0) return {};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (capture_stdout) ::dup2(pipefd[1], 1);
+    if (capture_stdin) ::dup2(infd[0], 0);
+    if (!stderr_path.empty()) {
+      int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) ::dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (capture_stdout) ::close(pipefd[1]);
+  if (capture_stdin) ::close(infd[0]);
+  return {pid, capture_stdout ? pipefd[0] : -1, capture_stdin ? infd[1] : -1};
+}
+
+// Exit code, or -1 (and the child is killed) when it does not exit within timeout_ms.
+inline int wait_exit(pid_t pid, int timeout_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (Clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+inline std::string read_line(int fd, int timeout_ms) {
+  std::string line;
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    char ch;
+    if (::read(fd, &ch, 1) != 1) break;
+    if (ch == '\n') return line;
+    line += ch;
+  }
+  return line;
+}
+
+class Epkd {
+ public:
+  // `socket` empty: a fresh temporary directory holds the socket (and the log).
+  explicit Epkd(std::vector<std::string> extra, std::string budget_mb = "1", std::string socket = "") {
+    char tmpl[] = "/tmp/epkdtest.XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    socket_ = socket.empty() ? dir_ + "/epkd.sock" : socket;
+    log_ = dir_ + "/epkd.log";
+    std::vector<std::string> args = {EPKD_PATH, "--socket",          socket_, "--budget-mb",        budget_mb,
+                                     "--cpu",   "--read-timeout-ms", "300",   "--check-invariants", "--io-threads",
+                                     "3",       "--log-level",       "info"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = spawn(args, false, log_).pid;
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < deadline) {
+      if (Client::connect(socket_, 2000)) return;
+      int status;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~Epkd() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (::testing::Test::HasFailure()) {
+      std::ifstream in(log_);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::fprintf(stderr, "---- epkd log ----\n%s------------------\n", text.c_str());
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  bool running() const { return pid_ > 0; }
+  const std::string& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }
+
+  // SIGTERM and the exit code (-1 when it does not exit within 5 s).
+  int terminate() {
+    ::kill(pid_, SIGTERM);
+    int rc = wait_exit(pid_, 5000);
+    pid_ = -1;
+    return rc;
+  }
+
+  client::Stats stats() {
+    auto c = Client::connect(socket_, 2000);
+    EXPECT_TRUE(c) << c.error().to_string();
+    if (!c) return {};
+    auto s = c->stats();
+    EXPECT_TRUE(s) << s.error().to_string();
+    return s ? *s : client::Stats{};
+  }
+
+  // epk_test_client SUBCOMMAND SOCKET ARGS...; `gated`: it connects, prints "connected" and waits for a byte on stdin.
+  Child client(std::vector<std::string> args, bool gated = false) {
+    args.insert(args.begin(), {TEST_CLIENT_PATH, args[0], socket_});
+    args.erase(args.begin() + 3);
+    if (gated) args.push_back("gate");
+    return spawn(args, true, "", gated);
+  }
+
+ private:
+  std::string dir_, socket_, log_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace epk::test_harness

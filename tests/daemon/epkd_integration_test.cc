@@ -1,0 +1,528 @@
+// Starts the real epkd on a temporary socket and talks to it from real client processes (epk_test_client), from this
+// process through libepk, and through raw sockets for malformed traffic. Loopback only; every wait is bounded.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "daemon/synthetic_source.h"
+#include "tests/daemon/epkd_harness.h"
+#include "codec/common/bytes.h"
+#include "shm/fd_passing.h"
+#include "shm/protocol.h"
+
+namespace epk {
+namespace {
+
+using namespace epk::test_harness;  // NOLINT
+using Clock = std::chrono::steady_clock;
+using client::Client;
+
+std::string spec(int n, const char* dims) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string("t") + std::to_string(i) + ":" + dims;
+  return s;
+}
+
+// ---- raw socket helpers for malformed traffic ----
+
+int raw_connect(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void raw_send(int fd, const std::vector<std::uint8_t>& bytes) {
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+}
+
+struct RawReply {
+  bool got = false;
+  shm::FrameHeader header;
+  std::vector<std::uint8_t> payload;
+  bool eof_after = false;
+};
+
+// Reads one frame (fds, if any, are closed), then checks whether the daemon closed the stream after it.
+RawReply raw_read_reply(int fd, int timeout_ms, bool expect_close) {
+  RawReply r;
+  std::vector<std::uint8_t> buf;
+  std::vector<shm::UniqueFd> fds;
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    std::uint8_t tmp[4096];
+    auto n = shm::recv_with_fds(fd, tmp, &fds);
+    if (!n || *n == 0) break;
+    buf.insert(buf.end(), tmp, tmp + *n);
+    if (buf.size() >= shm::kHeaderSize) {
+      auto h = shm::decode_header(buf);
+      if (h && buf.size() >= shm::kHeaderSize + h->payload_size) {
+        r.got = true;
+        r.header = *h;
+        r.payload.assign(buf.begin() + shm::kHeaderSize, buf.begin() + shm::kHeaderSize + h->payload_size);
+        break;
+      }
+    }
+  }
+  if (expect_close) {
+    auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (Clock::now() < until) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 10) <= 0) continue;
+      std::uint8_t tmp[256];
+      if (::recv(fd, tmp, sizeof(tmp), 0) <= 0) {
+        r.eof_after = true;
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+shm::WireStatus error_status(const RawReply& r) {
+  EXPECT_EQ(r.header.type, static_cast<std::uint16_t>(shm::MsgType::kError));
+  auto e = shm::decode_error(r.payload);
+  EXPECT_TRUE(e);
+  return e ? e->status : shm::WireStatus::kInternal;
+}
+
+void raw_hello(int fd) {
+  std::vector<std::uint8_t> msg;
+  shm::encode_hello(1, {static_cast<std::uint32_t>(::getpid()), 0}, &msg);
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 2000, false);
+  ASSERT_TRUE(r.got);
+  ASSERT_EQ(r.header.type, static_cast<std::uint16_t>(shm::MsgType::kHello) | shm::kReplyBit);
+}
+
+// The daemon still serves a fresh client.
+void expect_serving(Epkd& d) {
+  auto c = Client::connect(d.socket(), 2000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto t = c->acquire("m", "t0", shm::Layout::kDenseF32);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_TRUE(c->release(t->handle));
+}
+
+// ---- tests ----
+
+TEST(Epkd, ConcurrentAcquiresOfOneTensorDecodeOnce) {
+  Epkd d({"--synthetic", "m=t0:300x257", "--synthetic-delay-us", "500000", "--threads", "2"});
+  ASSERT_TRUE(d.running());
+  // Every client connects first; then all are let go at once, well inside the 500 ms decode.
+  std::vector<Child> kids;
+  for (int i = 0; i < 8; ++i) kids.push_back(d.client({"acquire", "m", "t0", "dense:bf16", "0"}, true));
+  for (Child& k : kids) ASSERT_EQ(read_line(k.out, 10000), "connected");
+  for (Child& k : kids) ASSERT_EQ(::write(k.in, "g", 1), 1);
+  for (Child& k : kids) {
+    EXPECT_EQ(wait_exit(k.pid, 10000), 0);
+    ::close(k.out);
+    ::close(k.in);
+  }
+  client::Stats s = d.stats();
+  EXPECT_EQ(s.decodes, 1u);
+  EXPECT_EQ(s.misses, 8u);
+  EXPECT_EQ(s.pins, 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, EvictionUnderPressureStaysInTheBudget) {
+  Epkd d({"--synthetic", "m=" + spec(8, "256x256")});  // 8 x 256 KiB against 1 MiB
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  for (int round = 0; round < 3; ++round) {
+    for (int t = 0; t < 8; ++t) {
+      auto x = c->acquire("m", "t" + std::to_string(t), shm::Layout::kStored);
+      ASSERT_TRUE(x) << x.error().to_string();
+      ASSERT_EQ(x->bytes, 256u * 1024);
+      ASSERT_TRUE(c->release(x->handle));
+    }
+  }
+  auto s = c->stats();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->misses, 24u);  // LRU over a cycle larger than the cache: every access misses
+  EXPECT_EQ(s->decodes, 24u);
+  EXPECT_EQ(s->evictions, 20u);
+  EXPECT_LE(s->used_bytes, s->budget_bytes);
+  EXPECT_EQ(s->budget_bytes, 1u << 20);
+  EXPECT_EQ(d.terminate(), 0);  // exit 0 also says every --check-invariants pass held
+}
+
+TEST(Epkd, PinnedSlotsSurvivePressure) {
+  Epkd d({"--synthetic", "m=" + spec(8, "256x256")});
+  ASSERT_TRUE(d.running());
+  Child holder = d.client({"acquire", "m", "t0", "stored", "-1"});
+  ASSERT_EQ(read_line(holder.out, 5000).rfind("acquired", 0), 0u);
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  for (int round = 0; round < 2; ++round) {
+    for (int t = 1; t < 8; ++t) {
+      auto x = c->acquire("m", "t" + std::to_string(t), shm::Layout::kStored);
+      ASSERT_TRUE(x) << x.error().to_string();
+      ASSERT_TRUE(c->release(x->handle));
+    }
+  }
+  auto before = c->stats();
+  auto t0 = c->acquire("m", "t0", shm::Layout::kStored);  // still cached: a hit, no decode
+  ASSERT_TRUE(t0);
+  auto after = c->stats();
+  EXPECT_EQ(after->hits, before->hits + 1);
+  EXPECT_EQ(after->decodes, before->decodes);
+  // With t0 (2 pins) and three more pinned, a fifth 256 KiB tensor cannot fit: refused, nothing pinned evicted.
+  std::vector<std::uint64_t> held;
+  for (int t = 1; t <= 3; ++t) {
+    auto x = c->acquire("m", "t" + std::to_string(t), shm::Layout::kStored);
+    ASSERT_TRUE(x);
+    held.push_back(x->handle);
+  }
+  auto refused = c->acquire("m", "t4", shm::Layout::kStored);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kNoSpace);
+  EXPECT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));  // the pinned slots are all still there
+  ::kill(holder.pid, SIGKILL);
+  wait_exit(holder.pid, 2000);
+  ::close(holder.out);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+std::size_t open_fds(pid_t pid) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    ++n;
+  return n;
+}
+
+TEST(Epkd, KilledClientLosesItsPinsWithinOneSecond) {
+  Epkd d({"--synthetic", "m=" + spec(2, "64x64")});
+  ASSERT_TRUE(d.running());
+  std::size_t fds_before = 0;
+  for (int round = 0; round < 50; ++round) {
+    // Asio opens each io thread's epoll, eventfd and timerfd with its first session: count after every thread has one.
+    // The daemon closes a finished session asynchronously, so let closes settle before counting.
+    if (round == 5) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      fds_before = open_fds(d.pid());
+    }
+    Child holder = d.client({"acquire", "m", "t" + std::to_string(round % 2), "dense:fp16", "-1"});
+    ASSERT_EQ(read_line(holder.out, 5000).rfind("acquired", 0), 0u);
+    ASSERT_EQ(d.stats().pins, 1u);
+    ::kill(holder.pid, SIGKILL);
+    auto killed_at = Clock::now();
+    wait_exit(holder.pid, 2000);
+    ::close(holder.out);
+    std::uint64_t pins = 1;
+    while (pins != 0 && Clock::now() - killed_at < std::chrono::seconds(1)) {
+      pins = d.stats().pins;
+      if (pins != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(pins, 0u) << "round " << round << ": pins still held 1 s after SIGKILL";
+  }
+  client::Stats s = d.stats();
+  EXPECT_EQ(s.clients, 1u);  // only the stats connection: no session leaked
+  EXPECT_EQ(s.pinned_slots, 0u);
+  auto settle = Clock::now() + std::chrono::seconds(1);
+  while (open_fds(d.pid()) > fds_before && Clock::now() < settle)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_LE(open_fds(d.pid()), fds_before);  // no socket leaked either
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, SixtyFourClientsUnderPressure) {
+  // 12 tensors in fp32 (64 KiB each) and bf16 (32 KiB each): 1.125 MiB of slots against a 1 MiB budget.
+  Epkd d({"--synthetic", "m=" + spec(12, "128x128"), "--threads", "2"});
+  ASSERT_TRUE(d.running());
+  std::vector<Child> kids;
+  std::string all = "t0,t1,t2,t3,t4,t5,t6,t7,t8,t9,t10,t11";
+  for (int i = 0; i < 64; ++i) kids.push_back(d.client({"cycle", "m", all, i % 2 ? "dense:bf16" : "dense:fp32", "2"}));
+  for (Child& k : kids) {
+    EXPECT_EQ(wait_exit(k.pid, 60000), 0);
+    ::close(k.out);
+  }
+  client::Stats s = d.stats();
+  EXPECT_LE(s.used_bytes, s.budget_bytes);
+  EXPECT_EQ(s.pins, 0u);
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, PrefetchDecodesAheadSoTheAcquireHits) {
+  Epkd d({"--synthetic", "m=" + spec(3, "100x100")});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto q = c->prefetch("m", {"t0", "t1", "nope"}, shm::Layout::kDenseBF16);
+  ASSERT_TRUE(q) << q.error().to_string();
+  EXPECT_EQ(*q, 2u);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (c->stats()->decodes < 2 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  auto t = c->acquire("m", "t1", shm::Layout::kDenseBF16);
+  ASSERT_TRUE(t);
+  auto s = c->stats();
+  EXPECT_EQ(s->hits, 1u);
+  EXPECT_EQ(s->misses, 0u);
+  EXPECT_EQ(s->prefetches, 2u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, ReleaseWithoutWaitingDropsThePinAndCountsAFailureLater) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto t = c->acquire("m", "t0", shm::Layout::kStored);
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(c->release_nowait(t->handle));
+  EXPECT_EQ(c->stats()->pins, 0u);            // the daemon handles messages of a session in order
+  ASSERT_TRUE(c->release_nowait(t->handle));  // no longer pinned: the failure comes back later
+  auto s = c->stats();
+  ASSERT_TRUE(s) << s.error().to_string();  // the stray error reply does not disturb the next call
+  EXPECT_EQ(c->deferred_release_errors(), 1u);
+  EXPECT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, ErrorsThatKeepTheSessionOpen) {
+  Epkd d({"--synthetic", "m=t0:8x8,t1:4:corrupt", "--model", "broken=/nonexistent/broken.epk"});
+  ASSERT_TRUE(d.running());  // the refused model does not stop the others
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto broken = c->open_model("broken");
+  ASSERT_FALSE(broken);
+  EXPECT_EQ(broken.error().code, ErrorCode::kNotFound);
+  auto missing = c->acquire("m", "nope", shm::Layout::kStored);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  auto layout = c->acquire("m", "t0", shm::Layout::kRowwiseI8);
+  ASSERT_FALSE(layout);
+  EXPECT_EQ(layout.error().code, ErrorCode::kUnsupported);
+  auto corrupt = c->acquire("m", "t1", shm::Layout::kStored);
+  ASSERT_FALSE(corrupt);
+  EXPECT_EQ(corrupt.error().code, ErrorCode::kCorruptTile);
+  EXPECT_FALSE(c->release(12345));
+  auto ok = c->acquire("m", "t0", shm::Layout::kStored);  // same session, still served
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  EXPECT_EQ(static_cast<const float*>(ok->data)[0] * 0, 0.0f);
+  EXPECT_TRUE(c->release(ok->handle));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, BadMagicGetsAnErrorAndTheSessionCloses) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  ASSERT_GE(fd, 0);
+  raw_send(fd, std::vector<std::uint8_t>(16, 0xEE));
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, OversizedMessageIsRefusedFromItsHeader) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  raw_hello(fd);
+  std::vector<std::uint8_t> msg(shm::kHeaderSize);
+  shm::encode_header(
+      {shm::kProtocolVersion, static_cast<std::uint16_t>(shm::MsgType::kAcquire), 9, shm::kMaxPayload + 1}, msg.data());
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, TruncatedMessageThenEndOfStream) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  raw_hello(fd);
+  std::vector<std::uint8_t> msg;
+  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  msg.resize(msg.size() - 3);
+  raw_send(fd, msg);
+  ::shutdown(fd, SHUT_WR);
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, StalledMessageTimesOut) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  raw_hello(fd);
+  std::vector<std::uint8_t> msg;
+  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  msg.resize(10);  // part of the header, then silence
+  auto t0 = Clock::now();
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 3000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(2000));  // --read-timeout-ms 300
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, MalformedPayloadAfterHello) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  raw_hello(fd);
+  std::vector<std::uint8_t> msg;
+  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  store_le<std::uint16_t>(msg.data() + shm::kHeaderSize + 8, 60000);  // name length past the payload and the limit
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(r.header.request_id, 2u);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdMalformed, RequestBeforeHelloAndWrongVersion) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  std::vector<std::uint8_t> msg;
+  shm::encode_empty(1, shm::MsgType::kStats, &msg);
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  fd = raw_connect(d.socket());
+  shm::encode_hello(1, {1, 0}, &msg);
+  store_le<std::uint16_t>(msg.data() + 4, shm::kProtocolVersion + 1);
+  raw_send(fd, msg);
+  r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadVersion);
+  EXPECT_TRUE(r.eof_after);
+  ::close(fd);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, SigtermWithAClientHoldingPinsExitsZeroAndRemovesTheSocket) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  Child holder = d.client({"acquire", "m", "t0", "stored", "-1"});
+  ASSERT_EQ(read_line(holder.out, 5000).rfind("acquired", 0), 0u);
+  std::string sock = d.socket();
+  auto t0 = Clock::now();
+  EXPECT_EQ(d.terminate(), 0);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+  EXPECT_FALSE(std::filesystem::exists(sock));
+  ::kill(holder.pid, SIGKILL);
+  wait_exit(holder.pid, 2000);
+  ::close(holder.out);
+}
+
+TEST(Epkd, SighupOpensModelsAddedToTheConfigFile) {
+  std::string cfg = std::filesystem::temp_directory_path() / ("epkd_hup_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(cfg) << "[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
+  Epkd d({"--config", cfg});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  EXPECT_FALSE(c->open_model("late"));
+  std::ofstream(cfg, std::ios::app) << "[[synthetic]]\nname = \"late\"\nspec = \"t0:4x4\"\n";
+  ::kill(d.pid(), SIGHUP);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  bool found = false;
+  while (!found && Clock::now() < deadline) {
+    found = static_cast<bool>(c->open_model("late"));
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(found);
+  auto t = c->acquire("late", "t0", shm::Layout::kStored);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->bytes, 64u);
+  EXPECT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));  // the first model is untouched
+  EXPECT_EQ(d.terminate(), 0);
+  std::filesystem::remove(cfg);
+}
+
+TEST(Epkd, DaemonRestartOnTheSameSocketAndClientsReconnect) {
+  std::string dir = std::filesystem::temp_directory_path() / ("epkd_restart_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string sock = dir + "/epkd.sock";
+  std::optional<Client> old;
+  {
+    Epkd first({"--synthetic", "m=t0:8x8"}, "1", sock);
+    ASSERT_TRUE(first.running());
+    auto c = Client::connect(sock);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->acquire("m", "t0", shm::Layout::kStored));
+    old.emplace(std::move(*c));
+    ASSERT_EQ(first.terminate(), 0);
+  }
+  auto gone = old->acquire("m", "t0", shm::Layout::kStored);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, ErrorCode::kIo);
+  Epkd second({"--synthetic", "m=t0:8x8"}, "1", sock);
+  ASSERT_TRUE(second.running());
+  auto again = Client::connect(sock);
+  ASSERT_TRUE(again) << again.error().to_string();
+  auto t = again->acquire("m", "t0", shm::Layout::kStored);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(static_cast<const float*>(t->data)[3], daemon::synthetic_value(0, 3));
+  EXPECT_EQ(second.terminate(), 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Epkd, SecondDaemonOnALiveSocketRefusesToStart) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  Child second = spawn(
+      {EPKD_PATH, "--socket", d.socket(), "--budget-mb", "1", "--synthetic", "m=t0:8x8", "--log-level", "off"}, false);
+  EXPECT_EQ(wait_exit(second.pid, 5000), 1);
+  expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+}  // namespace
+}  // namespace epk

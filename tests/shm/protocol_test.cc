@@ -1,0 +1,248 @@
+#include "shm/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include "codec/common/bytes.h"
+
+namespace epk::shm {
+namespace {
+
+std::span<const std::uint8_t> payload_of(const std::vector<std::uint8_t>& msg) {
+  return std::span<const std::uint8_t>(msg).subspan(kHeaderSize);
+}
+
+FrameHeader header_of(const std::vector<std::uint8_t>& msg) {
+  auto h = decode_header(msg);
+  EXPECT_TRUE(h) << h.error().to_string();
+  EXPECT_EQ(h->payload_size, msg.size() - kHeaderSize);
+  return *h;
+}
+
+TEST(Protocol, HeaderRoundTrip) {
+  std::vector<std::uint8_t> msg;
+  encode_acquire(77, {3, Layout::kDenseBF16, "layers.0.w"}, &msg);
+  FrameHeader h = header_of(msg);
+  EXPECT_EQ(h.type, static_cast<std::uint16_t>(MsgType::kAcquire));
+  EXPECT_EQ(h.request_id, 77u);
+  EXPECT_EQ(h.version, kProtocolVersion);
+}
+
+TEST(Protocol, RequestsRoundTrip) {
+  std::vector<std::uint8_t> msg;
+  encode_hello(1, {4242, 0}, &msg);
+  auto hello = decode_hello(payload_of(msg));
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->client_pid, 4242u);
+
+  encode_open_model(2, {"llama-7b"}, &msg);
+  auto open = decode_open_model(payload_of(msg));
+  ASSERT_TRUE(open);
+  EXPECT_EQ(open->model, "llama-7b");
+
+  encode_acquire(3, {5, Layout::kRowwiseI8, "a.b.c"}, &msg);
+  auto acq = decode_acquire(payload_of(msg));
+  ASSERT_TRUE(acq);
+  EXPECT_EQ(acq->model_id, 5u);
+  EXPECT_EQ(acq->layout, Layout::kRowwiseI8);
+  EXPECT_EQ(acq->tensor, "a.b.c");
+
+  encode_prefetch(4, {1, Layout::kDenseF16, {"x", "", "yy"}}, &msg);
+  auto pre = decode_prefetch(payload_of(msg));
+  ASSERT_TRUE(pre);
+  EXPECT_EQ(pre->tensors, (std::vector<std::string>{"x", "", "yy"}));
+  EXPECT_EQ(pre->layout, Layout::kDenseF16);
+
+  encode_release(5, {0xFFFFFFFFFFFFull, FenceKind::kHostRelease, kReleaseNoReply}, &msg);
+  auto rel = decode_release(payload_of(msg));
+  ASSERT_TRUE(rel);
+  EXPECT_EQ(rel->handle, 0xFFFFFFFFFFFFull);
+  EXPECT_EQ(rel->flags, kReleaseNoReply);
+
+  encode_empty(6, MsgType::kStats, &msg);
+  EXPECT_TRUE(decode_empty(payload_of(msg), "stats"));
+  EXPECT_EQ(header_of(msg).payload_size, 0u);
+}
+
+TEST(Protocol, RepliesRoundTrip) {
+  std::vector<std::uint8_t> msg;
+  HelloReply hr;
+  hr.pools = {{0, PoolKind::kHost, -1, 1 << 20}, {1, PoolKind::kDevice, 3, 5ull << 32}};
+  encode_hello_reply(1, hr, &msg);
+  EXPECT_EQ(header_of(msg).type, static_cast<std::uint16_t>(MsgType::kHello) | kReplyBit);
+  auto h = decode_hello_reply(payload_of(msg));
+  ASSERT_TRUE(h);
+  ASSERT_EQ(h->pools.size(), 2u);
+  EXPECT_EQ(h->pools[1].device, 3);
+  EXPECT_EQ(h->pools[1].size, 5ull << 32);
+  EXPECT_EQ(h->pools[1].kind, PoolKind::kDevice);
+
+  AcquireReply ar{9, 0, 9, 4096, 2 * 3 * 5 * 2, {2, 3, 5}, {15, 5, 1}};
+  encode_acquire_reply(2, ar, &msg);
+  auto a = decode_acquire_reply(payload_of(msg));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->handle, 9u);
+  EXPECT_EQ(a->offset, 4096u);
+  EXPECT_EQ(a->shape, ar.shape);
+  EXPECT_EQ(a->strides, ar.strides);
+
+  StatsReply sr;
+  sr.budget_bytes = 1;
+  sr.prefetches = 14;
+  sr.evictions = 9;
+  encode_stats_reply(3, sr, &msg);
+  auto s = decode_stats_reply(payload_of(msg));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->budget_bytes, 1u);
+  EXPECT_EQ(s->evictions, 9u);
+  EXPECT_EQ(s->prefetches, 14u);
+
+  encode_error(4, {WireStatus::kNoSpace, std::string(5000, 'x')}, &msg);
+  auto e = decode_error(payload_of(msg));
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, WireStatus::kNoSpace);
+  EXPECT_EQ(e->message.size(), kMaxErrorText);  // cut, still decodable
+}
+
+TEST(ProtocolMalformed, BadMagicVersionAndOversizedPayload) {
+  std::vector<std::uint8_t> msg;
+  encode_empty(1, MsgType::kStats, &msg);
+  auto bad = msg;
+  bad[0] ^= 1;
+  EXPECT_FALSE(decode_header(bad));
+  bad = msg;
+  store_le<std::uint16_t>(bad.data() + 4, 2);
+  auto v = decode_header(bad);
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().code, ErrorCode::kUnsupported);
+  bad = msg;
+  store_le<std::uint32_t>(bad.data() + 12, kMaxPayload + 1);
+  auto o = decode_header(bad);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("payload_size"), std::string::npos);
+  store_le<std::uint32_t>(bad.data() + 12, kMaxPayload);
+  EXPECT_TRUE(decode_header(bad));
+  EXPECT_FALSE(decode_header(std::span<const std::uint8_t>(msg.data(), kHeaderSize - 1)));
+}
+
+TEST(ProtocolMalformed, EveryTruncationOfAnAcquireIsRefused) {
+  std::vector<std::uint8_t> msg;
+  encode_acquire(1, {2, Layout::kDenseBF16, "model.layers.17.self_attn.q_proj.weight"}, &msg);
+  auto p = payload_of(msg);
+  for (std::size_t n = 0; n < p.size(); ++n) {
+    auto r = decode_acquire(p.first(n));
+    EXPECT_FALSE(r) << "prefix of " << n << " bytes accepted";
+  }
+  EXPECT_TRUE(decode_acquire(p));
+}
+
+TEST(ProtocolMalformed, TrailingBytesAreRefused) {
+  std::vector<std::uint8_t> msg;
+  encode_release(1, {3, FenceKind::kHostRelease}, &msg);
+  msg.push_back(0);
+  auto r = decode_release(payload_of(msg));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("trailing"), std::string::npos);
+  encode_empty(1, MsgType::kStats, &msg);
+  msg.push_back(1);
+  EXPECT_FALSE(decode_empty(payload_of(msg), "stats"));
+}
+
+TEST(ProtocolMalformed, StringLongerThanItsLimitOrThePayload) {
+  // A name length above the field's limit.
+  std::vector<std::uint8_t> p(4 + 4 + 2);
+  store_le<std::uint32_t>(p.data(), 0);
+  store_le<std::uint32_t>(p.data() + 4, 0);
+  store_le<std::uint16_t>(p.data() + 8, static_cast<std::uint16_t>(kMaxTensorName + 1));
+  p.resize(p.size() + kMaxTensorName + 1, 'a');
+  auto r = decode_acquire(p);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("'tensor'"), std::string::npos);
+  // A length within the limit but past the end of the payload.
+  std::vector<std::uint8_t> q(4 + 4 + 2 + 3, 'b');
+  store_le<std::uint32_t>(q.data(), 0);
+  store_le<std::uint32_t>(q.data() + 4, 0);
+  store_le<std::uint16_t>(q.data() + 8, 4);
+  EXPECT_FALSE(decode_acquire(q));
+}
+
+TEST(ProtocolMalformed, UnknownLayoutFenceAndReservedBits) {
+  std::vector<std::uint8_t> msg;
+  encode_acquire(1, {0, Layout::kStored, "t"}, &msg);
+  store_le<std::uint32_t>(msg.data() + kHeaderSize + 4, kLayoutCount);
+  EXPECT_FALSE(decode_acquire(payload_of(msg)));
+  encode_release(1, {0, FenceKind::kHostRelease}, &msg);
+  store_le<std::uint32_t>(msg.data() + kHeaderSize + 8, 7);
+  EXPECT_FALSE(decode_release(payload_of(msg)));
+  encode_release(1, {0, FenceKind::kHostRelease}, &msg);
+  store_le<std::uint32_t>(msg.data() + kHeaderSize + 12, 2);  // an unknown flag
+  EXPECT_FALSE(decode_release(payload_of(msg)));
+  encode_hello(1, {1, 0}, &msg);
+  store_le<std::uint32_t>(msg.data() + kHeaderSize + 4, 1);
+  EXPECT_FALSE(decode_hello(payload_of(msg)));
+}
+
+TEST(ProtocolMalformed, PrefetchCountsAreCheckedBeforeUse) {
+  std::vector<std::uint8_t> p(12);
+  store_le<std::uint32_t>(p.data() + 8, kMaxPrefetch + 1);
+  EXPECT_FALSE(decode_prefetch(p));
+  store_le<std::uint32_t>(p.data() + 8, 200);  // within the limit, but 200 names cannot fit in 0 bytes
+  auto r = decode_prefetch(p);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("count"), std::string::npos);
+  store_le<std::uint32_t>(p.data() + 8, 0);
+  auto ok = decode_prefetch(p);
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(ok->tensors.empty());
+}
+
+TEST(ProtocolMalformed, ReplyCountsAreChecked) {
+  std::vector<std::uint8_t> msg;
+  encode_acquire_reply(1, {1, 0, 9, 0, 4, {4}, {1}}, &msg);
+  store_le<std::uint32_t>(msg.data() + kHeaderSize + 32, kMaxDims + 1);
+  EXPECT_FALSE(decode_acquire_reply(payload_of(msg)));
+  HelloReply hr;
+  encode_hello_reply(1, hr, &msg);
+  store_le<std::uint32_t>(msg.data() + kHeaderSize + 4, kMaxPools + 1);
+  EXPECT_FALSE(decode_hello_reply(payload_of(msg)));
+  store_le<std::uint32_t>(msg.data() + kHeaderSize + 4, 1);  // announces a pool it does not carry
+  EXPECT_FALSE(decode_hello_reply(payload_of(msg)));
+  encode_stats_reply(1, {}, &msg);
+  store_le<std::uint32_t>(msg.data() + kHeaderSize, kStatsFields + 1);
+  EXPECT_FALSE(decode_stats_reply(payload_of(msg)));
+}
+
+TEST(ProtocolMalformed, RandomBytesNeverCrashTheDecoders) {
+  std::uint64_t x = 0x1234567;
+  std::vector<std::uint8_t> p;
+  for (int round = 0; round < 2000; ++round) {
+    p.resize(static_cast<std::size_t>(round % 97));
+    for (auto& b : p) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      b = static_cast<std::uint8_t>(x >> 56);
+      if (round % 3 == 0) b &= 0x03;  // small values make lengths and counts plausible
+    }
+    (void)decode_hello(p);
+    (void)decode_open_model(p);
+    (void)decode_acquire(p);
+    (void)decode_prefetch(p);
+    (void)decode_release(p);
+    (void)decode_hello_reply(p);
+    (void)decode_acquire_reply(p);
+    (void)decode_stats_reply(p);
+    (void)decode_error(p);
+    (void)decode_header(p);
+  }
+  SUCCEED();
+}
+
+TEST(Layout, NamesRoundTrip) {
+  for (std::uint32_t c = 0; c < kLayoutCount; ++c) {
+    auto l = static_cast<Layout>(c);
+    EXPECT_EQ(layout_from_name(layout_name(l)), l);
+  }
+  EXPECT_FALSE(layout_from_name("dense:bf17"));
+  EXPECT_FALSE(layout_from_code(kLayoutCount));
+}
+
+}  // namespace
+}  // namespace epk::shm
