@@ -171,7 +171,7 @@ void bench_tensor(const std::string& name, const RawStream& raw,
       static const char* kModes[] = {" shLUT", " glLUT", " wideLUT", " 2lvLUT"};
       r.variant = std::string(vname) + "/" + std::string(epk::cuda::output_format_name(format)) + " w" +
                   std::to_string(plans[0].warps_per_block()) + kModes[plans[0].lut_mode()] +
-                  (plans[0].stage_words() ? " staged" : " direct") + " b" + std::to_string(plans[0].blocks());
+                  (plans[0].stage_words() ? (plans[0].shuffle_words() ? " shfl" : " staged") : " direct") + " b" + std::to_string(plans[0].blocks());
       r.us = median(us);
       r.min_us = *std::min_element(us.begin(), us.end());
       r.out_gbs = double(plans[0].output_bytes()) / (r.us * 1e3);
@@ -302,6 +302,8 @@ int main(int argc, char** argv) {
       {"w16", {LutPlacement::kAuto, 16, true}},
       {"wide", {LutPlacement::kWide, 32, true}},
       {"twolevel", {LutPlacement::kTwoLevel, 32, true}},
+      {"shfl", {LutPlacement::kAuto, 32, true, -1, true}},
+      {"shfl2lv", {LutPlacement::kTwoLevel, 32, true, -1, true}},
   };
   const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
@@ -317,7 +319,8 @@ int main(int argc, char** argv) {
       const bool main_case = std::string(n) == "l10240x3840_4bpp";
       bench_tensor(n, *r, quick ? default_only : all_variants,
                    main_case ? std::vector<OutputFormat>{OutputFormat::kBf16, OutputFormat::kFp16, OutputFormat::kFp32,
-                                                         OutputFormat::kFp8E4M3, OutputFormat::kInt8Rowwise}
+                                                         OutputFormat::kFp8E4M3, OutputFormat::kInt8Rowwise,
+                                                         OutputFormat::kFp8E4M3Rowwise}
                              : std::vector<OutputFormat>{OutputFormat::kBf16},
                    runs, ref_of(n), l2, stream);
       loaded.erase(n);

@@ -33,16 +33,22 @@ enum class OutputFormat : std::uint32_t {
   kFp32 = 2,
   kFp8E4M3 = 3,    // clamped to +-448, round to nearest even, saturating
   kFp8E5M2 = 4,    // clamped to +-57344, round to nearest even, saturating
-  kInt8Rowwise = 5,  // int8 values plus one fp32 scale per row: value = q * row_scale (see row_gain below)
+  kInt8Rowwise = 5,  // int8 values plus one fp32 scale per row: value = q * row_scale (see int8_gain below)
+  kFp8E4M3Rowwise = 6,  // fp8 e4m3 values plus one fp32 scale per row (rans::RowwiseType::kF8E4M3)
 };
-inline constexpr int kOutputFormats = 6;
+inline constexpr int kOutputFormats = 7;
+// The rowwise formats write one fp32 scale per row into DecodeJob::row_scales_dev.
+inline constexpr bool is_rowwise(OutputFormat f) {
+  return f == OutputFormat::kInt8Rowwise || f == OutputFormat::kFp8E4M3Rowwise;
+}
 
 std::string_view output_format_name(OutputFormat format);
 std::uint32_t output_element_bytes(OutputFormat format);
 
 // kInt8Rowwise: every decoded coordinate is p = z + c/2 with z an integer, so 2p is an integer bounded by the tables
 // (bound B = largest |2p| any table allows). q = 2p when B <= 127, else q = rint(2p * 127 / B); the per-row scale is
-// scale[row] * (0.5 / gain) with gain = min(1, 127 / B). Exact (lossless) whenever B <= 127.
+// scale[row] * (0.5 / gain) with gain = min(1, 127 / B). Exact (lossless) whenever B <= 127. The CPU oracle of both
+// rowwise formats is rans::decode_rowwise (codec/rans/decoder.h); int8_gain equals rans::rowwise_gain(kInt8).
 struct Int8Gain {
   float gain = 1.0f;
   float half_over_gain = 0.5f;
@@ -66,7 +72,7 @@ struct DecodeJob {
   std::uint32_t row_end = 0;                         // 0: all rows
   OutputFormat format = OutputFormat::kBf16;
   void* out_dev = nullptr;                           // (row_end - row_begin) x cols, row-major, 16-byte aligned
-  float* row_scales_dev = nullptr;                   // kInt8Rowwise only: row_end - row_begin floats
+  float* row_scales_dev = nullptr;                   // rowwise formats only: row_end - row_begin floats
 };
 
 // Where the lookup tables live while decoding. kShared: 32-bit entries (16 << prob_bits per tensor) in shared memory,
@@ -81,6 +87,9 @@ struct DecodeOptions {
   std::uint32_t max_warps_per_block = 32;  // one warp decodes one tile at a time
   bool stage_words = true;                 // stage each tile's words in shared memory (cp.async) before decoding
   int device = -1;                         // -1: the current device
+  // Staged words only: every lane loads a word speculatively before the renormalisation vote and needing lanes take
+  // theirs with a shuffle (shorter state chain, one more instruction per symbol). Off until measured (docs/NOTES.md).
+  bool shuffle_words = false;
 };
 
 // Written by the kernel into scratch; copy it back to read it (read_status does).
@@ -113,6 +122,7 @@ class DecodePlan {
   bool shared_lut() const { return lut_mode_ == 0; }
   int lut_mode() const { return lut_mode_; }  // detail::LutMode
   bool stage_words() const { return stage_words_; }
+  bool shuffle_words() const { return shuffle_words_; }
   std::size_t shared_bytes_per_block() const { return shared_bytes_; }
   std::uint64_t output_bytes() const { return output_bytes_; }
   std::uint64_t compressed_bytes() const { return compressed_bytes_; }
@@ -139,6 +149,7 @@ class DecodePlan {
   std::uint32_t warps_per_block_ = 0;
   int lut_mode_ = 0;
   bool stage_words_ = true;
+  bool shuffle_words_ = false;
 };
 
 // Copies the plan's image into scratch (stream-ordered; the plan must outlive the copy: upload waits for it).

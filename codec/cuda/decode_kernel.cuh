@@ -81,6 +81,10 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fadd_rn(static_cast<float>(z[j]), chalf), scale);
   const auto format = static_cast<OutputFormat>(d.format);
+  if (format == OutputFormat::kBf16 && d.clamp_bf16) {  // uniform; only for scales that can reach the bf16 limit
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
+  }
   if (wide) {
     switch (format) {
       case OutputFormat::kBf16: {  // paired conversions: one F2FP per two values, same rounding (RN)
@@ -127,6 +131,15 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
                        b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
         return;
       }
+      case OutputFormat::kFp8E4M3Rowwise: {
+        std::uint32_t b[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) b[j] = e4m3_bits(__fmul_rn(static_cast<float>(2 * z[j] + c), d.int8_gain));
+        reinterpret_cast<uint2*>(d.out)[elem / 8] =
+            make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24),
+                       b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
+        return;
+      }
     }
     return;
   }
@@ -140,6 +153,9 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
       case OutputFormat::kFp8E5M2: static_cast<std::uint8_t*>(d.out)[e] = e5m2_bits(v[j]); break;
       case OutputFormat::kInt8Rowwise:
         static_cast<std::uint8_t*>(d.out)[e] = int8_bits(2 * z[j] + c, d.int8_gain, d.int8_gain == 1.0f);
+        break;
+      case OutputFormat::kFp8E4M3Rowwise:
+        static_cast<std::uint8_t*>(d.out)[e] = e4m3_bits(__fmul_rn(static_cast<float>(2 * z[j] + c), d.int8_gain));
         break;
     }
   }
@@ -196,12 +212,13 @@ __device__ __forceinline__ int decode_field(std::uint32_t& x, std::uint32_t pb, 
   }
 }
 
-template <int kMode, bool kStaged>
+template <int kMode, bool kStaged, bool kShfl>
 __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                             const void* __restrict__ lut, std::uint32_t lut_s, std::uint32_t ring_s,
                                             DecodeStatus* status, std::uint8_t* tile_status) {
   const int lane = threadIdx.x & 31;
   const std::uint32_t ge = lanemask_ge();
+  const std::uint32_t gt = ge & ~(1u << lane);
   const std::uint32_t pb = d.prob_bits;
   const std::uint32_t mask = (1u << pb) - 1u;
   const std::uint32_t f0 = d.coset_f0;
@@ -291,20 +308,34 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       const float scale = here.scale;
 
       auto renorm = [&]() {
-        const bool need = valid && x < kStateLow;
-        const std::uint32_t vote = __ballot_sync(kFull, need);
-        if (need) {
-          const std::uint32_t pre = __popc(vote & ge);
-          std::uint32_t word;
-          if constexpr (kStaged) {
-            word = ld_shared_u16(ring_s | ((p2 - 2 * pre) & (kRingBytes - 2)));
-          } else {
-            const std::uint32_t pos = (p2 >> 1) - pre;
-            word = (pos - wb < we - wb) ? __ldg(payload + pos) : 0u;
+        if constexpr (kStaged && kShfl) {
+          // Every lane reads the word the lane k-th from the top among the needing lanes would take (k = its lane
+          // number) before the vote is known (the address depends only on p2); after the vote a needing lane fetches
+          // its word from lane popc(vote & gt) with one shuffle. Takes the address arithmetic and the shared load off
+          // the state chain (vote -> popc -> shuffle -> merge).
+          const std::uint32_t spec = ld_shared_u16(ring_s | ((p2 - 2u - 2u * static_cast<std::uint32_t>(lane)) &
+                                                             static_cast<std::uint32_t>(kRingBytes - 2)));
+          const bool need = valid && x < kStateLow;
+          const std::uint32_t vote = __ballot_sync(kFull, need);
+          const std::uint32_t word = __shfl_sync(kFull, spec, __popc(vote & gt));
+          if (need) x = __byte_perm(word, x, 0x5410);  // (x << 16) | word; x < 2^15 here
+          p2 -= 2 * __popc(vote);
+        } else {
+          const bool need = valid && x < kStateLow;
+          const std::uint32_t vote = __ballot_sync(kFull, need);
+          if (need) {
+            const std::uint32_t pre = __popc(vote & ge);
+            std::uint32_t word;
+            if constexpr (kStaged) {
+              word = ld_shared_u16(ring_s | ((p2 - 2 * pre) & (kRingBytes - 2)));
+            } else {
+              const std::uint32_t pos = (p2 >> 1) - pre;
+              word = (pos - wb < we - wb) ? __ldg(payload + pos) : 0u;
+            }
+            x = __byte_perm(word, x, 0x5410);  // (x << 16) | word in one PRMT; x < 2^15 here
           }
-          x = (x << 16) | word;
+          p2 -= 2 * __popc(vote);
         }
-        p2 -= 2 * __popc(vote);
       };
 
       int c = 0;
@@ -381,7 +412,7 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
 // Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
 // memory: [tables (kPackedShared, kTwoLevelShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)]
 // [descriptor][tile counter].
-template <int kMode, bool kStaged>
+template <int kMode, bool kStaged, bool kShfl>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,
                           std::uint64_t status_offset, std::uint64_t tile_status_offset) {
@@ -417,7 +448,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
     tile = __shfl_sync(kFull, tile, 0);
     if (tile >= item.tile_end) break;
-    decode_tile<kMode, kStaged>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
+    decode_tile<kMode, kStaged, kShfl>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
   }
 }
 

@@ -18,17 +18,20 @@ Error cuda_error(const char* what, cudaError_t err) {
 
 using KernelFn = void (*)(std::uint8_t*, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t);
 
-KernelFn kernel_for(int lut_mode, bool staged) {
+template <int kMode>
+KernelFn kernel_for_mode(bool staged, bool shfl) {
+  using detail::lattice_decode_kernel;
+  if (!staged) return lattice_decode_kernel<kMode, false, false>;
+  return shfl ? lattice_decode_kernel<kMode, true, true> : lattice_decode_kernel<kMode, true, false>;
+}
+
+KernelFn kernel_for(int lut_mode, bool staged, bool shfl) {
   using namespace detail;
   switch (lut_mode) {
-    case kPackedShared:
-      return staged ? lattice_decode_kernel<kPackedShared, true> : lattice_decode_kernel<kPackedShared, false>;
-    case kPackedGlobal:
-      return staged ? lattice_decode_kernel<kPackedGlobal, true> : lattice_decode_kernel<kPackedGlobal, false>;
-    case kTwoLevelShared:
-      return staged ? lattice_decode_kernel<kTwoLevelShared, true> : lattice_decode_kernel<kTwoLevelShared, false>;
-    default:
-      return staged ? lattice_decode_kernel<kWideGlobal, true> : lattice_decode_kernel<kWideGlobal, false>;
+    case kPackedShared: return kernel_for_mode<kPackedShared>(staged, shfl);
+    case kPackedGlobal: return kernel_for_mode<kPackedGlobal>(staged, shfl);
+    case kTwoLevelShared: return kernel_for_mode<kTwoLevelShared>(staged, shfl);
+    default: return kernel_for_mode<kWideGlobal>(staged, shfl);
   }
 }
 
@@ -58,8 +61,8 @@ Result<DeviceLimits> query_limits(int device) {
   return limits;
 }
 
-Result<int> blocks_per_sm(int lut_mode, bool staged, int threads, std::size_t dynamic_shared) {
-  KernelFn fn = kernel_for(lut_mode, staged);
+Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int threads, std::size_t dynamic_shared) {
+  KernelFn fn = kernel_for(lut_mode, staged, shfl);
   // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
   cudaFuncAttributes attrs{};
   if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) {
@@ -124,7 +127,7 @@ Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream) {
       e != cudaSuccess) {
     return cuda_error("decode: cudaMemsetAsync(status)", e);
   }
-  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words());
+  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words(), plan.shuffle_words());
   const dim3 grid(static_cast<unsigned>(plan.blocks()));
   const dim3 block(plan.warps_per_block() * 32);
   fn<<<grid, block, plan.shared_bytes_per_block(), stream>>>(scratch, plan.descs_offset(), plan.items_offset(),
