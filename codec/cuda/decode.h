@@ -79,7 +79,7 @@ struct DecodeJob {
 // which needs prob_bits <= 11 and values within 31 - 2 prob_bits signed bits; kTwoLevel: a 16-bit symbol index per
 // slot plus a per-symbol (freq, cdf) table in shared memory (prob_bits 12 fits); kGlobal: the packed entries read
 // through L1; kWide: 64-bit entries through L1, for any prob_bits and symbol range. kAuto takes the first that fits
-// in the order kShared, kGlobal, kWide (kTwoLevel only when asked for: it has not run on a GPU yet).
+// in the order kShared, kTwoLevel, kGlobal, kWide (all four verified bit-exact on the H200, docs/NOTES.md).
 enum class LutPlacement : std::uint8_t { kAuto, kShared, kGlobal, kWide, kTwoLevel };
 
 struct DecodeOptions {
@@ -88,7 +88,8 @@ struct DecodeOptions {
   bool stage_words = true;                 // stage each tile's words in shared memory (cp.async) before decoding
   int device = -1;                         // -1: the current device
   // Staged words only: every lane loads a word speculatively before the renormalisation vote and needing lanes take
-  // theirs with a shuffle (shorter state chain, one more instruction per symbol). Off until measured (docs/NOTES.md).
+  // theirs with a shuffle (shorter state chain, one more instruction per symbol). Bit-exact, but measured no faster
+  // on the H200 (95.2 vs 95.2 us at 4 bpp, 136.4 vs 137.7 us at 2 bpp; docs/NOTES.md), so off by default.
   bool shuffle_words = false;
 };
 
