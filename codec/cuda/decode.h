@@ -91,6 +91,10 @@ struct DecodeOptions {
   // theirs with a shuffle (shorter state chain, one more instruction per symbol). Bit-exact, but measured no faster
   // on the H200 (95.2 vs 95.2 us at 4 bpp, 136.4 vs 137.7 us at 2 bpp; docs/NOTES.md), so off by default.
   bool shuffle_words = false;
+  // Staged words with shared tables (packed or two-level) only. 1: the group loop with less per-group work
+  // (placement stepped from the previous group, ring refilled 16 chunks at a time); 2: that, and 80 registers per
+  // thread instead of 64 where a block has at most 24 warps. 0: the run-2 loop. Same output bit for bit.
+  int fast_groups = 0;
 };
 
 // Written by the kernel into scratch; copy it back to read it (read_status does).
@@ -124,6 +128,7 @@ class DecodePlan {
   int lut_mode() const { return lut_mode_; }  // detail::LutMode
   bool stage_words() const { return stage_words_; }
   bool shuffle_words() const { return shuffle_words_; }
+  int fast_level() const { return fast_level_; }  // 0: off; 1: fast groups; 2: fast groups, 80 registers
   std::size_t shared_bytes_per_block() const { return shared_bytes_; }
   std::uint64_t output_bytes() const { return output_bytes_; }
   std::uint64_t compressed_bytes() const { return compressed_bytes_; }
@@ -151,6 +156,7 @@ class DecodePlan {
   int lut_mode_ = 0;
   bool stage_words_ = true;
   bool shuffle_words_ = false;
+  int fast_level_ = 0;
 };
 
 // Copies the plan's image into scratch (stream-ordered; the plan must outlive the copy: upload waits for it).

@@ -10,6 +10,7 @@ inline constexpr int kRingChunks = 128;              // 16-byte chunks of staged
 inline constexpr int kRingWords = kRingChunks * 8;
 inline constexpr int kRingBytes = kRingWords * 2;
 inline constexpr int kMaxWarpsPerBlock = 32;
+inline constexpr int kFastRegsMaxWarps = 24;         // the kFast == 2 kernels (80 registers per thread)
 inline constexpr int kLutTables = 16;                // tables 1..16; the coset (table 0) decodes arithmetically
 
 // How the field tables are held (one kernel variant each).

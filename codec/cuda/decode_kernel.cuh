@@ -212,7 +212,11 @@ __device__ __forceinline__ int decode_field(std::uint32_t& x, std::uint32_t pb, 
   }
 }
 
-template <int kMode, bool kStaged, bool kShfl>
+// kFast (0: the run-2 kernel; 1 and 2: the same decode with less per-group work, 2 also with a register budget of
+// 80 per thread for blocks of at most 24 warps): placement stepped from the previous group (vectors go down by 32 per
+// group, so a row of at least 32 vectors is crossed at most once: no 64-bit division per group) and the word ring
+// refilled once 16 chunks are free instead of every group.
+template <int kMode, bool kStaged, bool kShfl, int kFast>
 __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                             const void* __restrict__ lut, std::uint32_t lut_s, std::uint32_t ring_s,
                                             DecodeStatus* status, std::uint8_t* tile_status) {
@@ -248,7 +252,7 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
     // wait_group(1) a group may only read chunks issued two groups earlier, which stay at least
     // 8 * (kRingChunks - kRefillChunks) - 7 >= 2 * 288 + 288 words deep. 1 (refill whenever a chunk is free) is the
     // setting measured on the H200; 16 (fewer refill passes) is reasoned safe but has not run there yet.
-    constexpr int kRefillChunks = 1;
+    constexpr int kRefillChunks = kFast ? 16 : 1;
     static_assert(8 * (kRingChunks - kRefillChunks) - 7 >= 3 * 288);
     auto refill = [&](int min_chunks) {
       const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
@@ -278,12 +282,24 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       bool store;
       float scale;
     };
+    const bool step_rows = kFast && d.vecs_per_row >= 32;  // uniform per tensor
+    std::uint32_t prev_row = 0, prev_col = 0;
+    bool have_prev = false;
     auto place = [&](std::uint32_t group_start, bool lane_valid) {
       Placement pl;
-      const std::uint64_t vec = v0 + group_start + lane;
-      pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
-                                   : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
-      pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
+      if (step_rows && have_prev) {  // this group's vectors are the previous group's minus 32
+        const int col = static_cast<int>(prev_col) - 256;
+        pl.row = col < 0 ? prev_row - 1 : prev_row;
+        pl.col = static_cast<std::uint32_t>(col < 0 ? col + static_cast<int>(d.vecs_per_row * 8) : col);
+      } else {
+        const std::uint64_t vec = v0 + group_start + lane;
+        pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
+                                     : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
+        pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
+      }
+      prev_row = pl.row;
+      prev_col = pl.col;
+      have_prev = true;
       pl.store = lane_valid && pl.row >= row_begin && pl.row < row_end && pl.col < d.cols;
       pl.scale = ld_global_nc_f32(d.scales + (pl.store ? pl.row : row_begin));
       return pl;
@@ -412,8 +428,8 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
 // Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
 // memory: [tables (kPackedShared, kTwoLevelShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)]
 // [descriptor][tile counter].
-template <int kMode, bool kStaged, bool kShfl>
-__global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
+template <int kMode, bool kStaged, bool kShfl, int kFast>
+__global__ void __launch_bounds__(kFast == 2 ? kFastRegsMaxWarps * 32 : kMaxWarpsPerBlock * 32, 1)
     lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,
                           std::uint64_t status_offset, std::uint64_t tile_status_offset) {
   extern __shared__ uint4 dynamic_smem[];
@@ -448,7 +464,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
     tile = __shfl_sync(kFull, tile, 0);
     if (tile >= item.tile_end) break;
-    decode_tile<kMode, kStaged, kShfl>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
+    decode_tile<kMode, kStaged, kShfl, kFast>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
   }
 }
 

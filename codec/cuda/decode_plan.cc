@@ -328,7 +328,14 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
                         : plan.lut_mode_ == detail::kTwoLevelShared ? two_level_max
                                                                     : 0) +
                        fixed_shared;
+  if (options.fast_groups > 0 && plan.stage_words_ && !plan.shuffle_words_ && detail::lut_in_shared(plan.lut_mode_)) {
+    plan.fast_level_ =
+        options.fast_groups >= 2 && plan.warps_per_block_ <= static_cast<std::uint32_t>(detail::kFastRegsMaxWarps)
+            ? 2
+            : 1;
+  }
   EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.lut_mode_, plan.stage_words_, plan.shuffle_words_,
+                                                     plan.fast_level_,
                                                      static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_));
   if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
 

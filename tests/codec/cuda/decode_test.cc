@@ -95,6 +95,10 @@ const DecodeOptions kVariants[] = {
     {LutPlacement::kAuto, 32, true, -1, true},      // shuffled words
     {LutPlacement::kTwoLevel, 32, true, -1, true},
     {LutPlacement::kWide, 3, true, -1, true},
+    {LutPlacement::kAuto, 32, true, -1, false, 1},  // fast group loop
+    {LutPlacement::kAuto, 32, true, -1, false, 2},
+    {LutPlacement::kTwoLevel, 32, true, -1, false, 2},
+    {LutPlacement::kAuto, 2, true, -1, false, 2},   // two rounds of tiles per warp
 };
 
 class GpuVectors : public ::testing::TestWithParam<std::string> {};
@@ -120,7 +124,8 @@ TEST_P(GpuVectors, EveryFormatAndVariantMatchesTheReference) {
       const std::string what = std::string(output_format_name(format)) + " lut " +
                                std::to_string(static_cast<int>(options.lut)) + " staged " +
                                std::to_string(options.stage_words) + " shfl " +
-                               std::to_string(options.shuffle_words) + " warps " +
+                               std::to_string(options.shuffle_words) + " fast " +
+                               std::to_string(options.fast_groups) + " warps " +
                                std::to_string(options.max_warps_per_block);
       EXPECT_EQ(first_difference(got.values, want.values), want.values.size()) << what;
       if (is_rowwise(format)) {

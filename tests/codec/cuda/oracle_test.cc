@@ -57,7 +57,7 @@ rans::EncodedTensor encode_random(const Shape& shape, std::uint32_t seed) {
 
 constexpr Shape kShapes[] = {{37, 520, 2.0}, {64, 1000, 4.0}, {19, 2056, 8.0}, {301, 96, 3.0}, {5, 4100, 6.5}};
 
-TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatAndRowRange) {
+TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const auto& shapes = kShapes;
   std::uint32_t seed = 11;
@@ -66,16 +66,19 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatAndRowRange) {
     const rans::LatticeRansStream s = enc.view();
     testing::DeviceStream dev(s);
     const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 2}, {s.rows - 1, s.rows}};
+    DecodeOptions fast;
+    fast.fast_groups = 2;
     for (const auto& r : ranges) {
-      for (int fi = 0; fi < kOutputFormats; ++fi) {
-        const auto format = static_cast<OutputFormat>(fi);
+      for (int k = 0; k < 2 * kOutputFormats; ++k) {
+        const auto format = static_cast<OutputFormat>(k % kOutputFormats);
+        const DecodeOptions options = k < kOutputFormats ? DecodeOptions{} : fast;
         const testing::HostResult want = cpu_oracle(s, format, r[0], r[1]);
         testing::DeviceBuffer out(want.values.size());
         testing::DeviceBuffer row_scales((r[1] - r[0]) * sizeof(float));
         EPK_CUDA_CHECK(cudaMemset(out.get(), 0xAB, want.values.size()));
         EPK_CUDA_CHECK(cudaMemset(row_scales.get(), 0xAB, row_scales.bytes()));
         DecodeJob job{"random", &s, dev.buffers(), r[0], r[1], format, out.get(), row_scales.get<float>()};
-        auto plan = DecodePlan::create({&job, 1});
+        auto plan = DecodePlan::create({&job, 1}, options);
         ASSERT_TRUE(plan) << plan.error().to_string();
         testing::DeviceBuffer scratch(plan->scratch_bytes());
         ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
@@ -86,7 +89,8 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatAndRowRange) {
         EPK_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), got.size(), cudaMemcpyDeviceToHost));
         const std::string what = std::to_string(shape.rows) + "x" + std::to_string(shape.cols) + " @" +
                                  std::to_string(shape.bpp) + " bpp, " + std::string(output_format_name(format)) +
-                                 ", rows [" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + ")";
+                                 ", rows [" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + ")" +
+                                 (options.fast_groups ? " fast" : "");
         EXPECT_EQ(got, want.values) << what;
         if (is_rowwise(format)) {
           std::vector<float> got_scales(r[1] - r[0]);
