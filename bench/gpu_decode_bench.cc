@@ -172,7 +172,8 @@ void bench_tensor(const std::string& name, const RawStream& raw,
       r.variant = std::string(vname) + "/" + std::string(epk::cuda::output_format_name(format)) + " w" +
                   std::to_string(plans[0].warps_per_block()) + kModes[plans[0].lut_mode()] +
                   (plans[0].stage_words() ? (plans[0].shuffle_words() ? " shfl" : " staged") : " direct") +
-                  (plans[0].fast_level() ? " fast" + std::to_string(plans[0].fast_level()) : "") + " b" + std::to_string(plans[0].blocks());
+                  (plans[0].fast_level() ? " fast" + std::to_string(plans[0].fast_level()) : "") + " b" +
+                  std::to_string(plans[0].blocks());
       r.us = median(us);
       r.min_us = *std::min_element(us.begin(), us.end());
       r.out_gbs = double(plans[0].output_bytes()) / (r.us * 1e3);
@@ -265,7 +266,7 @@ int main(int argc, char** argv) {
   int runs = 100;
   bool quick = false;
   std::string only;  // --only NAME: just that tensor, default variant, bf16, no stack (for profilers)
-  DecodeOptions only_options;  // --fast LEVEL: DecodeOptions::fast_groups for --only
+  DecodeOptions only_options;  // --fast LEVEL: DecodeOptions::fast_groups for --only (default 2)
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
@@ -298,18 +299,18 @@ int main(int argc, char** argv) {
     return &(loaded[n] = std::move(*r));
   };
 
+  // {lut, max warps per block, staged words, device, shuffled words, fast group loop}
   const std::vector<std::pair<std::string, DecodeOptions>> all_variants = {
       {"default", {}},
-      {"globalLUT", {LutPlacement::kGlobal, 32, true}},
-      {"direct", {LutPlacement::kAuto, 32, false}},
-      {"w16", {LutPlacement::kAuto, 16, true}},
-      {"wide", {LutPlacement::kWide, 32, true}},
-      {"twolevel", {LutPlacement::kTwoLevel, 32, true}},
-      {"shfl", {LutPlacement::kAuto, 32, true, -1, true}},
-      {"shfl2lv", {LutPlacement::kTwoLevel, 32, true, -1, true}},
+      {"loop0", {LutPlacement::kAuto, 32, true, -1, false, 0}},
       {"fast1", {LutPlacement::kAuto, 32, true, -1, false, 1}},
-      {"fast2", {LutPlacement::kAuto, 32, true, -1, false, 2}},
-      {"fast2_2lv", {LutPlacement::kTwoLevel, 32, true, -1, false, 2}},
+      {"globalLUT", {LutPlacement::kGlobal, 32, true, -1, false, 0}},
+      {"direct", {LutPlacement::kAuto, 32, false, -1, false, 0}},
+      {"w16", {LutPlacement::kAuto, 16, true, -1, false, 0}},
+      {"wide", {LutPlacement::kWide, 32, true, -1, false, 0}},
+      {"twolevel", {LutPlacement::kTwoLevel, 32, true, -1, false, 0}},
+      {"twolevel_fast2", {LutPlacement::kTwoLevel, 32, true, -1, false, 2}},
+      {"shfl", {LutPlacement::kAuto, 32, true, -1, true, 0}},
   };
   const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);

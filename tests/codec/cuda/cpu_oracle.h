@@ -20,12 +20,18 @@ struct HostResult {
 
 inline DType oracle_dtype(cuda::OutputFormat f) {
   switch (f) {
-    case cuda::OutputFormat::kBf16: return DType::kBF16;
-    case cuda::OutputFormat::kFp16: return DType::kF16;
-    case cuda::OutputFormat::kFp32: return DType::kF32;
-    case cuda::OutputFormat::kFp8E4M3: return DType::kF8E4M3;
-    case cuda::OutputFormat::kFp8E5M2: return DType::kF8E5M2;
-    default: return DType::kU8;  // rowwise: not a dense dtype
+    case cuda::OutputFormat::kBf16:
+      return DType::kBF16;
+    case cuda::OutputFormat::kFp16:
+      return DType::kF16;
+    case cuda::OutputFormat::kFp32:
+      return DType::kF32;
+    case cuda::OutputFormat::kFp8E4M3:
+      return DType::kF8E4M3;
+    case cuda::OutputFormat::kFp8E5M2:
+      return DType::kF8E5M2;
+    default:
+      return DType::kU8;  // rowwise: not a dense dtype
   }
 }
 
@@ -39,8 +45,7 @@ inline HostResult cpu_oracle(const rans::LatticeRansStream& s, cuda::OutputForma
   Status st;
   if (cuda::is_rowwise(f)) {
     r.row_scales.assign(e - b, 0.0f);
-    const auto type =
-        f == cuda::OutputFormat::kInt8Rowwise ? rans::RowwiseType::kInt8 : rans::RowwiseType::kF8E4M3;
+    const auto type = f == cuda::OutputFormat::kInt8Rowwise ? rans::RowwiseType::kInt8 : rans::RowwiseType::kF8E4M3;
     st = rans::decode_rowwise(s, "oracle", type, std::as_writable_bytes(std::span(r.values)), r.row_scales, b, e, 1,
                               faults);
   } else {

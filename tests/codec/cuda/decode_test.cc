@@ -85,20 +85,21 @@ Status run(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
   return read_status(plan, scratch.get(), nullptr);
 }
 
+// {lut, max warps per block, staged words, device, shuffled words, fast group loop}
 const DecodeOptions kVariants[] = {
-    {LutPlacement::kAuto, 32, true},
-    {LutPlacement::kGlobal, 32, true},
-    {LutPlacement::kWide, 32, true},
-    {LutPlacement::kTwoLevel, 32, true},
-    {LutPlacement::kAuto, 32, false},
-    {LutPlacement::kWide, 4, false},
-    {LutPlacement::kAuto, 32, true, -1, true},      // shuffled words
-    {LutPlacement::kTwoLevel, 32, true, -1, true},
-    {LutPlacement::kWide, 3, true, -1, true},
+    {LutPlacement::kAuto, 32, true, -1, false, 0},  // the run-2 group loop
+    {LutPlacement::kGlobal, 32, true, -1, false, 0},
+    {LutPlacement::kWide, 32, true, -1, false, 0},
+    {LutPlacement::kTwoLevel, 32, true, -1, false, 0},
+    {LutPlacement::kAuto, 32, false, -1, false, 0},
+    {LutPlacement::kWide, 4, false, -1, false, 0},
+    {LutPlacement::kAuto, 32, true, -1, true, 0},  // shuffled words
+    {LutPlacement::kTwoLevel, 32, true, -1, true, 0},
+    {LutPlacement::kWide, 3, true, -1, true, 0},
     {LutPlacement::kAuto, 32, true, -1, false, 1},  // fast group loop
-    {LutPlacement::kAuto, 32, true, -1, false, 2},
+    {LutPlacement::kAuto, 32, true, -1, false, 2},  // the default
     {LutPlacement::kTwoLevel, 32, true, -1, false, 2},
-    {LutPlacement::kAuto, 2, true, -1, false, 2},   // two rounds of tiles per warp
+    {LutPlacement::kAuto, 2, true, -1, false, 2},  // two rounds of tiles per warp
 };
 
 class GpuVectors : public ::testing::TestWithParam<std::string> {};

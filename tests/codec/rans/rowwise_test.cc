@@ -103,8 +103,8 @@ TEST(RowwiseBadInput, WrongBufferSizesAreRefusedWithTheTensorName) {
   const LatticeRansStream s = raw.view();
   std::vector<std::uint8_t> q(std::size_t{s.rows} * s.cols);
   std::vector<float> scales(s.rows - 1);
-  const Status st = decode_rowwise(s, "blk.3.ffn_up", RowwiseType::kInt8, std::as_writable_bytes(std::span(q)), scales,
-                                   0, s.rows);
+  const Status st =
+      decode_rowwise(s, "blk.3.ffn_up", RowwiseType::kInt8, std::as_writable_bytes(std::span(q)), scales, 0, s.rows);
   ASSERT_FALSE(st);
   EXPECT_EQ(st.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(st.error().message.find("blk.3.ffn_up"), std::string::npos);
@@ -121,8 +121,8 @@ TEST(RowwiseBadInput, ACorruptTileIsReported) {
   std::vector<std::uint8_t> q(std::size_t{s.rows} * s.cols);
   std::vector<float> scales(s.rows);
   std::vector<TileStatus> faults;
-  const Status st = decode_rowwise(s, "w", RowwiseType::kInt8, std::as_writable_bytes(std::span(q)), scales, 0, s.rows,
-                                   1, &faults);
+  const Status st =
+      decode_rowwise(s, "w", RowwiseType::kInt8, std::as_writable_bytes(std::span(q)), scales, 0, s.rows, 1, &faults);
   ASSERT_FALSE(st);
   EXPECT_EQ(st.error().code, ErrorCode::kCorruptTile);
   ASSERT_EQ(faults.size(), 1u);
