@@ -4,7 +4,7 @@
 // device-to-device copy of the output size and the reference decoder's time (ref_times.txt from the same script).
 // Also a 32-layer 8B-class stack decoded layer by layer.
 //
-// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR [--fast LEVEL]]
+// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR [--fast LEVEL] [--lean 0|1]]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -172,7 +172,8 @@ void bench_tensor(const std::string& name, const RawStream& raw,
       r.variant = std::string(vname) + "/" + std::string(epk::cuda::output_format_name(format)) + " w" +
                   std::to_string(plans[0].warps_per_block()) + kModes[plans[0].lut_mode()] +
                   (plans[0].stage_words() ? (plans[0].shuffle_words() ? " shfl" : " staged") : " direct") +
-                  (plans[0].fast_level() ? " fast" + std::to_string(plans[0].fast_level()) : "") + " b" +
+                  (plans[0].fast_level() ? " fast" + std::to_string(plans[0].fast_level()) : "") +
+                  (plans[0].lean_pb() ? std::string(plans[0].lean_bf16() ? " lean-bf16" : " lean") : "") + " b" +
                   std::to_string(plans[0].blocks());
       r.us = median(us);
       r.min_us = *std::min_element(us.begin(), us.end());
@@ -190,7 +191,8 @@ void bench_tensor(const std::string& name, const RawStream& raw,
 }
 
 // 32 layers x 7 linear weights, each layer's copy in its own device buffers, decoded one layer per launch.
-void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cudaStream_t stream) {
+void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cudaStream_t stream,
+                 const DecodeOptions& options, const std::string& variant) {
   const char* names[] = {"q4096x4096_4bpp", "k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp",
                          "gate14336x4096_4bpp", "up14336x4096_4bpp", "down4096x14336_4bpp"};
   std::vector<epk::rans::LatticeRansStream> views;
@@ -215,7 +217,7 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
       jobs.push_back({"layers." + std::to_string(l) + "." + names[t], &views[t], devs.back()->buffers(), 0, 0,
                       OutputFormat::kBf16, outs.back().get(), nullptr});
     }
-    auto plan = DecodePlan::create(jobs);
+    auto plan = DecodePlan::create(jobs, options);
     if (!plan) die(plan.error());
     scratch.emplace_back(plan->scratch_bytes());
     if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) die(st.error());
@@ -241,14 +243,14 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
     }
   }
   const double total = median(whole);
-  std::printf("stack 32x7 (8B-class, 4 bpp): %.3f ms total (median of %d passes), %.1f GB/s bf16 out, %.1f GB/s "
+  std::printf("stack 32x7 (8B-class, 4 bpp, %s): %.3f ms total (median of %d passes), %.1f GB/s bf16 out, %.1f GB/s "
               "compressed in, per layer median %.1f us (%d tiles/layer, %zu blocks, w%u, %s)\n",
-              total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3), median(per_layer),
+              variant.c_str(), total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3), median(per_layer),
               static_cast<int>(plans[0].tiles()), plans[0].blocks(), plans[0].warps_per_block(),
               plans[0].lut_mode() == 0 ? "shared LUT" : "global LUT");
   Row r;
   r.name = "stack32x7_4bpp";
-  r.variant = "per layer";
+  r.variant = variant + ", per layer" + (plans[0].lean_pb() ? " (lean)" : "");
   r.us = median(per_layer);
   r.out_gbs = out_bytes / (total * 1e3);
   r.exact = "total " + std::to_string(total / 1000.0) + " ms";
@@ -272,6 +274,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     if (std::strcmp(argv[i], "--fast") == 0 && i + 1 < argc) only_options.fast_groups = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--lean") == 0 && i + 1 < argc) only_options.lean = std::atoi(argv[++i]) != 0;
   }
   if (epk::cuda::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -299,11 +302,12 @@ int main(int argc, char** argv) {
     return &(loaded[n] = std::move(*r));
   };
 
-  // {lut, max warps per block, staged words, device, shuffled words, fast group loop}
+  // {lut, max warps per block, staged words, device, shuffled words, fast group loop, lean group loop}
   const std::vector<std::pair<std::string, DecodeOptions>> all_variants = {
       {"default", {}},
       {"loop0", {LutPlacement::kAuto, 32, true, -1, false, 0}},
       {"fast1", {LutPlacement::kAuto, 32, true, -1, false, 1}},
+      {"lean", {LutPlacement::kAuto, 32, true, -1, false, 2, true}},
       {"globalLUT", {LutPlacement::kGlobal, 32, true, -1, false, 0}},
       {"direct", {LutPlacement::kAuto, 32, false, -1, false, 0}},
       {"w16", {LutPlacement::kAuto, 16, true, -1, false, 0}},
@@ -313,6 +317,8 @@ int main(int argc, char** argv) {
       {"shfl", {LutPlacement::kAuto, 32, true, -1, true, 0}},
   };
   const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
+  const std::vector<std::pair<std::string, DecodeOptions>> default_and_lean = {
+      {"default", {}}, {"lean", {LutPlacement::kAuto, 32, true, -1, false, 2, true}}};
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
 
   if (!only.empty()) {
@@ -335,14 +341,20 @@ int main(int argc, char** argv) {
   }
   for (const char* n : {"q4096x4096_4bpp", "up14336x4096_4bpp"}) {
     if (const RawStream* r = load(n)) {
-      bench_tensor(n, *r, default_only, {OutputFormat::kBf16}, runs, ref_of(n), l2, stream);
+      bench_tensor(n, *r, quick ? default_only : default_and_lean, {OutputFormat::kBf16}, runs, ref_of(n), l2,
+                   stream);
     }
   }
   for (const char* n : {"k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp", "gate14336x4096_4bpp",
                         "down4096x14336_4bpp"}) {
     load(n);
   }
-  bench_stack(loaded, quick ? 3 : 10, stream);
+  bench_stack(loaded, quick ? 3 : 10, stream, {}, "default");
+  if (!quick) {
+    DecodeOptions lean;
+    lean.lean = true;
+    bench_stack(loaded, 10, stream, lean, "lean");
+  }
 
   std::printf("\n%-20s %-40s %9s %9s %8s %9s %9s %6s %s\n", "tensor", "variant", "ours_us", "ref_us", "speedup",
               "copy_us", "GB/s_out", "bpp", "bit-exact");

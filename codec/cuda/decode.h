@@ -96,6 +96,11 @@ struct DecodeOptions {
   // thread instead of 64 where a block has at most 24 warps. 0: the run-2 loop. Same output bit for bit; 2 measured
   // fastest on the H200 (10240x3840: 95.8 -> 93.3 us at 4 bpp, 138.3 -> 130.8 us at 2 bpp; docs/NOTES.md).
   int fast_groups = 2;
+  // The lean group loop (decode_lean.cuh): fewer instructions per symbol and per group. Taken where the plan has
+  // packed shared tables, staged words without shuffling, at most 24 warps per block and every tensor at prob_bits
+  // 11; with a bf16-only store where every job is bf16 with cols % 8 == 0 and every row scale is 0, non-finite or at
+  // least 2^-115. Elsewhere the plan falls back to the loop fast_groups picks (DecodePlan::lean_pb() says which ran).
+  bool lean = false;
 };
 
 // Written by the kernel into scratch; copy it back to read it (read_status does).
@@ -130,6 +135,8 @@ class DecodePlan {
   bool stage_words() const { return stage_words_; }
   bool shuffle_words() const { return shuffle_words_; }
   int fast_level() const { return fast_level_; }  // 0: off; 1: fast groups; 2: fast groups, 80 registers
+  int lean_pb() const { return lean_pb_; }        // prob_bits of the lean kernel in use; 0: not lean
+  bool lean_bf16() const { return lean_bf16_; }   // the lean kernel's bf16-only store
   std::size_t shared_bytes_per_block() const { return shared_bytes_; }
   std::uint64_t output_bytes() const { return output_bytes_; }
   std::uint64_t compressed_bytes() const { return compressed_bytes_; }
@@ -158,6 +165,8 @@ class DecodePlan {
   bool stage_words_ = true;
   bool shuffle_words_ = false;
   int fast_level_ = 0;
+  int lean_pb_ = 0;
+  bool lean_bf16_ = false;
 };
 
 // Copies the plan's image into scratch (stream-ordered; the plan must outlive the copy: upload waits for it).

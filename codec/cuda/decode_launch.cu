@@ -6,6 +6,7 @@
 
 #include "codec/cuda/decode.h"
 #include "codec/cuda/decode_kernel.cuh"
+#include "codec/cuda/decode_lean.cuh"
 #include "codec/cuda/decode_launch.h"
 
 namespace epk::cuda {
@@ -30,8 +31,18 @@ KernelFn kernel_for_mode(bool staged, bool shfl, int fast) {
   return lattice_decode_kernel<kMode, true, false, 0>;
 }
 
-KernelFn kernel_for(int lut_mode, bool staged, bool shfl, int fast) {
+// The lean kernels (DecodeOptions::lean) exist for prob_bits 11 (2 and 4 bpp streams of the reference encoder).
+KernelFn lean_kernel(int lean_pb, bool bf16) {
+  using detail::lattice_decode_lean_kernel;
+  switch (lean_pb) {
+    case 11: return bf16 ? lattice_decode_lean_kernel<11, true> : lattice_decode_lean_kernel<11, false>;
+    default: return nullptr;
+  }
+}
+
+KernelFn kernel_for(int lut_mode, bool staged, bool shfl, int fast, int lean_pb = 0, bool lean_bf16 = false) {
   using namespace detail;
+  if (lean_pb != 0) return lean_kernel(lean_pb, lean_bf16);
   switch (lut_mode) {
     case kPackedShared: return kernel_for_mode<kPackedShared>(staged, shfl, fast);
     case kPackedGlobal: return kernel_for_mode<kPackedGlobal>(staged, shfl, fast);
@@ -66,8 +77,11 @@ Result<DeviceLimits> query_limits(int device) {
   return limits;
 }
 
-Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int threads, std::size_t dynamic_shared) {
-  KernelFn fn = kernel_for(lut_mode, staged, shfl, fast);
+bool lean_supported(int prob_bits) { return lean_kernel(prob_bits, false) != nullptr; }
+
+Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int threads, std::size_t dynamic_shared,
+                          int lean_pb, bool lean_bf16) {
+  KernelFn fn = kernel_for(lut_mode, staged, shfl, fast, lean_pb, lean_bf16);
   // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
   cudaFuncAttributes attrs{};
   if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) {
@@ -132,7 +146,8 @@ Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream) {
       e != cudaSuccess) {
     return cuda_error("decode: cudaMemsetAsync(status)", e);
   }
-  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words(), plan.shuffle_words(), plan.fast_level());
+  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words(), plan.shuffle_words(), plan.fast_level(), plan.lean_pb(),
+                           plan.lean_bf16());
   const dim3 grid(static_cast<unsigned>(plan.blocks()));
   const dim3 block(plan.warps_per_block() * 32);
   fn<<<grid, block, plan.shared_bytes_per_block(), stream>>>(scratch, plan.descs_offset(), plan.items_offset(),

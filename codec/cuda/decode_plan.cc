@@ -1,6 +1,7 @@
 // Host side of the GPU decoder: validates every stream against its own sizes, builds the packed lookup tables and
 // lays out scratch: [tensor descriptors][work items][tables][status][per-tile status].
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -334,9 +335,28 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
             ? 2
             : 1;
   }
+  if (options.lean && plan.fast_level_ > 0 && plan.lut_mode_ == detail::kPackedShared &&
+      plan.warps_per_block_ <= static_cast<std::uint32_t>(detail::kFastRegsMaxWarps)) {
+    const std::uint32_t pb = jobs[0].stream->prob_bits;
+    bool same_pb = true, bf16 = true;
+    for (const DecodeJob& job : jobs) {
+      same_pb = same_pb && job.stream->prob_bits == pb;
+      bf16 = bf16 && job.format == OutputFormat::kBf16 && job.stream->cols % 8 == 0;
+      // The bf16 store multiplies by scale * 2^-pb: exact only where that is a normal float (or 0, inf, nan).
+      for (float v : job.stream->scales) {
+        if (!bf16) break;
+        bf16 = v == 0.0f || !std::isfinite(v) || std::fabs(v) >= 0x1p-115f;
+      }
+    }
+    if (same_pb && detail::lean_supported(static_cast<int>(pb))) {
+      plan.lean_pb_ = static_cast<int>(pb);
+      plan.lean_bf16_ = bf16;
+    }
+  }
   EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.lut_mode_, plan.stage_words_, plan.shuffle_words_,
                                                      plan.fast_level_,
-                                                     static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_));
+                                                     static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_,
+                                                     plan.lean_pb_, plan.lean_bf16_));
   if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
 
   // Work items: a block decodes its chunk with its warps pulling tiles from a shared counter.

@@ -85,7 +85,7 @@ Status run(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
   return read_status(plan, scratch.get(), nullptr);
 }
 
-// {lut, max warps per block, staged words, device, shuffled words, fast group loop}
+// {lut, max warps per block, staged words, device, shuffled words, fast group loop, lean group loop}
 const DecodeOptions kVariants[] = {
     {LutPlacement::kAuto, 32, true, -1, false, 0},  // the run-2 group loop
     {LutPlacement::kGlobal, 32, true, -1, false, 0},
@@ -100,6 +100,8 @@ const DecodeOptions kVariants[] = {
     {LutPlacement::kAuto, 32, true, -1, false, 2},  // the default
     {LutPlacement::kTwoLevel, 32, true, -1, false, 2},
     {LutPlacement::kAuto, 2, true, -1, false, 2},  // two rounds of tiles per warp
+    {LutPlacement::kAuto, 32, true, -1, false, 2, true},  // the lean group loop (prob_bits 11; others fall back)
+    {LutPlacement::kAuto, 2, true, -1, false, 2, true},
 };
 
 class GpuVectors : public ::testing::TestWithParam<std::string> {};
@@ -126,7 +128,8 @@ TEST_P(GpuVectors, EveryFormatAndVariantMatchesTheReference) {
                                std::to_string(static_cast<int>(options.lut)) + " staged " +
                                std::to_string(options.stage_words) + " shfl " +
                                std::to_string(options.shuffle_words) + " fast " +
-                               std::to_string(options.fast_groups) + " warps " +
+                               std::to_string(options.fast_groups) + " lean " +
+                               std::to_string(options.lean) + " warps " +
                                std::to_string(options.max_warps_per_block);
       EXPECT_EQ(first_difference(got.values, want.values), want.values.size()) << what;
       if (is_rowwise(format)) {
@@ -137,6 +140,71 @@ TEST_P(GpuVectors, EveryFormatAndVariantMatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Committed, GpuVectors, ::testing::ValuesIn(testing::cuda_vector_names()));
+
+// The lean loop's variant lists above pass silently through a fallback if the plan never takes it: pin which kernel
+// each committed vector gets (prob_bits 11 -> lean; bf16 with cols % 8 == 0 -> its bf16 store; 8 bpp -> fallback).
+TEST(GpuLean, PlanTakesTheLeanKernelWhereItApplies) {
+  SKIP_WITHOUT_GPU();
+  DecodeOptions lean;
+  lean.lean = true;
+  struct Case {
+    const char* name;
+    OutputFormat format;
+    int pb;
+    bool bf16;
+  };
+  const Case cases[] = {{"gauss_29x520_4bpp", OutputFormat::kBf16, 11, true},
+                        {"gauss_29x520_4bpp", OutputFormat::kFp16, 11, false},
+                        {"gauss_29x520_2bpp", OutputFormat::kInt8Rowwise, 11, false},
+                        {"gauss_13x100_4bpp", OutputFormat::kBf16, 11, false},  // cols % 8 != 0
+                        {"gauss_29x520_8bpp", OutputFormat::kBf16, 0, false}};  // prob_bits 12: two-level tables
+  for (const Case& c : cases) {
+    RawStream raw = load(c.name);
+    const rans::LatticeRansStream s = raw.view();
+    DeviceStream dev(s);
+    DeviceOutput out(std::size_t{s.rows} * s.cols * output_element_bytes(c.format), s.rows);
+    DecodeJob job{c.name, &s, dev.buffers(), 0, 0, c.format, out.values.get(), out.row_scales.get<float>()};
+    auto plan = DecodePlan::create({&job, 1}, lean);
+    ASSERT_TRUE(plan) << plan.error().to_string();
+    EXPECT_EQ(plan->lean_pb(), c.pb) << c.name << " " << output_format_name(c.format);
+    EXPECT_EQ(plan->lean_bf16(), c.bf16) << c.name << " " << output_format_name(c.format);
+    auto off = DecodePlan::create({&job, 1}, {});
+    ASSERT_TRUE(off);
+    EXPECT_EQ(off->lean_pb(), DecodeOptions{}.lean ? c.pb : 0);
+  }
+}
+
+// The bf16 store multiplies by scale * 2^-11; a row scale below 2^-115 (subnormal product factor) must send the plan
+// to the lean loop's general store, and both must stay bit-exact, zero and negative scales included.
+TEST(GpuLean, TinyAndSpecialRowScalesStayBitExact) {
+  SKIP_WITHOUT_GPU();
+  RawStream raw = load("gauss_29x520_4bpp");
+  rans::LatticeRansStream s = raw.view();
+  DecodeOptions lean;
+  lean.lean = true;
+  for (const bool tiny : {false, true}) {
+    std::vector<float> scales(s.scales.begin(), s.scales.end());
+    scales[0] = 0.0f;
+    scales[1] = -scales[1];
+    scales[2] = 0x1p-115f;
+    scales[3] = 3.0e38f;  // large products: the bf16 clamp path
+    if (tiny) {
+      scales[4] = 0x1p-120f;
+      scales[5] = 1.0e-44f;  // subnormal
+    }
+    s.scales = scales;
+    DeviceStream dev(s);
+    const HostResult want = reference(s, OutputFormat::kBf16, 0, 0);
+    DeviceOutput out(want.values.size(), s.rows);
+    DecodeJob job{"scales", &s, dev.buffers(), 0, 0, OutputFormat::kBf16, out.values.get(), nullptr};
+    auto plan = DecodePlan::create({&job, 1}, lean);
+    ASSERT_TRUE(plan) << plan.error().to_string();
+    EXPECT_EQ(plan->lean_pb(), 11);
+    EXPECT_EQ(plan->lean_bf16(), !tiny);
+    ASSERT_TRUE(run({&job, 1}, lean));
+    EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size()) << "tiny " << tiny;
+  }
+}
 
 TEST(GpuRowRange, EachRangeMatchesTheReference) {
   SKIP_WITHOUT_GPU();

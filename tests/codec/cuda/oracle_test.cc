@@ -66,12 +66,15 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop)
     const rans::LatticeRansStream s = enc.view();
     testing::DeviceStream dev(s);
     const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 2}, {s.rows - 1, s.rows}};
-    DecodeOptions run2_loop;  // the default is the fast group loop; also check the run-2 loop
+    DecodeOptions run2_loop;  // the default is the fast group loop; also check the run-2 loop and the lean loop
     run2_loop.fast_groups = 0;
+    DecodeOptions lean_loop;
+    lean_loop.lean = true;
+    const DecodeOptions loops[] = {DecodeOptions{}, run2_loop, lean_loop};
     for (const auto& r : ranges) {
-      for (int k = 0; k < 2 * kOutputFormats; ++k) {
+      for (int k = 0; k < 3 * kOutputFormats; ++k) {
         const auto format = static_cast<OutputFormat>(k % kOutputFormats);
-        const DecodeOptions options = k < kOutputFormats ? DecodeOptions{} : run2_loop;
+        const DecodeOptions options = loops[k / kOutputFormats];
         const testing::HostResult want = cpu_oracle(s, format, r[0], r[1]);
         testing::DeviceBuffer out(want.values.size());
         testing::DeviceBuffer row_scales((r[1] - r[0]) * sizeof(float));
@@ -90,7 +93,8 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop)
         const std::string what = std::to_string(shape.rows) + "x" + std::to_string(shape.cols) + " @" +
                                  std::to_string(shape.bpp) + " bpp, " + std::string(output_format_name(format)) +
                                  ", rows [" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + ")" +
-                                 " fast_groups " + std::to_string(options.fast_groups);
+                                 " fast_groups " + std::to_string(options.fast_groups) + " lean " +
+                                 std::to_string(plan->lean_pb()) + (plan->lean_bf16() ? " bf16" : "");
         EXPECT_EQ(got, want.values) << what;
         if (is_rowwise(format)) {
           std::vector<float> got_scales(r[1] - r[0]);

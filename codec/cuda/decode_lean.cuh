@@ -1,0 +1,322 @@
+// The lean group loop (DecodeOptions::lean): the fast group loop of decode_kernel.cuh (packed tables in shared
+// memory, staged words, placement stepped from the previous group, ring refilled 16 chunks at a time) with fewer
+// instructions per symbol and per group. Same output bit for bit; its plain reference is codec/rans's decoder, which
+// the tests in tests/codec/cuda compare it against.
+//
+// Why it looks like this (SASS of the fast loop, docs/NOTES.md):
+// - prob_bits is a template parameter, so the eight field tables of a coset sit at compile-time offsets from one
+//   per-lane base: each lookup is slot = x & mask, one LEA and an LDS with an immediate offset (no table pointer
+//   recomputed per symbol).
+// - The eight packed entries are kept and the values extracted after the last symbol, off the state chain.
+// - bf16 (kBf16): the value field is turned into a float without I2F: (e & vmask) ^ (sign | 2^23 bits) is the float
+//   2^23 + (value + 2^(vb-1)) * 2^pb, so (z + c/2) * 2^pb is one exact FADD away and the row scale is applied as
+//   scale * 2^-pb (exact: the plan takes this path only where every scale is 0, non-finite or at least 2^-115, so
+//   scale * 2^-pb is a normal float and the product rounds exactly as (z + c/2) * scale does). The parity of z0..z6
+//   is the low value bit of the XOR of their entries.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "codec/cuda/decode_kernel.cuh"
+
+namespace epk::cuda::detail {
+
+template <int kOffset>
+__device__ __forceinline__ std::uint32_t ld_shared_u32_at(std::uint32_t addr) {
+  std::uint32_t v;
+  asm("ld.shared.u32 %0, [%1+%2];" : "=r"(v) : "r"(addr), "n"(kOffset));
+  return v;
+}
+
+// (a & b) ^ c in one LOP3 (two constants cannot both be immediates, so the compiler would split it).
+__device__ __forceinline__ std::uint32_t and_xor(std::uint32_t a, std::uint32_t b, std::uint32_t c) {
+  std::uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+template <int kPb, bool kBf16>
+__device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
+                                                 std::uint32_t lut_s, std::uint32_t ring_s, DecodeStatus* status,
+                                                 std::uint8_t* tile_status) {
+  constexpr std::uint32_t kMask = (1u << kPb) - 1u;
+  constexpr int kVb = 31 - 2 * kPb;  // value bits in a packed entry
+  static_assert(kVb >= 2);
+  const int lane = threadIdx.x & 31;
+  const std::uint32_t ge = lanemask_ge();
+  const std::uint32_t f0 = d.coset_f0;
+  const std::uint32_t f1 = (1u << kPb) - f0;
+
+  const std::uint64_t v0 = static_cast<std::uint64_t>(tile) * d.tile_vectors;
+  const std::uint32_t count =
+      static_cast<std::uint32_t>(d.vectors - v0 < d.tile_vectors ? d.vectors - v0 : d.tile_vectors);
+  const std::uint32_t wb = __ldg(d.offsets + tile);
+  const std::uint32_t we = __ldg(d.offsets + tile + 1);
+  TileFault fault = TileFault::kOk;
+  if (wb > we || we > d.payload_words) {
+    fault = TileFault::kBadOffsets;
+  } else {
+    std::uint32_t x = __ldg(d.states + static_cast<std::uint64_t>(tile) * 32 + lane);
+    std::uint32_t p2 = 2 * we;  // twice the next word index + 1: the next word read is at byte p2 - 2
+    const std::uint16_t* __restrict__ payload = d.payload;
+
+    // The ring as in decode_tile (kFast): chunk k (words 8k..8k+7) in slot k % kRingChunks, refilled 16 at a time.
+    // The refill condition of decode_tile, loaded_lo > begin_chunk && (top <= loaded_lo + kRingChunks -
+    // kRefillChunks || top <= begin_chunk + kRingChunks) with top = ceil(p / 8), is the same as p2 <= refill_at
+    // (computed after each refill), so a group pays one compare instead of the whole test.
+    const int begin_chunk = static_cast<int>(wb / 8);
+    int loaded_lo = static_cast<int>((we + 7) / 8);
+    constexpr int kRefillChunks = 16;
+    static_assert(8 * (kRingChunks - kRefillChunks) - 7 >= 3 * 288);
+    std::uint32_t refill_at = 0;
+    auto refill = [&](int min_chunks) {
+      const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
+      const int want = top > begin_chunk + kRingChunks ? top - kRingChunks : begin_chunk;
+      if (loaded_lo - want >= min_chunks || (want == begin_chunk && loaded_lo > want)) {
+        for (int k = loaded_lo - 1 - lane; k >= want; k -= 32) {
+          cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16,
+                       payload + static_cast<std::int64_t>(k) * 8);
+        }
+        loaded_lo = want;
+      }
+      if (loaded_lo <= begin_chunk) {
+        refill_at = 0;  // nothing left to load; p2 == 0 only re-runs the test above, which then does nothing
+      } else {
+        const std::int64_t t =
+            loaded_lo + kRingChunks - kRefillChunks > begin_chunk + kRingChunks ? loaded_lo + kRingChunks - kRefillChunks
+                                                                                : begin_chunk + kRingChunks;
+        refill_at = static_cast<std::uint32_t>(16 * t < 0xffffffffLL ? 16 * t : 0xffffffffLL);  // p <= 8t
+      }
+    };
+    refill(1);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncwarp();
+
+    const std::uint32_t rem = count & 31u;
+    std::uint32_t g_start = rem ? count - rem : count - 32;
+    const std::uint32_t row_begin = d.row_begin, row_end = d.row_end;
+
+    struct Placement {
+      std::uint32_t row, col;
+      bool store;
+      float scale;
+    };
+    const bool step_rows = d.vecs_per_row >= 32;  // uniform per tensor
+    std::uint32_t prev_row = 0, prev_col = 0;
+    bool have_prev = false;
+    auto place = [&](std::uint32_t group_start, bool lane_valid) {
+      Placement pl;
+      if (step_rows && have_prev) {  // this group's vectors are the previous group's minus 32
+        const int col = static_cast<int>(prev_col) - 256;
+        pl.row = col < 0 ? prev_row - 1 : prev_row;
+        pl.col = static_cast<std::uint32_t>(col < 0 ? col + static_cast<int>(d.vecs_per_row * 8) : col);
+      } else {
+        const std::uint64_t vec = v0 + group_start + lane;
+        pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
+                                     : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
+        pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
+      }
+      prev_row = pl.row;
+      prev_col = pl.col;
+      have_prev = true;
+      pl.store = lane_valid && pl.row >= row_begin && pl.row < row_end && pl.col < d.cols;
+      pl.scale = ld_global_nc_f32(d.scales + (pl.store ? pl.row : row_begin));
+      return pl;
+    };
+    Placement next = place(g_start, rem == 0 || static_cast<std::uint32_t>(lane) < rem);
+
+    auto group = [&](auto partial_tag, std::uint32_t n_valid) {
+      constexpr bool kPartial = decltype(partial_tag)::value;
+      cp_async_wait_one();  // the words this group reads were issued two groups ago or earlier
+      __syncwarp();
+      if (p2 <= refill_at) refill(kRefillChunks);
+      cp_async_commit();
+      const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
+      const Placement here = next;
+      if (g_start != 0) next = place(g_start - 32, true);
+
+      // One predicate for the vote, the word load and the merge (the C++ form compiles to two compares), the
+      // prefix count of the needing lanes at or above this one, the ring address and the pointer step.
+      auto renorm = [&]() {
+        if constexpr (kPartial) {
+          const bool need = valid && x < kStateLow;
+          const std::uint32_t vote = __ballot_sync(kFull, need);
+          if (need) {
+            const std::uint32_t word = ld_shared_u16(ring_s | ((p2 - 2 * __popc(vote & ge)) & (kRingBytes - 2)));
+            x = __byte_perm(word, x, 0x5410);
+          }
+          p2 -= 2 * __popc(vote);
+        } else {
+          asm volatile(
+              "{\n"
+              " .reg .pred p;\n"
+              " .reg .b32 v, t, a;\n"
+              " setp.lt.u32 p, %0, 32768;\n"
+              " vote.sync.ballot.b32 v, p, 0xffffffff;\n"
+              " and.b32 t, v, %2;\n"
+              " popc.b32 t, t;\n"
+              " mad.lo.u32 a, t, -2, %1;\n"
+              " and.b32 a, a, %4;\n"
+              " or.b32 a, a, %3;\n"
+              " @p ld.shared.u16 t, [a];\n"
+              " @p prmt.b32 %0, t, %0, 0x5410;\n"
+              " popc.b32 v, v;\n"
+              " mad.lo.u32 %1, v, -2, %1;\n"
+              "}\n"
+              : "+r"(x), "+r"(p2)
+              : "r"(ge), "r"(ring_s), "n"(kRingBytes - 2)
+              : "memory");
+        }
+      };
+
+      std::uint32_t c = 0;
+      if (!kPartial || valid) {
+        const std::uint32_t slot = x & kMask;
+        c = slot >= f0 ? 1u : 0u;
+        x = (c ? f1 : f0) * (x >> kPb) + slot - (c ? f0 : 0u);
+      }
+      renorm();
+      // Field f of coset c is table 1 + 2f + c, at byte (2f + c) << (kPb + 2) from the first field table: one per-lane
+      // base for the group, the field's table an immediate offset, the slot address one LOP3 and one IMAD (written
+      // in PTX: the C++ form compiles to a shift, a mask and an add).
+      const std::uint32_t tb = lut_s + (c << (kPb + 2));
+      std::uint32_t e[8];
+      auto field = [&]<int kF>(std::integral_constant<int, kF>) {
+        if (!kPartial || valid) {
+          std::uint32_t addr;
+          asm("{\n .reg .b32 s;\n and.b32 s, %1, %3;\n mad.lo.u32 %0, s, 4, %2;\n}\n"
+              : "=r"(addr)
+              : "r"(x), "r"(tb), "n"(kMask));
+          e[kF] = ld_shared_u32_at<static_cast<int>((2u * kF) << (kPb + 2))>(addr);
+          x = (e[kF] >> (31 - kPb)) * (x >> kPb) + (e[kF] & kMask);
+        } else {
+          e[kF] = 0;
+        }
+        renorm();
+      };
+      [&]<int... kF>(std::integer_sequence<int, kF...>) {
+        (field(std::integral_constant<int, kF>{}), ...);
+      }(std::make_integer_sequence<int, 8>{});
+
+      const bool store = valid && here.store;
+      if (store) {
+        const std::uint32_t row = here.row, col = here.col;
+        const std::uint64_t elem = static_cast<std::uint64_t>(row - row_begin) * d.cols + col;
+        if constexpr (kBf16) {
+          // Every row is vector-aligned (the plan checks cols % 8 == 0), so all 8 values are stored.
+          constexpr std::uint32_t kVmask = ((1u << kVb) - 1u) << kPb;
+          constexpr std::uint32_t kFlip = (1u << (kPb + kVb - 1)) | 0x4B000000u;  // value sign bit, 2^23
+          const std::uint32_t vmask = opaque(kVmask), flip = opaque(kFlip);  // registers: one LOP3 per value
+          // (z + c/2) * 2^pb = F - K with F = 2^23 + (z + 2^(vb-1)) * 2^pb, K = 2^23 + 2^(vb-1+pb) - c * 2^(pb-1).
+          const float k0 = __uint_as_float(0x4B000000u + (1u << (kVb - 1 + kPb)) - (c << (kPb - 1)));
+          const float s = __fmul_rn(here.scale, 1.0f / static_cast<float>(1u << kPb));
+          float v[8];
+#pragma unroll
+          for (int j = 0; j < 7; ++j) v[j] = __fmul_rn(__fsub_rn(__uint_as_float(and_xor(e[j], vmask, flip)), k0), s);
+          // z7' = 2 z7 + parity(z0..z6): (z7' + c/2) * 2^pb = 2 F7 - K7, K7 = 2^24 + 2^(vb+pb) - par 2^pb - c 2^(pb-1)
+          // (a multiple of 2^(pb-1) in [2^24, 2^25): its bits are 0x4B800000 + (K7 - 2^24) / 2).
+          const std::uint32_t x7 = e[0] ^ e[1] ^ e[2] ^ e[3] ^ e[4] ^ e[5] ^ e[6];
+          const std::uint32_t k7 =
+              0x4B800000u + (1u << (kVb + kPb - 1)) - ((x7 >> 1) & (1u << (kPb - 1))) - (c << (kPb - 2));
+          v[7] = __fmul_rn(__fmaf_rn(__uint_as_float(and_xor(e[7], vmask, flip)), 2.0f, -__uint_as_float(k7)), s);
+          if (d.clamp_bf16) {  // uniform; only for scales that can reach the bf16 limit
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
+          }
+          uint4 w;
+          w.x = bf16x2_bits(v[0], v[1]);
+          w.y = bf16x2_bits(v[2], v[3]);
+          w.z = bf16x2_bits(v[4], v[5]);
+          w.w = bf16x2_bits(v[6], v[7]);
+          reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
+        } else {
+          int z[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) z[j] = static_cast<int>(e[j] << (kPb + 1)) >> (2 * kPb + 1);
+          int parity = 0;
+#pragma unroll
+          for (int j = 0; j < 7; ++j) parity += z[j];
+          z[7] = 2 * z[7] + (parity & 1);
+          const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
+          store_vector(d, elem, n, (d.cols & 7u) == 0, z, static_cast<int>(c), here.scale);
+          if (d.row_scales != nullptr && col == 0) {
+            d.row_scales[row - row_begin] = __fmul_rn(here.scale, d.int8_half_over_gain);
+          }
+        }
+      }
+    };
+
+    if (rem) {
+      group(std::true_type{}, rem);
+    } else {
+      group(std::false_type{}, 32);
+    }
+    while (g_start != 0) {
+      g_start -= 32;
+      group(std::false_type{}, 32);
+    }
+    cp_async_wait_all();
+    const std::uint32_t p = p2 >> 1;
+    const bool states_ok = __all_sync(kFull, x == kStateLow);
+    if (p > we) {
+      fault = TileFault::kUnderflow;
+    } else if (p != wb) {
+      fault = p > wb ? TileFault::kNotDrained : TileFault::kUnderflow;
+    } else if (!states_ok) {
+      fault = TileFault::kBadFinalState;
+    }
+  }
+  if (lane == 0) {
+    tile_status[d.tile_base + (tile - d.first_tile)] = static_cast<std::uint8_t>(fault);
+    if (fault != TileFault::kOk) {
+      atomicAdd(&status->bad_tiles, 1u);
+      atomicMax(reinterpret_cast<unsigned long long*>(&status->first_bad_inverted),
+                ~((static_cast<unsigned long long>(tensor) << 32) | tile));
+    }
+  }
+}
+
+// As lattice_decode_kernel<kPackedShared, true, false, 2> (same shared-memory layout and work items), with the lean
+// group loop; at most kFastRegsMaxWarps warps per block (80 registers per thread).
+template <int kPb, bool kBf16>
+__global__ void __launch_bounds__(kFastRegsMaxWarps * 32, 1)
+    lattice_decode_lean_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset,
+                               std::uint64_t items_offset, std::uint64_t status_offset,
+                               std::uint64_t tile_status_offset) {
+  extern __shared__ uint4 dynamic_smem[];
+  const WorkItem item = reinterpret_cast<const WorkItem*>(scratch + items_offset)[blockIdx.x];
+  const std::uint32_t warps = blockDim.x / 32;
+  const std::uint32_t smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+  const auto* gdesc = reinterpret_cast<const TensorDesc*>(scratch + descs_offset) + item.tensor;
+  const std::uint32_t lut_bytes = gdesc->lut_bytes;
+  const std::uint32_t ring0 = (smem0 + lut_bytes + kRingBytes - 1) & ~static_cast<std::uint32_t>(kRingBytes - 1);
+  const std::uint32_t desc_s = ring0 + warps * kRingBytes;
+  auto* desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - smem0));
+  auto* next_tile = desc_words + kDescWords;
+  for (std::uint32_t i = threadIdx.x; i < static_cast<std::uint32_t>(kDescWords); i += blockDim.x) {
+    desc_words[i] = reinterpret_cast<const std::uint32_t*>(gdesc)[i];
+  }
+  if (threadIdx.x == 0) *next_tile = item.tile_begin;
+  {
+    const std::uint32_t n16 = lut_bytes / 16;
+    const uint4* src = reinterpret_cast<const uint4*>(scratch + gdesc->lut_offset);
+    for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) dynamic_smem[i] = src[i];
+  }
+  __syncthreads();
+  const TensorDesc d = *reinterpret_cast<const TensorDesc*>(desc_words);
+  auto* status = reinterpret_cast<DecodeStatus*>(scratch + status_offset);
+  auto* tile_status = scratch + tile_status_offset;
+  const std::uint32_t ring_s = ring0 + (threadIdx.x / 32) * kRingBytes;
+  for (;;) {
+    std::uint32_t tile = 0;
+    if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
+    tile = __shfl_sync(kFull, tile, 0);
+    if (tile >= item.tile_end) break;
+    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, smem0, ring_s, status, tile_status);
+  }
+}
+
+}  // namespace epk::cuda::detail
