@@ -75,9 +75,14 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
       const int want = top > begin_chunk + kRingChunks ? top - kRingChunks : begin_chunk;
       if (loaded_lo - want >= min_chunks || (want == begin_chunk && loaded_lo > want)) {
-        for (int k = loaded_lo - 1 - lane; k >= want; k -= 32) {
-          cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16,
-                       payload + static_cast<std::int64_t>(k) * 8);
+        // At most kRingChunks (4 per lane) chunks: straight-line, predicated, no loop control.
+#pragma unroll
+        for (int i = 0; i < kRingChunks / 32; ++i) {
+          const int k = loaded_lo - 1 - lane - 32 * i;
+          if (k >= want) {
+            cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16,
+                         payload + static_cast<std::int64_t>(k) * 8);
+          }
         }
         loaded_lo = want;
       }
