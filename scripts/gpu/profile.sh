@@ -21,7 +21,7 @@ echo "== ncu, lean"
 timeout 90 ncu --kernel-name regex:lattice_decode --launch-skip 5 --launch-count 1 --metrics "$metrics" \
   "$bin/gpu_decode_bench" "$streams" --only l10240x3840_4bpp --lean 1 --runs 3 2>&1 \
   | grep -E "lattice_decode|smsp__|sm__|l1tex__|gpu__" | tee -a "$out/ncu.txt"
-if [[ -z "${EPK_PROFILE_SASS:-1}" ]]; then :; elif command -v cuobjdump >/dev/null; then
+if [[ -z "${EPK_PROFILE_SASS-1}" ]]; then :; elif command -v cuobjdump >/dev/null; then
   cuobjdump -sass "$bin/gpu_decode_bench" > /tmp/all.sass 2>&1
   grep -n "Function :" /tmp/all.sass > "$out/sass_index.txt"
   gzip -c /tmp/all.sass > "$out/all_sass.gz"
