@@ -97,10 +97,12 @@ struct DecodeOptions {
   // fastest on the H200 (10240x3840: 95.8 -> 93.3 us at 4 bpp, 138.3 -> 130.8 us at 2 bpp; docs/NOTES.md).
   int fast_groups = 2;
   // The lean group loop (decode_lean.cuh): fewer instructions per symbol and per group. Taken where the plan has
-  // packed shared tables, staged words without shuffling, at most 24 warps per block and every tensor at prob_bits
-  // 11; with a bf16-only store where every job is bf16 with cols % 8 == 0 and every row scale is 0, non-finite or at
+  // packed shared tables, staged words without shuffling and every tensor at prob_bits 11 (80 registers per thread
+  // for blocks of at most 24 warps, else 64); with a bf16-only store where every job is bf16 with cols % 8 == 0 and every row scale is 0, non-finite or at
   // least 2^-115. Elsewhere the plan falls back to the loop fast_groups picks (DecodePlan::lean_pb() says which ran).
-  bool lean = false;
+  // Bit-exact in every GPU test; H200, 10240x3840 to bf16: 92.7 -> 79.6 us at 4 bpp, 130.7 -> 117.7 us at 2 bpp
+  // (docs/NOTES.md, sixth run), so on by default.
+  bool lean = true;
 };
 
 // Written by the kernel into scratch; copy it back to read it (read_status does).

@@ -32,17 +32,23 @@ KernelFn kernel_for_mode(bool staged, bool shfl, int fast) {
 }
 
 // The lean kernels (DecodeOptions::lean) exist for prob_bits 11 (2 and 4 bpp streams of the reference encoder).
-KernelFn lean_kernel(int lean_pb, bool bf16) {
+// wide: blocks of more than kFastRegsMaxWarps warps (the 64-register form).
+KernelFn lean_kernel(int lean_pb, bool bf16, bool wide) {
   using detail::lattice_decode_lean_kernel;
   switch (lean_pb) {
-    case 11: return bf16 ? lattice_decode_lean_kernel<11, true> : lattice_decode_lean_kernel<11, false>;
+    case 11:
+      if (wide) return bf16 ? lattice_decode_lean_kernel<11, true, true> : lattice_decode_lean_kernel<11, false, true>;
+      return bf16 ? lattice_decode_lean_kernel<11, true, false> : lattice_decode_lean_kernel<11, false, false>;
     default: return nullptr;
   }
 }
 
-KernelFn kernel_for(int lut_mode, bool staged, bool shfl, int fast, int lean_pb = 0, bool lean_bf16 = false) {
+bool lean_wide(int threads) { return threads > detail::kFastRegsMaxWarps * 32; }
+
+KernelFn kernel_for(int lut_mode, bool staged, bool shfl, int fast, int lean_pb = 0, bool lean_bf16 = false,
+                    int threads = 0) {
   using namespace detail;
-  if (lean_pb != 0) return lean_kernel(lean_pb, lean_bf16);
+  if (lean_pb != 0) return lean_kernel(lean_pb, lean_bf16, lean_wide(threads));
   switch (lut_mode) {
     case kPackedShared: return kernel_for_mode<kPackedShared>(staged, shfl, fast);
     case kPackedGlobal: return kernel_for_mode<kPackedGlobal>(staged, shfl, fast);
@@ -77,11 +83,11 @@ Result<DeviceLimits> query_limits(int device) {
   return limits;
 }
 
-bool lean_supported(int prob_bits) { return lean_kernel(prob_bits, false) != nullptr; }
+bool lean_supported(int prob_bits) { return lean_kernel(prob_bits, false, false) != nullptr; }
 
 Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int threads, std::size_t dynamic_shared,
                           int lean_pb, bool lean_bf16) {
-  KernelFn fn = kernel_for(lut_mode, staged, shfl, fast, lean_pb, lean_bf16);
+  KernelFn fn = kernel_for(lut_mode, staged, shfl, fast, lean_pb, lean_bf16, threads);
   // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
   cudaFuncAttributes attrs{};
   if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) {
@@ -147,7 +153,7 @@ Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream) {
     return cuda_error("decode: cudaMemsetAsync(status)", e);
   }
   KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words(), plan.shuffle_words(), plan.fast_level(), plan.lean_pb(),
-                           plan.lean_bf16());
+                           plan.lean_bf16(), static_cast<int>(plan.warps_per_block() * 32));
   const dim3 grid(static_cast<unsigned>(plan.blocks()));
   const dim3 block(plan.warps_per_block() * 32);
   fn<<<grid, block, plan.shared_bytes_per_block(), stream>>>(scratch, plan.descs_offset(), plan.items_offset(),

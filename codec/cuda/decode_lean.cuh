@@ -285,9 +285,10 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
 }
 
 // As lattice_decode_kernel<kPackedShared, true, false, 2> (same shared-memory layout and work items), with the lean
-// group loop; at most kFastRegsMaxWarps warps per block (80 registers per thread).
-template <int kPb, bool kBf16>
-__global__ void __launch_bounds__(kFastRegsMaxWarps * 32, 1)
+// group loop. kWide: up to kMaxWarpsPerBlock warps per block (64 registers per thread); otherwise at most
+// kFastRegsMaxWarps (80 registers).
+template <int kPb, bool kBf16, bool kWide>
+__global__ void __launch_bounds__(kWide ? kMaxWarpsPerBlock * 32 : kFastRegsMaxWarps * 32, 1)
     lattice_decode_lean_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset,
                                std::uint64_t items_offset, std::uint64_t status_offset,
                                std::uint64_t tile_status_offset) {

@@ -335,8 +335,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
             ? 2
             : 1;
   }
-  if (options.lean && plan.fast_level_ > 0 && plan.lut_mode_ == detail::kPackedShared &&
-      plan.warps_per_block_ <= static_cast<std::uint32_t>(detail::kFastRegsMaxWarps)) {
+  if (options.lean && plan.fast_level_ > 0 && plan.lut_mode_ == detail::kPackedShared) {
     const std::uint32_t pb = jobs[0].stream->prob_bits;
     bool same_pb = true, bf16 = true;
     for (const DecodeJob& job : jobs) {

@@ -87,20 +87,21 @@ Status run(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
 
 // {lut, max warps per block, staged words, device, shuffled words, fast group loop, lean group loop}
 const DecodeOptions kVariants[] = {
-    {LutPlacement::kAuto, 32, true, -1, false, 0},  // the run-2 group loop
-    {LutPlacement::kGlobal, 32, true, -1, false, 0},
-    {LutPlacement::kWide, 32, true, -1, false, 0},
-    {LutPlacement::kTwoLevel, 32, true, -1, false, 0},
-    {LutPlacement::kAuto, 32, false, -1, false, 0},
-    {LutPlacement::kWide, 4, false, -1, false, 0},
-    {LutPlacement::kAuto, 32, true, -1, true, 0},  // shuffled words
-    {LutPlacement::kTwoLevel, 32, true, -1, true, 0},
-    {LutPlacement::kWide, 3, true, -1, true, 0},
-    {LutPlacement::kAuto, 32, true, -1, false, 1},  // fast group loop
-    {LutPlacement::kAuto, 32, true, -1, false, 2},  // the default
-    {LutPlacement::kTwoLevel, 32, true, -1, false, 2},
-    {LutPlacement::kAuto, 2, true, -1, false, 2},  // two rounds of tiles per warp
-    {LutPlacement::kAuto, 32, true, -1, false, 2, true},  // the lean group loop (prob_bits 11; others fall back)
+    {LutPlacement::kAuto, 32, true, -1, false, 0, false},  // the run-2 group loop
+    {LutPlacement::kGlobal, 32, true, -1, false, 0, false},
+    {LutPlacement::kWide, 32, true, -1, false, 0, false},
+    {LutPlacement::kTwoLevel, 32, true, -1, false, 0, false},
+    {LutPlacement::kAuto, 32, false, -1, false, 0, false},
+    {LutPlacement::kWide, 4, false, -1, false, 0, false},
+    {LutPlacement::kAuto, 32, true, -1, true, 0, false},  // shuffled words
+    {LutPlacement::kTwoLevel, 32, true, -1, true, 0, false},
+    {LutPlacement::kWide, 3, true, -1, true, 0, false},
+    {LutPlacement::kAuto, 32, true, -1, false, 1, false},  // fast group loop
+    {LutPlacement::kAuto, 32, true, -1, false, 2, false},  // the default before the lean loop
+    {LutPlacement::kTwoLevel, 32, true, -1, false, 2, false},
+    {LutPlacement::kAuto, 2, true, -1, false, 2, false},  // two rounds of tiles per warp
+    {LutPlacement::kAuto, 32, true, -1, false, 2, true},  // the lean group loop, the default (prob_bits 11; others
+                                                          // fall back to fast_groups 2)
     {LutPlacement::kAuto, 2, true, -1, false, 2, true},
 };
 
@@ -175,7 +176,7 @@ TEST(GpuLean, PlanTakesTheLeanKernelWhereItApplies) {
 }
 
 // The bf16 store multiplies by scale * 2^-11; a row scale below 2^-115 (subnormal product factor) must send the plan
-// to the lean loop's general store, and both must stay bit-exact, zero and negative scales included.
+// to the lean loop's general store, and both must stay bit-exact.
 TEST(GpuLean, TinyAndSpecialRowScalesStayBitExact) {
   SKIP_WITHOUT_GPU();
   RawStream raw = load("gauss_29x520_4bpp");
@@ -183,11 +184,11 @@ TEST(GpuLean, TinyAndSpecialRowScalesStayBitExact) {
   DecodeOptions lean;
   lean.lean = true;
   for (const bool tiny : {false, true}) {
+    // Row scales are finite and positive (the CPU decoder refuses others).
     std::vector<float> scales(s.scales.begin(), s.scales.end());
-    scales[0] = 0.0f;
-    scales[1] = -scales[1];
-    scales[2] = 0x1p-115f;
-    scales[3] = 3.0e38f;  // large products: the bf16 clamp path
+    scales[0] = 0x1p-115f;  // the smallest the bf16 store takes: products near and below the normal range
+    scales[1] = 3.0e38f;    // large products: the bf16 clamp path
+    scales[2] = 1.0f;
     if (tiny) {
       scales[4] = 0x1p-120f;
       scales[5] = 1.0e-44f;  // subnormal

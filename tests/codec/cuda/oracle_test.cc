@@ -66,11 +66,12 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop)
     const rans::LatticeRansStream s = enc.view();
     testing::DeviceStream dev(s);
     const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 2}, {s.rows - 1, s.rows}};
-    DecodeOptions run2_loop;  // the default is the fast group loop; also check the run-2 loop and the lean loop
+    // The default (the lean loop where it applies), the fast group loop and the run-2 loop.
+    DecodeOptions fast_loop;
+    fast_loop.lean = false;
+    DecodeOptions run2_loop = fast_loop;
     run2_loop.fast_groups = 0;
-    DecodeOptions lean_loop;
-    lean_loop.lean = true;
-    const DecodeOptions loops[] = {DecodeOptions{}, run2_loop, lean_loop};
+    const DecodeOptions loops[] = {DecodeOptions{}, fast_loop, run2_loop};
     for (const auto& r : ranges) {
       for (int k = 0; k < 3 * kOutputFormats; ++k) {
         const auto format = static_cast<OutputFormat>(k % kOutputFormats);
