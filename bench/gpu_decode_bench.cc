@@ -245,7 +245,8 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
   const double total = median(whole);
   std::printf("stack 32x7 (8B-class, 4 bpp, %s): %.3f ms total (median of %d passes), %.1f GB/s bf16 out, %.1f GB/s "
               "compressed in, per layer median %.1f us (%d tiles/layer, %zu blocks, w%u, %s)\n",
-              variant.c_str(), total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3), median(per_layer),
+              variant.c_str(), total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3),
+              median(per_layer),
               static_cast<int>(plans[0].tiles()), plans[0].blocks(), plans[0].warps_per_block(),
               plans[0].lut_mode() == 0 ? "shared LUT" : "global LUT");
   Row r;

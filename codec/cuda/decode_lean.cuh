@@ -89,9 +89,9 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       if (loaded_lo <= begin_chunk) {
         refill_at = 0;  // nothing left to load; p2 == 0 only re-runs the test above, which then does nothing
       } else {
-        const std::int64_t t =
-            loaded_lo + kRingChunks - kRefillChunks > begin_chunk + kRingChunks ? loaded_lo + kRingChunks - kRefillChunks
-                                                                                : begin_chunk + kRingChunks;
+        const std::int64_t t = loaded_lo + kRingChunks - kRefillChunks > begin_chunk + kRingChunks
+                                   ? loaded_lo + kRingChunks - kRefillChunks
+                                   : begin_chunk + kRingChunks;
         refill_at = static_cast<std::uint32_t>(16 * t < 0xffffffffLL ? 16 * t : 0xffffffffLL);  // p <= 8t
       }
     };

@@ -183,9 +183,10 @@ TEST(GpuLean, TinyAndSpecialRowScalesStayBitExact) {
   rans::LatticeRansStream s = raw.view();
   DecodeOptions lean;
   lean.lean = true;
+  const std::vector<float> original(s.scales.begin(), s.scales.end());
   for (const bool tiny : {false, true}) {
     // Row scales are finite and positive (the CPU decoder refuses others).
-    std::vector<float> scales(s.scales.begin(), s.scales.end());
+    std::vector<float> scales = original;
     scales[0] = 0x1p-115f;  // the smallest the bf16 store takes: products near and below the normal range
     scales[1] = 3.0e38f;    // large products: the bf16 clamp path
     scales[2] = 1.0f;
