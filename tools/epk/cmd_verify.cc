@@ -97,11 +97,13 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
     const safetensors::TensorView* src = nullptr;
     if (source) {
       src = source->find(t.name);
-      if (!src)
+      if (!src) {
         rep.problems.push_back(where + ": not in " + args.against);
-      else if (src->shape != t.shape)
+      } else if (src->shape != t.shape) {
         rep.problems.push_back(where + ": shape " + shape_string(t.shape) + " differs from the source's " +
-                               shape_string(src->shape)), src = nullptr;
+                               shape_string(src->shape));
+        src = nullptr;
+      }
     }
     std::vector<float> decoded;
     bool have_decoded = false;
