@@ -109,13 +109,14 @@ struct Row {
 
 class Progress {
  public:
-  Progress(std::size_t tensors, std::uint64_t bytes)
-      : tty_(::isatty(2) == 1), tensors_(tensors), bytes_(bytes), start_(Clock::now()) {}
-  void update(std::size_t done, std::uint64_t bytes_done, const std::string& current) {
+  // work: bytes of the tensors to encode (raw ones cost next to nothing), which the ETA is based on.
+  Progress(std::size_t tensors, std::uint64_t bytes, std::uint64_t work)
+      : tty_(::isatty(2) == 1), tensors_(tensors), bytes_(bytes), work_(work), start_(Clock::now()) {}
+  void update(std::size_t done, std::uint64_t bytes_done, std::uint64_t work_done, const std::string& current) {
     if (!tty_) return;
     const double el = std::chrono::duration<double>(Clock::now() - start_).count();
-    const double frac = bytes_ ? double(bytes_done) / double(bytes_) : 1.0;
-    const std::string eta = frac > 0.0 && done > 0 ? clock_string(el / frac - el) : "?";
+    const double frac = work_ ? double(work_done) / double(work_) : 1.0;
+    const std::string eta = frac > 0.0 ? clock_string(el / frac - el) : "?";
     std::fprintf(stderr, "\r\033[K[%zu/%zu tensors] %s / %s, %s elapsed, ETA %s  %s", done, tensors_,
                  human_bytes(bytes_done).c_str(), human_bytes(bytes_).c_str(), clock_string(el).c_str(), eta.c_str(),
                  current.c_str());
@@ -129,6 +130,7 @@ class Progress {
   bool tty_;
   std::size_t tensors_;
   std::uint64_t bytes_;
+  std::uint64_t work_;
   Clock::time_point start_;
 };
 
@@ -235,13 +237,16 @@ Status run_compress(const CompressArgs& args) {
       {"source", args.input}, {"tool", "epk " + std::string(tool_version())}, {"settings", "compress " + settings.dump()}};
   EPK_TRY_ASSIGN(auto writer, container::Writer::create(args.output, std::move(metadata)));
 
-  Progress progress(tensors.size(), total_bytes);
+  std::uint64_t total_work = 0, done_work = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (plans[i].encode) total_work += tensors[i].data.size();
+  Progress progress(tensors.size(), total_bytes, total_work);
   std::vector<Row> table;
   std::uint64_t done_bytes = 0;
   const auto start = Clock::now();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
-    progress.update(i, done_bytes, t.name);
+    progress.update(i, done_bytes, done_work, t.name);
     const auto t0 = Clock::now();
     Row row;
     row.name = t.name;
@@ -284,9 +289,10 @@ Status run_compress(const CompressArgs& args) {
     }
     if (!row.encoded) row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     done_bytes += t.data.size();
+    if (plans[i].encode) done_work += t.data.size();
     table.push_back(std::move(row));
   }
-  progress.update(tensors.size(), done_bytes, "finishing");
+  progress.update(tensors.size(), done_bytes, done_work, "finishing");
   EPK_TRY(writer.finish());
   progress.finish();
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
