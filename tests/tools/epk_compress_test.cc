@@ -4,14 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "codec/safetensors/checkpoint.h"
@@ -292,7 +292,7 @@ std::vector<std::string> vector_files() {
 
 TEST_F(EpkEntropack, ImportThenDecompressEqualsTheReferenceDecoder) {
   const std::vector<std::pair<std::string, std::string>> dtypes = {
-      {"fp32", "decoded.float32"},          {"bf16", "decoded.bfloat16"},    {"fp16", "decoded.float16"},
+      {"fp32", "decoded.float32"},           {"bf16", "decoded.bfloat16"},        {"fp16", "decoded.float16"},
       {"fp8_e4m3", "decoded.float8_e4m3fn"}, {"fp8_e5m2", "decoded.float8_e5m2"}, {"int8", "decoded.int8"}};
   const auto files = vector_files();
   ASSERT_GE(files.size(), 10u);
