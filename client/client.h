@@ -59,6 +59,10 @@ class Client {
   Status release_nowait(std::uint64_t handle);
   std::uint64_t deferred_release_errors() const;
   Result<Stats> stats();
+  // The models the daemon serves, with what of each is in its cache (for `epk status`).
+  Result<shm::ModelsReply> models();
+  // The daemon's pools (kind, device, size) as announced at connect.
+  std::vector<shm::PoolInfo> pools() const;
   // Says close and drops the connection (the daemon drops any pins still held). Also done by the destructor.
   void disconnect();
   bool connected() const;

@@ -1,8 +1,16 @@
-// The seam for .epk models: `epkd --model NAME=FILE.epk` opens models through this function. The container reader
-// (branch `container`) and the CPU codec (branch `codec`) are not in this branch yet, so it refuses every file with
-// kUnsupported; the lead replaces the body of open_epk_source() in epk_source.cc with an EpkSource (a ModelSource over
-// the mapped container: tensors() from the index, served() from each tensor's encoding, produce() running the CPU
-// decoder into the slot).
+// A ModelSource over a mapped .epk file: `epkd --model NAME=FILE.epk` opens models through open_epk_source().
+//
+// Open validates once: the container's header and index (container::Reader), and every lattice-rans stream's params,
+// buffers and tables (daemon/epk_decode.h); a file that fails any of it is refused with an error naming the file,
+// tensor and field, and nothing else is read until a tensor is asked for. produce() checks the tensor's buffer
+// checksums (XXH3) on every decode, so corrupt bytes are an error, never served.
+//
+// Serving layouts:
+//   raw tensors          stored (the bytes as stored); dense:{bf16,fp16,fp32} from F32, F16, BF16, F64, F8_E4M3 and
+//                        F8_E5M2 (narrowing rounds to nearest even, as torch's .to())
+//   lattice-rans tensors dense:{bf16,fp16,fp32} through the CPU decoder; stored is the dense form in the tensor's
+//                        source dtype (what the reference's decompress returns)
+//   intq tensors         not served yet (kUnsupported)
 #pragma once
 
 #include <memory>

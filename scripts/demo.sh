@@ -26,3 +26,42 @@ else
   echo "demo: tensors differ after the round trip" >&2
   exit 1
 fi
+
+# ---- serve it: epkd on a temporary socket with an embedded default config, one client fetching every layer ----
+# The model served is the one compressed above when this script has that step (model_epk set by it); otherwise the
+# packed (raw) model.
+served_epk=${model_epk:-$work/model.epk}
+cat > "$work/epkd.toml" <<TOML
+socket = "$work/epkd.sock"
+budget_mb = 64
+cpu = true
+threads = 2
+log_level = "warn"
+
+[[model]]
+name = "demo"
+path = "$served_epk"
+TOML
+echo "== epkd --config (serving $(basename "$served_epk"))"
+"$bin/daemon/epkd" --config "$work/epkd.toml" 2> "$work/epkd.log" &
+epkd_pid=$!
+trap 'kill -KILL "$epkd_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+for _ in $(seq 100); do
+  "$bin/tools/epk/epk" status --socket "$work/epkd.sock" > /dev/null 2>&1 && break
+  kill -0 "$epkd_pid" 2>/dev/null || { cat "$work/epkd.log" >&2; exit 1; }
+  sleep 0.1
+done
+mapfile -t names < <("$bin/tools/epk/epk" inspect "$served_epk" | awk 'NR > 1 && !/^total:/ { print $1 }')
+echo "== a client fetches all ${#names[@]} tensors as dense:bf16 (epk get)"
+"$bin/tools/epk/epk" get --socket "$work/epkd.sock" demo "${names[@]}" --layout dense:bf16 -o "$work/served.safetensors"
+echo "== cache occupancy (epk status)"
+"$bin/tools/epk/epk" status --socket "$work/epkd.sock"
+echo "== SIGTERM"
+kill -TERM "$epkd_pid"
+if wait "$epkd_pid"; then
+  echo "demo: epkd served every tensor and stopped cleanly"
+else
+  echo "demo: epkd exited with status $?" >&2
+  cat "$work/epkd.log" >&2
+  exit 1
+fi
