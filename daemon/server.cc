@@ -751,12 +751,9 @@ int run_daemon(const DaemonConfig& cfg) {
   spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads)",
                socket_activated ? "the socket systemd passed" : cfg.socket_path, cfg.budget_bytes >> 20,
                svc.model_count(), io_threads);
-  // Ready: the socket listens and every configured model has been opened and validated (or refused and logged).
   auto notify = [](const std::string& state) {
     if (auto r = sd_notify_send(state); !r) spdlog::warn("sd_notify: {}", r.error().to_string());
   };
-  notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)\nMAINPID=" +
-         std::to_string(::getpid()));
 
   asio::signal_set term(io, SIGTERM, SIGINT);
   asio::signal_set hup(io, SIGHUP);
@@ -806,6 +803,10 @@ int run_daemon(const DaemonConfig& cfg) {
     });
   };
   wait_hup();
+  // Ready: the socket listens, every configured model has been opened and validated (or refused and logged), and
+  // SIGTERM is handled (a stop right after READY=1 still drains and exits 0).
+  notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)\nMAINPID=" +
+         std::to_string(::getpid()));
   asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { contexts[i]->run(); });
