@@ -70,8 +70,9 @@ Status run_status(const StatusArgs& args) {
               static_cast<unsigned long long>(s.pins), static_cast<unsigned long long>(s.hits),
               static_cast<unsigned long long>(s.misses), static_cast<unsigned long long>(s.evictions),
               static_cast<unsigned long long>(s.prefetches));
-  std::printf("decode: %llu decode(s), %.2f ms in total%s\n", static_cast<unsigned long long>(s.decodes), ms,
-              s.decodes ? (", " + std::to_string(ms / static_cast<double>(s.decodes)) + " ms each").c_str() : "");
+  std::printf("decode: %llu decode(s), %.2f ms in total", static_cast<unsigned long long>(s.decodes), ms);
+  if (s.decodes) std::printf(", %.3f ms each", ms / static_cast<double>(s.decodes));
+  std::printf("\n");
   std::printf("%-32s %8s %8s %12s %8s\n", "model", "tensors", "cached", "bytes", "pinned");
   for (const auto& m : models.models) {
     std::printf("%-32s %8u %8llu %12s %8llu\n", m.name.c_str(), m.tensors,
