@@ -1,13 +1,14 @@
 // A ModelSource over a mapped .epk file: `epkd --model NAME=FILE.epk` opens models through open_epk_source().
 //
-// Open validates once: the container's header and index (container::Reader), and every lattice-rans stream's params,
-// buffers and tables (daemon/epk_decode.h); a file that fails any of it is refused with an error naming the file,
-// tensor and field, and nothing else is read until a tensor is asked for. produce() checks the tensor's buffer
-// checksums (XXH3) on every decode, so corrupt bytes are an error, never served.
+// Open validates once: the container's header and index (container::Reader) and every lattice-rans tensor's params,
+// buffers and stream tables (rans::from_container); a file that fails any of it is refused with an error naming the
+// file, tensor and field, and no tensor data is read until a tensor is asked for. produce() decodes through the one
+// per-encoding dispatch (codec/decode/decode_tensor.h) and then checks the tensor's buffer checksums (XXH3): a corrupt
+// tile is reported by tile number, and corrupt bytes that still decode fail their checksum; neither is ever served.
 //
-// Serving layouts:
-//   raw tensors          stored (the bytes as stored); dense:{bf16,fp16,fp32} from F32, F16, BF16, F64, F8_E4M3 and
-//                        F8_E5M2 (narrowing rounds to nearest even, as torch's .to())
+// Serving layouts (what decode::can_decode allows):
+//   raw tensors          stored (the bytes as stored); dense:{bf16,fp16,fp32} from F32, F16, BF16, F8_E4M3, F8_E5M2
+//                        (and I8 as integers); narrowing rounds to nearest even, overflow to infinity (torch's .to())
 //   lattice-rans tensors dense:{bf16,fp16,fp32} through the CPU decoder; stored is the dense form in the tensor's
 //                        source dtype (what the reference's decompress returns)
 //   intq tensors         not served yet (kUnsupported)

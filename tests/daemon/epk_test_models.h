@@ -1,6 +1,5 @@
 // Real .epk files for the daemon tests: raw tensors and lattice-rans tensors encoded by codec/rate, written with the
-// container Writer. write_lattice() follows the provisional lattice-rans mapping of daemon/epk_decode.h (switches to
-// codec's container_io when that lands).
+// container Writer through codec/rans/container_io.h (the mapping `epk compress` writes).
 #pragma once
 
 #include <cmath>
@@ -15,6 +14,7 @@
 #include "codec/common/bytes.h"
 #include "codec/container/reader.h"
 #include "codec/container/writer.h"
+#include "codec/rans/container_io.h"
 #include "codec/rans/encoded_tensor.h"
 #include "codec/rate/encode.h"
 
@@ -45,20 +45,8 @@ inline Result<rans::EncodedTensor> encode_f32(const std::vector<float>& w, std::
 }
 
 inline Status write_lattice(container::Writer& w, const std::string& name, const rans::EncodedTensor& t) {
-  container::TensorSpec spec;
-  spec.name = name;
-  spec.shape = {t.rows, t.cols};
-  spec.dtype = t.dtype;
-  spec.encoding = container::Encoding::kLatticeRans;
-  spec.params_json = "{\"cols\":" + std::to_string(t.cols) + ",\"padded_cols\":" + std::to_string(t.padded_cols) +
-                     ",\"prob_bits\":" + std::to_string(t.prob_bits) + ",\"rows\":" + std::to_string(t.rows) +
-                     ",\"tile_symbols\":" + std::to_string(t.tile_symbols) + "}";
-  return w.add_tensor(spec, {{"payload", as_bytes(t.payload)},
-                             {"offsets", as_bytes(t.offsets)},
-                             {"states", as_bytes(t.states)},
-                             {"stream_meta", as_bytes(t.tables)},
-                             {"freq_tables", as_bytes(t.freq_tables)},
-                             {"scales", as_bytes(t.scales)}});
+  rans::ContainerForm form = rans::to_container(t, name, rans::EncodingInfo{});
+  return w.add_tensor(form.spec, form.buffers);
 }
 
 inline Status write_raw(container::Writer& w, const std::string& name, DType dtype, std::vector<std::uint64_t> shape,
