@@ -60,9 +60,18 @@ for _ in $(seq 100); do
   kill -0 "$epkd_pid" 2>/dev/null || { cat "$work/epkd.log" >&2; exit 1; }
   sleep 0.1
 done
-mapfile -t names < <("$bin/tools/epk/epk" inspect "$served_epk" | awk 'NR > 1 && !/^total:/ { print $1 }')
+mapfile -t names < <("$bin/tools/epk/epk" inspect "$served_epk" | awk 'NR > 1 && /^[^ ]/ && !/^total:/ { print $1 }')
 echo "== a client fetches all ${#names[@]} tensors as dense:bf16 (epk get)"
 "$bin/tools/epk/epk" get --socket "$work/epkd.sock" demo "${names[@]}" --layout dense:bf16 -o "$work/served.safetensors"
+"$bin/tools/epk/epk" pack "$work/served.safetensors" -o "$work/served.epk" > /dev/null
+"$bin/tools/epk/epk" pack "$work/decompressed.safetensors" -o "$work/decompressed.epk" > /dev/null
+if cmp -s <("$bin/tools/epk/epk" inspect --json "$work/served.epk" | grep '"xxh3"' | sort) \
+          <("$bin/tools/epk/epk" inspect --json "$work/decompressed.epk" | grep '"xxh3"' | sort); then
+  echo "demo: every served tensor is bit-identical to epk decompress's"
+else
+  echo "demo: served tensors differ from epk decompress's" >&2
+  exit 1
+fi
 echo "== cache occupancy (epk status)"
 "$bin/tools/epk/epk" status --socket "$work/epkd.sock"
 echo "== SIGTERM"

@@ -42,7 +42,7 @@ Status run_get(const GetArgs& args) {
   std::vector<safetensors::TensorSpec> specs;
   for (const std::string& name : args.tensors) {
     auto t = c.acquire(args.model, name, *layout);
-    if (!t) return Error{t.error().code, "model '" + args.model + "': " + t.error().message};
+    if (!t) return t.error();  // names the model and tensor
     Status ok = check_contiguous(*t, name);
     specs.push_back({name, t->dtype, t->shape});
     EPK_TRY(c.release(t->handle));
@@ -53,7 +53,7 @@ Status run_get(const GetArgs& args) {
   std::uint64_t total = 0;
   for (const safetensors::TensorSpec& spec : specs) {
     auto t = c.acquire(args.model, spec.name, *layout);
-    if (!t) return Error{t.error().code, "model '" + args.model + "': " + t.error().message};
+    if (!t) return t.error();
     Status st;
     if (t->dtype != spec.dtype || t->shape != spec.shape) {
       st = make_error(ErrorCode::kInternal, "tensor '" + spec.name + "' changed between two acquires");
