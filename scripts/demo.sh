@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The README's demo command: set up, build, then run the main job on an embedded default: generate a small model,
 # pack it into an .epk file, inspect it, unpack it again and check that every tensor came back byte-identical; then
-# compress it at 4 bits per weight, inspect, verify against the source and decompress.
+# compress it at 4 bits per weight, inspect, verify against the source and decompress; then serve the compressed model
+# with epkd (temporary socket, embedded config), fetch every tensor through a client, print the cache occupancy and
+# stop epkd with SIGTERM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
