@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "codec/container/writer.h"
 #include "tests/daemon/epkd_harness.h"
 
 extern char** environ;
@@ -231,6 +232,41 @@ TEST_F(EpkdSystemd, ListenVariablesForAnotherProcessAreIgnored) {
   }
   EXPECT_TRUE(connected) << log_text();
   EXPECT_EQ(terminate(), 0);
+}
+
+TEST_F(EpkdSystemd, ReloadSendsReloadingThenReadyWithTheNewModelOpen) {
+  FakeNotifySocket notify((dir_ / "notify").string());
+  std::string sock = (dir_ / "epkd.sock").string();
+  std::string cfg = (dir_ / "epkd.toml").string();
+  std::ofstream(cfg) << "socket = \"" << sock << "\"\nbudget_mb = 1\ncpu = true\n"
+                     << "[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
+  std::string epk_path = (dir_ / "late.epk").string();
+  {
+    auto w = container::Writer::create(epk_path, {});
+    ASSERT_TRUE(w);
+    std::vector<std::uint8_t> bytes(6 * 2, 0x3F);
+    ASSERT_TRUE(w->add_tensor({"w", {2, 3}, DType::kBF16, container::Encoding::kRaw, "{}"}, {{"data", bytes}}));
+    ASSERT_TRUE(w->finish());
+  }
+  pid_ = spawn_epkd({"--config", cfg}, {"NOTIFY_SOCKET=" + notify.name()}, -1, 0, log_);
+  ASSERT_NE(notify.next(10000).find("READY=1"), std::string::npos);
+  std::ofstream(cfg, std::ios::app) << "[[model]]\nname = \"late\"\npath = \"" << epk_path << "\"\n"
+                                    << "[[model]]\nname = \"broken\"\npath = \"" << (dir_ / "none.epk").string()
+                                    << "\"\n";
+  ::kill(pid_, SIGHUP);
+  EXPECT_NE(notify.next(5000).find("RELOADING=1"), std::string::npos);
+  std::string ready = notify.next(5000);
+  EXPECT_NE(ready.find("READY=1"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("serving 2 model(s)"), std::string::npos) << ready;  // the broken one is refused, logged
+  auto c = Client::connect(sock, 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto t = c->acquire("late", "w", shm::Layout::kDenseF32);  // open by the time READY=1 came
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->bytes, 24u);
+  EXPECT_TRUE(c->release(t->handle));
+  c->disconnect();
+  EXPECT_EQ(terminate(), 0);
+  EXPECT_NE(log_text().find("none.epk"), std::string::npos);
 }
 
 }  // namespace
