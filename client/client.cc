@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "codec/common/bytes.h"
 #include "shm/fd_passing.h"
 #include "shm/pool.h"
 #include "shm/unique_fd.h"
@@ -230,6 +231,16 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
   t.shape = std::move(r.shape);
   t.strides = std::move(r.strides);
   t.handle = r.handle;
+  if (shm::is_rowwise(layout)) {
+    std::uint64_t values = 0;
+    if (t.shape.size() != 2 || !checked_mul(t.shape[0], t.shape[1], &values) || values > t.bytes ||
+        t.shape[0] > t.bytes / sizeof(float) ||
+        shm::rowwise_scales_offset(t.shape[0], t.shape[1]) + t.shape[0] * sizeof(float) != t.bytes) {
+      return make_error(ErrorCode::kBadInput, "epk client: acquire reply: rowwise slot size does not match its shape");
+    }
+    t.row_scales = reinterpret_cast<const float*>(static_cast<std::uint8_t*>(t.data) +
+                                                  shm::rowwise_scales_offset(t.shape[0], t.shape[1]));
+  }
   return t;
 }
 

@@ -29,6 +29,7 @@ struct Tensor {
   std::vector<std::uint64_t> shape;
   std::vector<std::int64_t> strides;  // elements
   std::uint64_t handle = 0;           // pass to release()
+  const float* row_scales = nullptr;  // rowwise layouts: shape[0] scales, weight = value * row_scales[row]
 };
 
 using Stats = shm::StatsReply;

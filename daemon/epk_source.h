@@ -10,7 +10,8 @@
 //   raw tensors          stored (the bytes as stored); dense:{bf16,fp16,fp32} from F32, F16, BF16, F8_E4M3, F8_E5M2
 //                        (and I8 as integers); narrowing rounds to nearest even, overflow to infinity (torch's .to())
 //   lattice-rans tensors dense:{bf16,fp16,fp32} through the CPU decoder; stored is the dense form in the tensor's
-//                        source dtype (what the reference's decompress returns)
+//                        source dtype (what the reference's decompress returns); rowwise:{int8,fp8_e4m3} (2-D):
+//                        values then per-row fp32 scales in one slot (shm/layout.h), rans::decode_rowwise's output
 //   intq tensors         not served yet (kUnsupported)
 #pragma once
 

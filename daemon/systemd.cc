@@ -69,9 +69,8 @@ Result<std::optional<shm::UniqueFd>> systemd_listen_fd() {
   ::unsetenv("LISTEN_FDS");
   ::unsetenv("LISTEN_FDNAMES");
   if (!fds || *fds != 1) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      std::string("socket activation: LISTEN_FDS='") + fds_env +
-                          "', expected exactly 1 (one ListenStream= in epkd.socket)");
+    return make_error(ErrorCode::kInvalidArgument, std::string("socket activation: LISTEN_FDS='") + fds_env +
+                                                       "', expected exactly 1 (one ListenStream= in epkd.socket)");
   }
   const int fd = kListenFdsStart;
   int type = 0, listening = 0;

@@ -1,12 +1,14 @@
 // EpkSource over real .epk files made here: raw and lattice-rans tensors, served layouts, corrupt data refused.
+#include "daemon/epk_source.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <tuple>
 
 #include "codec/common/half.h"
 #include "codec/rans/decoder.h"
-#include "daemon/epk_source.h"
 #include "tests/daemon/epk_test_models.h"
 
 namespace epk::daemon {
@@ -28,7 +30,8 @@ class EpkSourceTest : public ::testing::Test {
     auto enc = encode_f32(weights_, kRows, kCols, 4.0);
     ASSERT_TRUE(enc) << enc.error().to_string();
     encoded_ = std::move(*enc);
-    // Values exact in bf16 and fp16, one that rounds (1 + 2^-8 + 2^-12: up in bf16, down in fp16) and one beyond fp16's range.
+    // Values exact in bf16 and fp16, one that rounds (1 + 2^-8 + 2^-12: up in bf16, down in fp16) and one beyond fp16's
+    // range.
     raw_f32_ = {1.5f, -2.25f, 0.0f, 1.0f + 0x1p-8f + 0x1p-12f, 70000.0f};
     raw_bf16_ = {0x3FC0, 0xC010, 0x8000, 0x7F80, 0x0001};  // 1.5, -2.25, -0, +inf, the smallest subnormal
     path_ = (dir_ / "m.epk").string();
@@ -121,7 +124,57 @@ TEST_F(EpkSourceTest, LatticeTensorIsCloseToTheSourceWeights) {
   }
   // 4 bpp: about 7% on large layers in the paper; 37x203 spends a large share of its bits on tables (measured 17.7%).
   EXPECT_LT(std::sqrt(err / ref), 0.25);
-  EXPECT_GT(std::sqrt(err / ref), 0.0);   // lossy: not the source by accident
+  EXPECT_GT(std::sqrt(err / ref), 0.0);  // lossy: not the source by accident
+}
+
+TEST_F(EpkSourceTest, RowwiseLayoutsAreTheCpuReferenceValuesThenRowScales) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  std::size_t t = index_of(*s, "layers.0.w");
+  const std::uint64_t values = std::uint64_t(kRows) * kCols, at = shm::rowwise_scales_offset(kRows, kCols);
+  ASSERT_EQ(at, (values + 63) / 64 * 64);
+  ASSERT_GT(at, values);  // 37 * 203 = 7511: padding present, checked below
+  const std::tuple<shm::Layout, rans::RowwiseType, DType> cases[] = {
+      {shm::Layout::kRowwiseI8, rans::RowwiseType::kInt8, DType::kI8},
+      {shm::Layout::kRowwiseF8E4M3, rans::RowwiseType::kF8E4M3, DType::kF8E4M3}};
+  for (auto [layout, type, dtype] : cases) {
+    auto d = s->served(t, layout);
+    ASSERT_TRUE(d) << d.error().to_string();
+    EXPECT_EQ(d->dtype, dtype);
+    EXPECT_EQ(d->shape, (std::vector<std::uint64_t>{kRows, kCols}));
+    EXPECT_EQ(d->bytes, at + kRows * 4);
+    std::vector<std::uint8_t> got(d->bytes, 0xEE);  // stale bytes: the padding must be cleared
+    ASSERT_TRUE(s->produce(t, layout, got));
+    std::vector<std::byte> want_values(values);
+    std::vector<float> want_scales(kRows);
+    ASSERT_TRUE(rans::decode_rowwise(encoded_.view(), "ref", type, want_values, want_scales, 0, kRows));
+    EXPECT_EQ(std::memcmp(got.data(), want_values.data(), values), 0) << shm::layout_name(layout);
+    EXPECT_EQ(std::memcmp(got.data() + at, want_scales.data(), kRows * 4), 0) << shm::layout_name(layout);
+    for (std::uint64_t i = values; i < at; ++i) EXPECT_EQ(got[i], 0) << i;
+  }
+}
+
+TEST_F(EpkSourceTest, RowwiseInt8TimesItsScaleIsTheDenseWeight) {
+  auto s = open();
+  ASSERT_TRUE(s);
+  std::size_t t = index_of(*s, "layers.0.w");
+  Status st;
+  auto q = produce(*s, t, shm::Layout::kRowwiseI8, &st);
+  ASSERT_TRUE(st) << st.error().to_string();
+  auto f = produce(*s, t, shm::Layout::kDenseF32, &st);
+  ASSERT_TRUE(st) << st.error().to_string();
+  const std::uint64_t at = shm::rowwise_scales_offset(kRows, kCols);
+  double max_rel = 0;
+  for (std::uint32_t r = 0; r < kRows; ++r) {
+    const float scale = load_le<float>(q.data() + at + 4 * r);
+    for (std::uint32_t c = 0; c < kCols; ++c) {
+      const std::size_t i = std::size_t(r) * kCols + c;
+      const float dense = load_le<float>(f.data() + 4 * i);
+      const float back = static_cast<float>(static_cast<std::int8_t>(q[i])) * scale;
+      max_rel = std::max(max_rel, std::abs(double(back) - dense) / (std::abs(double(dense)) + 1e-6));
+    }
+  }
+  EXPECT_LT(max_rel, 1e-5);  // lossless at 4 bpp (|2p| <= 127): only float rounding differs
 }
 
 TEST_F(EpkSourceTest, RawTensorStoredIsTheBytesAsStored) {
@@ -168,7 +221,7 @@ TEST_F(EpkSourceTest, LayoutsWithoutAFormAreUnsupportedNamingTheTensor) {
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().code, ErrorCode::kUnsupported);
   EXPECT_NE(d.error().message.find("'ids'"), std::string::npos) << d.error().message;
-  d = s->served(index_of(*s, "layers.0.w"), shm::Layout::kRowwiseI8);
+  d = s->served(index_of(*s, "norm"), shm::Layout::kRowwiseI8);  // rowwise comes from lattice-rans tensors only
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().code, ErrorCode::kUnsupported);
   EXPECT_TRUE(s->served(index_of(*s, "ids"), shm::Layout::kStored));

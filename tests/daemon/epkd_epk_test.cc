@@ -68,8 +68,8 @@ TEST_F(EpkdEpk, ServesLatticeTensorsDecodedAndRawTensorsAsStored) {
   auto c = Client::connect(d.socket());
   ASSERT_TRUE(c) << c.error().to_string();
   for (int i = 0; i < 2; ++i) {
-    for (auto [layout, dtype] : {std::pair{shm::Layout::kDenseBF16, DType::kBF16},
-                                 std::pair{shm::Layout::kDenseF32, DType::kF32}}) {
+    for (auto [layout, dtype] :
+         {std::pair{shm::Layout::kDenseBF16, DType::kBF16}, std::pair{shm::Layout::kDenseF32, DType::kF32}}) {
       auto t = c->acquire("m", "layers." + std::to_string(i) + ".w", layout);
       ASSERT_TRUE(t) << t.error().to_string();
       EXPECT_EQ(t->dtype, dtype);
@@ -92,6 +92,27 @@ TEST_F(EpkdEpk, ServesLatticeTensorsDecodedAndRawTensorsAsStored) {
   ASSERT_TRUE(s);
   EXPECT_EQ(s->decodes, 5u);
   EXPECT_EQ(s->hits, 1u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(EpkdEpk, RowwiseInt8ComesWithItsRowScales) {
+  Epkd d({"--model", "m=" + good_}, "4");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto t = c->acquire("m", "layers.1.w", shm::Layout::kRowwiseI8);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->dtype, DType::kI8);
+  ASSERT_NE(t->row_scales, nullptr);
+  std::vector<std::byte> values(std::size_t(kRows) * kCols);
+  std::vector<float> scales(kRows);
+  ASSERT_TRUE(rans::decode_rowwise(encoded_[1].view(), "ref", rans::RowwiseType::kInt8, values, scales, 0, kRows));
+  EXPECT_EQ(std::memcmp(t->data, values.data(), values.size()), 0);
+  EXPECT_EQ(std::memcmp(t->row_scales, scales.data(), kRows * 4), 0);
+  EXPECT_TRUE(c->release(t->handle));
+  auto raw = c->acquire("m", "norm", shm::Layout::kRowwiseI8);  // raw tensors have no rowwise form
+  ASSERT_FALSE(raw);
+  EXPECT_EQ(raw.error().code, ErrorCode::kUnsupported);
   EXPECT_EQ(d.terminate(), 0);
 }
 
@@ -143,9 +164,9 @@ TEST_F(EpkdEpk, CorruptModelIsRefusedAtOpenWhileTheOthersServe) {
 TEST_F(EpkdEpk, OnlyCorruptModelsMeansEpkdDoesNotStart) {
   fs::resize_file(other_, 100);
   std::string log = (dir_ / "epkd.log").string();
-  Child ch = spawn({EPKD_PATH, "--socket", (dir_ / "s.sock").string(), "--budget-mb", "1", "--cpu", "--model",
-                    "bad=" + other_},
-                   false, log);
+  Child ch = spawn(
+      {EPKD_PATH, "--socket", (dir_ / "s.sock").string(), "--budget-mb", "1", "--cpu", "--model", "bad=" + other_},
+      false, log);
   EXPECT_EQ(wait_exit(ch.pid, 5000), 1);
   std::ifstream in(log);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -89,6 +89,32 @@ TEST_F(EpkServe, GetWritesTheServedTensorsToSafetensors) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+TEST_F(EpkServe, GetRowwiseWritesValuesAndRowScales) {
+  Epkd d({"--model", "m=" + model_}, "2");
+  ASSERT_TRUE(d.running());
+  std::string out = (dir_ / "q.safetensors").string();
+  auto r = run(epk() + " get --socket " + d.socket() + " m blk.0.w -o " + out + " --layout rowwise:fp8_e4m3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto ck = epk::safetensors::Checkpoint::open(out);
+  ASSERT_TRUE(ck) << ck.error().to_string();
+  const auto* v = ck->find("blk.0.w");
+  const auto* sc = ck->find("blk.0.w.row_scales");
+  ASSERT_NE(v, nullptr);
+  ASSERT_NE(sc, nullptr);
+  EXPECT_EQ(v->dtype, epk::DType::kF8E4M3);
+  EXPECT_EQ(sc->dtype, epk::DType::kF32);
+  EXPECT_EQ(sc->shape, (std::vector<std::uint64_t>{kRows}));
+  std::vector<std::byte> values(std::size_t(kRows) * kCols);
+  std::vector<float> scales(kRows);
+  ASSERT_TRUE(
+      epk::rans::decode_rowwise(encoded_.view(), "ref", epk::rans::RowwiseType::kF8E4M3, values, scales, 0, kRows));
+  ASSERT_EQ(v->data.size(), values.size());
+  EXPECT_EQ(std::memcmp(v->data.data(), values.data(), values.size()), 0);
+  ASSERT_EQ(sc->data.size(), kRows * 4u);
+  EXPECT_EQ(std::memcmp(sc->data.data(), scales.data(), kRows * 4), 0);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
 TEST_F(EpkServe, StatusJsonReportsModelsCacheAndDecodes) {
   Epkd d({"--model", "m=" + model_}, "2");
   ASSERT_TRUE(d.running());

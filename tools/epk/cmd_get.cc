@@ -1,7 +1,8 @@
 // epk get --socket S MODEL TENSOR... -o OUT.safetensors [--layout L]: fetches tensors from a running epkd (through
 // libepk, like any client) and writes them to a safetensors file. With several tensors they are fetched twice: once
 // to learn every dtype and shape (the file's header comes first), then one at a time to write them, so no more than
-// one is pinned at once and the daemon's budget needs to hold only the largest.
+// one is pinned at once and the daemon's budget needs to hold only the largest. Rowwise layouts write each tensor's
+// values as NAME and its per-row fp32 scales as NAME.row_scales.
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -12,6 +13,9 @@
 
 namespace epk::cli {
 namespace {
+
+// Rowwise layouts: the per-row scales are written as a second tensor, NAME + this suffix (F32, [rows]).
+constexpr std::string_view kScalesSuffix = ".row_scales";
 
 struct GetArgs {
   std::string socket;
@@ -40,33 +44,48 @@ Status run_get(const GetArgs& args) {
   if (!layout) return make_error(ErrorCode::kInvalidArgument, "--layout '" + args.layout + "': unknown layout");
   EPK_TRY_ASSIGN(client::Client c, client::Client::connect(args.socket, args.timeout_ms));
   std::vector<safetensors::TensorSpec> specs;
+  std::vector<bool> is_scales;  // entries holding the previous entry's row scales
   for (const std::string& name : args.tensors) {
     auto t = c.acquire(args.model, name, *layout);
     if (!t) return t.error();  // names the model and tensor
     Status ok = check_contiguous(*t, name);
     specs.push_back({name, t->dtype, t->shape});
+    is_scales.push_back(false);
+    if (t->row_scales != nullptr) {
+      specs.push_back({name + std::string(kScalesSuffix), DType::kF32, {t->shape[0]}});
+      is_scales.push_back(true);
+    }
     EPK_TRY(c.release(t->handle));
     EPK_TRY(ok);
   }
   std::map<std::string, std::string> metadata = {{"epk_model", args.model}, {"epk_layout", args.layout}};
-  EPK_TRY_ASSIGN(auto writer, safetensors::Writer::create(args.output, specs, metadata, safetensors::Order::kAsDeclared));
+  EPK_TRY_ASSIGN(auto writer,
+                 safetensors::Writer::create(args.output, specs, metadata, safetensors::Order::kAsDeclared));
   std::uint64_t total = 0;
-  for (const safetensors::TensorSpec& spec : specs) {
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const safetensors::TensorSpec& spec = specs[i];
+    if (is_scales[i]) continue;  // written with its values
     auto t = c.acquire(args.model, spec.name, *layout);
     if (!t) return t.error();
     Status st;
-    if (t->dtype != spec.dtype || t->shape != spec.shape) {
+    const bool scales_next = i + 1 < specs.size() && is_scales[i + 1];
+    if (t->dtype != spec.dtype || t->shape != spec.shape || (t->row_scales != nullptr) != scales_next) {
       st = make_error(ErrorCode::kInternal, "tensor '" + spec.name + "' changed between two acquires");
     } else {
-      st = writer.write(spec.name, {static_cast<const std::uint8_t*>(t->data), t->bytes});
+      const std::uint64_t values = t->row_scales != nullptr ? t->shape[0] * t->shape[1] : t->bytes;
+      st = writer.write(spec.name, {static_cast<const std::uint8_t*>(t->data), values});
+      if (st && t->row_scales != nullptr) {
+        st = writer.write(specs[i + 1].name,
+                          {reinterpret_cast<const std::uint8_t*>(t->row_scales), t->shape[0] * sizeof(float)});
+      }
       total += t->bytes;
     }
     EPK_TRY(c.release(t->handle));
     EPK_TRY(st);
   }
   EPK_TRY(writer.finish());
-  std::printf("got %zu tensor(s) of '%s' as %s (%s) into %s\n", specs.size(), args.model.c_str(), args.layout.c_str(),
-              human_bytes(total).c_str(), args.output.c_str());
+  std::printf("got %zu tensor(s) of '%s' as %s (%s) into %s\n", args.tensors.size(), args.model.c_str(),
+              args.layout.c_str(), human_bytes(total).c_str(), args.output.c_str());
   return {};
 }
 
@@ -79,7 +98,8 @@ void add_get_command(CLI::App& app, int* exit_code) {
   cmd->add_option("model", args->model, "the model's name in epkd")->required();
   cmd->add_option("tensor", args->tensors, "tensor names (one or more)")->required();
   cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
-  cmd->add_option("--layout", args->layout, "stored, dense:bf16, dense:fp16, dense:fp32 (default stored)");
+  cmd->add_option("--layout", args->layout,
+                  "stored, dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8_e4m3 (default stored)");
   cmd->add_option("--timeout-ms", args->timeout_ms, "bound on each wait for epkd (default 60000)");
   cmd->callback([args, exit_code] {
     auto st = run_get(*args);

@@ -38,9 +38,15 @@ Status run_status(const StatusArgs& args) {
                             {"used_bytes", pools.size() == 1 ? s.used_bytes : 0},
                             {"pinned_bytes", pools.size() == 1 ? s.pinned_bytes : 0}});
     }
-    j["cache"] = {{"budget_bytes", s.budget_bytes}, {"used_bytes", s.used_bytes}, {"pinned_bytes", s.pinned_bytes},
-                  {"tensors_cached", s.slots},      {"pinned_slots", s.pinned_slots}, {"pins", s.pins},
-                  {"hits", s.hits},                 {"misses", s.misses},           {"evictions", s.evictions},
+    j["cache"] = {{"budget_bytes", s.budget_bytes},
+                  {"used_bytes", s.used_bytes},
+                  {"pinned_bytes", s.pinned_bytes},
+                  {"tensors_cached", s.slots},
+                  {"pinned_slots", s.pinned_slots},
+                  {"pins", s.pins},
+                  {"hits", s.hits},
+                  {"misses", s.misses},
+                  {"evictions", s.evictions},
                   {"prefetches", s.prefetches}};
     j["decode"] = {{"decodes", s.decodes}, {"decode_ns", s.decode_ns}};
     j["models"] = nlohmann::json::array();
@@ -64,12 +70,13 @@ Status run_status(const StatusArgs& args) {
                 p.size ? 100.0 * static_cast<double>(s.used_bytes) / static_cast<double>(p.size) : 0.0,
                 human_bytes(s.pinned_bytes).c_str());
   }
-  std::printf("cache: %llu tensor(s) cached, %llu pinned (%llu pins); hits %llu, misses %llu, evictions %llu, "
-              "prefetches %llu\n",
-              static_cast<unsigned long long>(s.slots), static_cast<unsigned long long>(s.pinned_slots),
-              static_cast<unsigned long long>(s.pins), static_cast<unsigned long long>(s.hits),
-              static_cast<unsigned long long>(s.misses), static_cast<unsigned long long>(s.evictions),
-              static_cast<unsigned long long>(s.prefetches));
+  std::printf(
+      "cache: %llu tensor(s) cached, %llu pinned (%llu pins); hits %llu, misses %llu, evictions %llu, "
+      "prefetches %llu\n",
+      static_cast<unsigned long long>(s.slots), static_cast<unsigned long long>(s.pinned_slots),
+      static_cast<unsigned long long>(s.pins), static_cast<unsigned long long>(s.hits),
+      static_cast<unsigned long long>(s.misses), static_cast<unsigned long long>(s.evictions),
+      static_cast<unsigned long long>(s.prefetches));
   std::printf("decode: %llu decode(s), %.2f ms in total", static_cast<unsigned long long>(s.decodes), ms);
   if (s.decodes) std::printf(", %.3f ms each", ms / static_cast<double>(s.decodes));
   std::printf("\n");
