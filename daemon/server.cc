@@ -744,6 +744,9 @@ int run_daemon(const DaemonConfig& cfg) {
       return 1;
     }
     (void)(*activated)->release();  // the acceptor owns it now
+  } else if (cfg.socket_path.empty()) {
+    spdlog::critical("no socket: pass --socket or set 'socket' (LISTEN_FDS is set, but LISTEN_PID is not this process)");
+    return 1;
   } else if (Status st = listen_on(acceptor, cfg); !st) {
     spdlog::critical("{}", st.error().to_string());
     return 1;

@@ -234,6 +234,13 @@ TEST_F(EpkdSystemd, ListenVariablesForAnotherProcessAreIgnored) {
   EXPECT_EQ(terminate(), 0);
 }
 
+TEST_F(EpkdSystemd, ListenVariablesForAnotherProcessAndNoSocketIsAClearError) {
+  pid_ = spawn_epkd(kServe, {"LISTEN_FDS=1"}, -1, 0, log_);  // LISTEN_PID left as a stranger's
+  EXPECT_EQ(wait_exit(pid_, 5000), 1);
+  pid_ = -1;
+  EXPECT_NE(log_text().find("LISTEN_PID is not this process"), std::string::npos) << log_text();
+}
+
 TEST_F(EpkdSystemd, ReloadSendsReloadingThenReadyWithTheNewModelOpen) {
   FakeNotifySocket notify((dir_ / "notify").string());
   std::string sock = (dir_ / "epkd.sock").string();
