@@ -745,7 +745,8 @@ int run_daemon(const DaemonConfig& cfg) {
     }
     (void)(*activated)->release();  // the acceptor owns it now
   } else if (cfg.socket_path.empty()) {
-    spdlog::critical("no socket: pass --socket or set 'socket' (LISTEN_FDS is set, but LISTEN_PID is not this process)");
+    spdlog::critical(
+        "no socket: pass --socket or set 'socket' (LISTEN_FDS is set, but LISTEN_PID is not this process)");
     return 1;
   } else if (Status st = listen_on(acceptor, cfg); !st) {
     spdlog::critical("{}", st.error().to_string());
