@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "codec/common/bytes.h"
 #include "shm/fd_passing.h"
 #include "shm/pool.h"
 #include "shm/unique_fd.h"
@@ -41,6 +42,7 @@ struct Client::Impl {
   std::mutex mu;
   shm::UniqueFd sock;
   std::vector<shm::ImportedPool> pools;
+  std::vector<shm::PoolInfo> pool_info;  // as the hello reply announced them
   std::unordered_map<std::string, std::uint32_t> model_ids;
   std::uint32_t next_id = 1;
   std::vector<std::uint8_t> tx;
@@ -185,6 +187,7 @@ Result<Client> Client::connect(const std::string& socket_path, int reply_timeout
     }
     EPK_TRY_ASSIGN(shm::ImportedPool p, shm::ImportedPool::import_host(std::move(fds[i]), hello.pools[i].size));
     impl->pools.push_back(std::move(p));
+    impl->pool_info.push_back(hello.pools[i]);
   }
   return Client(std::move(impl));
 }
@@ -228,6 +231,16 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
   t.shape = std::move(r.shape);
   t.strides = std::move(r.strides);
   t.handle = r.handle;
+  if (shm::is_rowwise(layout)) {
+    std::uint64_t values = 0;
+    if (t.shape.size() != 2 || !checked_mul(t.shape[0], t.shape[1], &values) || values > t.bytes ||
+        t.shape[0] > t.bytes / sizeof(float) ||
+        shm::rowwise_scales_offset(t.shape[0], t.shape[1]) + t.shape[0] * sizeof(float) != t.bytes) {
+      return make_error(ErrorCode::kBadInput, "epk client: acquire reply: rowwise slot size does not match its shape");
+    }
+    t.row_scales = reinterpret_cast<const float*>(static_cast<std::uint8_t*>(t.data) +
+                                                  shm::rowwise_scales_offset(t.shape[0], t.shape[1]));
+  }
   return t;
 }
 
@@ -286,6 +299,21 @@ Result<Stats> Client::stats() {
   shm::encode_empty(id, shm::MsgType::kStats, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kStats));
   return shm::decode_stats_reply(f.payload);
+}
+
+Result<shm::ModelsReply> Client::models() {
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_empty(id, shm::MsgType::kModels, &impl_->tx);
+  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kModels));
+  return shm::decode_models_reply(f.payload);
+}
+
+std::vector<shm::PoolInfo> Client::pools() const {
+  if (impl_ == nullptr) return {};
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->pool_info;
 }
 
 void Client::disconnect() {

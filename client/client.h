@@ -29,6 +29,7 @@ struct Tensor {
   std::vector<std::uint64_t> shape;
   std::vector<std::int64_t> strides;  // elements
   std::uint64_t handle = 0;           // pass to release()
+  const float* row_scales = nullptr;  // rowwise layouts: shape[0] scales, weight = value * row_scales[row]
 };
 
 using Stats = shm::StatsReply;
@@ -59,6 +60,10 @@ class Client {
   Status release_nowait(std::uint64_t handle);
   std::uint64_t deferred_release_errors() const;
   Result<Stats> stats();
+  // The models the daemon serves, with what of each is in its cache (for `epk status`).
+  Result<shm::ModelsReply> models();
+  // The daemon's pools (kind, device, size) as announced at connect.
+  std::vector<shm::PoolInfo> pools() const;
   // Says close and drops the connection (the daemon drops any pins still held). Also done by the destructor.
   void disconnect();
   bool connected() const;

@@ -43,7 +43,9 @@ typedef struct epk_cache_stats {
 
 /* Connects to the daemon at socket_path; *out is NULL on failure. */
 int epk_connect(const char* socket_path, epk_client** out);
-/* layout: "stored", "dense:bf16", "dense:fp16", "dense:fp32", "rowwise:fp8_e4m3", "rowwise:int8"; NULL = "stored". */
+/* layout: "stored", "dense:bf16", "dense:fp16", "dense:fp32", "rowwise:fp8_e4m3", "rowwise:int8"; NULL = "stored".
+ * Rowwise layouts: shape[0] x shape[1] one-byte values, then shape[0] float scales starting at byte
+ * (shape[0] * shape[1] + 63) / 64 * 64 of data; weight = value * scale[row]. */
 int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out);
 /* *queued (may be NULL) receives the number of decodes the daemon queued. */
 int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,

@@ -92,6 +92,11 @@ class Cache {
 
   Slot* find(std::uint64_t slot_id);
   CacheStats stats() const;
+  // Calls f(const Slot&) for every slot, in no particular order (status reports).
+  template <class F>
+  void for_each_slot(F&& f) const {
+    for (const auto& [id, slot] : slots_) f(slot);
+  }
   // Walks every slot: used bytes within the budget and equal to the allocator's, pin totals consistent, the LRU list
   // exactly the unpinned ready slots, no two slots overlapping.
   Status verify() const;

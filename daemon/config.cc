@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <toml++/toml.h>
 
+#include <cstdlib>
 #include <iostream>
 
 namespace epk::daemon {
@@ -154,7 +155,8 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
     parsed.push_back(std::move(s));
   }
   merge_models(&cfg.synthetic, parsed);
-  if (cfg.socket_path.empty())
+  // Under socket activation systemd owns the socket (epkd.socket) and passes it in; the path is then optional.
+  if (cfg.socket_path.empty() && std::getenv("LISTEN_FDS") == nullptr)
     return make_error(ErrorCode::kInvalidArgument, "no socket: pass --socket or set 'socket'");
   if (cfg.budget_bytes == 0)
     return make_error(ErrorCode::kInvalidArgument, "no budget: pass --budget-mb or 'budget_mb'");

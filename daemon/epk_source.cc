@@ -1,10 +1,117 @@
 #include "daemon/epk_source.h"
 
+#include <algorithm>
+
+#include "codec/container/reader.h"
+#include "codec/decode/decode_tensor.h"
+#include "codec/rans/container_io.h"
+
 namespace epk::daemon {
+namespace {
+
+// The element type a layout asks for, given the tensor's source dtype; nullopt for layouts with no dense form here.
+std::optional<DType> layout_dtype(shm::Layout layout, DType source) {
+  switch (layout) {
+    case shm::Layout::kStored:
+      return source;
+    case shm::Layout::kDenseBF16:
+      return DType::kBF16;
+    case shm::Layout::kDenseF16:
+      return DType::kF16;
+    case shm::Layout::kDenseF32:
+      return DType::kF32;
+    default:
+      return std::nullopt;
+  }
+}
+
+class EpkSource final : public ModelSource {
+ public:
+  static Result<std::unique_ptr<EpkSource>> open(const std::string& path) {
+    std::unique_ptr<EpkSource> s(new EpkSource());
+    EPK_TRY_ASSIGN(s->reader_, container::Reader::open(path));
+    s->origin_ = path;
+    for (const container::TensorEntry& e : s->reader_.tensors()) {
+      TensorMeta m;
+      m.name = e.name;
+      m.shape = e.shape;
+      m.dtype = e.dtype;
+      for (const auto& b : e.buffers) m.stored_bytes += b.size;  // disjoint ranges of the file: cannot overflow
+      if (e.encoding == container::Encoding::kLatticeRans) {
+        // Validated here once, so a malformed stream refuses the model instead of failing its first acquire.
+        EPK_TRY(rans::from_container(s->reader_, e));
+      }
+      s->tensors_.push_back(std::move(m));
+    }
+    return s;
+  }
+
+  const std::string& origin() const override { return origin_; }
+  const std::vector<TensorMeta>& tensors() const override { return tensors_; }
+
+  Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const override {
+    if (tensor >= tensors_.size()) return make_error(ErrorCode::kNotFound, origin_ + ": tensor index out of range");
+    const container::TensorEntry& e = reader_.tensors()[tensor];
+    if (shm::is_rowwise(layout) && decode::can_decode_rowwise(e)) {
+      // Values then per-row scales in one slot (shm/layout.h); the reader bounded rows * cols by the file.
+      ServedTensor out;
+      out.dtype = layout == shm::Layout::kRowwiseI8 ? DType::kI8 : DType::kF8E4M3;
+      out.shape = e.shape;
+      out.strides = row_major_strides(e.shape);
+      out.bytes = shm::rowwise_scales_offset(e.shape[0], e.shape[1]) + e.shape[0] * 4;
+      return out;
+    }
+    std::optional<DType> dtype = layout_dtype(layout, e.dtype);
+    if (!dtype || !decode::can_decode(e, *dtype)) {
+      return make_error(ErrorCode::kUnsupported, origin_ + ": tensor '" + e.name + "': layout " +
+                                                     std::string(shm::layout_name(layout)) + " is not served for " +
+                                                     std::string(container::encoding_name(e.encoding)) + " " +
+                                                     std::string(dtype_name(e.dtype)));
+    }
+    ServedTensor out;
+    out.dtype = *dtype;
+    out.shape = e.shape;
+    out.strides = row_major_strides(e.shape);
+    out.bytes = decode::decoded_bytes(e, *dtype);
+    if (out.bytes == 0 && e.element_count() != 0) {
+      return make_error(ErrorCode::kUnsupported, origin_ + ": tensor '" + e.name + "': no whole-byte size");
+    }
+    return out;
+  }
+
+  Status produce(std::size_t tensor, shm::Layout layout, std::span<std::uint8_t> dst) const override {
+    EPK_TRY_ASSIGN(ServedTensor st, served(tensor, layout));
+    const container::TensorEntry& e = reader_.tensors()[tensor];
+    // Decode first, so a corrupt payload is reported by tile; the checksums then catch what still decoded. The slot
+    // of a failed produce is dropped, never served.
+    if (shm::is_rowwise(layout)) {
+      const std::uint64_t rows = e.shape[0], values = rows * e.shape[1];
+      const std::uint64_t at = shm::rowwise_scales_offset(rows, e.shape[1]);
+      // Slots start at the allocator's alignment (>= 64), so the scales are 4-byte aligned.
+      std::span<float> scales(reinterpret_cast<float*>(dst.data() + at), rows);
+      EPK_TRY(decode::decode_tensor_rowwise(
+          reader_, e, layout == shm::Layout::kRowwiseI8 ? rans::RowwiseType::kInt8 : rans::RowwiseType::kF8E4M3,
+          dst.first(values), scales));
+      std::fill(dst.begin() + values, dst.begin() + at, 0);  // padding: no stale bytes of an earlier slot
+      return reader_.verify(e);
+    }
+    EPK_TRY(decode::decode_tensor(reader_, e, st.dtype, dst));
+    return reader_.verify(e);
+  }
+
+ private:
+  EpkSource() = default;
+
+  std::string origin_;
+  container::Reader reader_;
+  std::vector<TensorMeta> tensors_;
+};
+
+}  // namespace
 
 Result<std::unique_ptr<ModelSource>> open_epk_source(const std::string& path) {
-  return make_error(ErrorCode::kUnsupported,
-                    path + ": the .epk reader is not in this build yet (use --synthetic for a test model)");
+  EPK_TRY_ASSIGN(std::unique_ptr<EpkSource> s, EpkSource::open(path));
+  return std::unique_ptr<ModelSource>(std::move(s));
 }
 
 }  // namespace epk::daemon

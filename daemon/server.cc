@@ -35,6 +35,7 @@
 #include "daemon/epk_source.h"
 #include "daemon/registry.h"
 #include "daemon/synthetic_source.h"
+#include "daemon/systemd.h"
 #include "shm/fd_passing.h"
 #include "shm/pool.h"
 #include "shm/protocol.h"
@@ -323,6 +324,27 @@ class Service {
     s.send(std::move(out));
   }
 
+  void on_models(Session& s, std::uint32_t req) {
+    std::lock_guard<std::mutex> lock(mu_);
+    shm::ModelsReply r;
+    r.total = static_cast<std::uint32_t>(registry_.size());
+    r.models.resize(registry_.size());
+    for (std::uint32_t id = 0; id < registry_.size(); ++id) {
+      r.models[id].name = registry_.get(id)->name;
+      r.models[id].tensors = static_cast<std::uint32_t>(registry_.get(id)->source->tensors().size());
+    }
+    cache_.for_each_slot([&](const Slot& slot) {
+      if (slot.key.model >= r.models.size()) return;
+      shm::ModelInfo& m = r.models[slot.key.model];
+      ++m.cached_slots;
+      m.cached_bytes += slot.bytes;
+      if (slot.pin_total > 0) ++m.pinned_slots;
+    });
+    std::vector<std::uint8_t> out;
+    shm::encode_models_reply(req, r, &out);
+    s.send(std::move(out));
+  }
+
   static void send_error(Session& s, std::uint32_t req, shm::WireStatus status, const std::string& msg) {
     std::vector<std::uint8_t> out;
     shm::encode_error(req, {status, msg}, &out);
@@ -568,6 +590,10 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
       if (Status st = shm::decode_empty(payload, "stats"); !st) return malformed(st.error());
       return svc_.on_stats(*this, req);
     }
+    case MsgType::kModels: {
+      if (Status st = shm::decode_empty(payload, "models"); !st) return malformed(st.error());
+      return svc_.on_models(*this, req);
+    }
     case MsgType::kClose: {
       if (Status st = shm::decode_empty(payload, "close"); !st) return malformed(st.error());
       std::vector<std::uint8_t> out;
@@ -702,12 +728,36 @@ int run_daemon(const DaemonConfig& cfg) {
     return 1;
   }
   asio::local::stream_protocol::acceptor acceptor(io);
-  if (Status st = listen_on(acceptor, cfg); !st) {
+  auto activated = systemd_listen_fd();
+  if (!activated) {
+    spdlog::critical("{}", activated.error().to_string());
+    return 1;
+  }
+  const bool socket_activated = activated->has_value();
+  // systemd created the socket file and removes it (RemoveOnStop=); epkd only removes a socket it made itself.
+  const std::string own_socket = socket_activated ? std::string() : cfg.socket_path;
+  if (socket_activated) {
+    boost::system::error_code ec;
+    acceptor.assign(asio::local::stream_protocol(), (*activated)->get(), ec);
+    if (ec) {
+      spdlog::critical("socket activation: {}", ec.message());
+      return 1;
+    }
+    (void)(*activated)->release();  // the acceptor owns it now
+  } else if (cfg.socket_path.empty()) {
+    spdlog::critical(
+        "no socket: pass --socket or set 'socket' (LISTEN_FDS is set, but LISTEN_PID is not this process)");
+    return 1;
+  } else if (Status st = listen_on(acceptor, cfg); !st) {
     spdlog::critical("{}", st.error().to_string());
     return 1;
   }
-  spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads)", cfg.socket_path, cfg.budget_bytes >> 20,
+  spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads)",
+               socket_activated ? "the socket systemd passed" : cfg.socket_path, cfg.budget_bytes >> 20,
                svc.model_count(), io_threads);
+  auto notify = [](const std::string& state) {
+    if (auto r = sd_notify_send(state); !r) spdlog::warn("sd_notify: {}", r.error().to_string());
+  };
 
   asio::signal_set term(io, SIGTERM, SIGINT);
   asio::signal_set hup(io, SIGHUP);
@@ -719,8 +769,9 @@ int run_daemon(const DaemonConfig& cfg) {
     if (ec) return;
     spdlog::info("signal {}: draining", sig);
     boost::system::error_code ignored;
+    notify("STOPPING=1");
     acceptor.close(ignored);
-    ::unlink(cfg.socket_path.c_str());
+    if (!own_socket.empty()) ::unlink(own_socket.c_str());
     hup.cancel(ignored);
     // Sessions close once their replies are written; a client that never reads cannot hold the exit for long.
     drain_deadline.expires_after(std::chrono::seconds(2));
@@ -740,6 +791,7 @@ int run_daemon(const DaemonConfig& cfg) {
       if (cfg.config_file.empty()) {
         spdlog::info("SIGHUP: no config file to reload");
       } else {
+        notify("RELOADING=1");
         DaemonConfig fresh = cfg;
         fresh.models.clear();
         fresh.synthetic.clear();
@@ -749,11 +801,16 @@ int run_daemon(const DaemonConfig& cfg) {
           std::size_t added = svc.open_models(fresh);
           spdlog::info("SIGHUP: {} model(s) added; models already open are kept as they are", added);
         }
+        notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)");
       }
       wait_hup();
     });
   };
   wait_hup();
+  // Ready: the socket listens, every configured model has been opened and validated (or refused and logged), and
+  // SIGTERM is handled (a stop right after READY=1 still drains and exits 0).
+  notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)\nMAINPID=" +
+         std::to_string(::getpid()));
   asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { contexts[i]->run(); });

@@ -103,6 +103,7 @@ const char* msg_type_name(std::uint16_t type) {
     case MsgType::kRelease: return "release";
     case MsgType::kStats: return "stats";
     case MsgType::kClose: return "close";
+    case MsgType::kModels: return "models";
     default: break;
   }
   return type == static_cast<std::uint16_t>(MsgType::kError) ? "error" : "unknown";
@@ -369,6 +370,46 @@ Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p) {
   Reader r(p, "prefetch reply");
   PrefetchReply m;
   EPK_TRY_ASSIGN(m.queued, r.get<std::uint32_t>("queued"));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+void encode_models_reply(std::uint32_t id, const ModelsReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, reply(MsgType::kModels));
+  w.put<std::uint32_t>(m.total);
+  const std::size_t count_at = out->size();
+  w.put<std::uint32_t>(0);
+  std::uint32_t count = 0;
+  for (const ModelInfo& info : m.models) {
+    const std::size_t name = std::min(info.name.size(), kMaxModelName);
+    if (out->size() - kHeaderSize + 2 + name + 4 + 3 * 8 > kMaxPayload) break;
+    w.put_str(info.name, kMaxModelName);
+    w.put<std::uint32_t>(info.tensors);
+    w.put<std::uint64_t>(info.cached_slots);
+    w.put<std::uint64_t>(info.cached_bytes);
+    w.put<std::uint64_t>(info.pinned_slots);
+    ++count;
+  }
+  store_le<std::uint32_t>(out->data() + count_at, count);
+}
+
+Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p) {
+  Reader r(p, "models reply");
+  ModelsReply m;
+  EPK_TRY_ASSIGN(m.total, r.get<std::uint32_t>("total"));
+  EPK_TRY_ASSIGN(std::uint32_t count, r.get<std::uint32_t>("count"));
+  constexpr std::size_t kMinEntry = 2 + 4 + 3 * 8;
+  if (count > m.total || count > r.left() / kMinEntry) {
+    return r.bad("count", std::to_string(count) + " exceeds the total or the bytes left");
+  }
+  m.models.resize(count);
+  for (ModelInfo& info : m.models) {
+    EPK_TRY_ASSIGN(info.name, r.get_str("name", kMaxModelName));
+    EPK_TRY_ASSIGN(info.tensors, r.get<std::uint32_t>("tensors"));
+    EPK_TRY_ASSIGN(info.cached_slots, r.get<std::uint64_t>("cached_slots"));
+    EPK_TRY_ASSIGN(info.cached_bytes, r.get<std::uint64_t>("cached_bytes"));
+    EPK_TRY_ASSIGN(info.pinned_slots, r.get<std::uint64_t>("pinned_slots"));
+  }
   EPK_TRY(r.finish());
   return m;
 }

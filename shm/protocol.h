@@ -19,6 +19,10 @@
 //                 [] unless kReleaseNoReply: then no reply on success, an error reply on failure
 //      stats      (empty)   [u32 field_count (= kStatsFields), field_count x u64 (StatsReply order)]
 //      close      (empty)   [] and the daemon closes the session
+//      models     (empty)   [u32 total, u32 count (<= total; as many as fit in kMaxPayload), count x ModelInfo:
+//                            str name (<= kMaxModelName), u32 tensors, u64 cached_slots, u64 cached_bytes,
+//                            u64 pinned_slots]   (added in version 1 after the others: a daemon that predates it
+//                            answers bad-message and closes the session)
 //      error      [u32 status (WireStatus), str message (<= kMaxErrorText)]
 // 4. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
 //    the session is closed; replies to well-formed requests that fail (unknown tensor, no space) keep it open.
@@ -59,6 +63,7 @@ enum class MsgType : std::uint16_t {
   kRelease = 5,
   kStats = 6,
   kClose = 7,
+  kModels = 8,
   kError = 0xFFFF,
 };
 const char* msg_type_name(std::uint16_t type);
@@ -153,6 +158,17 @@ struct StatsReply {
   std::uint64_t prefetches = 0;
 };
 inline constexpr std::uint32_t kStatsFields = 14;
+struct ModelInfo {
+  std::string name;
+  std::uint32_t tensors = 0;
+  std::uint64_t cached_slots = 0;  // slots of this model in the cache (ready or decoding)
+  std::uint64_t cached_bytes = 0;
+  std::uint64_t pinned_slots = 0;
+};
+struct ModelsReply {
+  std::uint32_t total = 0;  // models served; models.size() may be smaller when the list did not fit one message
+  std::vector<ModelInfo> models;
+};
 struct ErrorReply {
   WireStatus status = WireStatus::kInternal;
   std::string message;
@@ -170,6 +186,8 @@ void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vec
 void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<std::uint8_t>* out);
 void encode_prefetch_reply(std::uint32_t id, const PrefetchReply& m, std::vector<std::uint8_t>* out);
 void encode_stats_reply(std::uint32_t id, const StatsReply& m, std::vector<std::uint8_t>* out);
+// Writes as many of m.models as fit in kMaxPayload; total is written as given.
+void encode_models_reply(std::uint32_t id, const ModelsReply& m, std::vector<std::uint8_t>* out);
 // The message text is cut to kMaxErrorText.
 void encode_error(std::uint32_t id, const ErrorReply& m, std::vector<std::uint8_t>* out);
 
@@ -185,6 +203,7 @@ Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p);
 Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p);
 Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p);
 Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p);
+Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p);
 Result<ErrorReply> decode_error(std::span<const std::uint8_t> p);
 
 }  // namespace epk::shm

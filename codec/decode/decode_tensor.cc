@@ -141,6 +141,24 @@ Status decode_tensor(const container::Reader& r, const container::TensorEntry& e
   }
 }
 
+bool can_decode_rowwise(const container::TensorEntry& e) {
+  return e.encoding == container::Encoding::kLatticeRans && e.shape.size() == 2;
+}
+
+Status decode_tensor_rowwise(const container::Reader& r, const container::TensorEntry& e, rans::RowwiseType type,
+                             std::span<std::uint8_t> values, std::span<float> row_scales,
+                             const DecodeTensorOptions& options) {
+  if (!can_decode_rowwise(e))
+    return make_error(ErrorCode::kUnsupported, where_of(r, e) + ": rowwise layouts are decoded from lattice-rans "
+                                                                "2-D tensors only, not " +
+                                                   std::string(container::encoding_name(e.encoding)));
+  if (options.verify_checksums) EPK_TRY(r.verify(e));
+  EPK_TRY_ASSIGN(auto stored, rans::from_container(r, e));
+  return rans::decode_rowwise(stored.stream, where_of(r, e), type,
+                              std::span<std::byte>(reinterpret_cast<std::byte*>(values.data()), values.size()),
+                              row_scales, 0, stored.stream.rows, std::max(1, options.threads), options.faults);
+}
+
 Result<std::vector<float>> decode_tensor_f32(const container::Reader& r, const container::TensorEntry& e,
                                              const DecodeTensorOptions& options) {
   std::vector<float> out(e.element_count());

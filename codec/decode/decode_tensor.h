@@ -33,6 +33,13 @@ std::uint64_t decoded_bytes(const container::TensorEntry& e, DType out);
 Status decode_tensor(const container::Reader& r, const container::TensorEntry& e, DType out,
                      std::span<std::uint8_t> dst, const DecodeTensorOptions& options = {});
 
+// Rowwise serving layouts (rans::decode_rowwise): rows x cols one-byte values and one fp32 scale per row, for
+// lattice-rans 2-D tensors only (kUnsupported otherwise). values holds rows * cols bytes, row_scales rows floats.
+bool can_decode_rowwise(const container::TensorEntry& e);
+Status decode_tensor_rowwise(const container::Reader& r, const container::TensorEntry& e, rans::RowwiseType type,
+                             std::span<std::uint8_t> values, std::span<float> row_scales,
+                             const DecodeTensorOptions& options = {});
+
 // Convenience: the whole tensor as float32 (for error measurements).
 Result<std::vector<float>> decode_tensor_f32(const container::Reader& r, const container::TensorEntry& e,
                                              const DecodeTensorOptions& options = {});

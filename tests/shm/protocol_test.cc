@@ -235,6 +235,56 @@ TEST(ProtocolMalformed, RandomBytesNeverCrashTheDecoders) {
   SUCCEED();
 }
 
+TEST(Protocol, ModelsReplyRoundTrip) {
+  ModelsReply m;
+  m.total = 2;
+  m.models = {{"llama", 291, 7, 123456789ull, 2}, {"", 0, 0, 0, 0}};
+  std::vector<std::uint8_t> msg;
+  encode_models_reply(9, m, &msg);
+  EXPECT_EQ(header_of(msg).type, static_cast<std::uint16_t>(MsgType::kModels) | kReplyBit);
+  auto r = decode_models_reply(payload_of(msg));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->total, 2u);
+  ASSERT_EQ(r->models.size(), 2u);
+  EXPECT_EQ(r->models[0].name, "llama");
+  EXPECT_EQ(r->models[0].tensors, 291u);
+  EXPECT_EQ(r->models[0].cached_slots, 7u);
+  EXPECT_EQ(r->models[0].cached_bytes, 123456789ull);
+  EXPECT_EQ(r->models[0].pinned_slots, 2u);
+  EXPECT_EQ(r->models[1].name, "");
+}
+
+TEST(Protocol, ModelsReplyKeepsToOneMessage) {
+  ModelsReply m;
+  m.total = 1000;
+  m.models.resize(1000, ModelInfo{std::string(kMaxModelName, 'x'), 1, 2, 3, 4});
+  std::vector<std::uint8_t> msg;
+  encode_models_reply(1, m, &msg);
+  ASSERT_LE(msg.size(), kMaxMessage);
+  auto r = decode_models_reply(payload_of(msg));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->total, 1000u);
+  EXPECT_GT(r->models.size(), 100u);
+  EXPECT_LT(r->models.size(), 1000u);
+}
+
+TEST(ProtocolMalformed, ModelsReplyCountBeyondTotalOrBytes) {
+  std::vector<std::uint8_t> p(8);
+  store_le<std::uint32_t>(p.data(), 1);
+  store_le<std::uint32_t>(p.data() + 4, 2);  // more than total
+  EXPECT_FALSE(decode_models_reply(p));
+  store_le<std::uint32_t>(p.data(), 0xFFFFFFFFu);
+  store_le<std::uint32_t>(p.data() + 4, 0xFFFFFFFFu);  // more than the bytes could hold
+  EXPECT_FALSE(decode_models_reply(p));
+  ModelsReply m;
+  m.total = 1;
+  m.models = {{"abc", 1, 2, 3, 4}};
+  std::vector<std::uint8_t> msg;
+  encode_models_reply(1, m, &msg);
+  auto pl = payload_of(msg);
+  for (std::size_t n = 0; n < pl.size(); ++n) EXPECT_FALSE(decode_models_reply(pl.first(n))) << n;
+}
+
 TEST(Layout, NamesRoundTrip) {
   for (std::uint32_t c = 0; c < kLayoutCount; ++c) {
     auto l = static_cast<Layout>(c);

@@ -39,5 +39,7 @@ void add_decompress_command(CLI::App& app, int* exit_code);
 void add_verify_command(CLI::App& app, int* exit_code);
 void add_import_entropack_command(CLI::App& app, int* exit_code);
 void add_export_entropack_command(CLI::App& app, int* exit_code);
+void add_get_command(CLI::App& app, int* exit_code);
+void add_status_command(CLI::App& app, int* exit_code);
 
 }  // namespace epk::cli

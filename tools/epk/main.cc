@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   epk::cli::add_verify_command(app, &exit_code);
   epk::cli::add_import_entropack_command(app, &exit_code);
   epk::cli::add_export_entropack_command(app, &exit_code);
+  epk::cli::add_get_command(app, &exit_code);
+  epk::cli::add_status_command(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

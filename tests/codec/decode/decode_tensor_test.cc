@@ -87,6 +87,33 @@ TEST_F(DecodeTensor, LatticeRansEqualsTheScalarDecoderInEveryDtype) {
   }
 }
 
+TEST_F(DecodeTensor, RowwiseEqualsTheScalarRowwiseDecoder) {
+  const auto& e = entry("lin.weight");
+  ASSERT_TRUE(can_decode_rowwise(e));
+  for (auto type : {rans::RowwiseType::kInt8, rans::RowwiseType::kF8E4M3}) {
+    std::vector<std::uint8_t> got(19 * 45);
+    std::vector<float> got_scales(19);
+    std::vector<std::byte> want(got.size());
+    std::vector<float> want_scales(19);
+    DecodeTensorOptions o;
+    o.verify_checksums = true;
+    ASSERT_TRUE(decode_tensor_rowwise(reader_, e, type, got, got_scales, o));
+    ASSERT_TRUE(rans::decode_rowwise(encoded_.view(), "w", type, want, want_scales, 0, 19));
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size()));
+    EXPECT_EQ(got_scales, want_scales);
+  }
+}
+
+TEST_F(DecodeTensor, RowwiseOfARawTensorIsUnsupported) {
+  EXPECT_FALSE(can_decode_rowwise(entry("raw.f32")));
+  std::vector<std::uint8_t> v(7);
+  std::vector<float> sc(1);
+  auto st = decode_tensor_rowwise(reader_, entry("raw.f32"), rans::RowwiseType::kInt8, v, sc);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(st.error().message.find("raw.f32"), std::string::npos) << st.error().message;
+}
+
 TEST_F(DecodeTensor, RawSameDtypeIsACopy) {
   std::vector<std::uint8_t> out(7 * 4);
   ASSERT_TRUE(decode_tensor(reader_, entry("raw.f32"), DType::kF32, out));

@@ -1,0 +1,177 @@
+// The real epkd serving real .epk files (made here with the container Writer and codec encode) to clients over a
+// real socket: lattice-rans tensors decoded on the CPU path, raw tensors as stored, a corrupt tile refused by name
+// while the session and the other tensors keep serving, a corrupt model refused at open while the others serve.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "client/client.h"
+#include "codec/rans/decoder.h"
+#include "tests/daemon/epk_test_models.h"
+#include "tests/daemon/epkd_harness.h"
+
+namespace epk {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace epk::test_harness;  // NOLINT
+using namespace epk::test_models;   // NOLINT
+using client::Client;
+
+constexpr std::uint32_t kRows = 129, kCols = 67;
+
+class EpkdEpk : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("epkd_epk_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    for (int i = 0; i < 2; ++i) {
+      auto e = encode_f32(gaussian(kRows, kCols, 100 + i), kRows, kCols, 3.0 + i);
+      ASSERT_TRUE(e) << e.error().to_string();
+      encoded_.push_back(std::move(*e));
+    }
+    norm_ = {0.5f, 1.0f, -1.25f};
+    good_ = write_model("good.epk");
+    other_ = write_model("other.epk");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write_model(const std::string& name) {
+    std::string path = (dir_ / name).string();
+    auto w = container::Writer::create(path, {{"source", "epkd_epk_test"}});
+    EXPECT_TRUE(w);
+    EXPECT_TRUE(write_lattice(*w, "layers.0.w", encoded_[0]));
+    EXPECT_TRUE(write_lattice(*w, "layers.1.w", encoded_[1]));
+    EXPECT_TRUE(write_raw(*w, "norm", DType::kF32, {3}, as_bytes(norm_)));
+    EXPECT_TRUE(w->finish());
+    return path;
+  }
+
+  std::vector<std::byte> reference(int i, DType dtype) {
+    std::vector<std::byte> out(std::size_t(kRows) * kCols * (dtype_bits(dtype) / 8));
+    EXPECT_TRUE(rans::decode(encoded_[i].view(), "ref", dtype, out));
+    return out;
+  }
+
+  fs::path dir_;
+  std::string good_, other_;
+  std::vector<rans::EncodedTensor> encoded_;
+  std::vector<float> norm_;
+};
+
+TEST_F(EpkdEpk, ServesLatticeTensorsDecodedAndRawTensorsAsStored) {
+  Epkd d({"--model", "m=" + good_}, "4");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c) << c.error().to_string();
+  for (int i = 0; i < 2; ++i) {
+    for (auto [layout, dtype] :
+         {std::pair{shm::Layout::kDenseBF16, DType::kBF16}, std::pair{shm::Layout::kDenseF32, DType::kF32}}) {
+      auto t = c->acquire("m", "layers." + std::to_string(i) + ".w", layout);
+      ASSERT_TRUE(t) << t.error().to_string();
+      EXPECT_EQ(t->dtype, dtype);
+      EXPECT_EQ(t->shape, (std::vector<std::uint64_t>{kRows, kCols}));
+      auto want = reference(i, dtype);
+      ASSERT_EQ(t->bytes, want.size());
+      EXPECT_EQ(std::memcmp(t->data, want.data(), want.size()), 0) << i;
+      EXPECT_TRUE(c->release(t->handle));
+    }
+  }
+  auto n = c->acquire("m", "norm", shm::Layout::kStored);
+  ASSERT_TRUE(n) << n.error().to_string();
+  ASSERT_EQ(n->bytes, 12u);
+  EXPECT_EQ(std::memcmp(n->data, norm_.data(), 12), 0);
+  EXPECT_TRUE(c->release(n->handle));
+  auto again = c->acquire("m", "layers.0.w", shm::Layout::kDenseBF16);  // cached: a hit, no second decode
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(c->release(again->handle));
+  auto s = c->stats();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->decodes, 5u);
+  EXPECT_EQ(s->hits, 1u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(EpkdEpk, RowwiseInt8ComesWithItsRowScales) {
+  Epkd d({"--model", "m=" + good_}, "4");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto t = c->acquire("m", "layers.1.w", shm::Layout::kRowwiseI8);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->dtype, DType::kI8);
+  ASSERT_NE(t->row_scales, nullptr);
+  std::vector<std::byte> values(std::size_t(kRows) * kCols);
+  std::vector<float> scales(kRows);
+  ASSERT_TRUE(rans::decode_rowwise(encoded_[1].view(), "ref", rans::RowwiseType::kInt8, values, scales, 0, kRows));
+  EXPECT_EQ(std::memcmp(t->data, values.data(), values.size()), 0);
+  EXPECT_EQ(std::memcmp(t->row_scales, scales.data(), kRows * 4), 0);
+  EXPECT_TRUE(c->release(t->handle));
+  auto raw = c->acquire("m", "norm", shm::Layout::kRowwiseI8);  // raw tensors have no rowwise form
+  ASSERT_FALSE(raw);
+  EXPECT_EQ(raw.error().code, ErrorCode::kUnsupported);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(EpkdEpk, CorruptTileFailsTheAcquireNamingTensorAndTileAndTheRestServes) {
+  xor_byte(good_, buffer_offset(good_, "layers.1.w", "payload") + encoded_[1].payload.size(), 0x5A);
+  Epkd d({"--model", "m=" + good_}, "4");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  for (int attempt = 0; attempt < 2; ++attempt) {  // never cached as if it were good
+    auto bad = c->acquire("m", "layers.1.w", shm::Layout::kDenseBF16);
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().code, ErrorCode::kCorruptTile);
+    EXPECT_NE(bad.error().message.find("'layers.1.w'"), std::string::npos) << bad.error().message;
+    EXPECT_NE(bad.error().message.find("tile "), std::string::npos) << bad.error().message;
+  }
+  auto ok = c->acquire("m", "layers.0.w", shm::Layout::kDenseBF16);  // same session
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  auto want = reference(0, DType::kBF16);
+  EXPECT_EQ(std::memcmp(ok->data, want.data(), want.size()), 0);
+  EXPECT_TRUE(c->release(ok->handle));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(EpkdEpk, CorruptModelIsRefusedAtOpenWhileTheOthersServe) {
+  auto size = fs::file_size(other_);
+  xor_byte(other_, size - 20, 0xFF);  // inside the hashed index / metadata
+  std::string truncated = (dir_ / "truncated.epk").string();
+  fs::copy_file(good_, truncated);
+  fs::resize_file(truncated, 100);
+  Epkd d({"--model", "bad=" + other_, "--model", "m=" + good_, "--model", "short=" + truncated}, "4");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  for (const char* refused : {"bad", "short"}) {
+    auto r = c->open_model(refused);
+    ASSERT_FALSE(r) << refused;
+    EXPECT_EQ(r.error().code, ErrorCode::kNotFound);
+  }
+  auto ok = c->acquire("m", "layers.0.w", shm::Layout::kDenseF32);
+  ASSERT_TRUE(ok) << ok.error().to_string();
+  EXPECT_TRUE(c->release(ok->handle));
+  auto s = c->stats();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->models, 1u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(EpkdEpk, OnlyCorruptModelsMeansEpkdDoesNotStart) {
+  fs::resize_file(other_, 100);
+  std::string log = (dir_ / "epkd.log").string();
+  Child ch = spawn(
+      {EPKD_PATH, "--socket", (dir_ / "s.sock").string(), "--budget-mb", "1", "--cpu", "--model", "bad=" + other_},
+      false, log);
+  EXPECT_EQ(wait_exit(ch.pid, 5000), 1);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(other_), std::string::npos) << text;  // the log names the refused file
+}
+
+}  // namespace
+}  // namespace epk

@@ -1,0 +1,280 @@
+// epkd under systemd's protocols, with systemd played by the test: readiness (READY=1 on a fake $NOTIFY_SOCKET once
+// the socket listens, STOPPING=1 on SIGTERM) and socket activation (the listening socket passed as fd 3 with
+// $LISTEN_FDS / $LISTEN_PID).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "codec/container/writer.h"
+#include "tests/daemon/epkd_harness.h"
+
+extern char** environ;
+
+namespace epk {
+namespace {
+
+namespace fs = std::filesystem;
+using client::Client;
+using test_harness::wait_exit;
+
+// A datagram socket standing in for systemd's notify socket; `name` starting with '@' binds an abstract one.
+class FakeNotifySocket {
+ public:
+  explicit FakeNotifySocket(const std::string& name) : name_(name) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, name.data(), name.size());
+    if (name[0] == '@') addr.sun_path[0] = '\0';
+    socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+    ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0;
+  }
+  ~FakeNotifySocket() { ::close(fd_); }
+  bool ok() const { return ok_; }
+  const std::string& name() const { return name_; }
+  // The next datagram, or "" after timeout_ms.
+  std::string next(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return "";
+    char buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+  }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+// Forks epkd with extra environment variables; listen_fd >= 0 becomes fd 3 with LISTEN_FDS=listen_fds and LISTEN_PID
+// set to the child's pid, as systemd does.
+pid_t spawn_epkd(const std::vector<std::string>& args, const std::vector<std::string>& env, int listen_fd,
+                 int listen_fds, const std::string& log) {
+  std::vector<std::string> env_store(env);
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "NOTIFY_SOCKET=", 14) != 0 && std::strncmp(*e, "LISTEN_", 7) != 0) env_store.push_back(*e);
+  }
+  if (listen_fd >= 0) env_store.push_back("LISTEN_FDS=" + std::to_string(listen_fds));
+  env_store.push_back("LISTEN_PID=0000000000000000");  // patched in the child (its own pid), or left as a stranger's
+  std::vector<char*> envp;
+  for (auto& s : env_store) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  char* pid_slot = envp[env_store.size() - 1] + std::strlen("LISTEN_PID=");
+  std::vector<std::string> argv_store(args);
+  argv_store.insert(argv_store.begin(), EPKD_PATH);
+  std::vector<char*> argv;
+  for (auto& s : argv_store) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) ::dup2(fd, 2);
+    if (listen_fd >= 0) {
+      if (listen_fd != 3) ::dup2(listen_fd, 3);
+      ::fcntl(3, F_SETFD, 0);
+      // The child's pid, right-aligned digits in the placeholder (async-signal-safe formatting).
+      long v = static_cast<long>(::getpid());
+      int i = 15;
+      std::memset(pid_slot, '0', 16);
+      while (v > 0 && i >= 0) {
+        pid_slot[i--] = static_cast<char>('0' + v % 10);
+        v /= 10;
+      }
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+class EpkdSystemd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("epkd_sd_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    log_ = (dir_ / "epkd.log").string();
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (HasFailure()) {
+      std::ifstream in(log_);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::fprintf(stderr, "---- epkd log ----\n%s------------------\n", text.c_str());
+    }
+    fs::remove_all(dir_);
+  }
+  int terminate() {
+    ::kill(pid_, SIGTERM);
+    int rc = wait_exit(pid_, 5000);
+    pid_ = -1;
+    return rc;
+  }
+  std::string log_text() {
+    std::ifstream in(log_);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
+  fs::path dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+};
+
+const std::vector<std::string> kServe = {"--budget-mb", "1", "--cpu", "--synthetic", "m=t0:16x16"};
+
+TEST_F(EpkdSystemd, ReadyIsSentOnceTheSocketListensAndStoppingOnSigterm) {
+  FakeNotifySocket notify((dir_ / "notify").string());
+  ASSERT_TRUE(notify.ok());
+  std::string sock = (dir_ / "epkd.sock").string();
+  std::vector<std::string> args = kServe;
+  args.insert(args.end(), {"--socket", sock});
+  pid_ = spawn_epkd(args, {"NOTIFY_SOCKET=" + notify.name()}, -1, 0, log_);
+  std::string ready = notify.next(10000);
+  ASSERT_NE(ready.find("READY=1"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("MAINPID=" + std::to_string(pid_)), std::string::npos) << ready;
+  EXPECT_NE(ready.find("STATUS=serving 1 model(s)"), std::string::npos) << ready;
+  // No wait: the socket already listens when READY=1 arrives.
+  auto c = Client::connect(sock, 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto t = c->acquire("m", "t0", shm::Layout::kStored);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_TRUE(c->release(t->handle));
+  c->disconnect();
+  ::kill(pid_, SIGTERM);
+  EXPECT_NE(notify.next(5000).find("STOPPING=1"), std::string::npos);
+  EXPECT_EQ(wait_exit(pid_, 5000), 0);
+  pid_ = -1;
+  EXPECT_FALSE(fs::exists(sock));  // a socket epkd made itself is removed
+}
+
+TEST_F(EpkdSystemd, AbstractNotifySocket) {
+  FakeNotifySocket notify("@epkd-test-" + std::to_string(::getpid()));
+  ASSERT_TRUE(notify.ok());
+  std::vector<std::string> args = kServe;
+  args.insert(args.end(), {"--socket", (dir_ / "epkd.sock").string()});
+  pid_ = spawn_epkd(args, {"NOTIFY_SOCKET=" + notify.name()}, -1, 0, log_);
+  EXPECT_NE(notify.next(10000).find("READY=1"), std::string::npos);
+  EXPECT_EQ(terminate(), 0);
+}
+
+TEST_F(EpkdSystemd, SocketActivationServesOnThePassedSocketAndLeavesItsFile) {
+  std::string sock = (dir_ / "activated.sock").string();
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, sock.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  FakeNotifySocket notify((dir_ / "notify").string());
+  // No --socket: the path comes with the fd.
+  pid_ = spawn_epkd(kServe, {"NOTIFY_SOCKET=" + notify.name()}, lfd, 1, log_);
+  ASSERT_NE(notify.next(10000).find("READY=1"), std::string::npos);
+  for (int i = 0; i < 2; ++i) {  // connections queued on systemd's socket are served
+    auto c = Client::connect(sock, 5000);
+    ASSERT_TRUE(c) << c.error().to_string();
+    auto t = c->acquire("m", "t0", shm::Layout::kDenseBF16);
+    ASSERT_TRUE(t) << t.error().to_string();
+    EXPECT_EQ(t->bytes, 16u * 16 * 2);
+    EXPECT_TRUE(c->release(t->handle));
+  }
+  EXPECT_EQ(terminate(), 0);
+  EXPECT_TRUE(fs::exists(sock));  // systemd's file: RemoveOnStop= is systemd's business
+  ::close(lfd);
+  EXPECT_EQ(log_text().find("LISTEN"), std::string::npos);
+}
+
+TEST_F(EpkdSystemd, ActivationWithTwoSocketsIsRefused) {
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  pid_ = spawn_epkd(kServe, {}, lfd, 2, log_);
+  EXPECT_EQ(wait_exit(pid_, 5000), 1);
+  pid_ = -1;
+  ::close(lfd);
+  EXPECT_NE(log_text().find("LISTEN_FDS='2'"), std::string::npos) << log_text();
+}
+
+TEST_F(EpkdSystemd, ActivationWithANonListeningFdIsRefused) {
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);  // never listen()ed
+  pid_ = spawn_epkd(kServe, {}, lfd, 1, log_);
+  EXPECT_EQ(wait_exit(pid_, 5000), 1);
+  pid_ = -1;
+  ::close(lfd);
+  EXPECT_NE(log_text().find("not a listening stream socket"), std::string::npos) << log_text();
+}
+
+TEST_F(EpkdSystemd, ListenVariablesForAnotherProcessAreIgnored) {
+  // LISTEN_PID names someone else (left as zeros): epkd must not touch fd 3 and needs its own --socket.
+  std::string sock = (dir_ / "own.sock").string();
+  std::vector<std::string> args = kServe;
+  args.insert(args.end(), {"--socket", sock});
+  std::vector<std::string> env = {"LISTEN_FDS=1"};
+  pid_ = spawn_epkd(args, env, -1, 0, log_);
+  auto deadline = test_harness::Clock::now() + std::chrono::seconds(10);
+  bool connected = false;
+  while (!connected && test_harness::Clock::now() < deadline) {
+    connected = static_cast<bool>(Client::connect(sock, 1000));
+    if (!connected) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(connected) << log_text();
+  EXPECT_EQ(terminate(), 0);
+}
+
+TEST_F(EpkdSystemd, ListenVariablesForAnotherProcessAndNoSocketIsAClearError) {
+  pid_ = spawn_epkd(kServe, {"LISTEN_FDS=1"}, -1, 0, log_);  // LISTEN_PID left as a stranger's
+  EXPECT_EQ(wait_exit(pid_, 5000), 1);
+  pid_ = -1;
+  EXPECT_NE(log_text().find("LISTEN_PID is not this process"), std::string::npos) << log_text();
+}
+
+TEST_F(EpkdSystemd, ReloadSendsReloadingThenReadyWithTheNewModelOpen) {
+  FakeNotifySocket notify((dir_ / "notify").string());
+  std::string sock = (dir_ / "epkd.sock").string();
+  std::string cfg = (dir_ / "epkd.toml").string();
+  std::ofstream(cfg) << "socket = \"" << sock << "\"\nbudget_mb = 1\ncpu = true\n"
+                     << "[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
+  std::string epk_path = (dir_ / "late.epk").string();
+  {
+    auto w = container::Writer::create(epk_path, {});
+    ASSERT_TRUE(w);
+    std::vector<std::uint8_t> bytes(6 * 2, 0x3F);
+    ASSERT_TRUE(w->add_tensor({"w", {2, 3}, DType::kBF16, container::Encoding::kRaw, "{}"}, {{"data", bytes}}));
+    ASSERT_TRUE(w->finish());
+  }
+  pid_ = spawn_epkd({"--config", cfg}, {"NOTIFY_SOCKET=" + notify.name()}, -1, 0, log_);
+  ASSERT_NE(notify.next(10000).find("READY=1"), std::string::npos);
+  std::ofstream(cfg, std::ios::app) << "[[model]]\nname = \"late\"\npath = \"" << epk_path << "\"\n"
+                                    << "[[model]]\nname = \"broken\"\npath = \"" << (dir_ / "none.epk").string()
+                                    << "\"\n";
+  ::kill(pid_, SIGHUP);
+  EXPECT_NE(notify.next(5000).find("RELOADING=1"), std::string::npos);
+  std::string ready = notify.next(5000);
+  EXPECT_NE(ready.find("READY=1"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("serving 2 model(s)"), std::string::npos) << ready;  // the broken one is refused, logged
+  auto c = Client::connect(sock, 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto t = c->acquire("late", "w", shm::Layout::kDenseF32);  // open by the time READY=1 came
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->bytes, 24u);
+  EXPECT_TRUE(c->release(t->handle));
+  c->disconnect();
+  EXPECT_EQ(terminate(), 0);
+  EXPECT_NE(log_text().find("none.epk"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace epk

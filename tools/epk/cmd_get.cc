@@ -1,0 +1,110 @@
+// epk get --socket S MODEL TENSOR... -o OUT.safetensors [--layout L]: fetches tensors from a running epkd (through
+// libepk, like any client) and writes them to a safetensors file. With several tensors they are fetched twice: once
+// to learn every dtype and shape (the file's header comes first), then one at a time to write them, so no more than
+// one is pinned at once and the daemon's budget needs to hold only the largest. Rowwise layouts write each tensor's
+// values as NAME and its per-row fp32 scales as NAME.row_scales.
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "client/client.h"
+#include "codec/safetensors/writer.h"
+#include "tools/epk/cli_common.h"
+
+namespace epk::cli {
+namespace {
+
+// Rowwise layouts: the per-row scales are written as a second tensor, NAME + this suffix (F32, [rows]).
+constexpr std::string_view kScalesSuffix = ".row_scales";
+
+struct GetArgs {
+  std::string socket;
+  std::string model;
+  std::vector<std::string> tensors;
+  std::string output;
+  std::string layout = "stored";
+  int timeout_ms = 60000;
+};
+
+Status check_contiguous(const client::Tensor& t, const std::string& name) {
+  std::vector<std::int64_t> row_major(t.shape.size());
+  std::int64_t step = 1;
+  for (std::size_t i = t.shape.size(); i-- > 0;) {
+    row_major[i] = step;
+    step *= static_cast<std::int64_t>(t.shape[i]);
+  }
+  if (t.strides != row_major) {
+    return make_error(ErrorCode::kUnsupported, "tensor '" + name + "': served with non-row-major strides");
+  }
+  return {};
+}
+
+Status run_get(const GetArgs& args) {
+  auto layout = shm::layout_from_name(args.layout);
+  if (!layout) return make_error(ErrorCode::kInvalidArgument, "--layout '" + args.layout + "': unknown layout");
+  EPK_TRY_ASSIGN(client::Client c, client::Client::connect(args.socket, args.timeout_ms));
+  std::vector<safetensors::TensorSpec> specs;
+  std::vector<bool> is_scales;  // entries holding the previous entry's row scales
+  for (const std::string& name : args.tensors) {
+    auto t = c.acquire(args.model, name, *layout);
+    if (!t) return t.error();  // names the model and tensor
+    Status ok = check_contiguous(*t, name);
+    specs.push_back({name, t->dtype, t->shape});
+    is_scales.push_back(false);
+    if (t->row_scales != nullptr) {
+      specs.push_back({name + std::string(kScalesSuffix), DType::kF32, {t->shape[0]}});
+      is_scales.push_back(true);
+    }
+    EPK_TRY(c.release(t->handle));
+    EPK_TRY(ok);
+  }
+  std::map<std::string, std::string> metadata = {{"epk_model", args.model}, {"epk_layout", args.layout}};
+  EPK_TRY_ASSIGN(auto writer,
+                 safetensors::Writer::create(args.output, specs, metadata, safetensors::Order::kAsDeclared));
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const safetensors::TensorSpec& spec = specs[i];
+    if (is_scales[i]) continue;  // written with its values
+    auto t = c.acquire(args.model, spec.name, *layout);
+    if (!t) return t.error();
+    Status st;
+    const bool scales_next = i + 1 < specs.size() && is_scales[i + 1];
+    if (t->dtype != spec.dtype || t->shape != spec.shape || (t->row_scales != nullptr) != scales_next) {
+      st = make_error(ErrorCode::kInternal, "tensor '" + spec.name + "' changed between two acquires");
+    } else {
+      const std::uint64_t values = t->row_scales != nullptr ? t->shape[0] * t->shape[1] : t->bytes;
+      st = writer.write(spec.name, {static_cast<const std::uint8_t*>(t->data), values});
+      if (st && t->row_scales != nullptr) {
+        st = writer.write(specs[i + 1].name,
+                          {reinterpret_cast<const std::uint8_t*>(t->row_scales), t->shape[0] * sizeof(float)});
+      }
+      total += t->bytes;
+    }
+    EPK_TRY(c.release(t->handle));
+    EPK_TRY(st);
+  }
+  EPK_TRY(writer.finish());
+  std::printf("got %zu tensor(s) of '%s' as %s (%s) into %s\n", args.tensors.size(), args.model.c_str(),
+              args.layout.c_str(), human_bytes(total).c_str(), args.output.c_str());
+  return {};
+}
+
+}  // namespace
+
+void add_get_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<GetArgs>();
+  auto* cmd = app.add_subcommand("get", "Fetch tensors from a running epkd into a safetensors file");
+  cmd->add_option("--socket", args->socket, "epkd's socket")->required();
+  cmd->add_option("model", args->model, "the model's name in epkd")->required();
+  cmd->add_option("tensor", args->tensors, "tensor names (one or more)")->required();
+  cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
+  cmd->add_option("--layout", args->layout,
+                  "stored, dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8_e4m3 (default stored)");
+  cmd->add_option("--timeout-ms", args->timeout_ms, "bound on each wait for epkd (default 60000)");
+  cmd->callback([args, exit_code] {
+    auto st = run_get(*args);
+    *exit_code = st ? kExitOk : report("get", st.error());
+  });
+}
+
+}  // namespace epk::cli

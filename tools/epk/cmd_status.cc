@@ -1,0 +1,108 @@
+// epk status --socket S [--json]: what a running epkd serves and holds: models (tensors, cached slots and bytes,
+// pinned slots), each pool's bytes used against its budget, pins, hits, misses, evictions, decodes and decode time.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "client/client.h"
+#include "tools/epk/cli_common.h"
+
+namespace epk::cli {
+namespace {
+
+struct StatusArgs {
+  std::string socket;
+  bool json = false;
+};
+
+const char* pool_kind_name(shm::PoolKind k) { return k == shm::PoolKind::kHost ? "host" : "device"; }
+
+Status run_status(const StatusArgs& args) {
+  EPK_TRY_ASSIGN(client::Client c, client::Client::connect(args.socket, 10000));
+  EPK_TRY_ASSIGN(client::Stats s, c.stats());
+  EPK_TRY_ASSIGN(shm::ModelsReply models, c.models());
+  std::vector<shm::PoolInfo> pools = c.pools();
+  // The daemon keeps one pool per device and its cache figures are that pool's; with one pool (this build) they are
+  // the pool's own. Budget per pool is the pool's size.
+  const double ms = static_cast<double>(s.decode_ns) / 1e6;
+  const std::uint64_t others = s.clients > 0 ? s.clients - 1 : 0;  // not counting this connection
+  if (args.json) {
+    nlohmann::json j;
+    j["socket"] = args.socket;
+    j["clients"] = others;
+    j["pools"] = nlohmann::json::array();
+    for (const auto& p : pools) {
+      j["pools"].push_back({{"pool_id", p.pool_id},
+                            {"kind", pool_kind_name(p.kind)},
+                            {"device", p.device},
+                            {"budget_bytes", p.size},
+                            {"used_bytes", pools.size() == 1 ? s.used_bytes : 0},
+                            {"pinned_bytes", pools.size() == 1 ? s.pinned_bytes : 0}});
+    }
+    j["cache"] = {{"budget_bytes", s.budget_bytes},
+                  {"used_bytes", s.used_bytes},
+                  {"pinned_bytes", s.pinned_bytes},
+                  {"tensors_cached", s.slots},
+                  {"pinned_slots", s.pinned_slots},
+                  {"pins", s.pins},
+                  {"hits", s.hits},
+                  {"misses", s.misses},
+                  {"evictions", s.evictions},
+                  {"prefetches", s.prefetches}};
+    j["decode"] = {{"decodes", s.decodes}, {"decode_ns", s.decode_ns}};
+    j["models"] = nlohmann::json::array();
+    for (const auto& m : models.models) {
+      j["models"].push_back({{"name", m.name},
+                             {"tensors", m.tensors},
+                             {"cached_slots", m.cached_slots},
+                             {"cached_bytes", m.cached_bytes},
+                             {"pinned_slots", m.pinned_slots}});
+    }
+    j["models_total"] = models.total;
+    std::printf("%s\n", j.dump(2).c_str());
+    return {};
+  }
+  std::printf("epkd at %s: %llu model(s), %llu other client(s)\n", args.socket.c_str(),
+              static_cast<unsigned long long>(s.models), static_cast<unsigned long long>(others));
+  for (const auto& p : pools) {
+    std::printf("pool %u (%s%s): %s used of %s (%.1f%%), %s pinned\n", p.pool_id, pool_kind_name(p.kind),
+                p.device >= 0 ? (", device " + std::to_string(p.device)).c_str() : "",
+                human_bytes(s.used_bytes).c_str(), human_bytes(p.size).c_str(),
+                p.size ? 100.0 * static_cast<double>(s.used_bytes) / static_cast<double>(p.size) : 0.0,
+                human_bytes(s.pinned_bytes).c_str());
+  }
+  std::printf(
+      "cache: %llu tensor(s) cached, %llu pinned (%llu pins); hits %llu, misses %llu, evictions %llu, "
+      "prefetches %llu\n",
+      static_cast<unsigned long long>(s.slots), static_cast<unsigned long long>(s.pinned_slots),
+      static_cast<unsigned long long>(s.pins), static_cast<unsigned long long>(s.hits),
+      static_cast<unsigned long long>(s.misses), static_cast<unsigned long long>(s.evictions),
+      static_cast<unsigned long long>(s.prefetches));
+  std::printf("decode: %llu decode(s), %.2f ms in total", static_cast<unsigned long long>(s.decodes), ms);
+  if (s.decodes) std::printf(", %.3f ms each", ms / static_cast<double>(s.decodes));
+  std::printf("\n");
+  std::printf("%-32s %8s %8s %12s %8s\n", "model", "tensors", "cached", "bytes", "pinned");
+  for (const auto& m : models.models) {
+    std::printf("%-32s %8u %8llu %12s %8llu\n", m.name.c_str(), m.tensors,
+                static_cast<unsigned long long>(m.cached_slots), human_bytes(m.cached_bytes).c_str(),
+                static_cast<unsigned long long>(m.pinned_slots));
+  }
+  if (models.models.size() < models.total) {
+    std::printf("(%zu of %u models listed)\n", models.models.size(), models.total);
+  }
+  return {};
+}
+
+}  // namespace
+
+void add_status_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<StatusArgs>();
+  auto* cmd = app.add_subcommand("status", "Show what a running epkd serves and holds in its cache");
+  cmd->add_option("--socket", args->socket, "epkd's socket")->required();
+  cmd->add_flag("--json", args->json, "print JSON");
+  cmd->callback([args, exit_code] {
+    auto st = run_status(*args);
+    *exit_code = st ? kExitOk : report("status", st.error());
+  });
+}
+
+}  // namespace epk::cli
