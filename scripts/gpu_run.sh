@@ -30,6 +30,16 @@ if [[ "$quick" != "--quick" && "$quick" != "--no-sanitizer" ]] && command -v com
   EPK_TEST_DATA_DIR="$data" timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$bin/epk_cuda_decode_test" --gtest_brief=1 --gtest_filter='GpuCorruption.AFlipped*' 2>&1 | tail -3
 fi
+echo "== device pool: CUDA VMM allocation exported as a POSIX fd, imported by a second process"
+pool_rc=na
+if [[ -x "$bin/shm_device_pool_test" ]]; then
+  "$bin/shm_device_pool_test" --gtest_brief=1 2>&1 | tee "$out/pool.txt" | tail -8
+  pool_rc=${PIPESTATUS[0]}
+fi
+echo "== epk decompress/verify --device cuda against --device cpu"
+if [[ -d "$here/cli" ]]; then
+  timeout 300 bash "$here/cli_cuda_check.sh" "$here/cli" 2>&1 | tee "$out/cli.txt" | tail -40
+fi
 echo "== reference streams and reference decode times"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   "$wheels"/*.whl && export PYTHONPATH=/tmp/site
@@ -45,4 +55,4 @@ bench_flags=""
 kill "$smi_pid" 2>/dev/null
 clocks="$(awk -F', ' 'NR>1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -4 | tr '\n' ' ')"
 echo "SM clock during the bench (samples x clock): $clocks"
-echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc"
+echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, device pool $pool_rc"

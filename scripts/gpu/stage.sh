@@ -10,7 +10,12 @@ mkdir -p "$dest/bin" "$dest/py" "$dest/data"
 cp "$build/tests/codec/cuda/epk_cuda_decode_test" \
   "$build/tests/codec/cuda/epk_cuda_oracle_test" \
   "$build/bench/gpu_decode_bench" "$dest/bin/"
-cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$dest/"
+# The CLI's --device cuda check and the device-pool test travel too (stripped: the carry limit is 64 MiB).
+mkdir -p "$dest/cli"
+strip -o "$dest/cli/epk" "$build/tools/epk/epk"
+strip -o "$dest/cli/make_demo_model" "$build/tools/demo/make_demo_model"
+strip -o "$dest/bin/shm_device_pool_test" "$build/tests/shm/shm_device_pool_test"
+cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/cli_cuda_check.sh" "$dest/"
 cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
 cp -r "$root/tests/data/cuda" "$dest/data/"
 du -sh "$dest"
