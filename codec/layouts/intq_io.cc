@@ -72,13 +72,7 @@ float load_float(const std::uint8_t* p, DType dtype) {
 
 void add_buffer(Encoded& e, std::string name, std::vector<std::uint8_t> bytes) {
   e.storage.push_back(std::move(bytes));
-  e.buffers.push_back(container::BufferData{std::move(name), {}});
-}
-
-// Views are set once every buffer is stored (push_back may move the inner vectors' owners, not their heap blocks,
-// but setting them last keeps the rule obvious).
-void bind_views(Encoded& e) {
-  for (std::size_t i = 0; i < e.buffers.size(); ++i) e.buffers[i].bytes = e.storage[i];
+  e.names.push_back(std::move(name));
 }
 
 std::vector<std::uint64_t> u64_shape(std::span<const std::int64_t> s) {
@@ -321,7 +315,6 @@ Result<Encoded> encode_int(const QuantTensor& t, std::string name, DType dense_d
   }
   if (!static_groups) add_buffer(e, "g_idx", i32_bytes(t.g_idx));
   if (!t.perm.empty()) add_buffer(e, "perm", i32_bytes(t.perm));
-  bind_views(e);
   return e;
 }
 
@@ -339,7 +332,6 @@ Result<Encoded> encode_gguf(const gguf::TensorInfo& info, std::span<const std::u
   e.spec.params_json =
       json{{"version", kParamsVersion}, {"kind", "gguf"}, {"ggml_type", info.type}, {"ggml_name", traits->name}}.dump();
   add_buffer(e, "blocks", std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
-  bind_views(e);
   return e;
 }
 
@@ -368,7 +360,6 @@ Result<Encoded> encode_bnb4(const bnb::Views& views, std::string name) {
                             {"double_quant", state.double_quant},
                             {"parts", parts}}
                            .dump();
-  bind_views(e);
   return e;
 }
 

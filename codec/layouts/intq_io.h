@@ -35,11 +35,18 @@ inline constexpr int kParamsVersion = 1;
 
 enum class Kind { kInt, kGguf, kBnb4 };
 
-// A tensor ready for container::Writer::add_tensor: the spec and buffers that view into `storage`.
+// A tensor ready for container::Writer::add_tensor(spec, buffers()). Views are made on demand, so copies and moves
+// never leave one pointing into another object's storage.
 struct Encoded {
   container::TensorSpec spec;
+  std::vector<std::string> names;                 // buffer names, parallel to storage
   std::vector<std::vector<std::uint8_t>> storage;
-  std::vector<container::BufferData> buffers;  // views into storage (valid while this object lives; moves keep them)
+
+  std::vector<container::BufferData> buffers() const {
+    std::vector<container::BufferData> out;
+    for (std::size_t i = 0; i < names.size(); ++i) out.push_back({names[i], storage[i]});
+    return out;
+  }
 };
 
 // The logical tensor of a quantized nn.Linear named `name` (the index shape is the weight's [N, K] = [cols, rows];
