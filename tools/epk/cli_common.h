@@ -31,5 +31,7 @@ std::string_view tool_version();
 void add_pack_command(CLI::App& app, int* exit_code);
 void add_inspect_command(CLI::App& app, int* exit_code);
 void add_unpack_command(CLI::App& app, int* exit_code);
+void add_import_command(CLI::App& app, int* exit_code);
+void add_convert_command(CLI::App& app, int* exit_code);
 
 }  // namespace epk::cli

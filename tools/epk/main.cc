@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   epk::cli::add_pack_command(app, &exit_code);
   epk::cli::add_inspect_command(app, &exit_code);
   epk::cli::add_unpack_command(app, &exit_code);
+  epk::cli::add_import_command(app, &exit_code);
+  epk::cli::add_convert_command(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
