@@ -53,6 +53,11 @@ class Vectors {
 
   bool ok() const { return ok_; }
   bool has(const std::string& name) const { return entries_.count(name) != 0; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, e] : entries_) out.push_back(name);
+    return out;
+  }
   const nlohmann::json& params() const { return params_; }
 
   TensorView view(const std::string& name) const {
