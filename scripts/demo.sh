@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's demo command: set up, build, then run the main job on an embedded default: generate a small model,
-# pack it into an .epk file, inspect it, unpack it again and check that every tensor came back byte-identical.
+# pack it into an .epk file, inspect it, unpack it again and check that every tensor came back byte-identical; then
+# compress it at 4 bits per weight, inspect, verify against the source and decompress.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -26,3 +27,12 @@ else
   echo "demo: tensors differ after the round trip" >&2
   exit 1
 fi
+
+echo "== epk compress at 4 bits per weight (2-D linear weights; norms and embeddings stay raw)"
+"$bin/tools/epk/epk" compress "$work/model" -o "$work/model-4bpp.epk" --bpp 4 --threads 2 | tail -n 4
+echo "== epk inspect (encoding parameters)"
+"$bin/tools/epk/epk" inspect "$work/model-4bpp.epk" | grep -A1 'layers.0.mlp.down_proj'
+echo "== epk verify --against the source (checksums, every tile, rate and error)"
+"$bin/tools/epk/epk" verify "$work/model-4bpp.epk" --against "$work/model" | tail -n 3
+echo "== epk decompress"
+"$bin/tools/epk/epk" decompress "$work/model-4bpp.epk" -o "$work/decompressed.safetensors" --dtype bf16

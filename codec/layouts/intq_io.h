@@ -1,4 +1,4 @@
-// The .epk `intq` encoding (docs/FORMAT.md section 10): quantized weights kept exactly as they were imported, in one
+// The .epk `intq` encoding (docs/FORMAT.md section 11): quantized weights kept exactly as they were imported, in one
 // of three kinds, each described by its params JSON and its buffers:
 //   "int"  the logical QuantTensor (quant_tensor.h): codes packed LSB-first (pack_bits, one stream over the
 //          row-major [padded_rows, padded_cols] codes), scales in their source dtype, zeros packed at the code width

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codec/common/dtype.h"
 #include "codec/common/result.h"
 
 namespace epk::cli {
@@ -24,6 +25,9 @@ std::string human_bytes(std::uint64_t bytes);
 std::string shape_string(const std::vector<std::uint64_t>& shape);
 std::uint64_t element_count(const std::vector<std::uint64_t>& shape);
 
+// --dtype values: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, int8 (also the safetensors names BF16, F16, F32, ...).
+Result<DType> parse_output_dtype(std::string_view name);
+
 // The tool version written into .epk metadata.
 std::string_view tool_version();
 
@@ -31,6 +35,11 @@ std::string_view tool_version();
 void add_pack_command(CLI::App& app, int* exit_code);
 void add_inspect_command(CLI::App& app, int* exit_code);
 void add_unpack_command(CLI::App& app, int* exit_code);
+void add_compress_command(CLI::App& app, int* exit_code);
+void add_decompress_command(CLI::App& app, int* exit_code);
+void add_verify_command(CLI::App& app, int* exit_code);
+void add_import_entropack_command(CLI::App& app, int* exit_code);
+void add_export_entropack_command(CLI::App& app, int* exit_code);
 void add_import_command(CLI::App& app, int* exit_code);
 void add_convert_command(CLI::App& app, int* exit_code);
 

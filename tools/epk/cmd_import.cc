@@ -1,5 +1,5 @@
 // epk import IN -o OUT.epk: a GPTQ / AWQ / compressed-tensors / bitsandbytes safetensors checkpoint (its config files
-// beside it) or a GGUF file. Quantized linear weights become `intq` tensors in their exact form (docs/FORMAT.md 10):
+// beside it) or a GGUF file. Quantized linear weights become `intq` tensors in their exact form (docs/FORMAT.md 11):
 // nothing is requantized, so the import is lossless; every other tensor is stored raw. Prints, per intq tensor, the
 // effective bits per weight split into codes, scales, zeros and indices.
 #include <cstdio>

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/container/reader.h"
+#include "codec/rans/container_io.h"
 #include "tools/epk/cli_common.h"
 
 namespace epk::cli {
@@ -23,6 +24,29 @@ double bits_per_weight(std::uint64_t bytes, std::uint64_t elements) {
   return elements ? 8.0 * static_cast<double>(bytes) / static_cast<double>(elements) : 0.0;
 }
 
+// The encoding parameters of a lattice-rans tensor (params_json checked by codec/rans/container_io).
+Result<nlohmann::json> lattice_rans_json(const container::Reader& reader, const container::TensorEntry& t) {
+  rans::LatticeRansStream s;
+  rans::EncodingInfo info;
+  EPK_TRY(rans::parse_params(t.params_json, reader.path() + ": tensor '" + t.name + "'", &s, &info));
+  const std::uint64_t stored = rans::stored_bytes(t);
+  const std::uint64_t n = t.element_count();
+  std::uint32_t tiles = 0;
+  for (const auto& b : t.buffers)
+    if (b.name == rans::kOffsetsBuffer && b.size >= 4) tiles = std::uint32_t(b.size / 4 - 1);
+  return nlohmann::json{{"target_bpp", info.target_bpp},
+                        {"stored_bytes", stored},
+                        {"stored_bpp", n ? 8.0 * double(stored) / double(n) : 0.0},
+                        {"prob_bits", s.prob_bits},
+                        {"tile_symbols", s.tile_symbols},
+                        {"tiles", tiles},
+                        {"padded_cols", s.padded_cols},
+                        {"rdo_sweeps", info.rdo_sweeps},
+                        {"scale", info.scale},
+                        {"coarsened", info.coarsened},
+                        {"origin", info.origin}};
+}
+
 Status run_inspect(const InspectArgs& args) {
   EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
   std::uint64_t total_bytes = 0, total_elements = 0;
@@ -39,18 +63,34 @@ Status run_inspect(const InspectArgs& args) {
       nlohmann::json buffers = nlohmann::json::array();
       for (const auto& b : t.buffers)
         buffers.push_back({{"name", b.name}, {"offset", b.offset}, {"size", b.size}, {"xxh3", b.xxh3}});
-      tensors.push_back({{"name", t.name},
+      nlohmann::json entry = {{"name", t.name},
                          {"shape", t.shape},
                          {"dtype", std::string(dtype_name(t.dtype))},
                          {"encoding", std::string(container::encoding_name(t.encoding))},
                          {"params", nlohmann::json::parse(t.params_json, nullptr, false)},
                          {"stored_bytes", bytes},
                          {"bits_per_weight", bpw},
-                         {"buffers", buffers}});
+                         {"buffers", buffers}};
+      if (t.encoding == container::Encoding::kLatticeRans) {
+        EPK_TRY_ASSIGN(auto lr, lattice_rans_json(reader, t));
+        entry["lattice_rans"] = std::move(lr);
+      }
+      tensors.push_back(std::move(entry));
     } else {
       std::printf("%-48s %-18s %-8s %-13s %12s %8.3f\n", t.name.c_str(), shape_string(t.shape).c_str(),
                   std::string(dtype_name(t.dtype)).c_str(), std::string(container::encoding_name(t.encoding)).c_str(),
                   human_bytes(bytes).c_str(), bpw);
+      if (t.encoding == container::Encoding::kLatticeRans) {
+        EPK_TRY_ASSIGN(auto lr, lattice_rans_json(reader, t));
+        char target[32] = "-";
+        if (lr["target_bpp"].get<double>() > 0) std::snprintf(target, sizeof target, "%.3f", lr["target_bpp"].get<double>());
+        std::printf("    target %s bpp, stored %.3f bpp (with the index entry), prob bits %u, %u tiles of %u symbols, "
+                    "rdo %d, %s\n",
+                    target,
+                    lr["stored_bpp"].get<double>(), lr["prob_bits"].get<unsigned>(), lr["tiles"].get<unsigned>(),
+                    lr["tile_symbols"].get<unsigned>(), lr["rdo_sweeps"].get<int>(),
+                    lr["origin"].get<std::string>() == "entropack" ? "imported from entropack" : "encoded by epk");
+      }
     }
   }
   double total_bpw = bits_per_weight(total_bytes, total_elements);

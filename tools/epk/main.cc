@@ -11,6 +11,11 @@ int main(int argc, char** argv) {
   epk::cli::add_pack_command(app, &exit_code);
   epk::cli::add_inspect_command(app, &exit_code);
   epk::cli::add_unpack_command(app, &exit_code);
+  epk::cli::add_compress_command(app, &exit_code);
+  epk::cli::add_decompress_command(app, &exit_code);
+  epk::cli::add_verify_command(app, &exit_code);
+  epk::cli::add_import_entropack_command(app, &exit_code);
+  epk::cli::add_export_entropack_command(app, &exit_code);
   epk::cli::add_import_command(app, &exit_code);
   epk::cli::add_convert_command(app, &exit_code);
   CLI11_PARSE(app, argc, argv);

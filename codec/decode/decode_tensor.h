@@ -1,0 +1,44 @@
+// Reconstructs one stored tensor of an .epk file into a chosen element type: the single per-encoding dispatch used by
+// `epk decompress`, `epk verify` and the daemon's model source. raw: the stored bytes, converted between float
+// dtypes when asked; lattice-rans: the scalar CPU decoder (codec/rans/decoder.h).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "codec/common/dtype.h"
+#include "codec/common/result.h"
+#include "codec/container/reader.h"
+#include "codec/rans/decoder.h"
+
+namespace epk::decode {
+
+struct DecodeTensorOptions {
+  int threads = 1;
+  bool verify_checksums = false;                  // hash the tensor's buffers first (Reader::verify)
+  std::vector<rans::TileStatus>* faults = nullptr;  // lattice-rans: every corrupt tile is appended
+};
+
+// Whether decode_tensor can produce `out` for entry e (raw: the same dtype, or float <-> float among F32, BF16, F16,
+// F8_E4M3, F8_E5M2; lattice-rans: rans::decode_output_supported).
+bool can_decode(const container::TensorEntry& e, DType out);
+
+// Bytes decode_tensor writes for e in dtype out (element count * bits / 8); 0 when it cannot.
+std::uint64_t decoded_bytes(const container::TensorEntry& e, DType out);
+
+// Writes e's elements, row-major, into dst (exactly decoded_bytes(e, out) bytes). Errors name the file and tensor:
+// kUnsupported (encoding or dtype pair), kInvalidArgument (dst size), kBadInput (malformed params or buffers),
+// kChecksum (with verify_checksums), kCorruptTile (naming the first bad tiles).
+Status decode_tensor(const container::Reader& r, const container::TensorEntry& e, DType out,
+                     std::span<std::uint8_t> dst, const DecodeTensorOptions& options = {});
+
+// Convenience: the whole tensor as float32 (for error measurements).
+Result<std::vector<float>> decode_tensor_f32(const container::Reader& r, const container::TensorEntry& e,
+                                             const DecodeTensorOptions& options = {});
+
+// Converts n elements of a raw float dtype to float32 (F32, BF16, F16, F8_E4M3, F8_E5M2, I8 as integers).
+// false for other dtypes.
+bool raw_to_f32(DType in, std::span<const std::uint8_t> src, std::span<float> dst);
+
+}  // namespace epk::decode

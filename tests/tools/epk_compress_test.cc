@@ -1,0 +1,360 @@
+// End to end through the real binaries: epk compress -> verify --against -> decompress on the demo model; rules,
+// budget mode, entropack import/export against the committed reference vectors, corruption and bad arguments.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <algorithm>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "codec/safetensors/checkpoint.h"
+#include "codec/safetensors/reader.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int status;
+  std::string out;
+};
+
+Outcome run(const std::string& cmd, bool with_stderr = true) {
+  Outcome r{-1, {}};
+  FILE* p = ::popen((cmd + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+nlohmann::json parse(const std::string& s) { return nlohmann::json::parse(s, nullptr, false); }
+
+const nlohmann::json* find_tensor(const nlohmann::json& j, const std::string& name) {
+  for (const auto& t : j["tensors"])
+    if (t["name"] == name) return &t;
+  return nullptr;
+}
+
+class EpkCompress : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("epk_compress_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // Odd sizes: 200 hidden, 520 intermediate (GQA k/v of 50 rows).
+    auto r = run(std::string(EPK_DEMO_MODEL) + " " + model() + " --layers 2 --hidden 200");
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string tool() const { return EPK_TOOL; }
+  std::string model() const { return (dir_ / "model").string(); }
+  std::string path(const std::string& f) const { return (dir_ / f).string(); }
+  Outcome epk(const std::string& args, bool with_stderr = true) const { return run(tool() + " " + args, with_stderr); }
+  fs::path dir_;
+};
+
+TEST_F(EpkCompress, RoundTripMeetsTheRateAndErrorFallsWithRate) {
+  std::map<std::string, std::map<double, double>> err;  // tensor -> rate -> rel_l2
+  for (double bpp : {2.0, 4.0, 6.0}) {
+    const std::string e = path("m" + std::to_string(int(bpp)) + ".epk");
+    auto r = epk("compress " + model() + " -o " + e + " --bpp " + std::to_string(bpp) + " --threads 2");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("total:"), std::string::npos) << r.out;
+    r = epk("verify " + e + " --against " + model() + " --json", false);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = parse(r.out);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_TRUE(j["ok"].get<bool>());
+    int encoded = 0;
+    for (const auto& t : j["tensors"]) {
+      ASSERT_TRUE(t.contains("rel_l2")) << t.dump();
+      if (t["encoding"] != "lattice-rans") {
+        EXPECT_EQ(t["rel_l2"].get<double>(), 0.0) << t["name"];
+        continue;
+      }
+      ++encoded;
+      const double stored = t["stored_bpp"].get<double>();
+      EXPECT_NEAR(stored / bpp, 1.0, 0.01) << t["name"] << " at " << bpp;
+      EXPECT_GT(t["tiles"].get<int>(), 0);
+      err[t["name"]][bpp] = t["rel_l2"].get<double>();
+    }
+    EXPECT_GE(encoded, 14);
+
+    const std::string out = path("d" + std::to_string(int(bpp)) + ".safetensors");
+    r = epk("decompress " + e + " -o " + out + " --device cpu");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto src = epk::safetensors::Checkpoint::open(model());
+    auto back = epk::safetensors::File::open(out);
+    ASSERT_TRUE(src && back);
+    ASSERT_EQ(back->tensors().size(), src->tensors().size());
+    for (const auto& t : src->tensors()) {
+      const auto* b = back->find(t.name);
+      ASSERT_NE(b, nullptr) << t.name;
+      EXPECT_EQ(b->dtype, t.dtype) << t.name;
+      EXPECT_EQ(b->shape, t.shape) << t.name;
+      if (t.shape.size() == 1)  // raw: byte-identical
+        EXPECT_TRUE(std::equal(t.data.begin(), t.data.end(), b->data.begin(), b->data.end())) << t.name;
+    }
+  }
+  for (const auto& [name, by_rate] : err) {
+    EXPECT_GT(by_rate.at(2.0), by_rate.at(4.0)) << name;
+    EXPECT_GT(by_rate.at(4.0), by_rate.at(6.0)) << name;
+    // 50x200 k/v projections carry their frequency tables on 10000 weights: about 15% at 4 bpp; large ones 7-9%.
+    EXPECT_LT(by_rate.at(4.0), 0.2) << name;
+  }
+}
+
+TEST_F(EpkCompress, DecompressDtypeAppliesToEncodedTensorsOnly) {
+  const std::string e = path("m.epk");
+  ASSERT_EQ(epk("compress " + model() + " -o " + e + " --bpp 3").status, 0);
+  auto r = epk("decompress " + e + " -o " + path("f32.safetensors") + " --dtype fp32 --device cpu");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto back = epk::safetensors::File::open(path("f32.safetensors"));
+  ASSERT_TRUE(back);
+  auto q = back->find("model.layers.1.self_attn.q_proj.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->dtype, epk::DType::kF32);
+  auto norm = back->find("model.norm.weight");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->dtype, epk::DType::kBF16);  // raw tensors pass through
+}
+
+TEST_F(EpkCompress, RulesFirstMatchWinsAndRawDefaults) {
+  const std::string e = path("m.epk");
+  auto r = epk("compress " + model() + " -o " + e + " --bpp 3 --rule '*.down_proj.*=raw' --rule '*q_proj*=6' " +
+               "--rule '*proj*=5'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = parse(epk("inspect --json " + e, false).out);
+  ASSERT_FALSE(j.is_discarded());
+  int checked = 0;
+  for (const auto& t : j["tensors"]) {
+    const std::string name = t["name"];
+    const std::string enc = t["encoding"];
+    if (name.find("down_proj") != std::string::npos || name.find("norm") != std::string::npos ||
+        name.find("embed") != std::string::npos) {
+      EXPECT_EQ(enc, "raw") << name;
+    } else if (name.find("q_proj") != std::string::npos) {
+      ASSERT_EQ(enc, "lattice-rans") << name;
+      EXPECT_DOUBLE_EQ(t["lattice_rans"]["target_bpp"].get<double>(), 6.0) << name;
+      EXPECT_NEAR(t["lattice_rans"]["stored_bpp"].get<double>() / 6.0, 1.0, 0.01) << name;
+    } else if (name.find("proj") != std::string::npos) {
+      ASSERT_EQ(enc, "lattice-rans") << name;
+      EXPECT_DOUBLE_EQ(t["lattice_rans"]["target_bpp"].get<double>(), 5.0) << name;
+    } else {
+      continue;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 15);
+  // The embedding is encoded only when asked.
+  ASSERT_EQ(epk("compress " + model() + " -o " + path("e.epk") + " --bpp 3 --include-embeddings").status, 0);
+  j = parse(epk("inspect --json " + path("e.epk"), false).out);
+  const auto* emb = find_tensor(j, "model.embed_tokens.weight");
+  ASSERT_NE(emb, nullptr);
+  EXPECT_EQ((*emb)["encoding"], "lattice-rans");
+  EXPECT_EQ((*find_tensor(j, "model.norm.weight"))["encoding"], "raw");
+}
+
+TEST_F(EpkCompress, BudgetModeSpendsTheBudgetWithinOnePercent) {
+  const std::string e = path("m.epk");
+  auto r = epk("compress " + model() + " -o " + e + " --budget-bpp 3 --threads 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = parse(epk("verify --json " + e, false).out);
+  ASSERT_FALSE(j.is_discarded());
+  double weights = 0, bits = 0;
+  std::set<double> targets;
+  for (const auto& t : j["tensors"]) {
+    if (t["encoding"] != "lattice-rans") continue;
+    weights += t["weights"].get<double>();
+    bits += 8.0 * t["stored_bytes"].get<double>();
+    targets.insert(t["target_bpp"].get<double>());
+  }
+  ASSERT_GT(weights, 0);
+  EXPECT_NEAR(bits / weights / 3.0, 1.0, 0.01);
+  EXPECT_GT(targets.size(), 1u) << "the budget gave every layer the same rate";
+}
+
+TEST_F(EpkCompress, CorruptPayloadByteFailsVerifyNamingTensorAndTile) {
+  const std::string e = path("m.epk");
+  ASSERT_EQ(epk("compress " + model() + " -o " + e + " --bpp 4").status, 0);
+  auto j = parse(epk("inspect --json " + e, false).out);
+  const std::string victim = "model.layers.1.mlp.up_proj.weight";
+  const auto* t = find_tensor(j, victim);
+  ASSERT_NE(t, nullptr);
+  std::uint64_t at = 0;
+  for (const auto& b : (*t)["buffers"])
+    if (b["name"] == "payload") at = b["offset"].get<std::uint64_t>() + b["size"].get<std::uint64_t>() / 2;
+  ASSERT_GT(at, 0u);
+  {
+    std::fstream f(e, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(at));
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x5a);
+    f.seekp(std::streamoff(at));
+    f.write(&c, 1);
+  }
+  auto r = epk("verify " + e);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(victim), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checksum"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tile "), std::string::npos) << r.out;
+  auto jv = parse(epk("verify --json " + e, false).out);
+  ASSERT_FALSE(jv.is_discarded());
+  EXPECT_FALSE(jv["ok"].get<bool>());
+  const auto* bad = find_tensor(jv, victim);
+  ASSERT_NE(bad, nullptr);
+  EXPECT_FALSE((*bad)["ok"].get<bool>());
+  EXPECT_GE((*bad)["bad_tiles"].size(), 1u);
+  EXPECT_EQ(jv["totals"]["bad_tensors"].get<int>(), 1);
+  // Decompress refuses the file instead of writing garbage.
+  EXPECT_EQ(epk("decompress " + e + " -o " + path("x.safetensors") + " --device cpu").status, 1);
+  EXPECT_FALSE(fs::exists(path("x.safetensors")));
+}
+
+TEST_F(EpkCompress, BadArgumentsAreClearErrors) {
+  struct Case {
+    std::string args;
+    std::string says;
+  };
+  const std::string out = path("o.epk");
+  const std::vector<Case> cases = {
+      {"compress " + model() + " -o " + out, "--bpp"},
+      {"compress " + model() + " -o " + out + " --bpp 40", "--bpp"},
+      {"compress " + model() + " -o " + out + " --bpp 4 --rule nothing", "PATTERN=RATE"},
+      {"compress " + model() + " -o " + out + " --bpp 4 --rule '*=fast'", "rate 'fast'"},
+      {"compress " + model() + " -o " + out + " --bpp 4 --rule '*norm*=4'", "cannot be encoded"},
+      {"compress " + model() + " -o " + out + " --budget-bpp 0.2", "--budget-bpp"},
+      {"compress " + model() + " -o " + out + " --bpp 4 --threads 0", "--threads"},
+      {"compress " + path("missing") + " -o " + out + " --bpp 4", path("missing")},
+  };
+  for (const auto& c : cases) {
+    auto r = epk(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+  ASSERT_EQ(epk("compress " + model() + " -o " + out + " --bpp 4").status, 0);
+  for (const auto& c : std::vector<Case>{
+           {"decompress " + out + " -o " + path("d.st") + " --dtype fp12", "--dtype 'fp12'"},
+           {"decompress " + out + " -o " + path("d.st") + " --device tpu", "--device 'tpu'"},
+           {"verify " + path("nothing.epk"), path("nothing.epk")},
+           {"import-entropack " + out + " -o " + path("i.epk"), out},
+       }) {
+    auto r = epk(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+TEST_F(EpkCompress, DeviceCudaWithoutAGpuSaysSo) {
+  if (run("nvidia-smi -L").status == 0) GTEST_SKIP() << "a GPU is present";
+  ASSERT_EQ(epk("compress " + model() + " -o " + path("m.epk") + " --bpp 4").status, 0);
+  auto r = epk("decompress " + path("m.epk") + " -o " + path("d.safetensors") + " --device cuda");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("--device cuda"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("d.safetensors")));
+  // The default falls back to the CPU.
+  EXPECT_EQ(epk("decompress " + path("m.epk") + " -o " + path("d.safetensors")).status, 0);
+}
+
+// The reference package's vectors (tests/data/entropack): import, then decompress to every dtype gives the
+// reference decoder's own output bit for bit; export gives the reference's blob byte for byte.
+class EpkEntropack : public EpkCompress {};
+
+std::vector<std::string> vector_files() {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(std::string(EPK_SOURCE_DIR) + "/tests/data/entropack"))
+    if (e.path().extension() == ".safetensors") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_F(EpkEntropack, ImportThenDecompressEqualsTheReferenceDecoder) {
+  const std::vector<std::pair<std::string, std::string>> dtypes = {
+      {"fp32", "decoded.float32"},          {"bf16", "decoded.bfloat16"},    {"fp16", "decoded.float16"},
+      {"fp8_e4m3", "decoded.float8_e4m3fn"}, {"fp8_e5m2", "decoded.float8_e5m2"}, {"int8", "decoded.int8"}};
+  const auto files = vector_files();
+  ASSERT_GE(files.size(), 10u);
+  int compared = 0;
+  for (const auto& f : files) {
+    const std::string e = path("v.epk");
+    auto r = epk("import-entropack " + f + " -o " + e);
+    ASSERT_EQ(r.status, 0) << f << "\n" << r.out;
+    ASSERT_EQ(epk("verify " + e).status, 0) << f;
+    auto ref = epk::safetensors::File::open(f);
+    ASSERT_TRUE(ref);
+    for (const auto& [flag, key] : dtypes) {
+      const auto* want = ref->find(key);
+      if (!want) continue;
+      const std::string out = path("v." + flag + ".safetensors");
+      r = epk("decompress " + e + " -o " + out + " --device cpu --dtype " + flag);
+      ASSERT_EQ(r.status, 0) << f << " " << flag << "\n" << r.out;
+      auto got_file = epk::safetensors::File::open(out);
+      ASSERT_TRUE(got_file);
+      const auto* got = got_file->find("entropack_quant_state");
+      ASSERT_NE(got, nullptr);
+      EXPECT_EQ(got->dtype, want->dtype) << f << " " << flag;
+      EXPECT_EQ(got->shape, want->shape) << f << " " << flag;
+      EXPECT_TRUE(std::equal(got->data.begin(), got->data.end(), want->data.begin(), want->data.end()))
+          << f << " " << flag;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 60);
+}
+
+TEST_F(EpkEntropack, ExportGivesByteIdenticalBlobs) {
+  for (const auto& f : vector_files()) {
+    ASSERT_EQ(epk("import-entropack " + f + " -o " + path("v.epk")).status, 0) << f;
+    auto r = epk("export-entropack " + path("v.epk") + " -o " + path("v.safetensors"));
+    ASSERT_EQ(r.status, 0) << f << "\n" << r.out;
+    auto ref = epk::safetensors::File::open(f);
+    auto got = epk::safetensors::File::open(path("v.safetensors"));
+    ASSERT_TRUE(ref && got);
+    ASSERT_EQ(got->tensors().size(), ref->tensors().size()) << f;
+    for (const auto& t : ref->tensors()) {
+      const auto* g = got->find(t.name);
+      ASSERT_NE(g, nullptr) << f << " " << t.name;
+      EXPECT_EQ(g->dtype, t.dtype);
+      EXPECT_EQ(g->shape, t.shape);
+      EXPECT_TRUE(std::equal(t.data.begin(), t.data.end(), g->data.begin(), g->data.end())) << f << " " << t.name;
+    }
+    EXPECT_EQ(got->metadata(), ref->metadata()) << f;
+  }
+}
+
+TEST_F(EpkEntropack, CompressedTensorsExportAndReimport) {
+  // Our own streams in the reference's form: export, import again, decode identically.
+  ASSERT_EQ(epk("compress " + model() + " -o " + path("m.epk") + " --bpp 4").status, 0);
+  ASSERT_EQ(epk("export-entropack " + path("m.epk") + " -o " + path("x.safetensors")).status, 0);
+  auto x = epk::safetensors::File::open(path("x.safetensors"));
+  ASSERT_TRUE(x);
+  EXPECT_NE(x->find("model.layers.0.mlp.up_proj.weight.entropack_quant_state"), nullptr);
+  ASSERT_EQ(epk("import-entropack " + path("x.safetensors") + " -o " + path("y.epk")).status, 0);
+  ASSERT_EQ(epk("decompress " + path("m.epk") + " -o " + path("a.safetensors") + " --device cpu").status, 0);
+  ASSERT_EQ(epk("decompress " + path("y.epk") + " -o " + path("b.safetensors") + " --device cpu").status, 0);
+  auto a = epk::safetensors::File::open(path("a.safetensors"));
+  auto b = epk::safetensors::File::open(path("b.safetensors"));
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  for (const auto& t : a->tensors()) {
+    const auto* u = b->find(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    EXPECT_TRUE(std::equal(t.data.begin(), t.data.end(), u->data.begin(), u->data.end())) << t.name;
+  }
+}
+
+}  // namespace

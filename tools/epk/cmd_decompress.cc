@@ -1,0 +1,94 @@
+// epk decompress IN.epk -o OUT.safetensors [--dtype bf16|fp16|fp32|fp8_e4m3|fp8_e5m2|int8] [--device cpu|cuda]:
+// lattice-rans tensors reconstructed (by default in their source dtype), raw tensors passed through unchanged.
+// One tensor is held in memory at a time.
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "codec/container/reader.h"
+#include "codec/decode/decode_tensor.h"
+#include "codec/rans/container_io.h"
+#include "codec/safetensors/writer.h"
+#include "tools/epk/cli_common.h"
+#include "tools/epk/device_decode.h"
+
+namespace epk::cli {
+namespace {
+
+struct DecompressArgs {
+  std::string input;
+  std::string output;
+  std::string dtype;
+  std::string device;
+  int threads = 0;
+};
+
+Status run_decompress(const DecompressArgs& args) {
+  std::optional<DType> out_dtype;
+  if (!args.dtype.empty()) {
+    EPK_TRY_ASSIGN(auto d, parse_output_dtype(args.dtype));
+    out_dtype = d;
+  }
+  EPK_TRY_ASSIGN(auto device, choose_device(args.device));
+  const int threads = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
+  std::vector<safetensors::TensorSpec> decls;
+  for (const auto& t : reader.tensors()) {
+    DType d = t.dtype;
+    if (t.encoding != container::Encoding::kRaw) {
+      d = out_dtype.value_or(t.dtype);
+      if (!decode::can_decode(t, d))
+        return make_error(ErrorCode::kUnsupported, args.input + ": tensor '" + t.name + "' (" +
+                                                       std::string(container::encoding_name(t.encoding)) +
+                                                       ") cannot be decoded to " + std::string(dtype_name(d)));
+    }
+    decls.push_back({t.name, d, t.shape});
+  }
+  std::map<std::string, std::string> metadata;
+  if (auto it = reader.metadata().find("source"); it != reader.metadata().end()) metadata["epk_source"] = it->second;
+  EPK_TRY_ASSIGN(auto writer, safetensors::Writer::create(args.output, decls, metadata));
+  std::vector<std::uint8_t> buf;
+  std::size_t decoded = 0;
+  for (const auto& spec : writer.tensors()) {
+    const auto* t = reader.find(spec.name);
+    EPK_TRY(reader.verify(*t));
+    if (t->encoding == container::Encoding::kRaw) {
+      EPK_TRY(writer.write(spec.name, reader.buffer(*t, 0)));
+      continue;
+    }
+    buf.resize(decode::decoded_bytes(*t, spec.dtype));
+    if (device == Device::kCuda && t->encoding == container::Encoding::kLatticeRans) {
+      EPK_TRY_ASSIGN(auto stored, rans::from_container(reader, *t));
+      EPK_TRY(gpu_decode(stored.stream, t->name, spec.dtype, buf));
+    } else {
+      decode::DecodeTensorOptions o;
+      o.threads = threads;
+      EPK_TRY(decode::decode_tensor(reader, *t, spec.dtype, buf, o));
+    }
+    ++decoded;
+    EPK_TRY(writer.write(spec.name, buf));
+  }
+  EPK_TRY(writer.finish());
+  std::printf("decompressed %zu tensors (%zu decoded on the %s, %zu raw) into %s\n", reader.tensors().size(), decoded,
+              device == Device::kCuda ? "GPU" : "CPU", reader.tensors().size() - decoded, args.output.c_str());
+  return {};
+}
+
+}  // namespace
+
+void add_decompress_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<DecompressArgs>();
+  auto* cmd = app.add_subcommand("decompress", "Write the reconstructed weights of an .epk file to safetensors");
+  cmd->add_option("input", args->input, "the .epk file")->required();
+  cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
+  cmd->add_option("--dtype", args->dtype,
+                  "element type of decoded tensors: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, int8 (default: source)");
+  cmd->add_option("--device", args->device, "cpu or cuda (default: cuda when a GPU is present)");
+  cmd->add_option("--threads", args->threads, "CPU decoder threads (default: all cores)");
+  cmd->callback([args, exit_code] {
+    auto st = run_decompress(*args);
+    *exit_code = st ? kExitOk : report("decompress", st.error());
+  });
+}
+
+}  // namespace epk::cli

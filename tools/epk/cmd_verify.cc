@@ -1,0 +1,223 @@
+// epk verify IN.epk [--against SRC] [--json] [--device cpu|cuda]: every buffer checksum, every tile of every
+// lattice-rans tensor decoded (corrupt tiles named with tensor and tile), and with --against the stored rate and the
+// relative L2 error of each tensor against the source checkpoint. Exit 1 when anything is wrong.
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "codec/container/reader.h"
+#include "codec/decode/decode_tensor.h"
+#include "codec/rans/container_io.h"
+#include "codec/rans/decoder.h"
+#include "codec/safetensors/checkpoint.h"
+#include "tools/epk/cli_common.h"
+#include "tools/epk/device_decode.h"
+#include "tools/epk/weights.h"
+
+namespace epk::cli {
+namespace {
+
+struct VerifyArgs {
+  std::string input;
+  std::string against;
+  bool json = false;
+  std::string device;
+  int threads = 0;
+};
+
+struct TensorReport {
+  std::string name;
+  std::string encoding;
+  std::vector<std::string> problems;
+  std::uint32_t tiles = 0;
+  std::vector<std::pair<std::uint32_t, std::string>> bad_tiles;
+  std::uint64_t weights = 0;
+  std::uint64_t stored = 0;
+  double target = 0;
+  std::optional<double> rel_l2;
+};
+
+// Decodes every tile of s; corrupt tiles into rep. With want_f32, also the reconstruction.
+void check_stream(const rans::StoredStream& st, const std::string& where, Device device, int threads,
+                  TensorReport& rep, std::vector<float>* f32) {
+  const auto& s = st.stream;
+  rep.tiles = s.tiles();
+  if (device == Device::kCuda) {
+    std::vector<float> local;
+    auto& out = f32 ? *f32 : local;
+    out.resize(std::uint64_t(s.rows) * s.cols);
+    std::vector<GpuTileFault> faults;
+    auto stat = gpu_decode(s, where, DType::kF32,
+                           std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4),
+                           &faults);
+    for (const auto& f : faults) rep.bad_tiles.push_back({f.tile, f.reason});
+    if (!stat && faults.empty()) rep.problems.push_back(stat.error().message);
+    if (!stat && f32) f32->clear();
+    return;
+  }
+  if (f32) {
+    f32->resize(std::uint64_t(s.rows) * s.cols);
+    std::vector<rans::TileStatus> faults;
+    auto stat = rans::decode(s, where, DType::kF32,
+                             std::span<std::byte>(reinterpret_cast<std::byte*>(f32->data()), f32->size() * 4), threads,
+                             &faults);
+    for (const auto& f : faults) rep.bad_tiles.push_back({f.tile, rans::tile_fault_name(f.fault)});
+    if (!stat && faults.empty()) rep.problems.push_back(stat.error().message);
+    if (!stat) f32->clear();
+    return;
+  }
+  auto faults = rans::check_tiles(s, where, threads);
+  if (!faults) {
+    rep.problems.push_back(faults.error().message);
+    return;
+  }
+  for (const auto& f : *faults) rep.bad_tiles.push_back({f.tile, rans::tile_fault_name(f.fault)});
+}
+
+Status run_verify(const VerifyArgs& args, int* exit_code) {
+  EPK_TRY_ASSIGN(auto device, choose_device(args.device));
+  const int threads = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
+  std::optional<safetensors::Checkpoint> source;
+  if (!args.against.empty()) {
+    EPK_TRY_ASSIGN(auto c, safetensors::Checkpoint::open(args.against));
+    source.emplace(std::move(c));
+  }
+  std::vector<TensorReport> reports;
+  for (const auto& t : reader.tensors()) {
+    TensorReport rep;
+    rep.name = t.name;
+    rep.encoding = std::string(container::encoding_name(t.encoding));
+    rep.weights = t.element_count();
+    rep.stored = rans::stored_bytes(t);
+    const std::string where = reader.path() + ": tensor '" + t.name + "'";
+    if (auto st = reader.verify(t); !st) rep.problems.push_back(st.error().message);
+    const safetensors::TensorView* src = nullptr;
+    if (source) {
+      src = source->find(t.name);
+      if (!src)
+        rep.problems.push_back(where + ": not in " + args.against);
+      else if (src->shape != t.shape)
+        rep.problems.push_back(where + ": shape " + shape_string(t.shape) + " differs from the source's " +
+                               shape_string(src->shape)), src = nullptr;
+    }
+    std::vector<float> decoded;
+    bool have_decoded = false;
+    if (t.encoding == container::Encoding::kLatticeRans) {
+      auto stored = rans::from_container(reader, t);
+      if (!stored) {
+        rep.problems.push_back(stored.error().message);
+      } else {
+        rep.target = stored->info.target_bpp;
+        check_stream(*stored, where, device, threads, rep, src ? &decoded : nullptr);
+        have_decoded = src && !decoded.empty();
+      }
+    } else if (src) {
+      auto d = decode::decode_tensor_f32(reader, t);
+      if (d) {
+        decoded = std::move(*d);
+        have_decoded = true;
+      } else if (src->dtype == t.dtype && t.buffers.size() == 1) {
+        // A raw tensor of a non-float dtype: compared byte for byte.
+        auto bytes = reader.buffer(t, 0);
+        const bool same = bytes.size() == src->data.size() && std::equal(bytes.begin(), bytes.end(), src->data.begin());
+        rep.rel_l2 = same ? 0.0 : 1.0;
+        if (!same) rep.problems.push_back(where + ": raw bytes differ from the source");
+      } else {
+        rep.problems.push_back(d.error().message);
+      }
+    }
+    if (have_decoded) {
+      auto ref = source_f32(*src);
+      if (ref)
+        rep.rel_l2 = relative_l2(decoded, *ref);
+      else
+        rep.problems.push_back(ref.error().message);
+      if (t.encoding == container::Encoding::kRaw && rep.rel_l2 && *rep.rel_l2 != 0.0)
+        rep.problems.push_back(where + ": raw tensor differs from the source");
+    }
+    for (const auto& [tile, why] : rep.bad_tiles)
+      rep.problems.push_back(where + ": tile " + std::to_string(tile) + " is corrupt (" + why + ")");
+    reports.push_back(std::move(rep));
+  }
+  if (source)
+    for (const auto& s : source->tensors())
+      if (!reader.find(s.name)) {
+        TensorReport rep;
+        rep.name = s.name;
+        rep.encoding = "missing";
+        rep.problems.push_back(args.against + ": tensor '" + s.name + "' is missing from " + args.input);
+        reports.push_back(std::move(rep));
+      }
+
+  std::size_t bad = 0;
+  std::uint64_t weights = 0, stored = 0, tiles = 0;
+  for (const auto& r : reports) {
+    bad += r.problems.empty() ? 0 : 1;
+    weights += r.weights;
+    stored += r.stored;
+    tiles += r.tiles;
+  }
+  if (args.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& r : reports) {
+      nlohmann::json bt = nlohmann::json::array();
+      for (const auto& [tile, why] : r.bad_tiles) bt.push_back({{"tile", tile}, {"reason", why}});
+      nlohmann::json j = {{"name", r.name},         {"encoding", r.encoding}, {"ok", r.problems.empty()},
+                          {"problems", r.problems}, {"tiles", r.tiles},       {"bad_tiles", bt},
+                          {"weights", r.weights},   {"stored_bytes", r.stored}};
+      j["stored_bpp"] = r.weights ? 8.0 * double(r.stored) / double(r.weights) : 0.0;
+      if (r.target > 0) j["target_bpp"] = r.target;
+      if (r.rel_l2) j["rel_l2"] = *r.rel_l2;
+      arr.push_back(std::move(j));
+    }
+    nlohmann::json out = {{"file", args.input},
+                          {"ok", bad == 0},
+                          {"device", device == Device::kCuda ? "cuda" : "cpu"},
+                          {"tensors", arr},
+                          {"totals", {{"tensors", reports.size()}, {"bad_tensors", bad}, {"tiles", tiles},
+                                      {"weights", weights}, {"stored_bytes", stored},
+                                      {"stored_bpp", weights ? 8.0 * double(stored) / double(weights) : 0.0}}}};
+    if (!args.against.empty()) out["against"] = args.against;
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("%-48s %-13s %6s %8s %7s %9s  %s\n", "tensor", "encoding", "tiles", "stored", "target", "rel_l2",
+                "status");
+    for (const auto& r : reports) {
+      char err[32] = "-", tgt[32] = "-";
+      if (r.rel_l2) std::snprintf(err, sizeof err, "%.4f%%", 100.0 * *r.rel_l2);
+      if (r.target > 0) std::snprintf(tgt, sizeof tgt, "%.3f", r.target);
+      std::printf("%-48s %-13s %6u %8.3f %7s %9s  %s\n", r.name.c_str(), r.encoding.c_str(), r.tiles,
+                  r.weights ? 8.0 * double(r.stored) / double(r.weights) : 0.0, tgt, err,
+                  r.problems.empty() ? "ok" : "BAD");
+      for (const auto& p : r.problems) std::printf("    %s\n", p.c_str());
+    }
+    std::printf("%s: %zu tensors, %llu tiles decoded on the %s, %zu bad\n", bad ? "FAILED" : "ok", reports.size(),
+                static_cast<unsigned long long>(tiles), device == Device::kCuda ? "GPU" : "CPU", bad);
+  }
+  if (args.json)  // the text table already lists them
+    for (const auto& r : reports)
+      for (const auto& p : r.problems) std::fprintf(stderr, "epk verify: %s\n", p.c_str());
+  *exit_code = bad ? kExitFailure : kExitOk;
+  return {};
+}
+
+}  // namespace
+
+void add_verify_command(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<VerifyArgs>();
+  auto* cmd = app.add_subcommand("verify", "Check every checksum and tile of an .epk file; rate and error vs a source");
+  cmd->add_option("input", args->input, "the .epk file")->required();
+  cmd->add_option("--against", args->against, "the source checkpoint: report rate and relative L2 error per tensor");
+  cmd->add_flag("--json", args->json, "print JSON");
+  cmd->add_option("--device", args->device, "cpu or cuda (default: cuda when a GPU is present)");
+  cmd->add_option("--threads", args->threads, "CPU decoder threads (default: all cores)");
+  cmd->callback([args, exit_code] {
+    auto st = run_verify(*args, exit_code);
+    if (!st) *exit_code = report("verify", st.error());
+  });
+}
+
+}  // namespace epk::cli

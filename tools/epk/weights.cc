@@ -1,0 +1,61 @@
+#include "tools/epk/weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "codec/decode/decode_tensor.h"
+
+namespace epk::cli {
+
+Result<std::vector<float>> source_f32(const safetensors::TensorView& t) {
+  std::uint64_t n = 1;
+  for (auto d : t.shape) n *= d;
+  std::vector<float> out(n);
+  if (!decode::raw_to_f32(t.dtype, t.data, out))
+    return make_error(ErrorCode::kUnsupported,
+                      "tensor '" + t.name + "': dtype " + std::string(dtype_name(t.dtype)) + " is not a float dtype");
+  return out;
+}
+
+double relative_l2(std::span<const float> x, std::span<const float> ref) {
+  double num = 0, den = 0;
+  const std::size_t n = std::min(x.size(), ref.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = double(x[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  if (den == 0) return num == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(num / den);
+}
+
+Result<double> energy(const safetensors::TensorView& t) {
+  const int w = dtype_bits(t.dtype) / 8;
+  if (w == 0) return make_error(ErrorCode::kUnsupported, "tensor '" + t.name + "': sub-byte dtype");
+  const std::uint64_t n = t.data.size() / std::uint64_t(w);
+  constexpr std::size_t kChunk = 8192;
+  float tmp[kChunk];
+  double sum = 0;
+  for (std::uint64_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = std::size_t(std::min<std::uint64_t>(kChunk, n - i));
+    if (!decode::raw_to_f32(t.dtype, t.data.subspan(i * w, m * w), std::span<float>(tmp, m)))
+      return make_error(ErrorCode::kUnsupported,
+                        "tensor '" + t.name + "': dtype " + std::string(dtype_name(t.dtype)) + " is not a float dtype");
+    for (std::size_t k = 0; k < m; ++k) sum += double(tmp[k]) * double(tmp[k]);
+  }
+  return sum;
+}
+
+std::string clock_string(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
+  const long s = long(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+
+}  // namespace epk::cli
