@@ -1,0 +1,106 @@
+// Device helpers and kernels of intq_repack.cu (one thread per output element or word; these are copy-like,
+// memory-bound loops, so the plain mapping is the whole design).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace epk::cuda::intq::detail {
+
+// Code `index` of an LSB-first stream of `bits`-bit values (values may straddle two words).
+__device__ __forceinline__ std::uint32_t load_code(const std::uint32_t* __restrict__ words, std::uint64_t index,
+                                                   int bits) {
+  const std::uint64_t pos = index * static_cast<std::uint64_t>(bits);
+  const std::uint64_t w = pos >> 5;
+  const int off = static_cast<int>(pos & 31);
+  std::uint32_t v = __ldg(words + w) >> off;
+  if (off + bits > 32) v |= __ldg(words + w + 1) << (32 - off);
+  return v & ((1u << bits) - 1u);
+}
+
+struct Geometry {
+  int bits;
+  std::int64_t rows, cols, padded_rows, padded_cols, group_size;
+};
+
+template <bool kBf16>
+__global__ void dequantize_kernel(const std::uint32_t* __restrict__ codes, const float* __restrict__ scales,
+                                  const std::uint32_t* __restrict__ zeros, const std::int32_t* __restrict__ g_idx,
+                                  const std::int32_t* __restrict__ perm, Geometry g, std::uint16_t* __restrict__ out) {
+  // One thread per stored (k, n), n fastest: code reads coalesce; writes go to [n, perm[k]].
+  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (i >= static_cast<std::uint64_t>(g.rows) * static_cast<std::uint64_t>(g.cols)) return;
+  const std::int64_t k = static_cast<std::int64_t>(i / static_cast<std::uint64_t>(g.cols));
+  const std::int64_t n = static_cast<std::int64_t>(i % static_cast<std::uint64_t>(g.cols));
+  const std::int64_t grp = g_idx ? __ldg(g_idx + k) : k / g.group_size;
+  const std::uint64_t gi = static_cast<std::uint64_t>(grp) * g.padded_cols + n;
+  const int q = static_cast<int>(load_code(codes, static_cast<std::uint64_t>(k) * g.padded_cols + n, g.bits));
+  const int z = zeros ? static_cast<int>(load_code(zeros, gi, g.bits)) : (1 << (g.bits - 1));
+  const float w = __fmul_rn(__ldg(scales + gi), static_cast<float>(q - z));  // exact: <= 24 significant bits
+  const std::int64_t feature = perm ? __ldg(perm + k) : k;
+  std::uint16_t bits16;
+  if constexpr (kBf16) {
+    bits16 = __bfloat16_as_ushort(__float2bfloat16_rn(w));
+  } else {
+    bits16 = __half_as_ushort(__float2half_rn(w));
+  }
+  out[static_cast<std::uint64_t>(n) * g.rows + feature] = bits16;
+}
+
+// GPTQ: word (w, n) holds rows [32w / b, (32w + 31) / b] of column n, LSB first, straddling values split.
+__global__ void gptq_kernel(const std::uint32_t* __restrict__ codes, Geometry g, std::uint32_t* __restrict__ out) {
+  const std::uint64_t words_per_col = static_cast<std::uint64_t>(g.padded_rows) * g.bits / 32;
+  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (i >= words_per_col * static_cast<std::uint64_t>(g.padded_cols)) return;
+  const std::uint64_t w = i / static_cast<std::uint64_t>(g.padded_cols);
+  const std::uint64_t n = i % static_cast<std::uint64_t>(g.padded_cols);
+  const std::int64_t first = static_cast<std::int64_t>((32 * w) / g.bits);
+  const std::int64_t last = static_cast<std::int64_t>((32 * w + 31) / g.bits);
+  std::uint32_t word = 0;
+  for (std::int64_t k = first; k <= last; ++k) {
+    const std::uint32_t c = load_code(codes, static_cast<std::uint64_t>(k) * g.padded_cols + n, g.bits);
+    const std::int64_t shift = k * g.bits - static_cast<std::int64_t>(32 * w);
+    word |= shift >= 0 ? (c << shift) : (c >> -shift);
+  }
+  out[i] = word;
+}
+
+// AWQ: word (k, c) slot s (bits 4s) holds column 8c + order[s], order = {0, 2, 4, 6, 1, 3, 5, 7}.
+__global__ void awq_kernel(const std::uint32_t* __restrict__ codes, Geometry g, std::uint32_t* __restrict__ out) {
+  const std::uint64_t wcols = static_cast<std::uint64_t>(g.padded_cols) / 8;
+  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (i >= wcols * static_cast<std::uint64_t>(g.padded_rows)) return;
+  const std::uint64_t k = i / wcols, c = i % wcols;
+  // The 8 codes of columns 8c..8c+7 of row k are one aligned 32-bit word of the logical stream (padded_cols % 8 == 0).
+  const std::uint32_t logical = __ldg(codes + (k * g.padded_cols + 8 * c) / 8);
+  constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  std::uint32_t word = 0;
+#pragma unroll
+  for (int s = 0; s < 8; ++s) word |= ((logical >> (4 * kOrder[s])) & 0xFu) << (4 * s);
+  out[i] = word;
+}
+
+// Marlin: value v of the output stream is tiled value base(v) + perm[v % 1024]; tiled index T of row block r holds
+// (k, n) = (16r + i, 16t + j) with T = r * 16N + t * 256 + i * 16 + j.
+__global__ void marlin_kernel(const std::uint32_t* __restrict__ codes, const int* __restrict__ perm, Geometry g,
+                              std::uint32_t* __restrict__ out) {
+  const int per_word = 32 / g.bits;
+  const std::uint64_t total_words = static_cast<std::uint64_t>(g.padded_rows) * g.padded_cols / per_word;
+  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (i >= total_words) return;
+  const std::uint64_t cols16 = 16 * static_cast<std::uint64_t>(g.padded_cols);
+  std::uint32_t word = 0;
+  for (int s = 0; s < per_word; ++s) {
+    const std::uint64_t v = i * per_word + s;
+    const std::uint64_t t_index = (v & ~std::uint64_t{1023}) + static_cast<std::uint64_t>(perm[v & 1023]);
+    const std::uint64_t r = t_index / cols16, rem = t_index % cols16;
+    const std::uint64_t tile = rem / 256, in_tile = rem % 256;
+    const std::uint64_t k = 16 * r + in_tile / 16, n = 16 * tile + in_tile % 16;
+    word |= load_code(codes, k * g.padded_cols + n, g.bits) << (g.bits * s);
+  }
+  out[i] = word;
+}
+
+}  // namespace epk::cuda::intq::detail
