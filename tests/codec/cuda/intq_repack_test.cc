@@ -102,7 +102,7 @@ class GpuIntqDequant : public ::testing::TestWithParam<DeqCase> {};
 TEST_P(GpuIntqDequant, MatchesDequantizeIntqBitForBit) {
   SKIP_WITHOUT_GPU();
   const DeqCase c = GetParam();
-  QuantTensor t = layouts::testing::random_quant_tensor(c.bits, c.rows, c.cols, c.group, c.symmetric, c.act_order,
+  QuantTensor t = layouts::testing::random_intq_tensor(c.bits, c.rows, c.cols, c.group, c.symmetric, c.act_order,
                                                         c.perm, 100 + c.bits);
   ASSERT_TRUE(layouts::pad_to(t, 32, 8));
   for (DenseType type : {DenseType::kBf16, DenseType::kFp16}) {
@@ -136,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuIntqDequant,
 TEST(GpuIntqRepack, GptqQweightMatchesWriteGptq) {
   SKIP_WITHOUT_GPU();
   for (int bits : {2, 3, 4, 8}) {
-    QuantTensor t = layouts::testing::random_quant_tensor(bits, 96, 64, 32, false, bits == 3, false, 7 + bits);  // 64 * b: whole qzeros words
+    QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, false, bits == 3, false, 7 + bits);  // 64 * b: whole qzeros words
     auto cpu = layouts::write_gptq(t, layouts::GptqZeros::kV2);
     ASSERT_TRUE(cpu) << cpu.error().message;
     const auto want = qweight_bytes(*cpu);
@@ -150,7 +150,7 @@ TEST(GpuIntqRepack, GptqQweightMatchesWriteGptq) {
 
 TEST(GpuIntqRepack, AwqQweightMatchesWriteAwq) {
   SKIP_WITHOUT_GPU();
-  QuantTensor t = layouts::testing::random_quant_tensor(4, 128, 72, 64, false, false, false, 3);
+  QuantTensor t = layouts::testing::random_intq_tensor(4, 128, 72, 64, false, false, false, 3);
   auto cpu = layouts::write_awq(t);
   ASSERT_TRUE(cpu) << cpu.error().message;
   const auto want = qweight_bytes(*cpu);
@@ -163,7 +163,7 @@ TEST(GpuIntqRepack, AwqQweightMatchesWriteAwq) {
 TEST(GpuIntqRepack, MarlinQweightMatchesWriteMarlin) {
   SKIP_WITHOUT_GPU();
   for (int bits : {4, 8}) {
-    QuantTensor t = layouts::testing::random_quant_tensor(bits, 64, 128, 32, true, false, false, 11 + bits);
+    QuantTensor t = layouts::testing::random_intq_tensor(bits, 64, 128, 32, true, false, false, 11 + bits);
     auto cpu = layouts::write_marlin(t);
     ASSERT_TRUE(cpu) << cpu.error().message;
     const auto want = qweight_bytes(*cpu);

@@ -11,7 +11,7 @@
 namespace epk::layouts {
 namespace {
 
-using testing::random_quant_tensor;
+using testing::random_intq_tensor;
 using testing::scratch_dir;
 using testing::write_and_open;
 
@@ -41,7 +41,7 @@ class IntqRoundTrip : public ::testing::TestWithParam<Case> {};
 
 TEST_P(IntqRoundTrip, ReadBackEqualsWritten) {
   const Case c = GetParam();
-  QuantTensor t = random_quant_tensor(c.bits, c.rows, c.cols, c.group, c.symmetric, c.act_order, c.perm, 7 + c.bits);
+  QuantTensor t = random_intq_tensor(c.bits, c.rows, c.cols, c.group, c.symmetric, c.act_order, c.perm, 7 + c.bits);
   if (c.rows % 16 != 0) ASSERT_TRUE(pad_to(t, 16, 8));  // padded storage travels too
   auto e = intq::encode_int(t, "layer.weight", DType::kF16, "gptq");
   ASSERT_TRUE(e) << e.error().message;
@@ -68,7 +68,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, IntqRoundTrip,
                                            Case{1, 17, 9, 17, false, false, false}));
 
 TEST(Intq, SymmetricStaticTensorStoresOnlyCodesAndScales) {
-  QuantTensor t = random_quant_tensor(4, 64, 16, 32, true, false, false, 3);
+  QuantTensor t = random_intq_tensor(4, 64, 16, 32, true, false, false, 3);
   auto e = intq::encode_int(t, "w", DType::kF16, "gptq");
   ASSERT_TRUE(e);
   ASSERT_EQ(e->names.size(), 2u);
@@ -79,7 +79,7 @@ TEST(Intq, SymmetricStaticTensorStoresOnlyCodesAndScales) {
 }
 
 TEST(Intq, DequantizeIsTheTransposedUnpermutedLogicalMatrix) {
-  QuantTensor t = random_quant_tensor(4, 96, 11, 32, false, true, true, 11);
+  QuantTensor t = random_intq_tensor(4, 96, 11, 32, false, true, true, 11);
   std::vector<intq::Encoded> all;
   all.push_back(std::move(*intq::encode_int(t, "w", DType::kBF16, "gptq")));
   const auto dir = scratch_dir("deq");
@@ -108,7 +108,7 @@ TEST(Intq, DequantizeIsTheTransposedUnpermutedLogicalMatrix) {
 }
 
 TEST(Intq, RowShardPermIsRefusedAtEncode) {
-  QuantTensor t = random_quant_tensor(4, 32, 8, 32, true, false, true, 5);
+  QuantTensor t = random_intq_tensor(4, 32, 8, 32, true, false, true, 5);
   t.perm[0] = 1000;  // a global feature index: distinct but outside the tensor's rows
   t.perm[1] = 1001;
   auto e = intq::encode_int(t, "w", DType::kF16, "gptq");

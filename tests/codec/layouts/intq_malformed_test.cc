@@ -91,7 +91,7 @@ class IntqMalformed : public ::testing::TestWithParam<std::size_t> {};
 TEST_P(IntqMalformed, RefusedNamingTheField) {
   const Mutation& m = mutations()[GetParam()];
   // 3-bit, 37 x 5, act-order, asymmetric, with a perm: every optional buffer is present.
-  QuantTensor t = testing::random_quant_tensor(3, 37, 5, 16, false, true, true, 21);
+  QuantTensor t = testing::random_intq_tensor(3, 37, 5, 16, false, true, true, 21);
   auto e = intq::encode_int(t, "bad.weight", DType::kF16, "gptq");
   ASSERT_TRUE(e);
   json j = json::parse(e->spec.params_json);

@@ -8,39 +8,15 @@
 
 #include "codec/layouts/intq_io.h"
 #include "codec/layouts/quant_source.h"
-#include "codec/safetensors/writer.h"
+#include "tests/codec/layouts/checkpoint_fixture.h"
 #include "tests/codec/layouts/intq_test_util.h"
 #include "tests/codec/layouts/vectors.h"
 
 namespace epk::layouts {
 namespace {
 
-constexpr const char* kPrefix = "model.layers.0.mlp.up_proj";
-
-// Writes the vector file's tensors (except ref.* and logical.*) under kPrefix, plus a raw norm, and config.json.
-std::string make_checkpoint(const std::string& vector_file, const std::string& config, const std::string& tag) {
-  testing::Vectors v(vector_file);
-  EXPECT_TRUE(v.ok());
-  const auto dir = testing::scratch_dir("ckpt_" + tag);
-  std::vector<safetensors::TensorSpec> specs;
-  std::vector<TensorView> views;
-  for (const auto& name : v.names()) {
-    if (name.rfind("ref.", 0) == 0 || name.rfind("logical.", 0) == 0) continue;
-    TensorView tv = v.view(name);
-    specs.push_back({std::string(kPrefix) + "." + name, tv.dtype,
-                     std::vector<std::uint64_t>(tv.shape.begin(), tv.shape.end())});
-    views.push_back(tv);
-  }
-  const std::uint8_t norm[8] = {0, 0x3C, 0, 0x3C, 0, 0x40, 0, 0x40};
-  specs.push_back({"model.norm.weight", DType::kF16, {4}});
-  auto w = safetensors::Writer::create((dir / "model.safetensors").string(), specs, {}, safetensors::Order::kAsDeclared);
-  EXPECT_TRUE(w);
-  for (std::size_t i = 0; i < views.size(); ++i) EXPECT_TRUE(w->write(specs[i].name, views[i].bytes));
-  EXPECT_TRUE(w->write("model.norm.weight", norm));
-  EXPECT_TRUE(w->finish());
-  std::ofstream(dir / "config.json") << config;
-  return dir.string();
-}
+using testing::kPrefix;
+using testing::make_checkpoint;
 
 // Imports `path` into an .epk and returns the dequantized weight of `name` in `dtype`.
 std::vector<std::uint8_t> import_and_dequantize(const std::string& path, const std::string& name, DType dtype,
