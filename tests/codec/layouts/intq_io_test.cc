@@ -65,7 +65,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, IntqRoundTrip,
                                            Case{2, 64, 7, 16, true, false, true},
                                            Case{8, 33, 5, 8, true, true, true},
                                            Case{5, 40, 3, 40, false, false, false},
-                                           Case{1, 17, 9, 17, false, false, false}));
+                                           Case{1, 17, 9, 17, false, false, false},
+                                           Case{4, 64, 8, 128, false, false, false}));  // group longer than K
 
 TEST(Intq, SymmetricStaticTensorStoresOnlyCodesAndScales) {
   QuantTensor t = random_intq_tensor(4, 64, 16, 32, true, false, false, 3);
