@@ -1,5 +1,6 @@
-// Device helpers and kernels of intq_repack.cu (one thread per output element or word; these are copy-like,
-// memory-bound loops, so the plain mapping is the whole design).
+// Device helpers and kernels of intq_repack.cu. The repacks give one thread per output word (reads of neighbouring
+// threads fall in the same or neighbouring input words); dequantization transposes [K, N] into [N, K] through
+// shared-memory tiles so that reads and writes both coalesce. Unmeasured on a GPU by their author (see NOTES.md).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,28 +26,51 @@ struct Geometry {
   std::int64_t rows, cols, padded_rows, padded_cols, group_size;
 };
 
+inline constexpr int kTile = 32;      // dequantize: 32 x 32 tiles through shared memory (a transpose)
+inline constexpr int kTileRows = 8;   // threads per tile column: blockDim = (32, 8)
+
 template <bool kBf16>
-__global__ void dequantize_kernel(const std::uint32_t* __restrict__ codes, const float* __restrict__ scales,
-                                  const std::uint32_t* __restrict__ zeros, const std::int32_t* __restrict__ g_idx,
-                                  const std::int32_t* __restrict__ perm, Geometry g, std::uint16_t* __restrict__ out) {
-  // One thread per stored (k, n), n fastest: code reads coalesce; writes go to [n, perm[k]].
-  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
-  if (i >= static_cast<std::uint64_t>(g.rows) * static_cast<std::uint64_t>(g.cols)) return;
-  const std::int64_t k = static_cast<std::int64_t>(i / static_cast<std::uint64_t>(g.cols));
-  const std::int64_t n = static_cast<std::int64_t>(i % static_cast<std::uint64_t>(g.cols));
+__device__ __forceinline__ std::uint16_t dequantize_one(const std::uint32_t* __restrict__ codes,
+                                                        const float* __restrict__ scales,
+                                                        const std::uint32_t* __restrict__ zeros,
+                                                        const std::int32_t* __restrict__ g_idx, const Geometry& g,
+                                                        std::int64_t k, std::int64_t n) {
   const std::int64_t grp = g_idx ? __ldg(g_idx + k) : k / g.group_size;
   const std::uint64_t gi = static_cast<std::uint64_t>(grp) * g.padded_cols + n;
   const int q = static_cast<int>(load_code(codes, static_cast<std::uint64_t>(k) * g.padded_cols + n, g.bits));
   const int z = zeros ? static_cast<int>(load_code(zeros, gi, g.bits)) : (1 << (g.bits - 1));
   const float w = __fmul_rn(__ldg(scales + gi), static_cast<float>(q - z));  // exact: <= 24 significant bits
-  const std::int64_t feature = perm ? __ldg(perm + k) : k;
-  std::uint16_t bits16;
   if constexpr (kBf16) {
-    bits16 = __bfloat16_as_ushort(__float2bfloat16_rn(w));
+    return __bfloat16_as_ushort(__float2bfloat16_rn(w));
   } else {
-    bits16 = __half_as_ushort(__float2half_rn(w));
+    return __half_as_ushort(__float2half_rn(w));
   }
-  out[static_cast<std::uint64_t>(n) * g.rows + feature] = bits16;
+}
+
+// The stored form is [K, N] (n fastest) and the output [N, K] (k fastest): each block dequantizes a 32 x 32 tile with
+// reads along n, then writes it along k, so both sides coalesce (with a perm the writes scatter within a row).
+template <bool kBf16>
+__global__ void dequantize_kernel(const std::uint32_t* __restrict__ codes, const float* __restrict__ scales,
+                                  const std::uint32_t* __restrict__ zeros, const std::int32_t* __restrict__ g_idx,
+                                  const std::int32_t* __restrict__ perm, Geometry g, std::uint16_t* __restrict__ out) {
+  __shared__ std::uint16_t tile[kTile][kTile + 1];
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+  for (std::int64_t k0 = static_cast<std::int64_t>(blockIdx.y) * kTile; k0 < g.rows;
+       k0 += static_cast<std::int64_t>(gridDim.y) * kTile) {
+    for (int dy = threadIdx.y; dy < kTile; dy += kTileRows) {
+      const std::int64_t k = k0 + dy, n = n0 + threadIdx.x;
+      if (k < g.rows && n < g.cols) tile[dy][threadIdx.x] = dequantize_one<kBf16>(codes, scales, zeros, g_idx, g, k, n);
+    }
+    __syncthreads();
+    for (int dy = threadIdx.y; dy < kTile; dy += kTileRows) {
+      const std::int64_t n = n0 + dy, k = k0 + threadIdx.x;
+      if (k < g.rows && n < g.cols) {
+        const std::int64_t feature = perm ? __ldg(perm + k) : k;
+        out[static_cast<std::uint64_t>(n) * g.rows + feature] = tile[threadIdx.x][dy];
+      }
+    }
+    __syncthreads();
+  }
 }
 
 // GPTQ: word (w, n) holds rows [32w / b, (32w + 31) / b] of column n, LSB first, straddling values split.

@@ -64,12 +64,17 @@ Status dequantize_dense(const DeviceIntq& t, DenseType type, void* dst, Stream s
   const std::uint64_t n = static_cast<std::uint64_t>(t.rows) * static_cast<std::uint64_t>(t.cols);
   if (n == 0) return {};
   auto* out = static_cast<std::uint16_t*>(dst);
+  const std::uint64_t tiles_n = (static_cast<std::uint64_t>(t.cols) + detail::kTile - 1) / detail::kTile;
+  const std::uint64_t tiles_k = (static_cast<std::uint64_t>(t.rows) + detail::kTile - 1) / detail::kTile;
+  if (tiles_n > 0x7fffffffu) return invalid("dequantize: too many columns");
+  const dim3 grid(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_k < 65535 ? tiles_k : 65535));
+  const dim3 block(detail::kTile, detail::kTileRows);
   if (type == DenseType::kBf16) {
-    detail::dequantize_kernel<true><<<blocks_for(n), kThreads, 0, stream>>>(t.codes, t.scales, t.zeros, t.g_idx,
-                                                                           t.perm, geometry(t), out);
+    detail::dequantize_kernel<true><<<grid, block, 0, stream>>>(t.codes, t.scales, t.zeros, t.g_idx, t.perm,
+                                                                geometry(t), out);
   } else {
-    detail::dequantize_kernel<false><<<blocks_for(n), kThreads, 0, stream>>>(t.codes, t.scales, t.zeros, t.g_idx,
-                                                                            t.perm, geometry(t), out);
+    detail::dequantize_kernel<false><<<grid, block, 0, stream>>>(t.codes, t.scales, t.zeros, t.g_idx, t.perm,
+                                                                 geometry(t), out);
   }
   return launched("dequantize");
 }
