@@ -3,8 +3,12 @@
 // shared-memory tiles so that reads and writes both coalesce. Unmeasured on a GPU by their author (see NOTES.md).
 #pragma once
 
+// tests/codec/cuda/intq_kernels_host_test.cc compiles these kernels on the host (one std::thread per CUDA thread,
+// a barrier for __syncthreads) to check their indexing without a GPU; it supplies the CUDA names itself.
+#ifndef EPK_INTQ_HOST_EMULATION
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#endif
 
 #include <cstdint>
 
