@@ -111,6 +111,21 @@ TEST(QuantImport, Nf4DoubleQuantCheckpointIsStoredVerbatimAndDequantizesLikeBits
   EXPECT_EQ(std::memcmp(got.data(), ref.bytes.data(), got.size()), 0);
 }
 
+TEST(QuantImport, CompressedTensorsCheckpointDequantizesLikeCompressedTensors) {
+  const auto dir = make_checkpoint(
+      "ct_4bit_asym_g64_f16.safetensors",
+      R"({"quantization_config":{"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":)"
+      R"({"group_0":{"weights":{"num_bits":4,"group_size":64,"symmetric":false,"strategy":"group","type":"int"}}}}})",
+      "ct");
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  testing::Vectors v("ct_4bit_asym_g64_f16.safetensors");
+  const TensorView ref = v.view("ref.dequant");  // [N, K]: the nn.Linear orientation, as ours
+  EXPECT_EQ(shape, (std::vector<std::uint64_t>{40, 128}));
+  ASSERT_EQ(got.size(), ref.bytes.size());
+  EXPECT_EQ(std::memcmp(got.data(), ref.bytes.data(), got.size()), 0);
+}
+
 class GgufImport : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GgufImport, TensorDequantizesLikeGgufPy) {
