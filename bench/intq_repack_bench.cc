@@ -115,6 +115,11 @@ int main(int argc, char** argv) {
   row("repack awq qweight", packed_bytes, [&] { return epk::cuda::intq::repack_awq_qweight(t, out32, nullptr); });
   row("repack marlin qweight", packed_bytes,
       [&] { return epk::cuda::intq::repack_marlin_qweight(t, out32, nullptr); });
+  const std::size_t scale_bytes = scales.size() * 2;
+  row("gptq qzeros (v2)", static_cast<std::size_t>(groups * n * bits / 8),
+      [&] { return epk::cuda::intq::repack_gptq_qzeros_v2(t, out32, nullptr); });
+  row("marlin scales fp16", scale_bytes,
+      [&] { return epk::cuda::intq::repack_marlin_scales(t, epk::cuda::intq::DenseType::kFp16, d_out, nullptr); });
   row("dequantize bf16", dense_bytes,
       [&] { return epk::cuda::intq::dequantize_dense(t, epk::cuda::intq::DenseType::kBf16, d_out, nullptr); });
   row("dequantize fp16", dense_bytes,

@@ -131,4 +131,39 @@ __global__ void marlin_kernel(const std::uint32_t* __restrict__ codes, const int
   out[i] = word;
 }
 
+// GPTQ qzeros (v2: z as stored): row r of [rows, row_len] values repacked as row_len * bits / 32 words per row, the
+// same LSB-first stream restarted at every row. values == nullptr: every value is `fill`.
+__global__ void pack_rows_kernel(const std::uint32_t* __restrict__ values, std::uint32_t fill, std::int64_t rows,
+                                 std::int64_t row_len, int bits, std::uint32_t* __restrict__ out) {
+  const std::uint64_t words_per_row = static_cast<std::uint64_t>(row_len) * bits / 32;
+  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (i >= words_per_row * static_cast<std::uint64_t>(rows)) return;
+  const std::uint64_t r = i / words_per_row, w = i % words_per_row;
+  const std::int64_t first = static_cast<std::int64_t>((32 * w) / bits);
+  const std::int64_t last = static_cast<std::int64_t>((32 * w + 31) / bits);
+  std::uint32_t word = 0;
+  for (std::int64_t c = first; c <= last; ++c) {
+    const std::uint32_t v = values ? load_code(values, r * static_cast<std::uint64_t>(row_len) + c, bits) : fill;
+    const std::int64_t shift = c * bits - static_cast<std::int64_t>(32 * w);
+    word |= shift >= 0 ? (v << shift) : (v >> -shift);
+  }
+  out[i] = word;
+}
+
+// Scales [groups, cols] from float32 to bf16/fp16, each block of `block` values gathered through sperm (Marlin's
+// scale permutation) or copied in order (sperm == nullptr).
+template <bool kBf16>
+__global__ void scales_kernel(const float* __restrict__ scales, std::uint64_t count, const int* __restrict__ sperm,
+                              int block, std::uint16_t* __restrict__ out) {
+  const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (i >= count) return;
+  const std::uint64_t src = sperm ? (i - i % block) + static_cast<std::uint64_t>(sperm[i % block]) : i;
+  const float s = __ldg(scales + src);
+  if constexpr (kBf16) {
+    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(s));
+  } else {
+    out[i] = __half_as_ushort(__float2half_rn(s));
+  }
+}
+
 }  // namespace epk::cuda::intq::detail

@@ -37,6 +37,22 @@ detail::Geometry geometry(const DeviceIntq& t) {
 
 unsigned blocks_for(std::uint64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
+// Marlin's scale permutations (64 grouped entries, then 32 per-channel ones), uploaded once.
+Result<const int*> marlin_scale_perm(bool grouped) {
+  static std::once_flag once;
+  static int* table = nullptr;
+  static cudaError_t status = cudaSuccess;
+  std::call_once(once, [] {
+    std::vector<int> host = layouts::marlin_scale_perm();
+    const auto single = layouts::marlin_scale_perm_single();
+    host.insert(host.end(), single.begin(), single.end());
+    status = cudaMalloc(&table, host.size() * sizeof(int));
+    if (status == cudaSuccess) status = cudaMemcpy(table, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
+  });
+  if (status != cudaSuccess) return make_error(ErrorCode::kCuda, std::string("intq gpu: marlin scale table: ") + cudaGetErrorString(status));
+  return table + (grouped ? 0 : 64);
+}
+
 // The 4- and 8-bit Marlin weight permutations, uploaded once per process (device 0's context; the daemon and the
 // tools use one device).
 Result<const int*> marlin_perm(int bits) {
@@ -111,6 +127,62 @@ Status repack_marlin_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream str
   if (n == 0) return {};
   detail::marlin_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.codes, perm, geometry(t), dst);
   return launched("marlin");
+}
+
+Status repack_gptq_qzeros_v2(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
+  EPK_TRY(check_common(t));
+  if ((t.padded_cols * t.bits) % 32 != 0) return invalid("gptq qzeros: padded_cols * bits is not a multiple of 32");
+  const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * (t.padded_cols * t.bits / 32);
+  if (n == 0) return {};
+  detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.zeros, 1u << (t.bits - 1), t.num_groups,
+                                                                   t.padded_cols, t.bits, dst);
+  return launched("gptq qzeros");
+}
+
+Status repack_awq_qzeros(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
+  EPK_TRY(check_common(t));
+  if (t.bits != 4 || t.padded_cols % 8 != 0) return invalid("awq qzeros: needs 4-bit and padded_cols % 8 == 0");
+  const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * static_cast<std::uint64_t>(t.padded_cols / 8);
+  if (n == 0) return {};
+  if (t.zeros == nullptr) {  // symmetric: every field 8, in any order
+    detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(nullptr, 8u, t.num_groups, t.padded_cols, 4,
+                                                                     dst);
+  } else {
+    detail::Geometry g = geometry(t);
+    g.padded_rows = t.num_groups;
+    detail::awq_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.zeros, g, dst);
+  }
+  return launched("awq qzeros");
+}
+
+Status convert_scales(const DeviceIntq& t, DenseType type, void* dst, Stream stream) {
+  EPK_TRY(check_common(t));
+  const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * static_cast<std::uint64_t>(t.padded_cols);
+  if (n == 0) return {};
+  auto* out = static_cast<std::uint16_t*>(dst);
+  if (type == DenseType::kBf16) {
+    detail::scales_kernel<true><<<blocks_for(n), kThreads, 0, stream>>>(t.scales, n, nullptr, 1, out);
+  } else {
+    detail::scales_kernel<false><<<blocks_for(n), kThreads, 0, stream>>>(t.scales, n, nullptr, 1, out);
+  }
+  return launched("scales");
+}
+
+Status repack_marlin_scales(const DeviceIntq& t, DenseType type, void* dst, Stream stream) {
+  EPK_TRY(check_common(t));
+  if (t.padded_cols % 64 != 0) return invalid("marlin scales: padded_cols % 64 != 0");
+  const bool grouped = t.group_size < t.padded_rows;
+  EPK_TRY_ASSIGN(const int* sperm, marlin_scale_perm(grouped));
+  const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * static_cast<std::uint64_t>(t.padded_cols);
+  if (n == 0) return {};
+  auto* out = static_cast<std::uint16_t*>(dst);
+  const int block = grouped ? 64 : 32;
+  if (type == DenseType::kBf16) {
+    detail::scales_kernel<true><<<blocks_for(n), kThreads, 0, stream>>>(t.scales, n, sperm, block, out);
+  } else {
+    detail::scales_kernel<false><<<blocks_for(n), kThreads, 0, stream>>>(t.scales, n, sperm, block, out);
+  }
+  return launched("marlin scales");
 }
 
 }  // namespace epk::cuda::intq

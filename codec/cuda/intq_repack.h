@@ -4,8 +4,8 @@
 //                     float32 product scale * (code - zero): bit-identical to intq::dequantize_intq.
 //   repack_gptq_qweight / repack_awq_qweight / repack_marlin_qweight: the code words of those layouts, bit-identical
 //                     to write_gptq / write_awq / write_marlin's "qweight" for the same (already padded) tensor.
-// Scales, qzeros and g_idx of the target layouts are small (1/16..1/4 of the codes at group 32..128) and are written
-// by the CPU writers (codec/layouts); these kernels move the bulk.
+//   repack_gptq_qzeros (v2 convention), repack_awq_qzeros, convert_scales and repack_marlin_scales: the same for the
+//                     per-group tensors. GPTQ v1 qzeros (z - 1) and g_idx/perm tensors are left to the CPU writers.
 // Host-only header (no CUDA headers): the daemon and the tools include it with the host compiler. No call allocates
 // device memory except the one-time upload of the Marlin permutation table.
 #pragma once
@@ -40,5 +40,15 @@ Status repack_awq_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream stream
 // dst: [padded_rows / 16, padded_cols * 16 * bits / 32] words. Needs bits 4 or 8, padded_rows % 16 == 0,
 // padded_cols % 64 == 0, static groups and no perm (sort_groups on the host first).
 Status repack_marlin_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream stream);
+
+// GPTQ v2 "qzeros": [num_groups, padded_cols * bits / 32] words. Needs padded_cols * bits % 32 == 0.
+Status repack_gptq_qzeros_v2(const DeviceIntq& t, std::uint32_t* dst, Stream stream);
+// AWQ "qzeros": [num_groups, padded_cols / 8] words (4-bit, the qweight column order).
+Status repack_awq_qzeros(const DeviceIntq& t, std::uint32_t* dst, Stream stream);
+// GPTQ/AWQ "scales": [num_groups, padded_cols] in bf16/fp16 (exact when they came from that dtype).
+Status convert_scales(const DeviceIntq& t, DenseType type, void* dst, Stream stream);
+// Marlin "scales": blocks of 64 (grouped: group_size < padded_rows) or 32 (per-channel) through Marlin's scale
+// permutation. Needs padded_cols % 64 == 0.
+Status repack_marlin_scales(const DeviceIntq& t, DenseType type, void* dst, Stream stream);
 
 }  // namespace epk::cuda::intq

@@ -102,10 +102,23 @@ Host stored(const QuantTensor& t) {
   return h;
 }
 
-std::vector<std::uint8_t> qweight_of(const std::vector<layouts::Tensor>& ts) {
+std::vector<std::uint8_t> tensor_of(const std::vector<layouts::Tensor>& ts, const std::string& name) {
   for (const auto& t : ts)
-    if (t.name == "qweight") return t.bytes;
+    if (t.name == name) return t.bytes;
+  ADD_FAILURE() << "no tensor " << name;
   return {};
+}
+std::vector<std::uint8_t> qweight_of(const std::vector<layouts::Tensor>& ts) { return tensor_of(ts, "qweight"); }
+
+template <class T>
+std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<std::uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+void run_1d(std::size_t n, const std::function<void()>& kernel) {
+  launch({static_cast<unsigned>((n + 63) / 64), 1, 1}, {64, 1, 1}, kernel);
 }
 
 std::vector<std::uint8_t> as_bytes(const std::vector<std::uint32_t>& w) {
@@ -171,6 +184,48 @@ TEST(IntqKernelsOnHost, GptqAwqMarlinWordsEqualTheCpuWriters) {
     launch({static_cast<unsigned>((out.size() + 63) / 64), 1, 1}, {64, 1, 1},
            [&] { detail::marlin_kernel(h.codes.data(), perm.data(), h.g, out.data()); });
     EXPECT_EQ(as_bytes(out), want) << "marlin " << bits;
+  }
+}
+
+TEST(IntqKernelsOnHost, QzerosAndScalesEqualTheCpuWriters) {
+  for (int bits : {2, 3, 4, 8}) {
+    for (bool sym : {false, true}) {
+      QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, sym, false, false, 60 + bits);
+      Host h = stored(t);
+      const auto cpu = *layouts::write_gptq(t, layouts::GptqZeros::kV2);
+      const auto want_z = tensor_of(cpu, "qzeros");
+      std::vector<std::uint32_t> z(want_z.size() / 4);
+      run_1d(z.size(), [&] {
+        detail::pack_rows_kernel(sym ? nullptr : h.zeros.data(), 1u << (bits - 1), t.num_groups, t.padded_cols, bits,
+                                 z.data());
+      });
+      EXPECT_EQ(bytes_of(z), want_z) << "gptq qzeros " << bits << (sym ? " sym" : "");
+      const auto want_s = tensor_of(cpu, "scales");  // f16
+      std::vector<std::uint16_t> sc(want_s.size() / 2);
+      run_1d(sc.size(), [&] { detail::scales_kernel<false>(t.scales.data(), sc.size(), nullptr, 1, sc.data()); });
+      EXPECT_EQ(bytes_of(sc), want_s) << "scales " << bits;
+    }
+  }
+  {
+    QuantTensor t = layouts::testing::random_intq_tensor(4, 64, 72, 32, false, false, false, 70);
+    Host h = stored(t);
+    const auto want = tensor_of(*layouts::write_awq(t), "qzeros");
+    std::vector<std::uint32_t> z(want.size() / 4);
+    detail::Geometry g = h.g;
+    g.padded_rows = t.num_groups;
+    run_1d(z.size(), [&] { detail::awq_kernel(h.zeros.data(), g, z.data()); });
+    EXPECT_EQ(bytes_of(z), want) << "awq qzeros";
+  }
+  for (std::int64_t group : {16, 32}) {  // 32 rows: group 32 is per-channel (Marlin's 32-entry permutation)
+    QuantTensor t = layouts::testing::random_intq_tensor(4, 32, 128, group, true, false, false, 80);
+    const auto want = tensor_of(*layouts::write_marlin(t), "scales");
+    const bool grouped = t.group_size < t.padded_rows;
+    const auto sperm = grouped ? layouts::marlin_scale_perm() : layouts::marlin_scale_perm_single();
+    std::vector<std::uint16_t> sc(want.size() / 2);
+    run_1d(sc.size(), [&] {
+      detail::scales_kernel<false>(t.scales.data(), sc.size(), sperm.data(), grouped ? 64 : 32, sc.data());
+    });
+    EXPECT_EQ(bytes_of(sc), want) << "marlin scales, group " << group;
   }
 }
 

@@ -85,11 +85,13 @@ std::vector<T> download(const DeviceBuffer& b, std::size_t n) {
   return v;
 }
 
-std::vector<std::uint8_t> qweight_bytes(const std::vector<layouts::Tensor>& ts) {
+std::vector<std::uint8_t> tensor_bytes(const std::vector<layouts::Tensor>& ts, const std::string& name) {
   for (const auto& t : ts)
-    if (t.name == "qweight") return t.bytes;
+    if (t.name == name) return t.bytes;
+  ADD_FAILURE() << "no tensor " << name;
   return {};
 }
+std::vector<std::uint8_t> qweight_bytes(const std::vector<layouts::Tensor>& ts) { return tensor_bytes(ts, "qweight"); }
 
 struct DeqCase {
   int bits;
@@ -171,6 +173,44 @@ TEST(GpuIntqRepack, MarlinQweightMatchesWriteMarlin) {
     DeviceBuffer out(want.size());
     ASSERT_TRUE(repack_marlin_qweight(u.view, static_cast<std::uint32_t*>(out.get()), nullptr));
     EXPECT_EQ(download<std::uint8_t>(out, want.size()), want) << bits << " bits";
+  }
+}
+
+TEST(GpuIntqRepack, QzerosAndScalesMatchTheCpuWriters) {
+  SKIP_WITHOUT_GPU();
+  for (bool sym : {false, true}) {
+    QuantTensor t = layouts::testing::random_intq_tensor(3, 96, 64, 32, sym, false, false, sym ? 1 : 2);
+    auto cpu = layouts::write_gptq(t, layouts::GptqZeros::kV2);
+    ASSERT_TRUE(cpu);
+    Uploaded u = upload_tensor(t);
+    const auto want_z = tensor_bytes(*cpu, "qzeros");
+    DeviceBuffer z(want_z.size());
+    ASSERT_TRUE(repack_gptq_qzeros_v2(u.view, static_cast<std::uint32_t*>(z.get()), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(z, want_z.size()), want_z);
+    const auto want_s = tensor_bytes(*cpu, "scales");
+    DeviceBuffer s(want_s.size());
+    ASSERT_TRUE(convert_scales(u.view, DenseType::kFp16, s.get(), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(s, want_s.size()), want_s);
+  }
+  {
+    QuantTensor t = layouts::testing::random_intq_tensor(4, 128, 72, 64, false, false, false, 9);
+    auto cpu = layouts::write_awq(t);
+    ASSERT_TRUE(cpu);
+    Uploaded u = upload_tensor(t);
+    const auto want = tensor_bytes(*cpu, "qzeros");
+    DeviceBuffer z(want.size());
+    ASSERT_TRUE(repack_awq_qzeros(u.view, static_cast<std::uint32_t*>(z.get()), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(z, want.size()), want);
+  }
+  for (std::int64_t group : {16, 64}) {  // grouped, then per-channel (group == K)
+    QuantTensor t = layouts::testing::random_intq_tensor(4, 64, 128, group, true, false, false, 5);
+    auto cpu = layouts::write_marlin(t);
+    ASSERT_TRUE(cpu);
+    Uploaded u = upload_tensor(t);
+    const auto want = tensor_bytes(*cpu, "scales");
+    DeviceBuffer s(want.size());
+    ASSERT_TRUE(repack_marlin_scales(u.view, DenseType::kFp16, s.get(), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(s, want.size()), want) << group;
   }
 }
 
