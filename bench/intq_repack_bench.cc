@@ -17,13 +17,13 @@
 
 namespace {
 
-#define CHECK(expr)                                                                                      \
-  do {                                                                                                   \
-    cudaError_t e_ = (expr);                                                                             \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_));         \
-      std::exit(2);                                                                                      \
-    }                                                                                                    \
+#define CHECK(expr)                                                                              \
+  do {                                                                                           \
+    cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                              \
+    }                                                                                            \
   } while (0)
 
 double median_us(int runs, const std::function<void()>& fn) {
@@ -55,11 +55,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const long long v = std::atoll(argv[i + 1]);
-    if (a == "--rows") k = v;
-    else if (a == "--cols") n = v;
-    else if (a == "--bits") bits = static_cast<int>(v);
-    else if (a == "--group") group = v;
-    else if (a == "--runs") runs = static_cast<int>(v);
+    if (a == "--rows")
+      k = v;
+    else if (a == "--cols")
+      n = v;
+    else if (a == "--bits")
+      bits = static_cast<int>(v);
+    else if (a == "--group")
+      group = v;
+    else if (a == "--runs")
+      runs = static_cast<int>(v);
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -113,8 +118,7 @@ int main(int argc, char** argv) {
   auto* out32 = static_cast<std::uint32_t*>(d_out);
   row("repack gptq qweight", packed_bytes, [&] { return epk::cuda::intq::repack_gptq_qweight(t, out32, nullptr); });
   row("repack awq qweight", packed_bytes, [&] { return epk::cuda::intq::repack_awq_qweight(t, out32, nullptr); });
-  row("repack marlin qweight", packed_bytes,
-      [&] { return epk::cuda::intq::repack_marlin_qweight(t, out32, nullptr); });
+  row("repack marlin qweight", packed_bytes, [&] { return epk::cuda::intq::repack_marlin_qweight(t, out32, nullptr); });
   const std::size_t scale_bytes = scales.size() * 2;
   row("gptq qzeros (v2)", static_cast<std::size_t>(groups * n * bits / 8),
       [&] { return epk::cuda::intq::repack_gptq_qzeros_v2(t, out32, nullptr); });

@@ -30,8 +30,8 @@ struct Geometry {
   std::int64_t rows, cols, padded_rows, padded_cols, group_size;
 };
 
-inline constexpr int kTile = 32;      // dequantize: 32 x 32 tiles through shared memory (a transpose)
-inline constexpr int kTileRows = 8;   // threads per tile column: blockDim = (32, 8)
+inline constexpr int kTile = 32;     // dequantize: 32 x 32 tiles through shared memory (a transpose)
+inline constexpr int kTileRows = 8;  // threads per tile column: blockDim = (32, 8)
 
 template <bool kBf16>
 __device__ __forceinline__ std::uint16_t dequantize_one(const std::uint32_t* __restrict__ codes,

@@ -18,7 +18,8 @@ Error invalid(const std::string& what) { return make_error(ErrorCode::kInvalidAr
 
 Status launched(const char* what) {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return make_error(ErrorCode::kCuda, std::string("intq gpu: ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    return make_error(ErrorCode::kCuda, std::string("intq gpu: ") + what + ": " + cudaGetErrorString(e));
   return {};
 }
 
@@ -47,9 +48,11 @@ Result<const int*> marlin_scale_perm(bool grouped) {
     const auto single = layouts::marlin_scale_perm_single();
     host.insert(host.end(), single.begin(), single.end());
     status = cudaMalloc(&table, host.size() * sizeof(int));
-    if (status == cudaSuccess) status = cudaMemcpy(table, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
+    if (status == cudaSuccess)
+      status = cudaMemcpy(table, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
   });
-  if (status != cudaSuccess) return make_error(ErrorCode::kCuda, std::string("intq gpu: marlin scale table: ") + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    return make_error(ErrorCode::kCuda, std::string("intq gpu: marlin scale table: ") + cudaGetErrorString(status));
   return table + (grouped ? 0 : 64);
 }
 
@@ -66,9 +69,11 @@ Result<const int*> marlin_perm(int bits) {
       host.insert(host.end(), p.begin(), p.end());
     }
     status = cudaMalloc(&table, host.size() * sizeof(int));
-    if (status == cudaSuccess) status = cudaMemcpy(table, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
+    if (status == cudaSuccess)
+      status = cudaMemcpy(table, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
   });
-  if (status != cudaSuccess) return make_error(ErrorCode::kCuda, std::string("intq gpu: marlin table: ") + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    return make_error(ErrorCode::kCuda, std::string("intq gpu: marlin table: ") + cudaGetErrorString(status));
   return table + (bits == 4 ? 0 : 1024);
 }
 
@@ -86,11 +91,11 @@ Status dequantize_dense(const DeviceIntq& t, DenseType type, void* dst, Stream s
   const dim3 grid(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_k < 65535 ? tiles_k : 65535));
   const dim3 block(detail::kTile, detail::kTileRows);
   if (type == DenseType::kBf16) {
-    detail::dequantize_kernel<true><<<grid, block, 0, stream>>>(t.codes, t.scales, t.zeros, t.g_idx, t.perm,
-                                                                geometry(t), out);
+    detail::dequantize_kernel<true>
+        <<<grid, block, 0, stream>>>(t.codes, t.scales, t.zeros, t.g_idx, t.perm, geometry(t), out);
   } else {
-    detail::dequantize_kernel<false><<<grid, block, 0, stream>>>(t.codes, t.scales, t.zeros, t.g_idx, t.perm,
-                                                                 geometry(t), out);
+    detail::dequantize_kernel<false>
+        <<<grid, block, 0, stream>>>(t.codes, t.scales, t.zeros, t.g_idx, t.perm, geometry(t), out);
   }
   return launched("dequantize");
 }
@@ -99,7 +104,8 @@ Status repack_gptq_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream strea
   EPK_TRY(check_common(t));
   if ((t.padded_rows * t.bits) % 32 != 0) return invalid("gptq: padded_rows * bits is not a multiple of 32");
   if (t.perm != nullptr) return invalid("gptq: restore feature order (unpermute rows) before repacking");
-  const std::uint64_t n = static_cast<std::uint64_t>(t.padded_rows) * t.bits / 32 * static_cast<std::uint64_t>(t.padded_cols);
+  const std::uint64_t n =
+      static_cast<std::uint64_t>(t.padded_rows) * t.bits / 32 * static_cast<std::uint64_t>(t.padded_cols);
   if (n == 0) return {};
   detail::gptq_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.codes, geometry(t), dst);
   return launched("gptq");
@@ -145,8 +151,7 @@ Status repack_awq_qzeros(const DeviceIntq& t, std::uint32_t* dst, Stream stream)
   const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * static_cast<std::uint64_t>(t.padded_cols / 8);
   if (n == 0) return {};
   if (t.zeros == nullptr) {  // symmetric: every field 8, in any order
-    detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(nullptr, 8u, t.num_groups, t.padded_cols, 4,
-                                                                     dst);
+    detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(nullptr, 8u, t.num_groups, t.padded_cols, 4, dst);
   } else {
     detail::Geometry g = geometry(t);
     g.padded_rows = t.num_groups;

@@ -24,9 +24,12 @@ std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
 
 std::string_view kind_name(Kind k) {
   switch (k) {
-    case Kind::kInt: return "int";
-    case Kind::kGguf: return "gguf";
-    case Kind::kBnb4: return "bnb4";
+    case Kind::kInt:
+      return "int";
+    case Kind::kGguf:
+      return "gguf";
+    case Kind::kBnb4:
+      return "bnb4";
   }
   return "?";
 }
@@ -36,8 +39,8 @@ struct Where {
   const container::Reader& reader;
   const container::TensorEntry& entry;
   Error bad(std::string_view field, const std::string& what) const {
-    return make_error(ErrorCode::kBadInput, reader.path() + ": tensor '" + entry.name + "' intq " +
-                                                std::string(field) + ": " + what);
+    return make_error(ErrorCode::kBadInput,
+                      reader.path() + ": tensor '" + entry.name + "' intq " + std::string(field) + ": " + what);
   }
 };
 
@@ -57,9 +60,12 @@ std::vector<std::uint8_t> float_bytes(std::span<const float> v, DType dtype) {
   const std::size_t width = static_cast<std::size_t>(dtype_bits(dtype) / 8);
   std::vector<std::uint8_t> out(v.size() * width);
   for (std::size_t i = 0; i < v.size(); ++i) {
-    if (dtype == DType::kF16) store_le<std::uint16_t>(out.data() + 2 * i, f32_to_f16(v[i]));
-    else if (dtype == DType::kBF16) store_le<std::uint16_t>(out.data() + 2 * i, f32_to_bf16(v[i]));
-    else store_le<float>(out.data() + 4 * i, v[i]);
+    if (dtype == DType::kF16)
+      store_le<std::uint16_t>(out.data() + 2 * i, f32_to_f16(v[i]));
+    else if (dtype == DType::kBF16)
+      store_le<std::uint16_t>(out.data() + 2 * i, f32_to_bf16(v[i]));
+    else
+      store_le<float>(out.data() + 4 * i, v[i]);
   }
   return out;
 }
@@ -91,7 +97,8 @@ Result<json> parse_params(const Where& w) {
 
 Result<std::int64_t> get_int(const Where& w, const json& j, const char* key, std::int64_t lo, std::int64_t hi) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return w.bad(std::string("params.") + key, "missing or not an integer");
+  if (it == j.end() || !it->is_number_integer())
+    return w.bad(std::string("params.") + key, "missing or not an integer");
   const std::int64_t v = it->get<std::int64_t>();
   if (v < lo || v > hi) {
     return w.bad(std::string("params.") + key,
@@ -167,17 +174,20 @@ Status check_shape(const Where& w, std::span<const std::uint64_t> want) {
 
 Status write_dense(std::span<const float> values, DType out, std::span<std::uint8_t> dst) {
   for (std::size_t i = 0; i < values.size(); ++i) {
-    if (out == DType::kF16) store_le<std::uint16_t>(dst.data() + 2 * i, f32_to_f16(values[i]));
-    else if (out == DType::kBF16) store_le<std::uint16_t>(dst.data() + 2 * i, f32_to_bf16(values[i]));
-    else store_le<float>(dst.data() + 4 * i, values[i]);
+    if (out == DType::kF16)
+      store_le<std::uint16_t>(dst.data() + 2 * i, f32_to_f16(values[i]));
+    else if (out == DType::kBF16)
+      store_le<std::uint16_t>(dst.data() + 2 * i, f32_to_bf16(values[i]));
+    else
+      store_le<float>(dst.data() + 4 * i, values[i]);
   }
   return {};
 }
 
 // --- bnb4: the parts and their declared dtype/shape -------------------------------------------------------------
 
-constexpr std::string_view kBnbParts[] = {"weight", "absmax", "quant_map", "nested_absmax", "nested_quant_map",
-                                          "quant_state"};
+constexpr std::string_view kBnbParts[] = {"weight",        "absmax",           "quant_map",
+                                          "nested_absmax", "nested_quant_map", "quant_state"};
 
 struct BnbStored {
   std::vector<std::vector<std::int64_t>> shapes;  // per kBnbParts entry present
@@ -219,12 +229,18 @@ Result<BnbStored> read_bnb_views(const Where& w, const json& j) {
     EPK_TRY_ASSIGN(auto bytes, need_buffer(w, name, numel * static_cast<std::uint64_t>(dtype_bits(*dtype) / 8)));
     s.shapes.push_back(std::move(shape));
     TensorView v{w.entry.name, *dtype, s.shapes.back(), bytes};
-    if (name == "weight") s.views.weight = v, have_weight = true;
-    else if (name == "absmax") s.views.absmax = v, have_absmax = true;
-    else if (name == "quant_map") s.views.quant_map = v;
-    else if (name == "nested_absmax") s.views.nested_absmax = v;
-    else if (name == "nested_quant_map") s.views.nested_quant_map = v;
-    else s.views.quant_state = v, have_state = true;
+    if (name == "weight")
+      s.views.weight = v, have_weight = true;
+    else if (name == "absmax")
+      s.views.absmax = v, have_absmax = true;
+    else if (name == "quant_map")
+      s.views.quant_map = v;
+    else if (name == "nested_absmax")
+      s.views.nested_absmax = v;
+    else if (name == "nested_quant_map")
+      s.views.nested_quant_map = v;
+    else
+      s.views.quant_state = v, have_state = true;
   }
   if (!have_weight) return w.bad("params.parts.weight", "missing");
   if (!have_absmax) return w.bad("params.parts.absmax", "missing");
@@ -353,13 +369,13 @@ Result<Encoded> encode_bnb4(const bnb::Views& views, std::string name) {
   if (views.nested_absmax) put("nested_absmax", *views.nested_absmax);
   if (views.nested_quant_map) put("nested_quant_map", *views.nested_quant_map);
   put("quant_state", views.quant_state);
-  e.spec.params_json = json{{"version", kParamsVersion},
-                            {"kind", "bnb4"},
-                            {"quant_type", state.type == bnb::QuantType::kNf4 ? "nf4" : "fp4"},
-                            {"blocksize", state.blocksize},
-                            {"double_quant", state.double_quant},
-                            {"parts", parts}}
-                           .dump();
+  e.spec.params_json = json{
+      {"version", kParamsVersion},
+      {"kind", "bnb4"},
+      {"quant_type", state.type == bnb::QuantType::kNf4 ? "nf4" : "fp4"},
+      {"blocksize", state.blocksize},
+      {"double_quant", state.double_quant},
+      {"parts", parts}}.dump();
   return e;
 }
 
@@ -387,8 +403,8 @@ Result<QuantTensor> read_int(const container::Reader& reader, const container::T
   if (n_codes > kMaxElements) return w.bad("params.padded_rows", "padded_rows * padded_cols too large");
   // A group may be longer than the tensor (group 128 on a 64-row layer): only its positivity and bound matter.
   EPK_TRY_ASSIGN(t.group_size, get_int(w, j, "group_size", 1, kMaxExtent));
-  EPK_TRY_ASSIGN(t.num_groups, get_int(w, j, "num_groups", t.padded_rows > 0 ? 1 : 0,
-                                       std::max<std::int64_t>(t.padded_rows, 1)));
+  EPK_TRY_ASSIGN(t.num_groups,
+                 get_int(w, j, "num_groups", t.padded_rows > 0 ? 1 : 0, std::max<std::int64_t>(t.padded_rows, 1)));
   EPK_TRY_ASSIGN(std::string sdt, get_string(w, j, "scale_dtype"));
   auto scale_dtype = dtype_from_name(sdt);
   if (!scale_dtype || (*scale_dtype != DType::kF16 && *scale_dtype != DType::kBF16 && *scale_dtype != DType::kF32)) {
@@ -475,8 +491,8 @@ Status dequantize_intq(const container::Reader& reader, const container::TensorE
                        std::span<std::uint8_t> dst) {
   const Where w{reader, entry};
   if (out_dtype != DType::kF32 && out_dtype != DType::kBF16 && out_dtype != DType::kF16) {
-    return make_error(ErrorCode::kInvalidArgument, "dequantize_intq: tensor '" + entry.name +
-                                                       "': output dtype must be F32, BF16 or F16");
+    return make_error(ErrorCode::kInvalidArgument,
+                      "dequantize_intq: tensor '" + entry.name + "': output dtype must be F32, BF16 or F16");
   }
   const std::uint64_t n = entry.element_count();
   const std::uint64_t width = static_cast<std::uint64_t>(dtype_bits(out_dtype) / 8);
@@ -537,11 +553,14 @@ Result<Footprint> footprint_of_entry(const container::Reader& reader, const cont
     return gf;
   }
   for (const auto& b : entry.buffers) {
-    if (b.name == "codes" || b.name == "weight") f.code_bytes += b.size;
+    if (b.name == "codes" || b.name == "weight")
+      f.code_bytes += b.size;
     else if (b.name == "scales" || b.name == "absmax" || b.name == "quant_map" || b.name.rfind("nested_", 0) == 0)
       f.scale_bytes += b.size;
-    else if (b.name == "zeros") f.zero_bytes += b.size;
-    else f.index_bytes += b.size;
+    else if (b.name == "zeros")
+      f.zero_bytes += b.size;
+    else
+      f.index_bytes += b.size;
   }
   return f;
 }

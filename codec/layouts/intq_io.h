@@ -39,7 +39,7 @@ enum class Kind { kInt, kGguf, kBnb4 };
 // never leave one pointing into another object's storage.
 struct Encoded {
   container::TensorSpec spec;
-  std::vector<std::string> names;                 // buffer names, parallel to storage
+  std::vector<std::string> names;  // buffer names, parallel to storage
   std::vector<std::vector<std::uint8_t>> storage;
 
   std::vector<container::BufferData> buffers() const {

@@ -29,15 +29,24 @@ bool read_text(const fs::path& p, std::string* out) {
 
 std::optional<DType> gguf_plain_dtype(std::uint32_t type) {
   switch (static_cast<gguf::GgmlType>(type)) {
-    case gguf::GgmlType::kF32: return DType::kF32;
-    case gguf::GgmlType::kF16: return DType::kF16;
-    case gguf::GgmlType::kBF16: return DType::kBF16;
-    case gguf::GgmlType::kF64: return DType::kF64;
-    case gguf::GgmlType::kI8: return DType::kI8;
-    case gguf::GgmlType::kI16: return DType::kI16;
-    case gguf::GgmlType::kI32: return DType::kI32;
-    case gguf::GgmlType::kI64: return DType::kI64;
-    default: return std::nullopt;
+    case gguf::GgmlType::kF32:
+      return DType::kF32;
+    case gguf::GgmlType::kF16:
+      return DType::kF16;
+    case gguf::GgmlType::kBF16:
+      return DType::kBF16;
+    case gguf::GgmlType::kF64:
+      return DType::kF64;
+    case gguf::GgmlType::kI8:
+      return DType::kI8;
+    case gguf::GgmlType::kI16:
+      return DType::kI16;
+    case gguf::GgmlType::kI32:
+      return DType::kI32;
+    case gguf::GgmlType::kI64:
+      return DType::kI64;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -125,9 +134,15 @@ Status QuantSource::open_safetensors(const std::string& path) {
   std::vector<SourceItem> quantized;
   if (have_config && config_.format != QuantFormat::kBitsandbytes4bit) {
     switch (config_.format) {
-      case QuantFormat::kGptq: format_ = "gptq"; break;
-      case QuantFormat::kAwq: format_ = "awq"; break;
-      default: format_ = "compressed-tensors"; break;
+      case QuantFormat::kGptq:
+        format_ = "gptq";
+        break;
+      case QuantFormat::kAwq:
+        format_ = "awq";
+        break;
+      default:
+        format_ = "compressed-tensors";
+        break;
     }
     const std::string source = config_.format == QuantFormat::kGptq
                                    ? (config_.gptq_zeros == GptqZeros::kV2 ? "gptq-v2" : "gptq")
@@ -137,8 +152,8 @@ Status QuantSource::open_safetensors(const std::string& path) {
       item.kind = SourceItem::Kind::kInt;
       item.name = prefix + ".weight";
       item.source = source;
-      const std::string scale_name = prefix + (config_.format == QuantFormat::kCompressedTensors ? ".weight_scale"
-                                                                                                 : ".scales");
+      const std::string scale_name =
+          prefix + (config_.format == QuantFormat::kCompressedTensors ? ".weight_scale" : ".scales");
       auto sv = lookup(scale_name);
       item.dtype = sv ? sv->dtype : DType::kF16;
       QuantConfig cfg = config_;

@@ -24,14 +24,14 @@ namespace epk::layouts {
 struct SourceItem {
   enum class Kind { kRaw, kInt, kGguf, kBnb4 };
   Kind kind = Kind::kRaw;
-  std::string name;                      // raw: the tensor's name; quantized: PREFIX.weight
-  DType dtype = DType::kF32;             // raw: its dtype; int: the dense dtype (scale dtype)
-  std::vector<std::uint64_t> shape;      // raw: its shape
-  std::span<const std::uint8_t> bytes;   // raw, gguf: the bytes in the source's map
-  std::string source;                    // int: "gptq", "gptq-v2", "awq", "ct", "gguf-q4_0", "gguf-q8_0"
+  std::string name;                               // raw: the tensor's name; quantized: PREFIX.weight
+  DType dtype = DType::kF32;                      // raw: its dtype; int: the dense dtype (scale dtype)
+  std::vector<std::uint64_t> shape;               // raw: its shape
+  std::span<const std::uint8_t> bytes;            // raw, gguf: the bytes in the source's map
+  std::string source;                             // int: "gptq", "gptq-v2", "awq", "ct", "gguf-q4_0", "gguf-q8_0"
   std::function<Result<QuantTensor>()> load_int;  // int only
-  gguf::TensorInfo gguf_info;            // gguf only
-  bnb::Views bnb_views;                  // bnb4 only
+  gguf::TensorInfo gguf_info;                     // gguf only
+  bnb::Views bnb_views;                           // bnb4 only
 };
 
 class QuantSource {

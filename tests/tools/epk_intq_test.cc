@@ -103,7 +103,8 @@ TEST(EpkIntqCli, ActOrderToAwqReportsThePermutationThatKeepsTheMatmul) {
   auto it = f->metadata().find("activation_perm." + p);
   ASSERT_NE(it, f->metadata().end());
   const auto perm = nlohmann::json::parse(it->second).get<std::vector<std::int32_t>>();
-  auto awq = read_awq(AwqViews{view_of(*f, p + ".qweight"), view_of(*f, p + ".qzeros"), view_of(*f, p + ".scales")}, 32);
+  auto awq =
+      read_awq(AwqViews{view_of(*f, p + ".qweight"), view_of(*f, p + ".qzeros"), view_of(*f, p + ".scales")}, 32);
   ASSERT_TRUE(awq) << awq.error().message;
   awq->perm = perm;  // the permutation the caller applies to the activations
   const QuantTensor src = source_gptq();
@@ -130,9 +131,9 @@ TEST(EpkIntqCli, CheckpointToMarlinIsExact) {
   auto src = read_gptq(GptqViews{v.view("qweight"), v.view("qzeros"), v.view("scales"), std::nullopt}, 8,
                        params["group_size"].get<int>(), GptqZeros::kV1);
   ASSERT_TRUE(src);
-  auto back = read_marlin(MarlinViews{view_of(*f, p + ".qweight"), view_of(*f, p + ".scales"), std::nullopt,
-                                      std::nullopt},
-                          8, src->padded_rows, params["group_size"].get<int>());
+  auto back =
+      read_marlin(MarlinViews{view_of(*f, p + ".qweight"), view_of(*f, p + ".scales"), std::nullopt, std::nullopt}, 8,
+                  src->padded_rows, params["group_size"].get<int>());
   ASSERT_TRUE(back) << back.error().message;
   // Marlin needs N % 64 == 0: the 32 columns were padded to 64; the logical columns must be the source's.
   ASSERT_EQ(back->rows, src->rows);

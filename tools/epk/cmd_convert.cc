@@ -63,20 +63,21 @@ class Converter {
   }
 
   // dense: the nn.Linear weight [N, K] row-major in float32.
-  Status add_requantized(const std::string& name, const std::vector<float>& dense, const std::vector<std::uint64_t>& shape,
-                         std::string_view from) {
+  Status add_requantized(const std::string& name, const std::vector<float>& dense,
+                         const std::vector<std::uint64_t>& shape, std::string_view from) {
     if (shape.size() != 2) {
       return make_error(ErrorCode::kUnsupported, "convert: '" + name + "' is not 2-D; cannot requantize it");
     }
     const std::int64_t n = static_cast<std::int64_t>(shape[0]), k = static_cast<std::int64_t>(shape[1]);
     std::vector<float> kn(dense.size());
     for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t c = 0; c < k; ++c) kn[static_cast<std::size_t>(c * n + r)] = dense[static_cast<std::size_t>(r * k + c)];
+      for (std::int64_t c = 0; c < k; ++c)
+        kn[static_cast<std::size_t>(c * n + r)] = dense[static_cast<std::size_t>(r * k + c)];
     const bool symmetric = target_ == layouts::Layout::kMarlin;
     EPK_TRY_ASSIGN(auto rq, layouts::requantize_rtn(kn, k, n, args_.bits, args_.group_size, symmetric));
     std::printf("%-52s %-10s -> %-8s REQUANTIZED %d-bit g%lld: added error rel_rms %.4g, max_abs %.4g (not lossless)\n",
-                name.c_str(), std::string(from).c_str(), std::string(layouts::layout_name(target_)).c_str(),
-                args_.bits, static_cast<long long>(args_.group_size), rq.error.rel_rms, rq.error.max_abs);
+                name.c_str(), std::string(from).c_str(), std::string(layouts::layout_name(target_)).c_str(), args_.bits,
+                static_cast<long long>(args_.group_size), rq.error.rel_rms, rq.error.max_abs);
     requantized_ = true;
     return emit(name, rq.tensor);
   }
@@ -89,10 +90,11 @@ class Converter {
       index[out_[i].name] = i;
     }
     metadata_["format"] = "pt";
-    metadata_["epk_convert"] = nlohmann::json{{"to", std::string(layouts::layout_name(target_))},
-                                              {"source", args_.input},
-                                              {"requantized", requantized_}}
-                                   .dump();
+    metadata_["epk_convert"] = nlohmann::json{
+        {"to", std::string(layouts::layout_name(target_))},
+        {"source", args_.input},
+        {"requantized",
+         requantized_}}.dump();
     EPK_TRY_ASSIGN(auto w, safetensors::Writer::create(args_.output, std::move(specs), metadata_));
     for (const auto& spec : w.tensors()) {
       const auto& t = out_[index.at(spec.name)];
@@ -180,8 +182,8 @@ Status convert_checkpoint(const ConvertArgs& args, Converter& conv) {
         break;
       }
       case layouts::SourceItem::Kind::kGguf: {
-        EPK_TRY_ASSIGN(auto dense, layouts::gguf::dequantize(item.gguf_info.type, item.bytes,
-                                                             item.gguf_info.n_elements));
+        EPK_TRY_ASSIGN(auto dense,
+                       layouts::gguf::dequantize(item.gguf_info.type, item.bytes, item.gguf_info.n_elements));
         EPK_TRY(conv.add_requantized(item.name, dense, item.shape, "gguf"));
         break;
       }

@@ -23,10 +23,14 @@ struct ImportArgs {
 
 std::string_view kind_label(layouts::SourceItem::Kind k) {
   switch (k) {
-    case layouts::SourceItem::Kind::kRaw: return "raw";
-    case layouts::SourceItem::Kind::kInt: return "int";
-    case layouts::SourceItem::Kind::kGguf: return "gguf";
-    case layouts::SourceItem::Kind::kBnb4: return "bnb4";
+    case layouts::SourceItem::Kind::kRaw:
+      return "raw";
+    case layouts::SourceItem::Kind::kInt:
+      return "int";
+    case layouts::SourceItem::Kind::kGguf:
+      return "gguf";
+    case layouts::SourceItem::Kind::kBnb4:
+      return "bnb4";
   }
   return "?";
 }
@@ -59,8 +63,8 @@ Status run_import(const ImportArgs& args) {
       EPK_TRY_ASSIGN(e, layouts::intq::encode_bnb4(item.bnb_views, item.name));
     }
     EPK_TRY(writer.add_tensor(e.spec, e.buffers()));
-    kinds.emplace_back(item.name, std::string(kind_label(item.kind)) +
-                                      (item.source.empty() ? "" : " (" + item.source + ")"));
+    kinds.emplace_back(item.name,
+                       std::string(kind_label(item.kind)) + (item.source.empty() ? "" : " (" + item.source + ")"));
   }
   EPK_TRY(writer.finish());
 
@@ -86,11 +90,12 @@ Status run_import(const ImportArgs& args) {
                 shape_string(entry->shape).c_str(), per(f.code_bytes), per(f.scale_bytes), per(f.zero_bytes),
                 per(f.index_bytes), f.bits_per_weight());
   }
-  std::printf("imported %s (%s): %zu intq tensors, %.3f bits per weight over %llu quantized weights; %llu raw "
-              "tensors; wrote %s (%s)\n",
-              args.input.c_str(), source->format().c_str(), kinds.size(), total.bits_per_weight(),
-              static_cast<unsigned long long>(total.weights), static_cast<unsigned long long>(raw_count),
-              args.output.c_str(), human_bytes(reader.file_size()).c_str());
+  std::printf(
+      "imported %s (%s): %zu intq tensors, %.3f bits per weight over %llu quantized weights; %llu raw "
+      "tensors; wrote %s (%s)\n",
+      args.input.c_str(), source->format().c_str(), kinds.size(), total.bits_per_weight(),
+      static_cast<unsigned long long>(total.weights), static_cast<unsigned long long>(raw_count), args.output.c_str(),
+      human_bytes(reader.file_size()).c_str());
   return {};
 }
 

@@ -111,7 +111,8 @@ Status run_inspect(const InspectArgs& args) {
       }
       if (t.encoding == container::Encoding::kIntq) {
         EPK_TRY_ASSIGN(auto iq, intq_json(reader, t));
-        std::printf("    intq %s: effective %.3f bits per weight = codes %.3f + scales %.3f + zeros %.3f + indices %.3f\n",
+        std::printf("    intq %s: effective %.3f bits per weight = codes %.3f + scales %.3f + zeros %.3f + "
+                    "indices %.3f\n",
                     iq["kind"].get<std::string>().c_str(), iq["bits_per_weight"].get<double>(),
                     iq["codes_bpw"].get<double>(), iq["scales_bpw"].get<double>(), iq["zeros_bpw"].get<double>(),
                     iq["indices_bpw"].get<double>());

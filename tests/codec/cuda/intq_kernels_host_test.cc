@@ -145,11 +145,11 @@ TEST(IntqKernelsOnHost, DequantizeTilesEqualDequantizeIntq) {
     const emu::dim3 block{detail::kTile, detail::kTileRows, 1};
     launch(grid, block, [&] {
       if (bf16) {
-        detail::dequantize_kernel<true>(h.codes.data(), t.scales.data(), h.zeros.data(), t.g_idx.data(),
-                                        t.perm.data(), h.g, out.data());
+        detail::dequantize_kernel<true>(h.codes.data(), t.scales.data(), h.zeros.data(), t.g_idx.data(), t.perm.data(),
+                                        h.g, out.data());
       } else {
-        detail::dequantize_kernel<false>(h.codes.data(), t.scales.data(), h.zeros.data(), t.g_idx.data(),
-                                         t.perm.data(), h.g, out.data());
+        detail::dequantize_kernel<false>(h.codes.data(), t.scales.data(), h.zeros.data(), t.g_idx.data(), t.perm.data(),
+                                         h.g, out.data());
       }
     });
     EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0) << (bf16 ? "bf16" : "fp16");

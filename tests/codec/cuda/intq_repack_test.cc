@@ -105,7 +105,7 @@ TEST_P(GpuIntqDequant, MatchesDequantizeIntqBitForBit) {
   SKIP_WITHOUT_GPU();
   const DeqCase c = GetParam();
   QuantTensor t = layouts::testing::random_intq_tensor(c.bits, c.rows, c.cols, c.group, c.symmetric, c.act_order,
-                                                        c.perm, 100 + c.bits);
+                                                       c.perm, 100 + c.bits);
   ASSERT_TRUE(layouts::pad_to(t, 32, 8));
   for (DenseType type : {DenseType::kBf16, DenseType::kFp16}) {
     const DType dt = type == DenseType::kBf16 ? DType::kBF16 : DType::kF16;
@@ -138,7 +138,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuIntqDequant,
 TEST(GpuIntqRepack, GptqQweightMatchesWriteGptq) {
   SKIP_WITHOUT_GPU();
   for (int bits : {2, 3, 4, 8}) {
-    QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, false, bits == 3, false, 7 + bits);  // 64 * b: whole qzeros words
+    QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, false, bits == 3, false,
+                                                         7 + bits);  // 64 * b: whole qzeros words
     auto cpu = layouts::write_gptq(t, layouts::GptqZeros::kV2);
     ASSERT_TRUE(cpu) << cpu.error().message;
     const auto want = qweight_bytes(*cpu);

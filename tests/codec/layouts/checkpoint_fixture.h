@@ -26,13 +26,14 @@ inline std::string make_checkpoint(const std::string& vector_file, const std::st
   for (const auto& name : v.names()) {
     if (name.rfind("ref.", 0) == 0 || name.rfind("logical.", 0) == 0) continue;
     TensorView tv = v.view(name);
-    specs.push_back({std::string(kPrefix) + "." + name, tv.dtype,
-                     std::vector<std::uint64_t>(tv.shape.begin(), tv.shape.end())});
+    specs.push_back(
+        {std::string(kPrefix) + "." + name, tv.dtype, std::vector<std::uint64_t>(tv.shape.begin(), tv.shape.end())});
     views.push_back(tv);
   }
   const std::uint8_t norm[8] = {0, 0x3C, 0, 0x3C, 0, 0x40, 0, 0x40};
   specs.push_back({"model.norm.weight", DType::kF16, {4}});
-  auto w = safetensors::Writer::create((dir / "model.safetensors").string(), specs, {}, safetensors::Order::kAsDeclared);
+  auto w =
+      safetensors::Writer::create((dir / "model.safetensors").string(), specs, {}, safetensors::Order::kAsDeclared);
   EXPECT_TRUE(w);
   for (std::size_t i = 0; i < views.size(); ++i) EXPECT_TRUE(w->write(specs[i].name, views[i].bytes));
   EXPECT_TRUE(w->write("model.norm.weight", norm));

@@ -52,8 +52,8 @@ TEST_P(IntqRoundTrip, ReadBackEqualsWritten) {
   ASSERT_TRUE(r) << r.error().message;
   const auto* entry = r->find("layer.weight");
   ASSERT_NE(entry, nullptr);
-  EXPECT_EQ(entry->shape, (std::vector<std::uint64_t>{static_cast<std::uint64_t>(c.cols),
-                                                      static_cast<std::uint64_t>(c.rows)}));
+  EXPECT_EQ(entry->shape,
+            (std::vector<std::uint64_t>{static_cast<std::uint64_t>(c.cols), static_cast<std::uint64_t>(c.rows)}));
   auto back = intq::read_int(*r, *entry);
   ASSERT_TRUE(back) << back.error().message;
   expect_same(t, *back);
@@ -61,9 +61,8 @@ TEST_P(IntqRoundTrip, ReadBackEqualsWritten) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, IntqRoundTrip,
                          ::testing::Values(Case{4, 128, 64, 32, false, false, false},
-                                           Case{3, 97, 13, 32, false, true, false},     // 3-bit straddles words
-                                           Case{2, 64, 7, 16, true, false, true},
-                                           Case{8, 33, 5, 8, true, true, true},
+                                           Case{3, 97, 13, 32, false, true, false},  // 3-bit straddles words
+                                           Case{2, 64, 7, 16, true, false, true}, Case{8, 33, 5, 8, true, true, true},
                                            Case{5, 40, 3, 40, false, false, false},
                                            Case{1, 17, 9, 17, false, false, false},
                                            Case{4, 64, 8, 128, false, false, false}));  // group longer than K
@@ -172,8 +171,8 @@ TEST(Intq, Bnb4StateIsKeptVerbatimAndDequantizesLikeBnb) {
   v.weight = TensorView{"w.weight", DType::kU8, {60, 1}, weight};
   v.absmax = TensorView{"w.weight.absmax", DType::kF32, {2}, absmax_bytes};
   v.quant_map = TensorView{"w.weight.quant_map", DType::kF32, {16}, qmap};
-  v.quant_state = TensorView{"w.weight.quant_state", DType::kU8, {static_cast<std::int64_t>(state.size())},
-                             state_bytes};
+  v.quant_state =
+      TensorView{"w.weight.quant_state", DType::kU8, {static_cast<std::int64_t>(state.size())}, state_bytes};
   auto st = bnb::read_state(v);
   ASSERT_TRUE(st) << st.error().message;
   auto want = bnb::dequantize_16(v.weight, *st);

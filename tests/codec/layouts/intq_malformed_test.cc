@@ -60,7 +60,12 @@ const std::vector<Mutation>& mutations() {
       {"zeros unknown", [](json& j, intq::Encoded&) { j["zeros"] = "signed"; }, "params.zeros"},
       {"g_idx missing flag", [](json& j, intq::Encoded&) { j.erase("g_idx"); }, "params.g_idx"},
       {"source missing", [](json& j, intq::Encoded&) { j.erase("source"); }, "params.source"},
-      {"shape vs params", [](json& j, intq::Encoded&) { j["cols"] = 9; j["padded_cols"] = 9; }, "shape"},
+      {"shape vs params",
+       [](json& j, intq::Encoded&) {
+         j["cols"] = 9;
+         j["padded_cols"] = 9;
+       },
+       "shape"},
       {"codes short", [](json&, intq::Encoded& e) { storage_of(e, "codes").pop_back(); }, "buffers.codes"},
       {"codes missing", [](json&, intq::Encoded& e) { drop_buffer(e, "codes"); }, "buffers.codes"},
       {"scales long", [](json&, intq::Encoded& e) { storage_of(e, "scales").push_back(0); }, "buffers.scales"},
@@ -77,7 +82,11 @@ const std::vector<Mutation>& mutations() {
        },
        "buffers.perm"},
       {"perm buffer without flag", [](json& j, intq::Encoded&) { j["perm"] = false; }, "buffers.perm"},
-      {"unknown buffer", [](json&, intq::Encoded& e) { e.storage.push_back({1, 2, 3}); e.names.push_back("extra"); },
+      {"unknown buffer",
+       [](json&, intq::Encoded& e) {
+         e.storage.push_back({1, 2, 3});
+         e.names.push_back("extra");
+       },
        "buffers.extra"},
       {"bits past the last code",
        [](json&, intq::Encoded& e) { storage_of(e, "codes").back() = 0xFF; },  // 3-bit stream ends mid-word

@@ -21,7 +21,7 @@ namespace epk::layouts::testing {
 
 // Codes and zeros uniform over the width, f16-exact scales; act_order shuffles g_idx; with_perm adds a row perm.
 inline QuantTensor random_intq_tensor(int bits, std::int64_t rows, std::int64_t cols, std::int64_t group,
-                                       bool symmetric, bool act_order, bool with_perm, std::uint32_t seed) {
+                                      bool symmetric, bool act_order, bool with_perm, std::uint32_t seed) {
   std::mt19937 rng(seed);
   QuantTensor t = make_quant_tensor(bits, rows, cols, group);
   for (auto& c : t.codes) c = static_cast<std::uint8_t>(rng() & ((1u << bits) - 1));
