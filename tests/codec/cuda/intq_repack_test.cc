@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include "codec/layouts/awq.h"
@@ -98,6 +99,12 @@ struct DeqCase {
   std::int64_t rows, cols, group;
   bool symmetric, act_order, perm;
 };
+
+// Readable, deterministic test names (the default prints the struct's bytes, padding included).
+void PrintTo(const DeqCase& c, std::ostream* os) {
+  *os << c.bits << "bit_" << c.rows << "x" << c.cols << "_g" << c.group << (c.symmetric ? "_sym" : "")
+      << (c.act_order ? "_actorder" : "") << (c.perm ? "_perm" : "");
+}
 
 class GpuIntqDequant : public ::testing::TestWithParam<DeqCase> {};
 

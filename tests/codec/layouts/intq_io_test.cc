@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 
 #include "codec/common/half.h"
 #include "codec/layouts/gguf.h"
@@ -36,6 +37,12 @@ struct Case {
   std::int64_t rows, cols, group;
   bool symmetric, act_order, perm;
 };
+
+// Readable, deterministic test names (the default prints the struct's bytes, padding included).
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.bits << "bit_" << c.rows << "x" << c.cols << "_g" << c.group << (c.symmetric ? "_sym" : "")
+      << (c.act_order ? "_actorder" : "") << (c.perm ? "_perm" : "");
+}
 
 class IntqRoundTrip : public ::testing::TestWithParam<Case> {};
 
