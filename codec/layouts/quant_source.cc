@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -130,7 +129,7 @@ Status QuantSource::open_safetensors(const std::string& path) {
     if (it == by_name.end()) return std::nullopt;
     return views_[it->second];
   };
-  std::set<std::string> consumed;
+  std::unordered_map<std::string, std::size_t> consumed;  // member tensor -> index into `quantized`
   std::vector<SourceItem> quantized;
   if (have_config && config_.format != QuantFormat::kBitsandbytes4bit) {
     switch (config_.format) {
@@ -160,7 +159,7 @@ Status QuantSource::open_safetensors(const std::string& path) {
       item.load_int = [lookup, prefix, cfg]() { return read_quantized_linear(lookup, prefix, cfg); };
       for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed", ".weight_shape",
                                  ".weight_scale", ".weight_zero_point", ".weight_g_idx"}) {
-        consumed.insert(prefix + suffix);
+        consumed.emplace(prefix + suffix, quantized.size());
       }
       quantized.push_back(std::move(item));
     }
@@ -185,9 +184,9 @@ Status QuantSource::open_safetensors(const std::string& path) {
         item.bnb_views.nested_quant_map = lookup(prefix + ".nested_quant_map");
         item.bnb_views.quant_state = *lookup(n);
         for (const char* suffix : {"", ".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map"}) {
-          consumed.insert(prefix + suffix);
+          consumed.emplace(prefix + suffix, quantized.size());
         }
-        consumed.insert(n);
+        consumed.emplace(n, quantized.size());
         EPK_TRY_ASSIGN(auto state, bnb::read_state(item.bnb_views));
         item.dtype = state.dtype;
         for (auto d : state.shape) item.shape.push_back(static_cast<std::uint64_t>(d));
@@ -196,19 +195,12 @@ Status QuantSource::open_safetensors(const std::string& path) {
     }
   }
   // File order for raw tensors; each quantized linear takes the place of its first member.
-  std::unordered_map<std::string, std::size_t> first_member;
-  for (std::size_t i = 0; i < quantized.size(); ++i) first_member[quantized[i].name] = i;
-  std::set<std::size_t> placed;
+  std::vector<bool> placed(quantized.size(), false);
   for (const auto& t : checkpoint_->tensors()) {
-    if (consumed.count(t.name)) {
-      for (std::size_t i = 0; i < quantized.size(); ++i) {
-        const std::string& q = quantized[i].name;
-        const std::string prefix = q.substr(0, q.size() - std::string_view(".weight").size());
-        if (!placed.count(i) && t.name.rfind(prefix + ".", 0) == 0) {
-          placed.insert(i);
-          items_.push_back(std::move(quantized[i]));
-          break;
-        }
+    if (auto it = consumed.find(t.name); it != consumed.end()) {
+      if (!placed[it->second]) {
+        placed[it->second] = true;
+        items_.push_back(std::move(quantized[it->second]));
       }
       continue;
     }
@@ -221,7 +213,7 @@ Status QuantSource::open_safetensors(const std::string& path) {
     items_.push_back(std::move(item));
   }
   for (std::size_t i = 0; i < quantized.size(); ++i)
-    if (!placed.count(i)) items_.push_back(std::move(quantized[i]));
+    if (!placed[i]) items_.push_back(std::move(quantized[i]));
   return {};
 }
 
