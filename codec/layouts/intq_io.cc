@@ -172,6 +172,38 @@ Status check_shape(const Where& w, std::span<const std::uint64_t> want) {
   return {};
 }
 
+void store_value(float v, DType out, std::uint8_t* p) {
+  if (out == DType::kF16)
+    store_le<std::uint16_t>(p, f32_to_f16(v));
+  else if (out == DType::kBF16)
+    store_le<std::uint16_t>(p, f32_to_bf16(v));
+  else
+    store_le<float>(p, v);
+}
+
+// The nn.Linear weight [cols, rows] (perm undone) straight into dst: the same float32 product as dequantize_f32,
+// rounded once, in 64 x 64 blocks so that neither the code reads nor the transposed writes stride through memory.
+void write_int_dense(const QuantTensor& t, DType out, std::span<std::uint8_t> dst) {
+  constexpr std::int64_t kBlock = 64;
+  const std::size_t width = static_cast<std::size_t>(dtype_bits(out) / 8);
+  for (std::int64_t k0 = 0; k0 < t.rows; k0 += kBlock) {
+    const std::int64_t k1 = std::min(t.rows, k0 + kBlock);
+    for (std::int64_t n0 = 0; n0 < t.cols; n0 += kBlock) {
+      const std::int64_t n1 = std::min(t.cols, n0 + kBlock);
+      for (std::int64_t k = k0; k < k1; ++k) {
+        const std::size_t g = sz(t.g_idx[sz(k)]) * sz(t.padded_cols);
+        const std::uint8_t* q = t.codes.data() + sz(k) * sz(t.padded_cols);
+        const std::size_t feature = t.perm.empty() ? sz(k) : sz(t.perm[sz(k)]);
+        for (std::int64_t c = n0; c < n1; ++c) {
+          const float v =
+              t.scales[g + sz(c)] * static_cast<float>(static_cast<std::int32_t>(q[c]) - t.zeros[g + sz(c)]);
+          store_value(v, out, dst.data() + (sz(c) * sz(t.rows) + feature) * width);
+        }
+      }
+    }
+  }
+}
+
 Status write_dense(std::span<const float> values, DType out, std::span<std::uint8_t> dst) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (out == DType::kF16)
@@ -508,14 +540,11 @@ Status dequantize_intq(const container::Reader& reader, const container::TensorE
   switch (kind) {
     case Kind::kInt: {
       EPK_TRY_ASSIGN(QuantTensor t, read_int(reader, entry));
-      const std::vector<float> kn = dequantize_f32(t);  // [rows, cols] in stored row order
-      dense.assign(sz(t.rows) * sz(t.cols), 0.0f);      // [cols, rows]: the nn.Linear weight
-      for (std::int64_t k = 0; k < t.rows; ++k) {
-        const std::size_t src_k = t.perm.empty() ? sz(k) : sz(t.perm[sz(k)]);
-        const float* row = kn.data() + sz(k) * sz(t.cols);
-        for (std::int64_t c = 0; c < t.cols; ++c) dense[sz(c) * sz(t.rows) + src_k] = row[c];
+      if (static_cast<std::uint64_t>(t.rows) * static_cast<std::uint64_t>(t.cols) != n) {
+        return w.bad("shape", "element count does not match the params");
       }
-      break;
+      write_int_dense(t, out_dtype, dst);
+      return {};
     }
     case Kind::kGguf: {
       EPK_TRY_ASSIGN(GgufStored g, read_gguf_entry(w, j));
