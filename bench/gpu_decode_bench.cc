@@ -4,7 +4,7 @@
 // device-to-device copy of the output size and the reference decoder's time (ref_times.txt from the same script).
 // Also a 32-layer 8B-class stack decoded layer by layer.
 //
-// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR]
+// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR [--fast LEVEL]]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -171,7 +171,9 @@ void bench_tensor(const std::string& name, const RawStream& raw,
       static const char* kModes[] = {" shLUT", " glLUT", " wideLUT", " 2lvLUT"};
       r.variant = std::string(vname) + "/" + std::string(epk::cuda::output_format_name(format)) + " w" +
                   std::to_string(plans[0].warps_per_block()) + kModes[plans[0].lut_mode()] +
-                  (plans[0].stage_words() ? " staged" : " direct") + " b" + std::to_string(plans[0].blocks());
+                  (plans[0].stage_words() ? (plans[0].shuffle_words() ? " shfl" : " staged") : " direct") +
+                  (plans[0].fast_level() ? " fast" + std::to_string(plans[0].fast_level()) : "") + " b" +
+                  std::to_string(plans[0].blocks());
       r.us = median(us);
       r.min_us = *std::min_element(us.begin(), us.end());
       r.out_gbs = double(plans[0].output_bytes()) / (r.us * 1e3);
@@ -264,10 +266,12 @@ int main(int argc, char** argv) {
   int runs = 100;
   bool quick = false;
   std::string only;  // --only NAME: just that tensor, default variant, bf16, no stack (for profilers)
+  DecodeOptions only_options;  // --fast LEVEL: DecodeOptions::fast_groups for --only (default 2)
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    if (std::strcmp(argv[i], "--fast") == 0 && i + 1 < argc) only_options.fast_groups = std::atoi(argv[++i]);
   }
   if (epk::cuda::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -295,20 +299,25 @@ int main(int argc, char** argv) {
     return &(loaded[n] = std::move(*r));
   };
 
+  // {lut, max warps per block, staged words, device, shuffled words, fast group loop}
   const std::vector<std::pair<std::string, DecodeOptions>> all_variants = {
       {"default", {}},
-      {"globalLUT", {LutPlacement::kGlobal, 32, true}},
-      {"direct", {LutPlacement::kAuto, 32, false}},
-      {"w16", {LutPlacement::kAuto, 16, true}},
-      {"wide", {LutPlacement::kWide, 32, true}},
-      {"twolevel", {LutPlacement::kTwoLevel, 32, true}},
+      {"loop0", {LutPlacement::kAuto, 32, true, -1, false, 0}},
+      {"fast1", {LutPlacement::kAuto, 32, true, -1, false, 1}},
+      {"globalLUT", {LutPlacement::kGlobal, 32, true, -1, false, 0}},
+      {"direct", {LutPlacement::kAuto, 32, false, -1, false, 0}},
+      {"w16", {LutPlacement::kAuto, 16, true, -1, false, 0}},
+      {"wide", {LutPlacement::kWide, 32, true, -1, false, 0}},
+      {"twolevel", {LutPlacement::kTwoLevel, 32, true, -1, false, 0}},
+      {"twolevel_fast2", {LutPlacement::kTwoLevel, 32, true, -1, false, 2}},
+      {"shfl", {LutPlacement::kAuto, 32, true, -1, true, 0}},
   };
   const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
 
   if (!only.empty()) {
     if (const RawStream* r = load(only)) {
-      bench_tensor(only, *r, {{"default", {}}}, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream);
+      bench_tensor(only, *r, {{"default", only_options}}, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream);
     }
     return 0;
   }
@@ -317,7 +326,8 @@ int main(int argc, char** argv) {
       const bool main_case = std::string(n) == "l10240x3840_4bpp";
       bench_tensor(n, *r, quick ? default_only : all_variants,
                    main_case ? std::vector<OutputFormat>{OutputFormat::kBf16, OutputFormat::kFp16, OutputFormat::kFp32,
-                                                         OutputFormat::kFp8E4M3, OutputFormat::kInt8Rowwise}
+                                                         OutputFormat::kFp8E4M3, OutputFormat::kInt8Rowwise,
+                                                         OutputFormat::kFp8E4M3Rowwise}
                              : std::vector<OutputFormat>{OutputFormat::kBf16},
                    runs, ref_of(n), l2, stream);
       loaded.erase(n);

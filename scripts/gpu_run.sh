@@ -3,7 +3,7 @@
 # streams and reference decode timings with the entropack wheel, runs bench/gpu_decode_bench, and prints a short table
 # last. Binaries are built elsewhere and carried (scripts/gpu/stage.sh puts them, this script, the Python helpers and
 # the committed test vectors into one folder). Results also go to $OUT when it is set.
-#   bash .gpu/gpu_run.sh [--quick]
+#   bash .gpu/gpu_run.sh [--quick | --no-sanitizer]   (--quick: no sanitizer, default variant only)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${EPK_GPU_BIN:-$here/bin}"
@@ -19,14 +19,13 @@ echo "== device"
 nvidia-smi --format=csv \
   --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total,temperature.gpu,power.draw
 echo "== tests"
-EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_decode_reference_test" --gtest_brief=1 2>&1 | tail -3
 EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_decode_test" --gtest_brief=1 2>&1 | tee "$out/test.txt" | tail -25
 tests_rc=${PIPESTATUS[0]}
 EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_oracle_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
 oracle_rc=${PIPESTATUS[0]}
 "$bin/epk_cuda_intq_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
 intq_rc=${PIPESTATUS[0]}
-if [[ "$quick" != "--quick" ]] && command -v compute-sanitizer >/dev/null; then
+if [[ "$quick" != "--quick" && "$quick" != "--no-sanitizer" ]] && command -v compute-sanitizer >/dev/null; then
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/epk_cuda_intq_test" --gtest_brief=1 2>&1 \
     | tail -3
   echo "== compute-sanitizer"
@@ -44,7 +43,9 @@ echo "== bench"
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 250 \
   > "$out/clocks.csv" 2>&1 &
 smi_pid=$!
-"$bin/gpu_decode_bench" "$streams" --runs 200 $quick 2>&1 | tee "$out/bench.txt"
+bench_flags=""
+[[ "$quick" == "--quick" ]] && bench_flags="--quick"
+"$bin/gpu_decode_bench" "$streams" --runs ${EPK_BENCH_RUNS:-200} $bench_flags 2>&1 | tee "$out/bench.txt"
 kill "$smi_pid" 2>/dev/null
 clocks="$(awk -F', ' 'NR>1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -4 | tr '\n' ' ')"
 echo "SM clock during the bench (samples x clock): $clocks"

@@ -33,16 +33,22 @@ enum class OutputFormat : std::uint32_t {
   kFp32 = 2,
   kFp8E4M3 = 3,    // clamped to +-448, round to nearest even, saturating
   kFp8E5M2 = 4,    // clamped to +-57344, round to nearest even, saturating
-  kInt8Rowwise = 5,  // int8 values plus one fp32 scale per row: value = q * row_scale (see row_gain below)
+  kInt8Rowwise = 5,  // int8 values plus one fp32 scale per row: value = q * row_scale (see int8_gain below)
+  kFp8E4M3Rowwise = 6,  // fp8 e4m3 values plus one fp32 scale per row (rans::RowwiseType::kF8E4M3)
 };
-inline constexpr int kOutputFormats = 6;
+inline constexpr int kOutputFormats = 7;
+// The rowwise formats write one fp32 scale per row into DecodeJob::row_scales_dev.
+inline constexpr bool is_rowwise(OutputFormat f) {
+  return f == OutputFormat::kInt8Rowwise || f == OutputFormat::kFp8E4M3Rowwise;
+}
 
 std::string_view output_format_name(OutputFormat format);
 std::uint32_t output_element_bytes(OutputFormat format);
 
 // kInt8Rowwise: every decoded coordinate is p = z + c/2 with z an integer, so 2p is an integer bounded by the tables
 // (bound B = largest |2p| any table allows). q = 2p when B <= 127, else q = rint(2p * 127 / B); the per-row scale is
-// scale[row] * (0.5 / gain) with gain = min(1, 127 / B). Exact (lossless) whenever B <= 127.
+// scale[row] * (0.5 / gain) with gain = min(1, 127 / B). Exact (lossless) whenever B <= 127. The CPU oracle of both
+// rowwise formats is rans::decode_rowwise (codec/rans/decoder.h); int8_gain equals rans::rowwise_gain(kInt8).
 struct Int8Gain {
   float gain = 1.0f;
   float half_over_gain = 0.5f;
@@ -66,14 +72,14 @@ struct DecodeJob {
   std::uint32_t row_end = 0;                         // 0: all rows
   OutputFormat format = OutputFormat::kBf16;
   void* out_dev = nullptr;                           // (row_end - row_begin) x cols, row-major, 16-byte aligned
-  float* row_scales_dev = nullptr;                   // kInt8Rowwise only: row_end - row_begin floats
+  float* row_scales_dev = nullptr;                   // rowwise formats only: row_end - row_begin floats
 };
 
 // Where the lookup tables live while decoding. kShared: 32-bit entries (16 << prob_bits per tensor) in shared memory,
 // which needs prob_bits <= 11 and values within 31 - 2 prob_bits signed bits; kTwoLevel: a 16-bit symbol index per
 // slot plus a per-symbol (freq, cdf) table in shared memory (prob_bits 12 fits); kGlobal: the packed entries read
 // through L1; kWide: 64-bit entries through L1, for any prob_bits and symbol range. kAuto takes the first that fits
-// in the order kShared, kGlobal, kWide (kTwoLevel only when asked for: it has not run on a GPU yet).
+// in the order kShared, kTwoLevel, kGlobal, kWide (all four verified bit-exact on the H200, docs/NOTES.md).
 enum class LutPlacement : std::uint8_t { kAuto, kShared, kGlobal, kWide, kTwoLevel };
 
 struct DecodeOptions {
@@ -81,6 +87,15 @@ struct DecodeOptions {
   std::uint32_t max_warps_per_block = 32;  // one warp decodes one tile at a time
   bool stage_words = true;                 // stage each tile's words in shared memory (cp.async) before decoding
   int device = -1;                         // -1: the current device
+  // Staged words only: every lane loads a word speculatively before the renormalisation vote and needing lanes take
+  // theirs with a shuffle (shorter state chain, one more instruction per symbol). Bit-exact, but measured no faster
+  // on the H200 (95.2 vs 95.2 us at 4 bpp, 136.4 vs 137.7 us at 2 bpp; docs/NOTES.md), so off by default.
+  bool shuffle_words = false;
+  // Staged words with shared tables (packed or two-level) only. 1: the group loop with less per-group work
+  // (placement stepped from the previous group, ring refilled 16 chunks at a time); 2: that, and 80 registers per
+  // thread instead of 64 where a block has at most 24 warps. 0: the run-2 loop. Same output bit for bit; 2 measured
+  // fastest on the H200 (10240x3840: 95.8 -> 93.3 us at 4 bpp, 138.3 -> 130.8 us at 2 bpp; docs/NOTES.md).
+  int fast_groups = 2;
 };
 
 // Written by the kernel into scratch; copy it back to read it (read_status does).
@@ -113,6 +128,8 @@ class DecodePlan {
   bool shared_lut() const { return lut_mode_ == 0; }
   int lut_mode() const { return lut_mode_; }  // detail::LutMode
   bool stage_words() const { return stage_words_; }
+  bool shuffle_words() const { return shuffle_words_; }
+  int fast_level() const { return fast_level_; }  // 0: off; 1: fast groups; 2: fast groups, 80 registers
   std::size_t shared_bytes_per_block() const { return shared_bytes_; }
   std::uint64_t output_bytes() const { return output_bytes_; }
   std::uint64_t compressed_bytes() const { return compressed_bytes_; }
@@ -139,6 +156,8 @@ class DecodePlan {
   std::uint32_t warps_per_block_ = 0;
   int lut_mode_ = 0;
   bool stage_words_ = true;
+  bool shuffle_words_ = false;
+  int fast_level_ = 0;
 };
 
 // Copies the plan's image into scratch (stream-ordered; the plan must outlive the copy: upload waits for it).

@@ -10,6 +10,7 @@ inline constexpr int kRingChunks = 128;              // 16-byte chunks of staged
 inline constexpr int kRingWords = kRingChunks * 8;
 inline constexpr int kRingBytes = kRingWords * 2;
 inline constexpr int kMaxWarpsPerBlock = 32;
+inline constexpr int kFastRegsMaxWarps = 24;         // the kFast == 2 kernels (80 registers per thread)
 inline constexpr int kLutTables = 16;                // tables 1..16; the coset (table 0) decodes arithmetically
 
 // How the field tables are held (one kernel variant each).
@@ -45,11 +46,12 @@ struct TensorDesc {
   std::uint32_t row_end;
   std::uint32_t tile_base;     // index of this tensor's first tile in the per-tile status array
   std::uint32_t first_tile;    // first tile that covers row_begin
-  float int8_gain;
+  float int8_gain;             // the rowwise formats' gain (int8: limit 127, fp8 e4m3: 448; rans::rowwise_gain)
   float int8_half_over_gain;
   std::uint32_t lut_bytes;    // size of this tensor's table region in scratch (copied to shared memory)
   std::uint32_t total_symbols;  // kTwoLevelShared: symbols over tables 1..16
-  std::uint32_t pad[4];
+  std::uint32_t clamp_bf16;     // 1: clamp bf16 outputs to the finite range (as the CPU decoder does)
+  std::uint32_t pad[3];
 };
 inline constexpr int kDescWords = 40;
 static_assert(sizeof(TensorDesc) == kDescWords * 4);

@@ -81,6 +81,10 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(__fadd_rn(static_cast<float>(z[j]), chalf), scale);
   const auto format = static_cast<OutputFormat>(d.format);
+  if (format == OutputFormat::kBf16 && d.clamp_bf16) {  // uniform; only for scales that can reach the bf16 limit
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
+  }
   if (wide) {
     switch (format) {
       case OutputFormat::kBf16: {  // paired conversions: one F2FP per two values, same rounding (RN)
@@ -127,6 +131,15 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
                        b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
         return;
       }
+      case OutputFormat::kFp8E4M3Rowwise: {
+        std::uint32_t b[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) b[j] = e4m3_bits(__fmul_rn(static_cast<float>(2 * z[j] + c), d.int8_gain));
+        reinterpret_cast<uint2*>(d.out)[elem / 8] =
+            make_uint2(b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24),
+                       b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24));
+        return;
+      }
     }
     return;
   }
@@ -140,6 +153,9 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
       case OutputFormat::kFp8E5M2: static_cast<std::uint8_t*>(d.out)[e] = e5m2_bits(v[j]); break;
       case OutputFormat::kInt8Rowwise:
         static_cast<std::uint8_t*>(d.out)[e] = int8_bits(2 * z[j] + c, d.int8_gain, d.int8_gain == 1.0f);
+        break;
+      case OutputFormat::kFp8E4M3Rowwise:
+        static_cast<std::uint8_t*>(d.out)[e] = e4m3_bits(__fmul_rn(static_cast<float>(2 * z[j] + c), d.int8_gain));
         break;
     }
   }
@@ -196,12 +212,17 @@ __device__ __forceinline__ int decode_field(std::uint32_t& x, std::uint32_t pb, 
   }
 }
 
-template <int kMode, bool kStaged>
+// kFast (0: the run-2 kernel; 1 and 2: the same decode with less per-group work, 2 also with a register budget of
+// 80 per thread for blocks of at most 24 warps): placement stepped from the previous group (vectors go down by 32 per
+// group, so a row of at least 32 vectors is crossed at most once: no 64-bit division per group) and the word ring
+// refilled once 16 chunks are free instead of every group.
+template <int kMode, bool kStaged, bool kShfl, int kFast>
 __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                             const void* __restrict__ lut, std::uint32_t lut_s, std::uint32_t ring_s,
                                             DecodeStatus* status, std::uint8_t* tile_status) {
   const int lane = threadIdx.x & 31;
   const std::uint32_t ge = lanemask_ge();
+  const std::uint32_t gt = ge & ~(1u << lane);
   const std::uint32_t pb = d.prob_bits;
   const std::uint32_t mask = (1u << pb) - 1u;
   const std::uint32_t f0 = d.coset_f0;
@@ -231,7 +252,7 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
     // wait_group(1) a group may only read chunks issued two groups earlier, which stay at least
     // 8 * (kRingChunks - kRefillChunks) - 7 >= 2 * 288 + 288 words deep. 1 (refill whenever a chunk is free) is the
     // setting measured on the H200; 16 (fewer refill passes) is reasoned safe but has not run there yet.
-    constexpr int kRefillChunks = 1;
+    constexpr int kRefillChunks = kFast ? 16 : 1;
     static_assert(8 * (kRingChunks - kRefillChunks) - 7 >= 3 * 288);
     auto refill = [&](int min_chunks) {
       const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
@@ -261,12 +282,24 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       bool store;
       float scale;
     };
+    const bool step_rows = kFast && d.vecs_per_row >= 32;  // uniform per tensor
+    std::uint32_t prev_row = 0, prev_col = 0;
+    bool have_prev = false;
     auto place = [&](std::uint32_t group_start, bool lane_valid) {
       Placement pl;
-      const std::uint64_t vec = v0 + group_start + lane;
-      pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
-                                   : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
-      pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
+      if (step_rows && have_prev) {  // this group's vectors are the previous group's minus 32
+        const int col = static_cast<int>(prev_col) - 256;
+        pl.row = col < 0 ? prev_row - 1 : prev_row;
+        pl.col = static_cast<std::uint32_t>(col < 0 ? col + static_cast<int>(d.vecs_per_row * 8) : col);
+      } else {
+        const std::uint64_t vec = v0 + group_start + lane;
+        pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
+                                     : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
+        pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
+      }
+      prev_row = pl.row;
+      prev_col = pl.col;
+      have_prev = true;
       pl.store = lane_valid && pl.row >= row_begin && pl.row < row_end && pl.col < d.cols;
       pl.scale = ld_global_nc_f32(d.scales + (pl.store ? pl.row : row_begin));
       return pl;
@@ -291,20 +324,34 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       const float scale = here.scale;
 
       auto renorm = [&]() {
-        const bool need = valid && x < kStateLow;
-        const std::uint32_t vote = __ballot_sync(kFull, need);
-        if (need) {
-          const std::uint32_t pre = __popc(vote & ge);
-          std::uint32_t word;
-          if constexpr (kStaged) {
-            word = ld_shared_u16(ring_s | ((p2 - 2 * pre) & (kRingBytes - 2)));
-          } else {
-            const std::uint32_t pos = (p2 >> 1) - pre;
-            word = (pos - wb < we - wb) ? __ldg(payload + pos) : 0u;
+        if constexpr (kStaged && kShfl) {
+          // Every lane reads the word the lane k-th from the top among the needing lanes would take (k = its lane
+          // number) before the vote is known (the address depends only on p2); after the vote a needing lane fetches
+          // its word from lane popc(vote & gt) with one shuffle. Takes the address arithmetic and the shared load off
+          // the state chain (vote -> popc -> shuffle -> merge).
+          const std::uint32_t spec = ld_shared_u16(ring_s | ((p2 - 2u - 2u * static_cast<std::uint32_t>(lane)) &
+                                                             static_cast<std::uint32_t>(kRingBytes - 2)));
+          const bool need = valid && x < kStateLow;
+          const std::uint32_t vote = __ballot_sync(kFull, need);
+          const std::uint32_t word = __shfl_sync(kFull, spec, __popc(vote & gt));
+          if (need) x = __byte_perm(word, x, 0x5410);  // (x << 16) | word; x < 2^15 here
+          p2 -= 2 * __popc(vote);
+        } else {
+          const bool need = valid && x < kStateLow;
+          const std::uint32_t vote = __ballot_sync(kFull, need);
+          if (need) {
+            const std::uint32_t pre = __popc(vote & ge);
+            std::uint32_t word;
+            if constexpr (kStaged) {
+              word = ld_shared_u16(ring_s | ((p2 - 2 * pre) & (kRingBytes - 2)));
+            } else {
+              const std::uint32_t pos = (p2 >> 1) - pre;
+              word = (pos - wb < we - wb) ? __ldg(payload + pos) : 0u;
+            }
+            x = __byte_perm(word, x, 0x5410);  // (x << 16) | word in one PRMT; x < 2^15 here
           }
-          x = (x << 16) | word;
+          p2 -= 2 * __popc(vote);
         }
-        p2 -= 2 * __popc(vote);
       };
 
       int c = 0;
@@ -381,8 +428,8 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
 // Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
 // memory: [tables (kPackedShared, kTwoLevelShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)]
 // [descriptor][tile counter].
-template <int kMode, bool kStaged>
-__global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
+template <int kMode, bool kStaged, bool kShfl, int kFast>
+__global__ void __launch_bounds__(kFast == 2 ? kFastRegsMaxWarps * 32 : kMaxWarpsPerBlock * 32, 1)
     lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,
                           std::uint64_t status_offset, std::uint64_t tile_status_offset) {
   extern __shared__ uint4 dynamic_smem[];
@@ -417,7 +464,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
     if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
     tile = __shfl_sync(kFull, tile, 0);
     if (tile >= item.tile_end) break;
-    decode_tile<kMode, kStaged>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
+    decode_tile<kMode, kStaged, kShfl, kFast>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
   }
 }
 

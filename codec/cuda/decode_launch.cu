@@ -18,17 +18,25 @@ Error cuda_error(const char* what, cudaError_t err) {
 
 using KernelFn = void (*)(std::uint8_t*, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t);
 
-KernelFn kernel_for(int lut_mode, bool staged) {
+template <int kMode>
+KernelFn kernel_for_mode(bool staged, bool shfl, int fast) {
+  using detail::lattice_decode_kernel;
+  if (!staged) return lattice_decode_kernel<kMode, false, false, 0>;
+  if (shfl) return lattice_decode_kernel<kMode, true, true, 0>;
+  if constexpr (detail::lut_in_shared(kMode)) {  // the fast variants exist for the shared-table modes
+    if (fast == 2) return lattice_decode_kernel<kMode, true, false, 2>;
+    if (fast == 1) return lattice_decode_kernel<kMode, true, false, 1>;
+  }
+  return lattice_decode_kernel<kMode, true, false, 0>;
+}
+
+KernelFn kernel_for(int lut_mode, bool staged, bool shfl, int fast) {
   using namespace detail;
   switch (lut_mode) {
-    case kPackedShared:
-      return staged ? lattice_decode_kernel<kPackedShared, true> : lattice_decode_kernel<kPackedShared, false>;
-    case kPackedGlobal:
-      return staged ? lattice_decode_kernel<kPackedGlobal, true> : lattice_decode_kernel<kPackedGlobal, false>;
-    case kTwoLevelShared:
-      return staged ? lattice_decode_kernel<kTwoLevelShared, true> : lattice_decode_kernel<kTwoLevelShared, false>;
-    default:
-      return staged ? lattice_decode_kernel<kWideGlobal, true> : lattice_decode_kernel<kWideGlobal, false>;
+    case kPackedShared: return kernel_for_mode<kPackedShared>(staged, shfl, fast);
+    case kPackedGlobal: return kernel_for_mode<kPackedGlobal>(staged, shfl, fast);
+    case kTwoLevelShared: return kernel_for_mode<kTwoLevelShared>(staged, shfl, fast);
+    default: return kernel_for_mode<kWideGlobal>(staged, shfl, fast);
   }
 }
 
@@ -58,8 +66,8 @@ Result<DeviceLimits> query_limits(int device) {
   return limits;
 }
 
-Result<int> blocks_per_sm(int lut_mode, bool staged, int threads, std::size_t dynamic_shared) {
-  KernelFn fn = kernel_for(lut_mode, staged);
+Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int threads, std::size_t dynamic_shared) {
+  KernelFn fn = kernel_for(lut_mode, staged, shfl, fast);
   // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
   cudaFuncAttributes attrs{};
   if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) {
@@ -124,7 +132,7 @@ Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream) {
       e != cudaSuccess) {
     return cuda_error("decode: cudaMemsetAsync(status)", e);
   }
-  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words());
+  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words(), plan.shuffle_words(), plan.fast_level());
   const dim3 grid(static_cast<unsigned>(plan.blocks()));
   const dim3 block(plan.warps_per_block() * 32);
   fn<<<grid, block, plan.shared_bytes_per_block(), stream>>>(scratch, plan.descs_offset(), plan.items_offset(),

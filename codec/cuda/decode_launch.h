@@ -15,6 +15,7 @@ struct DeviceLimits {
 
 Result<DeviceLimits> query_limits(int device);
 // Resident blocks per SM for the kernel variant at this block size and dynamic shared memory (0 if it cannot run).
-Result<int> blocks_per_sm(int lut_mode, bool staged, int threads, std::size_t dynamic_shared);
+// fast: the kFast kernel level (0, 1, 2; see decode_kernel.cuh), as DecodePlan::fast_level.
+Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int threads, std::size_t dynamic_shared);
 
 }  // namespace epk::cuda::detail

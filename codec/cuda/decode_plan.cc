@@ -9,6 +9,7 @@
 #include "codec/cuda/decode.h"
 #include "codec/cuda/decode_desc.h"
 #include "codec/cuda/decode_launch.h"
+#include "codec/rans/decoder.h"
 
 namespace epk::cuda {
 namespace {
@@ -174,6 +175,7 @@ std::string_view output_format_name(OutputFormat format) {
     case OutputFormat::kFp8E4M3: return "fp8_e4m3";
     case OutputFormat::kFp8E5M2: return "fp8_e5m2";
     case OutputFormat::kInt8Rowwise: return "int8_rowwise";
+    case OutputFormat::kFp8E4M3Rowwise: return "fp8_e4m3_rowwise";
   }
   return "?";
 }
@@ -185,7 +187,8 @@ std::uint32_t output_element_bytes(OutputFormat format) {
     case OutputFormat::kFp32: return 4;
     case OutputFormat::kFp8E4M3:
     case OutputFormat::kFp8E5M2:
-    case OutputFormat::kInt8Rowwise: return 1;
+    case OutputFormat::kInt8Rowwise:
+    case OutputFormat::kFp8E4M3Rowwise: return 1;
   }
   return 0;
 }
@@ -202,32 +205,14 @@ std::string_view tile_fault_name(TileFault fault) {
 }
 
 Int8Gain int8_gain(const rans::LatticeRansStream& s) {
-  // Largest |2p| = |2z + c| any table allows; z8 = 2m + parity spans [2 m_min, 2 m_max + 1].
-  std::int64_t bound = 1;
-  for (int field = 0; field < 8; ++field) {
-    for (int c = 0; c < 2; ++c) {
-      const std::size_t t = 1 + 2 * field + c;
-      if (t >= s.tables.size() || s.tables[t].alphabet <= 0) continue;
-      std::int64_t lo = s.tables[t].sym_min;
-      std::int64_t hi = lo + s.tables[t].alphabet - 1;
-      if (field == 7) {
-        lo = 2 * lo;
-        hi = 2 * hi + 1;
-      }
-      bound = std::max({bound, std::abs(2 * lo + c), std::abs(2 * hi + c)});
-    }
-  }
-  Int8Gain g;
-  if (bound > 127) {
-    g.gain = static_cast<float>(127.0 / static_cast<double>(bound));
-    g.half_over_gain = static_cast<float>(0.5 / static_cast<double>(g.gain));
-  }
-  return g;
+  const rans::RowwiseGain g = rans::rowwise_gain(s, rans::RowwiseType::kInt8);
+  return Int8Gain{g.gain, g.half_over_gain};
 }
 
 Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
   DecodePlan plan;
   plan.stage_words_ = options.stage_words;
+  plan.shuffle_words_ = options.stage_words && options.shuffle_words;
   std::vector<Checked> checked;
   std::uint32_t max_pb = 0;
   std::uint64_t total_tiles = 0;
@@ -251,11 +236,13 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
       return make_error(ErrorCode::kInvalidArgument,
                         "tensor '" + job.name + "': payload and output must be 16-byte aligned");
     }
-    if (job.format == OutputFormat::kInt8Rowwise && job.row_scales_dev == nullptr) {
-      return make_error(ErrorCode::kInvalidArgument, "tensor '" + job.name + "': int8_rowwise needs row_scales_dev");
-    }
     if (static_cast<std::uint32_t>(job.format) >= kOutputFormats) {
       return make_error(ErrorCode::kInvalidArgument, "tensor '" + job.name + "': unknown output format");
+    }
+    if (is_rowwise(job.format) && job.row_scales_dev == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument, "tensor '" + job.name + "': " +
+                                                         std::string(output_format_name(job.format)) +
+                                                         " needs row_scales_dev");
     }
     const std::uint64_t v_begin = std::uint64_t{job.row_begin} * c.vecs_per_row;
     const std::uint64_t v_end = std::uint64_t{row_end} * c.vecs_per_row;
@@ -329,15 +316,26 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     case LutPlacement::kGlobal: plan.lut_mode_ = all_pack ? detail::kPackedGlobal : detail::kWideGlobal; break;
     case LutPlacement::kWide: plan.lut_mode_ = detail::kWideGlobal; break;
     case LutPlacement::kAuto:
-      // kTwoLevelShared is left out until it has run on a GPU (see docs/NOTES.md); ask for it with kTwoLevel.
-      plan.lut_mode_ = shared_fits ? detail::kPackedShared : all_pack ? detail::kPackedGlobal : detail::kWideGlobal;
+      // Measured on the H200 (docs/NOTES.md): packed shared 95 us vs two-level 99 us at 4 bpp; where the packed
+      // entries do not fit, two-level 96 us vs 64-bit entries through L1 252 us (10240x3840 at 8 bpp).
+      plan.lut_mode_ = shared_fits       ? detail::kPackedShared
+                       : two_level_fits ? detail::kTwoLevelShared
+                       : all_pack       ? detail::kPackedGlobal
+                                        : detail::kWideGlobal;
       break;
   }
   plan.shared_bytes_ = (plan.lut_mode_ == detail::kPackedShared     ? lut_bytes_max
                         : plan.lut_mode_ == detail::kTwoLevelShared ? two_level_max
                                                                     : 0) +
                        fixed_shared;
-  EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.lut_mode_, plan.stage_words_,
+  if (options.fast_groups > 0 && plan.stage_words_ && !plan.shuffle_words_ && detail::lut_in_shared(plan.lut_mode_)) {
+    plan.fast_level_ =
+        options.fast_groups >= 2 && plan.warps_per_block_ <= static_cast<std::uint32_t>(detail::kFastRegsMaxWarps)
+            ? 2
+            : 1;
+  }
+  EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.lut_mode_, plan.stage_words_, plan.shuffle_words_,
+                                                     plan.fast_level_,
                                                      static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_));
   if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
 
@@ -390,7 +388,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     d.scales = job.dev.scales_dev;
     d.lut_offset = lut_offsets[t];
     d.out = job.out_dev;
-    d.row_scales = job.format == OutputFormat::kInt8Rowwise ? job.row_scales_dev : nullptr;
+    d.row_scales = is_rowwise(job.format) ? job.row_scales_dev : nullptr;
     d.payload_words = s.payload.size();
     d.vectors = c.vectors;
     d.rows = s.rows;
@@ -407,9 +405,14 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     d.row_end = job.row_end == 0 ? s.rows : job.row_end;
     d.tile_base = plan.tile_base_[t];
     d.first_tile = plan.first_tile_[t];
-    const Int8Gain g = int8_gain(s);
+    const rans::RowwiseGain g = rans::rowwise_gain(
+        s, job.format == OutputFormat::kFp8E4M3Rowwise ? rans::RowwiseType::kF8E4M3 : rans::RowwiseType::kInt8);
     d.int8_gain = g.gain;
     d.int8_half_over_gain = g.half_over_gain;
+    // bf16: the CPU decoder clamps to the finite range; only needed where |p| * scale can pass it (B/2 + 1 bounds |p|).
+    float max_scale = 0.0f;
+    for (float v : s.scales) max_scale = std::max(max_scale, v);
+    d.clamp_bf16 = (static_cast<double>(g.bound) / 2 + 1) * max_scale >= 3.0e38 ? 1u : 0u;
     d.lut_bytes = static_cast<std::uint32_t>(lut_sizes[t]);
     d.total_symbols = c.total_symbols;
     std::memcpy(plan.image_.data() + plan.descs_offset_ + t * sizeof(TensorDesc), &d, sizeof(d));

@@ -26,20 +26,30 @@ float saturate(float v, float max) { return std::isnan(v) ? v : std::clamp(v, -m
 // float32 -> out, as torch's .to() for bf16/fp16 (overflow to infinity); fp8 saturated like the decoders.
 void store_f32(DType out, float v, std::uint8_t* p) {
   switch (out) {
-    case DType::kF32: store_le<std::uint32_t>(p, std::bit_cast<std::uint32_t>(v)); break;
-    case DType::kBF16: store_le<std::uint16_t>(p, f32_to_bf16(v)); break;
-    case DType::kF16: store_le<std::uint16_t>(p, f32_to_f16(v)); break;
-    case DType::kF8E4M3: *p = std::isnan(v) ? 0x7f : f8e4m3_from_float(saturate(v, kF8E4M3Max)); break;
-    case DType::kF8E5M2: *p = std::isnan(v) ? 0x7f : f8e5m2_from_float(saturate(v, kF8E5M2Max)); break;
-    default: break;
+    case DType::kF32:
+      store_le<std::uint32_t>(p, std::bit_cast<std::uint32_t>(v));
+      break;
+    case DType::kBF16:
+      store_le<std::uint16_t>(p, f32_to_bf16(v));
+      break;
+    case DType::kF16:
+      store_le<std::uint16_t>(p, f32_to_f16(v));
+      break;
+    case DType::kF8E4M3:
+      *p = std::isnan(v) ? 0x7f : f8e4m3_from_float(saturate(v, kF8E4M3Max));
+      break;
+    case DType::kF8E5M2:
+      *p = std::isnan(v) ? 0x7f : f8e5m2_from_float(saturate(v, kF8E5M2Max));
+      break;
+    default:
+      break;
   }
 }
 
-Status decode_raw(const container::Reader& r, const container::TensorEntry& e, DType out,
-                  std::span<std::uint8_t> dst) {
+Status decode_raw(const container::Reader& r, const container::TensorEntry& e, DType out, std::span<std::uint8_t> dst) {
   if (e.buffers.size() != 1)
-    return make_error(ErrorCode::kBadInput, where_of(r, e) + ": raw tensor has " + std::to_string(e.buffers.size()) +
-                                                 " buffers, expected 1");
+    return make_error(ErrorCode::kBadInput,
+                      where_of(r, e) + ": raw tensor has " + std::to_string(e.buffers.size()) + " buffers, expected 1");
   auto src = r.buffer(e, 0);
   if (out == e.dtype) {
     if (src.size() != dst.size())
@@ -111,10 +121,9 @@ std::uint64_t decoded_bytes(const container::TensorEntry& e, DType out) {
 Status decode_tensor(const container::Reader& r, const container::TensorEntry& e, DType out,
                      std::span<std::uint8_t> dst, const DecodeTensorOptions& options) {
   if (!can_decode(e, out))
-    return make_error(ErrorCode::kUnsupported, where_of(r, e) + ": cannot decode " +
-                                                   std::string(container::encoding_name(e.encoding)) + " " +
-                                                   std::string(dtype_name(e.dtype)) + " to " +
-                                                   std::string(dtype_name(out)));
+    return make_error(ErrorCode::kUnsupported,
+                      where_of(r, e) + ": cannot decode " + std::string(container::encoding_name(e.encoding)) + " " +
+                          std::string(dtype_name(e.dtype)) + " to " + std::string(dtype_name(out)));
   if (dst.size() != decoded_bytes(e, out))
     return make_error(ErrorCode::kInvalidArgument, where_of(r, e) + ": output holds " + std::to_string(dst.size()) +
                                                        " bytes, the tensor needs " +

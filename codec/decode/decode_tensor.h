@@ -17,7 +17,7 @@ namespace epk::decode {
 
 struct DecodeTensorOptions {
   int threads = 1;
-  bool verify_checksums = false;                  // hash the tensor's buffers first (Reader::verify)
+  bool verify_checksums = false;                    // hash the tensor's buffers first (Reader::verify)
   std::vector<rans::TileStatus>* faults = nullptr;  // lattice-rans: every corrupt tile is appended
 };
 

@@ -86,8 +86,8 @@ ContainerForm to_container(const EncodedTensor& t, std::string name, const Encod
   f.spec.encoding = container::Encoding::kLatticeRans;
   f.spec.params_json = params_json(s, info);
   f.buffers = {
-      {std::string(kPayloadBuffer), as_u8(t.payload)},   {std::string(kOffsetsBuffer), as_u8(t.offsets)},
-      {std::string(kStatesBuffer), as_u8(t.states)},     {std::string(kStreamMetaBuffer), as_u8(t.tables)},
+      {std::string(kPayloadBuffer), as_u8(t.payload)},        {std::string(kOffsetsBuffer), as_u8(t.offsets)},
+      {std::string(kStatesBuffer), as_u8(t.states)},          {std::string(kStreamMetaBuffer), as_u8(t.tables)},
       {std::string(kFreqTablesBuffer), as_u8(t.freq_tables)}, {std::string(kScalesBuffer), as_u8(t.scales)},
   };
   return f;
@@ -154,19 +154,19 @@ Status parse_params(std::string_view json, std::string_view where, LatticeRansSt
 Result<StoredStream> from_container(const container::Reader& r, const container::TensorEntry& e) {
   const std::string where = where_of(r, e);
   if (e.encoding != container::Encoding::kLatticeRans)
-    return make_error(ErrorCode::kUnsupported,
-                      where + ": encoding is " + std::string(container::encoding_name(e.encoding)) +
-                          ", not lattice-rans");
+    return make_error(
+        ErrorCode::kUnsupported,
+        where + ": encoding is " + std::string(container::encoding_name(e.encoding)) + ", not lattice-rans");
   if (!rate::encode_input_supported(e.dtype))
-    return make_error(ErrorCode::kUnsupported,
-                      where + ": lattice-rans dtype " + std::string(dtype_name(e.dtype)) + " is not a supported source");
+    return make_error(ErrorCode::kUnsupported, where + ": lattice-rans dtype " + std::string(dtype_name(e.dtype)) +
+                                                   " is not a supported source");
   StoredStream out;
   out.dtype = e.dtype;
   LatticeRansStream& s = out.stream;
   EPK_TRY(parse_params(e.params_json, where, &s, &out.info));
   if (e.shape.size() != 2 || e.shape[0] != s.rows || e.shape[1] != s.cols)
-    return bad(where, "shape", "does not match params rows x cols (" + std::to_string(s.rows) + " x " +
-                                   std::to_string(s.cols) + ")");
+    return bad(where, "shape",
+               "does not match params rows x cols (" + std::to_string(s.rows) + " x " + std::to_string(s.cols) + ")");
   if (e.buffers.size() != kStoredBuffers)
     return bad(where, "buffers", "count is " + std::to_string(e.buffers.size()) + ", expected 6");
   EPK_TRY_ASSIGN(s.payload, typed<std::uint16_t>(r, e, kPayloadBuffer, kAny, where));
@@ -174,8 +174,9 @@ Result<StoredStream> from_container(const container::Reader& r, const container:
   if (s.offsets.empty()) return bad(where, "buffer 'offsets'", "is empty");
   auto tiles_param = nlohmann::json::parse(e.params_json, nullptr, false).value("tiles", std::uint64_t(0));
   if (tiles_param != s.offsets.size() - 1)
-    return bad(where, "params.tiles", std::to_string(tiles_param) + " does not match the offsets buffer (" +
-                                          std::to_string(s.offsets.size() - 1) + " tiles)");
+    return bad(where, "params.tiles",
+               std::to_string(tiles_param) + " does not match the offsets buffer (" +
+                   std::to_string(s.offsets.size() - 1) + " tiles)");
   EPK_TRY_ASSIGN(s.states, typed<std::uint32_t>(r, e, kStatesBuffer, std::uint64_t(s.tiles()) * kLanes, where));
   EPK_TRY_ASSIGN(s.tables, typed<TableMeta>(r, e, kStreamMetaBuffer, kTables, where));
   EPK_TRY_ASSIGN(s.freq_tables, typed<std::uint16_t>(r, e, kFreqTablesBuffer, kAny, where));

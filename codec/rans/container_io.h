@@ -26,11 +26,11 @@ inline constexpr int kStoredBuffers = 6;
 
 // What params_json records beyond the stream geometry: how the tensor was made.
 struct EncodingInfo {
-  double target_bpp = 0.0;     // 0: unknown (imported streams)
+  double target_bpp = 0.0;  // 0: unknown (imported streams)
   int rdo_sweeps = 0;
   int rdo_candidates = 0;
   bool calibrate_rate = true;
-  double scale = 0.0;          // the encoder's final lattice scale (0: unknown)
+  double scale = 0.0;  // the encoder's final lattice scale (0: unknown)
   bool coarsened = false;
   std::string origin = "epk";  // "epk" or "entropack" (imported)
   std::string entropack_key;   // the state_dict key an imported blob came from (export writes it back)

@@ -306,25 +306,31 @@ Result<DecodePlan> DecodePlan::create(const LatticeRansStream& s, std::string_vi
   return DecodePlan(std::move(impl));
 }
 
-Status DecodePlan::decode_rows(DType out_type, std::span<std::byte> out, std::uint32_t row_begin,
-                               std::uint32_t row_end, int threads, std::vector<TileStatus>* faults) const {
-  const LatticeRansStream& s = impl_->s;
-  const std::string_view name = impl_->name;
-  const Luts& luts = impl_->luts;
-  if (!decode_output_supported(out_type)) {
-    return make_error(ErrorCode::kUnsupported, prefix(name) + "output dtype " + std::string(dtype_name(out_type)));
-  }
+namespace {
+
+Status check_row_range(const LatticeRansStream& s, std::string_view name, std::uint32_t row_begin,
+                       std::uint32_t row_end) {
   if (row_begin > row_end || row_end > s.rows) {
     return make_error(ErrorCode::kInvalidArgument, prefix(name) + "row range [" + std::to_string(row_begin) + ", " +
                                                        std::to_string(row_end) + ") outside " +
                                                        std::to_string(s.rows) + " rows");
   }
-  const std::size_t esize = element_size(out_type);
-  const std::uint64_t need = std::uint64_t(row_end - row_begin) * s.cols * esize;
-  if (out.size() != need) {
-    return make_error(ErrorCode::kInvalidArgument, prefix(name) + "output buffer of " + std::to_string(out.size()) +
+  return {};
+}
+
+Status check_size(std::string_view name, const char* what, std::size_t have, std::uint64_t need) {
+  if (have != need) {
+    return make_error(ErrorCode::kInvalidArgument, prefix(name) + what + " of " + std::to_string(have) +
                                                        " bytes, expected " + std::to_string(need));
   }
+  return {};
+}
+
+// Decodes the tiles covering rows [row_begin, row_end) and hands every good tile's vectors within the range to
+// write(coset, fields, tile_first_vector, v0, v1); reports the bad tiles.
+template <typename Write>
+Status decode_range(const LatticeRansStream& s, std::string_view name, const Luts& luts, std::uint32_t row_begin,
+                    std::uint32_t row_end, int threads, std::vector<TileStatus>* faults, Write&& write) {
   if (row_begin == row_end) return {};
   const std::uint64_t vpr = s.padded_cols / 8;
   const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
@@ -343,8 +349,7 @@ Status DecodePlan::decode_rows(DType out_type, std::span<std::byte> out, std::ui
       if (f != TileFault::kNone) continue;
       const std::uint64_t tb = std::uint64_t(t) * tile_vectors;
       const std::uint64_t te = std::min(tb + tile_vectors, s.vectors());
-      reconstruct_any(out_type, s, coset.data(), fields.data(), tb, std::max(tb, v0), std::min(te, v1), row_begin,
-                      out.data());
+      write(coset.data(), fields.data(), tb, std::max(tb, v0), std::min(te, v1));
     }
   });
   std::vector<TileStatus> bad_tiles;
@@ -360,6 +365,98 @@ Status DecodePlan::decode_rows(DType out_type, std::span<std::byte> out, std::ui
   return make_error(ErrorCode::kCorruptTile, msg);
 }
 
+// Rowwise values of the vectors [v0, v1) (see rowwise_gain in decoder.h).
+void reconstruct_rowwise(const LatticeRansStream& s, RowwiseType type, const RowwiseGain& g, const std::uint8_t* coset,
+                         const std::int32_t* fields, std::uint64_t tb, std::uint64_t v0, std::uint64_t v1,
+                         std::uint32_t row_begin, std::byte* values, float* row_scales) {
+  const std::uint64_t vpr = s.padded_cols / 8;
+  for (std::uint64_t v = v0; v < v1; ++v) {
+    const std::int32_t c = coset[v - tb];
+    const std::int32_t* f = &fields[(v - tb) * lattice::kFields];
+    const std::uint64_t row = v / vpr;
+    const std::uint64_t col = (v % vpr) * 8;
+    const std::int32_t par = (f[0] ^ f[1] ^ f[2] ^ f[3] ^ f[4] ^ f[5] ^ f[6]) & 1;
+    std::int32_t twice[8];  // 2p = 2z + c
+    for (int k = 0; k < 7; ++k) twice[k] = 2 * f[k] + c;
+    twice[7] = 2 * (2 * f[7] + par) + c;
+    std::byte* dst = values + (row - row_begin) * s.cols + col;
+    const int n = col + 8 <= s.cols ? 8 : int(s.cols - col);
+    for (int k = 0; k < n; ++k) {
+      const float scaled = float(twice[k]) * g.gain;
+      if (type == RowwiseType::kInt8) {
+        const float q = g.gain == 1.0f ? float(twice[k]) : std::clamp(std::nearbyint(scaled), -127.0f, 127.0f);
+        dst[k] = std::byte(std::uint8_t(std::int8_t(q)));
+      } else {
+        dst[k] = std::byte(f8e4m3_from_float(std::clamp(scaled, -kF8E4M3Max, kF8E4M3Max)));
+      }
+    }
+    if (col == 0) row_scales[row - row_begin] = s.scales[row] * g.half_over_gain;
+  }
+}
+
+}  // namespace
+
+RowwiseGain rowwise_gain(const LatticeRansStream& s, RowwiseType type) {
+  // Largest |2p| = |2z + c| any table allows; z8 = 2m + parity spans [2 m_min, 2 m_max + 1].
+  RowwiseGain g;
+  for (int field = 0; field < lattice::kFields; ++field) {
+    for (int c = 0; c < 2; ++c) {
+      const std::size_t t = 1 + 2 * std::size_t(field) + std::size_t(c);
+      if (t >= s.tables.size() || s.tables[t].alphabet <= 0) continue;
+      std::int64_t lo = s.tables[t].sym_min;
+      std::int64_t hi = lo + s.tables[t].alphabet - 1;
+      if (field == 7) {
+        lo = 2 * lo;
+        hi = 2 * hi + 1;
+      }
+      g.bound = std::max({g.bound, std::abs(2 * lo + c), std::abs(2 * hi + c)});
+    }
+  }
+  const double limit = type == RowwiseType::kInt8 ? 127.0 : 448.0;
+  if (double(g.bound) > limit) {
+    g.gain = float(limit / double(g.bound));
+    g.half_over_gain = float(0.5 / double(g.gain));
+  }
+  return g;
+}
+
+Status DecodePlan::decode_rows(DType out_type, std::span<std::byte> out, std::uint32_t row_begin,
+                               std::uint32_t row_end, int threads, std::vector<TileStatus>* faults) const {
+  const LatticeRansStream& s = impl_->s;
+  const std::string_view name = impl_->name;
+  if (!decode_output_supported(out_type)) {
+    return make_error(ErrorCode::kUnsupported, prefix(name) + "output dtype " + std::string(dtype_name(out_type)));
+  }
+  EPK_TRY(check_row_range(s, name, row_begin, row_end));
+  EPK_TRY(check_size(name, "output buffer", out.size(),
+                     std::uint64_t(row_end - row_begin) * s.cols * element_size(out_type)));
+  return decode_range(s, name, impl_->luts, row_begin, row_end, threads, faults,
+                      [&](const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t tb, std::uint64_t v0,
+                          std::uint64_t v1) {
+                        reconstruct_any(out_type, s, coset, fields, tb, v0, v1, row_begin, out.data());
+                      });
+}
+
+Status DecodePlan::decode_rowwise(RowwiseType type, std::span<std::byte> values, std::span<float> row_scales,
+                                  std::uint32_t row_begin, std::uint32_t row_end, int threads,
+                                  std::vector<TileStatus>* faults) const {
+  const LatticeRansStream& s = impl_->s;
+  const std::string_view name = impl_->name;
+  if (type != RowwiseType::kInt8 && type != RowwiseType::kF8E4M3) {
+    return make_error(ErrorCode::kUnsupported, prefix(name) + "unknown rowwise type");
+  }
+  EPK_TRY(check_row_range(s, name, row_begin, row_end));
+  EPK_TRY(check_size(name, "rowwise values", values.size(), std::uint64_t(row_end - row_begin) * s.cols));
+  EPK_TRY(check_size(name, "rowwise row scales", row_scales.size_bytes(), std::uint64_t(row_end - row_begin) * 4));
+  const RowwiseGain g = rowwise_gain(s, type);
+  return decode_range(s, name, impl_->luts, row_begin, row_end, threads, faults,
+                      [&](const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t tb, std::uint64_t v0,
+                          std::uint64_t v1) {
+                        reconstruct_rowwise(s, type, g, coset, fields, tb, v0, v1, row_begin, values.data(),
+                                            row_scales.data());
+                      });
+}
+
 Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_type, std::span<std::byte> out,
                    std::uint32_t row_begin, std::uint32_t row_end, int threads, std::vector<TileStatus>* faults) {
   if (!decode_output_supported(out_type)) {
@@ -367,6 +464,13 @@ Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_
   }
   EPK_TRY_ASSIGN(const DecodePlan plan, DecodePlan::create(s, name));
   return plan.decode_rows(out_type, out, row_begin, row_end, threads, faults);
+}
+
+Status decode_rowwise(const LatticeRansStream& s, std::string_view name, RowwiseType type, std::span<std::byte> values,
+                      std::span<float> row_scales, std::uint32_t row_begin, std::uint32_t row_end, int threads,
+                      std::vector<TileStatus>* faults) {
+  EPK_TRY_ASSIGN(const DecodePlan plan, DecodePlan::create(s, name));
+  return plan.decode_rowwise(type, values, row_scales, row_begin, row_end, threads, faults);
 }
 
 Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads) {

@@ -43,6 +43,20 @@ bool decode_output_supported(DType t);
 // name (the tensor) prefixes every message.
 Status validate_stream(const LatticeRansStream& s, std::string_view name);
 
+// Serving layouts rowwise:{int8, fp8_e4m3} (DESIGN.md): one value q per element plus one fp32 scale per row, the
+// weight being q * row_scale[row]. Every decoded coordinate is p = z + c/2 (z an integer, c the coset), so 2p is an
+// integer with |2p| <= bound, the largest any of the stream's tables allows. With limit L (127 for int8, 448 for
+// e4m3): gain = 1 when bound <= L, else float(L / bound); q = convert(float(2p) * gain) (int8: rounded half to even,
+// clamped to +-127; e4m3: rounded to nearest even, saturated to +-448); row_scale = scale[row] * half_over_gain with
+// half_over_gain = float(0.5 / gain). int8 is lossless when bound <= 127; e4m3 rounds only where |2p| > 16.
+enum class RowwiseType : std::uint8_t { kInt8, kF8E4M3 };
+struct RowwiseGain {
+  std::int64_t bound = 1;
+  float gain = 1.0f;
+  float half_over_gain = 0.5f;
+};
+RowwiseGain rowwise_gain(const LatticeRansStream& s, RowwiseType type);
+
 // A validated stream with its decode tables built once, for decoding many row ranges of one tensor (the tables take
 // 17 * 2^prob_bits * 8 bytes). It keeps the view, not the bytes: the buffers must outlive the plan. Move-only.
 class DecodePlan {
@@ -57,6 +71,10 @@ class DecodePlan {
   // As the free decode_rows below, without validating or building tables again.
   Status decode_rows(DType out_type, std::span<std::byte> out, std::uint32_t row_begin, std::uint32_t row_end,
                      int threads = 1, std::vector<TileStatus>* faults = nullptr) const;
+  // As the free decode_rowwise below.
+  Status decode_rowwise(RowwiseType type, std::span<std::byte> values, std::span<float> row_scales,
+                        std::uint32_t row_begin, std::uint32_t row_end, int threads = 1,
+                        std::vector<TileStatus>* faults = nullptr) const;
   const LatticeRansStream& stream() const;
 
   struct Impl;
@@ -78,6 +96,12 @@ inline Status decode(const LatticeRansStream& s, std::string_view name, DType ou
                      int threads = 1, std::vector<TileStatus>* faults = nullptr) {
   return decode_rows(s, name, out_type, out, 0, s.rows, threads, faults);
 }
+
+// Decodes rows [row_begin, row_end) into the rowwise layout: values gets (row_end - row_begin) * cols bytes
+// (row-major, logical columns), row_scales (row_end - row_begin) floats. Corrupt tiles as decode_rows.
+Status decode_rowwise(const LatticeRansStream& s, std::string_view name, RowwiseType type, std::span<std::byte> values,
+                      std::span<float> row_scales, std::uint32_t row_begin, std::uint32_t row_end, int threads = 1,
+                      std::vector<TileStatus>* faults = nullptr);
 
 // Validates the stream, then decodes every tile without producing weights; returns the status of each bad tile
 // (empty when all are good), or validate_stream's error.

@@ -4,18 +4,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "codec/safetensors/checkpoint.h"
 #include "codec/safetensors/reader.h"
+#include "codec/safetensors/writer.h"
 
 namespace fs = std::filesystem;
 
@@ -61,7 +62,14 @@ class EpkCompress : public ::testing::Test {
   std::string tool() const { return EPK_TOOL; }
   std::string model() const { return (dir_ / "model").string(); }
   std::string path(const std::string& f) const { return (dir_ / f).string(); }
-  Outcome epk(const std::string& args, bool with_stderr = true) const { return run(tool() + " " + args, with_stderr); }
+  // Under the asan preset a sanitizer report exits 1, which an error-path case would take for success: look for it.
+  Outcome epk(const std::string& args, bool with_stderr = true) const {
+    auto r = run(tool() + " " + args, true);
+    EXPECT_EQ(r.out.find("Sanitizer"), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("runtime error"), std::string::npos) << args << "\n" << r.out;
+    if (!with_stderr) r = run(tool() + " " + args, false);
+    return r;
+  }
   fs::path dir_;
 };
 
@@ -284,7 +292,7 @@ std::vector<std::string> vector_files() {
 
 TEST_F(EpkEntropack, ImportThenDecompressEqualsTheReferenceDecoder) {
   const std::vector<std::pair<std::string, std::string>> dtypes = {
-      {"fp32", "decoded.float32"},          {"bf16", "decoded.bfloat16"},    {"fp16", "decoded.float16"},
+      {"fp32", "decoded.float32"},           {"bf16", "decoded.bfloat16"},        {"fp16", "decoded.float16"},
       {"fp8_e4m3", "decoded.float8_e4m3fn"}, {"fp8_e5m2", "decoded.float8_e5m2"}, {"int8", "decoded.int8"}};
   const auto files = vector_files();
   ASSERT_GE(files.size(), 10u);
@@ -333,6 +341,45 @@ TEST_F(EpkEntropack, ExportGivesByteIdenticalBlobs) {
       EXPECT_TRUE(std::equal(t.data.begin(), t.data.end(), g->data.begin(), g->data.end())) << f << " " << t.name;
     }
     EXPECT_EQ(got->metadata(), ref->metadata()) << f;
+  }
+}
+
+TEST_F(EpkEntropack, ATruncatedOrAlteredBlobIsRefusedNamingTheTensor) {
+  auto ref = epk::safetensors::File::open(std::string(EPK_SOURCE_DIR) +
+                                          "/tests/data/entropack/gauss_f32_33x100_3bpp.safetensors");
+  ASSERT_TRUE(ref);
+  const auto* blob = ref->find("entropack_quant_state");
+  ASSERT_NE(blob, nullptr);
+  const std::vector<std::uint8_t> whole(blob->data.begin(), blob->data.end());
+  auto with_blob = [&](const std::string& file, std::vector<std::uint8_t> bytes) {
+    auto w = epk::safetensors::Writer::create(
+        file, {{"layer.weight.entropack_quant_state", epk::DType::kU8, {bytes.size()}}});
+    ASSERT_TRUE(w);
+    ASSERT_TRUE(w->write("layer.weight.entropack_quant_state", bytes));
+    ASSERT_TRUE(w->finish());
+  };
+  std::vector<std::uint8_t> truncated(whole.begin(), whole.end() - 40);
+  std::vector<std::uint8_t> bad_length = whole;
+  bad_length[7] = 0x7f;  // a JSON length far past the blob
+  std::vector<std::uint8_t> altered = whole;
+  altered[altered.size() - 200] ^= 0xff;  // inside a buffer: caught by the stream's validation or its tiles
+  for (const auto& [what, bytes] : std::vector<std::pair<std::string, std::vector<std::uint8_t>>>{
+           {"truncated", truncated}, {"bad_length", bad_length}}) {
+    const std::string f = path(what + ".safetensors");
+    with_blob(f, bytes);
+    auto r = epk("import-entropack " + f + " -o " + path(what + ".epk"));
+    EXPECT_EQ(r.status, 1) << what << "\n" << r.out;
+    EXPECT_NE(r.out.find("layer.weight.entropack_quant_state"), std::string::npos) << what << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(path(what + ".epk")));
+  }
+  with_blob(path("altered.safetensors"), altered);
+  auto r = epk("import-entropack " + path("altered.safetensors") + " -o " + path("altered.epk"));
+  if (r.status == 0) {
+    r = epk("verify " + path("altered.epk"));
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("layer.weight"), std::string::npos) << r.out;
+  } else {
+    EXPECT_NE(r.out.find("layer.weight.entropack_quant_state"), std::string::npos) << r.out;
   }
 }
 

@@ -42,9 +42,9 @@ std::uint64_t element_count(const std::vector<std::uint64_t>& shape) {
 
 Result<DType> parse_output_dtype(std::string_view name) {
   static constexpr std::pair<std::string_view, DType> kNames[] = {
-      {"bf16", DType::kBF16},        {"fp16", DType::kF16},         {"f16", DType::kF16},
-      {"fp32", DType::kF32},         {"f32", DType::kF32},          {"fp8_e4m3", DType::kF8E4M3},
-      {"fp8_e5m2", DType::kF8E5M2},  {"int8", DType::kI8},          {"i8", DType::kI8}};
+      {"bf16", DType::kBF16},       {"fp16", DType::kF16}, {"f16", DType::kF16},
+      {"fp32", DType::kF32},        {"f32", DType::kF32},  {"fp8_e4m3", DType::kF8E4M3},
+      {"fp8_e5m2", DType::kF8E5M2}, {"int8", DType::kI8},  {"i8", DType::kI8}};
   for (const auto& [n, t] : kNames)
     if (n == name) return t;
   if (auto t = dtype_from_name(name)) return *t;

@@ -45,9 +45,9 @@ struct Rule {
 
 struct Plan {
   bool encode = false;
-  bool fixed = false;   // the rate came from a rule (not from --bpp or the budget)
+  bool fixed = false;  // the rate came from a rule (not from --bpp or the budget)
   double target = 0.0;
-  std::string why;      // for raw tensors: why they stay raw
+  std::string why;  // for raw tensors: why they stay raw
 };
 
 inline constexpr double kMaxBpp = 16.0;
@@ -56,15 +56,16 @@ inline constexpr double kMinBpp = 0.5;
 Result<Rule> parse_rule(const std::string& text) {
   const auto eq = text.rfind('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    return make_error(ErrorCode::kInvalidArgument, "--rule '" + text + "': expected PATTERN=RATE (RATE a number or raw)");
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--rule '" + text + "': expected PATTERN=RATE (RATE a number or raw)");
   Rule r{text.substr(0, eq), std::nullopt};
   const std::string value = text.substr(eq + 1);
   if (value == "raw") return r;
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
   if (end == value.c_str() || *end != '\0' || !std::isfinite(v) || v < kMinBpp || v > kMaxBpp)
-    return make_error(ErrorCode::kInvalidArgument, "--rule '" + text + "': rate '" + value +
-                                                       "' is not raw or a number in [0.5, 16]");
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--rule '" + text + "': rate '" + value + "' is not raw or a number in [0.5, 16]");
   r.bpp = v;
   return r;
 }
@@ -76,17 +77,17 @@ bool is_embedding(const std::string& name) {
 }
 
 Result<Plan> plan_tensor(const safetensors::TensorView& t, const std::vector<Rule>& rules, const CompressArgs& args) {
-  const bool encodable = t.shape.size() == 2 && t.shape[0] > 0 && t.shape[1] > 0 &&
-                         t.shape[0] <= 0xffffffffu && t.shape[1] <= 0xffffffffu &&
-                         rate::encode_input_supported(t.dtype);
+  const bool encodable = t.shape.size() == 2 && t.shape[0] > 0 && t.shape[1] > 0 && t.shape[0] <= 0xffffffffu &&
+                         t.shape[1] <= 0xffffffffu && rate::encode_input_supported(t.dtype);
   for (const auto& r : rules) {
     if (::fnmatch(r.pattern.c_str(), t.name.c_str(), 0) != 0) continue;
     if (!r.bpp) return Plan{false, true, 0.0, "rule " + r.pattern};
     if (!encodable)
-      return make_error(ErrorCode::kInvalidArgument,
-                        "--rule " + r.pattern + ": tensor '" + t.name + "' (" + std::string(dtype_name(t.dtype)) +
-                            " " + shape_string(t.shape) + ") cannot be encoded: only 2-D F32, BF16, F16, F8 and I8 "
-                            "weights can");
+      return make_error(ErrorCode::kInvalidArgument, "--rule " + r.pattern + ": tensor '" + t.name + "' (" +
+                                                         std::string(dtype_name(t.dtype)) + " " +
+                                                         shape_string(t.shape) +
+                                                         ") cannot be encoded: only 2-D F32, BF16, F16, F8 and I8 "
+                                                         "weights can");
     return Plan{true, true, *r.bpp, {}};
   }
   if (t.shape.size() != 2) return Plan{false, false, 0.0, t.shape.size() == 1 ? "1-D" : "not 2-D"};
@@ -109,13 +110,14 @@ struct Row {
 
 class Progress {
  public:
-  Progress(std::size_t tensors, std::uint64_t bytes)
-      : tty_(::isatty(2) == 1), tensors_(tensors), bytes_(bytes), start_(Clock::now()) {}
-  void update(std::size_t done, std::uint64_t bytes_done, const std::string& current) {
+  // work: bytes of the tensors to encode (raw ones cost next to nothing), which the ETA is based on.
+  Progress(std::size_t tensors, std::uint64_t bytes, std::uint64_t work)
+      : tty_(::isatty(2) == 1), tensors_(tensors), bytes_(bytes), work_(work), start_(Clock::now()) {}
+  void update(std::size_t done, std::uint64_t bytes_done, std::uint64_t work_done, const std::string& current) {
     if (!tty_) return;
     const double el = std::chrono::duration<double>(Clock::now() - start_).count();
-    const double frac = bytes_ ? double(bytes_done) / double(bytes_) : 1.0;
-    const std::string eta = frac > 0.0 && done > 0 ? clock_string(el / frac - el) : "?";
+    const double frac = work_ ? double(work_done) / double(work_) : 1.0;
+    const std::string eta = frac > 0.0 ? clock_string(el / frac - el) : "?";
     std::fprintf(stderr, "\r\033[K[%zu/%zu tensors] %s / %s, %s elapsed, ETA %s  %s", done, tensors_,
                  human_bytes(bytes_done).c_str(), human_bytes(bytes_).c_str(), clock_string(el).c_str(), eta.c_str(),
                  current.c_str());
@@ -129,6 +131,7 @@ class Progress {
   bool tty_;
   std::size_t tensors_;
   std::uint64_t bytes_;
+  std::uint64_t work_;
   Clock::time_point start_;
 };
 
@@ -177,7 +180,8 @@ Status run_compress(const CompressArgs& args) {
   if (args.rdo < 0 || args.rdo > 8)
     return make_error(ErrorCode::kInvalidArgument, "--rdo " + std::to_string(args.rdo) + " is outside [0, 8]");
   if (args.threads < 1 || args.threads > 256)
-    return make_error(ErrorCode::kInvalidArgument, "--threads " + std::to_string(args.threads) + " is outside [1, 256]");
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--threads " + std::to_string(args.threads) + " is outside [1, 256]");
   std::vector<Rule> rules;
   for (const auto& text : args.rules) {
     EPK_TRY_ASSIGN(auto r, parse_rule(text));
@@ -226,22 +230,27 @@ Status run_compress(const CompressArgs& args) {
     }
   }
 
-  nlohmann::json settings = {{"bpp", args.bpp ? nlohmann::json(*args.bpp) : nlohmann::json(nullptr)},
-                             {"budget_bpp", args.budget_bpp ? nlohmann::json(*args.budget_bpp) : nlohmann::json(nullptr)},
-                             {"rdo", args.rdo},
-                             {"rules", args.rules},
-                             {"include_embeddings", args.include_embeddings}};
-  std::map<std::string, std::string> metadata = {
-      {"source", args.input}, {"tool", "epk " + std::string(tool_version())}, {"settings", "compress " + settings.dump()}};
+  nlohmann::json settings = {
+      {"bpp", args.bpp ? nlohmann::json(*args.bpp) : nlohmann::json(nullptr)},
+      {"budget_bpp", args.budget_bpp ? nlohmann::json(*args.budget_bpp) : nlohmann::json(nullptr)},
+      {"rdo", args.rdo},
+      {"rules", args.rules},
+      {"include_embeddings", args.include_embeddings}};
+  std::map<std::string, std::string> metadata = {{"source", args.input},
+                                                 {"tool", "epk " + std::string(tool_version())},
+                                                 {"settings", "compress " + settings.dump()}};
   EPK_TRY_ASSIGN(auto writer, container::Writer::create(args.output, std::move(metadata)));
 
-  Progress progress(tensors.size(), total_bytes);
+  std::uint64_t total_work = 0, done_work = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (plans[i].encode) total_work += tensors[i].data.size();
+  Progress progress(tensors.size(), total_bytes, total_work);
   std::vector<Row> table;
   std::uint64_t done_bytes = 0;
   const auto start = Clock::now();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
-    progress.update(i, done_bytes, t.name);
+    progress.update(i, done_bytes, done_work, t.name);
     const auto t0 = Clock::now();
     Row row;
     row.name = t.name;
@@ -284,9 +293,10 @@ Status run_compress(const CompressArgs& args) {
     }
     if (!row.encoded) row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     done_bytes += t.data.size();
+    if (plans[i].encode) done_work += t.data.size();
     table.push_back(std::move(row));
   }
-  progress.update(tensors.size(), done_bytes, "finishing");
+  progress.update(tensors.size(), done_bytes, done_work, "finishing");
   EPK_TRY(writer.finish());
   progress.finish();
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -309,13 +319,14 @@ Status run_compress(const CompressArgs& args) {
                   r.note.c_str());
     }
   }
-  std::printf("total: %zu tensors (%llu encoded, %zu raw), %llu weights; encoded %llu weights in %s = %.3f bpp; "
-              "all tensors %s = %.3f bpp; file %s, alignment padding %s (not counted); %.2f s\n",
-              table.size(), static_cast<unsigned long long>(encoded), table.size() - std::size_t(encoded),
-              static_cast<unsigned long long>(all_weights), static_cast<unsigned long long>(enc_weights),
-              human_bytes(enc_stored).c_str(), enc_weights ? 8.0 * double(enc_stored) / double(enc_weights) : 0.0,
-              human_bytes(all_stored).c_str(), all_weights ? 8.0 * double(all_stored) / double(all_weights) : 0.0,
-              human_bytes(written.file_size()).c_str(), human_bytes(written.padding_bytes()).c_str(), total_seconds);
+  std::printf(
+      "total: %zu tensors (%llu encoded, %zu raw), %llu weights; encoded %llu weights in %s = %.3f bpp; "
+      "all tensors %s = %.3f bpp; file %s, alignment padding %s (not counted); %.2f s\n",
+      table.size(), static_cast<unsigned long long>(encoded), table.size() - std::size_t(encoded),
+      static_cast<unsigned long long>(all_weights), static_cast<unsigned long long>(enc_weights),
+      human_bytes(enc_stored).c_str(), enc_weights ? 8.0 * double(enc_stored) / double(enc_weights) : 0.0,
+      human_bytes(all_stored).c_str(), all_weights ? 8.0 * double(all_stored) / double(all_weights) : 0.0,
+      human_bytes(written.file_size()).c_str(), human_bytes(written.padding_bytes()).c_str(), total_seconds);
   return {};
 }
 
@@ -329,8 +340,9 @@ void add_compress_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-o,--output", args->output, "the .epk file to write")->required();
   cmd->add_option("--bpp", args->bpp, "target bits per weight of every encoded tensor (stored, all overhead counted)");
   cmd->add_option("--rdo", args->rdo, "row RDO sweeps (0: none)");
-  cmd->add_option("--rule", args->rules, "PATTERN=R: tensors whose name matches the glob get rate R (or raw); "
-                                         "first match wins")
+  cmd->add_option("--rule", args->rules,
+                  "PATTERN=R: tensors whose name matches the glob get rate R (or raw); "
+                  "first match wins")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--budget-bpp", args->budget_bpp,

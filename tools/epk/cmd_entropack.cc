@@ -56,14 +56,15 @@ Status run_import(const ConvertArgs& args) {
       continue;
     }
     if (t.dtype != DType::kU8 || t.shape.size() != 1)
-      return make_error(ErrorCode::kBadInput, args.input + ": tensor '" + t.name + "': a quant_state must be a 1-D U8 "
-                                                           "tensor, found " + std::string(dtype_name(t.dtype)) + " " +
-                                                           shape_string(t.shape));
+      return make_error(ErrorCode::kBadInput, args.input + ": tensor '" + t.name +
+                                                  "': a quant_state must be a 1-D U8 "
+                                                  "tensor, found " +
+                                                  std::string(dtype_name(t.dtype)) + " " + shape_string(t.shape));
     const std::string where = args.input + ": tensor '" + t.name + "'";
-    EPK_TRY_ASSIGN(auto enc, rans::parse_reference_quant_state(
-                                 std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data.data()),
-                                                            t.data.size()),
-                                 where));
+    EPK_TRY_ASSIGN(
+        auto enc,
+        rans::parse_reference_quant_state(
+            std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data.data()), t.data.size()), where));
     rans::EncodingInfo info;
     info.origin = "entropack";
     info.entropack_key = t.name;
@@ -113,8 +114,8 @@ Status run_export(const ConvertArgs& args) {
     }
     EPK_TRY_ASSIGN(auto stored, rans::from_container(reader, *t));
     EPK_TRY_ASSIGN(auto blob, rans::write_reference_quant_state(rans::to_owned(stored)));
-    EPK_TRY(writer.write(spec.name,
-                         std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(blob.data()), blob.size())));
+    EPK_TRY(writer.write(
+        spec.name, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(blob.data()), blob.size())));
     ++exported;
   }
   EPK_TRY(writer.finish());
@@ -127,8 +128,8 @@ Status run_export(const ConvertArgs& args) {
 
 void add_import_entropack_command(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ConvertArgs>();
-  auto* cmd = app.add_subcommand("import-entropack",
-                                 "Store the entropack package's compressed tensors in an .epk file without re-encoding");
+  auto* cmd = app.add_subcommand(
+      "import-entropack", "Store the entropack package's compressed tensors in an .epk file without re-encoding");
   cmd->add_option("input", args->input, "a .safetensors file holding entropack state_dict entries")->required();
   cmd->add_option("-o,--output", args->output, "the .epk file to write")->required();
   cmd->callback([args, exit_code] {
@@ -139,8 +140,8 @@ void add_import_entropack_command(CLI::App& app, int* exit_code) {
 
 void add_export_entropack_command(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<ConvertArgs>();
-  auto* cmd = app.add_subcommand("export-entropack",
-                                 "Write an .epk file's lattice-rans tensors in the entropack package's state_dict form");
+  auto* cmd = app.add_subcommand(
+      "export-entropack", "Write an .epk file's lattice-rans tensors in the entropack package's state_dict form");
   cmd->add_option("input", args->input, "the .epk file")->required();
   cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
   cmd->callback([args, exit_code] {

@@ -78,13 +78,13 @@ Status run_inspect(const InspectArgs& args) {
       for (const auto& b : t.buffers)
         buffers.push_back({{"name", b.name}, {"offset", b.offset}, {"size", b.size}, {"xxh3", b.xxh3}});
       nlohmann::json entry = {{"name", t.name},
-                         {"shape", t.shape},
-                         {"dtype", std::string(dtype_name(t.dtype))},
-                         {"encoding", std::string(container::encoding_name(t.encoding))},
-                         {"params", nlohmann::json::parse(t.params_json, nullptr, false)},
-                         {"stored_bytes", bytes},
-                         {"bits_per_weight", bpw},
-                         {"buffers", buffers}};
+                              {"shape", t.shape},
+                              {"dtype", std::string(dtype_name(t.dtype))},
+                              {"encoding", std::string(container::encoding_name(t.encoding))},
+                              {"params", nlohmann::json::parse(t.params_json, nullptr, false)},
+                              {"stored_bytes", bytes},
+                              {"bits_per_weight", bpw},
+                              {"buffers", buffers}};
       if (t.encoding == container::Encoding::kLatticeRans) {
         EPK_TRY_ASSIGN(auto lr, lattice_rans_json(reader, t));
         entry["lattice_rans"] = std::move(lr);
@@ -101,13 +101,14 @@ Status run_inspect(const InspectArgs& args) {
       if (t.encoding == container::Encoding::kLatticeRans) {
         EPK_TRY_ASSIGN(auto lr, lattice_rans_json(reader, t));
         char target[32] = "-";
-        if (lr["target_bpp"].get<double>() > 0) std::snprintf(target, sizeof target, "%.3f", lr["target_bpp"].get<double>());
-        std::printf("    target %s bpp, stored %.3f bpp (with the index entry), prob bits %u, %u tiles of %u symbols, "
-                    "rdo %d, %s\n",
-                    target,
-                    lr["stored_bpp"].get<double>(), lr["prob_bits"].get<unsigned>(), lr["tiles"].get<unsigned>(),
-                    lr["tile_symbols"].get<unsigned>(), lr["rdo_sweeps"].get<int>(),
-                    lr["origin"].get<std::string>() == "entropack" ? "imported from entropack" : "encoded by epk");
+        if (lr["target_bpp"].get<double>() > 0)
+          std::snprintf(target, sizeof target, "%.3f", lr["target_bpp"].get<double>());
+        std::printf(
+            "    target %s bpp, stored %.3f bpp (with the index entry), prob bits %u, %u tiles of %u symbols, "
+            "rdo %d, %s\n",
+            target, lr["stored_bpp"].get<double>(), lr["prob_bits"].get<unsigned>(), lr["tiles"].get<unsigned>(),
+            lr["tile_symbols"].get<unsigned>(), lr["rdo_sweeps"].get<int>(),
+            lr["origin"].get<std::string>() == "entropack" ? "imported from entropack" : "encoded by epk");
       }
       if (t.encoding == container::Encoding::kIntq) {
         EPK_TRY_ASSIGN(auto iq, intq_json(reader, t));

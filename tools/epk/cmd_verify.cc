@@ -40,8 +40,8 @@ struct TensorReport {
 };
 
 // Decodes every tile of s; corrupt tiles into rep. With want_f32, also the reconstruction.
-void check_stream(const rans::StoredStream& st, const std::string& where, Device device, int threads,
-                  TensorReport& rep, std::vector<float>* f32) {
+void check_stream(const rans::StoredStream& st, const std::string& where, Device device, int threads, TensorReport& rep,
+                  std::vector<float>* f32) {
   const auto& s = st.stream;
   rep.tiles = s.tiles();
   if (device == Device::kCuda) {
@@ -49,9 +49,9 @@ void check_stream(const rans::StoredStream& st, const std::string& where, Device
     auto& out = f32 ? *f32 : local;
     out.resize(std::uint64_t(s.rows) * s.cols);
     std::vector<GpuTileFault> faults;
-    auto stat = gpu_decode(s, where, DType::kF32,
-                           std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4),
-                           &faults);
+    auto stat =
+        gpu_decode(s, where, DType::kF32,
+                   std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4), &faults);
     for (const auto& f : faults) rep.bad_tiles.push_back({f.tile, f.reason});
     if (!stat && faults.empty()) rep.problems.push_back(stat.error().message);
     if (!stat && f32) f32->clear();
@@ -97,11 +97,13 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
     const safetensors::TensorView* src = nullptr;
     if (source) {
       src = source->find(t.name);
-      if (!src)
+      if (!src) {
         rep.problems.push_back(where + ": not in " + args.against);
-      else if (src->shape != t.shape)
+      } else if (src->shape != t.shape) {
         rep.problems.push_back(where + ": shape " + shape_string(t.shape) + " differs from the source's " +
-                               shape_string(src->shape)), src = nullptr;
+                               shape_string(src->shape));
+        src = nullptr;
+      }
     }
     std::vector<float> decoded;
     bool have_decoded = false;
@@ -165,8 +167,8 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
     for (const auto& r : reports) {
       nlohmann::json bt = nlohmann::json::array();
       for (const auto& [tile, why] : r.bad_tiles) bt.push_back({{"tile", tile}, {"reason", why}});
-      nlohmann::json j = {{"name", r.name},         {"encoding", r.encoding}, {"ok", r.problems.empty()},
-                          {"problems", r.problems}, {"tiles", r.tiles},       {"bad_tiles", bt},
+      nlohmann::json j = {{"name", r.name},         {"encoding", r.encoding},  {"ok", r.problems.empty()},
+                          {"problems", r.problems}, {"tiles", r.tiles},        {"bad_tiles", bt},
                           {"weights", r.weights},   {"stored_bytes", r.stored}};
       j["stored_bpp"] = r.weights ? 8.0 * double(r.stored) / double(r.weights) : 0.0;
       if (r.target > 0) j["target_bpp"] = r.target;
@@ -177,9 +179,13 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
                           {"ok", bad == 0},
                           {"device", device == Device::kCuda ? "cuda" : "cpu"},
                           {"tensors", arr},
-                          {"totals", {{"tensors", reports.size()}, {"bad_tensors", bad}, {"tiles", tiles},
-                                      {"weights", weights}, {"stored_bytes", stored},
-                                      {"stored_bpp", weights ? 8.0 * double(stored) / double(weights) : 0.0}}}};
+                          {"totals",
+                           {{"tensors", reports.size()},
+                            {"bad_tensors", bad},
+                            {"tiles", tiles},
+                            {"weights", weights},
+                            {"stored_bytes", stored},
+                            {"stored_bpp", weights ? 8.0 * double(stored) / double(weights) : 0.0}}}};
     if (!args.against.empty()) out["against"] = args.against;
     std::printf("%s\n", out.dump(2).c_str());
   } else {

@@ -33,12 +33,23 @@ class DeviceBuffer {
 
 bool output_format(DType t, cuda::OutputFormat* f) {
   switch (t) {
-    case DType::kBF16: *f = cuda::OutputFormat::kBf16; return true;
-    case DType::kF16: *f = cuda::OutputFormat::kFp16; return true;
-    case DType::kF32: *f = cuda::OutputFormat::kFp32; return true;
-    case DType::kF8E4M3: *f = cuda::OutputFormat::kFp8E4M3; return true;
-    case DType::kF8E5M2: *f = cuda::OutputFormat::kFp8E5M2; return true;
-    default: return false;
+    case DType::kBF16:
+      *f = cuda::OutputFormat::kBf16;
+      return true;
+    case DType::kF16:
+      *f = cuda::OutputFormat::kFp16;
+      return true;
+    case DType::kF32:
+      *f = cuda::OutputFormat::kFp32;
+      return true;
+    case DType::kF8E4M3:
+      *f = cuda::OutputFormat::kFp8E4M3;
+      return true;
+    case DType::kF8E5M2:
+      *f = cuda::OutputFormat::kFp8E5M2;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -103,8 +114,9 @@ Status gpu_decode(const rans::LatticeRansStream& s, std::string_view name, DType
 Result<Device> choose_device(std::string_view name) {
   if (name == "cpu" || name.empty()) return Device::kCpu;
   if (name == "cuda")
-    return make_error(ErrorCode::kUnsupported, "--device cuda: this build of epk has no CUDA (no CUDA compiler was "
-                                               "found when it was configured)");
+    return make_error(ErrorCode::kUnsupported,
+                      "--device cuda: this build of epk has no CUDA (no CUDA compiler was "
+                      "found when it was configured)");
   return make_error(ErrorCode::kInvalidArgument, "--device '" + std::string(name) + "': expected cpu or cuda");
 }
 

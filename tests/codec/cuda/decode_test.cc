@@ -1,5 +1,6 @@
-// The GPU decoder against its scalar CPU reference (and the reference package's outputs stored with the vectors),
-// bit for bit, for every output format, table placement and word staging; row ranges; batches; corrupt tiles.
+// The GPU decoder against the project's CPU decoder (codec/rans/decoder.h, the oracle; the reference package's outputs
+// stored with the vectors are checked against it too), bit for bit, for every output format (dense and rowwise), table
+// placement and word staging; row ranges; batches; corrupt tiles.
 // Tests that need a GPU skip where none is present; plan validation tests run everywhere.
 #include "codec/cuda/decode.h"
 
@@ -10,7 +11,7 @@
 #include <memory>
 #include <random>
 
-#include "codec/cuda/decode_reference.h"
+#include "tests/codec/cuda/cpu_oracle.h"
 #include "tests/codec/cuda/device_stream.h"
 #include "tests/codec/cuda/raw_stream_file.h"
 #include "tests/codec/cuda/test_data.h"
@@ -32,20 +33,10 @@ RawStream load(const std::string& name) {
   return raw ? std::move(*raw) : RawStream{};
 }
 
-struct HostResult {
-  std::vector<std::uint8_t> values;
-  std::vector<float> row_scales;
-};
+using testing::HostResult;
 
 HostResult reference(const rans::LatticeRansStream& s, OutputFormat f, std::uint32_t b, std::uint32_t e) {
-  if (e == 0) e = s.rows;
-  HostResult r;
-  r.values.assign(std::size_t{e - b} * s.cols * output_element_bytes(f), 0);
-  r.row_scales.assign(e - b, 0.0f);
-  std::vector<TileFaultRecord> faults;
-  EXPECT_TRUE(decode_reference(s, f, b, e, r.values, r.row_scales, &faults));
-  EXPECT_TRUE(faults.empty());
-  return r;
+  return testing::cpu_oracle(s, f, b, e);
 }
 
 // One tensor's output on the device, poisoned before every decode so unwritten elements show.
@@ -73,6 +64,18 @@ std::size_t first_difference(const std::vector<std::uint8_t>& a, const std::vect
   return a.size();
 }
 
+// The CPU decoder's name for a GPU tile fault.
+rans::TileFault as_oracle_fault(TileFault f) {
+  switch (f) {
+    case TileFault::kOk: return rans::TileFault::kNone;
+    case TileFault::kUnderflow: return rans::TileFault::kTruncated;
+    case TileFault::kNotDrained: return rans::TileFault::kUnreadWords;
+    case TileFault::kBadFinalState: return rans::TileFault::kBadFinalState;
+    case TileFault::kBadOffsets: break;
+  }
+  return rans::TileFault::kBadInitialState;  // no counterpart: never equal to a CPU fault of a valid-offsets stream
+}
+
 // Plans, uploads, decodes and checks the status; returns the plan's status.
 Status run(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
   EPK_TRY_ASSIGN(DecodePlan plan, DecodePlan::create(jobs, options));
@@ -82,13 +85,21 @@ Status run(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
   return read_status(plan, scratch.get(), nullptr);
 }
 
+// {lut, max warps per block, staged words, device, shuffled words, fast group loop}
 const DecodeOptions kVariants[] = {
-    {LutPlacement::kAuto, 32, true},
-    {LutPlacement::kGlobal, 32, true},
-    {LutPlacement::kWide, 32, true},
-    {LutPlacement::kTwoLevel, 32, true},
-    {LutPlacement::kAuto, 32, false},
-    {LutPlacement::kWide, 4, false},
+    {LutPlacement::kAuto, 32, true, -1, false, 0},  // the run-2 group loop
+    {LutPlacement::kGlobal, 32, true, -1, false, 0},
+    {LutPlacement::kWide, 32, true, -1, false, 0},
+    {LutPlacement::kTwoLevel, 32, true, -1, false, 0},
+    {LutPlacement::kAuto, 32, false, -1, false, 0},
+    {LutPlacement::kWide, 4, false, -1, false, 0},
+    {LutPlacement::kAuto, 32, true, -1, true, 0},  // shuffled words
+    {LutPlacement::kTwoLevel, 32, true, -1, true, 0},
+    {LutPlacement::kWide, 3, true, -1, true, 0},
+    {LutPlacement::kAuto, 32, true, -1, false, 1},  // fast group loop
+    {LutPlacement::kAuto, 32, true, -1, false, 2},  // the default
+    {LutPlacement::kTwoLevel, 32, true, -1, false, 2},
+    {LutPlacement::kAuto, 2, true, -1, false, 2},  // two rounds of tiles per warp
 };
 
 class GpuVectors : public ::testing::TestWithParam<std::string> {};
@@ -113,10 +124,12 @@ TEST_P(GpuVectors, EveryFormatAndVariantMatchesTheReference) {
       const HostResult got = out.fetch();
       const std::string what = std::string(output_format_name(format)) + " lut " +
                                std::to_string(static_cast<int>(options.lut)) + " staged " +
-                               std::to_string(options.stage_words) + " warps " +
+                               std::to_string(options.stage_words) + " shfl " +
+                               std::to_string(options.shuffle_words) + " fast " +
+                               std::to_string(options.fast_groups) + " warps " +
                                std::to_string(options.max_warps_per_block);
       EXPECT_EQ(first_difference(got.values, want.values), want.values.size()) << what;
-      if (format == OutputFormat::kInt8Rowwise) {
+      if (is_rowwise(format)) {
         EXPECT_EQ(got.row_scales, want.row_scales) << what;
       }
     }
@@ -172,7 +185,7 @@ TEST(GpuBatch, ManyTensorsInOneLaunchMatchTheirReferences) {
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     const HostResult got = outs[j]->fetch();
     EXPECT_EQ(first_difference(got.values, wants[j].values), wants[j].values.size()) << "job " << j;
-    if (jobs[j].format == OutputFormat::kInt8Rowwise) {
+    if (is_rowwise(jobs[j].format)) {
       EXPECT_EQ(got.row_scales, wants[j].row_scales) << "job " << j;
     }
   }
@@ -231,12 +244,16 @@ TEST(GpuCorruption, TruncatedTileIsReported) {
   ASSERT_EQ(faults->size(), 2u);
   EXPECT_EQ((*faults)[0].tile, 0u);
   EXPECT_EQ((*faults)[1].tile, 1u);
-  std::vector<TileFaultRecord> ref_faults;
-  std::vector<std::uint8_t> host(std::size_t{s.rows} * s.cols * 2);
-  ASSERT_TRUE(decode_reference(s, OutputFormat::kBf16, 0, 0, host, {}, &ref_faults));
+  std::vector<rans::TileStatus> ref_faults;
+  testing::cpu_oracle(s, OutputFormat::kBf16, 0, 0, &ref_faults);
   ASSERT_EQ(ref_faults.size(), 2u);
-  EXPECT_EQ((*faults)[0].fault, ref_faults[0].fault);
-  EXPECT_EQ((*faults)[1].fault, ref_faults[1].fault);
+  // The same tiles, for the same reason in each decoder's words.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(ref_faults[i].tile, (*faults)[i].tile);
+    EXPECT_EQ(as_oracle_fault((*faults)[i].fault), ref_faults[i].fault)
+        << "tile " << i << ": " << tile_fault_name((*faults)[i].fault) << " vs "
+        << rans::tile_fault_name(ref_faults[i].fault);
+  }
 }
 
 // Plan validation: runs without a GPU (no device call happens before a bad stream is refused).
@@ -310,6 +327,16 @@ TEST_F(PlanValidation, UnalignedPayloadIsRefused) {
 
 TEST_F(PlanValidation, Int8RowwiseWithoutRowScalesIsRefused) {
   job_.format = OutputFormat::kInt8Rowwise;
+  expect_refused(ErrorCode::kInvalidArgument);
+}
+
+TEST_F(PlanValidation, Fp8RowwiseWithoutRowScalesIsRefused) {
+  job_.format = OutputFormat::kFp8E4M3Rowwise;
+  EXPECT_NE(expect_refused(ErrorCode::kInvalidArgument).message.find("fp8_e4m3_rowwise"), std::string::npos);
+}
+
+TEST_F(PlanValidation, UnknownFormatIsRefused) {
+  job_.format = static_cast<OutputFormat>(kOutputFormats);
   expect_refused(ErrorCode::kInvalidArgument);
 }
 

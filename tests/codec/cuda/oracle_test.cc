@@ -1,15 +1,17 @@
-// The GPU decoder and its CPU reference against the project's scalar decoder (codec/rans/decoder.h, the oracle), bit
-// for bit: on the committed reference-package vectors (CPU only, runs everywhere) and on streams the project's encoder
-// makes from seeded random weights of odd shapes at 2, 4 and 8 bpp (GPU, skipped without one).
+// The project's CPU decoder (codec/rans/decoder.h, the oracle) against the reference package's outputs on the committed
+// vectors (runs everywhere), and the GPU decoder against the oracle bit for bit in every output format (dense and
+// rowwise) and row range, on streams the project's encoder makes from seeded random weights of odd shapes at 2 to 8
+// bpp (GPU, skipped without one).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
 #include "codec/cuda/decode.h"
-#include "codec/cuda/decode_reference.h"
 #include "codec/rans/decoder.h"
 #include "codec/rate/encode.h"
+#include "tests/codec/cuda/cpu_oracle.h"
+#include "tests/codec/cuda/device_buffer.h"
 #include "tests/codec/cuda/device_stream.h"
 #include "tests/codec/cuda/raw_stream_file.h"
 #include "tests/codec/cuda/test_data.h"
@@ -17,38 +19,20 @@
 namespace epk::cuda {
 namespace {
 
-struct FormatPair {
-  OutputFormat gpu;
-  DType oracle;
-};
-constexpr FormatPair kPairs[] = {
-    {OutputFormat::kBf16, DType::kBF16},     {OutputFormat::kFp16, DType::kF16},
-    {OutputFormat::kFp32, DType::kF32},      {OutputFormat::kFp8E4M3, DType::kF8E4M3},
-    {OutputFormat::kFp8E5M2, DType::kF8E5M2},
-};
-
-std::vector<std::uint8_t> oracle(const rans::LatticeRansStream& s, DType t, std::uint32_t b, std::uint32_t e) {
-  std::vector<std::uint8_t> out(std::size_t{e - b} * s.cols * static_cast<std::size_t>(dtype_bits(t) / 8), 0);
-  const Status st = rans::decode_rows(s, "oracle", t, std::as_writable_bytes(std::span(out)), b, e);
-  EXPECT_TRUE(st) << st.error().to_string();
-  return out;
-}
-
-std::vector<std::uint8_t> cpu_reference(const rans::LatticeRansStream& s, OutputFormat f, std::uint32_t b,
-                                        std::uint32_t e) {
-  std::vector<std::uint8_t> out(std::size_t{e - b} * s.cols * output_element_bytes(f), 0);
-  EXPECT_TRUE(decode_reference(s, f, b, e, out, {}, nullptr));
-  return out;
-}
+using testing::cpu_oracle;
 
 class OracleVectors : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(OracleVectors, CpuReferenceEqualsTheOracleInEveryFormat) {
+// The committed vectors carry the reference package's own decode in the dense formats: the oracle must reproduce it.
+TEST_P(OracleVectors, OracleMatchesTheReferencePackageOutputs) {
   auto raw = testing::read_raw_stream(testing::cuda_data_dir() + "/" + GetParam() + ".epkraw");
   ASSERT_TRUE(raw) << raw.error().to_string();
+  ASSERT_FALSE(raw->outputs.empty());
   const rans::LatticeRansStream s = raw->view();
-  for (const FormatPair& p : kPairs) {
-    EXPECT_EQ(cpu_reference(s, p.gpu, 0, s.rows), oracle(s, p.oracle, 0, s.rows)) << output_format_name(p.gpu);
+  for (const auto& [fmt, expected] : raw->outputs) {
+    const auto format = static_cast<OutputFormat>(fmt);
+    ASSERT_FALSE(is_rowwise(format));
+    EXPECT_EQ(cpu_oracle(s, format, 0, s.rows).values, expected) << output_format_name(format);
   }
 }
 
@@ -73,19 +57,7 @@ rans::EncodedTensor encode_random(const Shape& shape, std::uint32_t seed) {
 
 constexpr Shape kShapes[] = {{37, 520, 2.0}, {64, 1000, 4.0}, {19, 2056, 8.0}, {301, 96, 3.0}, {5, 4100, 6.5}};
 
-TEST(CpuOracle, FreshlyEncodedStreamsMatchTheCpuReference) {
-  std::uint32_t seed = 11;
-  for (const Shape& shape : kShapes) {
-    const rans::EncodedTensor enc = encode_random(shape, seed++);
-    const rans::LatticeRansStream s = enc.view();
-    for (const FormatPair& p : kPairs) {
-      EXPECT_EQ(cpu_reference(s, p.gpu, 1, s.rows), oracle(s, p.oracle, 1, s.rows))
-          << shape.rows << "x" << shape.cols << " " << output_format_name(p.gpu);
-    }
-  }
-}
-
-TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatAndRowRange) {
+TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const auto& shapes = kShapes;
   std::uint32_t seed = 11;
@@ -94,23 +66,37 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatAndRowRange) {
     const rans::LatticeRansStream s = enc.view();
     testing::DeviceStream dev(s);
     const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 2}, {s.rows - 1, s.rows}};
+    DecodeOptions run2_loop;  // the default is the fast group loop; also check the run-2 loop
+    run2_loop.fast_groups = 0;
     for (const auto& r : ranges) {
-      for (const FormatPair& p : kPairs) {
-        const std::vector<std::uint8_t> want = oracle(s, p.oracle, r[0], r[1]);
-        testing::DeviceBuffer out(want.size());
-        EPK_CUDA_CHECK(cudaMemset(out.get(), 0xAB, want.size()));
-        DecodeJob job{"random", &s, dev.buffers(), r[0], r[1], p.gpu, out.get(), nullptr};
-        auto plan = DecodePlan::create({&job, 1});
+      for (int k = 0; k < 2 * kOutputFormats; ++k) {
+        const auto format = static_cast<OutputFormat>(k % kOutputFormats);
+        const DecodeOptions options = k < kOutputFormats ? DecodeOptions{} : run2_loop;
+        const testing::HostResult want = cpu_oracle(s, format, r[0], r[1]);
+        testing::DeviceBuffer out(want.values.size());
+        testing::DeviceBuffer row_scales((r[1] - r[0]) * sizeof(float));
+        EPK_CUDA_CHECK(cudaMemset(out.get(), 0xAB, want.values.size()));
+        EPK_CUDA_CHECK(cudaMemset(row_scales.get(), 0xAB, row_scales.bytes()));
+        DecodeJob job{"random", &s, dev.buffers(), r[0], r[1], format, out.get(), row_scales.get<float>()};
+        auto plan = DecodePlan::create({&job, 1}, options);
         ASSERT_TRUE(plan) << plan.error().to_string();
         testing::DeviceBuffer scratch(plan->scratch_bytes());
         ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
         ASSERT_TRUE(decode(*plan, scratch.get(), nullptr));
         const Status st = read_status(*plan, scratch.get(), nullptr);
         ASSERT_TRUE(st) << st.error().to_string();
-        std::vector<std::uint8_t> got(want.size());
+        std::vector<std::uint8_t> got(want.values.size());
         EPK_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), got.size(), cudaMemcpyDeviceToHost));
-        EXPECT_EQ(got, want) << shape.rows << "x" << shape.cols << " @" << shape.bpp << " bpp, "
-                             << output_format_name(p.gpu) << ", rows [" << r[0] << ", " << r[1] << ")";
+        const std::string what = std::to_string(shape.rows) + "x" + std::to_string(shape.cols) + " @" +
+                                 std::to_string(shape.bpp) + " bpp, " + std::string(output_format_name(format)) +
+                                 ", rows [" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + ")" +
+                                 " fast_groups " + std::to_string(options.fast_groups);
+        EXPECT_EQ(got, want.values) << what;
+        if (is_rowwise(format)) {
+          std::vector<float> got_scales(r[1] - r[0]);
+          EPK_CUDA_CHECK(cudaMemcpy(got_scales.data(), row_scales.get(), row_scales.bytes(), cudaMemcpyDeviceToHost));
+          EXPECT_EQ(got_scales, want.row_scales) << what;
+        }
       }
     }
   }

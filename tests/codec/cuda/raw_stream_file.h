@@ -48,6 +48,7 @@ inline Result<RawStream> read_raw_stream(const std::string& path) {
   std::size_t pos = 0;
   auto take = [&](void* dst, std::size_t n) -> bool {
     if (n > bytes.size() - pos) return false;
+    if (n == 0) return true;  // dst may be an empty vector's null data() (UBSan: memcpy of null)
     std::memcpy(dst, bytes.data() + pos, n);
     pos += n;
     return true;

@@ -104,9 +104,9 @@ TEST_F(DecodeTensor, RawF32ToBf16AndF16RoundsLikeTorch) {
   EXPECT_EQ(bf[1], 0x3f82);  // rounds up
   EXPECT_EQ(bf[3], 0x8000);  // -0 keeps its sign
   EXPECT_EQ(bf[6], 0xc060);
-  EXPECT_EQ(h[4], 0x7bff);   // 65504, the largest half
-  EXPECT_EQ(h[5], 0x7c00);   // 1e5 overflows to infinity, as torch does
-  EXPECT_EQ(h[2], 0x0000);   // 1e-40 underflows to +0
+  EXPECT_EQ(h[4], 0x7bff);  // 65504, the largest half
+  EXPECT_EQ(h[5], 0x7c00);  // 1e5 overflows to infinity, as torch does
+  EXPECT_EQ(h[2], 0x0000);  // 1e-40 underflows to +0
   for (std::size_t i = 0; i < 7; ++i) {
     EXPECT_EQ(bf[i], f32_to_bf16(raw_f32_[i])) << i;
     EXPECT_EQ(h[i], f32_to_f16(raw_f32_[i])) << i;
@@ -115,7 +115,8 @@ TEST_F(DecodeTensor, RawF32ToBf16AndF16RoundsLikeTorch) {
 
 TEST_F(DecodeTensor, RawBf16ToF32IsExact) {
   std::vector<float> out(5);
-  ASSERT_TRUE(decode_tensor(reader_, entry("raw.bf16"), DType::kF32, {reinterpret_cast<std::uint8_t*>(out.data()), 20}));
+  ASSERT_TRUE(
+      decode_tensor(reader_, entry("raw.bf16"), DType::kF32, {reinterpret_cast<std::uint8_t*>(out.data()), 20}));
   EXPECT_EQ(out[0], 1.0f);
   EXPECT_EQ(out[1], -1.5f);
   EXPECT_EQ(std::bit_cast<std::uint32_t>(out[2]), 0x00010000u);  // a bf16 subnormal widens exactly

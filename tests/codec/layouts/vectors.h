@@ -1,6 +1,5 @@
 // Loads the committed reference vectors (tests/data/layouts/*.safetensors, written by
-// scripts/testdata/make_layout_vectors.py). A test-only reader: the files are ours and well-formed; malformed
-// safetensors handling belongs to codec/safetensors.
+// scripts/testdata/make_layout_vectors.py) through codec/safetensors; the views point into its map.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,6 +14,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/dtype.h"
 #include "codec/layouts/tensor.h"
+#include "codec/safetensors/reader.h"
 
 namespace epk::layouts::testing {
 
@@ -22,6 +22,7 @@ inline std::string vector_path(const std::string& file) {
   return std::string(EPK_SOURCE_DIR) + "/tests/data/layouts/" + file;
 }
 
+// A whole file's bytes (the regeneration test compares files byte for byte).
 inline std::vector<std::uint8_t> read_whole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -29,44 +30,30 @@ inline std::vector<std::uint8_t> read_whole(const std::string& path) {
 
 class Vectors {
  public:
-  explicit Vectors(const std::string& file) : bytes_(read_whole(vector_path(file))) {
-    if (bytes_.size() < 8) return;
-    const std::uint64_t n = load_le<std::uint64_t>(bytes_.data());
-    const std::string header(bytes_.begin() + 8, bytes_.begin() + 8 + static_cast<std::ptrdiff_t>(n));
-    auto j = nlohmann::json::parse(header);
-    const std::size_t base = 8 + n;
-    for (auto& [name, e] : j.items()) {
-      if (name == "__metadata__") {
-        params_ = nlohmann::json::parse(e["params"].get<std::string>());
-        continue;
-      }
-      Entry entry;
-      entry.name = name;
-      entry.dtype = *dtype_from_name(e["dtype"].get<std::string>());
-      entry.shape = e["shape"].get<std::vector<std::int64_t>>();
-      entry.begin = base + e["data_offsets"][0].get<std::size_t>();
-      entry.end = base + e["data_offsets"][1].get<std::size_t>();
-      entries_[name] = entry;
-    }
+  explicit Vectors(const std::string& file) {
+    auto f = safetensors::File::open(vector_path(file));
+    EXPECT_TRUE(f) << f.error().to_string();
+    if (!f) return;
+    file_ = std::move(*f);
+    if (auto it = file_.metadata().find("params"); it != file_.metadata().end())
+      params_ = nlohmann::json::parse(it->second, nullptr, false);
     ok_ = true;
   }
 
   bool ok() const { return ok_; }
-  bool has(const std::string& name) const { return entries_.count(name) != 0; }
   std::vector<std::string> names() const {
     std::vector<std::string> out;
-    for (const auto& [name, e] : entries_) out.push_back(name);
+    for (const auto& t : file_.tensors()) out.push_back(t.name);
     return out;
   }
   const nlohmann::json& params() const { return params_; }
 
+  bool has(const std::string& name) const { return file_.find(name) != nullptr; }
   TensorView view(const std::string& name) const {
-    auto it = entries_.find(name);
-    EXPECT_NE(it, entries_.end()) << name;
-    if (it == entries_.end()) return {};
-    const Entry& e = it->second;
-    return TensorView{e.name, e.dtype, e.shape,
-                      std::span<const std::uint8_t>(bytes_.data() + e.begin, e.end - e.begin)};
+    const auto* t = file_.find(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (!t) return {};
+    return TensorView{t->name, t->dtype, std::vector<std::int64_t>(t->shape.begin(), t->shape.end()), t->data};
   }
 
   template <class T>
@@ -78,14 +65,7 @@ class Vectors {
   }
 
  private:
-  struct Entry {
-    std::string name;
-    DType dtype = DType::kU8;
-    std::vector<std::int64_t> shape;
-    std::size_t begin = 0, end = 0;
-  };
-  std::vector<std::uint8_t> bytes_;
-  std::map<std::string, Entry> entries_;
+  safetensors::File file_;
   nlohmann::json params_;
   bool ok_ = false;
 };

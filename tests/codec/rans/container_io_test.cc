@@ -45,9 +45,8 @@ std::vector<float> decode_f32(const LatticeRansStream& s) {
 class ContainerIo : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = (fs::temp_directory_path() /
-             ("epk_container_io_" + std::to_string(::getpid()) + "_" +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".epk"))
+    path_ = (fs::temp_directory_path() / ("epk_container_io_" + std::to_string(::getpid()) + "_" +
+                                          ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".epk"))
                 .string();
     tensor_ = encode_gaussian(37, 61, 4.0, 7);  // odd sizes: padded_cols 64
   }
@@ -83,8 +82,7 @@ TEST_F(ContainerIo, RoundTripIsAViewIntoTheMappedFile) {
   auto s = from_container(r, e);
   ASSERT_TRUE(s) << s.error().to_string();
   EXPECT_EQ(static_cast<const void*>(s->stream.payload.data()), static_cast<const void*>(r.buffer(e, 0).data()));
-  EXPECT_EQ(static_cast<const void*>(s->stream.scales.data()),
-            static_cast<const void*>(r.buffer(e, "scales")->data()));
+  EXPECT_EQ(static_cast<const void*>(s->stream.scales.data()), static_cast<const void*>(r.buffer(e, "scales")->data()));
   EXPECT_EQ(s->stream.prob_bits, tensor_.prob_bits);
   EXPECT_EQ(s->stream.padded_cols, 64u);
   EXPECT_EQ(s->dtype, DType::kF32);
@@ -150,15 +148,32 @@ TEST_F(ContainerIo, MalformedFieldsAreRefusedNamingFileTensorAndField) {
       {"tiles", [](auto& f) { set_param(f, "tiles", 99); }, "params.tiles"},
       {"target_bpp", [](auto& f) { set_param(f, "target_bpp", "four"); }, "params.target_bpp"},
       {"encoder", [](auto& f) { set_param(f, "encoder", 3); }, "params.encoder"},
-      {"encoder.scale", [](auto& f) { set_param(f, "encoder", {{"scale", "x"}}); }, "params.encoder.scale"},
-      {"encoder.coarsened", [](auto& f) { set_param(f, "encoder", {{"coarsened", 1}}); }, "params.encoder.coarsened"},
+      {"encoder.scale",
+       [](auto& f) {
+         set_param(f, "encoder", {{"scale", "x"}});
+       },
+       "params.encoder.scale"},
+      {"encoder.coarsened",
+       [](auto& f) {
+         set_param(f, "encoder", {{"coarsened", 1}});
+       },
+       "params.encoder.coarsened"},
       {"a buffer missing", [](auto& f) { f.buffers.pop_back(); }, "buffers"},
       {"a buffer renamed", [](auto& f) { f.buffers[5].name = "row_scales"; }, "scales"},
       {"payload odd bytes",
-       [](auto& f) { f.buffers[0].bytes = {reinterpret_cast<const std::uint8_t*>(odd_payload.data()), 5}; }, "payload"},
+       [](auto& f) {
+         f.buffers[0].bytes = {reinterpret_cast<const std::uint8_t*>(odd_payload.data()), 5};
+       },
+       "payload"},
       {"states short",
-       [](auto& f) { f.buffers[2].bytes = {reinterpret_cast<const std::uint8_t*>(short_states.data()), 20}; }, "states"},
-      {"stream_meta 3 rows", [](auto& f) { f.buffers[3].bytes = {three_meta.data(), three_meta.size()}; },
+       [](auto& f) {
+         f.buffers[2].bytes = {reinterpret_cast<const std::uint8_t*>(short_states.data()), 20};
+       },
+       "states"},
+      {"stream_meta 3 rows",
+       [](auto& f) {
+         f.buffers[3].bytes = {three_meta.data(), three_meta.size()};
+       },
        "stream_meta"},
       {"frequencies not summing to 2^pb",
        [this](auto& f) {

@@ -1,16 +1,16 @@
-// A tiny safetensors reader private to the codec tests, for the committed reference vectors (the project's own
-// reader lives in codec/safetensors; swap this out once it lands). Throws nothing: a malformed file fails the test.
+// The committed reference vectors as owning copies, read and written through codec/safetensors (the project's reader
+// and writer). Throws nothing: a malformed file fails the test.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "codec/common/dtype.h"
+#include "codec/safetensors/reader.h"
+#include "codec/safetensors/writer.h"
 
 namespace epk::testing {
 
@@ -39,46 +39,19 @@ struct VectorFile {
 
 inline VectorFile read_vector_file(const std::string& path) {
   VectorFile f;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    f.error = "cannot open " + path;
+  auto file = safetensors::File::open(path);
+  if (!file) {
+    f.error = file.error().to_string();
     return f;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string bytes = ss.str();
-  if (bytes.size() < 8) {
-    f.error = "short file";
-    return f;
-  }
-  std::uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  if (n > bytes.size() - 8) {
-    f.error = "header past end";
-    return f;
-  }
-  const nlohmann::json j = nlohmann::json::parse(bytes.substr(8, n), nullptr, false);
-  if (j.is_discarded()) {
-    f.error = "bad header json";
-    return f;
-  }
-  const std::size_t base = 8 + n;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      for (auto m = it->begin(); m != it->end(); ++m) f.metadata[m.key()] = m->get<std::string>();
-      continue;
-    }
-    VectorTensor t;
-    t.dtype = (*it)["dtype"].get<std::string>();
-    t.shape = (*it)["shape"].get<std::vector<std::uint64_t>>();
-    const auto off = (*it)["data_offsets"].get<std::vector<std::uint64_t>>();
-    if (off.size() != 2 || off[1] < off[0] || base + off[1] > bytes.size()) {
-      f.error = "bad offsets for " + it.key();
-      return f;
-    }
-    t.data.resize(off[1] - off[0]);
-    std::memcpy(t.data.data(), bytes.data() + base + off[0], t.data.size());
-    f.tensors[it.key()] = std::move(t);
+  f.metadata = file->metadata();
+  for (const auto& t : file->tensors()) {
+    VectorTensor v;
+    v.dtype = std::string(dtype_name(t.dtype));
+    v.shape = t.shape;
+    v.data.resize(t.data.size());
+    if (!t.data.empty()) std::memcpy(v.data.data(), t.data.data(), t.data.size());
+    f.tensors[t.name] = std::move(v);
   }
   f.ok = true;
   return f;
@@ -90,20 +63,19 @@ namespace epk::testing {
 
 // Writes tensors as a safetensors file (for handing our streams to the reference in the live tests).
 inline bool write_vector_file(const std::string& path, const std::map<std::string, VectorTensor>& tensors) {
-  nlohmann::json header = nlohmann::json::object();
-  std::uint64_t offset = 0;
+  std::vector<safetensors::TensorSpec> specs;
   for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
-    offset += t.data.size();
+    auto dt = dtype_from_name(t.dtype);
+    if (!dt) return false;
+    specs.push_back({name, *dt, t.shape});
   }
-  std::string text = header.dump();
-  while (text.size() % 8) text.push_back(' ');
-  std::ofstream out(path, std::ios::binary);
-  const std::uint64_t n = text.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out.write(text.data(), std::streamsize(text.size()));
-  for (const auto& [name, t] : tensors) out.write(reinterpret_cast<const char*>(t.data.data()), std::streamsize(t.data.size()));
-  return bool(out);
+  auto w = safetensors::Writer::create(path, specs);
+  if (!w) return false;
+  for (const auto& spec : w->tensors()) {
+    const auto& d = tensors.at(spec.name).data;
+    if (!w->write(spec.name, {reinterpret_cast<const std::uint8_t*>(d.data()), d.size()})) return false;
+  }
+  return bool(w->finish());
 }
 
 }  // namespace epk::testing
