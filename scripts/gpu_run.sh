@@ -23,7 +23,11 @@ EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_decode_test" --gtest_brief=1 2>&1 | tee
 tests_rc=${PIPESTATUS[0]}
 EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_oracle_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
 oracle_rc=${PIPESTATUS[0]}
+"$bin/epk_cuda_intq_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
+intq_rc=${PIPESTATUS[0]}
 if [[ "$quick" != "--quick" && "$quick" != "--no-sanitizer" ]] && command -v compute-sanitizer >/dev/null; then
+  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/epk_cuda_intq_test" --gtest_brief=1 2>&1 \
+    | tail -3
   echo "== compute-sanitizer"
   EPK_TEST_DATA_DIR="$data" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$bin/epk_cuda_decode_test" --gtest_brief=1 --gtest_filter='GpuCorruption.*:GpuRowRange.*:GpuBatch.*' 2>&1 | tail -4
@@ -55,4 +59,7 @@ bench_flags=""
 kill "$smi_pid" 2>/dev/null
 clocks="$(awk -F', ' 'NR>1 {print $2}' "$out/clocks.csv" | sort -n | uniq -c | sort -rn | head -4 | tr '\n' ' ')"
 echo "SM clock during the bench (samples x clock): $clocks"
-echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, device pool $pool_rc"
+echo "== intq repack bench (4096 x 14336 and 14336 x 4096, 4-bit g128)"
+"$bin/intq_repack_bench" --rows 4096 --cols 14336 --runs 100 2>&1 | tee "$out/intq_bench.txt"
+"$bin/intq_repack_bench" --rows 14336 --cols 4096 --runs 100 2>&1 | tee -a "$out/intq_bench.txt"
+echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, intq $intq_rc, device pool $pool_rc"

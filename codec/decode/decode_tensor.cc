@@ -1,5 +1,7 @@
 #include "codec/decode/decode_tensor.h"
 
+#include "codec/layouts/intq_io.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -104,6 +106,8 @@ bool can_decode(const container::TensorEntry& e, DType out) {
       return out == e.dtype || (raw_float(out) && (raw_float(e.dtype) || e.dtype == DType::kI8));
     case container::Encoding::kLatticeRans:
       return rans::decode_output_supported(out);
+    case container::Encoding::kIntq:
+      return out == DType::kF32 || out == DType::kBF16 || out == DType::kF16;
     default:
       return false;
   }
@@ -134,6 +138,8 @@ Status decode_tensor(const container::Reader& r, const container::TensorEntry& e
                           std::span<std::byte>(reinterpret_cast<std::byte*>(dst.data()), dst.size()),
                           std::max(1, options.threads), options.faults);
     }
+    case container::Encoding::kIntq:
+      return layouts::intq::dequantize_intq(r, e, out, dst);
     default:
       return make_error(ErrorCode::kUnsupported, where_of(r, e) + ": encoding " +
                                                      std::string(container::encoding_name(e.encoding)) +

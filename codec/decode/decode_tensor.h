@@ -1,6 +1,7 @@
 // Reconstructs one stored tensor of an .epk file into a chosen element type: the single per-encoding dispatch used by
 // `epk decompress`, `epk verify` and the daemon's model source. raw: the stored bytes, converted between float
-// dtypes when asked; lattice-rans: the scalar CPU decoder (codec/rans/decoder.h).
+// dtypes when asked; lattice-rans: the scalar CPU decoder (codec/rans/decoder.h); intq: dequantize_intq
+// (codec/layouts/intq_io.h) to F32, BF16 or F16.
 #pragma once
 
 #include <cstdint>

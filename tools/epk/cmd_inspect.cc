@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/container/reader.h"
+#include "codec/layouts/intq_io.h"
 #include "codec/rans/container_io.h"
 #include "tools/epk/cli_common.h"
 
@@ -47,6 +48,19 @@ Result<nlohmann::json> lattice_rans_json(const container::Reader& reader, const 
                         {"origin", info.origin}};
 }
 
+// Effective bits per weight of an intq tensor, split as FORMAT.md 11.6 says (codec/layouts/intq_io.h checks it).
+Result<nlohmann::json> intq_json(const container::Reader& reader, const container::TensorEntry& t) {
+  EPK_TRY_ASSIGN(auto f, layouts::intq::footprint_of_entry(reader, t));
+  auto per = [&](std::uint64_t b) { return f.weights ? 8.0 * static_cast<double>(b) / f.weights : 0.0; };
+  auto params = nlohmann::json::parse(t.params_json, nullptr, false);
+  return nlohmann::json{{"kind", params.value("kind", "")},
+                        {"bits_per_weight", f.bits_per_weight()},
+                        {"codes_bpw", per(f.code_bytes)},
+                        {"scales_bpw", per(f.scale_bytes)},
+                        {"zeros_bpw", per(f.zero_bytes)},
+                        {"indices_bpw", per(f.index_bytes)}};
+}
+
 Status run_inspect(const InspectArgs& args) {
   EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
   std::uint64_t total_bytes = 0, total_elements = 0;
@@ -75,6 +89,10 @@ Status run_inspect(const InspectArgs& args) {
         EPK_TRY_ASSIGN(auto lr, lattice_rans_json(reader, t));
         entry["lattice_rans"] = std::move(lr);
       }
+      if (t.encoding == container::Encoding::kIntq) {
+        EPK_TRY_ASSIGN(auto iq, intq_json(reader, t));
+        entry["intq"] = std::move(iq);
+      }
       tensors.push_back(std::move(entry));
     } else {
       std::printf("%-48s %-18s %-8s %-13s %12s %8.3f\n", t.name.c_str(), shape_string(t.shape).c_str(),
@@ -91,6 +109,14 @@ Status run_inspect(const InspectArgs& args) {
             target, lr["stored_bpp"].get<double>(), lr["prob_bits"].get<unsigned>(), lr["tiles"].get<unsigned>(),
             lr["tile_symbols"].get<unsigned>(), lr["rdo_sweeps"].get<int>(),
             lr["origin"].get<std::string>() == "entropack" ? "imported from entropack" : "encoded by epk");
+      }
+      if (t.encoding == container::Encoding::kIntq) {
+        EPK_TRY_ASSIGN(auto iq, intq_json(reader, t));
+        std::printf("    intq %s: effective %.3f bits per weight = codes %.3f + scales %.3f + zeros %.3f + "
+                    "indices %.3f\n",
+                    iq["kind"].get<std::string>().c_str(), iq["bits_per_weight"].get<double>(),
+                    iq["codes_bpw"].get<double>(), iq["scales_bpw"].get<double>(), iq["zeros_bpw"].get<double>(),
+                    iq["indices_bpw"].get<double>());
       }
     }
   }

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   epk::cli::add_export_entropack_command(app, &exit_code);
   epk::cli::add_get_command(app, &exit_code);
   epk::cli::add_status_command(app, &exit_code);
+  epk::cli::add_import_command(app, &exit_code);
+  epk::cli::add_convert_command(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -41,6 +41,11 @@ class Vectors {
   }
 
   bool ok() const { return ok_; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& t : file_.tensors()) out.push_back(t.name);
+    return out;
+  }
   const nlohmann::json& params() const { return params_; }
 
   bool has(const std::string& name) const { return file_.find(name) != nullptr; }

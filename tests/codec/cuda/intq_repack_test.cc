@@ -1,0 +1,239 @@
+// GPU dequantization and repacking of intq tensors, bit for bit against the CPU path: dequantize_intq on the same
+// stored .epk entry, and the "qweight" of write_gptq / write_awq / write_marlin. Skips without a GPU.
+#include "codec/cuda/intq_repack.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <ostream>
+#include <vector>
+
+#include "codec/layouts/awq.h"
+#include "codec/layouts/gptq.h"
+#include "codec/layouts/intq_io.h"
+#include "codec/layouts/marlin.h"
+#include "codec/layouts/pack_bits.h"
+#include "tests/codec/cuda/device_buffer.h"
+#include "tests/codec/layouts/intq_test_util.h"
+
+namespace epk::cuda::intq {
+namespace {
+
+using layouts::QuantTensor;
+using testing::DeviceBuffer;
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  if (!v.empty()) EPK_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+// The stored logical form of t in device memory (what the daemon would upload from the .epk buffers).
+struct Uploaded {
+  DeviceBuffer codes, scales, zeros, g_idx, perm;
+  DeviceIntq view;
+};
+
+Uploaded upload_tensor(const QuantTensor& t) {
+  Uploaded u;
+  std::vector<std::uint32_t> words(layouts::packed_words(t.codes.size(), t.bits));
+  EXPECT_TRUE(layouts::pack_bits(t.codes, t.bits, words));
+  std::vector<std::uint8_t> z8(t.zeros.begin(), t.zeros.end());
+  std::vector<std::uint32_t> zw(layouts::packed_words(z8.size(), t.bits));
+  EXPECT_TRUE(layouts::pack_bits(z8, t.bits, zw));
+  u.codes = upload(words);
+  u.scales = upload(t.scales);
+  u.view.codes = static_cast<const std::uint32_t*>(u.codes.get());
+  u.view.scales = static_cast<const float*>(u.scales.get());
+  if (!layouts::is_symmetric(t)) {
+    u.zeros = upload(zw);
+    u.view.zeros = static_cast<const std::uint32_t*>(u.zeros.get());
+  }
+  if (!layouts::has_static_groups(t)) {
+    u.g_idx = upload(t.g_idx);
+    u.view.g_idx = static_cast<const std::int32_t*>(u.g_idx.get());
+  }
+  if (!t.perm.empty()) {
+    u.perm = upload(t.perm);
+    u.view.perm = static_cast<const std::int32_t*>(u.perm.get());
+  }
+  u.view.bits = t.bits;
+  u.view.rows = t.rows;
+  u.view.cols = t.cols;
+  u.view.padded_rows = t.padded_rows;
+  u.view.padded_cols = t.padded_cols;
+  u.view.group_size = t.group_size;
+  u.view.num_groups = t.num_groups;
+  return u;
+}
+
+template <class T>
+std::vector<T> download(const DeviceBuffer& b, std::size_t n) {
+  std::vector<T> v(n);
+  EPK_CUDA_CHECK(cudaDeviceSynchronize());
+  if (n) EPK_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+std::vector<std::uint8_t> tensor_bytes(const std::vector<layouts::Tensor>& ts, const std::string& name) {
+  for (const auto& t : ts)
+    if (t.name == name) return t.bytes;
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+std::vector<std::uint8_t> qweight_bytes(const std::vector<layouts::Tensor>& ts) { return tensor_bytes(ts, "qweight"); }
+
+struct DeqCase {
+  int bits;
+  std::int64_t rows, cols, group;
+  bool symmetric, act_order, perm;
+};
+
+// Readable, deterministic test names (the default prints the struct's bytes, padding included).
+void PrintTo(const DeqCase& c, std::ostream* os) {
+  *os << c.bits << "bit_" << c.rows << "x" << c.cols << "_g" << c.group << (c.symmetric ? "_sym" : "")
+      << (c.act_order ? "_actorder" : "") << (c.perm ? "_perm" : "");
+}
+
+class GpuIntqDequant : public ::testing::TestWithParam<DeqCase> {};
+
+TEST_P(GpuIntqDequant, MatchesDequantizeIntqBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const DeqCase c = GetParam();
+  QuantTensor t = layouts::testing::random_intq_tensor(c.bits, c.rows, c.cols, c.group, c.symmetric, c.act_order,
+                                                       c.perm, 100 + c.bits);
+  ASSERT_TRUE(layouts::pad_to(t, 32, 8));
+  for (DenseType type : {DenseType::kBf16, DenseType::kFp16}) {
+    const DType dt = type == DenseType::kBf16 ? DType::kBF16 : DType::kF16;
+    std::vector<layouts::intq::Encoded> all;
+    auto e = layouts::intq::encode_int(t, "w", dt, "gptq");
+    ASSERT_TRUE(e) << e.error().message;
+    all.push_back(std::move(*e));
+    const auto dir = layouts::testing::scratch_dir("gpu");
+    auto r = layouts::testing::write_and_open((dir / "w.epk").string(), all);
+    ASSERT_TRUE(r) << r.error().message;
+    std::vector<std::uint8_t> want(static_cast<std::size_t>(t.rows * t.cols * 2));
+    ASSERT_TRUE(layouts::intq::dequantize_intq(*r, r->tensors()[0], dt, want));
+    auto stored = layouts::intq::read_int(*r, r->tensors()[0]);
+    ASSERT_TRUE(stored);
+    Uploaded u = upload_tensor(*stored);
+    DeviceBuffer out(want.size());
+    ASSERT_TRUE(dequantize_dense(u.view, type, out.get(), nullptr));
+    auto got = download<std::uint8_t>(out, want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuIntqDequant,
+                         ::testing::Values(DeqCase{4, 256, 96, 64, false, false, false},
+                                           DeqCase{3, 97, 13, 32, false, true, true},
+                                           DeqCase{2, 64, 7, 16, true, false, false},
+                                           DeqCase{8, 130, 67, 128, false, true, false},
+                                           DeqCase{5, 40, 9, 8, false, false, true}));
+
+TEST(GpuIntqRepack, GptqQweightMatchesWriteGptq) {
+  SKIP_WITHOUT_GPU();
+  for (int bits : {2, 3, 4, 8}) {
+    QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, false, bits == 3, false,
+                                                         7 + bits);  // 64 * b: whole qzeros words
+    auto cpu = layouts::write_gptq(t, layouts::GptqZeros::kV2);
+    ASSERT_TRUE(cpu) << cpu.error().message;
+    const auto want = qweight_bytes(*cpu);
+    Uploaded u = upload_tensor(t);
+    DeviceBuffer out(want.size());
+    ASSERT_TRUE(repack_gptq_qweight(u.view, static_cast<std::uint32_t*>(out.get()), nullptr));
+    auto got = download<std::uint8_t>(out, want.size());
+    EXPECT_EQ(got, want) << bits << " bits";
+  }
+}
+
+TEST(GpuIntqRepack, AwqQweightMatchesWriteAwq) {
+  SKIP_WITHOUT_GPU();
+  QuantTensor t = layouts::testing::random_intq_tensor(4, 128, 72, 64, false, false, false, 3);
+  auto cpu = layouts::write_awq(t);
+  ASSERT_TRUE(cpu) << cpu.error().message;
+  const auto want = qweight_bytes(*cpu);
+  Uploaded u = upload_tensor(t);
+  DeviceBuffer out(want.size());
+  ASSERT_TRUE(repack_awq_qweight(u.view, static_cast<std::uint32_t*>(out.get()), nullptr));
+  EXPECT_EQ(download<std::uint8_t>(out, want.size()), want);
+}
+
+TEST(GpuIntqRepack, MarlinQweightMatchesWriteMarlin) {
+  SKIP_WITHOUT_GPU();
+  for (int bits : {4, 8}) {
+    QuantTensor t = layouts::testing::random_intq_tensor(bits, 64, 128, 32, true, false, false, 11 + bits);
+    auto cpu = layouts::write_marlin(t);
+    ASSERT_TRUE(cpu) << cpu.error().message;
+    const auto want = qweight_bytes(*cpu);
+    Uploaded u = upload_tensor(t);
+    DeviceBuffer out(want.size());
+    ASSERT_TRUE(repack_marlin_qweight(u.view, static_cast<std::uint32_t*>(out.get()), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(out, want.size()), want) << bits << " bits";
+  }
+}
+
+TEST(GpuIntqRepack, QzerosAndScalesMatchTheCpuWriters) {
+  SKIP_WITHOUT_GPU();
+  for (bool sym : {false, true}) {
+    QuantTensor t = layouts::testing::random_intq_tensor(3, 96, 64, 32, sym, false, false, sym ? 1 : 2);
+    auto cpu = layouts::write_gptq(t, layouts::GptqZeros::kV2);
+    ASSERT_TRUE(cpu);
+    Uploaded u = upload_tensor(t);
+    const auto want_z = tensor_bytes(*cpu, "qzeros");
+    DeviceBuffer z(want_z.size());
+    ASSERT_TRUE(repack_gptq_qzeros_v2(u.view, static_cast<std::uint32_t*>(z.get()), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(z, want_z.size()), want_z);
+    const auto want_s = tensor_bytes(*cpu, "scales");
+    DeviceBuffer s(want_s.size());
+    ASSERT_TRUE(convert_scales(u.view, DenseType::kFp16, s.get(), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(s, want_s.size()), want_s);
+  }
+  {
+    QuantTensor t = layouts::testing::random_intq_tensor(4, 128, 72, 64, false, false, false, 9);
+    auto cpu = layouts::write_awq(t);
+    ASSERT_TRUE(cpu);
+    Uploaded u = upload_tensor(t);
+    const auto want = tensor_bytes(*cpu, "qzeros");
+    DeviceBuffer z(want.size());
+    ASSERT_TRUE(repack_awq_qzeros(u.view, static_cast<std::uint32_t*>(z.get()), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(z, want.size()), want);
+  }
+  for (std::int64_t group : {16, 64}) {  // grouped, then per-channel (group == K)
+    QuantTensor t = layouts::testing::random_intq_tensor(4, 64, 128, group, true, false, false, 5);
+    auto cpu = layouts::write_marlin(t);
+    ASSERT_TRUE(cpu);
+    Uploaded u = upload_tensor(t);
+    const auto want = tensor_bytes(*cpu, "scales");
+    DeviceBuffer s(want.size());
+    ASSERT_TRUE(repack_marlin_scales(u.view, DenseType::kFp16, s.get(), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(s, want.size()), want) << group;
+  }
+}
+
+TEST(GpuIntqRepack, RefusesWhatTheLayoutCannotHold) {
+  DeviceIntq v;
+  v.codes = reinterpret_cast<const std::uint32_t*>(16);  // never dereferenced: refused before any launch
+  v.bits = 3;
+  v.rows = v.padded_rows = 16;  // 16 * 3 bits is not a whole word per column
+  v.cols = v.padded_cols = 8;
+  EXPECT_FALSE(repack_gptq_qweight(v, nullptr, nullptr));
+  EXPECT_FALSE(repack_awq_qweight(v, nullptr, nullptr));  // not 4-bit
+  v.bits = 4;
+  v.perm = reinterpret_cast<const std::int32_t*>(16);
+  EXPECT_FALSE(repack_marlin_qweight(v, nullptr, nullptr));
+}
+
+}  // namespace
+}  // namespace epk::cuda::intq

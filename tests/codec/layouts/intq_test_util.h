@@ -1,0 +1,54 @@
+// Random logical tensors and .epk round trips for the intq tests.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "codec/common/half.h"
+#include "codec/container/reader.h"
+#include "codec/container/writer.h"
+#include "codec/layouts/intq_io.h"
+#include "codec/layouts/quant_tensor.h"
+
+namespace epk::layouts::testing {
+
+// Codes and zeros uniform over the width, f16-exact scales; act_order shuffles g_idx; with_perm adds a row perm.
+inline QuantTensor random_intq_tensor(int bits, std::int64_t rows, std::int64_t cols, std::int64_t group,
+                                      bool symmetric, bool act_order, bool with_perm, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  QuantTensor t = make_quant_tensor(bits, rows, cols, group);
+  for (auto& c : t.codes) c = static_cast<std::uint8_t>(rng() & ((1u << bits) - 1));
+  for (auto& s : t.scales) s = f16_to_f32(f32_to_f16(std::ldexp(static_cast<float>(rng() % 2000 + 1), -14)));
+  for (auto& z : t.zeros) z = symmetric ? (1 << (bits - 1)) : static_cast<std::int32_t>(rng() & ((1u << bits) - 1));
+  if (act_order) std::shuffle(t.g_idx.begin(), t.g_idx.end(), rng);
+  if (with_perm) {
+    t.perm.resize(static_cast<std::size_t>(rows));
+    std::iota(t.perm.begin(), t.perm.end(), 0);
+    std::shuffle(t.perm.begin(), t.perm.end(), rng);
+  }
+  return t;
+}
+
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("epk_intq_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// Writes the encoded tensors to `path` and opens it.
+inline Result<container::Reader> write_and_open(const std::string& path, std::vector<intq::Encoded>& tensors) {
+  EPK_TRY_ASSIGN(auto w, container::Writer::create(path, {}));
+  for (auto& e : tensors) EPK_TRY(w.add_tensor(e.spec, e.buffers()));
+  EPK_TRY(w.finish());
+  return container::Reader::open(path);
+}
+
+}  // namespace epk::layouts::testing

@@ -1,0 +1,147 @@
+// Import end to end: a checkpoint directory built from the committed reference vectors (tensors renamed under a layer
+// prefix, with its config.json) or the committed GGUF file goes through QuantSource and the intq encoding into an
+// .epk, and dequantize_intq gives the reference library's own dequantization bit for bit.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "codec/layouts/intq_io.h"
+#include "codec/layouts/quant_source.h"
+#include "tests/codec/layouts/checkpoint_fixture.h"
+#include "tests/codec/layouts/intq_test_util.h"
+#include "tests/codec/layouts/vectors.h"
+
+namespace epk::layouts {
+namespace {
+
+using testing::kPrefix;
+using testing::make_checkpoint;
+
+// Imports `path` into an .epk and returns the dequantized weight of `name` in `dtype`.
+std::vector<std::uint8_t> import_and_dequantize(const std::string& path, const std::string& name, DType dtype,
+                                                std::vector<std::uint64_t>* shape, std::string* kind = nullptr) {
+  auto src = QuantSource::open(path);
+  EXPECT_TRUE(src) << src.error().message;
+  if (!src) return {};
+  std::vector<intq::Encoded> encoded;
+  bool found = false;
+  for (const auto& item : (*src)->items()) {
+    if (item.name != name) continue;
+    found = true;
+    Result<intq::Encoded> e = make_error(ErrorCode::kInternal, "kind");
+    if (item.kind == SourceItem::Kind::kInt) {
+      auto t = item.load_int();
+      EXPECT_TRUE(t) << t.error().message;
+      e = intq::encode_int(*t, item.name, item.dtype, item.source);
+    } else if (item.kind == SourceItem::Kind::kGguf) {
+      e = intq::encode_gguf(item.gguf_info, item.bytes, item.name);
+    } else if (item.kind == SourceItem::Kind::kBnb4) {
+      e = intq::encode_bnb4(item.bnb_views, item.name);
+    }
+    EXPECT_TRUE(e) << e.error().message;
+    if (e) encoded.push_back(std::move(*e));
+  }
+  EXPECT_TRUE(found) << name;
+  const auto dir = testing::scratch_dir("imp");
+  auto r = testing::write_and_open((dir / "out.epk").string(), encoded);
+  EXPECT_TRUE(r) << r.error().message;
+  if (!r || r->tensors().empty()) return {};
+  const auto& entry = r->tensors()[0];
+  *shape = entry.shape;
+  if (kind) *kind = intq::kind_of(*r, entry) ? std::string(nlohmann::json::parse(entry.params_json)["kind"]) : "";
+  std::vector<std::uint8_t> out(entry.element_count() * static_cast<std::size_t>(dtype_bits(dtype) / 8));
+  auto st = intq::dequantize_intq(*r, entry, dtype, out);
+  EXPECT_TRUE(st) << st.error().message;
+  return out;
+}
+
+// ref is [K, N] (GPTQ/AWQ orientation); got is [N, K].
+void expect_transposed_equal(const TensorView& ref, const std::vector<std::uint8_t>& got) {
+  const std::int64_t k = ref.shape[0], n = ref.shape[1];
+  const std::size_t w = static_cast<std::size_t>(dtype_bits(ref.dtype) / 8);
+  ASSERT_EQ(got.size(), ref.bytes.size());
+  for (std::int64_t r = 0; r < k; ++r)
+    for (std::int64_t c = 0; c < n; ++c)
+      ASSERT_EQ(std::memcmp(got.data() + (c * k + r) * w, ref.bytes.data() + (r * n + c) * w, w), 0) << r << "," << c;
+}
+
+TEST(QuantImport, GptqActOrderCheckpointDequantizesLikeAutoGptq) {
+  const auto dir = make_checkpoint(
+      "gptq_4bit_v1_actorder.safetensors",
+      R"({"quantization_config":{"quant_method":"gptq","bits":4,"group_size":32,"desc_act":true,"sym":false,)"
+      R"("checkpoint_format":"gptq"}})",
+      "gptq");
+  auto src = QuantSource::open(dir);
+  ASSERT_TRUE(src) << src.error().message;
+  EXPECT_EQ((*src)->format(), "gptq");
+  ASSERT_EQ((*src)->items().size(), 2u);
+  EXPECT_EQ((*src)->items()[1].kind, SourceItem::Kind::kRaw);
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  EXPECT_EQ(shape, (std::vector<std::uint64_t>{64, 256}));
+  testing::Vectors v("gptq_4bit_v1_actorder.safetensors");
+  expect_transposed_equal(v.view("ref.dequant"), got);
+}
+
+TEST(QuantImport, AwqCheckpointDequantizesLikeAutoAwq) {
+  const auto dir = make_checkpoint(
+      "awq_4bit_g64.safetensors",
+      R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":64,"zero_point":true,"version":"gemm"}})",
+      "awq");
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  testing::Vectors v("awq_4bit_g64.safetensors");
+  expect_transposed_equal(v.view("ref.dequant"), got);
+}
+
+TEST(QuantImport, Nf4DoubleQuantCheckpointIsStoredVerbatimAndDequantizesLikeBitsandbytes) {
+  const auto dir = make_checkpoint(
+      "bnb_nf4_dq_bf16.safetensors",
+      R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4",)"
+      R"("bnb_4bit_use_double_quant":true}})",
+      "bnb");
+  std::vector<std::uint64_t> shape;
+  std::string kind;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kBF16, &shape, &kind);
+  EXPECT_EQ(kind, "bnb4");
+  testing::Vectors v("bnb_nf4_dq_bf16.safetensors");
+  const TensorView ref = v.view("ref.dequant");
+  ASSERT_EQ(got.size(), ref.bytes.size());
+  EXPECT_EQ(std::memcmp(got.data(), ref.bytes.data(), got.size()), 0);
+}
+
+TEST(QuantImport, CompressedTensorsCheckpointDequantizesLikeCompressedTensors) {
+  const auto dir = make_checkpoint(
+      "ct_4bit_asym_g64_f16.safetensors",
+      R"({"quantization_config":{"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":)"
+      R"({"group_0":{"weights":{"num_bits":4,"group_size":64,"symmetric":false,"strategy":"group","type":"int"}}}}})",
+      "ct");
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  testing::Vectors v("ct_4bit_asym_g64_f16.safetensors");
+  const TensorView ref = v.view("ref.dequant");  // [N, K]: the nn.Linear orientation, as ours
+  EXPECT_EQ(shape, (std::vector<std::uint64_t>{40, 128}));
+  ASSERT_EQ(got.size(), ref.bytes.size());
+  EXPECT_EQ(std::memcmp(got.data(), ref.bytes.data(), got.size()), 0);
+}
+
+class GgufImport : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GgufImport, TensorDequantizesLikeGgufPy) {
+  const std::string name = GetParam();
+  std::vector<std::uint64_t> shape;
+  std::string kind;
+  auto got = import_and_dequantize(testing::vector_path("gguf_small.gguf"), name, DType::kF32, &shape, &kind);
+  // Q4_0 and Q8_0 are integer grids (kind int); the others keep their blocks (kind gguf).
+  EXPECT_EQ(kind, (name == "q4_0" || name == "q8_0") ? "int" : "gguf");
+  testing::Vectors v("gguf_small_ref.safetensors");
+  const TensorView ref = v.view("ref." + name);
+  ASSERT_EQ(got.size(), ref.bytes.size());
+  EXPECT_EQ(std::memcmp(got.data(), ref.bytes.data(), got.size()), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, GgufImport, ::testing::Values("q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k"));
+
+}  // namespace
+}  // namespace epk::layouts

@@ -1,0 +1,180 @@
+// epk import / inspect / decompress / convert on quantized checkpoints, through the real binary.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "codec/layouts/awq.h"
+#include "codec/layouts/gptq.h"
+#include "codec/layouts/marlin.h"
+#include "codec/safetensors/reader.h"
+#include "tests/codec/layouts/checkpoint_fixture.h"
+
+namespace epk::layouts {
+namespace {
+
+struct Outcome {
+  int status;
+  std::string out;
+};
+
+Outcome run(const std::string& args) {
+  Outcome r{-1, {}};
+  FILE* p = ::popen((std::string(EPK_TOOL) + " " + args + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+const char* kGptqActOrderConfig =
+    R"({"quantization_config":{"quant_method":"gptq","bits":4,"group_size":32,"desc_act":true,"sym":false,)"
+    R"("checkpoint_format":"gptq"}})";
+
+TensorView view_of(const safetensors::File& f, const std::string& name) {
+  const auto* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  return TensorView{t->name, t->dtype, std::vector<std::int64_t>(t->shape.begin(), t->shape.end()), t->data};
+}
+
+// The source layer as the logical tensor (read with the GPTQ reader from the vector file itself).
+QuantTensor source_gptq() {
+  testing::Vectors v("gptq_4bit_v1_actorder.safetensors");
+  auto t = read_gptq(GptqViews{v.view("qweight"), v.view("qzeros"), v.view("scales"), v.view("g_idx")}, 4, 32,
+                     GptqZeros::kV1);
+  EXPECT_TRUE(t);
+  return *t;
+}
+
+TEST(EpkIntqCli, ImportPrintsEffectiveBitsAndInspectShowsThem) {
+  const auto dir = testing::make_checkpoint("gptq_4bit_v1_actorder.safetensors", kGptqActOrderConfig, "cli1");
+  const std::string out = dir + "/m.epk";
+  auto r = run("import " + dir + " -o " + out);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("int (gptq)"), std::string::npos) << r.out;
+  auto j = run("inspect --json " + out);
+  ASSERT_EQ(j.status, 0) << j.out;
+  auto doc = nlohmann::json::parse(j.out);
+  bool seen = false;
+  for (const auto& t : doc["tensors"]) {
+    if (t["name"] != std::string(testing::kPrefix) + ".weight") continue;
+    seen = true;
+    EXPECT_EQ(t["encoding"], "intq");
+    EXPECT_EQ(t["intq"]["kind"], "int");
+    EXPECT_DOUBLE_EQ(t["intq"]["codes_bpw"].get<double>(), 4.0);
+    EXPECT_DOUBLE_EQ(t["intq"]["bits_per_weight"].get<double>(), t["bits_per_weight"].get<double>());
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST(EpkIntqCli, DecompressGivesAutoGptqDequantization) {
+  const auto dir = testing::make_checkpoint("gptq_4bit_v1_actorder.safetensors", kGptqActOrderConfig, "cli2");
+  ASSERT_EQ(run("import " + dir + " -o " + dir + "/m.epk").status, 0);
+  auto r = run("decompress " + dir + "/m.epk -o " + dir + "/d.safetensors --device cpu");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto f = safetensors::File::open(dir + "/d.safetensors");
+  ASSERT_TRUE(f) << f.error().message;
+  const TensorView got = view_of(*f, std::string(testing::kPrefix) + ".weight");
+  testing::Vectors v("gptq_4bit_v1_actorder.safetensors");
+  const TensorView ref = v.view("ref.dequant");  // [K, N] f16
+  ASSERT_EQ(got.shape, (std::vector<std::int64_t>{ref.shape[1], ref.shape[0]}));
+  const std::int64_t k = ref.shape[0], n = ref.shape[1];
+  for (std::int64_t a = 0; a < k; ++a)
+    for (std::int64_t b = 0; b < n; ++b)
+      ASSERT_EQ(std::memcmp(got.bytes.data() + 2 * (b * k + a), ref.bytes.data() + 2 * (a * n + b), 2), 0);
+}
+
+TEST(EpkIntqCli, ActOrderToAwqReportsThePermutationThatKeepsTheMatmul) {
+  const auto dir = testing::make_checkpoint("gptq_4bit_v1_actorder.safetensors", kGptqActOrderConfig, "cli3");
+  ASSERT_EQ(run("import " + dir + " -o " + dir + "/m.epk").status, 0);
+  auto r = run("convert " + dir + "/m.epk --to awq -o " + dir + "/awq.safetensors");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("activation permutation"), std::string::npos) << r.out;
+  auto f = safetensors::File::open(dir + "/awq.safetensors");
+  ASSERT_TRUE(f);
+  const std::string p = testing::kPrefix;
+  auto it = f->metadata().find("activation_perm." + p);
+  ASSERT_NE(it, f->metadata().end());
+  const auto perm = nlohmann::json::parse(it->second).get<std::vector<std::int32_t>>();
+  auto awq =
+      read_awq(AwqViews{view_of(*f, p + ".qweight"), view_of(*f, p + ".qzeros"), view_of(*f, p + ".scales")}, 32);
+  ASSERT_TRUE(awq) << awq.error().message;
+  awq->perm = perm;  // the permutation the caller applies to the activations
+  const QuantTensor src = source_gptq();
+  std::vector<float> x(static_cast<std::size_t>(src.rows));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 11) - 5.0f;
+  EXPECT_EQ(matvec(*awq, x), matvec(src, x));
+  awq->perm.clear();  // without it the product is wrong although every value is intact
+  EXPECT_NE(matvec(*awq, x), matvec(src, x));
+}
+
+TEST(EpkIntqCli, CheckpointToMarlinIsExact) {
+  testing::Vectors v("gptq_8bit_v1_sym.safetensors");
+  const auto params = v.params();
+  const std::string cfg = R"({"quantization_config":{"quant_method":"gptq","bits":8,"group_size":)" +
+                          std::to_string(params["group_size"].get<int>()) +
+                          R"(,"desc_act":false,"sym":true,"checkpoint_format":"gptq"}})";
+  const auto dir = testing::make_checkpoint("gptq_8bit_v1_sym.safetensors", cfg, "cli4");
+  auto r = run("convert " + dir + " --to marlin -o " + dir + "/m.safetensors");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("exact"), std::string::npos);
+  auto f = safetensors::File::open(dir + "/m.safetensors");
+  ASSERT_TRUE(f);
+  const std::string p = testing::kPrefix;
+  auto src = read_gptq(GptqViews{v.view("qweight"), v.view("qzeros"), v.view("scales"), std::nullopt}, 8,
+                       params["group_size"].get<int>(), GptqZeros::kV1);
+  ASSERT_TRUE(src);
+  auto back =
+      read_marlin(MarlinViews{view_of(*f, p + ".qweight"), view_of(*f, p + ".scales"), std::nullopt, std::nullopt}, 8,
+                  src->padded_rows, params["group_size"].get<int>());
+  ASSERT_TRUE(back) << back.error().message;
+  // Marlin needs N % 64 == 0: the 32 columns were padded to 64; the logical columns must be the source's.
+  ASSERT_EQ(back->rows, src->rows);
+  const auto got = dequantize_f32(*back), want = dequantize_f32(*src);
+  for (std::int64_t k = 0; k < src->rows; ++k)
+    for (std::int64_t c = 0; c < src->cols; ++c)
+      ASSERT_EQ(got[static_cast<std::size_t>(k * back->cols + c)], want[static_cast<std::size_t>(k * src->cols + c)]);
+}
+
+TEST(EpkIntqCli, Nf4ToIntegerLayoutSaysRequantized) {
+  const auto dir = testing::make_checkpoint(
+      "bnb_nf4_f16.safetensors",
+      R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4"}})",
+      "cli5");
+  auto imp = run("import " + dir + " -o " + dir + "/m.epk");
+  ASSERT_EQ(imp.status, 0) << imp.out;
+  EXPECT_NE(imp.out.find("bnb4"), std::string::npos) << imp.out;
+  auto r = run("convert " + dir + "/m.epk --to gptq-v2 --group-size 16 -o " + dir + "/g.safetensors");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("REQUANTIZED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not lossless"), std::string::npos);
+  auto f = safetensors::File::open(dir + "/g.safetensors");
+  ASSERT_TRUE(f);
+  EXPECT_NE(f->metadata().at("epk_convert").find("\"requantized\":true"), std::string::npos);
+}
+
+TEST(EpkIntqCli, BadConfigIsRefusedNamingTheFile) {
+  const auto dir = testing::make_checkpoint(
+      "gptq_4bit_v1_actorder.safetensors",
+      R"({"quantization_config":{"quant_method":"gptq","bits":"four","group_size":32}})", "cli6");
+  auto r = run("import " + dir + " -o " + dir + "/m.epk");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("config.json"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.epk"));
+}
+
+TEST(EpkIntqCli, UnknownTargetIsRefused) {
+  auto r = run("convert x.epk --to exl2 -o y.safetensors");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("--to"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace epk::layouts
