@@ -19,4 +19,6 @@ cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/
 cp "$build/tests/codec/cuda/epk_cuda_intq_test" "$build/bench/intq_repack_bench" "$dest/bin/"
 cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
 cp -r "$root/tests/data/cuda" "$dest/data/"
+# Debug info is not needed there and would overrun the 64 MiB the device tool carries.
+strip "$dest"/bin/*
 du -sh "$dest"
