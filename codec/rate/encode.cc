@@ -10,6 +10,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/float_convert.h"
 #include "codec/common/parallel.h"
+#include "codec/rans/decoder.h"
 #include "codec/model/tables.h"
 #include "codec/rans/encoder.h"
 #include "codec/rate/rdo.h"
@@ -52,19 +53,8 @@ float load_weight(const std::byte* p, DType t) {
 
 }  // namespace
 
-bool encode_input_supported(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kBF16:
-    case DType::kF16:
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-    case DType::kI8:
-      return true;
-    default:
-      return false;
-  }
-}
+// The paper's dtype table: a tensor is encoded from the same six dtypes the decoder reconstructs into.
+bool encode_input_supported(DType t) { return rans::decode_output_supported(t); }
 
 Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
                                    DType dtype, const EncodeOptions& o, std::string_view name,

@@ -1,5 +1,7 @@
 // End to end through the real binaries: make_demo_model -> epk pack -> epk inspect/unpack.
 #include <gtest/gtest.h>
+
+#include "tests/tools/run_command.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,22 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status;
-  std::string out;
-};
-
-Run run(const std::string& cmd) {
-  Run r{-1, {}};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Run = epk::test::CommandResult;
+Run run(const std::string& cmd) { return epk::test::run_command(cmd); }
 
 class EpkCli : public ::testing::Test {
  protected:

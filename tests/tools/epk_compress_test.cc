@@ -1,6 +1,8 @@
 // End to end through the real binaries: epk compress -> verify --against -> decompress on the demo model; rules,
 // budget mode, entropack import/export against the committed reference vectors, corruption and bad arguments.
 #include <gtest/gtest.h>
+
+#include "tests/tools/run_command.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,22 +24,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Outcome {
-  int status;
-  std::string out;
-};
-
-Outcome run(const std::string& cmd, bool with_stderr = true) {
-  Outcome r{-1, {}};
-  FILE* p = ::popen((cmd + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Outcome = epk::test::CommandResult;
+using epk::test::run_command;
+Outcome run(const std::string& cmd, bool with_stderr = true) { return run_command(cmd, with_stderr); }
 
 nlohmann::json parse(const std::string& s) { return nlohmann::json::parse(s, nullptr, false); }
 

@@ -1,5 +1,7 @@
 // epk import / inspect / decompress / convert on quantized checkpoints, through the real binary.
 #include <gtest/gtest.h>
+
+#include "tests/tools/run_command.h"
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -16,22 +18,9 @@
 namespace epk::layouts {
 namespace {
 
-struct Outcome {
-  int status;
-  std::string out;
-};
-
-Outcome run(const std::string& args) {
-  Outcome r{-1, {}};
-  FILE* p = ::popen((std::string(EPK_TOOL) + " " + args + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Outcome = epk::test::CommandResult;
+// Runs the epk tool with `args`.
+Outcome run(const std::string& args) { return epk::test::run_command(std::string(EPK_TOOL) + " " + args); }
 
 const char* kGptqActOrderConfig =
     R"({"quantization_config":{"quant_method":"gptq","bits":4,"group_size":32,"desc_act":true,"sym":false,)"

@@ -1,5 +1,7 @@
 // `epk get` and `epk status` against the real epkd serving a real .epk file (container Writer + codec encode).
 #include <gtest/gtest.h>
+
+#include "tests/tools/run_command.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,22 +21,8 @@ namespace fs = std::filesystem;
 using namespace epk::test_models;   // NOLINT
 using namespace epk::test_harness;  // NOLINT
 
-struct Run {
-  int status;
-  std::string out;
-};
-
-Run run(const std::string& cmd) {
-  Run r{-1, {}};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Run = epk::test::CommandResult;
+Run run(const std::string& cmd) { return epk::test::run_command(cmd); }
 
 constexpr std::uint32_t kRows = 45, kCols = 77;
 
