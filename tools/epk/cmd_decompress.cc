@@ -48,7 +48,7 @@ Status run_decompress(const DecompressArgs& args) {
   if (auto it = reader.metadata().find("source"); it != reader.metadata().end()) metadata["epk_source"] = it->second;
   EPK_TRY_ASSIGN(auto writer, safetensors::Writer::create(args.output, decls, metadata));
   std::vector<std::uint8_t> buf;
-  std::size_t decoded = 0;
+  std::size_t on_gpu = 0, on_cpu = 0;  // intq tensors decode on the CPU even with --device cuda
   for (const auto& spec : writer.tensors()) {
     const auto* t = reader.find(spec.name);
     EPK_TRY(reader.verify(*t));
@@ -60,17 +60,18 @@ Status run_decompress(const DecompressArgs& args) {
     if (device == Device::kCuda && t->encoding == container::Encoding::kLatticeRans) {
       EPK_TRY_ASSIGN(auto stored, rans::from_container(reader, *t));
       EPK_TRY(gpu_decode(stored.stream, t->name, spec.dtype, buf));
+      ++on_gpu;
     } else {
       decode::DecodeTensorOptions o;
       o.threads = threads;
       EPK_TRY(decode::decode_tensor(reader, *t, spec.dtype, buf, o));
+      ++on_cpu;
     }
-    ++decoded;
     EPK_TRY(writer.write(spec.name, buf));
   }
   EPK_TRY(writer.finish());
-  std::printf("decompressed %zu tensors (%zu decoded on the %s, %zu raw) into %s\n", reader.tensors().size(), decoded,
-              device == Device::kCuda ? "GPU" : "CPU", reader.tensors().size() - decoded, args.output.c_str());
+  std::printf("decompressed %zu tensors (%zu decoded on the GPU, %zu on the CPU, %zu raw) into %s\n",
+              reader.tensors().size(), on_gpu, on_cpu, reader.tensors().size() - on_gpu - on_cpu, args.output.c_str());
   return {};
 }
 
