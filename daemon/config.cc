@@ -112,15 +112,16 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--model", models, "NAME=FILE.epk (repeatable)");
   app.add_option("--synthetic", synthetic,
                  "TEST MODEL, not a checkpoint: NAME=[T:]RxC,... deterministic fp32 tensors (repeatable)");
-  app.add_option("--budget-mb", budget_mb, "byte budget of the cache, in MiB");
-  app.add_option("--threads", threads, "CPU decode threads (0: one per core)");
-  app.add_option("--io-threads", io_threads, "socket threads (0: a quarter of the cores, 1 to 4)");
+  app.add_option("--budget-mb", budget_mb, "byte budget of the cache, in MiB")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--threads", threads, "CPU decode threads (0: one per core)")->check(CLI::Range(0, 1024));
+  app.add_option("--io-threads", io_threads, "socket threads (0: a quarter of the cores, 1 to 4)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
-  app.add_flag("--cpu", cpu, "host memfd pools and the CPU decoder even where a GPU exists");
+  app.add_flag("--cpu", cpu, "host memfd pools and the CPU decoder (this build has no other path yet: device pools are not wired in)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -83,8 +83,12 @@ class Session : public std::enable_shared_from_this<Session> {
   bool open() const { return open_ && !closing_; }
 
   static void start(std::shared_ptr<Session> self) {
+    // A session that throws still ends like any other: logged, and the client's pins dropped.
     asio::co_spawn(
-        self->sock_.get_executor(), [self]() -> asio::awaitable<void> { co_await self->run(); }, asio::detached);
+        self->sock_.get_executor(), [self]() -> asio::awaitable<void> { co_await self->run(); },
+        [self](std::exception_ptr e) {
+          if (e) self->end_after_exception(e);
+        });
   }
 
   void send(std::vector<std::uint8_t> msg) {
@@ -112,6 +116,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   asio::awaitable<void> run();
+  void end_after_exception(std::exception_ptr e);
   void handle_frame(const shm::FrameHeader& h, std::span<const std::uint8_t> payload);
   void do_write();
   void close_now();
@@ -406,6 +411,18 @@ class Service {
     return 1;
   }
 
+  // A source that throws (bad_alloc on a decode temporary, say) fails this acquire; it must not take epkd down.
+  static Status produce_guarded(const ModelSource& src, std::size_t tensor, shm::Layout layout,
+                                std::span<std::uint8_t> dst) {
+    try {
+      return src.produce(tensor, layout, dst);
+    } catch (const std::exception& e) {
+      return make_error(ErrorCode::kInternal, std::string("decode failed: ") + e.what());
+    } catch (...) {
+      return make_error(ErrorCode::kInternal, "decode failed: unknown exception");
+    }
+  }
+
   InFlight& start_decode(const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
                          shm::Layout layout, ServedTensor desc, Priority prio) {
     std::span<std::uint8_t> dst = pool_->host_span(slot.offset, desc.bytes);
@@ -413,7 +430,7 @@ class Service {
     auto job = scheduler_.submit(
         [this, src = std::move(src), tensor, layout, dst, slot_id] {
           auto t0 = Clock::now();
-          Status st = src->produce(tensor, layout, dst);
+          Status st = produce_guarded(*src, tensor, layout, dst);
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
           asio::post(io_,
@@ -492,6 +509,19 @@ class Service {
 void Session::fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message) {
   spdlog::warn("client {}: {}; closing the session", id_, message);
   Service::send_error(*this, request_id, status, message);
+  closing_ = true;
+  if (!writing_) close_now();
+}
+
+void Session::end_after_exception(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    spdlog::error("client {}: session failed: {}", id_, ex.what());
+  } catch (...) {
+    spdlog::error("client {}: session failed", id_);
+  }
+  svc_.client_gone(id_);
   closing_ = true;
   if (!writing_) close_now();
 }

@@ -25,17 +25,23 @@ EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_oracle_test" --gtest_brief=1 2>&1 | tee
 oracle_rc=${PIPESTATUS[0]}
 "$bin/epk_cuda_intq_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
 intq_rc=${PIPESTATUS[0]}
+sanitizer_rc=skipped
 if [[ "$quick" != "--quick" && "$quick" != "--no-sanitizer" ]] && command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer"
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/epk_cuda_intq_test" --gtest_brief=1 2>&1 \
     | tail -3
-  echo "== compute-sanitizer"
+  s1=${PIPESTATUS[0]}
   EPK_TEST_DATA_DIR="$data" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$bin/epk_cuda_decode_test" --gtest_brief=1 --gtest_filter='GpuCorruption.*:GpuRowRange.*:GpuBatch.*' 2>&1 | tail -4
+  s2=${PIPESTATUS[0]}
   EPK_TEST_DATA_DIR="$data" timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$bin/epk_cuda_decode_test" --gtest_brief=1 --gtest_filter='GpuCorruption.AFlipped*' 2>&1 | tail -3
+  s3=${PIPESTATUS[0]}
+  sanitizer_rc=$(( s1 | s2 | s3 ))
 fi
 echo "== device pool: CUDA VMM allocation exported as a POSIX fd, imported by a second process"
 pool_rc=na
+cli_rc=na
 if [[ -x "$bin/shm_device_pool_test" ]]; then
   "$bin/shm_device_pool_test" --gtest_brief=1 2>&1 | tee "$out/pool.txt" | tail -8
   pool_rc=${PIPESTATUS[0]}
@@ -43,6 +49,7 @@ fi
 echo "== epk decompress/verify --device cuda against --device cpu"
 if [[ -d "$here/cli" ]]; then
   timeout 300 bash "$here/cli_cuda_check.sh" "$here/cli" 2>&1 | tee "$out/cli.txt" | tail -40
+  cli_rc=${PIPESTATUS[0]}
 fi
 echo "== reference streams and reference decode times"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -62,4 +69,8 @@ echo "SM clock during the bench (samples x clock): $clocks"
 echo "== intq repack bench (4096 x 14336 and 14336 x 4096, 4-bit g128)"
 "$bin/intq_repack_bench" --rows 4096 --cols 14336 --runs 100 2>&1 | tee "$out/intq_bench.txt"
 "$bin/intq_repack_bench" --rows 14336 --cols 4096 --runs 100 2>&1 | tee -a "$out/intq_bench.txt"
-echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, intq $intq_rc, device pool $pool_rc"
+echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, intq $intq_rc, device pool $pool_rc," \
+  "sanitizers $sanitizer_rc, epk --device cuda $cli_rc"
+for rc in "$tests_rc" "$oracle_rc" "$intq_rc" "$pool_rc" "$sanitizer_rc" "$cli_rc"; do
+  [[ "$rc" == 0 || "$rc" == na || "$rc" == skipped ]] || exit 1
+done

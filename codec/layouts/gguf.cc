@@ -220,7 +220,8 @@ Result<File> File::parse(std::span<const std::uint8_t> bytes, std::string label)
       return c.error(tf, "ne[0] = " + std::to_string(t.ne[0]) + " is not a multiple of the " + traits->name +
                              " block size " + std::to_string(traits->block_size));
     }
-    t.n_bytes = t.n_elements / traits->block_size * traits->type_size;  // n_elements < 2^62, type_size < 2^9
+    if (!checked_mul(t.n_elements / traits->block_size, traits->type_size, &t.n_bytes))
+      return c.error(tf, "byte size of " + std::to_string(t.n_elements) + " elements overflows 64 bits");
     EPK_TRY_ASSIGN(t.offset, c.read<std::uint64_t>(tf + " offset"));
     if (t.offset % f.alignment_ != 0) {
       return c.error(tf, "offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +

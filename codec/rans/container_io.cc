@@ -137,6 +137,8 @@ Status parse_params(std::string_view json, std::string_view where, LatticeRansSt
       EPK_TRY(num("rdo_sweeps", &rdo));
       EPK_TRY(num("rdo_candidates", &cand));
       EPK_TRY(num("scale", &scale));
+      if (!(rdo >= 0 && rdo <= 1000)) return bad(where, "params.encoder.rdo_sweeps", "is outside [0, 1000]");
+      if (!(cand >= 0 && cand <= 1000)) return bad(where, "params.encoder.rdo_candidates", "is outside [0, 1000]");
       info->rdo_sweeps = int(rdo);
       info->rdo_candidates = int(cand);
       info->scale = scale;

@@ -1,6 +1,9 @@
 // epk: compress, inspect, verify and convert checkpoints for epkd.
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+#include <exception>
+
 #include "tools/epk/cli_common.h"
 
 int main(int argc, char** argv) {
@@ -20,6 +23,11 @@ int main(int argc, char** argv) {
   epk::cli::add_status_command(app, &exit_code);
   epk::cli::add_import_command(app, &exit_code);
   epk::cli::add_convert_command(app, &exit_code);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    CLI11_PARSE(app, argc, argv);
+  } catch (const std::exception& e) {  // bad_alloc on hostile input, say: a clear message, never an abort
+    std::fprintf(stderr, "epk: %s\n", e.what());
+    return epk::cli::kExitFailure;
+  }
   return exit_code;
 }

@@ -123,6 +123,13 @@ TEST(GgufBadInput, TensorInfoFields) {
     EXPECT_FALSE(parse(b.build()));
   }
   {
+    GgufBuilder b;  // the element count fits but its byte size (2^62 F32 elements = 2^64 bytes) wraps to 0
+    b.tensor("w", {1ull << 62}, 0, std::string(4, '\0'));
+    auto st = parse(b.build());
+    ASSERT_FALSE(st);
+    EXPECT_NE(st.error().message.find("overflows"), std::string::npos) << st.error().message;
+  }
+  {
     GgufBuilder b;  // duplicate names
     b.tensor("w", {4}, 0, std::string(16, '\0'));
     b.tensor("w", {4}, 0, std::string(16, '\0'));
