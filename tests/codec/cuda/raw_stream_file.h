@@ -11,34 +11,13 @@
 #include <vector>
 
 #include "codec/common/result.h"
-#include "codec/rans/stream.h"
+#include "codec/rans/encoded_tensor.h"
 
 namespace epk::testing {
 
-struct RawStream {
-  std::uint32_t rows = 0, cols = 0, padded_cols = 0, prob_bits = 0, tile_symbols = 0;
-  std::vector<std::uint16_t> payload;
-  std::vector<std::uint32_t> offsets, states;
-  std::vector<rans::TableMeta> tables;
-  std::vector<std::uint16_t> freq_tables;
-  std::vector<float> scales;
+// The stored tensor (rans::EncodedTensor, whose view() the decoders take) plus the reference's decoded outputs.
+struct RawStream : rans::EncodedTensor {
   std::map<std::uint32_t, std::vector<std::uint8_t>> outputs;  // OutputFormat value -> bytes
-
-  rans::LatticeRansStream view() const {
-    rans::LatticeRansStream s;
-    s.rows = rows;
-    s.cols = cols;
-    s.padded_cols = padded_cols;
-    s.prob_bits = prob_bits;
-    s.tile_symbols = tile_symbols;
-    s.payload = payload;
-    s.offsets = offsets;
-    s.states = states;
-    s.tables = tables;
-    s.freq_tables = freq_tables;
-    s.scales = scales;
-    return s;
-  }
 };
 
 inline Result<RawStream> read_raw_stream(const std::string& path) {
