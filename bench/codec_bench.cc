@@ -17,11 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_layers.h"
 #include "codec/rans/decoder.h"
 #include "codec/rans/reference_format.h"
 #include "codec/rate/encode.h"
 
 namespace {
+
+using epk::bench::make_layer;
+using epk::bench::nf4_error;
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -41,60 +45,6 @@ double proc_cpu_now() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// "gauss" and "student" rows carry a log-normal row scale (sigma 1), as trained layers do; "iid" rows are plain N(0,1),
-// the case the rate-distortion bound (6.25% relative L2 at 4 bpp) is stated for.
-std::vector<float> make_layer(std::uint32_t rows, std::uint32_t cols, const std::string& dist, std::uint64_t seed) {
-  const bool student = dist == "student";
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  std::chi_squared_distribution<float> chi(3.0f);
-  std::vector<float> w(std::size_t(rows) * cols);
-  for (std::uint32_t r = 0; r < rows; ++r) {
-    const float row_scale = dist == "iid" ? 0.02f : 0.02f * std::exp(n(rng));
-    for (std::uint32_t c = 0; c < cols; ++c) {
-      float v = n(rng);
-      if (student) v /= std::sqrt(chi(rng) / 3.0f);
-      w[std::size_t(r) * cols + c] = v * row_scale;
-    }
-  }
-  return w;
-}
-
-// NF4 (bitsandbytes' code book, blocks of 64 along the row, fp32 absmax: 4.5 bits per weight): relative L2 error.
-double nf4_error(const std::vector<float>& w, std::uint32_t cols) {
-  static const float kCode[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-                                  -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-                                  0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
-                                  0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
-                                  0.7229568362236023f, 1.0f};
-  double err = 0, energy = 0;
-  const std::size_t rows = w.size() / cols;
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t b = 0; b < cols; b += 64) {
-      const std::size_t e = std::min<std::size_t>(cols, b + 64);
-      float absmax = 0;
-      for (std::size_t i = b; i < e; ++i) absmax = std::max(absmax, std::fabs(w[r * cols + i]));
-      for (std::size_t i = b; i < e; ++i) {
-        const float x = w[r * cols + i];
-        float q = 0;
-        if (absmax > 0) {
-          const float n = x / absmax;
-          float best = 1e30f;
-          for (float c : kCode) {
-            if (std::fabs(n - c) < best) {
-              best = std::fabs(n - c);
-              q = c * absmax;
-            }
-          }
-        }
-        err += double(x - q) * double(x - q);
-        energy += double(x) * x;
-      }
-    }
-  }
-  return std::sqrt(err / energy);
-}
-
 std::vector<double> parse_list(const std::string& s) {
   std::vector<double> out;
   std::stringstream ss(s);
@@ -112,6 +62,11 @@ int main(int argc, char** argv) {
   int rdo = 0;
   std::uint64_t sample = 262144;
   int calibrate = 1;
+  int ecvq = 0;
+  int ecvq_iter = 2;
+  double ecvq_lambda = 1.0;
+  int prune = 0;
+  int fine = 0;
   std::string input;
   std::string list;
   std::uint32_t forced_tile = 0;
@@ -125,14 +80,19 @@ int main(int argc, char** argv) {
     else if (a == "--rdo") rdo = std::atoi(argv[i + 1]);
     else if (a == "--sample") sample = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--calibrate") calibrate = std::atoi(argv[i + 1]);
+    else if (a == "--ecvq") ecvq = std::atoi(argv[i + 1]);
+    else if (a == "--ecvq-iter") ecvq_iter = std::atoi(argv[i + 1]);
+    else if (a == "--ecvq-lambda") ecvq_lambda = std::atof(argv[i + 1]);
+    else if (a == "--prune") prune = std::atoi(argv[i + 1]);
+    else if (a == "--fine") fine = std::atoi(argv[i + 1]);
     else if (a == "--input") input = argv[i + 1];
     else if (a == "--list") list = argv[i + 1];
     else if (a == "--tile-symbols") forced_tile = std::uint32_t(std::atoi(argv[i + 1]));
     else if (a == "--targets") targets = parse_list(argv[i + 1]);
     else if (a == "--dists") dists = argv[i + 1];
   }
-  std::printf("layer %ux%u fp32 source, %d encode threads, rdo %d; decode timed on 1 thread\n", rows, cols, threads,
-              rdo);
+  std::printf("layer %ux%u fp32 source, %d encode threads, rdo %d, ecvq %d (lambda %.2f, %d rounds), prune %d, fine %d; "
+              "decode timed on 1 thread\n", rows, cols, threads, rdo, ecvq, ecvq_lambda, ecvq_iter, prune, fine);
   std::printf("enc: wall M weights/s (and per CPU-second); dec f32 / bf16: M weights per CPU-second on one thread; "
               "bf16x2: wall, 2 threads\n");
   std::printf("%-8s %6s %8s %8s %8s %9s %9s %10s %10s %10s %4s %8s\n", "dist", "target", "stored", "|s/t-1|", "relL2",
@@ -154,6 +114,11 @@ int main(int argc, char** argv) {
       o.search_max_vectors = sample;
       o.calibrate_rate = calibrate != 0;
       o.tile_symbols = forced_tile;
+      o.ecvq = ecvq != 0;
+      o.ecvq_iterations = ecvq_iter;
+      o.ecvq_lambda = ecvq_lambda;
+      o.prune_tables = prune != 0;
+      o.fine_rate = fine != 0;
       epk::rate::EncodeReport rep;
       double t0 = now();
       double c0 = proc_cpu_now();
@@ -199,9 +164,11 @@ int main(int argc, char** argv) {
                   target, stored, 100 * rate_err, 100 * rel, nw / t_enc / 1e6, nw / c_enc / 1e6, nw / t_dec / 1e6,
                   nw / t_bf / 1e6, nw / t_bf2 / 1e6, rep.prob_bits, 100 * nf4);
       if (std::getenv("EPK_BENCH_VERBOSE")) {
-        std::printf("    scale %.6g estimate %.0f B, buffers %llu B, blob %llu B\n", rep.scale, rep.estimated_bytes,
+        std::printf("    scale %.6g estimate %.0f B, buffers %llu B, blob %llu B, table entries %zu; ecvq lambda %.4g, "
+                    "%llu vectors moved, %llu entries pruned\n", rep.scale, rep.estimated_bytes,
                     (unsigned long long)enc->buffer_bytes(),
-                    (unsigned long long)epk::rans::reference_quant_state_bytes(*enc));
+                    (unsigned long long)epk::rans::reference_quant_state_bytes(*enc), enc->freq_tables.size(),
+                    rep.ecvq_lambda, (unsigned long long)rep.ecvq_changed, (unsigned long long)rep.pruned_entries);
       }
       std::fflush(stdout);
     }

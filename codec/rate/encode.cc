@@ -13,6 +13,7 @@
 #include "codec/rans/decoder.h"
 #include "codec/model/tables.h"
 #include "codec/rans/encoder.h"
+#include "codec/rate/ecvq.h"
 #include "codec/rate/rdo.h"
 #include "codec/rate/refit.h"
 #include "codec/rate/search.h"
@@ -121,6 +122,7 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
   std::vector<double> row_sse;
   double scale = 1.0;
   bool coarsened = false;
+  EcvqReport ecvq_report;
 
   if (max_abs == 0.0f) {
     quantize_all(normalized.data(), vectors, 1.0f, q, threads);
@@ -144,6 +146,9 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
       // Whole-tensor corrections left: the sample misjudges heavy tails, and at high rates its frequency tables
       // weigh more than the whole tensor's do, so the sample's scale can miss by a percent.
       int full_checks = (!o.calibrate_rate || sample.size() == rows) ? 0 : 2;
+      // ECVQ lowers the rate at a given scale (the sample's search never saw it), and the fine step asks for more.
+      if (o.calibrate_rate && (o.ecvq || o.fine_rate)) full_checks = 6;
+      const double tolerance = o.fine_rate ? 0.0003 : 0.002;
       double prev_log_scale = 0.0;
       double prev_bpp = 0.0;
       bool have_prev = false;
@@ -155,12 +160,21 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
       std::uint32_t table_size = 1u << prob_bits;
       for (;;) {
         quantize_all(normalized.data(), vectors, float(scale), q, threads);
+        if (o.ecvq) {
+          EcvqOptions eo;
+          eo.iterations = o.ecvq_iterations;
+          eo.lambda_factor = o.ecvq_lambda;
+          eo.prob_bits = prob_bits;
+          eo.prune_tables = o.prune_tables;
+          eo.threads = threads;
+          choose_points(normalized.data(), rms.data(), rows, padded, float(scale), q, eo, &ecvq_report);
+        }
         const model::FieldCounts counts = count_fields_parallel(q, threads);
         std::uint32_t alpha = model::max_alphabet(counts);
         if (alpha <= table_size && full_checks > 0) {
           --full_checks;
           const double bpp = calibrated_bpp(counts, rows, cols, prob_bits, tile_symbols, cal);
-          if (std::fabs(bpp / target - 1.0) > 0.002) {
+          if (std::fabs(bpp / target - 1.0) > tolerance) {
             // Secant through the previous whole-tensor point when there is one, else the high-rate slope: one bit
             // per weight per halving of the scale.
             double slope = -1.0 / std::log(2.0);
@@ -217,6 +231,9 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
     report->estimated_bytes = model::estimate_stored_bytes(
         model::count_fields(q.coset.data(), q.fields.data(), vectors), rows, prob_bits, tile_symbols);
     report->max_abs_input = max_abs;
+    report->ecvq_lambda = ecvq_report.lambda;
+    report->ecvq_changed = ecvq_report.changed;
+    report->pruned_entries = ecvq_report.pruned_entries;
   }
   return out;
 }

@@ -25,6 +25,14 @@ struct EncodeOptions {
   std::uint64_t search_max_vectors = 262144;  // sample budget of the search, in 8-weight vectors
   bool calibrate_rate = true;       // correct the size model by the coder's measured overhead (search.h); false
                                     // keeps the reference's search exactly
+  // Beyond the reference (docs/NOTES.md has the measurements): entropy-constrained choice of each vector's lattice
+  // point under the tensor's own tables (codec/rate/ecvq.h), iterated with the table fit, the scale then re-searched
+  // on the whole tensor so the stored rate still meets the target.
+  bool ecvq = false;
+  int ecvq_iterations = 2;
+  double ecvq_lambda = 1.0;         // multiple of the high-rate slope (ecvq.h)
+  bool prune_tables = false;        // with ecvq: drop table edge values that cost more than they save
+  bool fine_rate = false;           // whole-tensor rate correction to 0.03% instead of 0.2% (up to 6 re-quantisations)
 };
 
 // What the encoder decided, for reports and tests.
@@ -34,6 +42,9 @@ struct EncodeReport {
   bool coarsened = false;         // the scale was coarsened because an alphabet overflowed 2^15
   double estimated_bytes = 0.0;   // the size model on the full tensor's fields
   double max_abs_input = 0.0;
+  double ecvq_lambda = 0.0;             // with ecvq: lambda in lattice units per bit
+  std::uint64_t ecvq_changed = 0;       // vectors not at their nearest point
+  std::uint64_t pruned_entries = 0;     // table entries pruned
 };
 
 // Input dtypes: F32, BF16, F16, F8_E4M3, F8_E5M2, I8 (weights is rows * cols elements, row-major, little-endian).
