@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   double ecvq_lambda = 1.0;
   int prune = 0;
   int fine = 0;
+  int rdo_candidates = 5;
   std::string input;
   std::string list;
   std::uint32_t forced_tile = 0;
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
     else if (a == "--ecvq-lambda") ecvq_lambda = std::atof(argv[i + 1]);
     else if (a == "--prune") prune = std::atoi(argv[i + 1]);
     else if (a == "--fine") fine = std::atoi(argv[i + 1]);
+    else if (a == "--rdo-candidates") rdo_candidates = std::atoi(argv[i + 1]);
     else if (a == "--input") input = argv[i + 1];
     else if (a == "--list") list = argv[i + 1];
     else if (a == "--tile-symbols") forced_tile = std::uint32_t(std::atoi(argv[i + 1]));
@@ -119,6 +121,7 @@ int main(int argc, char** argv) {
       o.ecvq_lambda = ecvq_lambda;
       o.prune_tables = prune != 0;
       o.fine_rate = fine != 0;
+      o.rdo_candidates = rdo_candidates;
       epk::rate::EncodeReport rep;
       double t0 = now();
       double c0 = proc_cpu_now();

@@ -14,6 +14,8 @@ namespace {
 
 constexpr double kForbidden = 1e300;  // cost of a value the tables cannot code (or that pruning removed)
 constexpr double kTableEntryBits = 16.0;
+constexpr double kMinWeight = 0.25;
+constexpr double kMaxWeight = 4.0;
 
 // Code lengths of the current selection's tables; values outside [lo, hi] or of frequency 0 are forbidden.
 struct CostModel {
@@ -138,7 +140,7 @@ double point_bits(const CostModel& m, const lattice::E8Point& p) {
 // the edge value to its best point without it; the edge goes when that is below lambda * 16 bits per table entry
 // freed (the value's own and the empty ones behind it). Returns the entries freed (0: nothing pruned).
 std::uint64_t prune_edges(const float* normalized, const std::vector<double>& weight, std::size_t vpr,
-                          std::size_t vectors, float scale, double lambda, const lattice::QuantizedFields& q,
+                          std::size_t vectors, const float* row_scales, double lambda, const lattice::QuantizedFields& q,
                           const model::FieldCounts& counts, CostModel& m) {
   // Vectors touching an edge, per (table, side).
   std::vector<std::size_t> users[model::kTables][2];
@@ -176,7 +178,7 @@ std::uint64_t prune_edges(const float* normalized, const std::vector<double>& we
       const double budget = lambda * kTableEntryBits * double(freed);
       for (std::size_t v : users[t][side]) {
         float y[lattice::kDim];
-        load_y(normalized, v, scale, y);
+        load_y(normalized, v, row_scales[v / vpr], y);
         const double w = weight[v / vpr];
         const lattice::E8Point cur = lattice::fields_to_point(q.coset[v], &q.fields[v * lattice::kFields]);
         const double before = w * squared_distance(y, cur) + lambda * point_bits(m, cur);
@@ -202,15 +204,28 @@ std::uint64_t prune_edges(const float* normalized, const std::vector<double>& we
 
 void choose_points(const float* normalized, const float* rms, std::uint32_t rows, std::uint32_t padded_cols,
                    float scale, lattice::QuantizedFields& q, const EcvqOptions& o, EcvqReport* report) {
+  const std::vector<float> row_scales(rows, scale);
+  choose_points(normalized, rms, rows, padded_cols, row_scales.data(), q, o, report);
+}
+
+void choose_points(const float* normalized, const float* rms, std::uint32_t rows, std::uint32_t padded_cols,
+                   const float* row_scales, lattice::QuantizedFields& q, const EcvqOptions& o, EcvqReport* report) {
   const std::size_t vpr = padded_cols / 8;
   const std::size_t vectors = std::size_t(rows) * vpr;
   if (vectors == 0 || q.vectors() != vectors) return;
+  // A row's absolute squared error is (rms * row scale)^2 times its error in lattice units.
   std::vector<double> weight(rows);
   double mean_energy = 0.0;
-  for (std::uint32_t r = 0; r < rows; ++r) mean_energy += double(rms[r]) * double(rms[r]);
-  mean_energy /= double(rows);
   for (std::uint32_t r = 0; r < rows; ++r) {
-    weight[r] = mean_energy > 0.0 ? double(rms[r]) * double(rms[r]) / mean_energy : 1.0;
+    const double a = double(rms[r]) * double(row_scales[r]);
+    weight[r] = a * a;
+    mean_energy += a * a;
+  }
+  mean_energy /= double(rows);
+  // Clamped: the choice is local (coordinates within 1.5 of y), so a row whose weight is far below the mean would be
+  // pushed to the cheapest nearby point rather than coded coarser; row RDO is the tool for large rate shifts.
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    weight[r] = mean_energy > 0.0 ? std::clamp(weight[r] / mean_energy, kMinWeight, kMaxWeight) : 1.0;
   }
   // lambda from the weighted distortion of the nearest points.
   std::vector<double> part(rows, 0.0);
@@ -219,7 +234,7 @@ void choose_points(const float* normalized, const float* rms, std::uint32_t rows
       double s = 0.0;
       for (std::size_t v = r * vpr; v < (r + 1) * vpr; ++v) {
         float y[lattice::kDim];
-        load_y(normalized, v, scale, y);
+        load_y(normalized, v, row_scales[r], y);
         s += squared_distance(y, lattice::fields_to_point(q.coset[v], &q.fields[v * lattice::kFields]));
       }
       part[r] = s * weight[r];
@@ -235,13 +250,13 @@ void choose_points(const float* normalized, const float* rms, std::uint32_t rows
     const model::FieldCounts counts = model::count_fields(q.coset.data(), q.fields.data(), vectors);
     CostModel m = build_model(counts, o.prob_bits);
     if (o.prune_tables) {
-      pruned += prune_edges(normalized, weight, vpr, vectors, scale, lambda, q, counts, m);
+      pruned += prune_edges(normalized, weight, vpr, vectors, row_scales, lambda, q, counts, m);
     }
     parallel_for_blocks(rows, 16, o.threads, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
         for (std::size_t v = r * vpr; v < (r + 1) * vpr; ++v) {
           float y[lattice::kDim];
-          load_y(normalized, v, scale, y);
+          load_y(normalized, v, row_scales[r], y);
           lattice::E8Point p;
           if (!best_point(y, weight[r], lambda, m, p)) continue;  // keep the current point
           q.coset[v] = p.c;

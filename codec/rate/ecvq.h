@@ -39,5 +39,9 @@ struct EcvqReport {
 // entry and the chosen points on return (the same number of vectors).
 void choose_points(const float* normalized, const float* rms, std::uint32_t rows, std::uint32_t padded_cols,
                    float scale, lattice::QuantizedFields& q, const EcvqOptions& options, EcvqReport* report = nullptr);
+// The same with a lattice scale per row (row RDO's choices): row r's vectors are y = normalized / row_scales[r].
+void choose_points(const float* normalized, const float* rms, std::uint32_t rows, std::uint32_t padded_cols,
+                   const float* row_scales, lattice::QuantizedFields& q, const EcvqOptions& options,
+                   EcvqReport* report = nullptr);
 
 }  // namespace epk::rate

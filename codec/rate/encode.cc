@@ -147,7 +147,7 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
       // weigh more than the whole tensor's do, so the sample's scale can miss by a percent.
       int full_checks = (!o.calibrate_rate || sample.size() == rows) ? 0 : 2;
       // ECVQ lowers the rate at a given scale (the sample's search never saw it), and the fine step asks for more.
-      if (o.calibrate_rate && (o.ecvq || o.fine_rate)) full_checks = 6;
+      if (o.calibrate_rate && (o.ecvq || o.fine_rate)) full_checks = 8;
       const double tolerance = o.fine_rate ? 0.0003 : 0.002;
       double prev_log_scale = 0.0;
       double prev_bpp = 0.0;
@@ -158,36 +158,41 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
         scale = cal.scale;
       }
       std::uint32_t table_size = 1u << prob_bits;
+      // With row RDO, ECVQ runs after it (each row at its chosen scale) and the rate is checked after both.
+      const bool ecvq_after_rdo = o.ecvq && o.rdo_sweeps > 0;
+      EcvqOptions eo;
+      eo.iterations = o.ecvq_iterations;
+      eo.lambda_factor = o.ecvq_lambda;
+      eo.prob_bits = prob_bits;
+      eo.prune_tables = o.prune_tables;
+      eo.threads = threads;
+      // True (and a new scale) when the whole tensor's calibrated rate misses the target by more than the tolerance.
+      auto retarget = [&](const model::FieldCounts& counts) {
+        const double bpp = calibrated_bpp(counts, rows, cols, prob_bits, tile_symbols, cal);
+        if (std::fabs(bpp / target - 1.0) <= tolerance) return false;
+        // Secant through the previous whole-tensor point when there is one, else the high-rate slope: one bit
+        // per weight per halving of the scale.
+        double slope = -1.0 / std::log(2.0);
+        if (have_prev && bpp != prev_bpp && std::log(scale) != prev_log_scale) {
+          const double secant = (bpp - prev_bpp) / (std::log(scale) - prev_log_scale);
+          if (secant < 0.0) slope = secant;
+        }
+        prev_log_scale = std::log(scale);
+        prev_bpp = bpp;
+        have_prev = true;
+        scale *= std::exp(std::clamp((target - bpp) / slope, -0.4, 0.4));
+        return true;
+      };
       for (;;) {
         quantize_all(normalized.data(), vectors, float(scale), q, threads);
-        if (o.ecvq) {
-          EcvqOptions eo;
-          eo.iterations = o.ecvq_iterations;
-          eo.lambda_factor = o.ecvq_lambda;
-          eo.prob_bits = prob_bits;
-          eo.prune_tables = o.prune_tables;
-          eo.threads = threads;
+        if (o.ecvq && !ecvq_after_rdo) {
           choose_points(normalized.data(), rms.data(), rows, padded, float(scale), q, eo, &ecvq_report);
         }
         const model::FieldCounts counts = count_fields_parallel(q, threads);
         std::uint32_t alpha = model::max_alphabet(counts);
-        if (alpha <= table_size && full_checks > 0) {
+        if (alpha <= table_size && full_checks > 0 && !ecvq_after_rdo) {
           --full_checks;
-          const double bpp = calibrated_bpp(counts, rows, cols, prob_bits, tile_symbols, cal);
-          if (std::fabs(bpp / target - 1.0) > tolerance) {
-            // Secant through the previous whole-tensor point when there is one, else the high-rate slope: one bit
-            // per weight per halving of the scale.
-            double slope = -1.0 / std::log(2.0);
-            if (have_prev && bpp != prev_bpp && std::log(scale) != prev_log_scale) {
-              const double secant = (bpp - prev_bpp) / (std::log(scale) - prev_log_scale);
-              if (secant < 0.0) slope = secant;
-            }
-            prev_log_scale = std::log(scale);
-            prev_bpp = bpp;
-            have_prev = true;
-            scale *= std::exp(std::clamp((target - bpp) / slope, -0.2, 0.2));
-            continue;
-          }
+          if (retarget(counts)) continue;
         }
         if (alpha <= table_size) {
           refit_rows(x.data(), rows, padded, q, scale, rms.data(), scales, &row_sse, threads);
@@ -204,9 +209,21 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
             p.sweeps = o.rdo_sweeps;
             p.candidates = o.rdo_candidates;
             p.threads = threads;
-            optimize_rows(p, q, scales, row_sse);
+            std::vector<double> ratios;
+            optimize_rows(p, q, scales, row_sse, &ratios);
+            if (ecvq_after_rdo) {
+              std::vector<float> row_scales(rows);
+              for (std::uint32_t r = 0; r < rows; ++r) row_scales[r] = float(scale * ratios[r]);
+              choose_points(normalized.data(), rms.data(), rows, padded, row_scales.data(), q, eo, &ecvq_report);
+              refit_rows(x.data(), rows, padded, q, scale, rms.data(), scales, &row_sse, threads);
+            }
             // RDO can widen an alphabet past what the baseline fitted.
-            alpha = model::max_alphabet(model::count_fields(q.coset.data(), q.fields.data(), vectors));
+            const model::FieldCounts after = model::count_fields(q.coset.data(), q.fields.data(), vectors);
+            alpha = model::max_alphabet(after);
+            if (ecvq_after_rdo && alpha <= table_size && full_checks > 0) {
+              --full_checks;
+              if (retarget(after)) continue;
+            }
           }
         }
         if (alpha <= table_size) break;

@@ -32,7 +32,7 @@ struct EncodeOptions {
   int ecvq_iterations = 2;
   double ecvq_lambda = 1.0;         // multiple of the high-rate slope (ecvq.h)
   bool prune_tables = false;        // with ecvq: drop table edge values that cost more than they save
-  bool fine_rate = false;           // whole-tensor rate correction to 0.03% instead of 0.2% (up to 6 re-quantisations)
+  bool fine_rate = false;           // whole-tensor rate correction to 0.03% instead of 0.2% (up to 8 re-quantisations)
 };
 
 // What the encoder decided, for reports and tests.

@@ -148,7 +148,8 @@ std::vector<double> ratio_ladder(int count) {
 }
 
 void optimize_rows(const RdoProblem& p, lattice::QuantizedFields& fields, std::vector<float>& scales,
-                   std::vector<double>& row_sse) {
+                   std::vector<double>& row_sse, std::vector<double>* row_ratio) {
+  if (row_ratio) row_ratio->assign(p.rows, 1.0);
   if (p.sweeps <= 0 || p.candidates <= 1) return;
   const std::vector<double> ratios = ratio_ladder(p.candidates);
   const int k = int(ratios.size());
@@ -208,6 +209,7 @@ void optimize_rows(const RdoProblem& p, lattice::QuantizedFields& fields, std::v
   for (std::size_t r = 0; r < p.rows; ++r) {
     scales[r] = cands[std::size_t(choice[r])].scales[r];
     row_sse[r] = cands[std::size_t(choice[r])].sse[r];
+    if (row_ratio) (*row_ratio)[r] = ratios[std::size_t(choice[r])];
   }
 }
 

@@ -29,7 +29,8 @@ struct RdoProblem {
 };
 
 // fields/scales/row_sse hold the baseline (quantised at scale and refit) on entry and the chosen rows on return.
+// row_ratio (optional) receives each row's chosen ratio rho (its lattice scale is rho * scale).
 void optimize_rows(const RdoProblem& p, lattice::QuantizedFields& fields, std::vector<float>& scales,
-                   std::vector<double>& row_sse);
+                   std::vector<double>& row_sse, std::vector<double>* row_ratio = nullptr);
 
 }  // namespace epk::rate

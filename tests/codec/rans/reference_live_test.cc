@@ -35,8 +35,10 @@ TEST(ReferenceLive, ReferenceDecodesOurStreamsBitExact) {
     std::uint32_t rows, cols;
     double bpp;
     int rdo;
-  } cases[] = {{"a", 40, 96, 4.0, 0}, {"b", 33, 101, 2.5, 0}, {"c", 64, 64, 8.0, 0}, {"d", 1, 13, 6.0, 0},
-               {"e", 50, 200, 3.0, 2}, {"f", 24, 200, 10.0, 0}};
+    bool ecvq = false;  // the entropy-constrained point choice with table pruning and the fine rate step
+  } cases[] = {{"a", 40, 96, 4.0, 0},        {"b", 33, 101, 2.5, 0},       {"c", 64, 64, 8.0, 0},
+               {"d", 1, 13, 6.0, 0},         {"e", 50, 200, 3.0, 2},       {"f", 24, 200, 10.0, 0},
+               {"g", 37, 203, 4.0, 0, true}, {"h", 29, 99, 2.0, 1, true},  {"i", 1, 8, 5.0, 0, true}};
   const struct {
     const char* torch;
     const char* st;
@@ -53,6 +55,7 @@ TEST(ReferenceLive, ReferenceDecodesOurStreamsBitExact) {
     rate::EncodeOptions o;
     o.target_bpp = c.bpp;
     o.rdo_sweeps = c.rdo;
+    o.ecvq = o.prune_tables = o.fine_rate = c.ecvq;
     auto enc = rate::encode({reinterpret_cast<const std::byte*>(w.data()), w.size() * 4}, c.rows, c.cols,
                             DType::kF32, o, c.name);
     ASSERT_TRUE(enc.has_value()) << enc.error().to_string();
