@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   int prune = 0;
   int fine = 0;
   int rdo_candidates = 5;
+  double rdo_low = 0.70;
+  double rdo_high = 1.45;
   std::string input;
   std::string list;
   std::uint32_t forced_tile = 0;
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
     else if (a == "--prune") prune = std::atoi(argv[i + 1]);
     else if (a == "--fine") fine = std::atoi(argv[i + 1]);
     else if (a == "--rdo-candidates") rdo_candidates = std::atoi(argv[i + 1]);
+    else if (a == "--rdo-range") std::sscanf(argv[i + 1], "%lf,%lf", &rdo_low, &rdo_high);
     else if (a == "--input") input = argv[i + 1];
     else if (a == "--list") list = argv[i + 1];
     else if (a == "--tile-symbols") forced_tile = std::uint32_t(std::atoi(argv[i + 1]));
@@ -122,6 +125,8 @@ int main(int argc, char** argv) {
       o.prune_tables = prune != 0;
       o.fine_rate = fine != 0;
       o.rdo_candidates = rdo_candidates;
+      o.rdo_ratio_low = rdo_low;
+      o.rdo_ratio_high = rdo_high;
       epk::rate::EncodeReport rep;
       double t0 = now();
       double c0 = proc_cpu_now();

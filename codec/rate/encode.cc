@@ -71,6 +71,9 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
   if (!(o.target_bpp >= 0.001 && o.target_bpp <= 11.0)) return invalid(name, "target_bpp outside [0.001, 11]");
   if (o.rdo_sweeps < 0 || o.rdo_sweeps > 8) return invalid(name, "rdo_sweeps outside [0, 8]");
   if (o.rdo_candidates < 1) return invalid(name, "rdo_candidates below 1");
+  if (!(o.rdo_ratio_low > 0.0 && o.rdo_ratio_low <= 1.0 && o.rdo_ratio_high >= 1.0 && o.rdo_ratio_high <= 16.0)) {
+    return invalid(name, "rdo ratio range must hold 1 within (0, 16]");
+  }
   if (o.prob_bits != 0 && (o.prob_bits < model::kMinProbBits || o.prob_bits > model::kMaxProbBits)) {
     return invalid(name, "prob_bits outside 9..15");
   }
@@ -208,6 +211,8 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
             p.tile_symbols = tile_symbols;
             p.sweeps = o.rdo_sweeps;
             p.candidates = o.rdo_candidates;
+            p.ratio_low = o.rdo_ratio_low;
+            p.ratio_high = o.rdo_ratio_high;
             p.threads = threads;
             std::vector<double> ratios;
             optimize_rows(p, q, scales, row_sse, &ratios);

@@ -18,6 +18,8 @@ struct EncodeOptions {
   double target_bpp = 4.0;          // bits per weight, in [0.001, 11]; capped at the source dtype's width
   int rdo_sweeps = 0;               // 0: no row RDO; 1..8 sweeps
   int rdo_candidates = 5;           // scales per row tried by RDO
+  double rdo_ratio_low = 0.70;      // their range, as multiples of the common scale (the reference's [0.70, 1.45])
+  double rdo_ratio_high = 1.45;
   int threads = 1;                  // worker threads within this tensor
   int prob_bits = 0;                // 0: 11 up to 7 bpp else 12, raised to 15 while an alphabet overflows
   std::uint32_t tile_symbols = 0;   // 0: by target (32768 / 16384 / 8192 / 4096)

@@ -13,8 +13,6 @@ namespace epk::rate {
 
 namespace {
 
-constexpr double kRatioLow = 0.70;
-constexpr double kRatioHigh = 1.45;
 
 struct Candidate {
   lattice::QuantizedFields q;
@@ -131,13 +129,13 @@ void gather(const std::vector<Candidate>& cands, const std::vector<int>& choice,
 
 }  // namespace
 
-std::vector<double> ratio_ladder(int count) {
+std::vector<double> ratio_ladder(int count, double low, double high) {
   std::vector<double> pts = {1.0};
   while (int(pts.size()) < count) {
     std::vector<double> bounds;
-    bounds.push_back(kRatioLow);
+    bounds.push_back(low);
     bounds.insert(bounds.end(), pts.begin(), pts.end());
-    bounds.push_back(kRatioHigh);
+    bounds.push_back(high);
     std::size_t best = 1;
     for (std::size_t j = 2; j < bounds.size(); ++j) {
       if (bounds[j] / bounds[j - 1] > bounds[best] / bounds[best - 1]) best = j;  // first widest wins
@@ -151,7 +149,7 @@ void optimize_rows(const RdoProblem& p, lattice::QuantizedFields& fields, std::v
                    std::vector<double>& row_sse, std::vector<double>* row_ratio) {
   if (row_ratio) row_ratio->assign(p.rows, 1.0);
   if (p.sweeps <= 0 || p.candidates <= 1) return;
-  const std::vector<double> ratios = ratio_ladder(p.candidates);
+  const std::vector<double> ratios = ratio_ladder(p.candidates, p.ratio_low, p.ratio_high);
   const int k = int(ratios.size());
   const int base = int(std::find(ratios.begin(), ratios.end(), 1.0) - ratios.begin());
   const std::size_t vpr = p.padded_cols / 8;

@@ -12,7 +12,7 @@
 namespace epk::rate {
 
 // The ratio ladder: 1.0, then the geometric midpoint of the widest log-gap inside [0.70, 1.45], count in all, sorted.
-std::vector<double> ratio_ladder(int count);
+std::vector<double> ratio_ladder(int count, double low = 0.70, double high = 1.45);
 
 struct RdoProblem {
   const float* x = nullptr;          // rows * padded_cols weights
@@ -25,6 +25,8 @@ struct RdoProblem {
   std::uint32_t tile_symbols = 16384;
   int sweeps = 1;
   int candidates = 5;
+  double ratio_low = 0.70;   // the ladder's range (the reference's)
+  double ratio_high = 1.45;
   int threads = 1;
 };
 
