@@ -152,6 +152,8 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
       // ECVQ lowers the rate at a given scale (the sample's search never saw it), and the fine step asks for more.
       if (o.calibrate_rate && (o.ecvq || o.fine_rate)) full_checks = 8;
       const double tolerance = o.fine_rate ? 0.0003 : 0.002;
+      // ECVQ can start far below the target (at low rates it drops a third of the bits at the sample's scale).
+      const double max_step = o.ecvq ? 0.4 : 0.2;
       double prev_log_scale = 0.0;
       double prev_bpp = 0.0;
       bool have_prev = false;
@@ -183,7 +185,7 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
         prev_log_scale = std::log(scale);
         prev_bpp = bpp;
         have_prev = true;
-        scale *= std::exp(std::clamp((target - bpp) / slope, -0.4, 0.4));
+        scale *= std::exp(std::clamp((target - bpp) / slope, -max_step, max_step));
         return true;
       };
       for (;;) {

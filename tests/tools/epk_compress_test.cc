@@ -113,6 +113,28 @@ TEST_F(EpkCompress, RoundTripMeetsTheRateAndErrorFallsWithRate) {
   }
 }
 
+// --rdo 1 (row RDO, then ECVQ with table pruning and the fine rate step): every tensor verifies, meets its rate,
+// and the model's total squared error is below the plain encoder's at the same target.
+TEST_F(EpkCompress, RdoStreamsVerifyAndLowerTheError) {
+  double sq[2] = {0, 0};
+  for (int rdo : {0, 1}) {
+    const std::string e = path("r" + std::to_string(rdo) + ".epk");
+    auto r = epk("compress " + model() + " -o " + e + " --bpp 4 --rdo " + std::to_string(rdo) + " --threads 2");
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = epk("verify " + e + " --against " + model() + " --json", false);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = parse(r.out);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_TRUE(j["ok"].get<bool>());
+    for (const auto& t : j["tensors"]) {
+      if (t["encoding"] != "lattice-rans") continue;
+      EXPECT_NEAR(t["stored_bpp"].get<double>() / 4.0, 1.0, 0.01) << t["name"] << " rdo " << rdo;
+      sq[rdo] += t["rel_l2"].get<double>() * t["rel_l2"].get<double>();
+    }
+  }
+  EXPECT_LT(sq[1], sq[0]);
+}
+
 TEST_F(EpkCompress, DecompressDtypeAppliesToEncodedTensorsOnly) {
   const std::string e = path("m.epk");
   ASSERT_EQ(epk("compress " + model() + " -o " + e + " --bpp 3").status, 0);

@@ -145,6 +145,8 @@ Result<rans::EncodedTensor> encode_to_target(const safetensors::TensorView& t, d
   rate::EncodeOptions o;
   o.target_bpp = target;
   o.rdo_sweeps = args.rdo;
+  // --rdo also turns on the encoder's other slower levers (docs/NOTES.md: each pays a little at the same rate).
+  o.ecvq = o.prune_tables = o.fine_rate = args.rdo > 0;
   o.threads = args.threads;
   auto weights = std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data.data()), t.data.size());
   EPK_TRY_ASSIGN(auto enc, rate::encode(weights, rows, cols, t.dtype, o, t.name, report));
