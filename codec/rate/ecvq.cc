@@ -245,8 +245,10 @@ void choose_points(const float* normalized, const float* rms, std::uint32_t rows
   d_mean /= double(vectors);
   const double lambda = o.lambda_factor * d_mean * std::log(2.0) / 4.0;
   std::uint64_t pruned = 0;
-  const lattice::QuantizedFields nearest = q;
-  for (int it = 0; it < std::max(1, o.iterations); ++it) {
+  std::atomic<std::uint64_t> changed{0};
+  const int iterations = std::max(1, o.iterations);
+  for (int it = 0; it < iterations; ++it) {
+    const bool last = it + 1 == iterations;
     const model::FieldCounts counts = model::count_fields(q.coset.data(), q.fields.data(), vectors);
     CostModel m = build_model(counts, o.prob_bits);
     if (o.prune_tables) {
@@ -258,24 +260,25 @@ void choose_points(const float* normalized, const float* rms, std::uint32_t rows
           float y[lattice::kDim];
           load_y(normalized, v, row_scales[r], y);
           lattice::E8Point p;
-          if (!best_point(y, weight[r], lambda, m, p)) continue;  // keep the current point
-          q.coset[v] = p.c;
-          lattice::point_to_fields(p, &q.fields[v * lattice::kFields]);
+          if (best_point(y, weight[r], lambda, m, p)) {  // else keep the current point
+            q.coset[v] = p.c;
+            lattice::point_to_fields(p, &q.fields[v * lattice::kFields]);
+          }
+          if (last && report) {
+            // Compared with the nearest point found again (cheaper than keeping a copy of every field).
+            const lattice::E8Point chosen = lattice::fields_to_point(q.coset[v], &q.fields[v * lattice::kFields]);
+            const lattice::E8Point near = lattice::nearest_e8(y);
+            if (chosen.c != near.c || !std::equal(chosen.z, chosen.z + lattice::kDim, near.z)) {
+              changed.fetch_add(1, std::memory_order_relaxed);
+            }
+          }
         }
       }
     });
   }
   if (report) {
-    std::uint64_t changed = 0;
-    for (std::size_t v = 0; v < vectors; ++v) {
-      if (q.coset[v] != nearest.coset[v] ||
-          !std::equal(&q.fields[v * lattice::kFields], &q.fields[(v + 1) * lattice::kFields],
-                      &nearest.fields[v * lattice::kFields])) {
-        ++changed;
-      }
-    }
     report->lambda = lambda;
-    report->changed = changed;
+    report->changed = changed.load();
     report->pruned_entries = pruned;
   }
 }

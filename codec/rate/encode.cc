@@ -71,6 +71,8 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
   if (!(o.target_bpp >= 0.001 && o.target_bpp <= 11.0)) return invalid(name, "target_bpp outside [0.001, 11]");
   if (o.rdo_sweeps < 0 || o.rdo_sweeps > 8) return invalid(name, "rdo_sweeps outside [0, 8]");
   if (o.rdo_candidates < 1) return invalid(name, "rdo_candidates below 1");
+  if (o.ecvq_iterations < 1 || o.ecvq_iterations > 8) return invalid(name, "ecvq_iterations outside [1, 8]");
+  if (!(o.ecvq_lambda >= 0.0 && o.ecvq_lambda <= 16.0)) return invalid(name, "ecvq_lambda outside [0, 16]");
   if (!(o.rdo_ratio_low > 0.0 && o.rdo_ratio_low <= 1.0 && o.rdo_ratio_high >= 1.0 && o.rdo_ratio_high <= 16.0)) {
     return invalid(name, "rdo ratio range must hold 1 within (0, 16]");
   }

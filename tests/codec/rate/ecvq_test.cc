@@ -189,5 +189,28 @@ TEST(Ecvq, ErrorMonotonicInTheTarget) {
   }
 }
 
+// Out-of-range lever settings are errors that name the tensor and the setting, never a crash.
+TEST(Ecvq, BadSettingsAreClearErrors) {
+  const auto w = layer(4, 16, 1);
+  const auto try_options = [&](EncodeOptions o) { return encode(bytes_of(w), 4, 16, DType::kF32, o, "w.q"); };
+  EncodeOptions o;
+  o.ecvq = true;
+  o.ecvq_iterations = 0;
+  auto r = try_options(o);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("w.q"), std::string::npos);
+  EXPECT_NE(r.error().message.find("ecvq_iterations"), std::string::npos);
+  o.ecvq_iterations = 2;
+  o.ecvq_lambda = std::nan("");
+  r = try_options(o);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("ecvq_lambda"), std::string::npos);
+  o.ecvq_lambda = 1.0;
+  o.rdo_ratio_low = 1.2;
+  r = try_options(o);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("ratio"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace epk::rate
