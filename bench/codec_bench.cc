@@ -2,6 +2,8 @@
 //   codec_bench [--rows R] [--cols C] [--threads T] [--targets 2,3,4,5,6,8] [--rdo N] [--dists iid,gauss,student]
 //               [--sample VECTORS] [--calibrate 0|1] [--input RAW_F32_FILE (rows x cols, row-major)]
 //               [--list FILE: lines 'raw_f32_path rows cols name [target]'] [--tile-symbols N]
+//               [--ecvq 0|1] [--ecvq-lambda F] [--ecvq-iter N] [--prune 0|1] [--fine 0|1] [--rdo-candidates K]
+//               [--rdo-range LOW,HIGH]   (the encoder's levers one by one: EncodeOptions in codec/rate/encode.h)
 // NF4 column: the same layer under NF4 (blocksize 64, 4.5 bpp).
 // Rows are Gaussian or Student-t (3 degrees of freedom), each multiplied by a log-normal row scale (sigma 1). Stored
 // bytes are the reference's count (buffers, JSON header, 16-byte alignment: its actual_bpp).
@@ -96,8 +98,8 @@ int main(int argc, char** argv) {
     else if (a == "--targets") targets = parse_list(argv[i + 1]);
     else if (a == "--dists") dists = argv[i + 1];
   }
-  std::printf("layer %ux%u fp32 source, %d encode threads, rdo %d, ecvq %d (lambda %.2f, %d rounds), prune %d, fine %d; "
-              "decode timed on 1 thread\n", rows, cols, threads, rdo, ecvq, ecvq_lambda, ecvq_iter, prune, fine);
+  std::printf("layer %ux%u fp32 source, %d encode threads, rdo %d, ecvq %d (lambda %.2f, %d rounds), prune %d, "
+              "fine %d; decode timed on 1 thread\n", rows, cols, threads, rdo, ecvq, ecvq_lambda, ecvq_iter, prune, fine);
   std::printf("enc: wall M weights/s (and per CPU-second); dec f32 / bf16: M weights per CPU-second on one thread; "
               "bf16x2: wall, 2 threads\n");
   std::printf("%-8s %6s %8s %8s %8s %9s %9s %10s %10s %10s %4s %8s\n", "dist", "target", "stored", "|s/t-1|", "relL2",

@@ -140,7 +140,8 @@ double point_bits(const CostModel& m, const lattice::E8Point& p) {
 // the edge value to its best point without it; the edge goes when that is below lambda * 16 bits per table entry
 // freed (the value's own and the empty ones behind it). Returns the entries freed (0: nothing pruned).
 std::uint64_t prune_edges(const float* normalized, const std::vector<double>& weight, std::size_t vpr,
-                          std::size_t vectors, const float* row_scales, double lambda, const lattice::QuantizedFields& q,
+                          std::size_t vectors, const float* row_scales, double lambda,
+                          const lattice::QuantizedFields& q,
                           const model::FieldCounts& counts, CostModel& m) {
   // Vectors touching an edge, per (table, side).
   std::vector<std::size_t> users[model::kTables][2];
