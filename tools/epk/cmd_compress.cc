@@ -236,6 +236,9 @@ Status run_compress(const CompressArgs& args) {
       {"bpp", args.bpp ? nlohmann::json(*args.bpp) : nlohmann::json(nullptr)},
       {"budget_bpp", args.budget_bpp ? nlohmann::json(*args.budget_bpp) : nlohmann::json(nullptr)},
       {"rdo", args.rdo},
+      // Recorded apart from rdo so that files from before --rdo implied them can be told apart.
+      {"encoder_levers", args.rdo > 0 ? nlohmann::json::array({"ecvq", "prune_tables", "fine_rate"})
+                                      : nlohmann::json::array()},
       {"rules", args.rules},
       {"include_embeddings", args.include_embeddings}};
   std::map<std::string, std::string> metadata = {{"source", args.input},
@@ -341,7 +344,7 @@ void add_compress_command(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("-o,--output", args->output, "the .epk file to write")->required();
   cmd->add_option("--bpp", args->bpp, "target bits per weight of every encoded tensor (stored, all overhead counted)");
-  cmd->add_option("--rdo", args->rdo, "row RDO sweeps (0: none)");
+  cmd->add_option("--rdo", args->rdo, "row RDO sweeps (0: none); > 0 also turns on ECVQ point choice, table pruning and the fine rate step");
   cmd->add_option("--rule", args->rules,
                   "PATTERN=R: tensors whose name matches the glob get rate R (or raw); "
                   "first match wins")
