@@ -76,6 +76,8 @@ class CudaBackend final : public GpuBackend {
         patch_(std::move(patch)) {}
 
   ~CudaBackend() override {
+    // The members free device memory and events: on this (the main) thread the device's context must be current.
+    (void)shm::make_device_current(device_);
     if (stream_.get() != nullptr) (void)stream_.synchronize();  // nothing in flight reads what is freed below
   }
 

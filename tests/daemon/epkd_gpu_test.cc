@@ -4,8 +4,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <set>
+
+// The build paths, unless EPK_EPKD / EPK_TEST_CLIENT say where the binaries are (the GPU machine runs a staged copy).
+namespace {
+inline const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != 0 ? v : fallback;
+}
+}  // namespace
+#define EPKD_PATH env_or("EPK_EPKD", EPKD_BUILD_PATH)
+#define TEST_CLIENT_PATH env_or("EPK_TEST_CLIENT", TEST_CLIENT_BUILD_PATH)
 
 #include "client/client.h"
 #include "client/epk.h"
