@@ -166,34 +166,36 @@ int main(int argc, char** argv) {
     miss.push_back(us_since(t0));
     if (!c->release_after(t->handle, stream->get())) return die("release");
   }
-  auto hit_loop = [&](epk::client::Client& cl, std::vector<double>* lat) -> bool {
+  // fence: true releases with a CUDA event fence (release_after), false with the host fence (release).
+  auto hit_loop = [&](epk::client::Client& cl, bool fence, std::vector<double>* lat) -> bool {
     for (int i = 0; i < iters; ++i) {
       auto t0 = Clock::now();
       auto t = cl.acquire("m", "t0", epk::shm::Layout::kDenseBF16);
-      if (!t || !cl.release_after(t->handle, nullptr)) return false;
+      if (!t || !(fence ? cl.release_after(t->handle, nullptr) : cl.release(t->handle))) return false;
       lat->push_back(us_since(t0));
     }
     return true;
   };
-  std::vector<double> hit1;
-  if (!hit_loop(*c, &hit1)) return die("hit loop");
-  std::vector<std::vector<double>> lat16(16);
-  std::vector<int> ok16(16, 0);
-  {
+  auto hits = [&](int clients, bool fence, std::vector<double>* all) -> bool {
+    std::vector<std::vector<double>> lat(clients);
+    std::vector<int> ok(clients, 0);
     std::vector<std::thread> th;
-    for (int k = 0; k < 16; ++k) {
+    for (int k = 0; k < clients; ++k) {
       th.emplace_back([&, k] {
         auto cl = epk::client::Client::connect(sock);
-        ok16[k] = cl && hit_loop(*cl, &lat16[k]);
+        ok[k] = cl && hit_loop(*cl, fence, &lat[k]);
       });
     }
     for (auto& t : th) t.join();
-  }
-  std::vector<double> hit16;
-  for (int k = 0; k < 16; ++k) {
-    if (!ok16[k]) return die("16-client hit loop");
-    hit16.insert(hit16.end(), lat16[k].begin(), lat16[k].end());
-  }
+    for (int k = 0; k < clients; ++k) {
+      if (!ok[k]) return false;
+      all->insert(all->end(), lat[k].begin(), lat[k].end());
+    }
+    return true;
+  };
+  std::vector<double> hit1, hit16, host1, host16;
+  if (!hits(1, true, &hit1) || !hits(16, true, &hit16) || !hits(1, false, &host1) || !hits(16, false, &host16))
+    return die("hit loop");
   auto stats = c->stats();
   c->disconnect();
   ::kill(pid, SIGTERM);
@@ -208,10 +210,14 @@ int main(int argc, char** argv) {
   std::printf("uncached acquire until event complete  p50 %9.1f us  min %9.1f us  max %9.1f us\n", m, pct(miss, 0.0),
               pct(miss, 1.0));
   std::printf("uncached / (bare + round trip)         %.3f   (target <= 1.5)\n", m / (b + r));
-  std::printf("cache-hit acquire+release_after, 1 client    p50 %7.1f us  p99 %7.1f us\n", pct(hit1, 0.5),
-              pct(hit1, 0.99));
-  std::printf("cache-hit acquire+release_after, 16 clients  p50 %7.1f us  p99 %7.1f us\n", pct(hit16, 0.5),
-              pct(hit16, 0.99));
+  std::printf("cache-hit acquire+release_after (event fence), 1 client    p50 %7.1f us  p99 %7.1f us\n",
+              pct(hit1, 0.5), pct(hit1, 0.99));
+  std::printf("cache-hit acquire+release_after (event fence), 16 clients  p50 %7.1f us  p99 %7.1f us\n",
+              pct(hit16, 0.5), pct(hit16, 0.99));
+  std::printf("cache-hit acquire+release (host fence), 1 client           p50 %7.1f us  p99 %7.1f us\n",
+              pct(host1, 0.5), pct(host1, 0.99));
+  std::printf("cache-hit acquire+release (host fence), 16 clients         p50 %7.1f us  p99 %7.1f us\n",
+              pct(host16, 0.5), pct(host16, 0.99));
   if (stats) {
     std::printf("epkd: decodes %llu, decode time %.1f us each, resident %.2f MiB\n",
                 static_cast<unsigned long long>(stats->decodes),

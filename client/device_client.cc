@@ -18,6 +18,12 @@ class CudaSide final : public DeviceSide {
     const std::uint64_t base = m.device_ptr();
     if (pools_.size() <= pool_id) pools_.resize(pool_id + 1);
     pools_[pool_id] = std::move(m);
+    // Every event of the ring is opened now, once: cuIpcOpenEventHandle costs far more than an acquire (measured on
+    // the H200: it dominated the first acquire that named each event), so connect pays it instead.
+    for (std::uint32_t i = 0; i < handles_.size(); ++i) {
+      auto ev = event(i, device);
+      if (!ev) return std::move(ev).error();
+    }
     return base;
   }
 

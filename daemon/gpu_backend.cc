@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstddef>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -90,6 +91,9 @@ class CudaBackend final : public GpuBackend {
 
   Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
     std::uint64_t added = 0;
+    if (!status_.data()) {
+      EPK_TRY_ASSIGN(status_, shm::PinnedBuffer::alloc(sizeof(cuda::DecodeStatus), device_));
+    }
     std::vector<std::shared_ptr<Resident>> made(src->tensors().size());
     for (std::size_t i = 0; i < src->tensors().size(); ++i) {
       const rans::LatticeRansStream* s = src->lattice_stream(i);
@@ -122,6 +126,7 @@ class CudaBackend final : public GpuBackend {
   Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
                  std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device) override {
     *on_device = false;
+    pending_plan_ = nullptr;
     std::shared_ptr<Resident> r;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -139,7 +144,8 @@ class CudaBackend final : public GpuBackend {
     }
     const shm::CudaEvent& done = ring_[event_for(slot_id)];
     EPK_TRY(done.record(stream_.get()));
-    return stream_.synchronize();
+    EPK_TRY(stream_.synchronize());
+    return check_status();
   }
 
   Status client_fence(ClientId client, const shm::IpcEventHandle& handle) override {
@@ -220,8 +226,25 @@ class CudaBackend final : public GpuBackend {
     static_assert(offsetof(cuda::detail::TensorDesc, row_scales) ==
                   offsetof(cuda::detail::TensorDesc, out) + sizeof(void*));
     EPK_TRY(cuda::decode(p.plan, reinterpret_cast<void*>(p.scratch.ptr()), static_cast<cuda::Stream>(stream_.get())));
-    return cuda::read_status(p.plan, reinterpret_cast<void*>(p.scratch.ptr()),
-                             static_cast<cuda::Stream>(stream_.get()));
+    // The status comes back on the stream into pinned memory, so the one synchronisation in produce() covers both
+    // the decode and its status; check_status() reads it afterwards.
+    pending_plan_ = &p;
+    return shm::copy_from_device_async(status_.data(), p.scratch.ptr() + p.plan.status_offset(),
+                                       sizeof(cuda::DecodeStatus), stream_.get(), device_);
+  }
+
+  // After the stream has synchronised: a corrupt tile of the last device decode is an error naming it (read_status
+  // reads the per-tile faults again for the message).
+  Status check_status() {
+    Resident::Plan* p = pending_plan_;
+    pending_plan_ = nullptr;
+    if (p == nullptr) return {};
+    cuda::DecodeStatus st;
+    std::memcpy(&st, status_.data(), sizeof(st));
+    if (st.bad_tiles == 0) return {};
+    Status named = cuda::read_status(p->plan, reinterpret_cast<void*>(p->scratch.ptr()),
+                                     static_cast<cuda::Stream>(stream_.get()));
+    return named ? make_error(ErrorCode::kCorruptTile, "a corrupt tile (device decode)") : named;
   }
 
   Status produce_on_host(const ModelSource& src, std::size_t tensor, shm::Layout layout, std::uint64_t dst,
@@ -241,6 +264,8 @@ class CudaBackend final : public GpuBackend {
   std::vector<shm::IpcEventHandle> handles_;
   shm::PinnedBuffer patch_;    // 16 bytes: the descriptor patch's source (GPU thread only)
   shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
+  shm::PinnedBuffer status_;   // the last device decode's DecodeStatus (GPU thread only)
+  Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
   mutable std::mutex mu_;      // models_, resident_bytes_, client_events_
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
   std::uint64_t resident_bytes_ = 0;

@@ -8,6 +8,7 @@ set -uo pipefail
 bin="$1"
 export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export EPK_EPKD="$bin/epkd" EPK_TEST_CLIENT="$bin/epk_test_client"
+export EPK_CLI="${EPK_CLI:-$bin/../cli/epk}"  # stage.sh puts the CLI there; the epk get/status test skips without it
 echo "== epkd device path: tests"
 timeout 240 "$bin/epkd_gpu_test" --gtest_brief=1 2>&1 | tail -60
 test_rc=${PIPESTATUS[0]}

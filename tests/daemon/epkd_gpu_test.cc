@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 // The build paths, unless EPK_EPKD / EPK_TEST_CLIENT say where the binaries are (the GPU machine runs a staged copy).
@@ -17,6 +18,7 @@ inline const char* env_or(const char* name, const char* fallback) {
 }  // namespace
 #define EPKD_PATH env_or("EPK_EPKD", EPKD_BUILD_PATH)
 #define TEST_CLIENT_PATH env_or("EPK_TEST_CLIENT", TEST_CLIENT_BUILD_PATH)
+#define EPK_CLI_PATH env_or("EPK_CLI", EPK_CLI_BUILD_PATH)
 
 #include "client/client.h"
 #include "client/epk.h"
@@ -268,6 +270,41 @@ TEST_F(EpkdGpu, SigkilledClientLosesItsPins) {
   auto t = c->acquire("m", "w1", shm::Layout::kDenseBF16);
   ASSERT_TRUE(t) << t.error().to_string();
   EXPECT_TRUE(c->release_after(t->handle, nullptr));
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// `epk get` copies device slots to host before writing: the same file as from the host path. `epk status` names the
+// pool kind and device.
+TEST_F(EpkdGpu, EpkGetAndStatusOnTheDevicePath) {
+  if (!fs::exists(EPK_CLI_PATH)) GTEST_SKIP() << "no epk CLI at " << EPK_CLI_PATH;
+  GpuEpkd gpu("m=" + path_, "16");
+  Epkd cpu({"--model", "m=" + path_}, "16");
+  ASSERT_TRUE(gpu.running() && cpu.running());
+  for (const std::string layout : {"stored", "dense:bf16", "rowwise:int8"}) {
+    const std::string a = (dir_ / "gpu.safetensors").string(), b = (dir_ / "cpu.safetensors").string();
+    const std::vector<std::string> names = layout == "stored" ? std::vector<std::string>{"w0", "w3", "norm"}
+                                                              : std::vector<std::string>{"w0", "w3"};
+    for (auto [sock, out] : {std::pair{gpu.socket(), a}, std::pair{cpu.socket(), b}}) {
+      std::vector<std::string> args = {EPK_CLI_PATH, "get", "--socket", sock, "m"};
+      args.insert(args.end(), names.begin(), names.end());
+      args.insert(args.end(), {"-o", out, "--layout", layout});
+      Child k = spawn(args, false);
+      ASSERT_EQ(wait_exit(k.pid, 30000), 0) << layout;
+    }
+    const std::string ga = slurp(a), cb = slurp(b);
+    EXPECT_GT(ga.size(), 1000u);
+    EXPECT_TRUE(ga == cb) << layout << ": epk get from the device pool differs from the host path";
+  }
+  Child st = spawn({EPK_CLI_PATH, "status", "--socket", gpu.socket()}, true);
+  std::string all, line;
+  while (!(line = read_line(st.out, 10000)).empty()) all += line + "\n";
+  EXPECT_EQ(wait_exit(st.pid, 10000), 0);
+  EXPECT_NE(all.find("device, device 0"), std::string::npos) << all;
+  EXPECT_NE(all.find("resident compressed tier"), std::string::npos) << all;
 }
 
 }  // namespace
