@@ -128,7 +128,9 @@ int epk_wait(epk_client* c, const epk_tensor* t, void* stream) {
 }
 
 int epk_copy_to_host(epk_client* c, const epk_tensor* t, void* dst) {
-  if (c == nullptr || t == nullptr || (dst == nullptr && t->bytes > 0)) return invalid("epk_copy_to_host: NULL argument");
+  if (c == nullptr || t == nullptr || (dst == nullptr && t->bytes > 0)) {
+    return invalid("epk_copy_to_host: NULL argument");
+  }
   return guarded([&]() -> int {
     auto st = c->client.copy_to_host(device_view(t), dst);
     return st ? EPK_OK : fail(st.error());

@@ -300,7 +300,9 @@ class Service {
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
     std::lock_guard<std::mutex> lock(mu_);
     if (m.fence == shm::FenceKind::kCudaEvent) {
-      if (!gpu_) return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
+      if (!gpu_) {
+        return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
+      }
       // Only a pin this client holds may enqueue a wait on the device stream.
       Slot* held = cache_.find(m.handle);
       if (held == nullptr || held->pins.count(s.id()) == 0) {

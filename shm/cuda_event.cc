@@ -62,7 +62,9 @@ Status CudaEvent::record(void* stream) const {
   return {};
 }
 
-bool CudaEvent::query() const { return ev_ != nullptr && driver().EventQuery(static_cast<CUevent>(ev_)) == CUDA_SUCCESS; }
+bool CudaEvent::query() const {
+  return ev_ != nullptr && driver().EventQuery(static_cast<CUevent>(ev_)) == CUDA_SUCCESS;
+}
 
 Status CudaEvent::synchronize() const {
   EPK_CU(driver().EventSynchronize(static_cast<CUevent>(ev_)), device_);

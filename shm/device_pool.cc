@@ -116,7 +116,8 @@ CUmemAllocationProp allocation_prop(int device) {
 
 bool cuda_device_available(int device) {
   int count = 0;
-  return driver().ok && driver().Init(0) == CUDA_SUCCESS && driver().DeviceGetCount(&count) == CUDA_SUCCESS && device >= 0 && device < count;
+  return driver().ok && driver().Init(0) == CUDA_SUCCESS && driver().DeviceGetCount(&count) == CUDA_SUCCESS &&
+         device >= 0 && device < count;
 }
 
 DeviceMapping& DeviceMapping::operator=(DeviceMapping&& o) noexcept {

@@ -346,7 +346,9 @@ Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p) {
     m.pools.push_back(info);
   }
   EPK_TRY_ASSIGN(std::uint32_t events, r.get<std::uint32_t>("event_count"));
-  if (events > kMaxEvents) return r.bad("event_count", std::to_string(events) + " exceeds " + std::to_string(kMaxEvents));
+  if (events > kMaxEvents) {
+    return r.bad("event_count", std::to_string(events) + " exceeds " + std::to_string(kMaxEvents));
+  }
   m.events.resize(events);
   for (IpcEventHandle& h : m.events) {
     for (std::uint8_t& b : h) {
