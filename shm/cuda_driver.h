@@ -1,6 +1,6 @@
 // The CUDA driver API, loaded once with dlopen (shm/device_pool.cc holds the one loader), so that epkd, libepk and
-// the tests load and skip on machines without the NVIDIA driver. cuda.h is used for its types only. Internal to epk_shm_cuda
-// and its users (daemon/gpu_*, client/device_*); not a public header of libepk.
+// the tests load and skip on machines without the NVIDIA driver. cuda.h is used for its types only. Internal to
+// epk_shm_cuda and its users (daemon/gpu_*, client/device_*); not a public header of libepk.
 #pragma once
 
 #include <cuda.h>
