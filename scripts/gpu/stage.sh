@@ -22,7 +22,8 @@ cp -r "$root/tests/data/cuda" "$dest/data/"
 # epkd's device path (issue 6): the daemon, a client process, the device integration test and the acquire bench, with
 # the one shared library epkd needs beyond libc/libstdc++ (the device image may lack it).
 mkdir -p "$dest/epkd/lib"
-for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test bench/gpu_acquire_bench; do
+for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tests/shm/shm_cuda_event_test \
+  bench/gpu_acquire_bench; do
   strip -o "$dest/epkd/$(basename "$b")" "$build/$b"
 done
 cp -L "$(ldd "$build/daemon/epkd" | awk '/libtomlplusplus/ {print $3}')" "$dest/epkd/lib/"
