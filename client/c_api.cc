@@ -99,7 +99,49 @@ int epk_acquire(epk_client* c, const char* model, const char* tensor, const char
       out->strides[i] = t->strides[i];
     }
     out->handle = t->handle;
+    out->device = t->device;
+    out->on_device = t->on_device ? 1u : 0u;
+    out->event = t->event;
     return EPK_OK;
+  });
+}
+
+namespace {
+epk::client::Tensor device_view(const epk_tensor* t) {
+  epk::client::Tensor v;
+  v.data = t->data;
+  v.bytes = t->bytes;
+  v.handle = t->handle;
+  v.on_device = t->on_device != 0;
+  v.device = t->device;
+  v.event = t->event;
+  return v;
+}
+}  // namespace
+
+int epk_wait(epk_client* c, const epk_tensor* t, void* stream) {
+  if (c == nullptr || t == nullptr) return invalid("epk_wait: NULL argument");
+  return guarded([&]() -> int {
+    auto st = c->client.wait(device_view(t), stream);
+    return st ? EPK_OK : fail(st.error());
+  });
+}
+
+int epk_copy_to_host(epk_client* c, const epk_tensor* t, void* dst) {
+  if (c == nullptr || t == nullptr || (dst == nullptr && t->bytes > 0)) {
+    return invalid("epk_copy_to_host: NULL argument");
+  }
+  return guarded([&]() -> int {
+    auto st = c->client.copy_to_host(device_view(t), dst);
+    return st ? EPK_OK : fail(st.error());
+  });
+}
+
+int epk_release_after(epk_client* c, uint64_t handle, void* stream) {
+  if (c == nullptr) return invalid("epk_release_after: NULL client");
+  return guarded([&]() -> int {
+    auto st = c->client.release_after(handle, stream);
+    return st ? EPK_OK : fail(st.error());
   });
 }
 
@@ -146,7 +188,7 @@ int epk_stats(epk_client* c, epk_cache_stats* out) {
     if (!s) return fail(s.error());
     *out = epk_cache_stats{s->budget_bytes, s->used_bytes, s->pinned_bytes, s->slots,     s->pinned_slots,
                            s->pins,         s->hits,       s->misses,       s->evictions, s->decodes,
-                           s->decode_ns,    s->clients,    s->models,       s->prefetches};
+                           s->decode_ns,    s->clients,    s->models,       s->prefetches, s->resident_bytes};
     return EPK_OK;
   });
 }

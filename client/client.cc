@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "client/device_client.h"
 #include "codec/common/bytes.h"
 #include "shm/fd_passing.h"
 #include "shm/pool.h"
@@ -43,6 +44,8 @@ struct Client::Impl {
   shm::UniqueFd sock;
   std::vector<shm::ImportedPool> pools;
   std::vector<shm::PoolInfo> pool_info;  // as the hello reply announced them
+  std::vector<std::uint64_t> device_base;  // device pools: the mapped base address (0 for host pools)
+  std::unique_ptr<DeviceSide> device;      // device pools and events; null when the daemon serves host pools only
   std::unordered_map<std::string, std::uint32_t> model_ids;
   std::uint32_t next_id = 1;
   std::vector<std::uint8_t> tx;
@@ -182,11 +185,19 @@ Result<Client> Client::connect(const std::string& socket_path, int reply_timeout
   }
   for (std::size_t i = 0; i < hello.pools.size(); ++i) {
     if (hello.pools[i].pool_id != i) return make_error(ErrorCode::kBadInput, "epk client: pool ids out of order");
-    if (hello.pools[i].kind != shm::PoolKind::kHost) {
-      return make_error(ErrorCode::kUnsupported, "epk client: device pools are not in this build");
+    if (hello.pools[i].kind == shm::PoolKind::kDevice) {
+      if (!impl->device) {
+        EPK_TRY_ASSIGN(impl->device, DeviceSide::create(hello.events));
+      }
+      EPK_TRY_ASSIGN(std::uint64_t base, impl->device->import_pool(static_cast<std::uint32_t>(i), std::move(fds[i]),
+                                                                   hello.pools[i].size, hello.pools[i].device));
+      impl->pools.emplace_back();  // no host mapping
+      impl->device_base.push_back(base);
+    } else {
+      EPK_TRY_ASSIGN(shm::ImportedPool p, shm::ImportedPool::import_host(std::move(fds[i]), hello.pools[i].size));
+      impl->pools.push_back(std::move(p));
+      impl->device_base.push_back(0);
     }
-    EPK_TRY_ASSIGN(shm::ImportedPool p, shm::ImportedPool::import_host(std::move(fds[i]), hello.pools[i].size));
-    impl->pools.push_back(std::move(p));
     impl->pool_info.push_back(hello.pools[i]);
   }
   return Client(std::move(impl));
@@ -218,14 +229,26 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
   EPK_TRY_ASSIGN(shm::AcquireReply r, shm::decode_acquire_reply(f.payload));
   if (r.pool_id >= impl_->pools.size())
     return make_error(ErrorCode::kBadInput, "epk client: acquire reply: bad pool id");
-  const shm::ImportedPool& pool = impl_->pools[r.pool_id];
-  if (r.offset > pool.size() || r.bytes > pool.size() - r.offset) {
+  const shm::PoolInfo& info = impl_->pool_info[r.pool_id];
+  if (r.offset > info.size || r.bytes > info.size - r.offset) {
     return make_error(ErrorCode::kBadInput, "epk client: acquire reply: slot past the end of its pool");
   }
   auto dtype = dtype_from_code(r.dtype);
   if (!dtype) return make_error(ErrorCode::kBadInput, "epk client: acquire reply: unknown dtype");
   Tensor t;
-  t.data = pool.data() + r.offset;
+  if (info.kind == shm::PoolKind::kDevice) {
+    t.data = reinterpret_cast<void*>(impl_->device_base[r.pool_id] + r.offset);
+    t.on_device = true;
+    t.device = info.device;
+    if (r.done_event != shm::kNoEvent) {
+      EPK_TRY_ASSIGN(t.event, impl_->device->event(r.done_event, info.device));
+    }
+  } else {
+    if (r.done_event != shm::kNoEvent) {
+      return make_error(ErrorCode::kBadInput, "epk client: acquire reply: an event for a host pool slot");
+    }
+    t.data = impl_->pools[r.pool_id].data() + r.offset;
+  }
   t.bytes = r.bytes;
   t.dtype = *dtype;
   t.shape = std::move(r.shape);
@@ -242,6 +265,44 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
                                                   shm::rowwise_scales_offset(t.shape[0], t.shape[1]));
   }
   return t;
+}
+
+Status Client::wait(const Tensor& t, void* stream) {
+  if (!t.on_device || t.event == nullptr) return {};  // host slots are ready when acquire returns
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->device) return make_error(ErrorCode::kInvalidArgument, "epk client: no device pool");
+  return impl_->device->wait(t.event, stream);
+}
+
+Status Client::copy_to_host(const Tensor& t, void* dst) {
+  if (!t.on_device) {
+    std::memcpy(dst, t.data, t.bytes);
+    return {};
+  }
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->device) return make_error(ErrorCode::kInvalidArgument, "epk client: no device pool");
+  return impl_->device->copy_to_host(dst, reinterpret_cast<std::uint64_t>(t.data), t.bytes, t.event, t.device);
+}
+
+Status Client::release_after(std::uint64_t handle, void* stream) {
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  if (!impl_->device) {
+    lock.unlock();
+    return release(handle);  // host pools: the release message is the fence
+  }
+  int device = 0;
+  for (const shm::PoolInfo& p : impl_->pool_info) {
+    if (p.kind == shm::PoolKind::kDevice) device = p.device;
+  }
+  shm::ReleaseRequest m{handle, shm::FenceKind::kCudaEvent, 0};
+  EPK_TRY_ASSIGN(m.event, impl_->device->record_release(stream, device));
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_release(id, m, &impl_->tx);
+  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kRelease));
+  return shm::decode_empty(f.payload, "release reply");
 }
 
 Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vector<std::string>& tensors,
@@ -326,6 +387,7 @@ void Client::disconnect() {
   }
   impl_->sock.reset();
   impl_->pools.clear();
+  impl_->device.reset();  // events and device mappings (the daemon's slots) go with the connection
 }
 
 }  // namespace epk::client

@@ -30,6 +30,11 @@ struct Tensor {
   std::vector<std::int64_t> strides;  // elements
   std::uint64_t handle = 0;           // pass to release()
   const float* row_scales = nullptr;  // rowwise layouts: shape[0] scales, weight = value * row_scales[row]
+  // Device pools: data (and row_scales) are device addresses on CUDA device `device`, valid in this process's
+  // primary context; `event` (a CUevent, usable as cudaEvent_t) completes when the decode has; wait() on it first.
+  bool on_device = false;
+  int device = -1;
+  void* event = nullptr;
 };
 
 using Stats = shm::StatsReply;
@@ -50,6 +55,15 @@ class Client {
   // budget cannot hold it without evicting pinned slots.
   Result<Tensor> acquire(const std::string& model, const std::string& tensor,
                          shm::Layout layout = shm::Layout::kStored);
+  // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode,
+  // without blocking the CPU. No-op for host slots.
+  Status wait(const Tensor& t, void* stream);
+  // Copies t's bytes into host memory at dst (t.bytes long): waits for the decode first on device slots.
+  Status copy_to_host(const Tensor& t, void* dst);
+  // Device slots: records this client's interprocess event on `stream` after the caller's last kernel reading the
+  // slot and releases with that fence (kCudaEvent): the daemon's stream waits on it before reusing the bytes. On a
+  // host pool this is release().
+  Status release_after(std::uint64_t handle, void* stream);
   // Asks the daemon to decode ahead; returns how many decodes it queued (already cached ones are not counted).
   Result<std::uint32_t> prefetch(const std::string& model, const std::vector<std::string>& tensors,
                                  shm::Layout layout = shm::Layout::kStored);

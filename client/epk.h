@@ -34,11 +34,17 @@ typedef struct epk_tensor {
   uint64_t shape[EPK_MAX_DIMS];
   int64_t strides[EPK_MAX_DIMS]; /* elements */
   uint64_t handle;
+  /* Device pools (protocol version 2): data is a device address on CUDA device `device` (on_device = 1); event (a
+   * CUevent, usable as cudaEvent_t) completes when the decode has: call epk_wait before reading. Host pools:
+   * on_device = 0, device = -1, event = NULL. */
+  int32_t device;
+  uint32_t on_device;
+  void* event;
 } epk_tensor;
 
 typedef struct epk_cache_stats {
   uint64_t budget_bytes, used_bytes, pinned_bytes, slots, pinned_slots, pins, hits, misses, evictions, decodes,
-      decode_ns, clients, models, prefetches;
+      decode_ns, clients, models, prefetches, resident_bytes;
 } epk_cache_stats;
 
 /* Connects to the daemon at socket_path; *out is NULL on failure. */
@@ -54,6 +60,14 @@ int epk_release(epk_client* c, uint64_t handle);
 /* Releases without waiting for the daemon's answer; a failure is not reported to this call. */
 int epk_release_nowait(epk_client* c, uint64_t handle);
 int epk_stats(epk_client* c, epk_cache_stats* out);
+/* Makes stream (a CUstream / cudaStream_t; NULL = the legacy default stream) wait for t's decode without blocking the
+ * CPU. No-op for host slots. */
+int epk_wait(epk_client* c, const epk_tensor* t, void* stream);
+/* Copies t->bytes of t's slot into host memory at dst (waits for the decode on device slots). */
+int epk_copy_to_host(epk_client* c, const epk_tensor* t, void* dst);
+/* Device slots: records this client's interprocess event on stream after its last kernel reading the slot and
+ * releases with it as the fence (the daemon's stream waits on it before reusing the bytes). Host pools: epk_release. */
+int epk_release_after(epk_client* c, uint64_t handle, void* stream);
 /* Closes the connection and frees c (NULL is ignored). Pins still held are dropped by the daemon. */
 void epk_disconnect(epk_client* c);
 /* The message of the calling thread's last failed call ("" if none). Valid until the next call on this thread. */

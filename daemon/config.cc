@@ -121,7 +121,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
-  app.add_flag("--cpu", cpu, "host memfd pools and the CPU decoder (this build has no other path yet: device pools are not wired in)");
+  app.add_flag("--cpu", cpu, "host memfd pools and the CPU decoder even where a CUDA device exists");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

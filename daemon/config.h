@@ -25,7 +25,7 @@ struct DaemonConfig {
   std::uint64_t budget_bytes = 0;
   unsigned threads = 0;        // CPU decode threads; 0: one per core
   unsigned io_threads = 0;     // socket threads, sessions spread over them; 0: a quarter of the cores, 1 to 4
-  bool cpu = false;            // host pools and the CPU decoder even where a GPU exists
+  bool cpu = false;            // host pools and the CPU decoder even where a GPU exists (else device 0 when usable)
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
   std::uint32_t synthetic_delay_us = 0;
   std::string log_level = "info";

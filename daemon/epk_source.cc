@@ -1,6 +1,7 @@
 #include "daemon/epk_source.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "codec/container/reader.h"
 #include "codec/decode/decode_tensor.h"
@@ -39,7 +40,9 @@ class EpkSource final : public ModelSource {
       for (const auto& b : e.buffers) m.stored_bytes += b.size;  // disjoint ranges of the file: cannot overflow
       if (e.encoding == container::Encoding::kLatticeRans) {
         // Validated here once, so a malformed stream refuses the model instead of failing its first acquire.
-        EPK_TRY(rans::from_container(s->reader_, e));
+        EPK_TRY_ASSIGN(rans::StoredStream st, rans::from_container(s->reader_, e));
+        s->streams_.resize(s->tensors_.size() + 1);
+        s->streams_.back() = std::move(st);
       }
       s->tensors_.push_back(std::move(m));
     }
@@ -47,6 +50,13 @@ class EpkSource final : public ModelSource {
   }
 
   const std::string& origin() const override { return origin_; }
+  const rans::LatticeRansStream* lattice_stream(std::size_t tensor) const override {
+    return tensor < streams_.size() && streams_[tensor] ? &streams_[tensor]->stream : nullptr;
+  }
+  Status verify_stored(std::size_t tensor) const override {
+    if (tensor >= tensors_.size()) return make_error(ErrorCode::kNotFound, origin_ + ": tensor index out of range");
+    return reader_.verify(reader_.tensors()[tensor]);
+  }
   const std::vector<TensorMeta>& tensors() const override { return tensors_; }
 
   Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const override {
@@ -105,6 +115,7 @@ class EpkSource final : public ModelSource {
   std::string origin_;
   container::Reader reader_;
   std::vector<TensorMeta> tensors_;
+  std::vector<std::optional<rans::StoredStream>> streams_;  // lattice-rans tensors' views (the GPU path's input)
 };
 
 }  // namespace

@@ -16,6 +16,10 @@
 #include "codec/common/result.h"
 #include "shm/layout.h"
 
+namespace epk::rans {
+struct LatticeRansStream;
+}
+
 namespace epk::daemon {
 
 struct TensorMeta {
@@ -44,6 +48,13 @@ class ModelSource {
   // Decodes or copies `tensor` in `layout` into dst (host memory of the pool, exactly served().bytes long) on the
   // calling thread. Errors name the tensor; a corrupt tile is an error, never served.
   virtual Status produce(std::size_t tensor, shm::Layout layout, std::span<std::uint8_t> dst) const = 0;
+
+  // GPU path (daemon/gpu_backend.h): the validated view of a lattice-rans tensor (spans into the mapped file, valid
+  // while the source lives), or nullptr where the tensor has another encoding or the source has no such view.
+  virtual const rans::LatticeRansStream* lattice_stream(std::size_t /*tensor*/) const { return nullptr; }
+  // Checks the tensor's stored bytes (checksums) without decoding: the GPU path calls it before it keeps them resident
+  // on the device, since its decodes skip produce()'s after-decode check.
+  virtual Status verify_stored(std::size_t /*tensor*/) const { return {}; }
 };
 
 // Row-major strides, in elements, for `shape`.

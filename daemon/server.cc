@@ -33,6 +33,7 @@
 #include "daemon/cache.h"
 #include "daemon/decode_scheduler.h"
 #include "daemon/epk_source.h"
+#include "daemon/gpu_backend.h"
 #include "daemon/registry.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
@@ -140,15 +141,19 @@ class Session : public std::enable_shared_from_this<Session> {
 
 class Service {
  public:
-  Service(asio::io_context& io, const DaemonConfig& cfg, std::unique_ptr<shm::Pool> pool)
+  Service(asio::io_context& io, const DaemonConfig& cfg, std::unique_ptr<shm::Pool> pool,
+          std::unique_ptr<GpuBackend> gpu = nullptr)
       : io_(io),
         cfg_(cfg),
         pool_(std::move(pool)),
+        gpu_(std::move(gpu)),
         // Evicted ranges keep their pages: the next slot there rewrites them, and faulting them in again would cost
         // more than the memory (the budget is the pool's size either way). Cache's discard hook stays for pools
         // where giving pages back matters.
         cache_(pool_->size()),
-        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())),
+        // The device path: one worker issues everything to the device's one stream, acquire before prefetch.
+        gpu_scheduler_(gpu_ ? std::make_unique<DecodeScheduler>(1) : nullptr) {}
 
   // Opens every configured model not yet in the registry; a model that fails is logged and skipped.
   std::size_t open_models(const DaemonConfig& cfg) {
@@ -197,6 +202,7 @@ class Service {
   void client_gone(ClientId id) {
     std::lock_guard<std::mutex> lock(mu_);
     cache_.drop_client(id);
+    if (gpu_) gpu_->drop_client(id);
     check();
     sessions_.erase(id);
     spdlog::debug("client {} gone; its pins dropped", id);
@@ -206,6 +212,7 @@ class Service {
   shm::HelloReply hello_reply() const {
     shm::HelloReply r;
     r.pools.push_back({0, pool_->kind(), pool_->device(), pool_->size()});
+    if (gpu_) r.events = gpu_->event_handles();
     return r;
   }
   int pool_fd() const { return pool_->export_fd(); }
@@ -253,7 +260,7 @@ class Service {
           return send_error(*s, req, shm::WireStatus::kInternal, "acquire: decode state lost (bug)");
         }
         f->second.waiters.push_back({s, req});
-        scheduler_.promote(f->second.job);  // a prefetch that an acquire now waits for
+        decode_scheduler().promote(f->second.job);  // a prefetch that an acquire now waits for
         break;
       }
       case Cache::Outcome::kMiss:
@@ -292,8 +299,19 @@ class Service {
 
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (m.fence != shm::FenceKind::kHostRelease) {
-      return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
+    if (m.fence == shm::FenceKind::kCudaEvent) {
+      if (!gpu_) {
+        return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
+      }
+      // Only a pin this client holds may enqueue a wait on the device stream.
+      Slot* held = cache_.find(m.handle);
+      if (held == nullptr || held->pins.count(s.id()) == 0) {
+        return send_error(s, req, shm::WireStatus::kNotFound, "release: this client holds no pin on that handle");
+      }
+      // The stream waits on the client's event before any later decode, so the slot's complete at once here.
+      if (Status st = gpu_->client_fence(s.id(), m.event); !st) {
+        return send_error(s, req, shm::WireStatus::kInternal, st.error().message);
+      }
     }
     // The host fence is complete when the release arrives: nothing to keep.
     Status st = cache_.release(m.handle, s.id(), nullptr);
@@ -324,6 +342,7 @@ class Service {
     r.clients = sessions_.size();
     r.models = registry_.size();
     r.prefetches = prefetches_;
+    r.resident_bytes = gpu_ ? gpu_->resident_bytes() : 0;
     std::vector<std::uint8_t> out;
     shm::encode_stats_reply(req, r, &out);
     s.send(std::move(out));
@@ -364,8 +383,10 @@ class Service {
       shutting_down_ = true;
       on_drained_ = std::move(on_drained);
     }
+    if (gpu_scheduler_) gpu_scheduler_->drain();  // its CPU fallbacks do not use the CPU scheduler
     scheduler_.drain();  // without the lock: the workers' completions take it
     scheduler_.stop();
+    if (gpu_scheduler_) gpu_scheduler_->stop();
     // The completions were posted to the main context: stopping the sessions behind them lets their replies out first.
     asio::post(io_, [this] {
       std::lock_guard<std::mutex> lock(mu_);
@@ -402,10 +423,22 @@ class Service {
   std::size_t add_model(const std::string& name, std::shared_ptr<const ModelSource> src) {
     std::string origin = src->origin();
     std::size_t n = src->tensors().size();
+    std::shared_ptr<const ModelSource> kept = src;
     auto id = registry_.add(name, std::move(src));
     if (!id) {
       spdlog::error("model '{}' refused: {}", name, id.error().to_string());
       return 0;
+    }
+    if (gpu_) {
+      // Resident compressed tier, at open: a model whose tensors cannot be made resident still serves (through the
+      // CPU decoder and a copy), but says so.
+      auto added = gpu_->add_model(*id, kept);
+      if (!added) {
+        spdlog::error("model '{}': resident tier on device {} failed ({}); its tensors decode on the CPU", name,
+                      gpu_->device(), added.error().to_string());
+      } else {
+        spdlog::info("model '{}': {} MiB resident on device {}", name, *added >> 20, gpu_->device());
+      }
     }
     spdlog::info("model '{}' (id {}) from {}: {} tensors", name, *id, origin, n);
     return 1;
@@ -423,14 +456,43 @@ class Service {
     }
   }
 
+  DecodeScheduler& decode_scheduler() { return gpu_scheduler_ ? *gpu_scheduler_ : scheduler_; }
+
   InFlight& start_decode(const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
                          shm::Layout layout, ServedTensor desc, Priority prio) {
+    if (gpu_) return start_gpu_decode(slot, std::move(src), tensor, layout, std::move(desc), prio);
     std::span<std::uint8_t> dst = pool_->host_span(slot.offset, desc.bytes);
     std::uint64_t slot_id = slot.id;
     auto job = scheduler_.submit(
         [this, src = std::move(src), tensor, layout, dst, slot_id] {
           auto t0 = Clock::now();
           Status st = produce_guarded(*src, tensor, layout, dst);
+          auto ns = static_cast<std::uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+          asio::post(io_,
+                     [this, slot_id, st = std::move(st), ns]() mutable { on_decoded(slot_id, std::move(st), ns); });
+        },
+        prio);
+    InFlight& f = inflight_[slot_id];
+    f.job = std::move(job);
+    f.desc = std::move(desc);
+    return f;
+  }
+
+  InFlight& start_gpu_decode(const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
+                             shm::Layout layout, ServedTensor desc, Priority prio) {
+    const std::uint64_t slot_id = slot.id, offset = slot.offset, bytes = desc.bytes;
+    const std::uint32_t model = slot.key.model;
+    auto job = gpu_scheduler_->submit(
+        [this, src = std::move(src), model, tensor, layout, offset, bytes, slot_id] {
+          auto t0 = Clock::now();
+          bool on_device = false;
+          Status st;
+          try {
+            st = gpu_->produce(model, *src, tensor, layout, offset, bytes, slot_id, &on_device);
+          } catch (const std::exception& e) {
+            st = make_error(ErrorCode::kInternal, std::string("decode failed: ") + e.what());
+          }
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
           asio::post(io_,
@@ -477,8 +539,8 @@ class Service {
     s.send(std::move(out));
   }
 
-  static void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc,
-                                   std::vector<std::uint8_t>* out) {
+  void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc,
+                            std::vector<std::uint8_t>* out) const {
     shm::AcquireReply r;
     r.handle = slot.id;
     r.pool_id = 0;
@@ -487,6 +549,7 @@ class Service {
     r.bytes = desc.bytes;
     r.shape = desc.shape;
     r.strides = desc.strides;
+    r.done_event = gpu_ ? gpu_->event_for(slot.id) : shm::kNoEvent;
     shm::encode_acquire_reply(req, r, out);
   }
 
@@ -494,6 +557,7 @@ class Service {
   std::mutex mu_;         // guards everything below: sessions on several threads share the cache
   DaemonConfig cfg_;
   std::unique_ptr<shm::Pool> pool_;
+  std::unique_ptr<GpuBackend> gpu_;  // null on the host path
   Registry registry_;
   Cache cache_;
   std::unordered_map<std::uint64_t, InFlight> inflight_;
@@ -503,7 +567,8 @@ class Service {
   bool shutting_down_ = false;
   bool invariant_broken_ = false;
   std::function<void()> on_drained_;
-  DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed
+  DecodeScheduler scheduler_;  // last two: their workers stop (joined) before the members they use are destroyed
+  std::unique_ptr<DecodeScheduler> gpu_scheduler_;
 };
 
 void Session::fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message) {
@@ -737,11 +802,27 @@ int run_daemon(const DaemonConfig& cfg) {
   if (auto lvl = spdlog::level::from_str(cfg.log_level); lvl != spdlog::level::off || cfg.log_level == "off") {
     spdlog::set_level(lvl);
   }
-  if (!cfg.cpu) spdlog::warn("device pools are not in this build: serving from host memory with the CPU decoder");
-  auto pool = shm::HostPool::create("epkd-pool0", cfg.budget_bytes);
+  // The device path where a CUDA device is usable and --cpu is not given; otherwise exactly the host path.
+  std::unique_ptr<shm::Pool> pool;
+  std::unique_ptr<GpuBackend> gpu;
+  if (!cfg.cpu && gpu_device_present(0)) {
+    auto setup = make_gpu_setup(0, cfg.budget_bytes);
+    if (setup) {
+      pool = std::move(setup->pool);
+      gpu = std::move(setup->backend);
+      spdlog::info("serving from a device pool on CUDA device 0 ({} MiB)", pool->size() >> 20);
+    } else {
+      spdlog::warn("CUDA device 0 is present but unusable ({}); serving from host memory with the CPU decoder",
+                   setup.error().to_string());
+    }
+  }
   if (!pool) {
-    spdlog::critical("{}", pool.error().to_string());
-    return 1;
+    auto host = shm::HostPool::create("epkd-pool0", cfg.budget_bytes);
+    if (!host) {
+      spdlog::critical("{}", host.error().to_string());
+      return 1;
+    }
+    pool = std::move(*host);
   }
   unsigned io_threads =
       cfg.io_threads != 0 ? cfg.io_threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
@@ -751,7 +832,7 @@ int run_daemon(const DaemonConfig& cfg) {
   using Guard = asio::executor_work_guard<asio::io_context::executor_type>;
   std::vector<Guard> guards;  // the other contexts idle until shutdown
   for (unsigned i = 1; i < io_threads; ++i) guards.emplace_back(contexts[i]->get_executor());
-  Service svc(io, cfg, std::move(*pool));
+  Service svc(io, cfg, std::move(pool), std::move(gpu));
   std::size_t opened = svc.open_models(cfg);
   if (opened == 0 && (!cfg.models.empty() || !cfg.synthetic.empty())) {
     spdlog::critical("no model could be opened");

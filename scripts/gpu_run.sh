@@ -51,6 +51,11 @@ if [[ -d "$here/cli" ]]; then
   timeout 300 bash "$here/cli_cuda_check.sh" "$here/cli" 2>&1 | tee "$out/cli.txt" | tail -40
   cli_rc=${PIPESTATUS[0]}
 fi
+epkd_rc=na
+if [[ -d "$here/epkd" ]]; then
+  bash "$here/epkd_gpu_check.sh" "$here/epkd" 2>&1 | tee "$out/epkd_gpu.txt" | tail -80
+  epkd_rc=${PIPESTATUS[0]}
+fi
 echo "== reference streams and reference decode times"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   "$wheels"/*.whl && export PYTHONPATH=/tmp/site
@@ -70,7 +75,7 @@ echo "== intq repack bench (4096 x 14336 and 14336 x 4096, 4-bit g128)"
 "$bin/intq_repack_bench" --rows 4096 --cols 14336 --runs 100 2>&1 | tee "$out/intq_bench.txt"
 "$bin/intq_repack_bench" --rows 14336 --cols 4096 --runs 100 2>&1 | tee -a "$out/intq_bench.txt"
 echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, intq $intq_rc, device pool $pool_rc," \
-  "sanitizers $sanitizer_rc, epk --device cuda $cli_rc"
-for rc in "$tests_rc" "$oracle_rc" "$intq_rc" "$pool_rc" "$sanitizer_rc" "$cli_rc"; do
+  "sanitizers $sanitizer_rc, epk --device cuda $cli_rc, epkd device path $epkd_rc"
+for rc in "$tests_rc" "$oracle_rc" "$intq_rc" "$pool_rc" "$sanitizer_rc" "$cli_rc" "$epkd_rc"; do
   [[ "$rc" == 0 || "$rc" == na || "$rc" == skipped ]] || exit 1
 done

@@ -1,39 +1,16 @@
 #include "shm/device_pool.h"
 
+#include "shm/cuda_driver.h"
+
 #include <cuda.h>
 #include <dlfcn.h>
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace epk::shm {
-namespace {
-
-// The driver API through dlopen, so that binaries load (and tests skip) on machines without the NVIDIA driver; cuda.h
-// is used for its types only. Symbols are the versioned names the cuda.h macros stand for.
-struct Driver {
-  bool ok = false;
-  decltype(&cuInit) Init = nullptr;
-  decltype(&cuDeviceGetCount) DeviceGetCount = nullptr;
-  decltype(&cuDeviceGet) DeviceGet = nullptr;
-  decltype(&cuDevicePrimaryCtxRetain) DevicePrimaryCtxRetain = nullptr;
-  decltype(&cuCtxSetCurrent) CtxSetCurrent = nullptr;
-  decltype(&cuCtxSynchronize) CtxSynchronize = nullptr;
-  decltype(&cuGetErrorName) GetErrorName = nullptr;
-  decltype(&cuMemGetAllocationGranularity) MemGetAllocationGranularity = nullptr;
-  decltype(&cuMemCreate) MemCreate = nullptr;
-  decltype(&cuMemRelease) MemRelease = nullptr;
-  decltype(&cuMemExportToShareableHandle) MemExportToShareableHandle = nullptr;
-  decltype(&cuMemImportFromShareableHandle) MemImportFromShareableHandle = nullptr;
-  decltype(&cuMemGetAllocationPropertiesFromHandle) MemGetAllocationPropertiesFromHandle = nullptr;
-  decltype(&cuMemAddressReserve) MemAddressReserve = nullptr;
-  decltype(&cuMemAddressFree) MemAddressFree = nullptr;
-  decltype(&cuMemMap) MemMap = nullptr;
-  decltype(&cuMemUnmap) MemUnmap = nullptr;
-  decltype(&cuMemSetAccess) MemSetAccess = nullptr;
-  decltype(&cuMemcpyHtoD) MemcpyHtoD = nullptr;
-  decltype(&cuMemcpyDtoH) MemcpyDtoH = nullptr;
-};
+namespace detail {
 
 const Driver& driver() {
   static Driver d;
@@ -66,6 +43,24 @@ const Driver& driver() {
     load(d.MemSetAccess, "cuMemSetAccess");
     load(d.MemcpyHtoD, "cuMemcpyHtoD_v2");
     load(d.MemcpyDtoH, "cuMemcpyDtoH_v2");
+    load(d.EventCreate, "cuEventCreate");
+    load(d.EventDestroy, "cuEventDestroy_v2");
+    load(d.EventRecord, "cuEventRecord");
+    load(d.EventQuery, "cuEventQuery");
+    load(d.EventSynchronize, "cuEventSynchronize");
+    load(d.IpcGetEventHandle, "cuIpcGetEventHandle");
+    load(d.IpcOpenEventHandle, "cuIpcOpenEventHandle");
+    load(d.StreamCreate, "cuStreamCreate");
+    load(d.StreamDestroy, "cuStreamDestroy_v2");
+    load(d.StreamWaitEvent, "cuStreamWaitEvent");
+    load(d.StreamSynchronize, "cuStreamSynchronize");
+    load(d.MemAlloc, "cuMemAlloc_v2");
+    load(d.MemFree, "cuMemFree_v2");
+    load(d.MemHostAlloc, "cuMemHostAlloc");
+    load(d.MemFreeHost, "cuMemFreeHost");
+    load(d.MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+    load(d.MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    load(d.MemsetD8Async, "cuMemsetD8Async");
     d.ok = all;
   });
   return d;
@@ -78,24 +73,35 @@ Error cuda_error(const char* call, CUresult r, int device) {
                                           (name != nullptr ? name : std::to_string(static_cast<int>(r))));
 }
 
-#define EPK_CU(call, device)                                           \
-  do {                                                                 \
-    CUresult epk_cu_r_ = (call);                                       \
-    if (epk_cu_r_ != CUDA_SUCCESS) return cuda_error(#call, epk_cu_r_, device); \
-  } while (0)
-
-// VMM calls need a current context: the device's primary context, retained once for the process (never released:
-// the driver tears it down at exit).
+// VMM calls need a current context: the device's primary context, retained once per process and device (never
+// released: the driver tears it down at exit); each call only sets it current on the calling thread.
 Status make_current(int device) {
   if (!driver().ok) return make_error(ErrorCode::kCuda, "libcuda.so.1 (the NVIDIA driver) is not loadable");
-  EPK_CU(driver().Init(0), device);
-  CUdevice dev;
-  EPK_CU(driver().DeviceGet(&dev, device), device);
-  CUcontext ctx;
-  EPK_CU(driver().DevicePrimaryCtxRetain(&ctx, dev), device);
+  static std::mutex mu;
+  static std::vector<CUcontext> contexts;
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (device < 0 || device > 1024) return make_error(ErrorCode::kInvalidArgument, "CUDA device ordinal out of range");
+    if (contexts.size() <= static_cast<std::size_t>(device)) contexts.resize(device + 1, nullptr);
+    if (contexts[device] == nullptr) {
+      EPK_CU(driver().Init(0), device);
+      CUdevice dev;
+      EPK_CU(driver().DeviceGet(&dev, device), device);
+      EPK_CU(driver().DevicePrimaryCtxRetain(&contexts[device], dev), device);
+    }
+    ctx = contexts[device];
+  }
   EPK_CU(driver().CtxSetCurrent(ctx), device);
   return {};
 }
+
+}  // namespace detail
+
+namespace {
+using detail::cuda_error;
+using detail::driver;
+using detail::make_current;
 
 CUmemAllocationProp allocation_prop(int device) {
   CUmemAllocationProp prop{};
@@ -110,7 +116,8 @@ CUmemAllocationProp allocation_prop(int device) {
 
 bool cuda_device_available(int device) {
   int count = 0;
-  return driver().ok && driver().Init(0) == CUDA_SUCCESS && driver().DeviceGetCount(&count) == CUDA_SUCCESS && device >= 0 && device < count;
+  return driver().ok && driver().Init(0) == CUDA_SUCCESS && driver().DeviceGetCount(&count) == CUDA_SUCCESS &&
+         device >= 0 && device < count;
 }
 
 DeviceMapping& DeviceMapping::operator=(DeviceMapping&& o) noexcept {

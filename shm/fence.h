@@ -11,7 +11,9 @@ namespace epk::shm {
 // Stored on the wire: never renumber.
 enum class FenceKind : std::uint32_t {
   kHostRelease = 0,  // complete when the release message arrives
-  kCudaEvent = 1,    // reserved: an interprocess CUDA event (not in this build; refused with kUnsupported)
+  kCudaEvent = 1,    // an interprocess CUDA event the client recorded after its last kernel reading the slot; the
+                     // daemon's device stream waits on it (cuStreamWaitEvent) before its next decode. Device pools
+                     // only (a host pool answers kUnsupported).
 };
 
 class Fence {

@@ -1,6 +1,6 @@
 // Buffer pools shared between epkd and its clients. A pool is one exportable allocation (a POSIX fd) that the daemon
 // carves into slots; clients receive the fd once (SCM_RIGHTS) and map it read-write. Host pools are memfd memory; a
-// device pool (CUDA VMM exported as a POSIX fd) implements the same interface on GPU machines (not in this build).
+// device pool (CUDA VMM exported as a POSIX fd, shm/device_pool.h) implements the same interface on GPU machines.
 #pragma once
 
 #include <cstdint>

@@ -185,6 +185,9 @@ void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::
   w.put(m.handle);
   w.put(static_cast<std::uint32_t>(m.fence));
   w.put(m.flags);
+  if (m.fence == FenceKind::kCudaEvent) {
+    for (std::uint8_t b : m.event) w.put(b);
+  }
 }
 
 void encode_empty(std::uint32_t id, MsgType type, std::vector<std::uint8_t>* out) {
@@ -201,6 +204,11 @@ void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::
     w.put(p.device);
     w.put<std::uint32_t>(0);
     w.put(p.size);
+  }
+  const std::size_t events = std::min<std::size_t>(m.events.size(), kMaxEvents);
+  w.put(static_cast<std::uint32_t>(events));
+  for (std::size_t i = 0; i < events; ++i) {
+    for (std::uint8_t b : m.events[i]) w.put(b);
   }
 }
 
@@ -221,6 +229,8 @@ void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<s
   w.put<std::uint32_t>(0);
   for (std::uint64_t d : m.shape) w.put(d);
   for (std::int64_t s : m.strides) w.put(s);
+  w.put(m.done_event);
+  w.put<std::uint32_t>(0);
 }
 
 void encode_prefetch_reply(std::uint32_t id, const PrefetchReply& m, std::vector<std::uint8_t>* out) {
@@ -232,7 +242,8 @@ void encode_stats_reply(std::uint32_t id, const StatsReply& m, std::vector<std::
   Writer w(out, id, reply(MsgType::kStats));
   w.put(kStatsFields);
   for (std::uint64_t v : {m.budget_bytes, m.used_bytes, m.pinned_bytes, m.slots, m.pinned_slots, m.pins, m.hits,
-                          m.misses, m.evictions, m.decodes, m.decode_ns, m.clients, m.models, m.prefetches}) {
+                          m.misses, m.evictions, m.decodes, m.decode_ns, m.clients, m.models, m.prefetches,
+                          m.resident_bytes}) {
     w.put(v);
   }
 }
@@ -302,6 +313,11 @@ Result<ReleaseRequest> decode_release(std::span<const std::uint8_t> p) {
   m.fence = static_cast<FenceKind>(fence);
   EPK_TRY_ASSIGN(m.flags, r.get<std::uint32_t>("flags"));
   if ((m.flags & ~kReleaseNoReply) != 0) return r.bad("flags", "has unknown bits set");
+  if (m.fence == FenceKind::kCudaEvent) {
+    for (std::uint8_t& b : m.event) {
+      EPK_TRY_ASSIGN(b, r.get<std::uint8_t>("event"));
+    }
+  }
   EPK_TRY(r.finish());
   return m;
 }
@@ -328,6 +344,16 @@ Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p) {
     if (reserved != 0) return r.bad("reserved", "is not zero");
     EPK_TRY_ASSIGN(info.size, r.get<std::uint64_t>("size"));
     m.pools.push_back(info);
+  }
+  EPK_TRY_ASSIGN(std::uint32_t events, r.get<std::uint32_t>("event_count"));
+  if (events > kMaxEvents) {
+    return r.bad("event_count", std::to_string(events) + " exceeds " + std::to_string(kMaxEvents));
+  }
+  m.events.resize(events);
+  for (IpcEventHandle& h : m.events) {
+    for (std::uint8_t& b : h) {
+      EPK_TRY_ASSIGN(b, r.get<std::uint8_t>("events"));
+    }
   }
   EPK_TRY(r.finish());
   return m;
@@ -362,6 +388,9 @@ Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
   for (auto& s : m.strides) {
     EPK_TRY_ASSIGN(s, r.get<std::int64_t>("strides"));
   }
+  EPK_TRY_ASSIGN(m.done_event, r.get<std::uint32_t>("done_event"));
+  EPK_TRY_ASSIGN(std::uint32_t reserved2, r.get<std::uint32_t>("reserved"));
+  if (reserved2 != 0) return r.bad("reserved", "is not zero");
   EPK_TRY(r.finish());
   return m;
 }
@@ -420,7 +449,8 @@ Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p) {
   if (n != kStatsFields) return r.bad("field_count", std::to_string(n) + ", expected " + std::to_string(kStatsFields));
   StatsReply m;
   for (std::uint64_t* f : {&m.budget_bytes, &m.used_bytes, &m.pinned_bytes, &m.slots, &m.pinned_slots, &m.pins, &m.hits,
-                           &m.misses, &m.evictions, &m.decodes, &m.decode_ns, &m.clients, &m.models, &m.prefetches}) {
+                           &m.misses, &m.evictions, &m.decodes, &m.decode_ns, &m.clients, &m.models, &m.prefetches,
+                           &m.resident_bytes}) {
     EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("stats"));
   }
   EPK_TRY(r.finish());

@@ -9,25 +9,34 @@
 // 2. Strings are u16 length + bytes (no terminator), length <= the per-field limit below.
 // 3. Requests and their payloads (replies in brackets):
 //      hello      u32 client_pid, u32 flags(0)   [u32 server_version, u32 pool_count, pool_count x PoolInfo (24 B);
-//                                                 the pool fds ride on the reply with SCM_RIGHTS, in the same order]
+//                                                 the pool fds ride on the reply with SCM_RIGHTS, in the same order;
+//                                                 then (version 2) u32 event_count (<= kMaxEvents), event_count x
+//                                                 64-byte CUipcEventHandle: the daemon's decode-done event ring, 0 on
+//                                                 host pools]
 //      open_model str model (<= kMaxModelName)   [u32 model_id, u32 tensor_count]
 //      acquire    u32 model_id, u32 layout, str tensor (<= kMaxTensorName)
 //                 [u64 handle, u32 pool_id, u32 dtype, u64 offset, u64 bytes, u32 ndim (<= kMaxDims), u32 0,
-//                  ndim x u64 shape, ndim x i64 strides (elements)]
+//                  ndim x u64 shape, ndim x i64 strides (elements), then (version 2) u32 done_event (an index into
+//                  the hello's event ring, or kNoEvent: host pools, nothing to wait on), u32 0]
 //      prefetch   u32 model_id, u32 layout, u32 count (<= kMaxPrefetch), count x str tensor   [u32 queued]
-//      release    u64 handle, u32 fence_kind, u32 flags (kReleaseNoReply or 0)
+//      release    u64 handle, u32 fence_kind, u32 flags (kReleaseNoReply or 0), and (version 2) only when
+//                 fence_kind is kCudaEvent: the client's 64-byte CUipcEventHandle, recorded after its last use
 //                 [] unless kReleaseNoReply: then no reply on success, an error reply on failure
-//      stats      (empty)   [u32 field_count (= kStatsFields), field_count x u64 (StatsReply order)]
+//      stats      (empty)   [u32 field_count (= kStatsFields), field_count x u64 (StatsReply order; version 2
+//                            appended resident_bytes)]
 //      close      (empty)   [] and the daemon closes the session
 //      models     (empty)   [u32 total, u32 count (<= total; as many as fit in kMaxPayload), count x ModelInfo:
 //                            str name (<= kMaxModelName), u32 tensors, u64 cached_slots, u64 cached_bytes,
 //                            u64 pinned_slots]   (added in version 1 after the others: a daemon that predates it
 //                            answers bad-message and closes the session)
 //      error      [u32 status (WireStatus), str message (<= kMaxErrorText)]
-// 4. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
+// 4. Version 2 (the GPU path) appended the hello's event ring, the acquire reply's done_event, the release's event
+//    handle and the stats' resident_bytes; versions 1 and 2 do not talk to each other (bad-version).
+// 5. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
 //    the session is closed; replies to well-formed requests that fail (unknown tensor, no space) keep it open.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -42,7 +51,7 @@
 namespace epk::shm {
 
 inline constexpr std::uint32_t kWireMagic = 0x5750454Bu;
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::uint32_t kMaxPayload = 64 * 1024 - kHeaderSize;
 inline constexpr std::size_t kMaxMessage = kHeaderSize + kMaxPayload;
@@ -52,6 +61,9 @@ inline constexpr std::size_t kMaxErrorText = 1024;
 inline constexpr std::uint32_t kMaxDims = 8;
 inline constexpr std::uint32_t kMaxPrefetch = 256;
 inline constexpr std::uint32_t kMaxPools = 16;
+inline constexpr std::uint32_t kMaxEvents = 256;           // decode-done ring length in a hello reply
+inline constexpr std::uint32_t kNoEvent = 0xFFFFFFFFu;     // acquire reply: nothing to wait on (host pools)
+inline constexpr std::size_t kIpcEventHandleBytes = 64;    // sizeof(CUipcEventHandle)
 inline constexpr std::uint16_t kReplyBit = 0x8000;
 inline constexpr std::uint32_t kReleaseNoReply = 1;  // release flag: answer only a failure
 
@@ -103,9 +115,11 @@ struct HelloRequest {
   std::uint32_t client_pid = 0;
   std::uint32_t flags = 0;
 };
+using IpcEventHandle = std::array<std::uint8_t, kIpcEventHandleBytes>;
 struct HelloReply {
   std::uint32_t server_version = kProtocolVersion;
   std::vector<PoolInfo> pools;
+  std::vector<IpcEventHandle> events;  // decode-done ring (device pools); acquire replies index it
 };
 struct OpenModelRequest {
   std::string model;
@@ -127,6 +141,7 @@ struct AcquireReply {
   std::uint64_t bytes = 0;
   std::vector<std::uint64_t> shape;
   std::vector<std::int64_t> strides;  // in elements
+  std::uint32_t done_event = kNoEvent;  // index into HelloReply::events; the decode is done once it completes
 };
 struct PrefetchRequest {
   std::uint32_t model_id = 0;
@@ -140,6 +155,7 @@ struct ReleaseRequest {
   std::uint64_t handle = 0;
   FenceKind fence = FenceKind::kHostRelease;
   std::uint32_t flags = 0;  // kReleaseNoReply
+  IpcEventHandle event{};   // kCudaEvent only: the client's interprocess event, recorded after its last read
 };
 struct StatsReply {
   std::uint64_t budget_bytes = 0;
@@ -156,8 +172,9 @@ struct StatsReply {
   std::uint64_t clients = 0;
   std::uint64_t models = 0;
   std::uint64_t prefetches = 0;
+  std::uint64_t resident_bytes = 0;  // the device-resident compressed tier (outside budget_bytes); 0 on host pools
 };
-inline constexpr std::uint32_t kStatsFields = 14;
+inline constexpr std::uint32_t kStatsFields = 15;
 struct ModelInfo {
   std::string name;
   std::uint32_t tensors = 0;

@@ -19,6 +19,15 @@ cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/
 cp "$build/tests/codec/cuda/epk_cuda_intq_test" "$build/bench/intq_repack_bench" "$dest/bin/"
 cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
 cp -r "$root/tests/data/cuda" "$dest/data/"
+# epkd's device path (issue 6): the daemon, a client process, the device integration test and the acquire bench, with
+# the one shared library epkd needs beyond libc/libstdc++ (the device image may lack it).
+mkdir -p "$dest/epkd/lib"
+for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tests/shm/shm_cuda_event_test \
+  bench/gpu_acquire_bench; do
+  strip -o "$dest/epkd/$(basename "$b")" "$build/$b"
+done
+cp -L "$(ldd "$build/daemon/epkd" | awk '/libtomlplusplus/ {print $3}')" "$dest/epkd/lib/"
+cp "$root/scripts/gpu/epkd_gpu_check.sh" "$dest/"
 # Debug info is not needed there and would overrun the 64 MiB the device tool carries.
 strip "$dest"/bin/*
 du -sh "$dest"

@@ -9,6 +9,10 @@
 //   ROUNDS
 //                                                times; a no-space answer is retried (other clients hold pins)
 //   stats SOCKET                                  print the daemon's stats as key=value lines
+//   devhash SOCKET MODEL TENSOR LAYOUT HOLD_MS [gate]
+//                                                device pools: acquire, wait for the decode-done event, copy the
+//                                                slot to host, print "hash XXH3 HANDLE", hold HOLD_MS (-1: until
+//                                                killed), release with a CUDA event fence, print "released"
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "codec/common/checksum.h"
 #include "daemon/synthetic_source.h"
 
 namespace {
@@ -96,6 +101,31 @@ int main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
     if (auto st = c->release(t->handle); !st) return die(st.error().to_string());
+    std::printf("released\n");
+    return 0;
+  }
+  if (cmd == "devhash") {
+    int hold_ms = std::atoi(argv[6]);
+    if (argc > 7 && std::string(argv[7]) == "gate") {
+      std::printf("connected\n");
+      std::fflush(stdout);
+      char b;
+      if (::read(0, &b, 1) != 1) return die("gate: stdin closed");
+    }
+    auto t = c->acquire(model, tensor, *layout);
+    if (!t) return die(t.error().to_string());
+    if (!t->on_device || t->event == nullptr) return die("not a device slot with an event");
+    if (auto st = c->wait(*t, nullptr); !st) return die(st.error().to_string());
+    std::vector<std::uint8_t> host(t->bytes);
+    if (auto st = c->copy_to_host(*t, host.data()); !st) return die(st.error().to_string());
+    std::printf("hash %016llx %llu\n", (unsigned long long)epk::xxh3_64(host),
+                (unsigned long long)t->handle);
+    std::fflush(stdout);
+    if (hold_ms < 0) {
+      for (;;) ::pause();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+    if (auto st = c->release_after(t->handle, nullptr); !st) return die(st.error().to_string());
     std::printf("released\n");
     return 0;
   }

@@ -110,7 +110,7 @@ TEST(ProtocolMalformed, BadMagicVersionAndOversizedPayload) {
   bad[0] ^= 1;
   EXPECT_FALSE(decode_header(bad));
   bad = msg;
-  store_le<std::uint16_t>(bad.data() + 4, 2);
+  store_le<std::uint16_t>(bad.data() + 4, kProtocolVersion + 1);  // a version this side does not speak
   auto v = decode_header(bad);
   ASSERT_FALSE(v);
   EXPECT_EQ(v.error().code, ErrorCode::kUnsupported);

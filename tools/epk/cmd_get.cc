@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "client/client.h"
 #include "codec/safetensors/writer.h"
@@ -73,10 +74,19 @@ Status run_get(const GetArgs& args) {
       st = make_error(ErrorCode::kInternal, "tensor '" + spec.name + "' changed between two acquires");
     } else {
       const std::uint64_t values = t->row_scales != nullptr ? t->shape[0] * t->shape[1] : t->bytes;
-      st = writer.write(spec.name, {static_cast<const std::uint8_t*>(t->data), values});
+      // A device slot is copied to host memory first (after its decode-done event).
+      std::vector<std::uint8_t> host;
+      const std::uint8_t* base = static_cast<const std::uint8_t*>(t->data);
+      if (t->on_device) {
+        host.resize(t->bytes);
+        st = c.copy_to_host(*t, host.data());
+        base = host.data();
+      }
+      if (st) st = writer.write(spec.name, {base, values});
       if (st && t->row_scales != nullptr) {
-        st = writer.write(specs[i + 1].name,
-                          {reinterpret_cast<const std::uint8_t*>(t->row_scales), t->shape[0] * sizeof(float)});
+        const std::uint64_t at = static_cast<std::uint64_t>(reinterpret_cast<const std::uint8_t*>(t->row_scales) -
+                                                            static_cast<const std::uint8_t*>(t->data));
+        st = writer.write(specs[i + 1].name, {base + at, t->shape[0] * sizeof(float)});
       }
       total += t->bytes;
     }

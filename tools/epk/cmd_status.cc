@@ -49,6 +49,7 @@ Status run_status(const StatusArgs& args) {
                   {"evictions", s.evictions},
                   {"prefetches", s.prefetches}};
     j["decode"] = {{"decodes", s.decodes}, {"decode_ns", s.decode_ns}};
+    j["resident_bytes"] = s.resident_bytes;
     j["models"] = nlohmann::json::array();
     for (const auto& m : models.models) {
       j["models"].push_back({{"name", m.name},
@@ -69,6 +70,10 @@ Status run_status(const StatusArgs& args) {
                 human_bytes(s.used_bytes).c_str(), human_bytes(p.size).c_str(),
                 p.size ? 100.0 * static_cast<double>(s.used_bytes) / static_cast<double>(p.size) : 0.0,
                 human_bytes(s.pinned_bytes).c_str());
+  }
+  if (s.resident_bytes != 0) {
+    std::printf("resident compressed tier: %s on the device (outside the budget)\n",
+                human_bytes(s.resident_bytes).c_str());
   }
   std::printf(
       "cache: %llu tensor(s) cached, %llu pinned (%llu pins); hits %llu, misses %llu, evictions %llu, "

@@ -1,0 +1,228 @@
+// The device path of epkd (issue 6's H200 targets), in one run:
+//   - bare decode: codec/cuda's one kernel on the same tensor in this process (decode + stream sync, wall clock);
+//   - one socket round trip (a stats request);
+//   - uncached acquire of each tensor until its decode-done event completes (acquire, wait on the event on a stream,
+//     synchronise that stream), against bare + round trip;
+//   - cache-hit acquire + release (CUDA event fence) p50/p99 with 1 and 16 client threads (one Client each).
+//
+//   gpu_acquire_bench --epkd PATH [--rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "codec/container/writer.h"
+#include "codec/cuda/decode.h"
+#include "codec/rans/container_io.h"
+#include "codec/rate/encode.h"
+#include "shm/cuda_event.h"
+#include "shm/device_pool.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
+int die(const std::string& m) {
+  std::fprintf(stderr, "gpu_acquire_bench: %s\n", m.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"epkd's device path: uncached acquire vs bare kernel + round trip; cache-hit latency"};
+  std::string epkd;
+  std::uint32_t rows = 10240, cols = 3840;
+  double bpp = 4.0;
+  int n = 6, iters = 2000;
+  app.add_option("--epkd", epkd, "the epkd binary")->required();
+  app.add_option("--rows", rows);
+  app.add_option("--cols", cols);
+  app.add_option("--bpp", bpp);
+  app.add_option("--n", n, "uncached acquires (tensors in the file)");
+  app.add_option("--iters", iters, "cache-hit round trips per client");
+  CLI11_PARSE(app, argc, argv);
+  if (!epk::shm::cuda_device_available(0)) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> w(std::size_t(rows) * cols);
+  for (float& v : w) v = nd(rng);
+  epk::rate::EncodeOptions o;
+  o.target_bpp = bpp;
+  o.threads = std::max(1u, std::thread::hardware_concurrency());
+  auto t_enc = Clock::now();
+  auto enc = epk::rate::encode(std::as_bytes(std::span<const float>(w)), rows, cols, epk::DType::kF32, o, "w");
+  if (!enc) return die(enc.error().to_string());
+  std::printf("encoded %ux%u at %.2f bpp target in %.1f s\n", rows, cols, bpp, us_since(t_enc) / 1e6);
+  auto dir = std::filesystem::temp_directory_path() / ("epk_gpu_acquire_bench_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / "m.epk").string(), sock = (dir / "s.sock").string();
+  {
+    auto wr = epk::container::Writer::create(path, {});
+    for (int i = 0; wr && i < n; ++i) {
+      auto form = epk::rans::to_container(*enc, "t" + std::to_string(i), {});
+      if (!wr->add_tensor(form.spec, form.buffers)) return die("add_tensor");
+    }
+    if (!wr || !wr->finish()) return die("writing the .epk");
+  }
+  const std::uint64_t out_bytes = std::uint64_t(rows) * cols * 2;
+
+  // Bare decode: the same inputs resident in this process, one kernel per decode.
+  std::vector<double> bare;
+  {
+    const epk::rans::LatticeRansStream s = enc->view();
+    auto stream = epk::shm::CudaStream::create(0);
+    if (!stream) return die(stream.error().to_string());
+    auto dev = [&](const void* p, std::uint64_t bytes, std::uint64_t pad) -> epk::shm::DeviceBuffer {
+      auto b = epk::shm::DeviceBuffer::alloc(bytes + pad, 0);
+      if (!b) std::exit(die(b.error().to_string()));
+      if (pad) (void)epk::shm::fill_device_async(b->ptr(), 0, bytes + pad, stream->get(), 0);
+      if (bytes) (void)epk::shm::copy_to_device_async(b->ptr(), p, bytes, stream->get(), 0);
+      return std::move(*b);
+    };
+    auto payload = dev(s.payload.data(), s.payload.size_bytes(), 32);
+    auto offsets = dev(s.offsets.data(), s.offsets.size_bytes(), 0);
+    auto states = dev(s.states.data(), s.states.size_bytes(), 0);
+    auto scales = dev(s.scales.data(), s.scales.size_bytes(), 0);
+    auto out = dev(nullptr, out_bytes, 0);
+    epk::cuda::DecodeJob job;
+    job.name = "w";
+    job.stream = &s;
+    job.dev = {reinterpret_cast<const std::uint16_t*>(payload.ptr()),
+               reinterpret_cast<const std::uint32_t*>(offsets.ptr()),
+               reinterpret_cast<const std::uint32_t*>(states.ptr()), reinterpret_cast<const float*>(scales.ptr())};
+    job.row_end = rows;
+    job.format = epk::cuda::OutputFormat::kBf16;
+    job.out_dev = reinterpret_cast<void*>(out.ptr());
+    auto plan = epk::cuda::DecodePlan::create(std::span<const epk::cuda::DecodeJob>(&job, 1));
+    if (!plan) return die(plan.error().to_string());
+    auto scratch = dev(nullptr, plan->scratch_bytes(), 0);
+    auto cs = static_cast<epk::cuda::Stream>(stream->get());
+    if (auto st = epk::cuda::upload(*plan, reinterpret_cast<void*>(scratch.ptr()), plan->scratch_bytes(), cs); !st)
+      return die(st.error().to_string());
+    for (int i = 0; i < 220; ++i) {
+      auto t0 = Clock::now();
+      if (auto st = epk::cuda::decode(*plan, reinterpret_cast<void*>(scratch.ptr()), cs); !st)
+        return die(st.error().to_string());
+      if (auto st = stream->synchronize(); !st) return die(st.error().to_string());
+      if (i >= 20) bare.push_back(us_since(t0));
+    }
+    if (auto st = epk::cuda::read_status(*plan, reinterpret_cast<void*>(scratch.ptr()), cs); !st)
+      return die(st.error().to_string());
+    std::printf("plan: lean_pb %d, lut mode %d, %zu blocks; payload %.2f MiB\n", plan->lean_pb(), plan->lut_mode(),
+                plan->blocks(), static_cast<double>(s.payload.size_bytes()) / 1048576.0);
+  }
+
+  const std::string budget = std::to_string((out_bytes * std::uint64_t(n) >> 20) + 64);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(epkd.c_str(), epkd.c_str(), "--socket", sock.c_str(), "--budget-mb", budget.c_str(), "--io-threads", "4",
+            "--log-level", "warn", "--model", ("m=" + path).c_str(), nullptr);
+    ::_exit(127);
+  }
+  epk::Result<epk::client::Client> c = epk::make_error(epk::ErrorCode::kIo, "not connected");
+  for (int i = 0; i < 3000 && !c; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    c = epk::client::Client::connect(sock);
+  }
+  if (!c) return die("epkd did not come up: " + c.error().to_string());
+  if (c->pools().empty() || c->pools()[0].kind != epk::shm::PoolKind::kDevice) return die("epkd serves no device pool");
+  auto stream = epk::shm::CudaStream::create(0);
+  if (!stream) return die(stream.error().to_string());
+
+  std::vector<double> rtt;
+  for (int i = 0; i < 2000; ++i) {
+    auto t0 = Clock::now();
+    if (!c->stats()) return die("stats");
+    rtt.push_back(us_since(t0));
+  }
+  std::vector<double> miss;
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    auto t = c->acquire("m", "t" + std::to_string(i), epk::shm::Layout::kDenseBF16);
+    if (!t) return die(t.error().to_string());
+    if (!c->wait(*t, stream->get()) || !stream->synchronize()) return die("wait");
+    miss.push_back(us_since(t0));
+    if (!c->release_after(t->handle, stream->get())) return die("release");
+  }
+  // fence: true releases with a CUDA event fence (release_after), false with the host fence (release).
+  auto hit_loop = [&](epk::client::Client& cl, bool fence, std::vector<double>* lat) -> bool {
+    for (int i = 0; i < iters; ++i) {
+      auto t0 = Clock::now();
+      auto t = cl.acquire("m", "t0", epk::shm::Layout::kDenseBF16);
+      if (!t || !(fence ? cl.release_after(t->handle, nullptr) : cl.release(t->handle))) return false;
+      lat->push_back(us_since(t0));
+    }
+    return true;
+  };
+  auto hits = [&](int clients, bool fence, std::vector<double>* all) -> bool {
+    std::vector<std::vector<double>> lat(clients);
+    std::vector<int> ok(clients, 0);
+    std::vector<std::thread> th;
+    for (int k = 0; k < clients; ++k) {
+      th.emplace_back([&, k] {
+        auto cl = epk::client::Client::connect(sock);
+        ok[k] = cl && hit_loop(*cl, fence, &lat[k]);
+      });
+    }
+    for (auto& t : th) t.join();
+    for (int k = 0; k < clients; ++k) {
+      if (!ok[k]) return false;
+      all->insert(all->end(), lat[k].begin(), lat[k].end());
+    }
+    return true;
+  };
+  std::vector<double> hit1, hit16, host1, host16;
+  if (!hits(1, true, &hit1) || !hits(16, true, &hit16) || !hits(1, false, &host1) || !hits(16, false, &host16))
+    return die("hit loop");
+  auto stats = c->stats();
+  c->disconnect();
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::filesystem::remove_all(dir);
+
+  const double b = pct(bare, 0.5), r = pct(rtt, 0.5), m = pct(miss, 0.5);
+  std::printf("%ux%u at %.1f bpp to dense:bf16, %d tensors, device 0\n", rows, cols, bpp, n);
+  std::printf("bare decode kernel (decode + sync)     p50 %9.1f us  min %9.1f us\n", b, pct(bare, 0.0));
+  std::printf("socket round trip (stats)              p50 %9.1f us\n", r);
+  std::printf("uncached acquire until event complete  p50 %9.1f us  min %9.1f us  max %9.1f us\n", m, pct(miss, 0.0),
+              pct(miss, 1.0));
+  std::printf("uncached / (bare + round trip)         %.3f   (target <= 1.5)\n", m / (b + r));
+  std::printf("cache-hit acquire+release_after (event fence), 1 client    p50 %7.1f us  p99 %7.1f us\n",
+              pct(hit1, 0.5), pct(hit1, 0.99));
+  std::printf("cache-hit acquire+release_after (event fence), 16 clients  p50 %7.1f us  p99 %7.1f us\n",
+              pct(hit16, 0.5), pct(hit16, 0.99));
+  std::printf("cache-hit acquire+release (host fence), 1 client           p50 %7.1f us  p99 %7.1f us\n",
+              pct(host1, 0.5), pct(host1, 0.99));
+  std::printf("cache-hit acquire+release (host fence), 16 clients         p50 %7.1f us  p99 %7.1f us\n",
+              pct(host16, 0.5), pct(host16, 0.99));
+  if (stats) {
+    std::printf("epkd: decodes %llu, decode time %.1f us each, resident %.2f MiB\n",
+                static_cast<unsigned long long>(stats->decodes),
+                stats->decodes ? static_cast<double>(stats->decode_ns) / 1e3 / static_cast<double>(stats->decodes) : 0,
+                static_cast<double>(stats->resident_bytes) / 1048576.0);
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}

@@ -1,0 +1,304 @@
+#include "daemon/gpu_backend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstddef>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "codec/cuda/decode.h"
+#include "codec/cuda/decode_desc.h"
+#include "codec/rans/stream.h"
+#include "shm/cuda_event.h"
+#include "shm/device_pool.h"
+#include "shm/layout.h"
+
+namespace epk::daemon {
+namespace {
+
+std::optional<cuda::OutputFormat> dense_format(DType t) {
+  switch (t) {
+    case DType::kBF16: return cuda::OutputFormat::kBf16;
+    case DType::kF16: return cuda::OutputFormat::kFp16;
+    case DType::kF32: return cuda::OutputFormat::kFp32;
+    case DType::kF8E4M3: return cuda::OutputFormat::kFp8E4M3;
+    case DType::kF8E5M2: return cuda::OutputFormat::kFp8E5M2;
+    default: return std::nullopt;
+  }
+}
+
+// The codec/cuda output format that writes `layout` for a tensor of source dtype `source`; nullopt: CPU fallback.
+std::optional<cuda::OutputFormat> gpu_format(shm::Layout layout, DType source) {
+  switch (layout) {
+    case shm::Layout::kStored: return dense_format(source);
+    case shm::Layout::kDenseBF16: return cuda::OutputFormat::kBf16;
+    case shm::Layout::kDenseF16: return cuda::OutputFormat::kFp16;
+    case shm::Layout::kDenseF32: return cuda::OutputFormat::kFp32;
+    case shm::Layout::kRowwiseI8: return cuda::OutputFormat::kInt8Rowwise;
+    case shm::Layout::kRowwiseF8E4M3: return cuda::OutputFormat::kFp8E4M3Rowwise;
+    default: return std::nullopt;
+  }
+}
+
+// One tensor's decode inputs on the device, and the plans built for it (one per output format, scratch uploaded).
+struct Resident {
+  struct Plan {
+    cuda::DecodePlan plan;
+    shm::DeviceBuffer scratch;
+  };
+  std::string name;
+  const rans::LatticeRansStream* stream = nullptr;
+  DType source = DType::kF32;
+  shm::DeviceBuffer payload, offsets, states, scales;
+  std::map<cuda::OutputFormat, Plan> plans;  // touched by the GPU thread only (and add_model before publication)
+  std::uint64_t bytes = 0;
+};
+
+template <class T>
+Result<shm::DeviceBuffer> upload(std::span<const T> s, std::size_t pad, int device, void* stream) {
+  EPK_TRY_ASSIGN(shm::DeviceBuffer b, shm::DeviceBuffer::alloc(s.size_bytes() + pad, device));
+  if (pad != 0) EPK_TRY(shm::fill_device_async(b.ptr(), 0, s.size_bytes() + pad, stream, device));
+  if (!s.empty()) EPK_TRY(shm::copy_to_device_async(b.ptr(), s.data(), s.size_bytes(), stream, device));
+  return b;
+}
+
+class CudaBackend final : public GpuBackend {
+ public:
+  CudaBackend(int device, std::uint64_t pool_base, shm::CudaStream stream, std::vector<shm::CudaEvent> ring,
+              std::vector<shm::IpcEventHandle> handles, shm::PinnedBuffer patch)
+      : device_(device),
+        pool_base_(pool_base),
+        stream_(std::move(stream)),
+        ring_(std::move(ring)),
+        handles_(std::move(handles)),
+        patch_(std::move(patch)) {}
+
+  ~CudaBackend() override {
+    // The members free device memory and events: on this (the main) thread the device's context must be current.
+    (void)shm::make_device_current(device_);
+    if (stream_.get() != nullptr) (void)stream_.synchronize();  // nothing in flight reads what is freed below
+  }
+
+  int device() const override { return device_; }
+  const std::vector<shm::IpcEventHandle>& event_handles() const override { return handles_; }
+  std::uint64_t resident_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return resident_bytes_;
+  }
+
+  Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
+    std::uint64_t added = 0;
+    if (!status_.data()) {
+      EPK_TRY_ASSIGN(status_, shm::PinnedBuffer::alloc(sizeof(cuda::DecodeStatus), device_));
+    }
+    std::vector<std::shared_ptr<Resident>> made(src->tensors().size());
+    for (std::size_t i = 0; i < src->tensors().size(); ++i) {
+      const rans::LatticeRansStream* s = src->lattice_stream(i);
+      if (s == nullptr) continue;
+      // Resident bytes are decoded without produce()'s after-decode checksum: check them once here.
+      EPK_TRY(src->verify_stored(i));
+      auto r = std::make_shared<Resident>();
+      r->name = src->tensors()[i].name;
+      r->stream = s;
+      r->source = src->tensors()[i].dtype;
+      // The decoder reads the payload in 16-byte chunks up to 8 words past its end.
+      EPK_TRY_ASSIGN(r->payload, upload(s->payload, 32, device_, stream_.get()));
+      EPK_TRY_ASSIGN(r->offsets, upload(s->offsets, 0, device_, stream_.get()));
+      EPK_TRY_ASSIGN(r->states, upload(s->states, 0, device_, stream_.get()));
+      EPK_TRY_ASSIGN(r->scales, upload(s->scales, 0, device_, stream_.get()));
+      r->bytes = r->payload.size() + r->offsets.size() + r->states.size() + r->scales.size();
+      // bf16 is the common serving layout: its plan is ready before the first acquire.
+      EPK_TRY(plan_for(*r, cuda::OutputFormat::kBf16));
+      for (const auto& [f, p] : r->plans) r->bytes += p.scratch.size();
+      added += r->bytes;
+      made[i] = std::move(r);
+    }
+    EPK_TRY(stream_.synchronize());  // the uploads read host memory owned by the source and the plans
+    std::lock_guard<std::mutex> lock(mu_);
+    models_[model_id] = std::move(made);
+    resident_bytes_ += added;
+    return added;
+  }
+
+  Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
+                 std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device) override {
+    *on_device = false;
+    pending_plan_ = nullptr;
+    std::shared_ptr<Resident> r;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto m = models_.find(model_id);
+      if (m != models_.end() && tensor < m->second.size()) r = m->second[tensor];
+    }
+    EPK_TRY(shm::make_device_current(device_));
+    const std::uint64_t dst = pool_base_ + slot_offset;
+    std::optional<cuda::OutputFormat> fmt = r ? gpu_format(layout, r->source) : std::nullopt;
+    if (fmt) {
+      EPK_TRY(decode_on_device(*r, *fmt, dst, bytes));
+      *on_device = true;
+    } else {
+      EPK_TRY(produce_on_host(src, tensor, layout, dst, bytes));
+    }
+    const shm::CudaEvent& done = ring_[event_for(slot_id)];
+    EPK_TRY(done.record(stream_.get()));
+    EPK_TRY(stream_.synchronize());
+    return check_status();
+  }
+
+  Status client_fence(ClientId client, const shm::IpcEventHandle& handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& events = client_events_[client];
+    auto it = events.find(handle);
+    if (it == events.end()) {
+      if (events.size() >= kMaxClientEvents) {
+        return make_error(ErrorCode::kInvalidArgument, "release: more than 64 distinct CUDA events from one client");
+      }
+      EPK_TRY_ASSIGN(shm::CudaEvent ev, shm::CudaEvent::open_ipc(handle, device_));
+      it = events.emplace(handle, std::move(ev)).first;
+    }
+    EPK_TRY(shm::make_device_current(device_));
+    return stream_.wait(it->second.get());
+  }
+
+  void drop_client(ClientId client) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    client_events_.erase(client);
+  }
+
+ private:
+  static constexpr std::size_t kMaxClientEvents = 64;
+
+  struct HandleHash {
+    std::size_t operator()(const shm::IpcEventHandle& h) const {
+      std::uint64_t x = 1469598103934665603ull;
+      for (std::uint8_t b : h) x = (x ^ b) * 1099511628211ull;
+      return static_cast<std::size_t>(x);
+    }
+  };
+
+  Status plan_for(Resident& r, cuda::OutputFormat fmt) {
+    if (r.plans.count(fmt) != 0) return {};
+    cuda::DecodeJob job;
+    job.name = r.name;
+    job.stream = r.stream;
+    job.dev = {reinterpret_cast<const std::uint16_t*>(r.payload.ptr()),
+               reinterpret_cast<const std::uint32_t*>(r.offsets.ptr()),
+               reinterpret_cast<const std::uint32_t*>(r.states.ptr()), reinterpret_cast<const float*>(r.scales.ptr())};
+    job.row_begin = 0;
+    job.row_end = r.stream->rows;
+    job.format = fmt;
+    // Placeholders, patched per decode (decode_on_device): the pool's base is a valid, aligned device address.
+    job.out_dev = reinterpret_cast<void*>(pool_base_);
+    job.row_scales_dev = cuda::is_rowwise(fmt) ? reinterpret_cast<float*>(pool_base_) : nullptr;
+    EPK_TRY_ASSIGN(cuda::DecodePlan plan, cuda::DecodePlan::create(std::span<const cuda::DecodeJob>(&job, 1)));
+    EPK_TRY_ASSIGN(shm::DeviceBuffer scratch, shm::DeviceBuffer::alloc(plan.scratch_bytes(), device_));
+    EPK_TRY(cuda::upload(plan, reinterpret_cast<void*>(scratch.ptr()), plan.scratch_bytes(),
+                         static_cast<cuda::Stream>(stream_.get())));
+    r.plans.emplace(fmt, Resident::Plan{std::move(plan), std::move(scratch)});
+    return {};
+  }
+
+  Status decode_on_device(Resident& r, cuda::OutputFormat fmt, std::uint64_t dst, std::uint64_t bytes) {
+    if (r.plans.count(fmt) == 0) {
+      EPK_TRY(plan_for(r, fmt));
+      std::lock_guard<std::mutex> lock(mu_);
+      resident_bytes_ += r.plans.at(fmt).scratch.size();
+    }
+    Resident::Plan& p = r.plans.at(fmt);
+    // The slot's address (and its row scales' for rowwise formats) into the plan's one descriptor.
+    std::uint64_t scales_dst = 0;
+    if (cuda::is_rowwise(fmt)) {
+      const std::uint64_t rows = r.stream->rows, values = rows * r.stream->cols;
+      const std::uint64_t at = shm::rowwise_scales_offset(rows, r.stream->cols);
+      if (at + rows * 4 != bytes) return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': rowwise slot size");
+      scales_dst = dst + at;
+      // Padding between values and scales: no stale bytes of an earlier slot (as the CPU path).
+      if (at > values) EPK_TRY(shm::fill_device_async(dst + values, 0, at - values, stream_.get(), device_));
+    }
+    std::uint64_t patch[2] = {dst, scales_dst};
+    std::memcpy(patch_.data(), patch, sizeof(patch));  // the previous produce() synchronised: the buffer is free
+    const std::uint64_t desc = p.scratch.ptr() + p.plan.descs_offset();
+    EPK_TRY(shm::copy_to_device_async(desc + offsetof(cuda::detail::TensorDesc, out), patch_.data(), sizeof(patch),
+                                      stream_.get(), device_));
+    static_assert(offsetof(cuda::detail::TensorDesc, row_scales) ==
+                  offsetof(cuda::detail::TensorDesc, out) + sizeof(void*));
+    EPK_TRY(cuda::decode(p.plan, reinterpret_cast<void*>(p.scratch.ptr()), static_cast<cuda::Stream>(stream_.get())));
+    // The status comes back on the stream into pinned memory, so the one synchronisation in produce() covers both
+    // the decode and its status; check_status() reads it afterwards.
+    pending_plan_ = &p;
+    return shm::copy_from_device_async(status_.data(), p.scratch.ptr() + p.plan.status_offset(),
+                                       sizeof(cuda::DecodeStatus), stream_.get(), device_);
+  }
+
+  // After the stream has synchronised: a corrupt tile of the last device decode is an error naming it (read_status
+  // reads the per-tile faults again for the message).
+  Status check_status() {
+    Resident::Plan* p = pending_plan_;
+    pending_plan_ = nullptr;
+    if (p == nullptr) return {};
+    cuda::DecodeStatus st;
+    std::memcpy(&st, status_.data(), sizeof(st));
+    if (st.bad_tiles == 0) return {};
+    Status named = cuda::read_status(p->plan, reinterpret_cast<void*>(p->scratch.ptr()),
+                                     static_cast<cuda::Stream>(stream_.get()));
+    return named ? make_error(ErrorCode::kCorruptTile, "a corrupt tile (device decode)") : named;
+  }
+
+  Status produce_on_host(const ModelSource& src, std::size_t tensor, shm::Layout layout, std::uint64_t dst,
+                         std::uint64_t bytes) {
+    if (staging_.size() < bytes) {
+      staging_ = shm::PinnedBuffer();
+      EPK_TRY_ASSIGN(staging_, shm::PinnedBuffer::alloc(bytes, device_));
+    }
+    EPK_TRY(src.produce(tensor, layout, std::span<std::uint8_t>(staging_.data(), bytes)));
+    return shm::copy_to_device_async(dst, staging_.data(), bytes, stream_.get(), device_);
+  }
+
+  const int device_;
+  const std::uint64_t pool_base_;
+  shm::CudaStream stream_;
+  std::vector<shm::CudaEvent> ring_;
+  std::vector<shm::IpcEventHandle> handles_;
+  shm::PinnedBuffer patch_;    // 16 bytes: the descriptor patch's source (GPU thread only)
+  shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
+  shm::PinnedBuffer status_;   // the last device decode's DecodeStatus (GPU thread only)
+  Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
+  mutable std::mutex mu_;      // models_, resident_bytes_, client_events_
+  std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
+  std::uint64_t resident_bytes_ = 0;
+  std::unordered_map<ClientId, std::unordered_map<shm::IpcEventHandle, shm::CudaEvent, HandleHash>> client_events_;
+};
+
+}  // namespace
+
+bool gpu_device_present(int device) { return shm::cuda_device_available(device); }
+
+Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uint32_t ring_events) {
+  if (ring_events == 0 || ring_events > shm::kMaxEvents) {
+    return make_error(ErrorCode::kInvalidArgument, "GPU event ring length out of range");
+  }
+  EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device, budget_bytes));
+  EPK_TRY_ASSIGN(shm::CudaStream stream, shm::CudaStream::create(device));
+  std::vector<shm::CudaEvent> ring;
+  std::vector<shm::IpcEventHandle> handles;
+  for (std::uint32_t i = 0; i < ring_events; ++i) {
+    EPK_TRY_ASSIGN(shm::CudaEvent ev, shm::CudaEvent::create_interprocess(device));
+    // Recorded once on the empty stream, so that a wait before the first decode does not wait on nothing forever.
+    EPK_TRY(ev.record(stream.get()));
+    EPK_TRY_ASSIGN(shm::IpcEventHandle h, ev.ipc_handle());
+    ring.push_back(std::move(ev));
+    handles.push_back(h);
+  }
+  EPK_TRY_ASSIGN(shm::PinnedBuffer patch, shm::PinnedBuffer::alloc(16, device));
+  const std::uint64_t base = pool->device_ptr();
+  GpuSetup out;
+  out.backend = std::make_unique<CudaBackend>(device, base, std::move(stream), std::move(ring), std::move(handles),
+                                              std::move(patch));
+  out.pool = std::move(pool);
+  return out;
+}
+
+}  // namespace epk::daemon

@@ -1,0 +1,71 @@
+// epkd's GPU serving path (issue 6): one device pool on device 0, one CUDA stream, a ring of interprocess
+// "decode-done" events, and the resident compressed tier.
+//
+// - Resident tier: when a model is added, every lattice-rans tensor's stored buffers are checksummed
+//   (ModelSource::verify_stored) and copied into device memory (cuMemAlloc, outside the slot budget: see
+//   docs/NOTES.md), together with a codec/cuda DecodePlan for bf16 whose scratch (descriptors, lookup tables) is
+//   uploaded once. Plans for the other output formats are built and uploaded on a tensor's first decode in that
+//   format, then kept. An uncached acquire then costs a 16-byte descriptor patch (the slot's address) and one kernel.
+// - produce() runs on the GPU scheduler's single thread (a DecodeScheduler with one worker: acquire outranks
+//   prefetch, promote as on the CPU path). Lattice-rans tensors in dense and rowwise layouts decode on the device into
+//   the slot; everything else (raw tensors, layouts codec/cuda does not write) is produced by the CPU decoder into a
+//   pinned host buffer and copied to the slot on the stream. Either way the ring event slot_id % ring is recorded
+//   after the work and produce() waits for the stream before returning (the tile status must be read before a
+//   tensor is served), so the event a reply names has normally completed already; clients wait on it anyway.
+// - Release fences (kCudaEvent): client_fence() opens the client's event once per (client, handle) and makes the
+//   stream wait on it at once (cuStreamWaitEvent). Every later decode is stream-ordered after it, in particular the
+//   next decode into the released slot's bytes; this is conservative (decodes into other slots wait too) but never
+//   blocks a CPU thread. A client that dies: its pins go (Cache::drop_client) and its events are closed; waits
+//   already enqueued stay on the stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "codec/common/result.h"
+#include "daemon/cache.h"
+#include "daemon/model_source.h"
+#include "shm/pool.h"
+#include "shm/protocol.h"
+
+namespace epk::daemon {
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+
+  virtual int device() const = 0;
+  // The decode-done ring, sent once in the hello reply.
+  virtual const std::vector<shm::IpcEventHandle>& event_handles() const = 0;
+  // The ring index recorded after slot `slot_id`'s decode. Waiting on a later recording of the same event is
+  // conservative and correct: all work goes to one in-order stream, so a later recording completes after this one.
+  std::uint32_t event_for(std::uint64_t slot_id) const {
+    return static_cast<std::uint32_t>(slot_id % event_handles().size());
+  }
+
+  // Makes `src`'s lattice-rans tensors resident on the device (model `model_id`). Returns the bytes added.
+  virtual Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) = 0;
+  virtual std::uint64_t resident_bytes() const = 0;
+
+  // Fills [slot_offset, slot_offset + bytes) of the device pool with `tensor` of `model_id` in `layout` and records
+  // event_for(slot_id). Called from one thread (the GPU scheduler's). `*on_device` says whether the kernel ran.
+  virtual Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
+                         std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device) = 0;
+
+  // kCudaEvent release: the stream waits on the client's event before any later decode.
+  virtual Status client_fence(ClientId client, const shm::IpcEventHandle& event) = 0;
+  virtual void drop_client(ClientId client) = 0;
+};
+
+struct GpuSetup {
+  std::unique_ptr<shm::Pool> pool;  // a shm::DevicePool of the budget's size
+  std::unique_ptr<GpuBackend> backend;
+};
+
+// Whether this build has the GPU path and device `device` is usable (the driver loads, the device exists).
+bool gpu_device_present(int device);
+// The device pool (budget bytes) and the backend over it; kUnsupported in builds without CUDA.
+Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uint32_t ring_events = 64);
+
+}  // namespace epk::daemon

@@ -1,0 +1,12 @@
+// Builds without the CUDA toolkit: no GPU path; epkd serves host pools.
+#include "daemon/gpu_backend.h"
+
+namespace epk::daemon {
+
+bool gpu_device_present(int) { return false; }
+
+Result<GpuSetup> make_gpu_setup(int, std::uint64_t, std::uint32_t) {
+  return make_error(ErrorCode::kUnsupported, "this build of epkd has no CUDA");
+}
+
+}  // namespace epk::daemon

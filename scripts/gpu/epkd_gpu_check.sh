@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On the GPU machine: epkd's device path (issue 6). Runs the device integration test against the staged epkd and
+# test client, then the acquire bench (uncached 10240x3840 4 bpp acquire until its event, bare kernel, round trip,
+# cache-hit p50/p99 for 1 and 16 clients). BIN holds epkd, epk_test_client, epkd_gpu_test, gpu_acquire_bench and
+# lib/ (shared libraries the device image may lack). Exit status: the test's, or the bench's if the test passed.
+#   bash epkd_gpu_check.sh BIN [--no-bench]
+set -uo pipefail
+bin="$1"
+export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export EPK_EPKD="$bin/epkd" EPK_TEST_CLIENT="$bin/epk_test_client"
+export EPK_CLI="${EPK_CLI:-$bin/../cli/epk}"  # stage.sh puts the CLI there; the epk get/status test skips without it
+echo "== epkd device path: tests"
+timeout 240 "$bin/epkd_gpu_test" --gtest_brief=1 2>&1 | tail -60
+test_rc=${PIPESTATUS[0]}
+if [[ -x "$bin/shm_cuda_event_test" ]]; then
+  timeout 60 "$bin/shm_cuda_event_test" --gtest_brief=1 2>&1 | tail -10
+  [[ ${PIPESTATUS[0]} == 0 ]] || test_rc=1
+fi
+bench_rc=skipped
+if [[ "${2:-}" != "--no-bench" ]]; then
+  echo "== epkd device path: gpu_acquire_bench --rows 10240 --cols 3840 --bpp 4"
+  timeout 300 "$bin/gpu_acquire_bench" --epkd "$bin/epkd" --rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000 2>&1
+  bench_rc=$?
+fi
+echo "== epkd device path: test $test_rc, bench $bench_rc"
+[[ "$test_rc" == 0 ]] || exit 1
+[[ "$bench_rc" == 0 || "$bench_rc" == skipped ]] || exit 1

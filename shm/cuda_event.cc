@@ -1,0 +1,188 @@
+#include "shm/cuda_event.h"
+
+#include <cstring>
+
+#include "shm/cuda_driver.h"
+
+namespace epk::shm {
+
+using detail::driver;
+using detail::make_current;
+
+Status make_device_current(int device) { return make_current(device); }
+
+CudaEvent& CudaEvent::operator=(CudaEvent&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ev_ = o.ev_;
+    device_ = o.device_;
+    o.ev_ = nullptr;
+  }
+  return *this;
+}
+
+void CudaEvent::reset() {
+  if (ev_ != nullptr) driver().EventDestroy(static_cast<CUevent>(ev_));
+  ev_ = nullptr;
+}
+
+Result<CudaEvent> CudaEvent::create_interprocess(int device) {
+  EPK_TRY(make_current(device));
+  CUevent ev = nullptr;
+  EPK_CU(driver().EventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), device);
+  CudaEvent e;
+  e.ev_ = ev;
+  e.device_ = device;
+  return e;
+}
+
+Result<CudaEvent> CudaEvent::open_ipc(const IpcEventHandle& handle, int device) {
+  EPK_TRY(make_current(device));
+  CUipcEventHandle h;
+  static_assert(sizeof(h) == kIpcEventHandleBytes);
+  std::memcpy(&h, handle.data(), sizeof(h));
+  CUevent ev = nullptr;
+  EPK_CU(driver().IpcOpenEventHandle(&ev, h), device);
+  CudaEvent e;
+  e.ev_ = ev;
+  e.device_ = device;
+  return e;
+}
+
+Result<IpcEventHandle> CudaEvent::ipc_handle() const {
+  CUipcEventHandle h;
+  EPK_CU(driver().IpcGetEventHandle(&h, static_cast<CUevent>(ev_)), device_);
+  IpcEventHandle out;
+  std::memcpy(out.data(), &h, sizeof(h));
+  return out;
+}
+
+Status CudaEvent::record(void* stream) const {
+  EPK_CU(driver().EventRecord(static_cast<CUevent>(ev_), static_cast<CUstream>(stream)), device_);
+  return {};
+}
+
+bool CudaEvent::query() const {
+  return ev_ != nullptr && driver().EventQuery(static_cast<CUevent>(ev_)) == CUDA_SUCCESS;
+}
+
+Status CudaEvent::synchronize() const {
+  EPK_CU(driver().EventSynchronize(static_cast<CUevent>(ev_)), device_);
+  return {};
+}
+
+CudaStream& CudaStream::operator=(CudaStream&& o) noexcept {
+  if (this != &o) {
+    reset();
+    s_ = o.s_;
+    device_ = o.device_;
+    o.s_ = nullptr;
+  }
+  return *this;
+}
+
+void CudaStream::reset() {
+  if (s_ != nullptr) driver().StreamDestroy(static_cast<CUstream>(s_));
+  s_ = nullptr;
+}
+
+Result<CudaStream> CudaStream::create(int device) {
+  EPK_TRY(make_current(device));
+  CUstream s = nullptr;
+  EPK_CU(driver().StreamCreate(&s, CU_STREAM_NON_BLOCKING), device);
+  CudaStream out;
+  out.s_ = s;
+  out.device_ = device;
+  return out;
+}
+
+Status CudaStream::wait(void* event) const {
+  EPK_CU(driver().StreamWaitEvent(static_cast<CUstream>(s_), static_cast<CUevent>(event), 0), device_);
+  return {};
+}
+
+Status CudaStream::synchronize() const {
+  EPK_CU(driver().StreamSynchronize(static_cast<CUstream>(s_)), device_);
+  return {};
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ptr_ = o.ptr_;
+    size_ = o.size_;
+    device_ = o.device_;
+    o.ptr_ = 0;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (ptr_ != 0) driver().MemFree(ptr_);
+  ptr_ = 0;
+  size_ = 0;
+}
+
+Result<DeviceBuffer> DeviceBuffer::alloc(std::uint64_t bytes, int device) {
+  EPK_TRY(make_current(device));
+  CUdeviceptr p = 0;
+  EPK_CU(driver().MemAlloc(&p, bytes == 0 ? 16 : bytes), device);
+  DeviceBuffer b;
+  b.ptr_ = p;
+  b.size_ = bytes;
+  b.device_ = device;
+  return b;
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    p_ = o.p_;
+    size_ = o.size_;
+    o.p_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+void PinnedBuffer::reset() {
+  if (p_ != nullptr) driver().MemFreeHost(p_);
+  p_ = nullptr;
+  size_ = 0;
+}
+
+Result<PinnedBuffer> PinnedBuffer::alloc(std::uint64_t bytes, int device) {
+  EPK_TRY(make_current(device));
+  void* p = nullptr;
+  EPK_CU(driver().MemHostAlloc(&p, bytes == 0 ? 16 : bytes, 0), device);
+  PinnedBuffer b;
+  b.p_ = static_cast<std::uint8_t*>(p);
+  b.size_ = bytes;
+  return b;
+}
+
+Status copy_to_device_async(std::uint64_t dst, const void* src, std::uint64_t bytes, void* stream, int device) {
+  EPK_TRY(make_current(device));
+  EPK_CU(driver().MemcpyHtoDAsync(dst, src, bytes, static_cast<CUstream>(stream)), device);
+  return {};
+}
+
+Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes, void* stream, int device) {
+  EPK_TRY(make_current(device));
+  EPK_CU(driver().MemcpyDtoHAsync(dst, src, bytes, static_cast<CUstream>(stream)), device);
+  return {};
+}
+
+Status stream_wait_event(void* stream, void* event) {
+  EPK_CU(driver().StreamWaitEvent(static_cast<CUstream>(stream), static_cast<CUevent>(event), 0), -1);
+  return {};
+}
+
+Status fill_device_async(std::uint64_t dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device) {
+  EPK_TRY(make_current(device));
+  EPK_CU(driver().MemsetD8Async(dst, value, bytes, static_cast<CUstream>(stream)), device);
+  return {};
+}
+
+}  // namespace epk::shm

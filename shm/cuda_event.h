@@ -1,0 +1,116 @@
+// Move-only owners of the CUDA resources the GPU serving path uses besides pools: interprocess events (decode-done
+// and release fences), streams, plain device allocations and pinned host buffers. All calls go through the dlopen'ed
+// driver (shm/cuda_driver.h), so code using these loads and fails cleanly (kCuda) without a driver. Handles are
+// exposed as void* (a CUevent / CUstream, interchangeable with cudaEvent_t / cudaStream_t) so no CUDA header leaks.
+#pragma once
+
+#include <cstdint>
+
+#include "codec/common/result.h"
+#include "shm/protocol.h"
+
+namespace epk::shm {
+
+class CudaEvent {
+ public:
+  CudaEvent() = default;
+  CudaEvent(CudaEvent&& o) noexcept { *this = std::move(o); }
+  CudaEvent& operator=(CudaEvent&& o) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  ~CudaEvent() { reset(); }
+
+  // CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING on `device` (its primary context).
+  static Result<CudaEvent> create_interprocess(int device);
+  // Opens another process's event (cuIpcOpenEventHandle); destroyed like any event.
+  static Result<CudaEvent> open_ipc(const IpcEventHandle& handle, int device);
+
+  Result<IpcEventHandle> ipc_handle() const;
+  Status record(void* stream) const;
+  // Non-blocking: true once the last recorded work has completed (false on error too).
+  bool query() const;
+  Status synchronize() const;
+  void* get() const { return ev_; }
+  int device() const { return device_; }
+  explicit operator bool() const { return ev_ != nullptr; }
+
+ private:
+  void reset();
+  void* ev_ = nullptr;
+  int device_ = -1;
+};
+
+class CudaStream {
+ public:
+  CudaStream() = default;
+  CudaStream(CudaStream&& o) noexcept { *this = std::move(o); }
+  CudaStream& operator=(CudaStream&& o) noexcept;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  ~CudaStream() { reset(); }
+
+  // A non-blocking stream (no implicit sync with the legacy default stream) on `device`.
+  static Result<CudaStream> create(int device);
+  // Stream-ordered wait for `event`'s most recent recording (cuStreamWaitEvent); the CPU does not block.
+  Status wait(void* event) const;
+  Status synchronize() const;
+  void* get() const { return s_; }
+  int device() const { return device_; }
+
+ private:
+  void reset();
+  void* s_ = nullptr;
+  int device_ = -1;
+};
+
+// cuMemAlloc'ed device memory.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+
+  static Result<DeviceBuffer> alloc(std::uint64_t bytes, int device);
+  std::uint64_t ptr() const { return ptr_; }  // a CUdeviceptr
+  std::uint64_t size() const { return size_; }
+
+ private:
+  void reset();
+  std::uint64_t ptr_ = 0;
+  std::uint64_t size_ = 0;
+  int device_ = -1;
+};
+
+// Page-locked host memory (cuMemHostAlloc), the source of asynchronous host-to-device copies.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& o) noexcept { *this = std::move(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { reset(); }
+
+  static Result<PinnedBuffer> alloc(std::uint64_t bytes, int device);
+  std::uint8_t* data() const { return p_; }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  void reset();
+  std::uint8_t* p_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+// Stream-ordered copies and fills on `device` (its primary context made current on this thread).
+Status copy_to_device_async(std::uint64_t dst, const void* src, std::uint64_t bytes, void* stream, int device);
+Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes, void* stream, int device);
+Status fill_device_async(std::uint64_t dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device);
+// Makes `stream` (null: the legacy default stream of the current context) wait on `event` without blocking the CPU.
+Status stream_wait_event(void* stream, void* event);
+// Makes `device`'s primary context current on the calling thread (runtime-API code such as codec/cuda then uses it).
+Status make_device_current(int device);
+
+}  // namespace epk::shm

@@ -1,0 +1,311 @@
+// The real epkd on a CUDA device (no --cpu): device pools, the resident tier, decode-done events, kCudaEvent
+// release fences, real client processes. Every test skips without a usable device (CI); they compile everywhere.
+// Bytes are compared against the same file served by a --cpu epkd (the host path).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+// The build paths, unless EPK_EPKD / EPK_TEST_CLIENT say where the binaries are (the GPU machine runs a staged copy).
+namespace {
+inline const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != 0 ? v : fallback;
+}
+}  // namespace
+#define EPKD_PATH env_or("EPK_EPKD", EPKD_BUILD_PATH)
+#define TEST_CLIENT_PATH env_or("EPK_TEST_CLIENT", TEST_CLIENT_BUILD_PATH)
+#define EPK_CLI_PATH env_or("EPK_CLI", EPK_CLI_BUILD_PATH)
+
+#include "client/client.h"
+#include "client/epk.h"
+#include "codec/common/checksum.h"
+#include "shm/device_pool.h"
+#include "tests/daemon/epk_test_models.h"
+#include "tests/daemon/epkd_harness.h"
+
+namespace epk {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace epk::test_harness;  // NOLINT
+using namespace epk::test_models;   // NOLINT
+using client::Client;
+
+// epkd on the device path: the harness's flags without --cpu.
+class GpuEpkd {
+ public:
+  GpuEpkd(const std::string& model, const std::string& budget_mb) {
+    char tmpl[] = "/tmp/epkdgpu.XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    socket_ = dir_ + "/epkd.sock";
+    log_ = dir_ + "/epkd.log";
+    pid_ = spawn({EPKD_PATH, "--socket", socket_, "--budget-mb", budget_mb, "--read-timeout-ms", "300",
+                  "--check-invariants", "--io-threads", "3", "--log-level", "info", "--model", model},
+                 false, log_)
+               .pid;
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < deadline) {
+      if (Client::connect(socket_, 2000)) return;
+      int status;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~GpuEpkd() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      if (wait_exit(pid_, 5000) != 0) ADD_FAILURE() << "epkd did not exit 0 after SIGTERM";
+    }
+    if (::testing::Test::HasFailure()) {
+      std::ifstream in(log_);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::fprintf(stderr, "---- epkd (device) log ----\n%s------------------\n", text.c_str());
+    }
+    fs::remove_all(dir_);
+  }
+  bool running() const { return pid_ > 0; }
+  const std::string& socket() const { return socket_; }
+  Child client(std::vector<std::string> args, bool gated = false) {
+    args.insert(args.begin() + 1, socket_);
+    args.insert(args.begin(), TEST_CLIENT_PATH);
+    if (gated) args.push_back("gate");
+    return spawn(args, true, "", gated);
+  }
+
+ private:
+  std::string dir_, socket_, log_;
+  pid_t pid_ = -1;
+};
+
+class EpkdGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!shm::cuda_device_available(0)) GTEST_SKIP() << "no CUDA device (or driver): the device path is not tested";
+    dir_ = fs::temp_directory_path() / ("epkd_gpu_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "m.epk").string();
+    auto w = container::Writer::create(path_, {{"source", "epkd_gpu_test"}});
+    ASSERT_TRUE(w);
+    // Odd shapes; four 384 x 320 tensors (fp32: 480 KiB each) make pressure in a 2 MiB pool.
+    const std::vector<std::pair<std::uint32_t, std::uint32_t>> shapes = {{129, 67}, {384, 320}, {384, 320},
+                                                                         {384, 320}, {384, 320}};
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      auto [rows, cols] = shapes[i];
+      auto e = encode_f32(gaussian(rows, cols, 200 + i), rows, cols, 2.0 + 0.5 * static_cast<double>(i % 3));
+      ASSERT_TRUE(e) << e.error().to_string();
+      ASSERT_TRUE(write_lattice(*w, "w" + std::to_string(i), *e));
+    }
+    norm_ = {0.5f, 1.0f, -1.25f, 3.0e38f, -0.0f};
+    ASSERT_TRUE(write_raw(*w, "norm", DType::kF32, {5}, as_bytes(norm_)));
+    ASSERT_TRUE(w->finish());
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  static std::vector<std::uint8_t> host_bytes(Client& c, const client::Tensor& t) {
+    std::vector<std::uint8_t> out(t.bytes);
+    EXPECT_TRUE(c.copy_to_host(t, out.data()));
+    return out;
+  }
+
+  fs::path dir_;
+  std::string path_;
+  std::vector<float> norm_;
+};
+
+TEST_F(EpkdGpu, DevicePoolServesTheSameBytesAsTheHostPath) {
+  GpuEpkd gpu("m=" + path_, "16");
+  Epkd cpu({"--model", "m=" + path_}, "16");
+  ASSERT_TRUE(gpu.running());
+  ASSERT_TRUE(cpu.running());
+  auto g = Client::connect(gpu.socket());
+  auto h = Client::connect(cpu.socket());
+  ASSERT_TRUE(g) << g.error().to_string();
+  ASSERT_TRUE(h) << h.error().to_string();
+  ASSERT_EQ(g->pools().size(), 1u);
+  EXPECT_EQ(g->pools()[0].kind, shm::PoolKind::kDevice);
+  EXPECT_EQ(g->pools()[0].device, 0);
+  EXPECT_EQ(h->pools()[0].kind, shm::PoolKind::kHost);
+  auto st = g->stats();
+  ASSERT_TRUE(st);
+  EXPECT_GT(st->resident_bytes, 0u);  // the resident tier was built at open
+  using shm::Layout;
+  int compared = 0;
+  for (const std::string name : {"w0", "w1", "norm"}) {
+    for (Layout l : {Layout::kStored, Layout::kDenseBF16, Layout::kDenseF16, Layout::kDenseF32, Layout::kRowwiseI8,
+                     Layout::kRowwiseF8E4M3}) {
+      auto ht = h->acquire("m", name, l);
+      auto gt = g->acquire("m", name, l);
+      ASSERT_EQ(static_cast<bool>(ht), static_cast<bool>(gt)) << name << " " << shm::layout_name(l);
+      if (!ht) continue;  // not served on either path
+      EXPECT_TRUE(gt->on_device);
+      EXPECT_NE(gt->event, nullptr);
+      EXPECT_EQ(gt->dtype, ht->dtype);
+      EXPECT_EQ(gt->shape, ht->shape);
+      ASSERT_EQ(gt->bytes, ht->bytes);
+      EXPECT_TRUE(g->wait(*gt, nullptr));
+      auto got = host_bytes(*g, *gt);
+      EXPECT_EQ(std::memcmp(got.data(), ht->data, ht->bytes), 0) << name << " " << shm::layout_name(l);
+      ++compared;
+      EXPECT_TRUE(h->release(ht->handle));
+      EXPECT_TRUE(g->release_after(gt->handle, nullptr));
+    }
+  }
+  EXPECT_GE(compared, 12);
+}
+
+TEST_F(EpkdGpu, CApiExposesTheEventAndCopiesBack) {
+  GpuEpkd gpu("m=" + path_, "16");
+  ASSERT_TRUE(gpu.running());
+  epk_client* c = nullptr;
+  ASSERT_EQ(epk_connect(gpu.socket().c_str(), &c), EPK_OK) << epk_last_error();
+  epk_tensor t;
+  ASSERT_EQ(epk_acquire(c, "m", "norm", "stored", &t), EPK_OK) << epk_last_error();
+  EXPECT_EQ(t.on_device, 1u);
+  EXPECT_EQ(t.device, 0);
+  EXPECT_NE(t.event, nullptr);
+  EXPECT_EQ(epk_wait(c, &t, nullptr), EPK_OK) << epk_last_error();
+  std::vector<float> back(5);
+  ASSERT_EQ(t.bytes, back.size() * 4);
+  ASSERT_EQ(epk_copy_to_host(c, &t, back.data()), EPK_OK) << epk_last_error();
+  EXPECT_EQ(std::memcmp(back.data(), norm_.data(), t.bytes), 0);
+  EXPECT_EQ(epk_release_after(c, t.handle, nullptr), EPK_OK) << epk_last_error();
+  epk_disconnect(c);
+}
+
+TEST_F(EpkdGpu, RacingClientsDecodeOnce) {
+  GpuEpkd gpu("m=" + path_, "16");
+  ASSERT_TRUE(gpu.running());
+  std::vector<Child> kids;
+  for (int i = 0; i < 8; ++i) kids.push_back(gpu.client({"devhash", "m", "w2", "dense:fp32", "50"}, true));
+  for (auto& k : kids) ASSERT_EQ(read_line(k.out, 10000), "connected");
+  for (auto& k : kids) ASSERT_EQ(::write(k.in, "x", 1), 1);
+  std::set<std::string> hashes;
+  for (auto& k : kids) {
+    std::string line = read_line(k.out, 20000);
+    ASSERT_EQ(line.rfind("hash ", 0), 0u) << line;
+    hashes.insert(line.substr(5, 16));
+  }
+  for (auto& k : kids) EXPECT_EQ(wait_exit(k.pid, 20000), 0);
+  EXPECT_EQ(hashes.size(), 1u);
+  auto c = Client::connect(gpu.socket());
+  ASSERT_TRUE(c);
+  auto s = c->stats();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->decodes, 1u);
+  EXPECT_EQ(s->pins, 0u);
+}
+
+TEST_F(EpkdGpu, EvictionUnderPressureWithCudaEventFences) {
+  Epkd cpu({"--model", "m=" + path_}, "16");
+  GpuEpkd gpu("m=" + path_, "2");  // one 2 MiB pool: four 480 KiB fp32 slots at most
+  ASSERT_TRUE(gpu.running());
+  ASSERT_TRUE(cpu.running());
+  auto g = Client::connect(gpu.socket());
+  auto h = Client::connect(cpu.socket());
+  ASSERT_TRUE(g && h);
+  std::vector<std::uint64_t> want;
+  for (int i = 1; i <= 4; ++i) {
+    auto t = h->acquire("m", "w" + std::to_string(i), shm::Layout::kDenseF32);
+    ASSERT_TRUE(t);
+    want.push_back(xxh3_64({static_cast<const std::uint8_t*>(t->data), t->bytes}));
+    ASSERT_TRUE(h->release(t->handle));
+  }
+  // Rounds over four tensors and two layouts in a pool that holds about four: every acquire past the first few
+  // evicts a slot whose last user released it with a CUDA event fence.
+  for (int round = 0; round < 6; ++round) {
+    for (int i = 1; i <= 4; ++i) {
+      for (shm::Layout l : {shm::Layout::kDenseF32, shm::Layout::kDenseBF16}) {
+        auto t = g->acquire("m", "w" + std::to_string(i), l);
+        ASSERT_TRUE(t) << t.error().to_string();
+        ASSERT_TRUE(g->wait(*t, nullptr));
+        if (l == shm::Layout::kDenseF32) {
+          auto got = host_bytes(*g, *t);
+          EXPECT_EQ(xxh3_64(got), want[i - 1]) << "round " << round << " w" << i;
+        }
+        ASSERT_TRUE(g->release_after(t->handle, nullptr));
+      }
+    }
+  }
+  auto s = g->stats();
+  ASSERT_TRUE(s);
+  EXPECT_GT(s->evictions, 8u);
+  EXPECT_LE(s->used_bytes, s->budget_bytes);
+  EXPECT_EQ(s->pins, 0u);
+}
+
+TEST_F(EpkdGpu, SigkilledClientLosesItsPins) {
+  GpuEpkd gpu("m=" + path_, "16");
+  ASSERT_TRUE(gpu.running());
+  Child k = gpu.client({"devhash", "m", "w1", "dense:bf16", "-1"});
+  std::string line = read_line(k.out, 20000);
+  ASSERT_EQ(line.rfind("hash ", 0), 0u) << line;
+  auto c = Client::connect(gpu.socket());
+  ASSERT_TRUE(c);
+  auto s = c->stats();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->pins, 1u);
+  ::kill(k.pid, SIGKILL);
+  EXPECT_EQ(wait_exit(k.pid, 5000), 128 + SIGKILL);
+  auto deadline = Clock::now() + std::chrono::seconds(1);
+  std::uint64_t pins = 1;
+  while (Clock::now() < deadline && pins != 0) {
+    auto st = c->stats();
+    ASSERT_TRUE(st);
+    pins = st->pins;
+    if (pins != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(pins, 0u);
+  // The daemon still serves: the same tensor again, from the cache.
+  auto t = c->acquire("m", "w1", shm::Layout::kDenseBF16);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_TRUE(c->release_after(t->handle, nullptr));
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// `epk get` copies device slots to host before writing: the same file as from the host path. `epk status` names the
+// pool kind and device.
+TEST_F(EpkdGpu, EpkGetAndStatusOnTheDevicePath) {
+  if (!fs::exists(EPK_CLI_PATH)) GTEST_SKIP() << "no epk CLI at " << EPK_CLI_PATH;
+  GpuEpkd gpu("m=" + path_, "16");
+  Epkd cpu({"--model", "m=" + path_}, "16");
+  ASSERT_TRUE(gpu.running() && cpu.running());
+  for (const std::string layout : {"stored", "dense:bf16", "rowwise:int8"}) {
+    const std::string a = (dir_ / "gpu.safetensors").string(), b = (dir_ / "cpu.safetensors").string();
+    const std::vector<std::string> names = layout == "stored" ? std::vector<std::string>{"w0", "w3", "norm"}
+                                                              : std::vector<std::string>{"w0", "w3"};
+    for (auto [sock, out] : {std::pair{gpu.socket(), a}, std::pair{cpu.socket(), b}}) {
+      std::vector<std::string> args = {EPK_CLI_PATH, "get", "--socket", sock, "m"};
+      args.insert(args.end(), names.begin(), names.end());
+      args.insert(args.end(), {"-o", out, "--layout", layout});
+      Child k = spawn(args, false);
+      ASSERT_EQ(wait_exit(k.pid, 30000), 0) << layout;
+    }
+    const std::string ga = slurp(a), cb = slurp(b);
+    EXPECT_GT(ga.size(), 1000u);
+    EXPECT_TRUE(ga == cb) << layout << ": epk get from the device pool differs from the host path";
+  }
+  Child st = spawn({EPK_CLI_PATH, "status", "--socket", gpu.socket()}, true);
+  std::string all, line;
+  while (!(line = read_line(st.out, 10000)).empty()) all += line + "\n";
+  EXPECT_EQ(wait_exit(st.pid, 10000), 0);
+  EXPECT_NE(all.find("device, device 0"), std::string::npos) << all;
+  EXPECT_NE(all.find("resident compressed tier"), std::string::npos) << all;
+}
+
+}  // namespace
+}  // namespace epk
