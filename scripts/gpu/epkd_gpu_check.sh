@@ -21,6 +21,19 @@ if [[ "${2:-}" != "--no-bench" ]]; then
   echo "== epkd device path: gpu_acquire_bench --rows 10240 --cols 3840 --bpp 4"
   timeout 300 "$bin/gpu_acquire_bench" --epkd "$bin/epkd" --rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000 2>&1
   bench_rc=$?
+  # The same bench under CUDA MPS (DESIGN.md "Where decode runs": without it the GPU time-slices between epkd's and
+  # the client's contexts). Needs root; MPS is stopped again afterwards whatever happens.
+  if [[ $(id -u) == 0 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
+    echo "== epkd device path under MPS: gpu_acquire_bench --rows 10240 --cols 3840 --bpp 4"
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/epk_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/epk_mps_log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d; then
+      timeout 300 "$bin/gpu_acquire_bench" --epkd "$bin/epkd" --rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000 2>&1
+      echo quit | nvidia-cuda-mps-control
+      sleep 1
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
 fi
 echo "== epkd device path: test $test_rc, bench $bench_rc"
 [[ "$test_rc" == 0 ]] || exit 1
