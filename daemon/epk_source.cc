@@ -52,6 +52,9 @@ class EpkSource final : public ModelSource {
   Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const override {
     if (tensor >= tensors_.size()) return make_error(ErrorCode::kNotFound, origin_ + ": tensor index out of range");
     const container::TensorEntry& e = reader_.tensors()[tensor];
+    if (!Shape::fits(e.shape.size())) {  // the container allows rank 8 = kMaxDims: a guard, not a case
+      return make_error(ErrorCode::kUnsupported, origin_ + ": tensor '" + e.name + "': rank exceeds the protocol's");
+    }
     if (shm::is_rowwise(layout) && decode::can_decode_rowwise(e)) {
       // Values then per-row scales in one slot (shm/layout.h); the reader bounded rows * cols by the file.
       ServedTensor out;
