@@ -44,6 +44,14 @@ Result<std::vector<ModelSpec>> read_model_array(const toml::table& t, const char
 
 }  // namespace
 
+const char* serving_mode_name(ServingMode m) {
+  switch (m) {
+    case ServingMode::kAuto: return "auto";
+    case ServingMode::kHost: return "host";
+  }
+  return "unknown";
+}
+
 Result<ModelSpec> parse_name_value(const std::string& arg, const char* flag) {
   auto eq = arg.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
@@ -88,7 +96,7 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   if (const toml::node* n = t.get("cpu")) {
     auto v = n->value<bool>();
     if (!v) return make_error(ErrorCode::kBadInput, path + ": 'cpu' must be true or false");
-    cfg->cpu = *v;
+    cfg->serving = *v ? ServingMode::kHost : ServingMode::kAuto;
   }
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
   EPK_TRY_ASSIGN(auto models, read_model_array(t, "model", "path", path));
@@ -121,7 +129,10 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
-  app.add_flag("--cpu", cpu, "host memfd pools and the CPU decoder (this build has no other path yet: device pools are not wired in)");
+  app.add_flag("--cpu", cpu,
+               "serve from host memfd pools with the CPU decoder even where a GPU exists (config: cpu = true). "
+               "Without it epkd uses the GPU where there is one; this build has no device path yet, so it serves "
+               "from host memory either way");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -142,7 +153,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (read_timeout_ms > 0) cfg.read_timeout_ms = read_timeout_ms;
   if (synthetic_delay_us != 0) cfg.synthetic_delay_us = synthetic_delay_us;
   if (!log_level.empty()) cfg.log_level = log_level;
-  if (cpu) cfg.cpu = true;
+  if (cpu) cfg.serving = ServingMode::kHost;
   if (check_invariants) cfg.check_invariants = true;
   std::vector<ModelSpec> parsed;
   for (const std::string& m : models) {

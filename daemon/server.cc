@@ -776,7 +776,11 @@ int run_daemon(const DaemonConfig& cfg) {
   if (auto lvl = spdlog::level::from_str(cfg.log_level); lvl != spdlog::level::off || cfg.log_level == "off") {
     spdlog::set_level(lvl);
   }
-  if (!cfg.cpu) spdlog::warn("device pools are not in this build: serving from host memory with the CPU decoder");
+  if (cfg.serving == ServingMode::kHost) {
+    spdlog::info("serving mode host (--cpu): host memory pools and the CPU decoder");
+  } else {
+    spdlog::warn("serving mode auto: device pools are not in this build: serving from host memory with the CPU decoder");
+  }
   auto pool = shm::HostPool::create("epkd-pool0", cfg.budget_bytes);
   if (!pool) {
     spdlog::critical("{}", pool.error().to_string());
