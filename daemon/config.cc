@@ -98,6 +98,11 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
     if (!v) return make_error(ErrorCode::kBadInput, path + ": 'cpu' must be true or false");
     cfg->serving = *v ? ServingMode::kHost : ServingMode::kAuto;
   }
+  if (const toml::node* n = t.get("resident_compressed")) {
+    auto v = n->value<bool>();
+    if (!v) return make_error(ErrorCode::kBadInput, path + ": 'resident_compressed' must be true or false");
+    cfg->resident_compressed = *v;
+  }
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
   EPK_TRY_ASSIGN(auto models, read_model_array(t, "model", "path", path));
   EPK_TRY_ASSIGN(auto synthetic, read_model_array(t, "synthetic", "spec", path));
@@ -127,6 +132,10 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  bool resident = false;
+  app.add_flag("--resident-compressed", resident,
+               "read every model's tensor sections into memory at open (io_uring), checksum them there and decode "
+               "from memory; the file is then not read again (config: resident_compressed = true)");
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
   app.add_flag("--cpu", cpu,
@@ -154,6 +163,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (synthetic_delay_us != 0) cfg.synthetic_delay_us = synthetic_delay_us;
   if (!log_level.empty()) cfg.log_level = log_level;
   if (cpu) cfg.serving = ServingMode::kHost;
+  if (resident) cfg.resident_compressed = true;
   if (check_invariants) cfg.check_invariants = true;
   std::vector<ModelSpec> parsed;
   for (const std::string& m : models) {

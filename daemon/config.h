@@ -1,7 +1,7 @@
 // epkd's settings: from a TOML file (--config) and from flags, flags overriding the file.
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
-// io_threads = N, cpu = true|false (ServingMode), read_timeout_ms = N, synthetic_delay_us = N, log_level = "info",
+// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, read_timeout_ms = N, synthetic_delay_us = N, log_level = "info",
 // [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
 #pragma once
 
@@ -34,6 +34,9 @@ struct DaemonConfig {
   unsigned threads = 0;        // CPU decode threads; 0: one per core
   unsigned io_threads = 0;     // socket threads, sessions spread over them; 0: a quarter of the cores, 1 to 4
   ServingMode serving = ServingMode::kAuto;
+  // Read every model's tensor sections into epkd's memory at open (io_uring), checksum them there and decode from
+  // memory (daemon/resident_model.h); off: decode from the file's map.
+  bool resident_compressed = false;
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
   std::uint32_t synthetic_delay_us = 0;
   std::string log_level = "info";

@@ -27,9 +27,13 @@ std::optional<DType> layout_dtype(shm::Layout layout, DType source) {
 
 class EpkSource final : public ModelSource {
  public:
-  static Result<std::unique_ptr<EpkSource>> open(const std::string& path) {
+  static Result<std::unique_ptr<EpkSource>> open(const std::string& path, const EpkSourceOptions& options) {
     std::unique_ptr<EpkSource> s(new EpkSource());
     EPK_TRY_ASSIGN(s->reader_, container::Reader::open(path));
+    if (options.resident) {  // from here on every read is from memory; the map goes with the file's reader
+      EPK_TRY_ASSIGN(s->resident_, ResidentModel::load(s->reader_, options.resident_options));
+      s->reader_ = s->resident_->take_reader();
+    }
     s->origin_ = path;
     for (const container::TensorEntry& e : s->reader_.tensors()) {
       TensorMeta m;
@@ -106,14 +110,15 @@ class EpkSource final : public ModelSource {
   EpkSource() = default;
 
   std::string origin_;
+  std::unique_ptr<ResidentModel> resident_;  // the memory reader_ reads from when resident (declared first: outlives it)
   container::Reader reader_;
   std::vector<TensorMeta> tensors_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<ModelSource>> open_epk_source(const std::string& path) {
-  EPK_TRY_ASSIGN(std::unique_ptr<EpkSource> s, EpkSource::open(path));
+Result<std::unique_ptr<ModelSource>> open_epk_source(const std::string& path, const EpkSourceOptions& options) {
+  EPK_TRY_ASSIGN(std::unique_ptr<EpkSource> s, EpkSource::open(path, options));
   return std::unique_ptr<ModelSource>(std::move(s));
 }
 

@@ -190,10 +190,15 @@ class Service {
     std::size_t opened = 0;
     for (const ModelSpec& m : cfg.models) {
       if (registry_.find(m.name)) continue;
-      auto src = open_epk_source(m.path);
+      auto t0 = Clock::now();
+      auto src = open_epk_source(m.path, {cfg.resident_compressed, {}});
       if (!src) {
         spdlog::error("model '{}' refused: {}", m.name, src.error().to_string());
         continue;
+      }
+      if (cfg.resident_compressed) {
+        spdlog::info("model '{}': resident in memory, read and checksummed in {:.1f} ms", m.name,
+                     std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
       opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)));
     }

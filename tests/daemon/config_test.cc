@@ -59,6 +59,23 @@ TEST(Config, ServingModeIsAutoUnlessCpuIsAsked) {
   EXPECT_STREQ(serving_mode_name(ServingMode::kAuto), "auto");
 }
 
+TEST(Config, ResidentCompressedFromFileOrFlag) {
+  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE((*c)->resident_compressed);
+  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--resident-compressed"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_TRUE((*c)->resident_compressed);
+  std::string on = write_temp("epkd_cfg_res", "socket = \"/tmp/s\"\nbudget_mb = 8\nresident_compressed = true\n");
+  c = parse({"--config", on});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_TRUE((*c)->resident_compressed);
+  std::string bad = write_temp("epkd_cfg_resbad", "socket = \"/tmp/s\"\nbudget_mb = 8\nresident_compressed = 1\n");
+  c = parse({"--config", bad});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("'resident_compressed' must be true or false"), std::string::npos);
+}
+
 TEST(Config, FileThenFlagsOverride) {
   std::string path = write_temp("epkd_cfg", R"(
 socket = "/run/epkd.sock"
