@@ -93,15 +93,16 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   EPK_TRY(get_int("read_timeout_ms", 1, 3600000, [&](std::int64_t v) { cfg->read_timeout_ms = static_cast<int>(v); }));
   EPK_TRY(get_int("synthetic_delay_us", 0, 60000000,
                   [&](std::int64_t v) { cfg->synthetic_delay_us = static_cast<std::uint32_t>(v); }));
+  // Booleans strictly (as_boolean): value<bool>() would take an integer 1 or 0 as well.
   if (const toml::node* n = t.get("cpu")) {
-    auto v = n->value<bool>();
-    if (!v) return make_error(ErrorCode::kBadInput, path + ": 'cpu' must be true or false");
-    cfg->serving = *v ? ServingMode::kHost : ServingMode::kAuto;
+    const toml::value<bool>* v = n->as_boolean();
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'cpu' must be true or false");
+    cfg->serving = v->get() ? ServingMode::kHost : ServingMode::kAuto;
   }
   if (const toml::node* n = t.get("resident_compressed")) {
-    auto v = n->value<bool>();
-    if (!v) return make_error(ErrorCode::kBadInput, path + ": 'resident_compressed' must be true or false");
-    cfg->resident_compressed = *v;
+    const toml::value<bool>* v = n->as_boolean();
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'resident_compressed' must be true or false");
+    cfg->resident_compressed = v->get();
   }
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
   EPK_TRY_ASSIGN(auto models, read_model_array(t, "model", "path", path));
