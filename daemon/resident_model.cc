@@ -30,7 +30,9 @@ Result<std::unique_ptr<ResidentModel>> ResidentModel::load(const container::Read
     m->stats_.bytes += e.section_size;
     ++m->stats_.sections;
   }
+  auto t0 = Clock::now();
   EPK_TRY_ASSIGN(m->arena_, PinnedArena::create(cursor, options.lock));
+  m->stats_.arena_ms = ms_since(t0);
   m->stats_.arena_bytes = m->arena_.size();
   m->stats_.locked = m->arena_.locked();
 
@@ -39,19 +41,24 @@ Result<std::unique_ptr<ResidentModel>> ResidentModel::load(const container::Read
     if (entries[i].section_size == 0) continue;
     ranges.push_back({entries[i].section_offset, entries[i].section_size, m->arena_.data() + at[i]});
   }
-  auto t0 = Clock::now();
   bool done = false;
   if (options.method == ResidentRead::kIoUring) {
     auto reader = SectionReader::create(options.reader);
     if (reader) {
       // Fixed buffers are an optimisation: without them (RLIMIT_MEMLOCK) the reads still go through the ring.
-      m->stats_.registered = static_cast<bool>(reader->register_memory(m->arena_.span()));
+      t0 = Clock::now();
+      if (options.register_buffers) m->stats_.registered = static_cast<bool>(reader->register_memory(m->arena_.span()));
+      m->stats_.register_ms = ms_since(t0);
+      t0 = Clock::now();
       EPK_TRY_ASSIGN(m->stats_.reads, reader->read(file.path(), ranges));
       m->stats_.io_uring = true;
       done = true;
     }
   }
-  if (!done) EPK_TRY(pread_ranges(file.path(), ranges));
+  if (!done) {
+    t0 = Clock::now();
+    EPK_TRY(pread_ranges(file.path(), ranges));
+  }
   m->stats_.read_ms = ms_since(t0);
 
   for (std::size_t i = 0; i < entries.size(); ++i) {

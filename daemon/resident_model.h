@@ -28,6 +28,7 @@ struct ResidentOptions {
   ResidentRead method = ResidentRead::kIoUring;
   SectionReaderOptions reader;
   bool lock = true;              // mlock the arena (best effort)
+  bool register_buffers = true;  // io_uring fixed buffers over the arena
   bool verify_checksums = true;  // XXH3 of every buffer against the index, in memory, before the model is served
 };
 
@@ -38,6 +39,8 @@ struct ResidentLoadStats {
   bool io_uring = false;  // read through io_uring (else pread)
   bool registered = false;
   bool locked = false;
+  double arena_ms = 0;     // mapping, populating and locking the arena
+  double register_ms = 0;  // io_uring_register_buffers (pins the arena's pages)
   double read_ms = 0;
   double checksum_ms = 0;
   ReadStats reads;  // io_uring only
