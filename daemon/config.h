@@ -1,7 +1,8 @@
 // epkd's settings: from a TOML file (--config) and from flags, flags overriding the file.
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
-// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, read_timeout_ms = N, synthetic_delay_us = N, log_level = "info",
+// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, read_timeout_ms = N,
+// synthetic_delay_us = N, log_level = "info",
 // [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
 #pragma once
 

@@ -110,7 +110,8 @@ class EpkSource final : public ModelSource {
   EpkSource() = default;
 
   std::string origin_;
-  std::unique_ptr<ResidentModel> resident_;  // the memory reader_ reads from when resident (declared first: outlives it)
+  // The memory reader_ reads from when resident (declared first: it outlives reader_).
+  std::unique_ptr<ResidentModel> resident_;
   container::Reader reader_;
   std::vector<TensorMeta> tensors_;
 };

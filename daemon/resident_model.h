@@ -50,7 +50,8 @@ class ResidentModel {
  public:
   // Reads every section of `file` (a reader opened on the .epk) into memory and checksums it. Errors name the file
   // (and the range, tensor or buffer): a truncated file, an OS error, a checksum that does not match.
-  static Result<std::unique_ptr<ResidentModel>> load(const container::Reader& file, const ResidentOptions& options = {});
+  static Result<std::unique_ptr<ResidentModel>> load(const container::Reader& file,
+                                                     const ResidentOptions& options = {});
 
   // The model over the memory copy: same tensors, same order, same names as `file`. Valid while this lives.
   const container::Reader& reader() const { return reader_; }

@@ -784,7 +784,8 @@ int run_daemon(const DaemonConfig& cfg) {
   if (cfg.serving == ServingMode::kHost) {
     spdlog::info("serving mode host (--cpu): host memory pools and the CPU decoder");
   } else {
-    spdlog::warn("serving mode auto: device pools are not in this build: serving from host memory with the CPU decoder");
+    spdlog::warn(
+        "serving mode auto: device pools are not in this build: serving from host memory with the CPU decoder");
   }
   auto pool = shm::HostPool::create("epkd-pool0", cfg.budget_bytes);
   if (!pool) {

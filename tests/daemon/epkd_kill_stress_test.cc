@@ -26,7 +26,9 @@ constexpr int kTensors = 6;
 
 std::size_t open_fds(pid_t pid) {
   std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) ++n;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    ++n;
+  }
   return n;
 }
 
@@ -111,7 +113,9 @@ Snapshot settle(Client& observer, pid_t daemon) {
 
 TEST(EpkdKillStress, AThousandKilledClientsLeakNothing) {
   std::string spec;
-  for (int t = 0; t < kTensors; ++t) spec += (t ? ",t" : "t") + std::to_string(t) + ":" + std::to_string(64 + t) + "x96";
+  for (int t = 0; t < kTensors; ++t) {
+    spec += (t ? ",t" : "t") + std::to_string(t) + ":" + std::to_string(64 + t) + "x96";
+  }
   // One malloc arena in the daemon: with one per thread, where a session's memory lands (and stays cached) varies
   // from run to run by megabytes, which would hide a leak of a KiB per client.
   ::setenv("MALLOC_ARENA_MAX", "1", 1);
@@ -142,8 +146,8 @@ TEST(EpkdKillStress, AThousandKilledClientsLeakNothing) {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const Snapshot after = settle(*observer, d.pid());
-  std::printf("%d clients killed in %.2f s; daemon fds %zu -> %zu, anonymous RSS %llu -> %llu KiB, slots %llu -> %llu\n", kKills,
-              seconds, before.fds, after.fds, static_cast<unsigned long long>(before.rss_kib),
+  std::printf("%d clients killed in %.2f s; daemon fds %zu -> %zu, anon RSS %llu -> %llu KiB, slots %llu -> %llu\n",
+              kKills, seconds, before.fds, after.fds, static_cast<unsigned long long>(before.rss_kib),
               static_cast<unsigned long long>(after.rss_kib), static_cast<unsigned long long>(before.stats.slots),
               static_cast<unsigned long long>(after.stats.slots));
   EXPECT_EQ(after.stats.pins, 0u);
@@ -155,9 +159,9 @@ TEST(EpkdKillStress, AThousandKilledClientsLeakNothing) {
   EXPECT_EQ(after.stats.decodes, before.stats.decodes);  // every pin was a hit on a cached slot
   EXPECT_EQ(after.fds, before.fds);
   // Not exact: freed session memory stays in malloc's free lists, fragmented (every Session was seen destroyed when
-  // counted by hand). Measured here after the warm-up: anonymous RSS +1.3 to +4.6 MiB per 1000 kills in some runs,
-  // +0.1 MiB in others, levelling off over 6000 kills. The bound catches a leaked session (64 KiB of read buffer
-  // each: 64 MiB per 1000) or a leak of 8 KiB or more per client, not a smaller one.
+  // counted by hand). Measured here after the warm-up: anonymous RSS +1.1 to +4.6 MiB per 1000 kills, levelling off
+  // over 6000 kills. The bound catches a leaked session (64 KiB of read buffer each: 64 MiB per 1000) or a leak of
+  // 8 KiB or more per client, not a smaller one.
   EXPECT_LE(after.rss_kib, before.rss_kib + 8192);
   observer = make_error(ErrorCode::kIo, "closed");
   EXPECT_EQ(d.terminate(), 0);
