@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace epk::daemon {
@@ -118,6 +119,35 @@ TEST_F(SectionReaderTest, ManyRequestsInFlightAndUnregisteredMemory) {
   expect_file_bytes(ranges);
   EXPECT_EQ(st->fixed_requests, 0u);
   EXPECT_GT(st->requests, 1000u);
+}
+
+TEST_F(SectionReaderTest, ReadersOnSeveralThreadsAtOnce) {
+  // One ring per thread (a SectionReader is not shared), all reading the same file into their own arenas.
+  constexpr int kThreads = 4;
+  std::vector<Layout> layouts;
+  std::vector<PinnedArena> arenas;
+  for (int i = 0; i < kThreads; ++i) {
+    layouts.push_back(odd_layout(kFileSize, 150, 10 + i));
+    auto a = PinnedArena::create(layouts.back().bytes);
+    ASSERT_TRUE(a);
+    arenas.push_back(std::move(*a));
+  }
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      auto reader = SectionReader::create({.queue_depth = 16, .chunk_bytes = 128 << 10});
+      if (!reader) return void(errors[i] = reader.error().to_string());
+      if (i % 2 == 0 && !reader->register_memory(arenas[i].span())) errors[i] = "register failed";
+      auto st = reader->read(path_, place(layouts[i], arenas[i].data()));
+      if (!st) errors[i] = st.error().to_string();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_EQ(errors[i], "") << "thread " << i;
+    expect_file_bytes(place(layouts[i], arenas[i].data()));
+  }
 }
 
 TEST_F(SectionReaderTest, ShortReadsAreResubmittedForTheRest) {
