@@ -6,12 +6,15 @@
 //     against a running one. `--io-threads N` is passed to the epkd it starts. Each client process connects, acquires
 //     once (a miss that fills the cache), then times `iters` acquire+release pairs of the same tensor after all clients
 //     are ready.
+//   Unattended runs: `--timeout-s N` kills every process it started and exits 124 after N seconds; the last line is
+//   one summary (`summary: ... c1 p50 .. p99 .. | c16 ... | load a b c`) with the load average before and after.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +30,55 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 bool g_nowait = false;  // release without waiting for the daemon's answer
+
+// Every process this bench started, for the --timeout-s watchdog (a signal handler may only read a plain array).
+constexpr int kMaxChildren = 1024;
+volatile pid_t g_children[kMaxChildren];
+volatile int g_child_count = 0;
+char g_cleanup_dir[256];  // the clients' result directory and the daemon's socket, removed on timeout
+char g_cleanup_socket[256];
+
+void remember_child(pid_t pid) {
+  if (g_child_count < kMaxChildren) g_children[g_child_count++] = pid;
+}
+
+void on_timeout(int) {
+  for (int i = 0; i < g_child_count; ++i) {
+    if (g_children[i] > 0) ::kill(g_children[i], SIGKILL);
+  }
+  if (g_cleanup_socket[0] != 0) ::unlink(g_cleanup_socket);
+  // The result files are few and small; the directory goes once they are removed by name (0 .. kMaxChildren).
+  if (g_cleanup_dir[0] != 0) {
+    char path[300];
+    for (int i = 0; i < g_child_count; ++i) {
+      int n = 0;
+      for (const char* p = g_cleanup_dir; *p != 0 && n < 280; ++p) path[n++] = *p;
+      path[n++] = '/';
+      char digits[12];
+      int d = 0;
+      for (int v = i; d == 0 || v > 0; v /= 10) digits[d++] = static_cast<char>('0' + v % 10);
+      while (d > 0) path[n++] = digits[--d];
+      path[n] = 0;
+      ::unlink(path);
+    }
+    ::rmdir(g_cleanup_dir);
+  }
+  const char msg[] = "epk_bench_rtt: --timeout-s reached; killed every process it started\n";
+  (void)!::write(2, msg, sizeof(msg) - 1);
+  ::_exit(124);
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+struct RoundResult {
+  int clients = 0;
+  double p50_us = 0, p99_us = 0;
+};
 
 int run_client(const std::string& socket, const std::string& model, const std::string& tensor, epk::shm::Layout layout,
                long iters, int ready_fd, int go_fd, const std::string& out_path) {
@@ -58,17 +110,19 @@ int run_client(const std::string& socket, const std::string& model, const std::s
 }
 
 bool run_round(const std::string& socket, const std::string& model, const std::string& tensor, epk::shm::Layout layout,
-               int clients, long iters) {
+               int clients, long iters, RoundResult* result) {
   int ready[2], go[2];
   if (::pipe(ready) != 0 || ::pipe(go) != 0) return false;
   std::string dir = "/tmp/epk_bench_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
+  std::snprintf(g_cleanup_dir, sizeof(g_cleanup_dir), "%s", dir.c_str());
   std::vector<pid_t> pids;
   for (int i = 0; i < clients; ++i) {
     std::string out = dir + "/" + std::to_string(i);
     pid_t pid = ::fork();
     if (pid == 0) ::_exit(run_client(socket, model, tensor, layout, iters, ready[1], go[0], out));
     pids.push_back(pid);
+    remember_child(pid);
   }
   char b;
   for (int i = 0; i < clients; ++i) {
@@ -102,6 +156,8 @@ bool run_round(const std::string& socket, const std::string& model, const std::s
   std::printf("%s clients %2d  pairs %8zu  p50 %7.1f us  p90 %7.1f us  p99 %7.1f us  max %8.1f us  %9.0f pairs/s\n",
               g_nowait ? "acquire+release_nowait" : "acquire+release", clients, all.size(), pct(0.50), pct(0.90),
               pct(0.99), all.back() / 1000.0, all.size() / secs);
+  std::fflush(stdout);
+  *result = {clients, pct(0.50), pct(0.99)};
   return true;
 }
 
@@ -121,12 +177,21 @@ int main(int argc, char** argv) {
   app.add_option("--layout", layout_name);
   app.add_option("--clients", clients_list, "comma-separated client counts, one round each");
   app.add_option("--iters", iters, "timed pairs per client");
+  int timeout_s = 0;
+  app.add_option("--timeout-s", timeout_s, "kill everything and exit 124 after this many seconds (0: no limit)");
   CLI11_PARSE(app, argc, argv);
+  if (timeout_s > 0) {
+    std::signal(SIGALRM, on_timeout);
+    ::alarm(static_cast<unsigned>(timeout_s));
+  }
+  const std::string load_before = load_average();
+  std::printf("load average before: %s\n", load_before.c_str());
   auto layout = epk::shm::layout_from_name(layout_name);
   if (!layout) return 2;
   pid_t daemon = -1;
   if (!epkd.empty()) {
     socket = "/tmp/epk_bench_" + std::to_string(::getpid()) + ".sock";
+    std::snprintf(g_cleanup_socket, sizeof(g_cleanup_socket), "%s", socket.c_str());
     daemon = ::fork();
     if (daemon == 0) {
       std::string io = std::to_string(io_threads);
@@ -134,19 +199,35 @@ int main(int argc, char** argv) {
               "bench=t0:1024x1024", "--log-level", "warn", "--io-threads", io.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
+    remember_child(daemon);
     for (int i = 0; i < 500 && !epk::client::Client::connect(socket); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
   bool ok = true;
   std::size_t start = 0;
+  std::vector<RoundResult> results;
   for (;;) {
     std::size_t comma = clients_list.find(',', start);
     int n = std::stoi(clients_list.substr(start, comma - start));
-    ok = run_round(socket, model, tensor, *layout, n, iters) && ok;
+    RoundResult r;
+    if (run_round(socket, model, tensor, *layout, n, iters, &r)) {
+      results.push_back(r);
+    } else {
+      ok = false;
+    }
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  std::string summary = std::string("summary: ") + (g_nowait ? "acquire+release_nowait" : "acquire+release") +
+                        " iters " + std::to_string(iters);
+  for (const RoundResult& r : results) {
+    char part[96];
+    std::snprintf(part, sizeof(part), " | c%d p50 %.1f us p99 %.1f us", r.clients, r.p50_us, r.p99_us);
+    summary += part;
+  }
+  summary += " | load before " + load_before + " after " + load_average() + (ok ? "" : " | A ROUND FAILED");
+  std::printf("%s\n", summary.c_str());
   if (daemon > 0) {
     ::kill(daemon, SIGTERM);
     ::waitpid(daemon, nullptr, 0);

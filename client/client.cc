@@ -147,12 +147,29 @@ Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&& other) noexcept {
   if (this != &other) {
-    disconnect();
+    close_nowait();
     impl_ = std::move(other.impl_);
   }
   return *this;
 }
-Client::~Client() { disconnect(); }
+Client::~Client() { close_nowait(); }
+
+// Destruction must not wait on the daemon (a stalled or stopped epkd would hang the caller for the reply timeout):
+// one non-blocking send of close, then the socket is shut. The daemon drops the pins when the connection goes, close
+// message or not.
+void Client::close_nowait() noexcept {
+  if (impl_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->sock.valid()) {
+    std::uint8_t msg[shm::kHeaderSize];
+    shm::encode_header({shm::kProtocolVersion, static_cast<std::uint16_t>(shm::MsgType::kClose), impl_->next_id++, 0},
+                       msg);
+    (void)::send(impl_->sock.get(), msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::shutdown(impl_->sock.get(), SHUT_RDWR);
+  }
+  impl_->sock.reset();
+  impl_->pools.clear();
+}
 
 bool Client::connected() const { return impl_ != nullptr && impl_->sock.valid(); }
 

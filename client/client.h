@@ -78,13 +78,16 @@ class Client {
   Result<shm::ModelsReply> models();
   // The daemon's pools (kind, device, size) as announced at connect.
   std::vector<shm::PoolInfo> pools() const;
-  // Says close and drops the connection (the daemon drops any pins still held). Also done by the destructor.
+  // Says close, waits for the daemon's answer (bounded by the reply timeout) and drops the connection (the daemon
+  // drops any pins still held). The destructor and move assignment do not wait: they send close without blocking,
+  // shut the socket and return.
   void disconnect();
   bool connected() const;
 
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
+  void close_nowait() noexcept;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -14,12 +14,24 @@ bool Cache::fences_done(Slot& s) {
   return s.fences.empty();
 }
 
-void Cache::touch_lru(Slot& s) {
-  if (s.in_lru) lru_.erase(s.lru_pos);
+void Cache::lru_unlink(Slot& s) {
+  if (!s.in_lru) return;
+  (s.lru_prev != nullptr ? s.lru_prev->lru_next : lru_head_) = s.lru_next;
+  (s.lru_next != nullptr ? s.lru_next->lru_prev : lru_tail_) = s.lru_prev;
+  s.lru_prev = s.lru_next = nullptr;
   s.in_lru = false;
+  --lru_size_;
+}
+
+void Cache::touch_lru(Slot& s) {
+  lru_unlink(s);
   if (s.state == SlotState::kReady && s.pin_total == 0) {
-    s.lru_pos = lru_.insert(lru_.end(), s.id);
+    s.lru_prev = lru_tail_;
+    s.lru_next = nullptr;
+    (lru_tail_ != nullptr ? lru_tail_->lru_next : lru_head_) = &s;
+    lru_tail_ = &s;
     s.in_lru = true;
+    ++lru_size_;
   }
 }
 
@@ -27,7 +39,7 @@ void Cache::remove_slot(std::uint64_t slot_id) {
   auto it = slots_.find(slot_id);
   if (it == slots_.end()) return;
   Slot& s = it->second;
-  if (s.in_lru) lru_.erase(s.lru_pos);
+  lru_unlink(s);
   for (const auto& [client, n] : s.pins) {
     auto c = by_client_.find(client);
     if (c != by_client_.end()) {
@@ -42,10 +54,9 @@ void Cache::remove_slot(std::uint64_t slot_id) {
 }
 
 bool Cache::evict_one() {
-  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    Slot& s = slots_.at(*it);
-    if (!fences_done(s)) continue;  // a client may still read it: try the next oldest
-    remove_slot(s.id);
+  for (Slot* s = lru_head_; s != nullptr; s = s->lru_next) {
+    if (!fences_done(*s)) continue;  // a client may still read it: try the next oldest
+    remove_slot(s->id);
     ++evictions_;
     return true;
   }
@@ -107,28 +118,25 @@ void Cache::decoded(std::uint64_t slot_id, bool ok) {
   touch_lru(it->second);
 }
 
+// Entries that reach 0 stay (on the slot and in by_client_): the same client's next acquire of this slot, the cache
+// hit that repeats all day, then finds them and allocates nothing.
 void Cache::unpin_to(Slot& s, ClientId client, std::uint32_t count) {
   auto p = s.pins.find(client);
   if (p == s.pins.end()) return;
   count = std::min(count, p->second);
   p->second -= count;
   s.pin_total -= count;
-  if (p->second == 0) s.pins.erase(p);
   auto c = by_client_.find(client);
   if (c != by_client_.end()) {
     auto e = c->second.find(s.id);
-    if (e != c->second.end()) {
-      e->second -= std::min(count, e->second);
-      if (e->second == 0) c->second.erase(e);
-    }
-    if (c->second.empty()) by_client_.erase(c);
+    if (e != c->second.end()) e->second -= std::min(count, e->second);
   }
   touch_lru(s);
 }
 
 Status Cache::release(std::uint64_t slot_id, ClientId client, std::unique_ptr<shm::Fence> fence) {
   auto it = slots_.find(slot_id);
-  if (it == slots_.end() || it->second.pins.count(client) == 0) {
+  if (it == slots_.end() || it->second.pins_of(client) == 0) {
     return make_error(ErrorCode::kNotFound,
                       "release: handle " + std::to_string(slot_id) + " is not pinned by this client");
   }
@@ -141,12 +149,17 @@ Status Cache::release(std::uint64_t slot_id, ClientId client, std::unique_ptr<sh
 void Cache::drop_client(ClientId client) {
   auto c = by_client_.find(client);
   if (c == by_client_.end()) return;
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> held(c->second.begin(), c->second.end());
-  for (const auto& [slot_id, n] : held) {
+  for (const auto& [slot_id, n] : c->second) {
     auto it = slots_.find(slot_id);
-    if (it != slots_.end()) unpin_to(it->second, client, n);
+    if (it == slots_.end()) continue;
+    Slot& s = it->second;
+    auto p = s.pins.find(client);
+    if (p == s.pins.end()) continue;
+    s.pin_total -= p->second;
+    s.pins.erase(p);
+    touch_lru(s);
   }
-  by_client_.erase(client);
+  by_client_.erase(c);
 }
 
 Slot* Cache::find(std::uint64_t slot_id) {
@@ -185,7 +198,6 @@ Status Cache::verify() const {
     ranges.emplace_back(s.offset, s.offset + SlotAllocator::rounded(s.bytes));
     std::uint32_t total = 0;
     for (const auto& [client, n] : s.pins) {
-      if (n == 0) return bad("zero pin entry on slot " + std::to_string(id));
       auto c = by_client_.find(client);
       if (c == by_client_.end() || c->second.count(id) == 0 || c->second.at(id) != n) {
         return bad("per-client pin index disagrees on slot " + std::to_string(id));
@@ -200,7 +212,14 @@ Status Cache::verify() const {
     if (k == by_key_.end() || k->second != id) return bad("key index of slot " + std::to_string(id));
   }
   if (sum != alloc_.used()) return bad("slot bytes " + std::to_string(sum) + " != allocator used");
-  if (lru_.size() != lru_expected) return bad("LRU list length");
+  std::size_t walked = 0;
+  for (const Slot* p = lru_head_; p != nullptr; p = p->lru_next) {
+    if (!p->in_lru || ++walked > lru_expected) return bad("LRU list holds a slot it should not");
+    if ((p->lru_prev == nullptr) != (p == lru_head_) || (p->lru_next == nullptr) != (p == lru_tail_)) {
+      return bad("LRU list links of slot " + std::to_string(p->id));
+    }
+  }
+  if (walked != lru_expected || lru_size_ != lru_expected) return bad("LRU list length");
   if (by_key_.size() != slots_.size()) return bad("key index size");
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t i = 1; i < ranges.size(); ++i) {

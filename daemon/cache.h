@@ -2,10 +2,13 @@
 // eviction over unpinned ready slots, pins counted per client, and release fences that must complete before a slot's
 // bytes are reused. Single-threaded: every call comes from the server thread; decode workers only write into slots
 // that are in state kDecoding, which are never evicted.
+//
+// A cache hit (acquire of a ready slot, then its release) allocates nothing: the LRU list is threaded through the
+// slots, and a client's pin entries (on the slot and in the per-client index) stay at count 0 after its release, so
+// the next acquire by the same client finds them. Zero entries go when the slot is removed or the client is dropped.
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -41,11 +44,17 @@ struct Slot {
   std::uint64_t offset = 0;
   std::uint64_t bytes = 0;  // requested; the allocator holds SlotAllocator::rounded(bytes)
   SlotState state = SlotState::kDecoding;
-  std::unordered_map<ClientId, std::uint32_t> pins;  // client -> pin count
+  std::unordered_map<ClientId, std::uint32_t> pins;  // client -> pin count (0: released, entry kept for the next pin)
   std::uint32_t pin_total = 0;
   bool in_lru = false;
-  std::list<std::uint64_t>::iterator lru_pos;
+  Slot* lru_prev = nullptr;  // the LRU list, threaded through the slots (their map nodes do not move)
+  Slot* lru_next = nullptr;
   std::vector<std::unique_ptr<shm::Fence>> fences;  // released uses not yet known to be over
+
+  std::uint32_t pins_of(ClientId client) const {
+    auto p = pins.find(client);
+    return p == pins.end() ? 0 : p->second;
+  }
 };
 
 struct CacheStats {
@@ -104,6 +113,7 @@ class Cache {
  private:
   void unpin_to(Slot& s, ClientId client, std::uint32_t count);
   void touch_lru(Slot& s);
+  void lru_unlink(Slot& s);
   bool evict_one();
   void remove_slot(std::uint64_t slot_id);
   static bool fences_done(Slot& s);
@@ -115,8 +125,11 @@ class Cache {
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Slot> slots_;
   std::unordered_map<SlotKey, std::uint64_t, SlotKeyHash> by_key_;
-  std::unordered_map<ClientId, std::unordered_map<std::uint64_t, std::uint32_t>> by_client_;  // client -> slot -> pins
-  std::list<std::uint64_t> lru_;  // front = least recently used
+  // client -> slot -> pins (entries at 0 kept, as on the slot); a client's entry goes with drop_client()
+  std::unordered_map<ClientId, std::unordered_map<std::uint64_t, std::uint32_t>> by_client_;
+  Slot* lru_head_ = nullptr;  // least recently used
+  Slot* lru_tail_ = nullptr;
+  std::size_t lru_size_ = 0;
   std::uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
 };
 

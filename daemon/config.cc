@@ -44,6 +44,14 @@ Result<std::vector<ModelSpec>> read_model_array(const toml::table& t, const char
 
 }  // namespace
 
+const char* serving_mode_name(ServingMode m) {
+  switch (m) {
+    case ServingMode::kAuto: return "auto";
+    case ServingMode::kHost: return "host";
+  }
+  return "unknown";
+}
+
 Result<ModelSpec> parse_name_value(const std::string& arg, const char* flag) {
   auto eq = arg.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size()) {
@@ -85,10 +93,16 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   EPK_TRY(get_int("read_timeout_ms", 1, 3600000, [&](std::int64_t v) { cfg->read_timeout_ms = static_cast<int>(v); }));
   EPK_TRY(get_int("synthetic_delay_us", 0, 60000000,
                   [&](std::int64_t v) { cfg->synthetic_delay_us = static_cast<std::uint32_t>(v); }));
+  // Booleans strictly (as_boolean): value<bool>() would take an integer 1 or 0 as well.
   if (const toml::node* n = t.get("cpu")) {
-    auto v = n->value<bool>();
-    if (!v) return make_error(ErrorCode::kBadInput, path + ": 'cpu' must be true or false");
-    cfg->cpu = *v;
+    const toml::value<bool>* v = n->as_boolean();
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'cpu' must be true or false");
+    cfg->serving = v->get() ? ServingMode::kHost : ServingMode::kAuto;
+  }
+  if (const toml::node* n = t.get("resident_compressed")) {
+    const toml::value<bool>* v = n->as_boolean();
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'resident_compressed' must be true or false");
+    cfg->resident_compressed = v->get();
   }
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
   EPK_TRY_ASSIGN(auto models, read_model_array(t, "model", "path", path));
@@ -119,9 +133,15 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  bool resident = false;
+  app.add_flag("--resident-compressed", resident,
+               "read every model's tensor sections into memory at open (io_uring), checksum them there and decode "
+               "from memory; the file is then not read again (config: resident_compressed = true)");
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
-  app.add_flag("--cpu", cpu, "host memfd pools and the CPU decoder even where a CUDA device exists");
+  app.add_flag("--cpu", cpu,
+               "serve from host memfd pools with the CPU decoder even where a GPU exists (config: cpu = true); "
+               "without it epkd serves from a device pool on CUDA device 0 where one is usable");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -142,7 +162,8 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (read_timeout_ms > 0) cfg.read_timeout_ms = read_timeout_ms;
   if (synthetic_delay_us != 0) cfg.synthetic_delay_us = synthetic_delay_us;
   if (!log_level.empty()) cfg.log_level = log_level;
-  if (cpu) cfg.cpu = true;
+  if (cpu) cfg.serving = ServingMode::kHost;
+  if (resident) cfg.resident_compressed = true;
   if (check_invariants) cfg.check_invariants = true;
   std::vector<ModelSpec> parsed;
   for (const std::string& m : models) {

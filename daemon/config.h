@@ -1,7 +1,8 @@
 // epkd's settings: from a TOML file (--config) and from flags, flags overriding the file.
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
-// io_threads = N, cpu = true|false, read_timeout_ms = N, synthetic_delay_us = N, log_level = "info",
+// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, read_timeout_ms = N,
+// synthetic_delay_us = N, log_level = "info",
 // [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
 #pragma once
 
@@ -14,6 +15,14 @@
 
 namespace epk::daemon {
 
+// Where epkd serves from, decided once at start; code that sets up pools and decoders branches on it.
+enum class ServingMode : std::uint8_t {
+  kAuto,  // device pools and the GPU decoder on a machine (and build) with a GPU; host pools and the CPU decoder on
+          // one without (device 0 only; a device that fails setup falls back to the host path with a warning).
+  kHost,  // `--cpu`, `cpu = true`: host memfd pools and the CPU decoder even where a GPU exists
+};
+const char* serving_mode_name(ServingMode m);  // "auto", "host"
+
 struct ModelSpec {
   std::string name;
   std::string path;  // .epk file, or the synthetic spec for SyntheticSpec
@@ -25,7 +34,10 @@ struct DaemonConfig {
   std::uint64_t budget_bytes = 0;
   unsigned threads = 0;        // CPU decode threads; 0: one per core
   unsigned io_threads = 0;     // socket threads, sessions spread over them; 0: a quarter of the cores, 1 to 4
-  bool cpu = false;            // host pools and the CPU decoder even where a GPU exists (else device 0 when usable)
+  ServingMode serving = ServingMode::kAuto;
+  // Read every model's tensor sections into epkd's memory at open (io_uring), checksum them there and decode from
+  // memory (daemon/resident_model.h); off: decode from the file's map.
+  bool resident_compressed = false;
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
   std::uint32_t synthetic_delay_us = 0;
   std::string log_level = "info";

@@ -28,9 +28,13 @@ std::optional<DType> layout_dtype(shm::Layout layout, DType source) {
 
 class EpkSource final : public ModelSource {
  public:
-  static Result<std::unique_ptr<EpkSource>> open(const std::string& path) {
+  static Result<std::unique_ptr<EpkSource>> open(const std::string& path, const EpkSourceOptions& options) {
     std::unique_ptr<EpkSource> s(new EpkSource());
     EPK_TRY_ASSIGN(s->reader_, container::Reader::open(path));
+    if (options.resident) {  // from here on every read is from memory; the map goes with the file's reader
+      EPK_TRY_ASSIGN(s->resident_, ResidentModel::load(s->reader_, options.resident_options));
+      s->reader_ = s->resident_->take_reader();
+    }
     s->origin_ = path;
     for (const container::TensorEntry& e : s->reader_.tensors()) {
       TensorMeta m;
@@ -62,6 +66,9 @@ class EpkSource final : public ModelSource {
   Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const override {
     if (tensor >= tensors_.size()) return make_error(ErrorCode::kNotFound, origin_ + ": tensor index out of range");
     const container::TensorEntry& e = reader_.tensors()[tensor];
+    if (!Shape::fits(e.shape.size())) {  // the container allows rank 8 = kMaxDims: a guard, not a case
+      return make_error(ErrorCode::kUnsupported, origin_ + ": tensor '" + e.name + "': rank exceeds the protocol's");
+    }
     if (shm::is_rowwise(layout) && decode::can_decode_rowwise(e)) {
       // Values then per-row scales in one slot (shm/layout.h); the reader bounded rows * cols by the file.
       ServedTensor out;
@@ -113,6 +120,8 @@ class EpkSource final : public ModelSource {
   EpkSource() = default;
 
   std::string origin_;
+  // The memory reader_ reads from when resident (declared first: it outlives reader_).
+  std::unique_ptr<ResidentModel> resident_;
   container::Reader reader_;
   std::vector<TensorMeta> tensors_;
   std::vector<std::optional<rans::StoredStream>> streams_;  // lattice-rans tensors' views (the GPU path's input)
@@ -120,8 +129,8 @@ class EpkSource final : public ModelSource {
 
 }  // namespace
 
-Result<std::unique_ptr<ModelSource>> open_epk_source(const std::string& path) {
-  EPK_TRY_ASSIGN(std::unique_ptr<EpkSource> s, EpkSource::open(path));
+Result<std::unique_ptr<ModelSource>> open_epk_source(const std::string& path, const EpkSourceOptions& options) {
+  EPK_TRY_ASSIGN(std::unique_ptr<EpkSource> s, EpkSource::open(path, options));
   return std::unique_ptr<ModelSource>(std::move(s));
 }
 

@@ -13,15 +13,25 @@
 //                        source dtype (what the reference's decompress returns); rowwise:{int8,fp8_e4m3} (2-D):
 //                        values then per-row fp32 scales in one slot (shm/layout.h), rans::decode_rowwise's output
 //   intq tensors         not served yet (kUnsupported)
+//
+// With `resident` (config resident_compressed = true) open() also reads every tensor section into epkd's memory and
+// checksums it there (daemon/resident_model.h); produce() then decodes from that memory and the file is unmapped.
+// Without it, tensors are read through the file's map when asked for.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "daemon/model_source.h"
+#include "daemon/resident_model.h"
 
 namespace epk::daemon {
 
-Result<std::unique_ptr<ModelSource>> open_epk_source(const std::string& path);
+struct EpkSourceOptions {
+  bool resident = false;
+  ResidentOptions resident_options;
+};
+
+Result<std::unique_ptr<ModelSource>> open_epk_source(const std::string& path, const EpkSourceOptions& options = {});
 
 }  // namespace epk::daemon

@@ -14,6 +14,7 @@
 
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
+#include "daemon/dims.h"
 #include "shm/layout.h"
 
 namespace epk::rans {
@@ -29,12 +30,13 @@ struct TensorMeta {
   std::uint64_t stored_bytes = 0;
 };
 
-// What a client receives for a tensor in a layout: the slot size and how to read it.
+// What a client receives for a tensor in a layout: the slot size and how to read it. Fixed-size (no heap): served()
+// runs on every acquire, cache hits included.
 struct ServedTensor {
   std::uint64_t bytes = 0;
   DType dtype = DType::kF32;
-  std::vector<std::uint64_t> shape;
-  std::vector<std::int64_t> strides;  // elements, row-major unless the layout says otherwise
+  Shape shape;
+  Strides strides;  // elements, row-major unless the layout says otherwise
 };
 
 class ModelSource {
@@ -43,7 +45,8 @@ class ModelSource {
   // Where the model came from, for log and error messages ("model.epk", "synthetic:...").
   virtual const std::string& origin() const = 0;
   virtual const std::vector<TensorMeta>& tensors() const = 0;
-  // The slot size, dtype, shape and strides of `tensor` in `layout`; kUnsupported if the layout is not servable.
+  // The slot size, dtype, shape and strides of `tensor` in `layout`; kUnsupported if the layout is not servable or the
+  // rank exceeds shm::kMaxDims. Called on every acquire: must not allocate when it succeeds.
   virtual Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const = 0;
   // Decodes or copies `tensor` in `layout` into dst (host memory of the pool, exactly served().bytes long) on the
   // calling thread. Errors name the tensor; a corrupt tile is an error, never served.
@@ -57,7 +60,7 @@ class ModelSource {
   virtual Status verify_stored(std::size_t /*tensor*/) const { return {}; }
 };
 
-// Row-major strides, in elements, for `shape`.
-std::vector<std::int64_t> row_major_strides(const std::vector<std::uint64_t>& shape);
+// Row-major strides, in elements, for `shape` (at most shm::kMaxDims entries are used).
+Strides row_major_strides(std::span<const std::uint64_t> shape);
 
 }  // namespace epk::daemon

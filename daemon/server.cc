@@ -9,6 +9,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
@@ -22,7 +23,6 @@
 #include <chrono>
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <filesystem>
 #include <memory>
@@ -45,8 +45,12 @@ namespace epk::daemon {
 namespace {
 
 namespace asio = boost::asio;
-using Socket = asio::local::stream_protocol::socket;
+// Sessions use the io_context's own executor type, not the type-erased any_io_executor: completions are then invoked
+// directly, with no type-erased function (and its allocation) per operation.
+using Executor = asio::io_context::executor_type;
+using Socket = asio::basic_stream_socket<asio::local::stream_protocol, Executor>;
 using Clock = std::chrono::steady_clock;
+using Timer = asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, Executor>;
 
 shm::WireStatus wire_status_for(ErrorCode code) {
   switch (code) {
@@ -63,11 +67,14 @@ shm::WireStatus wire_status_for(ErrorCode code) {
 
 class Service;
 
-constexpr std::size_t kMaxQueuedReplies = 4096;
+// Replies not yet written to a client that does not read them: past this the session is dropped.
+constexpr std::size_t kMaxPendingReplyBytes = 8u << 20;
 
 // One connected client. Reads frames into a fixed buffer; a started frame (and the first hello) must arrive within
 // the read timeout, idle time between frames is unlimited (a client may hold pins while it computes). Replies are
-// queued and written in order by one write chain.
+// appended to one buffer and written in order by one write chain (what arrives while a write is out goes in the next).
+// A cache hit allocates nothing here: the acquire request, the reply being encoded and both output buffers are the
+// session's, reserved once.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Socket sock, Service& svc, ClientId id, int read_timeout_ms)
@@ -76,34 +83,40 @@ class Session : public std::enable_shared_from_this<Session> {
         svc_(svc),
         id_(id),
         read_timeout_ms_(read_timeout_ms),
-        buf_(shm::kMaxMessage) {}
+        buf_(shm::kMaxMessage) {
+    acquire_.tensor.reserve(shm::kMaxTensorName);
+    reply_.shape.reserve(shm::kMaxDims);
+    reply_.strides.reserve(shm::kMaxDims);
+    scratch_.reserve(shm::kMaxMessage);
+    pending_.reserve(shm::kMaxMessage);
+    out_.reserve(shm::kMaxMessage);
+  }
 
   ClientId id() const { return id_; }
   // Session state is touched only on its own io_context's thread: other threads post to this executor.
   Socket::executor_type executor() { return sock_.get_executor(); }
   bool open() const { return open_ && !closing_; }
 
-  static void start(std::shared_ptr<Session> self) {
-    // A session that throws still ends like any other: logged, and the client's pins dropped.
-    asio::co_spawn(
-        self->sock_.get_executor(), [self]() -> asio::awaitable<void> { co_await self->run(); },
-        [self](std::exception_ptr e) {
-          if (e) self->end_after_exception(e);
-        });
+  static void start(const std::shared_ptr<Session>& self) {
+    asio::dispatch(self->sock_.get_executor(), [self] { self->guarded([&] { self->read_more(); }); });
   }
 
-  void send(std::vector<std::uint8_t> msg) {
+  void send(std::span<const std::uint8_t> msg) {
     if (!open_) return;
-    if (outq_.size() >= kMaxQueuedReplies) {
+    if (pending_.size() + msg.size() > kMaxPendingReplyBytes) {
       // A client that sends without reading its replies: drop it rather than buffer without bound.
-      spdlog::warn("client {}: {} replies unread; closing the session", id_, outq_.size());
+      spdlog::warn("client {}: {} bytes of replies unread; closing the session", id_, pending_.size());
       closing_ = true;
       close_now();
       return;
     }
-    outq_.push_back(std::move(msg));
+    pending_.insert(pending_.end(), msg.begin(), msg.end());
     if (!writing_) do_write();
   }
+
+  // The session's own buffers for encoding a reply on its thread (reused: no allocation per message).
+  shm::AcquireReply& reply_scratch() { return reply_; }
+  std::vector<std::uint8_t>& scratch() { return scratch_; }
 
   // Error reply, then the session closes once its queued replies are written.
   void fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message);
@@ -116,7 +129,20 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  asio::awaitable<void> run();
+  // Handles every complete frame in the buffer, then reads more (or ends the session).
+  void read_more();
+  void on_read(boost::system::error_code ec, std::size_t n);
+  // Pins die with the connection; queued replies still go out before the socket closes.
+  void end();
+  // A session that throws still ends like any other: logged, and the client's pins dropped.
+  template <class F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (...) {
+      end_after_exception(std::current_exception());
+    }
+  }
   void end_after_exception(std::exception_ptr e);
   void handle_frame(const shm::FrameHeader& h, std::span<const std::uint8_t> payload);
   void do_write();
@@ -124,19 +150,26 @@ class Session : public std::enable_shared_from_this<Session> {
   void arm_timer();
 
   Socket sock_;
-  asio::steady_timer timer_;
+  Timer timer_;
   Service& svc_;
   ClientId id_;
   int read_timeout_ms_;
   std::vector<std::uint8_t> buf_;
   std::size_t have_ = 0;
-  std::deque<std::vector<std::uint8_t>> outq_;
+  shm::AcquireRequest acquire_;        // decoded into in place: its tensor name keeps its capacity
+  shm::AcquireReply reply_;            // encoded from in place
+  std::vector<std::uint8_t> scratch_;  // one encoded reply
+  std::vector<std::uint8_t> pending_;  // replies waiting for the write in progress
+  std::vector<std::uint8_t> out_;      // the bytes being written
   bool writing_ = false;
   bool closing_ = false;  // stop reading, close after the queue drains
   bool open_ = true;
   bool hello_done_ = false;
   std::uint64_t read_gen_ = 0;
   bool timed_out_ = false;
+  bool partial_ = false;  // the read in progress continues a started message (or waits for hello): timed
+  bool gone_ = false;     // client_gone() has been called
+  HandlerMemory read_memory_, write_memory_;  // the state of the read and of the write in progress
 };
 
 class Service {
@@ -161,10 +194,15 @@ class Service {
     std::size_t opened = 0;
     for (const ModelSpec& m : cfg.models) {
       if (registry_.find(m.name)) continue;
-      auto src = open_epk_source(m.path);
+      auto t0 = Clock::now();
+      auto src = open_epk_source(m.path, {cfg.resident_compressed, {}});
       if (!src) {
         spdlog::error("model '{}' refused: {}", m.name, src.error().to_string());
         continue;
+      }
+      if (cfg.resident_compressed) {
+        spdlog::info("model '{}': resident in memory, read and checksummed in {:.1f} ms", m.name,
+                     std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
       opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)));
     }
@@ -228,7 +266,7 @@ class Service {
     std::vector<std::uint8_t> out;
     shm::encode_open_model_reply(req, {*id, static_cast<std::uint32_t>(registry_.get(*id)->source->tensors().size())},
                                  &out);
-    s.send(std::move(out));
+    s.send(out);
   }
 
   void on_acquire(const std::shared_ptr<Session>& s, std::uint32_t req, const shm::AcquireRequest& m) {
@@ -294,7 +332,7 @@ class Service {
     }
     std::vector<std::uint8_t> out;
     shm::encode_prefetch_reply(req, {queued}, &out);
-    s.send(std::move(out));
+    s.send(out);
   }
 
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
@@ -318,10 +356,10 @@ class Service {
     check();
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
     if ((m.flags & shm::kReleaseNoReply) != 0) return;
-    std::vector<std::uint8_t> out;
-    shm::encode_empty(
-        req, static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit), &out);
-    s.send(std::move(out));
+    shm::encode_empty(req,
+                      static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit),
+                      &s.scratch());
+    s.send(s.scratch());
   }
 
   void on_stats(Session& s, std::uint32_t req) {
@@ -345,7 +383,7 @@ class Service {
     r.resident_bytes = gpu_ ? gpu_->resident_bytes() : 0;
     std::vector<std::uint8_t> out;
     shm::encode_stats_reply(req, r, &out);
-    s.send(std::move(out));
+    s.send(out);
   }
 
   void on_models(Session& s, std::uint32_t req) {
@@ -366,13 +404,13 @@ class Service {
     });
     std::vector<std::uint8_t> out;
     shm::encode_models_reply(req, r, &out);
-    s.send(std::move(out));
+    s.send(out);
   }
 
   static void send_error(Session& s, std::uint32_t req, shm::WireStatus status, const std::string& msg) {
     std::vector<std::uint8_t> out;
     shm::encode_error(req, {status, msg}, &out);
-    s.send(std::move(out));
+    s.send(out);
   }
 
   // SIGTERM: finish decodes in flight (their waiters get answers), then stop every session. `on_drained` runs once
@@ -522,21 +560,22 @@ class Service {
       if (!s) continue;  // its pins went with its socket
       std::vector<std::uint8_t> out;
       if (st && slot != nullptr) {
-        encode_acquire_reply(w.request_id, *slot, f.desc, &out);
+        shm::AcquireReply r;
+        encode_acquire_reply(w.request_id, *slot, f.desc, &r, &out);
       } else {
         shm::encode_error(
             w.request_id,
             {wire_status_for(st ? ErrorCode::kInternal : st.error().code), st ? "decode failed" : st.error().message},
             &out);
       }
-      asio::post(s->executor(), [s, out = std::move(out)]() mutable { s->send(std::move(out)); });
+      asio::post(s->executor(), [s, out = std::move(out)] { s->send(out); });
     }
   }
 
+  // The cache-hit reply: encoded in the session's own buffers, no allocation.
   void send_acquire_reply(Session& s, std::uint32_t req, const Slot& slot, const ServedTensor& desc) {
-    std::vector<std::uint8_t> out;
-    encode_acquire_reply(req, slot, desc, &out);
-    s.send(std::move(out));
+    encode_acquire_reply(req, slot, desc, &s.reply_scratch(), &s.scratch());
+    s.send(s.scratch());
   }
 
   void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc,
@@ -586,7 +625,12 @@ void Session::end_after_exception(std::exception_ptr e) {
   } catch (...) {
     spdlog::error("client {}: session failed", id_);
   }
-  svc_.client_gone(id_);
+  end();
+}
+
+void Session::end() {
+  if (!gone_) svc_.client_gone(id_);
+  gone_ = true;
   closing_ = true;
   if (!writing_) close_now();
 }
@@ -601,23 +645,24 @@ void Session::close_now() {
 }
 
 void Session::do_write() {
-  if (outq_.empty()) {
+  if (pending_.empty()) {
     writing_ = false;
     if (closing_) close_now();
     return;
   }
   writing_ = true;
-  auto self = shared_from_this();
-  asio::async_write(sock_, asio::buffer(outq_.front()), [self](boost::system::error_code ec, std::size_t) {
-    if (!self->outq_.empty()) self->outq_.pop_front();
-    if (ec) {
-      self->outq_.clear();
-      self->writing_ = false;
-      self->close_now();
-      return;
-    }
-    self->do_write();
-  });
+  out_.swap(pending_);  // pending_ takes out_'s emptied buffer, capacity and all
+  asio::async_write(sock_, asio::buffer(out_),
+                    with_memory(write_memory_, [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      self->out_.clear();
+                      if (ec) {
+                        self->pending_.clear();
+                        self->writing_ = false;
+                        self->close_now();
+                        return;
+                      }
+                      self->do_write();
+                    }));
 }
 
 void Session::arm_timer() {
@@ -667,9 +712,8 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
       return svc_.on_open_model(*this, req, *m);
     }
     case MsgType::kAcquire: {
-      auto m = shm::decode_acquire(payload);
-      if (!m) return malformed(m.error());
-      return svc_.on_acquire(shared_from_this(), req, *m);
+      if (Status st = shm::decode_acquire(payload, &acquire_); !st) return malformed(st.error());
+      return svc_.on_acquire(shared_from_this(), req, acquire_);
     }
     case MsgType::kPrefetch: {
       auto m = shm::decode_prefetch(payload);
@@ -693,7 +737,7 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
       if (Status st = shm::decode_empty(payload, "close"); !st) return malformed(st.error());
       std::vector<std::uint8_t> out;
       shm::encode_empty(req, static_cast<MsgType>(static_cast<std::uint16_t>(MsgType::kClose) | shm::kReplyBit), &out);
-      send(std::move(out));
+      send(out);
       closing_ = true;
       if (!writing_) close_now();
       return;
@@ -702,51 +746,49 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
   }
 }
 
-asio::awaitable<void> Session::run() {
-  auto self = shared_from_this();
-  for (;;) {
-    // Handle every complete frame in the buffer.
-    std::size_t pos = 0;
-    while (open() && have_ - pos >= shm::kHeaderSize) {
-      auto h = shm::decode_header(std::span<const std::uint8_t>(buf_.data() + pos, have_ - pos));
-      if (!h) {
-        fail(0, h.error().code == ErrorCode::kUnsupported ? shm::WireStatus::kBadVersion : shm::WireStatus::kBadMessage,
-             h.error().message);
-        break;
-      }
-      if (have_ - pos - shm::kHeaderSize < h->payload_size) break;
-      handle_frame(*h, std::span<const std::uint8_t>(buf_.data() + pos + shm::kHeaderSize, h->payload_size));
-      pos += shm::kHeaderSize + h->payload_size;
-    }
-    if (!open()) break;
-    if (pos > 0) {
-      std::memmove(buf_.data(), buf_.data() + pos, have_ - pos);
-      have_ -= pos;
-    }
-    const bool partial = have_ > 0 || !hello_done_;
-    if (partial) arm_timer();
-    boost::system::error_code ec;
-    std::size_t n = co_await sock_.async_read_some(asio::buffer(buf_.data() + have_, buf_.size() - have_),
-                                                   asio::redirect_error(asio::use_awaitable, ec));
-    ++read_gen_;  // disarms a timer that has not fired yet
-    if (partial) timer_.cancel();
-    if (ec) {
-      if (timed_out_) {
-        fail(0, shm::WireStatus::kBadMessage,
-             have_ > 0 ? "timed out with " + std::to_string(have_) + " bytes of a message received"
-                       : std::string("timed out waiting for hello"));
-      } else if (have_ > 0 && ec == asio::error::eof) {
-        fail(0, shm::WireStatus::kBadMessage,
-             "truncated message: the stream ended after " + std::to_string(have_) + " bytes of it");
-      }
+void Session::read_more() {
+  std::size_t pos = 0;
+  while (open() && have_ - pos >= shm::kHeaderSize) {
+    auto h = shm::decode_header(std::span<const std::uint8_t>(buf_.data() + pos, have_ - pos));
+    if (!h) {
+      fail(0, h.error().code == ErrorCode::kUnsupported ? shm::WireStatus::kBadVersion : shm::WireStatus::kBadMessage,
+           h.error().message);
       break;
     }
-    have_ += n;
+    if (have_ - pos - shm::kHeaderSize < h->payload_size) break;
+    handle_frame(*h, std::span<const std::uint8_t>(buf_.data() + pos + shm::kHeaderSize, h->payload_size));
+    pos += shm::kHeaderSize + h->payload_size;
   }
-  // Pins die with the connection; queued replies still go out before the socket closes.
-  svc_.client_gone(id_);
-  closing_ = true;
-  if (!writing_) close_now();
+  if (!open()) return end();
+  if (pos > 0) {
+    std::memmove(buf_.data(), buf_.data() + pos, have_ - pos);
+    have_ -= pos;
+  }
+  partial_ = have_ > 0 || !hello_done_;
+  if (partial_) arm_timer();
+  sock_.async_read_some(asio::buffer(buf_.data() + have_, buf_.size() - have_),
+                        with_memory(read_memory_, [self = shared_from_this()](boost::system::error_code ec,
+                                                                              std::size_t n) {
+                          self->guarded([&] { self->on_read(ec, n); });
+                        }));
+}
+
+void Session::on_read(boost::system::error_code ec, std::size_t n) {
+  ++read_gen_;  // disarms a timer that has not fired yet
+  if (partial_) timer_.cancel();
+  if (ec) {
+    if (timed_out_) {
+      fail(0, shm::WireStatus::kBadMessage,
+           have_ > 0 ? "timed out with " + std::to_string(have_) + " bytes of a message received"
+                     : std::string("timed out waiting for hello"));
+    } else if (have_ > 0 && ec == asio::error::eof) {
+      fail(0, shm::WireStatus::kBadMessage,
+           "truncated message: the stream ended after " + std::to_string(have_) + " bytes of it");
+    }
+    return end();
+  }
+  have_ += n;
+  read_more();
 }
 
 Status listen_on(asio::local::stream_protocol::acceptor& acceptor, const DaemonConfig& cfg) {
@@ -758,7 +800,7 @@ Status listen_on(asio::local::stream_protocol::acceptor& acceptor, const DaemonC
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) return make_error(ErrorCode::kInvalidArgument, path + ": exists and is not a socket");
     // A live daemon answers a connect; a stale socket file from a crash does not.
-    Socket probe(acceptor.get_executor());
+    asio::local::stream_protocol::socket probe(acceptor.get_executor());
     boost::system::error_code ec;
     probe.connect(asio::local::stream_protocol::endpoint(path), ec);
     if (!ec) return make_error(ErrorCode::kInvalidArgument, path + ": another epkd is listening there");
@@ -798,14 +840,18 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
 }  // namespace
 
 int run_daemon(const DaemonConfig& cfg) {
-  spdlog::set_default_logger(spdlog::stderr_color_mt("epkd"));
+  // A second run in one process (tests run epkd in-process) reuses the logger: spdlog refuses a name twice.
+  auto logger = spdlog::get("epkd");
+  spdlog::set_default_logger(logger != nullptr ? logger : spdlog::stderr_color_mt("epkd"));
   if (auto lvl = spdlog::level::from_str(cfg.log_level); lvl != spdlog::level::off || cfg.log_level == "off") {
     spdlog::set_level(lvl);
   }
   // The device path where a CUDA device is usable and --cpu is not given; otherwise exactly the host path.
   std::unique_ptr<shm::Pool> pool;
   std::unique_ptr<GpuBackend> gpu;
-  if (!cfg.cpu && gpu_device_present(0)) {
+  if (cfg.serving == ServingMode::kHost) {
+    spdlog::info("serving mode host (--cpu): host memory pools and the CPU decoder");
+  } else if (gpu_device_present(0)) {
     auto setup = make_gpu_setup(0, cfg.budget_bytes);
     if (setup) {
       pool = std::move(setup->pool);

@@ -40,8 +40,10 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 
 }  // namespace
 
-std::vector<std::int64_t> row_major_strides(const std::vector<std::uint64_t>& shape) {
-  std::vector<std::int64_t> s(shape.size());
+Strides row_major_strides(std::span<const std::uint64_t> shape) {
+  Strides s;
+  s.resize(shape.size());
+  shape = shape.first(s.size());
   std::int64_t acc = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;

@@ -59,6 +59,18 @@ class Reader {
     pos_ += n;
     return s;
   }
+  // Into an existing string: no allocation while n fits its capacity.
+  Status get_str_into(const char* field, std::size_t limit, std::string* out) {
+    EPK_TRY_ASSIGN(std::uint16_t n, get<std::uint16_t>(field));
+    if (n > limit) {
+      return make_error(ErrorCode::kBadInput, std::string(msg_) + ": field '" + field + "' length " +
+                                                  std::to_string(n) + " exceeds the limit " + std::to_string(limit));
+    }
+    if (p_.size() - pos_ < n) return short_error(field, n);
+    out->assign(reinterpret_cast<const char*>(p_.data() + pos_), n);
+    pos_ += n;
+    return {};
+  }
   std::size_t left() const { return p_.size() - pos_; }
   Status finish() const {
     if (pos_ != p_.size()) {
@@ -273,13 +285,17 @@ Result<OpenModelRequest> decode_open_model(std::span<const std::uint8_t> p) {
 }
 
 Result<AcquireRequest> decode_acquire(std::span<const std::uint8_t> p) {
-  Reader r(p, "acquire");
   AcquireRequest m;
-  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
-  EPK_TRY_ASSIGN(m.layout, read_layout(r));
-  EPK_TRY_ASSIGN(m.tensor, r.get_str("tensor", kMaxTensorName));
-  EPK_TRY(r.finish());
+  EPK_TRY(decode_acquire(p, &m));
   return m;
+}
+
+Status decode_acquire(std::span<const std::uint8_t> p, AcquireRequest* into) {
+  Reader r(p, "acquire");
+  EPK_TRY_ASSIGN(into->model_id, r.get<std::uint32_t>("model_id"));
+  EPK_TRY_ASSIGN(into->layout, read_layout(r));
+  EPK_TRY(r.get_str_into("tensor", kMaxTensorName, &into->tensor));
+  return r.finish();
 }
 
 Result<PrefetchRequest> decode_prefetch(std::span<const std::uint8_t> p) {

@@ -212,6 +212,9 @@ void encode_error(std::uint32_t id, const ErrorReply& m, std::vector<std::uint8_
 Result<HelloRequest> decode_hello(std::span<const std::uint8_t> p);
 Result<OpenModelRequest> decode_open_model(std::span<const std::uint8_t> p);
 Result<AcquireRequest> decode_acquire(std::span<const std::uint8_t> p);
+// The same into an existing request: its tensor string keeps its capacity, so a session that reserved kMaxTensorName
+// decodes acquires without allocating. On error *into is left partly written.
+Status decode_acquire(std::span<const std::uint8_t> p, AcquireRequest* into);
 Result<PrefetchRequest> decode_prefetch(std::span<const std::uint8_t> p);
 Result<ReleaseRequest> decode_release(std::span<const std::uint8_t> p);
 Status decode_empty(std::span<const std::uint8_t> p, const char* what);

@@ -284,6 +284,8 @@ Result<Reader> Reader::open(const std::string& path) {
   Reader r;
   EPK_TRY_ASSIGN(r.file_, MappedFile::open(path));
   auto file = r.file_.bytes();
+  r.bytes_ = file;
+  r.path_ = path;
   EPK_TRY_ASSIGN(HeaderFields h, parse_header(path, file));
 
   Cursor index(file.data() + h.index_offset, h.index_size, path, "index");
@@ -341,6 +343,31 @@ Result<Reader> Reader::open(const std::string& path) {
   return r;
 }
 
+Result<Reader> Reader::over_memory(std::string path, std::span<const std::uint8_t> bytes,
+                                   std::vector<TensorEntry> tensors, std::map<std::string, std::string> metadata) {
+  Reader r;
+  r.bytes_ = bytes;
+  r.path_ = std::move(path);
+  r.tensors_ = std::move(tensors);
+  r.metadata_ = std::move(metadata);
+  for (const TensorEntry& t : r.tensors_) {
+    for (const BufferRef& b : t.buffers) {
+      if (b.offset > bytes.size() || b.size > bytes.size() - b.offset)
+        return make_error(ErrorCode::kBadInput, r.path_ + ": tensor '" + t.name + "' buffer '" + b.name +
+                                                    "' lies outside the " + num(bytes.size()) + " bytes in memory");
+    }
+  }
+  r.by_name_.resize(r.tensors_.size());
+  for (std::uint32_t i = 0; i < r.by_name_.size(); ++i) r.by_name_[i] = i;
+  std::sort(r.by_name_.begin(), r.by_name_.end(),
+            [&](auto a, auto b) { return r.tensors_[a].name < r.tensors_[b].name; });
+  for (std::size_t k = 1; k < r.by_name_.size(); ++k) {
+    if (r.tensors_[r.by_name_[k - 1]].name == r.tensors_[r.by_name_[k]].name)
+      return make_error(ErrorCode::kBadInput, r.path_ + ": tensor '" + r.tensors_[r.by_name_[k]].name + "' twice");
+  }
+  return r;
+}
+
 const TensorEntry* Reader::find(std::string_view name) const {
   auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
                              [&](std::uint32_t i, std::string_view n) { return tensors_[i].name < n; });
@@ -352,8 +379,8 @@ std::span<const std::uint8_t> Reader::buffer(const TensorEntry& t, std::size_t i
   if (i >= t.buffers.size()) return {};
   const auto& b = t.buffers[i];
   // Defensive against an entry from another reader: never hand out bytes outside this map.
-  if (b.offset > file_.size() || b.size > file_.size() - b.offset) return {};
-  return file_.bytes().subspan(b.offset, b.size);
+  if (b.offset > bytes_.size() || b.size > bytes_.size() - b.offset) return {};
+  return bytes_.subspan(b.offset, b.size);
 }
 
 Result<std::span<const std::uint8_t>> Reader::buffer(const TensorEntry& t, std::string_view name) const {

@@ -30,6 +30,13 @@ class Reader {
   // or encoding, kChecksum for a header, index or metadata checksum mismatch, kIo when the file cannot be mapped.
   static Result<Reader> open(const std::string& path);
 
+  // A reader over tensor bytes already in memory (epkd's resident tier reads a file's sections into its own memory
+  // once, and decodes from there): `tensors` are the entries of a reader opened from `path` with their section and
+  // buffer offsets rebased to `bytes` (still absolute, now within `bytes`), in the same order; `path` names the origin
+  // in error messages. kBadInput if a buffer lies outside `bytes` or a name repeats. `bytes` must outlive the reader.
+  static Result<Reader> over_memory(std::string path, std::span<const std::uint8_t> bytes,
+                                    std::vector<TensorEntry> tensors, std::map<std::string, std::string> metadata);
+
   // In file index order (the order the writer added them).
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
   // Binary search over names; nullptr when absent.
@@ -46,13 +53,15 @@ class Reader {
   Status verify_all() const;
 
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  const std::string& path() const { return file_.path(); }
-  std::uint64_t file_size() const { return file_.size(); }
+  const std::string& path() const { return path_; }
+  std::uint64_t file_size() const { return bytes_.size(); }  // over_memory: the size of the memory
   // Bytes of the file that are neither header, buffer, index nor metadata: the cost of alignment (for `epk inspect`).
   std::uint64_t padding_bytes() const { return padding_bytes_; }
 
  private:
-  MappedFile file_;
+  MappedFile file_;                     // empty for over_memory
+  std::span<const std::uint8_t> bytes_;  // the map, or the memory of over_memory (a mapping keeps its address on move)
+  std::string path_;
   std::vector<TensorEntry> tensors_;
   std::vector<std::uint32_t> by_name_;  // indices into tensors_, sorted by name
   std::map<std::string, std::string> metadata_;

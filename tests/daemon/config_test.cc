@@ -29,11 +29,51 @@ TEST(Config, FlagsAlone) {
   const DaemonConfig& cfg = **c;
   EXPECT_EQ(cfg.socket_path, "/tmp/s");
   EXPECT_EQ(cfg.budget_bytes, 64u << 20);
-  EXPECT_TRUE(cfg.cpu);
+  EXPECT_EQ(cfg.serving, ServingMode::kHost);
   ASSERT_EQ(cfg.models.size(), 1u);
   EXPECT_EQ(cfg.models[0].path, "x.epk");
   ASSERT_EQ(cfg.synthetic.size(), 1u);
   EXPECT_EQ(cfg.synthetic[0].path, "4x4");
+}
+
+TEST(Config, ServingModeIsAutoUnlessCpuIsAsked) {
+  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->serving, ServingMode::kAuto);
+  std::string host = write_temp("epkd_cfg_cpu", "socket = \"/tmp/s\"\nbudget_mb = 8\ncpu = true\n");
+  c = parse({"--config", host});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->serving, ServingMode::kHost);
+  std::string off = write_temp("epkd_cfg_nocpu", "socket = \"/tmp/s\"\nbudget_mb = 8\ncpu = false\n");
+  c = parse({"--config", off});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->serving, ServingMode::kAuto);
+  c = parse({"--config", off, "--cpu"});  // the flag overrides the file
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->serving, ServingMode::kHost);
+  std::string bad = write_temp("epkd_cfg_badcpu", "socket = \"/tmp/s\"\nbudget_mb = 8\ncpu = \"yes\"\n");
+  c = parse({"--config", bad});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("'cpu' must be true or false"), std::string::npos) << c.error().message;
+  EXPECT_STREQ(serving_mode_name(ServingMode::kHost), "host");
+  EXPECT_STREQ(serving_mode_name(ServingMode::kAuto), "auto");
+}
+
+TEST(Config, ResidentCompressedFromFileOrFlag) {
+  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE((*c)->resident_compressed);
+  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--resident-compressed"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_TRUE((*c)->resident_compressed);
+  std::string on = write_temp("epkd_cfg_res", "socket = \"/tmp/s\"\nbudget_mb = 8\nresident_compressed = true\n");
+  c = parse({"--config", on});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_TRUE((*c)->resident_compressed);
+  std::string bad = write_temp("epkd_cfg_resbad", "socket = \"/tmp/s\"\nbudget_mb = 8\nresident_compressed = 1\n");
+  c = parse({"--config", bad});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("'resident_compressed' must be true or false"), std::string::npos);
 }
 
 TEST(Config, FileThenFlagsOverride) {

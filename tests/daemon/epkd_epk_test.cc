@@ -95,6 +95,44 @@ TEST_F(EpkdEpk, ServesLatticeTensorsDecodedAndRawTensorsAsStored) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+TEST_F(EpkdEpk, ResidentCompressedServesFromMemoryReadAtOpen) {
+  Epkd d({"--model", "m=" + good_, "--resident-compressed"}, "4");
+  ASSERT_TRUE(d.running());
+  // The file changes after epkd read it: what it serves is what it read and checked at open.
+  xor_byte(good_, buffer_offset(good_, "layers.1.w", "payload") + 3, 0x22);
+  xor_byte(good_, buffer_offset(good_, "norm", "data") + 1, 0x01);
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c) << c.error().to_string();
+  for (int i = 0; i < 2; ++i) {
+    auto t = c->acquire("m", "layers." + std::to_string(i) + ".w", shm::Layout::kDenseF32);
+    ASSERT_TRUE(t) << t.error().to_string();
+    auto want = reference(i, DType::kF32);
+    ASSERT_EQ(t->bytes, want.size());
+    EXPECT_EQ(std::memcmp(t->data, want.data(), want.size()), 0) << i;
+    EXPECT_TRUE(c->release(t->handle));
+  }
+  auto n = c->acquire("m", "norm", shm::Layout::kStored);
+  ASSERT_TRUE(n) << n.error().to_string();
+  EXPECT_EQ(std::memcmp(n->data, norm_.data(), 12), 0);
+  EXPECT_TRUE(c->release(n->handle));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(EpkdEpk, ResidentCompressedRefusesACorruptModelAtOpenAndServesTheOthers) {
+  xor_byte(other_, buffer_offset(other_, "norm", "data") + 2, 0x04);  // a checksum the map path checks only later
+  Epkd d({"--model", "bad=" + other_, "--model", "m=" + good_, "--resident-compressed"}, "4");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto bad = c->acquire("bad", "norm", shm::Layout::kStored);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kNotFound);
+  auto t = c->acquire("m", "norm", shm::Layout::kStored);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_TRUE(c->release(t->handle));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
 TEST_F(EpkdEpk, RowwiseInt8ComesWithItsRowScales) {
   Epkd d({"--model", "m=" + good_}, "4");
   ASSERT_TRUE(d.running());
