@@ -5,6 +5,7 @@
 #include "codec/container/reader.h"
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
+#include "daemon/intq_serving.h"
 
 namespace epk::daemon {
 namespace {
@@ -41,6 +42,8 @@ class EpkSource final : public ModelSource {
         // Validated here once, so a malformed stream refuses the model instead of failing its first acquire.
         EPK_TRY(rans::from_container(s->reader_, e));
       }
+      EPK_TRY_ASSIGN(auto header, intq_serving::inspect(s->reader_, e));
+      s->intq_.push_back(std::move(header));
       s->tensors_.push_back(std::move(m));
     }
     return s;
@@ -52,6 +55,7 @@ class EpkSource final : public ModelSource {
   Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const override {
     if (tensor >= tensors_.size()) return make_error(ErrorCode::kNotFound, origin_ + ": tensor index out of range");
     const container::TensorEntry& e = reader_.tensors()[tensor];
+    if (shm::is_packed_int(layout)) return intq_serving::served(intq_[tensor], origin_, e, layout);
     if (shm::is_rowwise(layout) && decode::can_decode_rowwise(e)) {
       // Values then per-row scales in one slot (shm/layout.h); the reader bounded rows * cols by the file.
       ServedTensor out;
@@ -84,6 +88,10 @@ class EpkSource final : public ModelSource {
     const container::TensorEntry& e = reader_.tensors()[tensor];
     // Decode first, so a corrupt payload is reported by tile; the checksums then catch what still decoded. The slot
     // of a failed produce is dropped, never served.
+    if (shm::is_packed_int(layout)) {
+      EPK_TRY(intq_serving::produce(reader_, e, layout, dst));
+      return reader_.verify(e);
+    }
     if (shm::is_rowwise(layout)) {
       const std::uint64_t rows = e.shape[0], values = rows * e.shape[1];
       const std::uint64_t at = shm::rowwise_scales_offset(rows, e.shape[1]);
@@ -105,6 +113,7 @@ class EpkSource final : public ModelSource {
   std::string origin_;
   container::Reader reader_;
   std::vector<TensorMeta> tensors_;
+  std::vector<std::optional<layouts::intq::IntHeader>> intq_;  // per tensor: the params of intq "int" tensors
 };
 
 }  // namespace
