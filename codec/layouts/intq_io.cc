@@ -363,7 +363,9 @@ Result<Encoded> encode_int(const QuantTensor& t, std::string name, DType dense_d
     p["code_prob_bits"] = coded->prob_bits;
     p["code_tile_symbols"] = coded->tile_symbols;
     std::vector<std::uint8_t> freqs(coded->freqs.size() * 2), tiles(coded->tile_bytes.size() * 4);
-    for (std::size_t i = 0; i < coded->freqs.size(); ++i) store_le<std::uint16_t>(freqs.data() + 2 * i, coded->freqs[i]);
+    for (std::size_t i = 0; i < coded->freqs.size(); ++i) {
+      store_le<std::uint16_t>(freqs.data() + 2 * i, coded->freqs[i]);
+    }
     for (std::size_t i = 0; i < coded->tile_bytes.size(); ++i) {
       store_le<std::uint32_t>(tiles.data() + 4 * i, coded->tile_bytes[i]);
     }

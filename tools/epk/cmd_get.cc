@@ -91,7 +91,8 @@ Status run_get(const GetArgs& args) {
         }
         st = writer.write(specs[i + p].name, {static_cast<const std::uint8_t*>(part.data), part.bytes});
       }
-    } else if (t->dtype != specs[i].dtype || t->shape != specs[i].shape || (t->row_scales != nullptr) != (extras == 1)) {
+    } else if (t->dtype != specs[i].dtype || t->shape != specs[i].shape ||
+               (t->row_scales != nullptr) != (extras == 1)) {
       st = make_error(ErrorCode::kInternal, "tensor '" + name + "' changed between two acquires");
     } else {
       const std::uint64_t values = t->row_scales != nullptr ? t->shape[0] * t->shape[1] : t->bytes;
