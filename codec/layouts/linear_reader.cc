@@ -1,6 +1,7 @@
 #include "codec/layouts/linear_reader.h"
 
 #include "codec/layouts/awq.h"
+#include "codec/layouts/awq_gemv.h"
 #include "codec/layouts/compressed_tensors.h"
 #include "codec/layouts/gptq.h"
 
@@ -48,6 +49,7 @@ Result<QuantTensor> read_quantized_linear(const TensorLookup& lookup, std::strin
       EPK_TRY_ASSIGN(TensorView qweight, need(lookup, prefix, "qweight"));
       EPK_TRY_ASSIGN(TensorView qzeros, need(lookup, prefix, "qzeros"));
       EPK_TRY_ASSIGN(TensorView scales, need(lookup, prefix, "scales"));
+      if (config.awq_version == "gemv") return read_awq_gemv(AwqGemvViews{qweight, qzeros, scales}, config.group_size);
       return read_awq(AwqViews{qweight, qzeros, scales}, config.group_size);
     }
     case QuantFormat::kCompressedTensors: {

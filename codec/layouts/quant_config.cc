@@ -104,7 +104,9 @@ Result<QuantConfig> parse_quant_config(std::string_view json_text, std::string_v
     c.awq_version = get_string(*q, "version");
     if (c.awq_version.empty()) c.awq_version = "gemm";
     for (auto& ch : c.awq_version) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (c.awq_version != "gemm") return unsupported(label, "AWQ version '" + c.awq_version + "'");
+    if (c.awq_version != "gemm" && c.awq_version != "gemv") {
+      return unsupported(label, "AWQ version '" + c.awq_version + "'");
+    }
   } else if (method == "compressed-tensors") {
     return parse_ct(*q, label);
   } else if (method == "bitsandbytes") {

@@ -47,9 +47,13 @@ TEST(QuantConfig, CompressedTensorsPackQuantized) {
 }
 
 TEST(QuantConfig, UnsupportedAndMalformedAreDistinguished) {
-  auto gemv = parse_quant_config(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"})", "c");
-  ASSERT_FALSE(gemv);
-  EXPECT_EQ(gemv.error().code, ErrorCode::kUnsupported);
+  auto gemv = parse_quant_config(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "GEMV"})", "c");
+  ASSERT_TRUE(gemv) << gemv.error().to_string();
+  EXPECT_EQ(gemv->awq_version, "gemv");
+  auto fast =
+      parse_quant_config(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv_fast"})", "c");
+  ASSERT_FALSE(fast);
+  EXPECT_EQ(fast.error().code, ErrorCode::kUnsupported);
   auto marlin = parse_quant_config(R"({"bits": 4, "group_size": 128, "checkpoint_format": "marlin"})", "c");
   ASSERT_FALSE(marlin);
   EXPECT_EQ(marlin.error().code, ErrorCode::kUnsupported);

@@ -95,6 +95,17 @@ TEST(QuantImport, AwqCheckpointDequantizesLikeAutoAwq) {
   expect_transposed_equal(v.view("ref.dequant"), got);
 }
 
+TEST(QuantImport, AwqGemvCheckpointDequantizesLikeAutoAwq) {
+  const auto dir = make_checkpoint(
+      "awq_gemv_4bit_g64.safetensors",
+      R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":64,"zero_point":true,"version":"gemv"}})",
+      "awq_gemv");
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  testing::Vectors v("awq_gemv_4bit_g64.safetensors");
+  expect_transposed_equal(v.view("ref.dequant"), got);
+}
+
 TEST(QuantImport, Nf4DoubleQuantCheckpointIsStoredVerbatimAndDequantizesLikeBitsandbytes) {
   const auto dir = make_checkpoint(
       "bnb_nf4_dq_bf16.safetensors",
