@@ -67,9 +67,13 @@ TEST_P(IntqRoundTrip, ReadBackEqualsWritten) {
               (std::vector<std::uint64_t>{static_cast<std::uint64_t>(c.cols), static_cast<std::uint64_t>(c.rows)}));
     auto info = intq::code_info(*r, *entry);
     ASSERT_TRUE(info);
-    if (form == intq::CodeForm::kRans) EXPECT_EQ(info->form, "rans");
-    if (form == intq::CodeForm::kPacked) EXPECT_EQ(info->form, "packed");
-    if (form == intq::CodeForm::kSmallest) EXPECT_LE(info->stored_bytes, info->packed_bytes);
+    if (form == intq::CodeForm::kRans) {
+      EXPECT_EQ(info->form, "rans");
+    } else if (form == intq::CodeForm::kPacked) {
+      EXPECT_EQ(info->form, "packed");
+    } else {
+      EXPECT_LE(info->stored_bytes, info->packed_bytes);
+    }
     auto back = intq::read_int(*r, *entry);
     ASSERT_TRUE(back) << back.error().message;
     expect_same(t, *back);
