@@ -202,7 +202,8 @@ TEST(GgufVectors, FileWrittenByGgufPyDequantizesBitIdentically) {
   EXPECT_EQ(f->find("epk.test.count")->u, 7u);
   ASSERT_NE(f->find("general.architecture"), nullptr);
   EXPECT_EQ(f->find("general.architecture")->str, "llama");
-  EXPECT_EQ(f->find("epk.test.floats")->items.size(), 3u);
+  EXPECT_EQ(f->find("epk.test.floats")->count, 3u);
+  EXPECT_EQ(f->find("epk.test.floats")->raw.size(), 3u * 4);  // f32 elements stay in the file
   int checked = 0;
   for (const char* name : {"q4_0", "q4_1", "q8_0", "f16", "q4_k", "q5_k", "q6_k"}) {
     const gguf::TensorInfo* t = f->find_tensor(name);
