@@ -43,6 +43,7 @@ std::vector<Case> cases() {
   QuantTensor q3 = random_intq_tensor(3, 100, 50, 25, false, false, false, 16);
   no_zero_zeros(q3);
   c.push_back({"asym3", q3});
+  c.push_back({"rans4", random_intq_tensor(4, 192, 80, 64, true, true, false, 17)});  // codes stored rANS-coded
   return c;
 }
 
@@ -55,7 +56,8 @@ class IntqServingTest : public ::testing::Test {
     auto w = container::Writer::create(path_, {{"source", "intq_serving_test"}});
     ASSERT_TRUE(w) << w.error().to_string();
     for (const Case& c : cases_) {
-      auto e = layouts::intq::encode_int(c.t, c.name, DType::kBF16, "gptq");
+      const auto form = c.name == "rans4" ? layouts::intq::CodeForm::kRans : layouts::intq::CodeForm::kPacked;
+      auto e = layouts::intq::encode_int(c.t, c.name, DType::kBF16, "gptq", form);
       ASSERT_TRUE(e) << e.error().to_string();
       ASSERT_TRUE(w->add_tensor(e->spec, e->buffers()));
     }
@@ -209,6 +211,16 @@ TEST_F(IntqServingTest, GptqV1PartsAreTheWritersBytes) {
   for (const char* n : {"asym4", "sym4", "act4", "perm8", "asym3"}) {
     expect_parts(n, shm::Layout::kGptq, layouts::Layout::kGptqV1);
   }
+}
+
+TEST_F(IntqServingTest, RansCodedCodesAreServedLikePackedOnes) {
+  auto reader = container::Reader::open(path_);
+  ASSERT_TRUE(reader);
+  auto info = layouts::intq::code_info(*reader, *reader->find("rans4"));
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->form, "rans");
+  expect_parts("rans4", shm::Layout::kGptqV2, layouts::Layout::kGptqV2);
+  expect_parts("rans4", shm::Layout::kMarlin, layouts::Layout::kMarlin);
 }
 
 TEST_F(IntqServingTest, GptqV1OfAZeroPointZeroIsUnsupportedNamingTheTensor) {
