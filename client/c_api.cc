@@ -145,6 +145,33 @@ int epk_release_after(epk_client* c, uint64_t handle, void* stream) {
   });
 }
 
+int epk_tensor_parts(const epk_tensor* t, const char* layout, epk_part* parts, size_t capacity, size_t* count) {
+  if (t == nullptr || count == nullptr || (parts == nullptr && capacity > 0))
+    return invalid("epk_tensor_parts: NULL argument");
+  epk::shm::Layout l;
+  if (layout == nullptr || !parse_layout(layout, &l) || !epk::shm::is_packed_int(l)) {
+    return invalid("epk_tensor_parts: not a packed integer layout");
+  }
+  return guarded([&]() -> int {
+    auto dtype = epk::dtype_from_code(t->dtype);
+    if (!dtype || t->ndim > EPK_MAX_DIMS) return invalid("epk_tensor_parts: not a packed integer slot");
+    auto p = epk::client::packed_parts_of(l, t->data, t->bytes, *dtype, {t->shape, t->ndim});
+    if (!p) return invalid("epk_tensor_parts: not a packed integer slot");
+    *count = p->size();
+    for (std::size_t i = 0; i < p->size() && i < capacity; ++i) {
+      const auto& s = (*p)[i];
+      parts[i].name = s.name.data();  // string literals of shm::packed_parts
+      parts[i].data = const_cast<void*>(s.data);
+      parts[i].bytes = s.bytes;
+      parts[i].dtype = static_cast<std::uint32_t>(s.dtype);
+      parts[i].ndim = static_cast<std::uint32_t>(s.shape.size());
+      parts[i].shape[0] = s.shape.empty() ? 0 : s.shape[0];
+      parts[i].shape[1] = s.shape.size() > 1 ? s.shape[1] : 0;
+    }
+    return EPK_OK;
+  });
+}
+
 int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
                  uint32_t* queued) {
   if (c == nullptr || model == nullptr || (tensors == nullptr && count > 0))

@@ -281,6 +281,9 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
     t.row_scales = reinterpret_cast<const float*>(static_cast<std::uint8_t*>(t.data) +
                                                   shm::rowwise_scales_offset(t.shape[0], t.shape[1]));
   }
+  if (shm::is_packed_int(layout)) {
+    EPK_TRY_ASSIGN(t.parts, packed_parts_of(layout, t.data, t.bytes, t.dtype, t.shape));
+  }
   return t;
 }
 
@@ -320,6 +323,27 @@ Status Client::release_after(std::uint64_t handle, void* stream) {
   shm::encode_release(id, m, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kRelease));
   return shm::decode_empty(f.payload, "release reply");
+}
+
+Result<std::vector<Tensor::Part>> packed_parts_of(shm::Layout layout, const void* data, std::uint64_t bytes,
+                                                  DType dtype, std::span<const std::uint64_t> shape) {
+  auto g = shm::packed_geometry_from_shape(shape);
+  std::array<shm::PackedPart, shm::kMaxPackedParts> parts{};
+  std::uint64_t total = 0;
+  const std::size_t n = g ? shm::packed_parts(layout, *g, dtype, &parts, &total) : 0;
+  if (n == 0 || total != bytes) {
+    return make_error(ErrorCode::kBadInput, "epk client: acquire reply: the " + std::string(shm::layout_name(layout)) +
+                                                " descriptor does not describe its slot");
+  }
+  std::vector<Tensor::Part> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i].name = parts[i].name;
+    out[i].dtype = parts[i].dtype;
+    out[i].shape.assign(parts[i].shape.begin(), parts[i].shape.begin() + parts[i].ndim);
+    out[i].data = static_cast<const std::uint8_t*>(data) + parts[i].offset;
+    out[i].bytes = parts[i].bytes;
+  }
+  return out;
 }
 
 Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vector<std::string>& tensors,

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -35,7 +37,22 @@ struct Tensor {
   bool on_device = false;
   int device = -1;
   void* event = nullptr;
+  // Packed integer layouts (gptq, gptq-v2, awq, marlin): shape is the shm::PackedGeometry descriptor and the slot
+  // holds these parts (shm/layout.h), each a row-major array inside data.
+  struct Part {
+    std::string_view name;  // "qweight", "qzeros", "scales", "g_idx", "perm"
+    DType dtype = DType::kI32;
+    std::vector<std::uint64_t> shape;
+    const void* data = nullptr;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Part> parts;
 };
+
+// The parts of a packed integer slot (data, bytes, dtype and the descriptor shape of an acquire reply), checked
+// against the slot's size; kBadInput when the descriptor does not describe `bytes` bytes of `layout`.
+Result<std::vector<Tensor::Part>> packed_parts_of(shm::Layout layout, const void* data, std::uint64_t bytes,
+                                                  DType dtype, std::span<const std::uint64_t> shape);
 
 using Stats = shm::StatsReply;
 

@@ -49,10 +49,32 @@ typedef struct epk_cache_stats {
 
 /* Connects to the daemon at socket_path; *out is NULL on failure. */
 int epk_connect(const char* socket_path, epk_client** out);
-/* layout: "stored", "dense:bf16", "dense:fp16", "dense:fp32", "rowwise:fp8_e4m3", "rowwise:int8"; NULL = "stored".
+/* layout: "stored", "dense:bf16", "dense:fp16", "dense:fp32", "rowwise:fp8_e4m3", "rowwise:int8", and for
+ * integer-quantized tensors "gptq", "gptq-v2", "awq", "marlin"; NULL = "stored".
  * Rowwise layouts: shape[0] x shape[1] one-byte values, then shape[0] float scales starting at byte
- * (shape[0] * shape[1] + 63) / 64 * 64 of data; weight = value * scale[row]. */
+ * (shape[0] * shape[1] + 63) / 64 * 64 of data; weight = value * scale[row].
+ * Packed integer layouts: one slot holds several arrays (parts). dtype is the scales' dtype, ndim is 8, strides are 0
+ * and shape is a descriptor: {N, K, padded N, padded K, bits, group_size, num_groups, flags} (flags: 1 = a g_idx
+ * part, 2 = a perm part). The parts follow one another, the first at offset 0 and each next one at the previous
+ * one's end rounded up to 64 bytes:
+ *   gptq, gptq-v2: qweight I32 [pK*bits/32, pN], qzeros I32 [groups, pN*bits/32], scales [groups, pN], g_idx I32 [pK]
+ *                  (gptq stores zero-1, AutoGPTQ's v1; gptq-v2 stores the zero)
+ *   awq:           qweight I32 [pK, pN/8], qzeros I32 [groups, pN/8], scales [groups, pN] (AutoAWQ GEMM)
+ *   marlin:        qweight I32 [pK/16, pN*bits/2], scales [groups, pN], and with flags 3: g_idx I32 [pK],
+ *                  perm I32 [pK] (vLLM gptq_marlin)
+ * epk_tensor_parts() applies this rule. */
 int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out);
+typedef struct epk_part {
+  const char* name; /* "qweight", "qzeros", "scales", "g_idx", "perm" (static storage) */
+  void* data;       /* inside the acquired slot */
+  uint64_t bytes;
+  uint32_t dtype;
+  uint32_t ndim;    /* 1 or 2 */
+  uint64_t shape[2];
+} epk_part;
+/* The parts of a tensor acquired in a packed integer layout (the same layout name). *count receives how many parts
+ * there are (at most 4); up to capacity are written. EPK_E_INVALID when t is not such a slot. */
+int epk_tensor_parts(const epk_tensor* t, const char* layout, epk_part* parts, size_t capacity, size_t* count);
 /* *queued (may be NULL) receives the number of decodes the daemon queued. */
 int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
                  uint32_t* queued);

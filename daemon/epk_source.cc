@@ -6,6 +6,7 @@
 #include "codec/container/reader.h"
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
+#include "daemon/intq_serving.h"
 
 namespace epk::daemon {
 namespace {
@@ -48,6 +49,8 @@ class EpkSource final : public ModelSource {
         s->streams_.resize(s->tensors_.size() + 1);
         s->streams_.back() = std::move(st);
       }
+      EPK_TRY_ASSIGN(auto header, intq_serving::inspect(s->reader_, e));
+      s->intq_.push_back(std::move(header));
       s->tensors_.push_back(std::move(m));
     }
     return s;
@@ -69,6 +72,7 @@ class EpkSource final : public ModelSource {
     if (!Shape::fits(e.shape.size())) {  // the container allows rank 8 = kMaxDims: a guard, not a case
       return make_error(ErrorCode::kUnsupported, origin_ + ": tensor '" + e.name + "': rank exceeds the protocol's");
     }
+    if (shm::is_packed_int(layout)) return intq_serving::served(intq_[tensor], origin_, e, layout);
     if (shm::is_rowwise(layout) && decode::can_decode_rowwise(e)) {
       // Values then per-row scales in one slot (shm/layout.h); the reader bounded rows * cols by the file.
       ServedTensor out;
@@ -101,6 +105,10 @@ class EpkSource final : public ModelSource {
     const container::TensorEntry& e = reader_.tensors()[tensor];
     // Decode first, so a corrupt payload is reported by tile; the checksums then catch what still decoded. The slot
     // of a failed produce is dropped, never served.
+    if (shm::is_packed_int(layout)) {
+      EPK_TRY(intq_serving::produce(reader_, e, layout, dst));
+      return reader_.verify(e);
+    }
     if (shm::is_rowwise(layout)) {
       const std::uint64_t rows = e.shape[0], values = rows * e.shape[1];
       const std::uint64_t at = shm::rowwise_scales_offset(rows, e.shape[1]);
@@ -125,6 +133,7 @@ class EpkSource final : public ModelSource {
   container::Reader reader_;
   std::vector<TensorMeta> tensors_;
   std::vector<std::optional<rans::StoredStream>> streams_;  // lattice-rans tensors' views (the GPU path's input)
+  std::vector<std::optional<layouts::intq::IntHeader>> intq_;  // per tensor: the params of intq "int" tensors
 };
 
 }  // namespace

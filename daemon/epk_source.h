@@ -12,7 +12,9 @@
 //   lattice-rans tensors dense:{bf16,fp16,fp32} through the CPU decoder; stored is the dense form in the tensor's
 //                        source dtype (what the reference's decompress returns); rowwise:{int8,fp8_e4m3} (2-D):
 //                        values then per-row fp32 scales in one slot (shm/layout.h), rans::decode_rowwise's output
-//   intq tensors         not served yet (kUnsupported)
+//   intq tensors         dense:{bf16,fp16,fp32} and stored (dense in the source dtype) through decode_tensor, bit for
+//                        bit what `epk decompress` writes; kind "int" also gptq, gptq-v2, awq, marlin: the CPU
+//                        writers' parts in one slot (daemon/intq_serving.h, shm/layout.h); params checked at open
 //
 // With `resident` (config resident_compressed = true) open() also reads every tensor section into epkd's memory and
 // checksums it there (daemon/resident_model.h); produce() then decodes from that memory and the file is unmapped.

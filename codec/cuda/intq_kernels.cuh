@@ -77,8 +77,10 @@ __global__ void dequantize_kernel(const std::uint32_t* __restrict__ codes, const
   }
 }
 
-// GPTQ: word (w, n) holds rows [32w / b, (32w + 31) / b] of column n, LSB first, straddling values split.
-__global__ void gptq_kernel(const std::uint32_t* __restrict__ codes, Geometry g, std::uint32_t* __restrict__ out) {
+// GPTQ: word (w, n) holds rows [32w / b, (32w + 31) / b] of column n, LSB first, straddling values split. row_of
+// (nullable): output row r is stored row row_of[r] (the inverse of perm: GPTQ keeps rows in feature order).
+__global__ void gptq_kernel(const std::uint32_t* __restrict__ codes, const std::int32_t* __restrict__ row_of,
+                            Geometry g, std::uint32_t* __restrict__ out) {
   const std::uint64_t words_per_col = static_cast<std::uint64_t>(g.padded_rows) * g.bits / 32;
   const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
   if (i >= words_per_col * static_cast<std::uint64_t>(g.padded_cols)) return;
@@ -88,7 +90,8 @@ __global__ void gptq_kernel(const std::uint32_t* __restrict__ codes, Geometry g,
   const std::int64_t last = static_cast<std::int64_t>((32 * w + 31) / g.bits);
   std::uint32_t word = 0;
   for (std::int64_t k = first; k <= last; ++k) {
-    const std::uint32_t c = load_code(codes, static_cast<std::uint64_t>(k) * g.padded_cols + n, g.bits);
+    const std::uint64_t src = row_of ? static_cast<std::uint64_t>(__ldg(row_of + k)) : static_cast<std::uint64_t>(k);
+    const std::uint32_t c = load_code(codes, src * g.padded_cols + n, g.bits);
     const std::int64_t shift = k * g.bits - static_cast<std::int64_t>(32 * w);
     word |= shift >= 0 ? (c << shift) : (c >> -shift);
   }
@@ -111,9 +114,10 @@ __global__ void awq_kernel(const std::uint32_t* __restrict__ codes, Geometry g, 
 }
 
 // Marlin: value v of the output stream is tiled value base(v) + perm[v % 1024]; tiled index T of row block r holds
-// (k, n) = (16r + i, 16t + j) with T = r * 16N + t * 256 + i * 16 + j.
-__global__ void marlin_kernel(const std::uint32_t* __restrict__ codes, const int* __restrict__ perm, Geometry g,
-                              std::uint32_t* __restrict__ out) {
+// (k, n) = (16r + i, 16t + j) with T = r * 16N + t * 256 + i * 16 + j. row_of (nullable): row k is stored row
+// row_of[k] (act-order: the rows sorted by group, group_order_kernel).
+__global__ void marlin_kernel(const std::uint32_t* __restrict__ codes, const int* __restrict__ perm,
+                              const std::int32_t* __restrict__ row_of, Geometry g, std::uint32_t* __restrict__ out) {
   const int per_word = 32 / g.bits;
   const std::uint64_t total_words = static_cast<std::uint64_t>(g.padded_rows) * g.padded_cols / per_word;
   const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
@@ -126,15 +130,20 @@ __global__ void marlin_kernel(const std::uint32_t* __restrict__ codes, const int
     const std::uint64_t r = t_index / cols16, rem = t_index % cols16;
     const std::uint64_t tile = rem / 256, in_tile = rem % 256;
     const std::uint64_t k = 16 * r + in_tile / 16, n = 16 * tile + in_tile % 16;
-    word |= load_code(codes, k * g.padded_cols + n, g.bits) << (g.bits * s);
+    const std::uint64_t src = row_of ? static_cast<std::uint64_t>(__ldg(row_of + k)) : k;
+    word |= load_code(codes, src * g.padded_cols + n, g.bits) << (g.bits * s);
   }
   out[i] = word;
 }
 
-// GPTQ qzeros (v2: z as stored): row r of [rows, row_len] values repacked as row_len * bits / 32 words per row, the
-// same LSB-first stream restarted at every row. values == nullptr: every value is `fill`.
+// GPTQ qzeros: row r of [rows, row_len] values repacked as row_len * bits / 32 words per row, the same LSB-first
+// stream restarted at every row. values == nullptr: every value is `fill`. minus_one (GPTQ v1): each value v is
+// stored as (v - 1) & mask, and a v of 0 (which v1 cannot hold) sets bit kZeroPointZero of *flags.
+inline constexpr std::uint32_t kZeroPointZero = 1;     // flags: a v1 zero point of 0 was met
+inline constexpr std::uint32_t kPaddingSortsInside = 2;  // flags: group_order moved a padding row into the logical rows
 __global__ void pack_rows_kernel(const std::uint32_t* __restrict__ values, std::uint32_t fill, std::int64_t rows,
-                                 std::int64_t row_len, int bits, std::uint32_t* __restrict__ out) {
+                                 std::int64_t row_len, int bits, bool minus_one, std::uint32_t* __restrict__ flags,
+                                 std::uint32_t* __restrict__ out) {
   const std::uint64_t words_per_row = static_cast<std::uint64_t>(row_len) * bits / 32;
   const std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
   if (i >= words_per_row * static_cast<std::uint64_t>(rows)) return;
@@ -143,7 +152,11 @@ __global__ void pack_rows_kernel(const std::uint32_t* __restrict__ values, std::
   const std::int64_t last = static_cast<std::int64_t>((32 * w + 31) / bits);
   std::uint32_t word = 0;
   for (std::int64_t c = first; c <= last; ++c) {
-    const std::uint32_t v = values ? load_code(values, r * static_cast<std::uint64_t>(row_len) + c, bits) : fill;
+    std::uint32_t v = values ? load_code(values, r * static_cast<std::uint64_t>(row_len) + c, bits) : fill;
+    if (minus_one) {
+      if (v == 0 && flags != nullptr) atomicOr(flags, kZeroPointZero);  // idempotent: a straddling value is met twice
+      v = (v - 1u) & ((1u << bits) - 1u);
+    }
     const std::int64_t shift = c * bits - static_cast<std::int64_t>(32 * w);
     word |= shift >= 0 ? (v << shift) : (v >> -shift);
   }
@@ -163,6 +176,47 @@ __global__ void scales_kernel(const float* __restrict__ scales, std::uint64_t co
     out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(s));
   } else {
     out[i] = __half_as_ushort(__float2half_rn(s));
+  }
+}
+
+// inv[perm[k]] = k for k < n: the stored row of each feature (perm is a permutation of 0..n-1, checked on the host
+// when the tensor was read).
+__global__ void invert_perm_kernel(const std::int32_t* __restrict__ perm, std::int64_t n,
+                                   std::int32_t* __restrict__ inv) {
+  const std::uint64_t k = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (k >= static_cast<std::uint64_t>(n)) return;
+  inv[__ldg(perm + k)] = static_cast<std::int32_t>(k);
+}
+
+// out[r] = values[src] (values nullable: src / divisor) with src = row_of ? row_of[r] : r, for r < n. Gives GPTQ's
+// g_idx in feature order (values g_idx or null with divisor G, row_of the inverse perm) and Marlin's sorted g_idx and
+// perm (row_of the group order; perm null with divisor 1 is the order itself).
+__global__ void gather_rows_kernel(const std::int32_t* __restrict__ values, std::int64_t divisor,
+                                   const std::int32_t* __restrict__ row_of, std::int64_t n,
+                                   std::int32_t* __restrict__ out) {
+  const std::uint64_t r = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (r >= static_cast<std::uint64_t>(n)) return;
+  const std::int64_t src = row_of ? __ldg(row_of + r) : static_cast<std::int64_t>(r);
+  out[r] = values ? __ldg(values + src) : static_cast<std::int32_t>(src / divisor);
+}
+
+// The stable argsort of g_idx (sort_groups' row order), one thread per group: group g's rows start after every row of
+// a smaller group and keep their order. O(groups * rows) reads in all: a handful of rows per weight column, run once
+// per repack. g_idx nullable: k / group_size (already sorted). A padding row (>= rows) placed among the first `rows`
+// positions sets kPaddingSortsInside in *flags (the CPU's sort_groups refuses that tensor).
+__global__ void group_order_kernel(const std::int32_t* __restrict__ g_idx, std::int64_t group_size,
+                                   std::int64_t rows, std::int64_t padded_rows, std::int64_t num_groups,
+                                   std::uint32_t* __restrict__ flags, std::int32_t* __restrict__ order) {
+  const std::uint64_t gi = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  if (gi >= static_cast<std::uint64_t>(num_groups)) return;
+  const std::int64_t g = static_cast<std::int64_t>(gi);
+  auto group_of = [&](std::int64_t k) -> std::int64_t { return g_idx ? __ldg(g_idx + k) : k / group_size; };
+  std::int64_t pos = 0;
+  for (std::int64_t k = 0; k < padded_rows; ++k) pos += group_of(k) < g;
+  for (std::int64_t k = 0; k < padded_rows; ++k) {
+    if (group_of(k) != g) continue;
+    if (pos < rows && k >= rows && flags != nullptr) atomicOr(flags, kPaddingSortsInside);
+    order[pos++] = static_cast<std::int32_t>(k);
   }
 }
 

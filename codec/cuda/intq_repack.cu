@@ -13,6 +13,7 @@ namespace epk::cuda::intq {
 namespace {
 
 constexpr int kThreads = 256;
+static_assert(kZeroPointZero == detail::kZeroPointZero && kPaddingSortsInside == detail::kPaddingSortsInside);
 
 Error invalid(const std::string& what) { return make_error(ErrorCode::kInvalidArgument, "intq gpu: " + what); }
 
@@ -100,15 +101,46 @@ Status dequantize_dense(const DeviceIntq& t, DenseType type, void* dst, Stream s
   return launched("dequantize");
 }
 
-Status repack_gptq_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
+Status repack_gptq_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream stream, const std::int32_t* inv_perm) {
   EPK_TRY(check_common(t));
   if ((t.padded_rows * t.bits) % 32 != 0) return invalid("gptq: padded_rows * bits is not a multiple of 32");
-  if (t.perm != nullptr) return invalid("gptq: restore feature order (unpermute rows) before repacking");
+  if ((t.perm != nullptr) != (inv_perm != nullptr)) {
+    return invalid("gptq: a tensor with a perm needs its inverse (invert_perm), one without needs none");
+  }
   const std::uint64_t n =
       static_cast<std::uint64_t>(t.padded_rows) * t.bits / 32 * static_cast<std::uint64_t>(t.padded_cols);
   if (n == 0) return {};
-  detail::gptq_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.codes, geometry(t), dst);
+  detail::gptq_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.codes, inv_perm, geometry(t), dst);
   return launched("gptq");
+}
+
+Status gptq_g_idx(const DeviceIntq& t, const std::int32_t* inv_perm, std::int32_t* dst, Stream stream) {
+  EPK_TRY(check_common(t));
+  if ((t.perm != nullptr) != (inv_perm != nullptr)) return invalid("gptq g_idx: perm and inv_perm go together");
+  const std::uint64_t n = static_cast<std::uint64_t>(t.padded_rows);
+  if (n == 0) return {};
+  detail::gather_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.g_idx, t.group_size, inv_perm, t.padded_rows,
+                                                                     dst);
+  return launched("gptq g_idx");
+}
+
+Status invert_perm(const DeviceIntq& t, std::int32_t* inv, Stream stream) {
+  EPK_TRY(check_common(t));
+  if (t.perm == nullptr) return invalid("invert_perm: the tensor has no perm");
+  const std::uint64_t n = static_cast<std::uint64_t>(t.padded_rows);
+  if (n == 0) return {};
+  detail::invert_perm_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.perm, t.padded_rows, inv);
+  return launched("invert_perm");
+}
+
+Status group_order(const DeviceIntq& t, std::int32_t* order, std::uint32_t* flags, Stream stream) {
+  EPK_TRY(check_common(t));
+  if (t.num_groups < 0) return invalid("group_order: num_groups");
+  const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups);
+  if (n == 0 || t.padded_rows == 0) return {};
+  detail::group_order_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.g_idx, t.group_size, t.rows, t.padded_rows,
+                                                                     t.num_groups, flags, order);
+  return launched("group_order");
 }
 
 Status repack_awq_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
@@ -122,17 +154,31 @@ Status repack_awq_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream stream
   return launched("awq");
 }
 
-Status repack_marlin_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
+Status repack_marlin_qweight(const DeviceIntq& t, std::uint32_t* dst, Stream stream, const std::int32_t* order) {
   EPK_TRY(check_common(t));
   if (t.bits != 4 && t.bits != 8) return invalid("marlin: bits must be 4 or 8");
   if (t.padded_rows % 16 != 0 || t.padded_cols % 64 != 0) return invalid("marlin: needs K % 16 == 0 and N % 64 == 0");
-  if (t.g_idx != nullptr || t.perm != nullptr) return invalid("marlin: scattered groups or perm (sort_groups first)");
+  if ((t.g_idx != nullptr || t.perm != nullptr) && order == nullptr) {
+    return invalid("marlin: scattered groups or perm need the group order (group_order)");
+  }
   EPK_TRY_ASSIGN(const int* perm, marlin_perm(t.bits));
   const std::uint64_t n = static_cast<std::uint64_t>(t.padded_rows) * static_cast<std::uint64_t>(t.padded_cols) /
                           static_cast<std::uint64_t>(32 / t.bits);
   if (n == 0) return {};
-  detail::marlin_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.codes, perm, geometry(t), dst);
+  detail::marlin_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.codes, perm, order, geometry(t), dst);
   return launched("marlin");
+}
+
+Status marlin_g_idx_perm(const DeviceIntq& t, const std::int32_t* order, std::int32_t* g_idx_out,
+                         std::int32_t* perm_out, Stream stream) {
+  EPK_TRY(check_common(t));
+  if (order == nullptr) return invalid("marlin g_idx/perm: order is null");
+  const std::uint64_t n = static_cast<std::uint64_t>(t.padded_rows);
+  if (n == 0) return {};
+  detail::gather_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.g_idx, t.group_size, order, t.padded_rows,
+                                                                     g_idx_out);
+  detail::gather_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.perm, 1, order, t.padded_rows, perm_out);
+  return launched("marlin g_idx/perm");
 }
 
 Status repack_gptq_qzeros_v2(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
@@ -141,8 +187,18 @@ Status repack_gptq_qzeros_v2(const DeviceIntq& t, std::uint32_t* dst, Stream str
   const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * (t.padded_cols * t.bits / 32);
   if (n == 0) return {};
   detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.zeros, 1u << (t.bits - 1), t.num_groups,
-                                                                   t.padded_cols, t.bits, dst);
+                                                                   t.padded_cols, t.bits, false, nullptr, dst);
   return launched("gptq qzeros");
+}
+
+Status repack_gptq_qzeros_v1(const DeviceIntq& t, std::uint32_t* dst, std::uint32_t* zero_flag, Stream stream) {
+  EPK_TRY(check_common(t));
+  if ((t.padded_cols * t.bits) % 32 != 0) return invalid("gptq qzeros: padded_cols * bits is not a multiple of 32");
+  const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * (t.padded_cols * t.bits / 32);
+  if (n == 0) return {};
+  detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.zeros, 1u << (t.bits - 1), t.num_groups,
+                                                                   t.padded_cols, t.bits, true, zero_flag, dst);
+  return launched("gptq qzeros v1");
 }
 
 Status repack_awq_qzeros(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
@@ -151,7 +207,8 @@ Status repack_awq_qzeros(const DeviceIntq& t, std::uint32_t* dst, Stream stream)
   const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * static_cast<std::uint64_t>(t.padded_cols / 8);
   if (n == 0) return {};
   if (t.zeros == nullptr) {  // symmetric: every field 8, in any order
-    detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(nullptr, 8u, t.num_groups, t.padded_cols, 4, dst);
+    detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(nullptr, 8u, t.num_groups, t.padded_cols, 4,
+                                                                     false, nullptr, dst);
   } else {
     detail::Geometry g = geometry(t);
     g.padded_rows = t.num_groups;

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "codec/layouts/awq.h"
+#include "codec/layouts/awq_gemv.h"
 #include "codec/layouts/compressed_tensors.h"
 #include "codec/layouts/gptq.h"
 #include "codec/layouts/marlin.h"
@@ -15,6 +16,7 @@ std::optional<Layout> layout_from_name(std::string_view name) {
   if (name == "awq") return Layout::kAwq;
   if (name == "marlin") return Layout::kMarlin;
   if (name == "ct") return Layout::kCompressedTensors;
+  if (name == "awq-gemv") return Layout::kAwqGemv;
   return std::nullopt;
 }
 
@@ -25,6 +27,7 @@ std::string_view layout_name(Layout l) {
     case Layout::kAwq: return "awq";
     case Layout::kMarlin: return "marlin";
     case Layout::kCompressedTensors: return "ct";
+    case Layout::kAwqGemv: return "awq-gemv";
   }
   return "?";
 }
@@ -37,6 +40,7 @@ void layout_alignment(Layout target, const QuantTensor& t, std::int64_t* row_mul
     case Layout::kAwq: *row_multiple = t.group_size; *col_multiple = 8; break;
     case Layout::kMarlin: *row_multiple = 16; *col_multiple = 64; break;
     case Layout::kCompressedTensors: *row_multiple = 1; *col_multiple = 1; break;
+    case Layout::kAwqGemv: *row_multiple = std::lcm(t.group_size, std::int64_t{8}); *col_multiple = 8; break;
   }
 }
 
@@ -45,7 +49,8 @@ Result<Converted> write_layout(const QuantTensor& src, Layout target) {
   QuantTensor t = src;
   std::int64_t rm = 1, cm = 1;
   layout_alignment(target, t, &rm, &cm);
-  if (target == Layout::kAwq && !has_static_groups(t)) {
+  const bool no_g_idx = target == Layout::kAwq || target == Layout::kAwqGemv;
+  if (no_g_idx && !has_static_groups(t)) {
     EPK_TRY_ASSIGN(t, sort_groups(t));
   }
   EPK_TRY(pad_to(t, rm, cm));
@@ -57,12 +62,13 @@ Result<Converted> write_layout(const QuantTensor& src, Layout target) {
       case Layout::kAwq: return write_awq(t);
       case Layout::kMarlin: return write_marlin(t);
       case Layout::kCompressedTensors: return write_compressed_tensors(t, CtPacking::kDense);
+      case Layout::kAwqGemv: return write_awq_gemv(t);
     }
     return make_error(ErrorCode::kInternal, "write_layout: unknown layout");
   }();
   if (!written) return std::move(written).error();
   out.tensors = std::move(written).value();
-  if (target == Layout::kAwq) out.activation_perm = t.perm;
+  if (no_g_idx) out.activation_perm = t.perm;
   out.rows = t.rows;
   out.cols = t.cols;
   out.padded_rows = t.padded_rows;

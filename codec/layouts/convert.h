@@ -13,9 +13,9 @@
 
 namespace epk::layouts {
 
-enum class Layout { kGptqV1, kGptqV2, kAwq, kMarlin, kCompressedTensors };
+enum class Layout { kGptqV1, kGptqV2, kAwq, kMarlin, kCompressedTensors, kAwqGemv };
 
-// "gptq", "gptq-v2", "awq", "marlin", "ct".
+// "gptq", "gptq-v2", "awq", "marlin", "ct", "awq-gemv".
 std::optional<Layout> layout_from_name(std::string_view name);
 std::string_view layout_name(Layout l);
 
@@ -27,8 +27,8 @@ struct Converted {
   std::int64_t padded_rows = 0, padded_cols = 0;
 };
 
-// Pads to the target's multiples, sorts scattered groups for layouts without g_idx (AWQ; Marlin stores its own
-// g_idx/perm tensors, so activation_perm stays empty there), and writes. Fails, naming the reason, where the target
+// Pads to the target's multiples, sorts scattered groups for layouts without g_idx (AWQ GEMM and GEMV; Marlin stores
+// its own g_idx/perm tensors, so activation_perm stays empty there), and writes. Fails, naming the reason, where the target
 // cannot hold the tensor exactly (AWQ: not 4-bit; Marlin: asymmetric or not 4/8-bit; GPTQ v1: a zero of 0).
 Result<Converted> write_layout(const QuantTensor& t, Layout target);
 

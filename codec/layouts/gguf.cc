@@ -46,6 +46,13 @@ class Cursor {
     return s;
   }
 
+  Result<std::span<const std::uint8_t>> read_bytes(std::uint64_t n, const std::string& field) {
+    if (n > left()) return error(field, std::to_string(n) + " bytes exceed the " + std::to_string(left()) + " left");
+    auto s = bytes_.subspan(pos_, n);
+    pos_ += n;
+    return s;
+  }
+
   Status skip(std::uint64_t n, const std::string& field) {
     if (n > left()) return error(field, std::to_string(n) + " bytes exceed the " + std::to_string(left()) + " left");
     pos_ += n;
@@ -71,6 +78,26 @@ std::uint64_t min_size(ValueType t) {
 }
 
 bool known_value_type(std::uint32_t t) { return t <= 12; }
+
+// A scalar of a fixed-size type from its little-endian bytes (the caller checked p has fixed_size(type) bytes).
+Value scalar_at(ValueType type, const std::uint8_t* p) {
+  Value v;
+  v.type = type;
+  switch (type) {
+    case ValueType::kU8: case ValueType::kBool: v.u = p[0]; break;
+    case ValueType::kI8: v.i = static_cast<std::int8_t>(p[0]); break;
+    case ValueType::kU16: v.u = load_le<std::uint16_t>(p); break;
+    case ValueType::kI16: v.i = load_le<std::int16_t>(p); break;
+    case ValueType::kU32: v.u = load_le<std::uint32_t>(p); break;
+    case ValueType::kI32: v.i = load_le<std::int32_t>(p); break;
+    case ValueType::kU64: v.u = load_le<std::uint64_t>(p); break;
+    case ValueType::kI64: v.i = load_le<std::int64_t>(p); break;
+    case ValueType::kF32: v.f = load_le<float>(p); break;
+    case ValueType::kF64: v.f = load_le<double>(p); break;
+    case ValueType::kString: case ValueType::kArray: break;
+  }
+  return v;
+}
 
 Result<Value> read_value(Cursor& c, ValueType type, const std::string& field, int depth) {
   Value v;
@@ -103,6 +130,17 @@ Result<Value> read_value(Cursor& c, ValueType type, const std::string& field, in
         return c.error(field, "array count " + std::to_string(v.count) + " cannot fit in the " +
                                   std::to_string(c.left()) + " bytes left");
       }
+      if (const std::uint64_t size = fixed_size(v.elem_type); size > 0) {
+        // Kept as a span into the file (bounded above: count * size <= left). Bools are still checked here.
+        EPK_TRY_ASSIGN(v.raw, c.read_bytes(v.count * size, field));
+        if (v.elem_type == ValueType::kBool) {
+          for (std::uint64_t i = 0; i < v.count; ++i) {
+            if (v.raw[i] > 1) return c.error(field + "[" + std::to_string(i) + "]", "bool value " +
+                                                                                      std::to_string(v.raw[i]));
+          }
+        }
+        break;
+      }
       v.items.reserve(v.count);
       for (std::uint64_t i = 0; i < v.count; ++i) {
         EPK_TRY_ASSIGN(Value item, read_value(c, v.elem_type, field + "[" + std::to_string(i) + "]", depth + 1));
@@ -115,6 +153,16 @@ Result<Value> read_value(Cursor& c, ValueType type, const std::string& field, in
 }
 
 }  // namespace
+
+std::uint64_t fixed_size(ValueType t) {
+  return t == ValueType::kString || t == ValueType::kArray ? 0 : min_size(t);
+}
+
+Value Value::at(std::uint64_t index) const {
+  const std::uint64_t size = fixed_size(elem_type);
+  if (size > 0) return scalar_at(elem_type, raw.data() + index * size);
+  return items[index];
+}
 
 std::optional<TypeTraits> type_traits(std::uint32_t t) {
   switch (static_cast<GgmlType>(t)) {

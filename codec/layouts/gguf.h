@@ -49,8 +49,17 @@ struct Value {
   std::string_view str;
   ValueType elem_type = ValueType::kU8;  // arrays
   std::uint64_t count = 0;
-  std::vector<Value> items;  // arrays (nested arrays allowed)
+  // Arrays of fixed-size elements (integers, floats, bool): the count * size little-endian bytes in the file, not
+  // decoded; a 100 MB u8 array costs one span, not 100 M Values. Read elements with at().
+  std::span<const std::uint8_t> raw;
+  std::vector<Value> items;  // arrays of strings or of arrays (nested arrays allowed); empty for fixed-size elements
+
+  // Element i (< count) of an array, decoded from raw or copied from items.
+  Value at(std::uint64_t i) const;
 };
+
+// Bytes of one element of a fixed-size value type; 0 for strings and arrays.
+std::uint64_t fixed_size(ValueType t);
 
 struct KeyValue {
   std::string_view key;

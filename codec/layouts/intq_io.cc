@@ -10,6 +10,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/half.h"
 #include "codec/layouts/pack_bits.h"
+#include "codec/rans/symbol_coder.h"
 
 namespace epk::layouts::intq {
 namespace {
@@ -306,7 +307,8 @@ Result<GgufStored> read_gguf_entry(const Where& w, const json& j) {
 
 }  // namespace
 
-Result<Encoded> encode_int(const QuantTensor& t, std::string name, DType dense_dtype, std::string source) {
+Result<Encoded> encode_int(const QuantTensor& t, std::string name, DType dense_dtype, std::string source,
+                           CodeForm form) {
   auto invalid = [&](const std::string& what) {
     return make_error(ErrorCode::kInvalidArgument, "intq tensor '" + name + "': " + what);
   };
@@ -348,11 +350,34 @@ Result<Encoded> encode_int(const QuantTensor& t, std::string name, DType dense_d
             {"g_idx", !static_groups},
             {"perm", !t.perm.empty()},
             {"source", source}};
-  e.spec.params_json = p.dump();
 
-  std::vector<std::uint32_t> words(packed_words(t.codes.size(), t.bits));
-  EPK_TRY(pack_bits(t.codes, t.bits, words));
-  add_buffer(e, "codes", words_to_bytes(words));
+  const std::uint64_t packed_bytes = packed_words(t.codes.size(), t.bits) * 4;
+  std::optional<rans::symbols::Encoded> coded;
+  if (form != CodeForm::kPacked) {
+    auto c = rans::symbols::encode(t.codes, t.bits);
+    if (!c) return invalid(c.error().message);
+    if (form == CodeForm::kRans || c->stored_bytes() < packed_bytes) coded = std::move(*c);
+  }
+  if (coded) {
+    p["codes"] = "rans";
+    p["code_prob_bits"] = coded->prob_bits;
+    p["code_tile_symbols"] = coded->tile_symbols;
+    std::vector<std::uint8_t> freqs(coded->freqs.size() * 2), tiles(coded->tile_bytes.size() * 4);
+    for (std::size_t i = 0; i < coded->freqs.size(); ++i) {
+      store_le<std::uint16_t>(freqs.data() + 2 * i, coded->freqs[i]);
+    }
+    for (std::size_t i = 0; i < coded->tile_bytes.size(); ++i) {
+      store_le<std::uint32_t>(tiles.data() + 4 * i, coded->tile_bytes[i]);
+    }
+    add_buffer(e, "codes", std::move(coded->payload));
+    add_buffer(e, "code_freqs", std::move(freqs));
+    add_buffer(e, "code_tiles", std::move(tiles));
+  } else {
+    std::vector<std::uint32_t> words(packed_words(t.codes.size(), t.bits));
+    EPK_TRY(pack_bits(t.codes, t.bits, words));
+    add_buffer(e, "codes", words_to_bytes(words));
+  }
+  e.spec.params_json = p.dump();
   add_buffer(e, "scales", float_bytes(t.scales, t.scale_dtype));
   if (!sym) {
     std::vector<std::uint8_t> z(t.zeros.size());
@@ -418,13 +443,14 @@ Result<Kind> kind_of(const container::Reader& reader, const container::TensorEnt
   return parse_kind(w, j);
 }
 
-Result<QuantTensor> read_int(const container::Reader& reader, const container::TensorEntry& entry) {
+Result<IntHeader> read_int_header(const container::Reader& reader, const container::TensorEntry& entry) {
   const Where w{reader, entry};
   if (entry.encoding != container::Encoding::kIntq) return w.bad("encoding", "not intq");
   EPK_TRY_ASSIGN(json j, parse_params(w));
   EPK_TRY_ASSIGN(Kind kind, parse_kind(w, j));
   if (kind != Kind::kInt) return w.bad("params.kind", "'" + std::string(kind_name(kind)) + "', not 'int'");
-  QuantTensor t;
+  IntHeader h;
+  QuantTensor& t = h.shape;
   EPK_TRY_ASSIGN(std::int64_t bits, get_int(w, j, "bits", 1, 8));
   t.bits = static_cast<int>(bits);
   EPK_TRY_ASSIGN(t.padded_rows, get_int(w, j, "padded_rows", 0, kMaxExtent));
@@ -444,26 +470,72 @@ Result<QuantTensor> read_int(const container::Reader& reader, const container::T
   }
   t.scale_dtype = *scale_dtype;
   EPK_TRY_ASSIGN(std::string codes_form, get_string(w, j, "codes"));
-  if (codes_form != "packed") return w.bad("params.codes", "'" + codes_form + "' is not 'packed'");
+  if (codes_form != "packed" && codes_form != "rans") {
+    return w.bad("params.codes", "'" + codes_form + "' is neither 'packed' nor 'rans'");
+  }
+  h.rans_codes = codes_form == "rans";
+  if (h.rans_codes) {
+    EPK_TRY_ASSIGN(std::int64_t pb, get_int(w, j, "code_prob_bits", rans::symbols::kMinProbBits,
+                                            rans::symbols::kMaxProbBits));
+    EPK_TRY_ASSIGN(std::int64_t ts, get_int(w, j, "code_tile_symbols", 1, kMaxExtent));
+    h.code_prob_bits = static_cast<int>(pb);
+    h.code_tile_symbols = static_cast<std::uint32_t>(ts);
+  }
   EPK_TRY_ASSIGN(std::string zeros_form, get_string(w, j, "zeros"));
   if (zeros_form != "packed" && zeros_form != "symmetric") {
     return w.bad("params.zeros", "'" + zeros_form + "' is neither 'packed' nor 'symmetric'");
   }
-  EPK_TRY_ASSIGN(bool has_g_idx, get_bool(w, j, "g_idx"));
-  EPK_TRY_ASSIGN(bool has_perm, get_bool(w, j, "perm"));
+  h.symmetric = zeros_form == "symmetric";
+  EPK_TRY_ASSIGN(h.has_g_idx, get_bool(w, j, "g_idx"));
+  EPK_TRY_ASSIGN(h.has_perm, get_bool(w, j, "perm"));
   EPK_TRY(get_string(w, j, "source"));
   const std::uint64_t want_shape[] = {static_cast<std::uint64_t>(t.cols), static_cast<std::uint64_t>(t.rows)};
   EPK_TRY(check_shape(w, want_shape));
-  if (!has_g_idx && t.num_groups != (t.padded_rows + t.group_size - 1) / t.group_size) {
+  if (!h.has_g_idx && t.num_groups != (t.padded_rows + t.group_size - 1) / t.group_size) {
     return w.bad("params.num_groups", "does not match padded_rows / group_size for static groups");
   }
-  const bool sym = zeros_form == "symmetric";
-  EPK_TRY(only_buffers(w, {"codes", "scales", "zeros", "g_idx", "perm"}));
   const std::uint64_t n_groups = static_cast<std::uint64_t>(t.num_groups) * static_cast<std::uint64_t>(t.padded_cols);
   if (n_groups > kMaxElements) return w.bad("params.num_groups", "num_groups * padded_cols too large");
+  return h;
+}
 
-  EPK_TRY_ASSIGN(auto codes, need_buffer(w, "codes", packed_words(n_codes, t.bits) * 4));
-  EPK_TRY(unpack_checked(w, "codes", codes, n_codes, t.bits, &t.codes));
+Result<QuantTensor> read_int(const container::Reader& reader, const container::TensorEntry& entry) {
+  const Where w{reader, entry};
+  EPK_TRY_ASSIGN(IntHeader h, read_int_header(reader, entry));
+  QuantTensor t = std::move(h.shape);
+  const bool has_g_idx = h.has_g_idx, has_perm = h.has_perm;
+  const std::uint64_t n_codes = static_cast<std::uint64_t>(t.padded_rows) * static_cast<std::uint64_t>(t.padded_cols);
+  const bool sym = h.symmetric;
+  if (h.rans_codes) {
+    EPK_TRY(only_buffers(w, {"codes", "code_freqs", "code_tiles", "scales", "zeros", "g_idx", "perm"}));
+  } else {
+    EPK_TRY(only_buffers(w, {"codes", "scales", "zeros", "g_idx", "perm"}));
+  }
+  const std::uint64_t n_groups = static_cast<std::uint64_t>(t.num_groups) * static_cast<std::uint64_t>(t.padded_cols);
+
+  if (h.rans_codes) {
+    // Sizes are checked by the decoder against each other; the buffers exist or the entry is malformed.
+    auto codes = reader.buffer(entry, "codes");
+    auto freqs = reader.buffer(entry, "code_freqs");
+    auto tiles = reader.buffer(entry, "code_tiles");
+    if (!codes) return w.bad("buffers.codes", "missing");
+    if (!freqs) return w.bad("buffers.code_freqs", "missing");
+    if (!tiles) return w.bad("buffers.code_tiles", "missing");
+    rans::symbols::StreamView v;
+    v.bits = t.bits;
+    v.prob_bits = h.code_prob_bits;
+    v.tile_symbols = h.code_tile_symbols;
+    v.count = n_codes;
+    v.freqs = *freqs;
+    v.tile_bytes = *tiles;
+    v.payload = *codes;
+    t.codes.assign(n_codes, 0);
+    const std::string what = reader.path() + ": tensor '" + entry.name + "' intq buffers.codes (rans)";
+    EPK_TRY(rans::symbols::decode(v, t.codes, what));
+  } else {
+    EPK_TRY_ASSIGN(auto codes, need_buffer(w, "codes", packed_words(n_codes, t.bits) * 4));
+    EPK_TRY(unpack_checked(w, "codes", codes, n_codes, t.bits, &t.codes));
+  }
   EPK_TRY_ASSIGN(auto scales,
                  need_buffer(w, "scales", n_groups * static_cast<std::uint64_t>(dtype_bits(t.scale_dtype) / 8)));
   t.scales.resize(n_groups);
@@ -569,6 +641,24 @@ Status dequantize_intq(const container::Reader& reader, const container::TensorE
   return write_dense(dense, out_dtype, dst);
 }
 
+Result<CodeInfo> code_info(const container::Reader& reader, const container::TensorEntry& entry) {
+  EPK_TRY_ASSIGN(Kind kind, kind_of(reader, entry));
+  CodeInfo info;
+  if (kind != Kind::kInt) {
+    info.form = std::string(kind_name(kind));
+    return info;
+  }
+  EPK_TRY_ASSIGN(IntHeader h, read_int_header(reader, entry));
+  info.form = h.rans_codes ? "rans" : "packed";
+  for (const auto& b : entry.buffers) {
+    if (b.name == "codes" || b.name == "code_freqs" || b.name == "code_tiles") info.stored_bytes += b.size;
+  }
+  info.packed_bytes = packed_words(static_cast<std::uint64_t>(h.shape.padded_rows) *
+                                       static_cast<std::uint64_t>(h.shape.padded_cols),
+                                   h.shape.bits) * 4;
+  return info;
+}
+
 Result<Footprint> footprint_of_entry(const container::Reader& reader, const container::TensorEntry& entry) {
   const Where w{reader, entry};
   EPK_TRY_ASSIGN(Kind kind, kind_of(reader, entry));
@@ -582,7 +672,7 @@ Result<Footprint> footprint_of_entry(const container::Reader& reader, const cont
     return gf;
   }
   for (const auto& b : entry.buffers) {
-    if (b.name == "codes" || b.name == "weight")
+    if (b.name == "codes" || b.name == "code_freqs" || b.name == "code_tiles" || b.name == "weight")
       f.code_bytes += b.size;
     else if (b.name == "scales" || b.name == "absmax" || b.name == "quant_map" || b.name.rfind("nested_", 0) == 0)
       f.scale_bytes += b.size;

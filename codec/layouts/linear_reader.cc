@@ -1,8 +1,10 @@
 #include "codec/layouts/linear_reader.h"
 
 #include "codec/layouts/awq.h"
+#include "codec/layouts/awq_gemv.h"
 #include "codec/layouts/compressed_tensors.h"
 #include "codec/layouts/gptq.h"
+#include "codec/layouts/marlin.h"
 
 namespace epk::layouts {
 namespace {
@@ -25,9 +27,16 @@ std::optional<TensorView> maybe(const TensorLookup& lookup, std::string_view pre
 }  // namespace
 
 std::vector<std::string> quantized_linear_prefixes(const std::vector<std::string>& names) {
+  return quantized_linear_prefixes(names, QuantConfig{});
+}
+
+std::vector<std::string> quantized_linear_prefixes(const std::vector<std::string>& names, const QuantConfig& config) {
   std::vector<std::string> out;
+  const bool marlin = config.format == QuantFormat::kGptq && config.gptq_marlin;
   for (const auto& n : names) {
-    for (std::string_view suffix : {std::string_view(".qweight"), std::string_view(".weight_packed")}) {
+    for (std::string_view suffix : {std::string_view(".qweight"), std::string_view(".weight_packed"),
+                                    std::string_view(".B")}) {
+      if (suffix == ".B" && !marlin) continue;
       if (ends_with(n, suffix)) out.push_back(n.substr(0, n.size() - suffix.size()));
     }
   }
@@ -38,6 +47,16 @@ Result<QuantTensor> read_quantized_linear(const TensorLookup& lookup, std::strin
                                           const QuantConfig& config) {
   switch (config.format) {
     case QuantFormat::kGptq: {
+      if (config.gptq_marlin) {
+        const bool named_b = lookup(std::string(prefix) + ".B").has_value();
+        EPK_TRY_ASSIGN(TensorView b, need(lookup, prefix, named_b ? "B" : "qweight"));
+        EPK_TRY_ASSIGN(TensorView s, need(lookup, prefix, named_b ? "s" : "scales"));
+        if (b.shape.size() != 2 || b.shape[0] <= 0 || b.shape[0] > (std::int64_t{1} << 30)) {
+          return make_error(ErrorCode::kBadInput, "checkpoint: tensor '" + std::string(b.name) +
+                                                      "': not a 2-D Marlin weight [K/16, N*2]");
+        }
+        return read_marlin(MarlinViews{b, s, std::nullopt, std::nullopt}, 4, b.shape[0] * 16, config.group_size);
+      }
       EPK_TRY_ASSIGN(TensorView qweight, need(lookup, prefix, "qweight"));
       EPK_TRY_ASSIGN(TensorView qzeros, need(lookup, prefix, "qzeros"));
       EPK_TRY_ASSIGN(TensorView scales, need(lookup, prefix, "scales"));
@@ -48,6 +67,7 @@ Result<QuantTensor> read_quantized_linear(const TensorLookup& lookup, std::strin
       EPK_TRY_ASSIGN(TensorView qweight, need(lookup, prefix, "qweight"));
       EPK_TRY_ASSIGN(TensorView qzeros, need(lookup, prefix, "qzeros"));
       EPK_TRY_ASSIGN(TensorView scales, need(lookup, prefix, "scales"));
+      if (config.awq_version == "gemv") return read_awq_gemv(AwqGemvViews{qweight, qzeros, scales}, config.group_size);
       return read_awq(AwqViews{qweight, qzeros, scales}, config.group_size);
     }
     case QuantFormat::kCompressedTensors: {

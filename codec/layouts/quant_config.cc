@@ -89,9 +89,18 @@ Result<QuantConfig> parse_quant_config(std::string_view json_text, std::string_v
     EPK_TRY_ASSIGN(c.symmetric, get_bool(*q, "sym", true, label));
     std::string fmt = get_string(*q, "checkpoint_format");
     if (fmt.empty()) fmt = "gptq";
+    EPK_TRY_ASSIGN(bool is_marlin, get_bool(*q, "is_marlin_format", false, label));
+    if (is_marlin) fmt = "marlin";
     if (fmt == "gptq") c.gptq_zeros = GptqZeros::kV1;
     else if (fmt == "gptq_v2") c.gptq_zeros = GptqZeros::kV2;
+    else if (fmt == "marlin") c.gptq_marlin = true;
     else return unsupported(label, "GPTQ checkpoint_format '" + fmt + "'");
+    if (c.gptq_marlin) {
+      // The Marlin kernel these checkpoints were written for: uint4b8 (symmetric 4-bit), groups in K order.
+      if (c.bits != 4) return unsupported(label, "Marlin checkpoint with " + std::to_string(c.bits) + "-bit codes");
+      if (!c.symmetric) return unsupported(label, "Marlin checkpoint with asymmetric zero points");
+      if (c.desc_act) return unsupported(label, "Marlin checkpoint with desc_act (no g_idx in that format)");
+    }
   } else if (method == "awq") {
     c.format = QuantFormat::kAwq;
     EPK_TRY_ASSIGN(std::int64_t bits, get_int(*q, q->contains("w_bit") ? "w_bit" : "bits", 4, 1, 8, label));
@@ -104,7 +113,9 @@ Result<QuantConfig> parse_quant_config(std::string_view json_text, std::string_v
     c.awq_version = get_string(*q, "version");
     if (c.awq_version.empty()) c.awq_version = "gemm";
     for (auto& ch : c.awq_version) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (c.awq_version != "gemm") return unsupported(label, "AWQ version '" + c.awq_version + "'");
+    if (c.awq_version != "gemm" && c.awq_version != "gemv") {
+      return unsupported(label, "AWQ version '" + c.awq_version + "'");
+    }
   } else if (method == "compressed-tensors") {
     return parse_ct(*q, label);
   } else if (method == "bitsandbytes") {

@@ -21,12 +21,16 @@ struct QuantConfig {
   bool symmetric = true;
   bool desc_act = false;          // GPTQ act-order (g_idx present and scattered)
   GptqZeros gptq_zeros = GptqZeros::kV1;  // checkpoint_format "gptq" (v1) or "gptq_v2"
-  std::string awq_version;        // "gemm" (readable here), "gemv", ...
+  // checkpoint_format "marlin" (AutoGPTQ >= 0.8, GPTQModel) or is_marlin_format true (AutoGPTQ <= 0.7.1): the
+  // IST-DASLab Marlin layout vLLM's MarlinConfig loads, tensors B (qweight) and s (scales) and an ignored workspace;
+  // 4-bit, symmetric, no act-order.
+  bool gptq_marlin = false;
+  std::string awq_version;        // "gemm" or "gemv" (readable here); others (gemv_fast, marlin, ...) are refused
   std::string bnb_quant_type;     // "nf4" / "fp4"
 };
 
 // Accepts a quantize_config.json document or a config.json carrying "quantization_config". Unknown methods and
-// layouts this module cannot read (GPTQ checkpoint_format "marlin", AWQ "gemv", compressed-tensors formats other
+// layouts this module cannot read (GPTQ checkpoint_format "bitblas", AWQ "gemv_fast", compressed-tensors formats other
 // than pack-quantized, bitsandbytes 8-bit) are kUnsupported; malformed fields are kBadInput naming `label`.
 Result<QuantConfig> parse_quant_config(std::string_view json_text, std::string_view label);
 

@@ -143,10 +143,12 @@ Status QuantSource::open_safetensors(const std::string& path) {
         format_ = "compressed-tensors";
         break;
     }
-    const std::string source = config_.format == QuantFormat::kGptq
-                                   ? (config_.gptq_zeros == GptqZeros::kV2 ? "gptq-v2" : "gptq")
-                                   : (config_.format == QuantFormat::kAwq ? "awq" : "ct");
-    for (const auto& prefix : quantized_linear_prefixes(names)) {
+    std::string source = config_.format == QuantFormat::kGptq
+                             ? (config_.gptq_zeros == GptqZeros::kV2 ? "gptq-v2" : "gptq")
+                             : (config_.format == QuantFormat::kAwq ? "awq" : "ct");
+    if (config_.format == QuantFormat::kGptq && config_.gptq_marlin) source = "gptq-marlin";
+    if (config_.format == QuantFormat::kAwq && config_.awq_version == "gemv") source = "awq-gemv";
+    for (const auto& prefix : quantized_linear_prefixes(names, config_)) {
       SourceItem item;
       item.kind = SourceItem::Kind::kInt;
       item.name = prefix + ".weight";
@@ -154,11 +156,14 @@ Status QuantSource::open_safetensors(const std::string& path) {
       const std::string scale_name =
           prefix + (config_.format == QuantFormat::kCompressedTensors ? ".weight_scale" : ".scales");
       auto sv = lookup(scale_name);
+      if (!sv && config_.gptq_marlin) sv = lookup(prefix + ".s");
       item.dtype = sv ? sv->dtype : DType::kF16;
       QuantConfig cfg = config_;
       item.load_int = [lookup, prefix, cfg]() { return read_quantized_linear(lookup, prefix, cfg); };
       for (const char* suffix : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed", ".weight_shape",
-                                 ".weight_scale", ".weight_zero_point", ".weight_g_idx"}) {
+                                 ".weight_scale", ".weight_zero_point", ".weight_g_idx", ".B", ".s", ".workspace"}) {
+        const std::string_view sfx(suffix);
+        if (!config_.gptq_marlin && (sfx == ".B" || sfx == ".s" || sfx == ".workspace")) continue;
         consumed.emplace(prefix + suffix, quantized.size());
       }
       quantized.push_back(std::move(item));

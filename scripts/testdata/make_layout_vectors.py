@@ -9,7 +9,10 @@ started from (logical.*), and the reference library's own dequantized output (re
 Sources of truth:
   - GPTQ: AutoGPTQ's QuantLinear.pack loops (including the 3-bit straddle code) and its torch dequantization
     (shift, +1 for v1, mask, scales[g_idx] * (w - z[g_idx]) in fp16), reproduced here in numpy/torch.
-  - AWQ: AutoAWQ's WQLinear_GEMM.from_linear packing and utils/packing_utils.dequantize_gemm, reproduced.
+  - AWQ: AutoAWQ's WQLinear_GEMM.from_linear packing and utils/packing_utils.dequantize_gemm, reproduced; the GEMV
+    layout from WQLinear_GEMV.from_linear (natural slot order along K, calculate_zeros_width, zero-padded scales),
+    reproduced, with the GEMM packing of the same codes beside it (gemm.*). AutoAWQ has no CPU dequantization of
+    GEMV (only its CUDA kernel): ref.dequant is (q - z) * s in fp16, as dequantize_gemm computes it.
   - Marlin: vLLM's marlin_utils_test (get_weight_perm, marlin_permute_weights, marlin_weights,
     marlin_permute_scales, argsort of g_idx for act-order), reproduced. Marlin has no CPU dequantization to compare
     against: the vectors are the packed bytes.
@@ -222,6 +225,54 @@ def awq_case(name, rng, K, N, group):
         "logical.zeros": torch.from_numpy(zeros.astype(np.int32)),
         "ref.dequant": ref,
     }, {"bits": 4, "group_size": group, "version": "gemm"})
+
+
+def awq_gemv_zeros_width(K, group):
+    """AutoAWQ gemv.py calculate_zeros_width (pack_num 8)."""
+    mult = 1 if group >= 128 else {64: 2, 32: 4}[group]
+    base = (K // group + 7) // 8
+    return (base + mult - 1) // mult * mult
+
+
+def autoawq_gemv_pack(q, zeros, scales, group):
+    """WQLinear_GEMV.from_linear: codes q [K, N], zeros/scales [K/G, N] -> qweight [N, K/8], qzeros [N, W],
+    scales [N, 8W]; slot i of word c holds element 8c + i (order_map 0..7), padding zero."""
+    K, N = q.shape
+    width = awq_gemv_zeros_width(K, group)
+    intweight = torch.from_numpy(q.T.astype(np.int32).copy())  # [N, K], as from_linear's intweight
+    qweight = torch.zeros((N, K // 32 * 4), dtype=torch.int32)
+    for col in range(K // 8):
+        for i in range(8):
+            qweight[:, col] |= intweight[:, col * 8 + i] << (i * 4)
+    z = torch.from_numpy(zeros.T.astype(np.int32).copy())  # [N, K/G]
+    qzeros = torch.zeros((N, width), dtype=torch.int32)
+    for col in range((z.shape[1] + 7) // 8):
+        for i in range(8):
+            if col * 8 + i >= z.shape[1]:
+                continue
+            qzeros[:, col] |= z[:, col * 8 + i] << (i * 4)
+    qscales = torch.zeros((N, width * 8), dtype=torch.float16)
+    qscales[:, : K // group] = torch.from_numpy(scales.T.copy())
+    return qweight, qzeros, qscales
+
+
+def awq_gemv_case(name, rng, K, N, group):
+    w = rng.standard_normal((K, N)).astype(np.float32) * 0.05
+    g_idx = np.arange(K) // group
+    q, scales, zeros = rtn(w, 4, group, False, g_idx)
+    zeros[0, :3] = 0
+    qweight, qzeros, qscales = autoawq_gemv_pack(q, zeros, scales, group)
+    scales_t = torch.from_numpy(scales)
+    ref = torch.from_numpy(q - zeros[g_idx]).to(torch.int8) * scales_t[torch.from_numpy(g_idx).long()]
+    gemm_ref = autoawq_dequant(autoawq_pack(q), autoawq_pack(zeros), scales_t, 4, group)
+    assert torch.equal(ref, gemm_ref), name
+    save(name, {
+        "qweight": qweight, "qzeros": qzeros, "scales": qscales,
+        "gemm.qweight": autoawq_pack(q), "gemm.qzeros": autoawq_pack(zeros), "gemm.scales": scales_t,
+        "logical.codes": torch.from_numpy(q.astype(np.uint8)),
+        "logical.zeros": torch.from_numpy(zeros.astype(np.int32)),
+        "ref.dequant": ref,
+    }, {"bits": 4, "group_size": group, "version": "gemv"})
 
 
 # -------------------------------------------------------------------------------------------------------- Marlin
@@ -444,6 +495,11 @@ def main():
     bnb_case("bnb_fp4_dq_f32", "fp4", (24, 64), 64, True, torch.float32)
     bnb_case("bnb_fp4_bf16", "fp4", (9, 64), 32, False, torch.bfloat16)
     bnb_case("bnb_fp4_odd_bf16", "fp4", (5, 37), 64, False, torch.bfloat16)  # Python fallback path
+    # Added later with a generator of their own, so the files above keep their bytes.
+    rng_gemv = np.random.default_rng(20261201)
+    awq_gemv_case("awq_gemv_4bit_g128", rng_gemv, 256, 32, 128)  # 2 groups: qzeros width 1, scales padded to 8
+    awq_gemv_case("awq_gemv_4bit_g64", rng_gemv, 192, 32, 64)    # width rounded up to 2
+    awq_gemv_case("awq_gemv_4bit_g32", rng_gemv, 128, 32, 32)    # width rounded up to 4 (GEMM: N % 32 == 0)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,41 @@ TEST(CApi, ErrorsAreCodesWithMessages) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// The packed-layout part rule applied to a hand-made reply: GPTQ 4-bit, K 128 (padded), N 64, one group of 128.
+TEST(CApi, TensorPartsFollowTheLayoutRule) {
+  alignas(64) static std::uint8_t slot[4096 + 64 + 128 + 512];
+  epk_tensor t;
+  std::memset(&t, 0, sizeof(t));
+  t.data = slot;
+  t.bytes = sizeof(slot);
+  t.dtype = static_cast<std::uint32_t>(DType::kF16);
+  t.ndim = 8;
+  const std::uint64_t shape[8] = {64, 128, 64, 128, 4, 128, 1, 1};
+  std::memcpy(t.shape, shape, sizeof(shape));
+  epk_part parts[4];
+  size_t n = 0;
+  ASSERT_EQ(epk_tensor_parts(&t, "gptq", parts, 4, &n), EPK_OK) << epk_last_error();
+  ASSERT_EQ(n, 4u);
+  EXPECT_STREQ(parts[0].name, "qweight");
+  EXPECT_EQ(parts[0].data, slot);
+  EXPECT_EQ(parts[0].shape[0], 16u);
+  EXPECT_EQ(parts[0].shape[1], 64u);
+  EXPECT_STREQ(parts[1].name, "qzeros");
+  EXPECT_EQ(parts[1].data, slot + 4096);
+  EXPECT_EQ(parts[1].bytes, 32u);
+  EXPECT_STREQ(parts[2].name, "scales");
+  EXPECT_EQ(parts[2].data, slot + 4096 + 64);  // 32 bytes of qzeros rounded up to 64
+  EXPECT_EQ(parts[2].dtype, static_cast<std::uint32_t>(DType::kF16));
+  EXPECT_STREQ(parts[3].name, "g_idx");
+  EXPECT_EQ(parts[3].ndim, 1u);
+  EXPECT_EQ(parts[3].shape[0], 128u);
+  EXPECT_EQ(epk_tensor_parts(&t, "awq", parts, 4, &n), EPK_E_INVALID);  // AWQ has no g_idx part
+  EXPECT_EQ(epk_tensor_parts(&t, "dense:bf16", parts, 4, &n), EPK_E_INVALID);
+  t.bytes -= 1;  // the descriptor no longer describes the slot
+  EXPECT_EQ(epk_tensor_parts(&t, "gptq", parts, 4, &n), EPK_E_INVALID);
+  EXPECT_EQ(epk_tensor_parts(NULL, "gptq", parts, 4, &n), EPK_E_INVALID);
+}
+
 TEST(CApi, NullArgumentsAndNoDaemon) {
   epk_client* c = reinterpret_cast<epk_client*>(0x1);
   EXPECT_EQ(epk_connect("/nonexistent/epkd.sock", &c), EPK_E_IO);

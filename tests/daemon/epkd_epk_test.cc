@@ -7,7 +7,10 @@
 #include <filesystem>
 
 #include "client/client.h"
+#include "codec/layouts/convert.h"
+#include "codec/layouts/intq_io.h"
 #include "codec/rans/decoder.h"
+#include "tests/codec/layouts/intq_test_util.h"
 #include "tests/daemon/epk_test_models.h"
 #include "tests/daemon/epkd_harness.h"
 
@@ -130,6 +133,57 @@ TEST_F(EpkdEpk, ResidentCompressedRefusesACorruptModelAtOpenAndServesTheOthers) 
   auto t = c->acquire("m", "norm", shm::Layout::kStored);
   ASSERT_TRUE(t) << t.error().to_string();
   EXPECT_TRUE(c->release(t->handle));
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+// An intq model through the real daemon: packed integer layouts arrive as the CPU writers' parts, where the client's
+// part table (shm::packed_parts) says; a layout the tensor cannot take is refused by name and the session goes on.
+TEST_F(EpkdEpk, IntqTensorsServedInGptqAndMarlinAreTheCpuWritersBytes) {
+  const layouts::QuantTensor act = layouts::testing::random_intq_tensor(4, 256, 192, 64, true, true, false, 21);
+  const std::string path = (dir_ / "intq.epk").string();
+  {
+    auto e = layouts::intq::encode_int(act, "layers.0.q", DType::kF16, "gptq");
+    ASSERT_TRUE(e) << e.error().to_string();
+    auto w = container::Writer::create(path, {});
+    ASSERT_TRUE(w);
+    ASSERT_TRUE(w->add_tensor(e->spec, e->buffers()));
+    ASSERT_TRUE(w->finish());
+  }
+  Epkd d({"--model", "q=" + path}, "4");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c) << c.error().to_string();
+  for (auto [layout, target] : {std::pair{shm::Layout::kGptq, layouts::Layout::kGptqV1},
+                                std::pair{shm::Layout::kMarlin, layouts::Layout::kMarlin}}) {
+    SCOPED_TRACE(std::string(shm::layout_name(layout)));
+    auto want = layouts::write_layout(act, target);
+    ASSERT_TRUE(want) << want.error().to_string();
+    auto t = c->acquire("q", "layers.0.q", layout);
+    ASSERT_TRUE(t) << t.error().to_string();
+    EXPECT_EQ(t->dtype, DType::kF16);
+    ASSERT_EQ(t->parts.size(), want->tensors.size());
+    for (std::size_t i = 0; i < t->parts.size(); ++i) {
+      const auto& w = want->tensors[i];
+      EXPECT_EQ(t->parts[i].name, w.name);
+      EXPECT_EQ(t->parts[i].dtype, w.dtype);
+      EXPECT_EQ(t->parts[i].shape, std::vector<std::uint64_t>(w.shape.begin(), w.shape.end()));
+      ASSERT_EQ(t->parts[i].bytes, w.bytes.size());
+      EXPECT_EQ(std::memcmp(t->parts[i].data, w.bytes.data(), w.bytes.size()), 0) << w.name;
+    }
+    EXPECT_TRUE(c->release(t->handle));
+  }
+  auto awq = c->acquire("q", "layers.0.q", shm::Layout::kAwq);  // act-order: AWQ cannot carry the permutation
+  ASSERT_FALSE(awq);
+  EXPECT_EQ(awq.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(awq.error().message.find("layers.0.q"), std::string::npos) << awq.error().message;
+  auto dense = c->acquire("q", "layers.0.q", shm::Layout::kDenseF16);
+  ASSERT_TRUE(dense) << dense.error().to_string();
+  auto reader = container::Reader::open(path);
+  ASSERT_TRUE(reader);
+  std::vector<std::uint8_t> want(dense->bytes);
+  ASSERT_TRUE(layouts::intq::dequantize_intq(*reader, reader->tensors()[0], DType::kF16, want));
+  EXPECT_EQ(std::memcmp(dense->data, want.data(), want.size()), 0);
+  EXPECT_TRUE(c->release(dense->handle));
   EXPECT_EQ(d.terminate(), 0);
 }
 

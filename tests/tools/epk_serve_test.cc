@@ -10,7 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "codec/layouts/convert.h"
+#include "codec/layouts/intq_io.h"
 #include "codec/rans/decoder.h"
+#include "tests/codec/layouts/intq_test_util.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tests/daemon/epk_test_models.h"
 #include "tests/daemon/epkd_harness.h"
@@ -100,6 +103,43 @@ TEST_F(EpkServe, GetRowwiseWritesValuesAndRowScales) {
   EXPECT_EQ(std::memcmp(v->data.data(), values.data(), values.size()), 0);
   ASSERT_EQ(sc->data.size(), kRows * 4u);
   EXPECT_EQ(std::memcmp(sc->data.data(), scales.data(), kRows * 4), 0);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST_F(EpkServe, GetGptqWritesEachPartAsItsOwnTensor) {
+  // Asymmetric 4-bit, odd N and K not a multiple of the group: the served parts are padded as write_layout pads.
+  epk::layouts::QuantTensor t = epk::layouts::testing::random_intq_tensor(4, 100, 45, 32, false, false, false, 5);
+  for (auto& z : t.zeros) z = z == 0 ? 3 : z;  // GPTQ v1 stores z - 1
+  const std::string q = (dir_ / "q.epk").string();
+  {
+    auto e = epk::layouts::intq::encode_int(t, "blk.0.q", epk::DType::kF16, "gptq");
+    ASSERT_TRUE(e) << e.error().to_string();
+    auto w = epk::container::Writer::create(q, {});
+    ASSERT_TRUE(w);
+    ASSERT_TRUE(w->add_tensor(e->spec, e->buffers()));
+    ASSERT_TRUE(w->finish());
+  }
+  Epkd d({"--model", "q=" + q}, "2");
+  ASSERT_TRUE(d.running());
+  std::string out = (dir_ / "gptq.safetensors").string();
+  auto r = run(epk() + " get --socket " + d.socket() + " q blk.0.q -o " + out + " --layout gptq");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto ck = epk::safetensors::Checkpoint::open(out);
+  ASSERT_TRUE(ck) << ck.error().to_string();
+  auto want = epk::layouts::write_layout(t, epk::layouts::Layout::kGptqV1);
+  ASSERT_TRUE(want) << want.error().to_string();
+  ASSERT_EQ(want->tensors.size(), 4u);
+  for (const auto& part : want->tensors) {
+    const auto* got = ck->find("blk.0.q." + part.name);
+    ASSERT_NE(got, nullptr) << part.name;
+    EXPECT_EQ(got->dtype, part.dtype) << part.name;
+    EXPECT_EQ(got->shape, std::vector<std::uint64_t>(part.shape.begin(), part.shape.end())) << part.name;
+    ASSERT_EQ(got->data.size(), part.bytes.size()) << part.name;
+    EXPECT_EQ(std::memcmp(got->data.data(), part.bytes.data(), part.bytes.size()), 0) << part.name;
+  }
+  auto awq = run(epk() + " get --socket " + d.socket() + " q blk.0.q -o " + out + " --layout marlin");
+  EXPECT_NE(awq.status, 0);  // asymmetric: no Marlin form
+  EXPECT_NE(awq.out.find("blk.0.q"), std::string::npos) << awq.out;
   EXPECT_EQ(d.terminate(), 0);
 }
 

@@ -1,8 +1,8 @@
-// epk convert IN --to gptq|gptq-v2|awq|marlin|ct -o OUT.safetensors: every quantized linear of an .epk (intq) or of a
-// quantized checkpoint (GPTQ/AWQ/compressed-tensors/bitsandbytes safetensors, GGUF) rewritten in the target layout
-// through the logical matrix (codec/layouts/convert.h); other tensors copied. Integer sources convert exactly; NF4/FP4
-// and GGUF float-grid blocks are requantized (round to nearest, --bits, --group-size) and the added error is printed:
-// such a conversion is never lossless. Act-order into a layout without g_idx (AWQ) prints the activation permutation
+// epk convert IN --to gptq|gptq-v2|awq|awq-gemv|marlin|ct -o OUT.safetensors: every quantized linear of an .epk
+// (intq) or of a quantized checkpoint (GPTQ/AWQ/compressed-tensors/bitsandbytes safetensors, GGUF) rewritten in the
+// target layout through the logical matrix (codec/layouts/convert.h); other tensors copied. Integer sources convert
+// exactly; NF4/FP4 and GGUF float-grid blocks are requantized (round to nearest, --bits, --group-size) and the added
+// error is printed: such a conversion is never lossless. Act-order into a layout without g_idx (AWQ) prints the activation permutation
 // and writes it to the output's metadata as "activation_perm.PREFIX" (a JSON array: x' = x[perm]).
 #include <cmath>
 #include <cstdio>
@@ -201,7 +201,8 @@ Status convert_checkpoint(const ConvertArgs& args, Converter& conv) {
 Status run_convert(const ConvertArgs& args) {
   auto target = layouts::layout_from_name(args.to);
   if (!target) {
-    return make_error(ErrorCode::kInvalidArgument, "--to '" + args.to + "': one of gptq, gptq-v2, awq, marlin, ct");
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--to '" + args.to + "': one of gptq, gptq-v2, awq, awq-gemv, marlin, ct");
   }
   if (args.bits < 2 || args.bits > 8 || args.group_size < 1) {
     return make_error(ErrorCode::kInvalidArgument, "--bits must be 2..8 and --group-size positive");
@@ -218,7 +219,7 @@ void add_convert_command(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("convert", "Rewrite the quantized linears of an .epk or checkpoint in another layout");
   cmd->add_option("input", args->input, ".epk file, checkpoint directory, .safetensors, index .json, or .gguf")
       ->required();
-  cmd->add_option("--to", args->to, "gptq, gptq-v2, awq, marlin or ct")->required();
+  cmd->add_option("--to", args->to, "gptq, gptq-v2, awq, awq-gemv, marlin or ct")->required();
   cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
   cmd->add_option("--bits", args->bits, "code width when NF4/FP4/GGUF blocks must be requantized (default 4)");
   cmd->add_option("--group-size", args->group_size, "group size when requantizing (default 128)");

@@ -2,7 +2,8 @@
 // libepk, like any client) and writes them to a safetensors file. With several tensors they are fetched twice: once
 // to learn every dtype and shape (the file's header comes first), then one at a time to write them, so no more than
 // one is pinned at once and the daemon's budget needs to hold only the largest. Rowwise layouts write each tensor's
-// values as NAME and its per-row fp32 scales as NAME.row_scales.
+// values as NAME and its per-row fp32 scales as NAME.row_scales; packed integer layouts (gptq, gptq-v2, awq, marlin)
+// write each part as its own tensor, NAME.qweight, NAME.qzeros, NAME.scales, ... (shm/layout.h).
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -45,16 +46,23 @@ Status run_get(const GetArgs& args) {
   if (!layout) return make_error(ErrorCode::kInvalidArgument, "--layout '" + args.layout + "': unknown layout");
   EPK_TRY_ASSIGN(client::Client c, client::Client::connect(args.socket, args.timeout_ms));
   std::vector<safetensors::TensorSpec> specs;
-  std::vector<bool> is_scales;  // entries holding the previous entry's row scales
+  std::vector<bool> is_extra;  // entries written together with the entry before them (row scales, later parts)
   for (const std::string& name : args.tensors) {
     auto t = c.acquire(args.model, name, *layout);
     if (!t) return t.error();  // names the model and tensor
-    Status ok = check_contiguous(*t, name);
-    specs.push_back({name, t->dtype, t->shape});
-    is_scales.push_back(false);
+    Status ok = t->parts.empty() ? check_contiguous(*t, name) : Status{};
+    if (!t->parts.empty()) {
+      for (std::size_t p = 0; p < t->parts.size(); ++p) {
+        specs.push_back({name + "." + std::string(t->parts[p].name), t->parts[p].dtype, t->parts[p].shape});
+        is_extra.push_back(p > 0);
+      }
+    } else {
+      specs.push_back({name, t->dtype, t->shape});
+      is_extra.push_back(false);
+    }
     if (t->row_scales != nullptr) {
       specs.push_back({name + std::string(kScalesSuffix), DType::kF32, {t->shape[0]}});
-      is_scales.push_back(true);
+      is_extra.push_back(true);
     }
     EPK_TRY(c.release(t->handle));
     EPK_TRY(ok);
@@ -63,33 +71,51 @@ Status run_get(const GetArgs& args) {
   EPK_TRY_ASSIGN(auto writer,
                  safetensors::Writer::create(args.output, specs, metadata, safetensors::Order::kAsDeclared));
   std::uint64_t total = 0;
+  std::size_t next_name = 0;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    const safetensors::TensorSpec& spec = specs[i];
-    if (is_scales[i]) continue;  // written with its values
-    auto t = c.acquire(args.model, spec.name, *layout);
+    if (is_extra[i]) continue;  // written with the entry before it
+    const std::string& name = args.tensors[next_name++];
+    auto t = c.acquire(args.model, name, *layout);
     if (!t) return t.error();
     Status st;
-    const bool scales_next = i + 1 < specs.size() && is_scales[i + 1];
-    if (t->dtype != spec.dtype || t->shape != spec.shape || (t->row_scales != nullptr) != scales_next) {
-      st = make_error(ErrorCode::kInternal, "tensor '" + spec.name + "' changed between two acquires");
+    std::size_t extras = 0;
+    while (i + 1 + extras < specs.size() && is_extra[i + 1 + extras]) ++extras;
+    // A device slot is copied to host memory first (after its decode-done event); parts and row scales are read at
+    // their offsets from the slot's start.
+    const auto* slot = static_cast<const std::uint8_t*>(t->data);
+    const std::uint8_t* base = slot;
+    std::vector<std::uint8_t> host;
+    if (t->on_device) {
+      host.resize(t->bytes);
+      st = c.copy_to_host(*t, host.data());
+      base = host.data();
+    }
+    if (!st) {
+      // reported below, after the release
+    } else if (!t->parts.empty()) {
+      if (t->parts.size() != extras + 1) {
+        st = make_error(ErrorCode::kInternal, "tensor '" + name + "' changed between two acquires");
+      }
+      for (std::size_t p = 0; st && p < t->parts.size(); ++p) {
+        const auto& part = t->parts[p];
+        if (part.dtype != specs[i + p].dtype || part.shape != specs[i + p].shape) {
+          st = make_error(ErrorCode::kInternal, "tensor '" + name + "' changed between two acquires");
+          break;
+        }
+        st = writer.write(specs[i + p].name, {base + (static_cast<const std::uint8_t*>(part.data) - slot), part.bytes});
+      }
+    } else if (t->dtype != specs[i].dtype || t->shape != specs[i].shape ||
+               (t->row_scales != nullptr) != (extras == 1)) {
+      st = make_error(ErrorCode::kInternal, "tensor '" + name + "' changed between two acquires");
     } else {
       const std::uint64_t values = t->row_scales != nullptr ? t->shape[0] * t->shape[1] : t->bytes;
-      // A device slot is copied to host memory first (after its decode-done event).
-      std::vector<std::uint8_t> host;
-      const std::uint8_t* base = static_cast<const std::uint8_t*>(t->data);
-      if (t->on_device) {
-        host.resize(t->bytes);
-        st = c.copy_to_host(*t, host.data());
-        base = host.data();
-      }
-      if (st) st = writer.write(spec.name, {base, values});
+      if (st) st = writer.write(specs[i].name, {base, values});
       if (st && t->row_scales != nullptr) {
-        const std::uint64_t at = static_cast<std::uint64_t>(reinterpret_cast<const std::uint8_t*>(t->row_scales) -
-                                                            static_cast<const std::uint8_t*>(t->data));
+        const auto at = static_cast<std::uint64_t>(reinterpret_cast<const std::uint8_t*>(t->row_scales) - slot);
         st = writer.write(specs[i + 1].name, {base + at, t->shape[0] * sizeof(float)});
       }
-      total += t->bytes;
     }
+    total += t->bytes;
     EPK_TRY(c.release(t->handle));
     EPK_TRY(st);
   }
@@ -109,7 +135,8 @@ void add_get_command(CLI::App& app, int* exit_code) {
   cmd->add_option("tensor", args->tensors, "tensor names (one or more)")->required();
   cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
   cmd->add_option("--layout", args->layout,
-                  "stored, dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8_e4m3 (default stored)");
+                  "stored, dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8_e4m3, gptq, gptq-v2, awq, "
+                  "marlin (default stored)");
   cmd->add_option("--timeout-ms", args->timeout_ms, "bound on each wait for epkd (default 60000)");
   cmd->callback([args, exit_code] {
     auto st = run_get(*args);

@@ -63,8 +63,9 @@ Status run_import(const ImportArgs& args) {
       EPK_TRY_ASSIGN(e, layouts::intq::encode_bnb4(item.bnb_views, item.name));
     }
     EPK_TRY(writer.add_tensor(e.spec, e.buffers()));
-    kinds.emplace_back(item.name,
-                       std::string(kind_label(item.kind)) + (item.source.empty() ? "" : " (" + item.source + ")"));
+    std::string label = std::string(kind_label(item.kind)) + (item.source.empty() ? "" : " (" + item.source + ")");
+    if (e.spec.params_json.find("\"codes\":\"rans\"") != std::string::npos) label += " rans";
+    kinds.emplace_back(item.name, std::move(label));
   }
   EPK_TRY(writer.finish());
 
@@ -75,10 +76,15 @@ Status run_import(const ImportArgs& args) {
                 "index", "bpw");
   }
   layouts::Footprint total;
+  std::uint64_t code_stored = 0, code_packed = 0, rans_tensors = 0;  // integer-grid tensors' codes
   for (const auto& [name, label] : kinds) {
     const auto* entry = reader.find(name);
     if (!entry) return make_error(ErrorCode::kInternal, "import: '" + name + "' missing from the written file");
     EPK_TRY_ASSIGN(auto f, layouts::intq::footprint_of_entry(reader, *entry));
+    EPK_TRY_ASSIGN(auto ci, layouts::intq::code_info(reader, *entry));
+    code_stored += ci.form == "rans" || ci.form == "packed" ? ci.stored_bytes : 0;
+    code_packed += ci.packed_bytes;
+    rans_tensors += ci.form == "rans";
     total.code_bytes += f.code_bytes;
     total.scale_bytes += f.scale_bytes;
     total.zero_bytes += f.zero_bytes;
@@ -89,6 +95,13 @@ Status run_import(const ImportArgs& args) {
     std::printf("%-52s %-16s %-16s %8.3f %8.3f %8.3f %8.3f %8.3f\n", name.c_str(), label.c_str(),
                 shape_string(entry->shape).c_str(), per(f.code_bytes), per(f.scale_bytes), per(f.zero_bytes),
                 per(f.index_bytes), f.bits_per_weight());
+  }
+  if (code_packed > 0) {
+    std::printf("codes: %llu of %zu intq tensors rANS-coded (where smaller than packed); codes take %s, packed %s "
+                "(%.2f%% smaller)\n",
+                static_cast<unsigned long long>(rans_tensors), kinds.size(), human_bytes(code_stored).c_str(),
+                human_bytes(code_packed).c_str(),
+                100.0 * (1.0 - static_cast<double>(code_stored) / static_cast<double>(code_packed)));
   }
   std::printf(
       "imported %s (%s): %zu intq tensors, %.3f bits per weight over %llu quantized weights; %llu raw "

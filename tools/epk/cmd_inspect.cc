@@ -52,8 +52,12 @@ Result<nlohmann::json> lattice_rans_json(const container::Reader& reader, const 
 Result<nlohmann::json> intq_json(const container::Reader& reader, const container::TensorEntry& t) {
   EPK_TRY_ASSIGN(auto f, layouts::intq::footprint_of_entry(reader, t));
   auto per = [&](std::uint64_t b) { return f.weights ? 8.0 * static_cast<double>(b) / f.weights : 0.0; };
+  EPK_TRY_ASSIGN(auto codes, layouts::intq::code_info(reader, t));
   auto params = nlohmann::json::parse(t.params_json, nullptr, false);
   return nlohmann::json{{"kind", params.value("kind", "")},
+                        {"codes", codes.form},
+                        {"code_bytes", codes.stored_bytes},
+                        {"packed_code_bytes", codes.packed_bytes},
                         {"bits_per_weight", f.bits_per_weight()},
                         {"codes_bpw", per(f.code_bytes)},
                         {"scales_bpw", per(f.scale_bytes)},
@@ -112,9 +116,10 @@ Status run_inspect(const InspectArgs& args) {
       }
       if (t.encoding == container::Encoding::kIntq) {
         EPK_TRY_ASSIGN(auto iq, intq_json(reader, t));
-        std::printf("    intq %s: effective %.3f bits per weight = codes %.3f + scales %.3f + zeros %.3f + "
+        std::printf("    intq %s, codes %s: effective %.3f bits per weight = codes %.3f + scales %.3f + zeros %.3f + "
                     "indices %.3f\n",
-                    iq["kind"].get<std::string>().c_str(), iq["bits_per_weight"].get<double>(),
+                    iq["kind"].get<std::string>().c_str(), iq["codes"].get<std::string>().c_str(),
+                    iq["bits_per_weight"].get<double>(),
                     iq["codes_bpw"].get<double>(), iq["scales_bpw"].get<double>(), iq["zeros_bpw"].get<double>(),
                     iq["indices_bpw"].get<double>());
       }

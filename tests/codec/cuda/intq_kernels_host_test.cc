@@ -4,11 +4,13 @@
 // (intq_repack_test.cc) checks the same on the device, with the real intrinsics.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -48,6 +50,9 @@ inline std::uint16_t __bfloat16_as_ushort(EmuBf16 h) { return h.bits; }
 inline EmuHalf __float2half_rn(float f) { return {epk::f32_to_f16(f)}; }
 inline std::uint16_t __half_as_ushort(EmuHalf h) { return h.bits; }
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+inline std::uint32_t atomicOr(std::uint32_t* p, std::uint32_t v) {
+  return std::atomic_ref<std::uint32_t>(*p).fetch_or(v);
+}
 
 #include "codec/cuda/intq_kernels.cuh"
 #include "codec/layouts/awq.h"
@@ -163,7 +168,7 @@ TEST(IntqKernelsOnHost, GptqAwqMarlinWordsEqualTheCpuWriters) {
     const auto want = qweight_of(*layouts::write_gptq(t, layouts::GptqZeros::kV2));
     std::vector<std::uint32_t> out(want.size() / 4);
     launch({static_cast<unsigned>((out.size() + 63) / 64), 1, 1}, {64, 1, 1},
-           [&] { detail::gptq_kernel(h.codes.data(), h.g, out.data()); });
+           [&] { detail::gptq_kernel(h.codes.data(), nullptr, h.g, out.data()); });
     EXPECT_EQ(as_bytes(out), want) << "gptq " << bits;
   }
   {
@@ -182,7 +187,7 @@ TEST(IntqKernelsOnHost, GptqAwqMarlinWordsEqualTheCpuWriters) {
     const auto perm = layouts::marlin_weight_perm(bits);
     std::vector<std::uint32_t> out(want.size() / 4);
     launch({static_cast<unsigned>((out.size() + 63) / 64), 1, 1}, {64, 1, 1},
-           [&] { detail::marlin_kernel(h.codes.data(), perm.data(), h.g, out.data()); });
+           [&] { detail::marlin_kernel(h.codes.data(), perm.data(), nullptr, h.g, out.data()); });
     EXPECT_EQ(as_bytes(out), want) << "marlin " << bits;
   }
 }
@@ -197,7 +202,7 @@ TEST(IntqKernelsOnHost, QzerosAndScalesEqualTheCpuWriters) {
       std::vector<std::uint32_t> z(want_z.size() / 4);
       run_1d(z.size(), [&] {
         detail::pack_rows_kernel(sym ? nullptr : h.zeros.data(), 1u << (bits - 1), t.num_groups, t.padded_cols, bits,
-                                 z.data());
+                                 false, nullptr, z.data());
       });
       EXPECT_EQ(bytes_of(z), want_z) << "gptq qzeros " << bits << (sym ? " sym" : "");
       const auto want_s = tensor_of(cpu, "scales");  // f16
@@ -227,6 +232,111 @@ TEST(IntqKernelsOnHost, QzerosAndScalesEqualTheCpuWriters) {
     });
     EXPECT_EQ(bytes_of(sc), want) << "marlin scales, group " << group;
   }
+}
+
+TEST(IntqKernelsOnHost, GptqV1QzerosEqualTheCpuWriterAndFlagAZeroOfZero) {
+  for (int bits : {2, 3, 4, 8}) {
+    for (bool sym : {false, true}) {
+      QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, sym, false, false, 90 + bits);
+      for (auto& z : t.zeros) z = z == 0 ? 1 : z;  // v1 cannot store 0
+      Host h = stored(t);
+      const auto want = tensor_of(*layouts::write_gptq(t, layouts::GptqZeros::kV1), "qzeros");
+      std::vector<std::uint32_t> z(want.size() / 4);
+      std::uint32_t flags = 0;
+      run_1d(z.size(), [&] {
+        detail::pack_rows_kernel(sym ? nullptr : h.zeros.data(), 1u << (bits - 1), t.num_groups, t.padded_cols, bits,
+                                 true, &flags, z.data());
+      });
+      EXPECT_EQ(bytes_of(z), want) << "gptq v1 qzeros " << bits << (sym ? " sym" : "");
+      EXPECT_EQ(flags, 0u);
+    }
+  }
+  QuantTensor t = layouts::testing::random_intq_tensor(3, 32, 32, 16, false, false, false, 99);
+  t.zeros.assign(t.zeros.size(), 5);
+  t.zeros[37] = 0;  // group 1, column 5: 3-bit field 37 straddles words 3 and 4
+  EXPECT_FALSE(layouts::write_gptq(t, layouts::GptqZeros::kV1));
+  Host h = stored(t);
+  std::vector<std::uint32_t> z(static_cast<std::size_t>(t.num_groups) * 3);
+  std::uint32_t flags = 0;
+  run_1d(z.size(), [&] { detail::pack_rows_kernel(h.zeros.data(), 4, t.num_groups, 32, 3, true, &flags, z.data()); });
+  EXPECT_EQ(flags, detail::kZeroPointZero);
+}
+
+// Act-order GPTQ with a row perm: the CPU writer stores rows in feature order (g_idx follows them); on the device the
+// inverse perm is computed and the qweight and g_idx kernels read through it.
+TEST(IntqKernelsOnHost, GptqOfPermutedActOrderRowsEqualsTheCpuWriter) {
+  for (int bits : {3, 4}) {
+    QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, false, true, true, 110 + bits);
+    Host h = stored(t);
+    const auto cpu = *layouts::write_gptq(t, layouts::GptqZeros::kV2);
+    std::vector<std::int32_t> inv(static_cast<std::size_t>(t.padded_rows), -1);
+    run_1d(inv.size(), [&] { detail::invert_perm_kernel(t.perm.data(), t.padded_rows, inv.data()); });
+    for (std::size_t k = 0; k < inv.size(); ++k) ASSERT_EQ(t.perm[static_cast<std::size_t>(inv[k])], std::int32_t(k));
+    const auto want_q = tensor_of(cpu, "qweight");
+    std::vector<std::uint32_t> q(want_q.size() / 4);
+    run_1d(q.size(), [&] { detail::gptq_kernel(h.codes.data(), inv.data(), h.g, q.data()); });
+    EXPECT_EQ(bytes_of(q), want_q) << "qweight " << bits;
+    std::vector<std::int32_t> g(inv.size());
+    run_1d(g.size(), [&] {
+      detail::gather_rows_kernel(t.g_idx.data(), t.group_size, inv.data(), t.padded_rows, g.data());
+    });
+    EXPECT_EQ(bytes_of(g), tensor_of(cpu, "g_idx")) << "g_idx " << bits;
+  }
+  // Static groups, no perm: g_idx is k / G, computed on the device without a g_idx buffer.
+  QuantTensor t = layouts::testing::random_intq_tensor(4, 96, 64, 32, false, false, false, 120);
+  std::vector<std::int32_t> g(96);
+  run_1d(g.size(), [&] { detail::gather_rows_kernel(nullptr, 32, nullptr, 96, g.data()); });
+  EXPECT_EQ(bytes_of(g), tensor_of(*layouts::write_gptq(t, layouts::GptqZeros::kV2), "g_idx"));
+}
+
+// Act-order Marlin: rows sorted by group on the device (stable, as sort_groups), then qweight, g_idx and perm parts
+// equal write_marlin's.
+TEST(IntqKernelsOnHost, MarlinOfActOrderEqualsTheCpuWriter) {
+  struct Case {
+    int bits;
+    bool act_order, perm;
+  };
+  for (Case c : {Case{4, true, false}, Case{8, true, true}, Case{4, false, true}}) {
+    SCOPED_TRACE(std::to_string(c.bits) + (c.act_order ? " act-order" : "") + (c.perm ? " perm" : ""));
+    QuantTensor t = layouts::testing::random_intq_tensor(c.bits, 64, 128, 16, true, c.act_order, c.perm, 130 + c.bits);
+    Host h = stored(t);
+    const auto cpu = *layouts::write_marlin(t);
+    std::vector<std::int32_t> order(static_cast<std::size_t>(t.padded_rows), -1);
+    std::uint32_t flags = 0;
+    const std::int32_t* g_idx = c.act_order ? t.g_idx.data() : nullptr;
+    run_1d(static_cast<std::size_t>(t.num_groups), [&] {
+      detail::group_order_kernel(g_idx, t.group_size, t.rows, t.padded_rows, t.num_groups, &flags, order.data());
+    });
+    EXPECT_EQ(flags, 0u);
+    const auto want_q = tensor_of(cpu, "qweight");
+    const auto mperm = layouts::marlin_weight_perm(c.bits);
+    std::vector<std::uint32_t> q(want_q.size() / 4);
+    run_1d(q.size(), [&] { detail::marlin_kernel(h.codes.data(), mperm.data(), order.data(), h.g, q.data()); });
+    EXPECT_EQ(bytes_of(q), want_q);
+    std::vector<std::int32_t> gi(order.size()), pm(order.size());
+    run_1d(order.size(), [&] {
+      detail::gather_rows_kernel(g_idx, t.group_size, order.data(), t.padded_rows, gi.data());
+      detail::gather_rows_kernel(c.perm ? t.perm.data() : nullptr, 1, order.data(), t.padded_rows, pm.data());
+    });
+    EXPECT_EQ(bytes_of(gi), tensor_of(cpu, "g_idx"));
+    EXPECT_EQ(bytes_of(pm), tensor_of(cpu, "perm"));
+  }
+}
+
+TEST(IntqKernelsOnHost, GroupOrderFlagsAPaddingRowSortedIntoTheLogicalRows) {
+  // 20 logical rows in 32 padded ones; padding row 25 claims group 0, so a stable sort moves it to position 5.
+  std::vector<std::int32_t> g_idx(32);
+  for (std::size_t k = 0; k < 32; ++k) g_idx[k] = static_cast<std::int32_t>(k / 5 % 4);
+  g_idx[25] = 0;
+  std::vector<std::int32_t> order(32);
+  std::uint32_t flags = 0;
+  run_1d(4, [&] { detail::group_order_kernel(g_idx.data(), 5, 20, 32, 4, &flags, order.data()); });
+  EXPECT_EQ(flags, detail::kPaddingSortsInside);
+  std::vector<std::int32_t> want(32);
+  std::iota(want.begin(), want.end(), 0);
+  std::stable_sort(want.begin(), want.end(),
+                   [&](int a, int b) { return g_idx[std::size_t(a)] < g_idx[std::size_t(b)]; });
+  EXPECT_EQ(order, want);
 }
 
 }  // namespace

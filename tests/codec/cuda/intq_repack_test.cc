@@ -222,6 +222,82 @@ TEST(GpuIntqRepack, QzerosAndScalesMatchTheCpuWriters) {
   }
 }
 
+TEST(GpuIntqRepack, GptqV1QzerosMatchWriteGptqV1AndFlagAZeroOfZero) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer flag(4);
+  for (int bits : {2, 3, 4, 8}) {
+    for (bool sym : {false, true}) {
+      QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, sym, false, false, 20 + bits);
+      for (auto& z : t.zeros) z = z == 0 ? 1 : z;
+      auto cpu = layouts::write_gptq(t, layouts::GptqZeros::kV1);
+      ASSERT_TRUE(cpu) << cpu.error().message;
+      const auto want = tensor_bytes(*cpu, "qzeros");
+      Uploaded u = upload_tensor(t);
+      DeviceBuffer z(want.size());
+      EPK_CUDA_CHECK(cudaMemset(flag.get(), 0, 4));
+      ASSERT_TRUE(repack_gptq_qzeros_v1(u.view, static_cast<std::uint32_t*>(z.get()),
+                                        static_cast<std::uint32_t*>(flag.get()), nullptr));
+      EXPECT_EQ(download<std::uint8_t>(z, want.size()), want) << bits << (sym ? " sym" : "");
+      EXPECT_EQ(download<std::uint32_t>(flag, 1)[0], 0u);
+    }
+  }
+  QuantTensor t = layouts::testing::random_intq_tensor(3, 32, 32, 16, false, false, false, 29);
+  t.zeros.assign(t.zeros.size(), 5);
+  t.zeros[37] = 0;  // a straddling 3-bit field
+  Uploaded u = upload_tensor(t);
+  DeviceBuffer z(static_cast<std::size_t>(t.num_groups) * 3 * 4);
+  EPK_CUDA_CHECK(cudaMemset(flag.get(), 0, 4));
+  ASSERT_TRUE(repack_gptq_qzeros_v1(u.view, static_cast<std::uint32_t*>(z.get()),
+                                    static_cast<std::uint32_t*>(flag.get()), nullptr));
+  EXPECT_EQ(download<std::uint32_t>(flag, 1)[0], kZeroPointZero);
+}
+
+TEST(GpuIntqRepack, GptqOfPermutedActOrderRowsMatchesWriteGptq) {
+  SKIP_WITHOUT_GPU();
+  for (int bits : {3, 4}) {
+    QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, false, true, true, 40 + bits);
+    auto cpu = layouts::write_gptq(t, layouts::GptqZeros::kV2);
+    ASSERT_TRUE(cpu) << cpu.error().message;
+    Uploaded u = upload_tensor(t);
+    DeviceBuffer inv(static_cast<std::size_t>(t.padded_rows) * 4);
+    auto* inv_p = static_cast<std::int32_t*>(inv.get());
+    ASSERT_TRUE(invert_perm(u.view, inv_p, nullptr));
+    const auto want_q = qweight_bytes(*cpu);
+    DeviceBuffer q(want_q.size());
+    EXPECT_FALSE(repack_gptq_qweight(u.view, static_cast<std::uint32_t*>(q.get()), nullptr));  // perm without inverse
+    ASSERT_TRUE(repack_gptq_qweight(u.view, static_cast<std::uint32_t*>(q.get()), nullptr, inv_p));
+    EXPECT_EQ(download<std::uint8_t>(q, want_q.size()), want_q) << bits;
+    const auto want_g = tensor_bytes(*cpu, "g_idx");
+    DeviceBuffer g(want_g.size());
+    ASSERT_TRUE(gptq_g_idx(u.view, inv_p, static_cast<std::int32_t*>(g.get()), nullptr));
+    EXPECT_EQ(download<std::uint8_t>(g, want_g.size()), want_g) << bits;
+  }
+}
+
+TEST(GpuIntqRepack, MarlinOfActOrderMatchesWriteMarlin) {
+  SKIP_WITHOUT_GPU();
+  for (bool with_perm : {false, true}) {
+    QuantTensor t = layouts::testing::random_intq_tensor(4, 128, 128, 32, true, true, with_perm, 60 + with_perm);
+    auto cpu = layouts::write_marlin(t);
+    ASSERT_TRUE(cpu) << cpu.error().message;
+    Uploaded u = upload_tensor(t);
+    const std::size_t k = static_cast<std::size_t>(t.padded_rows);
+    DeviceBuffer order(k * 4), flags(4), g(k * 4), p(k * 4);
+    EPK_CUDA_CHECK(cudaMemset(flags.get(), 0, 4));
+    auto* order_p = static_cast<std::int32_t*>(order.get());
+    ASSERT_TRUE(group_order(u.view, order_p, static_cast<std::uint32_t*>(flags.get()), nullptr));
+    const auto want_q = qweight_bytes(*cpu);
+    DeviceBuffer q(want_q.size());
+    ASSERT_TRUE(repack_marlin_qweight(u.view, static_cast<std::uint32_t*>(q.get()), nullptr, order_p));
+    ASSERT_TRUE(marlin_g_idx_perm(u.view, order_p, static_cast<std::int32_t*>(g.get()),
+                                  static_cast<std::int32_t*>(p.get()), nullptr));
+    EXPECT_EQ(download<std::uint32_t>(flags, 1)[0], 0u);
+    EXPECT_EQ(download<std::uint8_t>(q, want_q.size()), want_q) << with_perm;
+    EXPECT_EQ(download<std::uint8_t>(g, k * 4), tensor_bytes(*cpu, "g_idx")) << with_perm;
+    EXPECT_EQ(download<std::uint8_t>(p, k * 4), tensor_bytes(*cpu, "perm")) << with_perm;
+  }
+}
+
 TEST(GpuIntqRepack, RefusesWhatTheLayoutCannotHold) {
   DeviceIntq v;
   v.codes = reinterpret_cast<const std::uint32_t*>(16);  // never dereferenced: refused before any launch

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "codec/layouts/awq.h"
+#include "codec/layouts/awq_gemv.h"
 #include "codec/layouts/compressed_tensors.h"
 #include "codec/layouts/gptq.h"
 #include "codec/layouts/marlin.h"
@@ -136,7 +137,8 @@ TEST(Convert, OddSizesArePaddedAndSliced) {
   // A vocabulary-like N (not a multiple of 8 or 64) and K not a multiple of the group.
   auto t = random_quant_tensor(4, 200, 1003, 64, 17, false, /*symmetric=*/true);
   const auto w = dequantize_f32(t);
-  for (Layout l : {Layout::kGptqV1, Layout::kGptqV2, Layout::kAwq, Layout::kMarlin, Layout::kCompressedTensors}) {
+  for (Layout l : {Layout::kGptqV1, Layout::kGptqV2, Layout::kAwq, Layout::kMarlin, Layout::kCompressedTensors,
+                   Layout::kAwqGemv}) {
     auto c = write_layout(t, l);
     ASSERT_TRUE(c) << layout_name(l) << ": " << c.error().to_string();
     EXPECT_EQ(c->rows, 200);
@@ -155,6 +157,11 @@ TEST(Convert, OddSizesArePaddedAndSliced) {
                         64);
         break;
       case Layout::kMarlin: back = read_marlin(marlin_views(c->tensors), 4, c->padded_rows, 64); break;
+      case Layout::kAwqGemv:
+        back = read_awq_gemv(AwqGemvViews{view_of(c->tensors, "qweight"), view_of(c->tensors, "qzeros"),
+                                          view_of(c->tensors, "scales")},
+                             64);
+        break;
       case Layout::kCompressedTensors:
         back = read_compressed_tensors(CtViews{view_of(c->tensors, "weight_packed"), view_of(c->tensors, "weight_shape"),
                                                view_of(c->tensors, "weight_scale"), std::nullopt, std::nullopt},

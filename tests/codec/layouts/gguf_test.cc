@@ -28,8 +28,8 @@ TEST(GgufFile, ParsesHeaderKeyValuesTensorsAndAlignment) {
   EXPECT_EQ(f->data_offset() % 64, 0u);
   ASSERT_NE(f->find("general.name"), nullptr);
   EXPECT_EQ(f->find("general.name")->str, "tiny");
-  ASSERT_EQ(f->find("some.floats")->items.size(), 2u);
-  EXPECT_EQ(f->find("some.floats")->items[1].f, -2.0);
+  ASSERT_EQ(f->find("some.floats")->count, 2u);
+  EXPECT_EQ(f->find("some.floats")->at(1).f, -2.0);
   const TensorInfo* a = f->find_tensor("a");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->torch_shape(), (std::vector<std::int64_t>{2, 3}));

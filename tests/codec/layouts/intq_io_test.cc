@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <ostream>
 
 #include "codec/common/half.h"
@@ -50,20 +52,32 @@ TEST_P(IntqRoundTrip, ReadBackEqualsWritten) {
   const Case c = GetParam();
   QuantTensor t = random_intq_tensor(c.bits, c.rows, c.cols, c.group, c.symmetric, c.act_order, c.perm, 7 + c.bits);
   if (c.rows % 16 != 0) ASSERT_TRUE(pad_to(t, 16, 8));  // padded storage travels too
-  auto e = intq::encode_int(t, "layer.weight", DType::kF16, "gptq");
-  ASSERT_TRUE(e) << e.error().message;
-  std::vector<intq::Encoded> all;
-  all.push_back(std::move(*e));
-  const auto dir = scratch_dir("rt");
-  auto r = write_and_open((dir / "a.epk").string(), all);
-  ASSERT_TRUE(r) << r.error().message;
-  const auto* entry = r->find("layer.weight");
-  ASSERT_NE(entry, nullptr);
-  EXPECT_EQ(entry->shape,
-            (std::vector<std::uint64_t>{static_cast<std::uint64_t>(c.cols), static_cast<std::uint64_t>(c.rows)}));
-  auto back = intq::read_int(*r, *entry);
-  ASSERT_TRUE(back) << back.error().message;
-  expect_same(t, *back);
+  for (auto form : {intq::CodeForm::kSmallest, intq::CodeForm::kPacked, intq::CodeForm::kRans}) {
+    SCOPED_TRACE(static_cast<int>(form));
+    auto e = intq::encode_int(t, "layer.weight", DType::kF16, "gptq", form);
+    ASSERT_TRUE(e) << e.error().message;
+    std::vector<intq::Encoded> all;
+    all.push_back(std::move(*e));
+    const auto dir = scratch_dir("rt");
+    auto r = write_and_open((dir / "a.epk").string(), all);
+    ASSERT_TRUE(r) << r.error().message;
+    const auto* entry = r->find("layer.weight");
+    ASSERT_NE(entry, nullptr);
+    EXPECT_EQ(entry->shape,
+              (std::vector<std::uint64_t>{static_cast<std::uint64_t>(c.cols), static_cast<std::uint64_t>(c.rows)}));
+    auto info = intq::code_info(*r, *entry);
+    ASSERT_TRUE(info);
+    if (form == intq::CodeForm::kRans) {
+      EXPECT_EQ(info->form, "rans");
+    } else if (form == intq::CodeForm::kPacked) {
+      EXPECT_EQ(info->form, "packed");
+    } else {
+      EXPECT_LE(info->stored_bytes, info->packed_bytes);
+    }
+    auto back = intq::read_int(*r, *entry);
+    ASSERT_TRUE(back) << back.error().message;
+    expect_same(t, *back);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, IntqRoundTrip,
@@ -73,6 +87,61 @@ INSTANTIATE_TEST_SUITE_P(Shapes, IntqRoundTrip,
                                            Case{5, 40, 3, 40, false, false, false},
                                            Case{1, 17, 9, 17, false, false, false},
                                            Case{4, 64, 8, 128, false, false, false}));  // group longer than K
+
+// Codes of a GPTQ-style (min/max per group of 128, asymmetric 4-bit) quantization of a Gaussian layer are far from
+// uniform: rANS is picked, and the saving is printed. Uniform codes cannot be coded smaller: packed is picked.
+TEST(Intq, SmallestFormIsRansForGaussianGptqCodesAndPackedForUniformCodes) {
+  const std::int64_t k = 4096, n = 512, g = 128;
+  QuantTensor t = make_quant_tensor(4, k, n, g);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(static_cast<std::size_t>(k * n));
+  for (auto& v : w) v = normal(rng);
+  for (std::int64_t grp = 0; grp < k / g; ++grp) {
+    for (std::int64_t c = 0; c < n; ++c) {
+      float lo = 0, hi = 0;
+      for (std::int64_t r = grp * g; r < (grp + 1) * g; ++r) {
+        lo = std::min(lo, w[std::size_t(r * n + c)]);
+        hi = std::max(hi, w[std::size_t(r * n + c)]);
+      }
+      const float scale = (hi - lo) / 15.0f;
+      const int zero = static_cast<int>(std::lround(-lo / scale));
+      t.scales[std::size_t(grp * n + c)] = f16_to_f32(f32_to_f16(scale));
+      t.zeros[std::size_t(grp * n + c)] = zero;
+      for (std::int64_t r = grp * g; r < (grp + 1) * g; ++r) {
+        const long q = std::lround(w[std::size_t(r * n + c)] / scale) + zero;
+        t.codes[std::size_t(r * n + c)] = static_cast<std::uint8_t>(std::clamp<long>(q, 0, 15));
+      }
+    }
+  }
+  auto gauss = intq::encode_int(t, "gauss", DType::kF16, "gptq");
+  ASSERT_TRUE(gauss) << gauss.error().message;
+  EXPECT_NE(gauss->spec.params_json.find("\"codes\":\"rans\""), std::string::npos);
+  std::uint64_t coded = 0;
+  for (std::size_t i = 0; i < gauss->names.size(); ++i) {
+    if (gauss->names[i].rfind("code", 0) == 0) coded += gauss->storage[i].size();
+  }
+  const double packed = static_cast<double>(k * n) * 4 / 8;
+  std::printf("GPTQ 4-bit g128 codes of a Gaussian %lldx%lld layer: rans %llu bytes = %.3f bits per code, %.1f%% "
+              "smaller than packed\n",
+              static_cast<long long>(k), static_cast<long long>(n), static_cast<unsigned long long>(coded),
+              8.0 * coded / static_cast<double>(k * n), 100.0 * (1.0 - coded / packed));
+  EXPECT_LT(static_cast<double>(coded), 0.95 * packed);
+
+  QuantTensor u = random_intq_tensor(4, k, n, g, false, false, false, 43);
+  auto uniform = intq::encode_int(u, "uniform", DType::kF16, "gptq");
+  ASSERT_TRUE(uniform);
+  EXPECT_NE(uniform->spec.params_json.find("\"codes\":\"packed\""), std::string::npos);
+  auto forced = intq::encode_int(u, "uniform", DType::kF16, "gptq", intq::CodeForm::kRans);
+  ASSERT_TRUE(forced);
+  std::uint64_t forced_bytes = 0;
+  for (std::size_t i = 0; i < forced->names.size(); ++i) {
+    if (forced->names[i].rfind("code", 0) == 0) forced_bytes += forced->storage[i].size();
+  }
+  std::printf("uniform 4-bit codes: rans would take %.4f bits per code, packed 4\n",
+              8.0 * forced_bytes / static_cast<double>(k * n));
+  EXPECT_GT(static_cast<double>(forced_bytes), packed);
+}
 
 TEST(Intq, SymmetricStaticTensorStoresOnlyCodesAndScales) {
   QuantTensor t = random_intq_tensor(4, 64, 16, 32, true, false, false, 3);

@@ -56,7 +56,7 @@ const std::vector<Mutation>& mutations() {
       {"group size 0", [](json& j, intq::Encoded&) { j["group_size"] = 0; }, "params.group_size"},
       {"num_groups wrong", [](json& j, intq::Encoded&) { j["num_groups"] = 100; }, "params.num_groups"},
       {"scale dtype I32", [](json& j, intq::Encoded&) { j["scale_dtype"] = "I32"; }, "params.scale_dtype"},
-      {"codes rans", [](json& j, intq::Encoded&) { j["codes"] = "rans"; }, "params.codes"},
+      {"codes unknown", [](json& j, intq::Encoded&) { j["codes"] = "huffman"; }, "params.codes"},
       {"zeros unknown", [](json& j, intq::Encoded&) { j["zeros"] = "signed"; }, "params.zeros"},
       {"g_idx missing flag", [](json& j, intq::Encoded&) { j.erase("g_idx"); }, "params.g_idx"},
       {"source missing", [](json& j, intq::Encoded&) { j.erase("source"); }, "params.source"},
@@ -125,6 +125,58 @@ TEST_P(IntqMalformed, RefusedNamingTheField) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, IntqMalformed, ::testing::Range<std::size_t>(0, 31));
+
+// rANS-coded codes (FORMAT.md 11.5): the same rule, for the fields that form adds.
+const std::vector<Mutation>& rans_mutations() {
+  static const std::vector<Mutation> m = {
+      {"packed params over a rans stream", [](json& j, intq::Encoded&) { j["codes"] = "packed"; }, "buffers.code"},
+      {"prob bits 16", [](json& j, intq::Encoded&) { j["code_prob_bits"] = 16; }, "params.code_prob_bits"},
+      {"prob bits missing", [](json& j, intq::Encoded&) { j.erase("code_prob_bits"); }, "params.code_prob_bits"},
+      {"tile symbols 0", [](json& j, intq::Encoded&) { j["code_tile_symbols"] = 0; }, "params.code_tile_symbols"},
+      {"tile symbols changed", [](json& j, intq::Encoded&) { j["code_tile_symbols"] = 7; }, "buffers.codes"},
+      {"freqs missing", [](json&, intq::Encoded& e) { drop_buffer(e, "code_freqs"); }, "buffers.code_freqs"},
+      {"freqs short", [](json&, intq::Encoded& e) { storage_of(e, "code_freqs").resize(14); }, "freqs"},
+      {"freqs sum", [](json&, intq::Encoded& e) { storage_of(e, "code_freqs")[0] ^= 1; }, "freqs"},
+      {"tiles missing", [](json&, intq::Encoded& e) { drop_buffer(e, "code_tiles"); }, "buffers.code_tiles"},
+      {"tiles long", [](json&, intq::Encoded& e) { storage_of(e, "code_tiles").push_back(0); }, "tiles"},
+      {"payload truncated", [](json&, intq::Encoded& e) { storage_of(e, "codes").pop_back(); }, "buffers.codes"},
+      {"final state",
+       [](json&, intq::Encoded& e) {
+         auto& p = storage_of(e, "codes");
+         p[p.size() / 2] ^= 0x10;
+       },
+       "tile"},
+  };
+  return m;
+}
+
+class IntqMalformedRans : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(IntqMalformedRans, RefusedNamingTheField) {
+  const Mutation& m = rans_mutations()[GetParam()];
+  QuantTensor t = testing::random_intq_tensor(3, 37, 5, 16, false, true, true, 21);
+  auto e = intq::encode_int(t, "bad.weight", DType::kF16, "gptq", intq::CodeForm::kRans);
+  ASSERT_TRUE(e);
+  json j = json::parse(e->spec.params_json);
+  ASSERT_EQ(j["codes"], "rans");
+  m.apply(j, *e);
+  e->spec.params_json = j.dump();
+  std::vector<intq::Encoded> all;
+  all.push_back(std::move(*e));
+  const auto dir = testing::scratch_dir("badrans" + std::to_string(GetParam()));
+  auto r = testing::write_and_open((dir / "bad.epk").string(), all);
+  ASSERT_TRUE(r) << r.error().message;
+  auto back = intq::read_int(*r, r->tensors()[0]);
+  ASSERT_FALSE(back) << m.what;
+  const std::string& msg = back.error().message;
+  EXPECT_NE(msg.find("bad.epk"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'bad.weight'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(m.field), std::string::npos) << m.what << ": " << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, IntqMalformedRans, ::testing::Range<std::size_t>(0, 12));
+
+TEST(IntqMalformedTable, CoversEveryRansRow) { EXPECT_EQ(rans_mutations().size(), 12u); }
 
 TEST(IntqMalformedTable, CoversEveryRow) { EXPECT_EQ(mutations().size(), 31u); }
 

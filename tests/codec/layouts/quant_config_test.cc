@@ -47,12 +47,19 @@ TEST(QuantConfig, CompressedTensorsPackQuantized) {
 }
 
 TEST(QuantConfig, UnsupportedAndMalformedAreDistinguished) {
-  auto gemv = parse_quant_config(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"})", "c");
-  ASSERT_FALSE(gemv);
-  EXPECT_EQ(gemv.error().code, ErrorCode::kUnsupported);
+  auto gemv = parse_quant_config(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "GEMV"})", "c");
+  ASSERT_TRUE(gemv) << gemv.error().to_string();
+  EXPECT_EQ(gemv->awq_version, "gemv");
+  auto fast =
+      parse_quant_config(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv_fast"})", "c");
+  ASSERT_FALSE(fast);
+  EXPECT_EQ(fast.error().code, ErrorCode::kUnsupported);
   auto marlin = parse_quant_config(R"({"bits": 4, "group_size": 128, "checkpoint_format": "marlin"})", "c");
-  ASSERT_FALSE(marlin);
-  EXPECT_EQ(marlin.error().code, ErrorCode::kUnsupported);
+  ASSERT_TRUE(marlin) << marlin.error().to_string();
+  EXPECT_TRUE(marlin->gptq_marlin);
+  auto bitblas = parse_quant_config(R"({"bits": 4, "group_size": 128, "checkpoint_format": "bitblas"})", "c");
+  ASSERT_FALSE(bitblas);
+  EXPECT_EQ(bitblas.error().code, ErrorCode::kUnsupported);
   auto bad_bits = parse_quant_config(R"({"bits": "four", "group_size": 128})", "qc.json");
   ASSERT_FALSE(bad_bits);
   EXPECT_EQ(bad_bits.error().code, ErrorCode::kBadInput);

@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "codec/layouts/intq_io.h"
+#include "codec/layouts/quant_config.h"
+#include "codec/safetensors/writer.h"
 #include "codec/layouts/quant_source.h"
 #include "tests/codec/layouts/checkpoint_fixture.h"
 #include "tests/codec/layouts/intq_test_util.h"
@@ -93,6 +95,99 @@ TEST(QuantImport, AwqCheckpointDequantizesLikeAutoAwq) {
   auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
   testing::Vectors v("awq_4bit_g64.safetensors");
   expect_transposed_equal(v.view("ref.dequant"), got);
+}
+
+TEST(QuantImport, AwqGemvCheckpointDequantizesLikeAutoAwq) {
+  const auto dir = make_checkpoint(
+      "awq_gemv_4bit_g64.safetensors",
+      R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":64,"zero_point":true,"version":"gemv"}})",
+      "awq_gemv");
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  testing::Vectors v("awq_gemv_4bit_g64.safetensors");
+  expect_transposed_equal(v.view("ref.dequant"), got);
+}
+
+// GPTQ checkpoints saved in Marlin format (AutoGPTQ checkpoint_format "marlin", vLLM's MarlinConfig): B, s and a
+// workspace per layer, built here from the vLLM-packed Marlin vector; the import dequantizes to s * (q - 8).
+std::vector<std::uint16_t> marlin_vector_dequant_f16(testing::Vectors& v) {
+  QuantTensor t = make_quant_tensor(4, 256, 128, 64);
+  t.codes = v.values<std::uint8_t>("logical.codes");
+  const TensorView s = v.view("logical.scales");
+  for (std::size_t i = 0; i < t.scales.size(); ++i) t.scales[i] = view_float(s, i);
+  t.zeros.assign(t.zeros.size(), 8);
+  return dequantize_f16(t);
+}
+
+TEST(QuantImport, GptqMarlinFormatCheckpointWithBAndS) {
+  testing::Vectors v("marlin_4bit_g64.safetensors");
+  ASSERT_TRUE(v.ok());
+  const auto dir = testing::scratch_dir("ckpt_marlin_bs");
+  const std::string p = std::string(kPrefix);
+  const std::vector<std::int32_t> workspace(128 / 64 * 16, 0);
+  std::vector<safetensors::TensorSpec> specs = {{p + ".B", DType::kI32, {16, 256}},
+                                                {p + ".s", DType::kF16, {4, 128}},
+                                                {p + ".workspace", DType::kI32, {workspace.size()}}};
+  auto w =
+      safetensors::Writer::create((dir / "model.safetensors").string(), specs, {}, safetensors::Order::kAsDeclared);
+  ASSERT_TRUE(w);
+  ASSERT_TRUE(w->write(p + ".B", v.view("qweight").bytes));
+  ASSERT_TRUE(w->write(p + ".s", v.view("scales").bytes));
+  ASSERT_TRUE(
+      w->write(p + ".workspace", {reinterpret_cast<const std::uint8_t*>(workspace.data()), workspace.size() * 4}));
+  ASSERT_TRUE(w->finish());
+  std::ofstream(dir / "quantize_config.json")
+      << R"({"bits": 4, "group_size": 64, "desc_act": false, "sym": true, "checkpoint_format": "marlin"})";
+  auto src = QuantSource::open(dir.string());
+  ASSERT_TRUE(src) << src.error().message;
+  std::size_t items = 0;
+  for (const auto& item : (*src)->items()) {
+    ++items;
+    EXPECT_EQ(item.kind, SourceItem::Kind::kInt) << item.name;  // the workspace is not carried as a raw tensor
+    EXPECT_EQ(item.source, "gptq-marlin");
+  }
+  EXPECT_EQ(items, 1u);
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir.string(), p + ".weight", DType::kF16, &shape);
+  EXPECT_EQ(shape, (std::vector<std::uint64_t>{128, 256}));
+  const auto want = marlin_vector_dequant_f16(v);  // [K, N]
+  ASSERT_EQ(got.size(), want.size() * 2);
+  std::size_t bad = 0;
+  for (std::size_t k = 0; k < 256; ++k) {
+    for (std::size_t n = 0; n < 128; ++n) {
+      std::uint16_t g;
+      std::memcpy(&g, got.data() + 2 * (n * 256 + k), 2);
+      bad += g != want[k * 128 + n];
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(QuantImport, GptqMarlinFormatByIsMarlinFormatFlagAndQweightNames) {
+  const auto dir = make_checkpoint("marlin_4bit_g64.safetensors",
+                                   R"({"bits": 4, "group_size": 64, "desc_act": false, "is_marlin_format": true})",
+                                   "marlin_flag");
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  testing::Vectors v("marlin_4bit_g64.safetensors");
+  const auto want = marlin_vector_dequant_f16(v);
+  ASSERT_EQ(got.size(), want.size() * 2);
+  std::uint16_t first;
+  std::memcpy(&first, got.data(), 2);
+  EXPECT_EQ(first, want[0]);
+  std::uint16_t last;
+  std::memcpy(&last, got.data() + got.size() - 2, 2);
+  EXPECT_EQ(last, want.back());
+}
+
+TEST(QuantImport, GptqMarlinFormatWithActOrderOrEightBitsIsUnsupported) {
+  for (const char* cfg : {R"({"bits": 4, "group_size": 64, "desc_act": true, "checkpoint_format": "marlin"})",
+                          R"({"bits": 8, "group_size": 64, "checkpoint_format": "marlin"})",
+                          R"({"bits": 4, "group_size": 64, "sym": false, "checkpoint_format": "marlin"})"}) {
+    auto c = parse_quant_config(cfg, "quantize_config.json");
+    ASSERT_FALSE(c) << cfg;
+    EXPECT_EQ(c.error().code, ErrorCode::kUnsupported) << cfg;
+  }
 }
 
 TEST(QuantImport, Nf4DoubleQuantCheckpointIsStoredVerbatimAndDequantizesLikeBitsandbytes) {

@@ -1,0 +1,161 @@
+#include "daemon/intq_serving.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "codec/common/bytes.h"
+#include "codec/layouts/convert.h"
+
+namespace epk::daemon::intq_serving {
+namespace {
+
+layouts::Layout target_of(shm::Layout l) {
+  switch (l) {
+    case shm::Layout::kGptqV2: return layouts::Layout::kGptqV2;
+    case shm::Layout::kAwq: return layouts::Layout::kAwq;
+    case shm::Layout::kMarlin: return layouts::Layout::kMarlin;
+    default: return layouts::Layout::kGptqV1;
+  }
+}
+
+Error unsupported(const std::string& origin, const container::TensorEntry& e, shm::Layout layout,
+                  const std::string& why) {
+  return make_error(ErrorCode::kUnsupported, origin + ": tensor '" + e.name + "': layout " +
+                                                 std::string(shm::layout_name(layout)) + ": " + why);
+}
+
+// What write_layout produces, from the params alone: the same refusals and the same padding (pad_to adds the
+// groups that new rows need; sort_groups keeps their count).
+Result<shm::PackedGeometry> geometry(const layouts::intq::IntHeader& h, const std::string& origin,
+                                     const container::TensorEntry& e, shm::Layout layout) {
+  const layouts::QuantTensor& t = h.shape;
+  const std::string bits = std::to_string(t.bits) + "-bit codes";
+  shm::PackedGeometry g;
+  switch (layout) {
+    case shm::Layout::kGptq:
+    case shm::Layout::kGptqV2:
+      if (t.bits != 2 && t.bits != 3 && t.bits != 4 && t.bits != 8) {
+        return unsupported(origin, e, layout, bits + " (GPTQ packs 2, 3, 4 or 8)");
+      }
+      g.flags = shm::kPackedGIdx;
+      break;
+    case shm::Layout::kAwq:
+      if (t.bits != 4) return unsupported(origin, e, layout, bits + " (AWQ packs 4)");
+      if (h.has_g_idx || h.has_perm) {
+        return unsupported(origin, e, layout,
+                           "act-order rows (g_idx/perm): AWQ has no g_idx, and sorting the groups would need the "
+                           "activations permuted, which an AWQ kernel does not do; ask for gptq or marlin");
+      }
+      break;
+    case shm::Layout::kMarlin:
+      if (t.bits != 4 && t.bits != 8) return unsupported(origin, e, layout, bits + " (Marlin packs 4 or 8)");
+      if (!h.symmetric) {
+        return unsupported(origin, e, layout, "asymmetric zero points (the GPTQ Marlin path is symmetric only)");
+      }
+      if (h.has_g_idx || h.has_perm) g.flags = shm::kPackedGIdx | shm::kPackedPerm;
+      break;
+    default:
+      return make_error(ErrorCode::kInternal, "intq_serving: not a packed integer layout");
+  }
+  std::int64_t rm = 1, cm = 1;
+  layouts::layout_alignment(target_of(layout), t, &rm, &cm);
+  const std::uint64_t kp = align_up(static_cast<std::uint64_t>(t.padded_rows), static_cast<std::uint64_t>(rm));
+  const std::uint64_t np = align_up(static_cast<std::uint64_t>(t.padded_cols), static_cast<std::uint64_t>(cm));
+  std::uint64_t ng = static_cast<std::uint64_t>(t.num_groups);
+  if (kp > static_cast<std::uint64_t>(t.padded_rows)) {
+    ng = std::max(ng, (kp - 1) / static_cast<std::uint64_t>(t.group_size) + 1);
+  }
+  g.rows = static_cast<std::uint64_t>(t.rows);
+  g.cols = static_cast<std::uint64_t>(t.cols);
+  g.padded_rows = kp;
+  g.padded_cols = np;
+  g.bits = static_cast<std::uint64_t>(t.bits);
+  g.group_size = static_cast<std::uint64_t>(t.group_size);
+  g.num_groups = ng;
+  return g;
+}
+
+struct Plan {
+  shm::PackedGeometry geometry;
+  std::array<shm::PackedPart, shm::kMaxPackedParts> parts{};
+  std::size_t count = 0;
+  std::uint64_t bytes = 0;
+};
+
+Result<Plan> plan(const layouts::intq::IntHeader& h, const std::string& origin, const container::TensorEntry& e,
+                  shm::Layout layout) {
+  Plan p;
+  EPK_TRY_ASSIGN(p.geometry, geometry(h, origin, e, layout));
+  p.count = shm::packed_parts(layout, p.geometry, h.shape.scale_dtype, &p.parts, &p.bytes);
+  if (p.count == 0) return unsupported(origin, e, layout, "too large or not divisible as the layout needs");
+  return p;
+}
+
+}  // namespace
+
+Result<std::optional<layouts::intq::IntHeader>> inspect(const container::Reader& reader,
+                                                        const container::TensorEntry& entry) {
+  if (entry.encoding != container::Encoding::kIntq) return std::optional<layouts::intq::IntHeader>();
+  EPK_TRY_ASSIGN(layouts::intq::Kind kind, layouts::intq::kind_of(reader, entry));
+  if (kind != layouts::intq::Kind::kInt) return std::optional<layouts::intq::IntHeader>();
+  EPK_TRY_ASSIGN(layouts::intq::IntHeader h, layouts::intq::read_int_header(reader, entry));
+  return std::optional<layouts::intq::IntHeader>(std::move(h));
+}
+
+Result<ServedTensor> served(const std::optional<layouts::intq::IntHeader>& header, const std::string& origin,
+                            const container::TensorEntry& entry, shm::Layout layout) {
+  if (!header) {
+    return unsupported(origin, entry, layout,
+                       "served only from intq tensors of kind int (integer grids: GPTQ, AWQ, compressed-tensors, "
+                       "GGUF Q4_0/Q8_0), not " + std::string(container::encoding_name(entry.encoding)));
+  }
+  EPK_TRY_ASSIGN(Plan p, plan(*header, origin, entry, layout));
+  ServedTensor out;
+  out.bytes = p.bytes;
+  out.dtype = header->shape.scale_dtype;
+  const auto shape = p.geometry.to_shape();
+  out.shape.assign(shape.begin(), shape.end());
+  out.strides.assign(shape.size(), 0);  // a descriptor, not an array (shm/layout.h)
+  return out;
+}
+
+Status produce(const container::Reader& reader, const container::TensorEntry& entry, shm::Layout layout,
+               std::span<std::uint8_t> dst) {
+  const std::string& origin = reader.path();
+  EPK_TRY_ASSIGN(layouts::intq::IntHeader h, layouts::intq::read_int_header(reader, entry));
+  EPK_TRY_ASSIGN(Plan p, plan(h, origin, entry, layout));
+  if (dst.size() != p.bytes) {
+    return make_error(ErrorCode::kInvalidArgument, origin + ": tensor '" + entry.name + "': slot holds " +
+                                                       std::to_string(dst.size()) + " bytes, the layout needs " +
+                                                       std::to_string(p.bytes));
+  }
+  EPK_TRY_ASSIGN(layouts::QuantTensor t, layouts::intq::read_int(reader, entry));
+  auto conv = layouts::write_layout(t, target_of(layout));
+  if (!conv) return unsupported(origin, entry, layout, conv.error().message);
+  if (!conv->activation_perm.empty()) {
+    return unsupported(origin, entry, layout, "the written layout needs its activations permuted");
+  }
+  if (conv->tensors.size() != p.count) {
+    return make_error(ErrorCode::kInternal, origin + ": tensor '" + entry.name + "': layout " +
+                                                std::string(shm::layout_name(layout)) + " wrote " +
+                                                std::to_string(conv->tensors.size()) + " parts, planned " +
+                                                std::to_string(p.count));
+  }
+  std::fill(dst.begin(), dst.end(), std::uint8_t{0});  // the gaps between parts: no stale bytes of an earlier slot
+  for (std::size_t i = 0; i < p.count; ++i) {
+    const shm::PackedPart& part = p.parts[i];
+    const layouts::Tensor& w = conv->tensors[i];
+    const bool same_shape =
+        w.shape.size() == part.ndim && static_cast<std::uint64_t>(w.shape[0]) == part.shape[0] &&
+        (part.ndim == 1 || static_cast<std::uint64_t>(w.shape[1]) == part.shape[1]);
+    if (w.name != part.name || w.dtype != part.dtype || !same_shape || w.bytes.size() != part.bytes) {
+      return make_error(ErrorCode::kInternal, origin + ": tensor '" + entry.name + "': layout " +
+                                                  std::string(shm::layout_name(layout)) + " part " + w.name +
+                                                  " does not match the planned " + std::string(part.name));
+    }
+    if (!w.bytes.empty()) std::memcpy(dst.data() + part.offset, w.bytes.data(), w.bytes.size());
+  }
+  return {};
+}
+
+}  // namespace epk::daemon::intq_serving

@@ -1,0 +1,36 @@
+// The packed integer serving layouts (shm::Layout kGptq, kGptqV2, kAwq, kMarlin) of intq "int" tensors, for the .epk
+// model source: the slot's parts are what codec/layouts' CPU writers make from the stored logical tensor
+// (layouts::write_layout), placed by shm::packed_parts. Dense layouts of intq tensors need nothing here: they go
+// through decode::decode_tensor like `epk decompress`.
+//
+// inspect() runs once per tensor at open and reads only the params (no buffer), so served() answers an acquire from
+// what it kept. A layout that cannot hold a tensor exactly (AWQ of an act-order tensor, whose activations would need
+// a permutation AWQ cannot carry; Marlin of an asymmetric one; a bit width the layout lacks) is kUnsupported naming
+// the tensor, from served(); one that only the codes can refuse (gptq v1 with a zero point of 0) from produce().
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "codec/container/reader.h"
+#include "codec/layouts/intq_io.h"
+#include "daemon/model_source.h"
+
+namespace epk::daemon::intq_serving {
+
+// nullopt for tensors that are not intq kind "int" (their packed layouts are kUnsupported); an error for an int
+// entry whose params are malformed (the model is refused at open).
+Result<std::optional<layouts::intq::IntHeader>> inspect(const container::Reader& reader,
+                                                        const container::TensorEntry& entry);
+
+// The slot of `layout` (a packed integer layout) for the tensor; header is inspect()'s answer.
+Result<ServedTensor> served(const std::optional<layouts::intq::IntHeader>& header, const std::string& origin,
+                            const container::TensorEntry& entry, shm::Layout layout);
+
+// Reads the logical tensor, writes the layout with the CPU writers and places the parts in dst (served().bytes).
+Status produce(const container::Reader& reader, const container::TensorEntry& entry, shm::Layout layout,
+               std::span<std::uint8_t> dst);
+
+}  // namespace epk::daemon::intq_serving
