@@ -114,8 +114,9 @@ Result<ServedTensor> served(const std::optional<layouts::intq::IntHeader>& heade
   out.bytes = p.bytes;
   out.dtype = header->shape.scale_dtype;
   const auto shape = p.geometry.to_shape();
-  out.shape.assign(shape.begin(), shape.end());
-  out.strides.assign(shape.size(), 0);  // a descriptor, not an array (shm/layout.h)
+  out.shape.assign(std::span<const std::uint64_t>(shape.data(), shape.size()));
+  out.strides.resize(shape.size());  // all 0: a descriptor, not an array (shm/layout.h)
+  std::fill(out.strides.begin(), out.strides.end(), 0);
   return out;
 }
 

@@ -34,6 +34,7 @@
 #include "daemon/decode_scheduler.h"
 #include "daemon/epk_source.h"
 #include "daemon/gpu_backend.h"
+#include "daemon/handler_memory.h"
 #include "daemon/registry.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
@@ -578,18 +579,17 @@ class Service {
     s.send(s.scratch());
   }
 
-  void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc,
-                            std::vector<std::uint8_t>* out) const {
-    shm::AcquireReply r;
-    r.handle = slot.id;
-    r.pool_id = 0;
-    r.dtype = static_cast<std::uint32_t>(desc.dtype);
-    r.offset = slot.offset;
-    r.bytes = desc.bytes;
-    r.shape = desc.shape;
-    r.strides = desc.strides;
-    r.done_event = gpu_ ? gpu_->event_for(slot.id) : shm::kNoEvent;
-    shm::encode_acquire_reply(req, r, out);
+  void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc, shm::AcquireReply* r,
+                                   std::vector<std::uint8_t>* out) const {
+    r->handle = slot.id;
+    r->pool_id = 0;
+    r->dtype = static_cast<std::uint32_t>(desc.dtype);
+    r->offset = slot.offset;
+    r->bytes = desc.bytes;
+    r->shape.assign(desc.shape.begin(), desc.shape.end());
+    r->strides.assign(desc.strides.begin(), desc.strides.end());
+    r->done_event = gpu_ ? gpu_->event_for(slot.id) : shm::kNoEvent;
+    shm::encode_acquire_reply(req, *r, out);
   }
 
   asio::io_context& io_;  // the main context: decode completions and shutdown steps run there

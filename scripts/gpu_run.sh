@@ -56,6 +56,17 @@ if [[ -d "$here/epkd" ]]; then
   bash "$here/epkd_gpu_check.sh" "$here/epkd" 2>&1 | tee "$out/epkd_gpu.txt" | tail -80
   epkd_rc=${PIPESTATUS[0]}
 fi
+rtt_rc=na
+if [[ -x "$here/epkd/epk_bench_rtt" ]]; then
+  # Issue 6's cache-hit target on the host path, on a machine with cores for 16 clients plus epkd (the bench starts
+  # its own epkd with --cpu and a synthetic model).
+  echo "== epkd host path: cache-hit acquire + release round trips, $(nproc) cores"
+  LD_LIBRARY_PATH="$here/epkd/lib" timeout 200 "$here/epkd/epk_bench_rtt" --epkd "$here/epkd/epkd" --clients 1,4,16 \
+    --iters 20000 --timeout-s 90 2>&1 | tee "$out/rtt.txt" | tail -12
+  rtt_rc=${PIPESTATUS[0]}
+  LD_LIBRARY_PATH="$here/epkd/lib" timeout 200 "$here/epkd/epk_bench_rtt" --epkd "$here/epkd/epkd" --clients 1,4,16 \
+    --iters 20000 --nowait --timeout-s 90 2>&1 | tee -a "$out/rtt.txt" | tail -12
+fi
 echo "== reference streams and reference decode times"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   "$wheels"/*.whl && export PYTHONPATH=/tmp/site
@@ -75,7 +86,7 @@ echo "== intq repack bench (4096 x 14336 and 14336 x 4096, 4-bit g128)"
 "$bin/intq_repack_bench" --rows 4096 --cols 14336 --runs 100 2>&1 | tee "$out/intq_bench.txt"
 "$bin/intq_repack_bench" --rows 14336 --cols 4096 --runs 100 2>&1 | tee -a "$out/intq_bench.txt"
 echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, intq $intq_rc, device pool $pool_rc," \
-  "sanitizers $sanitizer_rc, epk --device cuda $cli_rc, epkd device path $epkd_rc"
-for rc in "$tests_rc" "$oracle_rc" "$intq_rc" "$pool_rc" "$sanitizer_rc" "$cli_rc" "$epkd_rc"; do
+  "sanitizers $sanitizer_rc, epk --device cuda $cli_rc, epkd device path $epkd_rc, epkd round trips $rtt_rc"
+for rc in "$tests_rc" "$oracle_rc" "$intq_rc" "$pool_rc" "$sanitizer_rc" "$cli_rc" "$epkd_rc" "$rtt_rc"; do
   [[ "$rc" == 0 || "$rc" == na || "$rc" == skipped ]] || exit 1
 done

@@ -38,7 +38,6 @@ std::size_t packed_parts(Layout layout, const PackedGeometry& g, DType scale_dty
   }
   if (scale_dtype != DType::kF16 && scale_dtype != DType::kBF16 && scale_dtype != DType::kF32) return 0;
   const std::uint64_t kp = g.padded_rows, np = g.padded_cols, b = g.bits, ng = g.num_groups;
-  const std::uint64_t sw = static_cast<std::uint64_t>(dtype_bits(scale_dtype) / 8);
   std::size_t n = 0;
   std::uint64_t at = 0;
   bool ok = true;

@@ -97,7 +97,7 @@ class IntqServingTest : public ::testing::Test {
     EXPECT_EQ(st->dtype, t.scale_dtype);
     ASSERT_EQ(st->shape.size(), 8u);
     EXPECT_EQ(st->strides, std::vector<std::int64_t>(8, 0));
-    auto g = shm::packed_geometry_from_shape(st->shape);
+    auto g = shm::packed_geometry_from_shape(st->shape.span());
     ASSERT_TRUE(g);
     EXPECT_EQ(g->rows, std::uint64_t(t.rows));
     EXPECT_EQ(g->cols, std::uint64_t(t.cols));
