@@ -35,53 +35,14 @@ using namespace epk::test_harness;  // NOLINT
 using namespace epk::test_models;   // NOLINT
 using client::Client;
 
-// epkd on the device path: the harness's flags without --cpu.
-class GpuEpkd {
+// epkd on the device path (the harness's epkd without --cpu); a clean exit on SIGTERM is part of every test.
+class GpuEpkd : public Epkd {
  public:
-  GpuEpkd(const std::string& model, const std::string& budget_mb) {
-    char tmpl[] = "/tmp/epkdgpu.XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-    socket_ = dir_ + "/epkd.sock";
-    log_ = dir_ + "/epkd.log";
-    pid_ = spawn({EPKD_PATH, "--socket", socket_, "--budget-mb", budget_mb, "--read-timeout-ms", "300",
-                  "--check-invariants", "--io-threads", "3", "--log-level", "info", "--model", model},
-                 false, log_)
-               .pid;
-    auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (Clock::now() < deadline) {
-      if (Client::connect(socket_, 2000)) return;
-      int status;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  GpuEpkd(const std::string& model, const std::string& budget_mb)
+      : Epkd({"--model", model}, budget_mb, "", Epkd::Path::kDevice) {}
   ~GpuEpkd() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      if (wait_exit(pid_, 5000) != 0) ADD_FAILURE() << "epkd did not exit 0 after SIGTERM";
-    }
-    if (::testing::Test::HasFailure()) {
-      std::ifstream in(log_);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      std::fprintf(stderr, "---- epkd (device) log ----\n%s------------------\n", text.c_str());
-    }
-    fs::remove_all(dir_);
+    if (running() && terminate() != 0) ADD_FAILURE() << "epkd did not exit 0 after SIGTERM";
   }
-  bool running() const { return pid_ > 0; }
-  const std::string& socket() const { return socket_; }
-  Child client(std::vector<std::string> args, bool gated = false) {
-    args.insert(args.begin() + 1, socket_);
-    args.insert(args.begin(), TEST_CLIENT_PATH);
-    if (gated) args.push_back("gate");
-    return spawn(args, true, "", gated);
-  }
-
- private:
-  std::string dir_, socket_, log_;
-  pid_t pid_ = -1;
 };
 
 class EpkdGpu : public ::testing::Test {

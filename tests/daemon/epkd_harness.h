@@ -87,18 +87,23 @@ inline std::string read_line(int fd, int timeout_ms) {
 
 class Epkd {
  public:
+  // kHost passes --cpu (host pools, the CPU decoder); kDevice leaves epkd to pick the device path where a GPU is.
+  enum class Path { kHost, kDevice };
   // `socket` empty: a fresh temporary directory holds the socket (and the log).
-  explicit Epkd(std::vector<std::string> extra, std::string budget_mb = "1", std::string socket = "") {
+  explicit Epkd(std::vector<std::string> extra, std::string budget_mb = "1", std::string socket = "",
+                Path path = Path::kHost) {
     char tmpl[] = "/tmp/epkdtest.XXXXXX";
     dir_ = ::mkdtemp(tmpl);
     socket_ = socket.empty() ? dir_ + "/epkd.sock" : socket;
     log_ = dir_ + "/epkd.log";
-    std::vector<std::string> args = {EPKD_PATH, "--socket",          socket_, "--budget-mb",        budget_mb,
-                                     "--cpu",   "--read-timeout-ms", "300",   "--check-invariants", "--io-threads",
-                                     "3",       "--log-level",       "info"};
+    std::vector<std::string> args = {EPKD_PATH,      "--socket", socket_, "--budget-mb", budget_mb, "--read-timeout-ms",
+                                     "300",          "--check-invariants", "--io-threads", "3",     "--log-level",
+                                     "info"};
+    if (path == Path::kHost) args.push_back("--cpu");
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = spawn(args, false, log_).pid;
-    auto deadline = Clock::now() + std::chrono::seconds(10);
+    // The device path uploads every model's resident tier before it listens.
+    auto deadline = Clock::now() + std::chrono::seconds(path == Path::kHost ? 10 : 30);
     while (Clock::now() < deadline) {
       if (Client::connect(socket_, 2000)) return;
       int status;
