@@ -1,6 +1,7 @@
 // GPU repack and dequantization throughput of an intq layer (default 4096 x 14336, 4-bit, group 128, symmetric so
 // Marlin applies), each beside a device-to-device copy of the same output bytes. CUDA events, median of --runs after
 // warm-up. Usage: intq_repack_bench [--rows K] [--cols N] [--bits B] [--group G] [--runs R]
+// Then the act-order paths (a scattered group map and a permutation) with their device-side row maps.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -128,6 +130,39 @@ int main(int argc, char** argv) {
       [&] { return epk::cuda::intq::dequantize_dense(t, epk::cuda::intq::DenseType::kBf16, d_out, nullptr); });
   row("dequantize fp16", dense_bytes,
       [&] { return epk::cuda::intq::dequantize_dense(t, epk::cuda::intq::DenseType::kFp16, d_out, nullptr); });
+
+  // Act-order: the same codes with a scattered group map (each group still holds `group` rows, shuffled) and a random
+  // permutation; the row maps are computed on the device first (invert_perm, group_order), then the repacks use them.
+  std::vector<std::int32_t> g_idx(static_cast<std::size_t>(k)), perm(static_cast<std::size_t>(k));
+  for (std::int64_t r = 0; r < k; ++r) g_idx[r] = static_cast<std::int32_t>(r / group);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(g_idx.begin(), g_idx.end(), rng);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  void *d_g_idx, *d_perm, *d_inv, *d_order, *d_flags;
+  CHECK(cudaMalloc(&d_g_idx, g_idx.size() * 4));
+  CHECK(cudaMalloc(&d_perm, perm.size() * 4));
+  CHECK(cudaMalloc(&d_inv, perm.size() * 4));
+  CHECK(cudaMalloc(&d_order, perm.size() * 4));
+  CHECK(cudaMalloc(&d_flags, 4));
+  CHECK(cudaMemset(d_flags, 0, 4));
+  CHECK(cudaMemcpy(d_g_idx, g_idx.data(), g_idx.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(d_perm, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
+  epk::cuda::intq::DeviceIntq act = t;
+  act.g_idx = static_cast<const std::int32_t*>(d_g_idx);
+  act.perm = static_cast<const std::int32_t*>(d_perm);
+  auto* inv = static_cast<std::int32_t*>(d_inv);
+  auto* order = static_cast<std::int32_t*>(d_order);
+  const std::size_t map_bytes = perm.size() * 4;
+  std::printf("act-order (scattered g_idx, random perm):\n");
+  row("invert perm", map_bytes, [&] { return epk::cuda::intq::invert_perm(act, inv, nullptr); });
+  row("group order", map_bytes, [&] {
+    return epk::cuda::intq::group_order(act, order, static_cast<std::uint32_t*>(d_flags), nullptr);
+  });
+  row("repack gptq qweight", packed_bytes,
+      [&] { return epk::cuda::intq::repack_gptq_qweight(act, out32, nullptr, inv); });
+  row("repack marlin qweight", packed_bytes,
+      [&] { return epk::cuda::intq::repack_marlin_qweight(act, out32, nullptr, order); });
+  for (void* p : {d_g_idx, d_perm, d_inv, d_order, d_flags}) CHECK(cudaFree(p));
   CHECK(cudaFree(d_codes));
   CHECK(cudaFree(d_scales));
   CHECK(cudaFree(d_out));
