@@ -20,6 +20,7 @@ using nlohmann::json;
 // Bounds on stored extents: far above any real layer, low enough that products of two stay inside 64 bits.
 constexpr std::int64_t kMaxExtent = std::int64_t{1} << 31;
 constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 40;
+constexpr std::int64_t kMaxPadding = 4096;
 
 std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
 
@@ -317,6 +318,9 @@ Result<Encoded> encode_int(const QuantTensor& t, std::string name, DType dense_d
       static_cast<std::uint64_t>(t.padded_rows) * static_cast<std::uint64_t>(t.padded_cols) > kMaxElements) {
     return invalid("too large");
   }
+  if (t.padded_rows - t.rows > kMaxPadding || t.padded_cols - t.cols > kMaxPadding) {
+    return invalid("more than 4096 rows or columns of padding (readers refuse it)");
+  }
   if (dense_dtype != DType::kF16 && dense_dtype != DType::kBF16 && dense_dtype != DType::kF32) {
     return invalid("dense dtype must be F16, BF16 or F32");
   }
@@ -459,6 +463,11 @@ Result<IntHeader> read_int_header(const container::Reader& reader, const contain
   EPK_TRY_ASSIGN(t.cols, get_int(w, j, "cols", 0, t.padded_cols));
   const std::uint64_t n_codes = static_cast<std::uint64_t>(t.padded_rows) * static_cast<std::uint64_t>(t.padded_cols);
   if (n_codes > kMaxElements) return w.bad("params.padded_rows", "padded_rows * padded_cols too large");
+  // Padding is what a layout's alignment adds (a group, 16 rows, 64 columns). Bounding it keeps the codes a reader
+  // allocates close to the logical tensor, whose size the caller chose to decode: rANS-coded codes of one symbol
+  // cost no payload, so the stored bytes alone would not bound them.
+  if (t.padded_rows - t.rows > kMaxPadding) return w.bad("params.padded_rows", "more than 4096 rows of padding");
+  if (t.padded_cols - t.cols > kMaxPadding) return w.bad("params.padded_cols", "more than 4096 columns of padding");
   // A group may be longer than the tensor (group 128 on a 64-row layer): only its positivity and bound matter.
   EPK_TRY_ASSIGN(t.group_size, get_int(w, j, "group_size", 1, kMaxExtent));
   EPK_TRY_ASSIGN(t.num_groups,
