@@ -41,12 +41,8 @@ class CudaSide final : public DeviceSide {
 
   Status wait(void* event, void* stream) override {
     if (event == nullptr) return {};
-    for (const shm::CudaEvent& e : opened_) {
-      if (e.get() == event) {
-        EPK_TRY(shm::make_device_current(e.device()));
-        break;
-      }
-    }
+    EPK_TRY_ASSIGN(const shm::CudaEvent* e, find(event));
+    EPK_TRY(shm::make_device_current(e->device()));
     return shm::stream_wait_event(stream, event);
   }
 
@@ -63,11 +59,21 @@ class CudaSide final : public DeviceSide {
   Status copy_to_host(void* dst, std::uint64_t src, std::uint64_t bytes, void* event, int device) override {
     EPK_TRY(shm::make_device_current(device));
     if (event != nullptr) {
-      for (const shm::CudaEvent& e : opened_) {
-        if (e.get() == event) EPK_TRY(e.synchronize());
-      }
+      EPK_TRY_ASSIGN(const shm::CudaEvent* e, find(event));
+      EPK_TRY(e->synchronize());
     }
     return shm::copy_from_device(dst, src, bytes, device);
+  }
+
+  // An event this connection opened from the daemon's ring. A tensor from an earlier connection (or another Client)
+  // carries an event that is gone: using it would be undefined behaviour in the caller's process, so it is refused.
+  Result<const shm::CudaEvent*> find(void* event) const {
+    for (const shm::CudaEvent& e : opened_) {
+      if (e.get() == event) return &e;
+    }
+    return make_error(ErrorCode::kInvalidArgument,
+                      "epk client: the tensor's event is not one of this connection's (acquired before a reconnect, or "
+                      "by another client?)");
   }
 
  private:

@@ -6,6 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The ABI's version, also libepk.so's SOVERSION: bumped whenever a struct below changes size or layout, so that a
+ * program built against an older header does not load a library that would write past its structs.
+ * 2: epk_tensor gained device, on_device and event; epk_cache_stats gained resident_bytes. */
+#define EPK_ABI_VERSION 2
+
 #ifdef __cplusplus
 extern "C" {
 #endif

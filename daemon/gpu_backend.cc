@@ -154,7 +154,8 @@ class CudaBackend final : public GpuBackend {
     auto it = events.find(handle);
     if (it == events.end()) {
       if (events.size() >= kMaxClientEvents) {
-        return make_error(ErrorCode::kInvalidArgument, "release: more than 64 distinct CUDA events from one client");
+        return make_error(ErrorCode::kInvalidArgument, "release: more than " + std::to_string(kMaxClientEvents) +
+                                                           " distinct CUDA events from one client");
       }
       EPK_TRY_ASSIGN(shm::CudaEvent ev, shm::CudaEvent::open_ipc(handle, device_));
       it = events.emplace(handle, std::move(ev)).first;

@@ -52,8 +52,9 @@ class ModelSource {
   // calling thread. Errors name the tensor; a corrupt tile is an error, never served.
   virtual Status produce(std::size_t tensor, shm::Layout layout, std::span<std::uint8_t> dst) const = 0;
 
-  // GPU path (daemon/gpu_backend.h): the validated view of a lattice-rans tensor (spans into the mapped file, valid
-  // while the source lives), or nullptr where the tensor has another encoding or the source has no such view.
+  // GPU path (daemon/gpu_backend.h): the validated view of a lattice-rans tensor (spans into the mapped file, or into
+  // epkd's memory with the resident tier; valid while the source lives), or nullptr where the tensor has another
+  // encoding or the source has no such view.
   virtual const rans::LatticeRansStream* lattice_stream(std::size_t /*tensor*/) const { return nullptr; }
   // Checks the tensor's stored bytes (checksums) without decoding: the GPU path calls it before it keeps them resident
   // on the device, since its decodes skip produce()'s after-decode check.

