@@ -2,7 +2,7 @@
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
 // io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, read_timeout_ms = N,
-// synthetic_delay_us = N, log_level = "info",
+// synthetic_delay_us = N, log_level = "info", spin_us = N,
 // [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
 #pragma once
 
@@ -39,6 +39,10 @@ struct DaemonConfig {
   // memory (daemon/resident_model.h); off: decode from the file's map.
   bool resident_compressed = false;
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
+  // After its last handler ran, an io thread polls its io_context for this long before it blocks in epoll: a request
+  // that arrives within it is picked up without the wake-up of a sleeping thread. Spins only right after activity,
+  // so an idle daemon costs nothing. 0: block at once.
+  std::uint32_t spin_us = 0;
   std::uint32_t synthetic_delay_us = 0;
   std::string log_level = "info";
   bool check_invariants = false;  // verify the whole cache after every change (tests); exit 3 if one broke
