@@ -945,6 +945,7 @@ int run_daemon(const DaemonConfig& cfg) {
     }
     pool = std::move(*host);
   }
+  const std::uint32_t spin_us = spin_us_for(cfg.spin_us, std::thread::hardware_concurrency());
   unsigned io_threads =
       cfg.io_threads != 0 ? cfg.io_threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
   std::vector<std::unique_ptr<asio::io_context>> contexts;
@@ -986,7 +987,7 @@ int run_daemon(const DaemonConfig& cfg) {
   }
   spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads, spin {} us)",
                socket_activated ? "the socket systemd passed" : cfg.socket_path, cfg.budget_bytes >> 20,
-               svc.model_count(), io_threads, cfg.spin_us);
+               svc.model_count(), io_threads, spin_us);
   auto notify = [](const std::string& state) {
     if (auto r = sd_notify_send(state); !r) spdlog::warn("sd_notify: {}", r.error().to_string());
   };
@@ -1045,8 +1046,8 @@ int run_daemon(const DaemonConfig& cfg) {
          std::to_string(::getpid()));
   asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
   std::vector<std::thread> threads;
-  for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { run_io(*contexts[i], cfg.spin_us); });
-  run_io(io, cfg.spin_us);
+  for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { run_io(*contexts[i], spin_us); });
+  run_io(io, spin_us);
   guards.clear();
   for (auto& t : threads) t.join();
   if (svc.invariant_broken()) {

@@ -10,18 +10,18 @@ mkdir -p "$dest/bin" "$dest/py" "$dest/data"
 # EPK_STAGE_EPKD_ONLY=1: only epkd's device path (the daemon, its tests and benches, the CLI for the epk get test) and
 # the latency script; the codec's CUDA tests and benches are left out (for a branch that builds only those targets).
 if [[ "${EPK_STAGE_EPKD_ONLY:-0}" != 1 ]]; then
-cp "$build/tests/codec/cuda/epk_cuda_decode_test" \
-  "$build/tests/codec/cuda/epk_cuda_oracle_test" \
-  "$build/bench/gpu_decode_bench" "$dest/bin/"
-# The CLI's --device cuda check and the device-pool test travel too (stripped: the carry limit is 64 MiB).
-mkdir -p "$dest/cli"
-strip -o "$dest/cli/epk" "$build/tools/epk/epk"
-strip -o "$dest/cli/make_demo_model" "$build/tools/demo/make_demo_model"
-strip -o "$dest/bin/shm_device_pool_test" "$build/tests/shm/shm_device_pool_test"
-cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/cli_cuda_check.sh" "$dest/"
-cp "$build/tests/codec/cuda/epk_cuda_intq_test" "$build/bench/intq_repack_bench" "$dest/bin/"
-cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
-cp -r "$root/tests/data/cuda" "$dest/data/"
+  cp "$build/tests/codec/cuda/epk_cuda_decode_test" \
+    "$build/tests/codec/cuda/epk_cuda_oracle_test" \
+    "$build/bench/gpu_decode_bench" "$dest/bin/"
+  # The CLI's --device cuda check and the device-pool test travel too (stripped: the carry limit is 64 MiB).
+  mkdir -p "$dest/cli"
+  strip -o "$dest/cli/epk" "$build/tools/epk/epk"
+  strip -o "$dest/cli/make_demo_model" "$build/tools/demo/make_demo_model"
+  strip -o "$dest/bin/shm_device_pool_test" "$build/tests/shm/shm_device_pool_test"
+  cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/cli_cuda_check.sh" "$dest/"
+  cp "$build/tests/codec/cuda/epk_cuda_intq_test" "$build/bench/intq_repack_bench" "$dest/bin/"
+  cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
+  cp -r "$root/tests/data/cuda" "$dest/data/"
 else
   mkdir -p "$dest/cli"
   strip -o "$dest/cli/epk" "$build/tools/epk/epk"
