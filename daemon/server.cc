@@ -644,7 +644,7 @@ class Service {
     shm::encode_acquire_reply(req, *r, out);
   }
 
-  asio::io_context& io_;  // the main context: decode completions and shutdown steps run there
+  asio::io_context& io_;  // the main context: shutdown steps run there
   std::mutex mu_;         // guards everything below: sessions on several threads share the cache
   DaemonConfig cfg_;
   std::unique_ptr<shm::Pool> pool_;
