@@ -5,7 +5,10 @@
 //     synchronise that stream), against bare + round trip;
 //   - cache-hit acquire + release (CUDA event fence) p50/p99 with 1 and 16 client threads (one Client each).
 //
-//   gpu_acquire_bench --epkd PATH [--rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000]
+//   gpu_acquire_bench --epkd PATH [--rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000] [--spin-us N]
+//     [--client-spin-us N] [--io-threads N] [--timeline]
+//   --timeline runs epkd at debug level: it logs each uncached acquire's way through it ("timeline slot ...", on
+//   stderr, steady_clock ns) and the bench prints the client's side of each (same clock) to match them.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +61,13 @@ int main(int argc, char** argv) {
   app.add_option("--bpp", bpp);
   app.add_option("--n", n, "uncached acquires (tensors in the file)");
   app.add_option("--iters", iters, "cache-hit round trips per client");
+  int spin_us = -1, io_threads = 4;
+  bool timeline = false;
+  epk::client::ClientOptions copts;
+  app.add_option("--spin-us", spin_us, "epkd's --spin-us (-1: its default)");
+  app.add_option("--client-spin-us", copts.spin_us, "ClientOptions::spin_us of every client (-1: EPK_SPIN_US)");
+  app.add_option("--io-threads", io_threads, "epkd's --io-threads");
+  app.add_flag("--timeline", timeline, "epkd at debug level: per-miss timeline lines on stderr");
   CLI11_PARSE(app, argc, argv);
   if (!epk::shm::cuda_device_available(0)) {
     std::printf("no CUDA device: nothing to measure\n");
@@ -137,16 +147,25 @@ int main(int argc, char** argv) {
   const std::string budget = std::to_string((out_bytes * std::uint64_t(n) >> 20) + 64);
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::execl(epkd.c_str(), epkd.c_str(), "--socket", sock.c_str(), "--budget-mb", budget.c_str(), "--io-threads", "4",
-            "--log-level", "warn", "--model", ("m=" + path).c_str(), nullptr);
+    const std::string model_arg = "m=" + path, io = std::to_string(io_threads), spin = std::to_string(spin_us);
+    std::vector<const char*> args = {epkd.c_str(), "--socket", sock.c_str(), "--budget-mb", budget.c_str(),
+                                     "--io-threads", io.c_str(), "--log-level", timeline ? "debug" : "warn",
+                                     "--model", model_arg.c_str()};
+    if (spin_us >= 0) {
+      args.push_back("--spin-us");
+      args.push_back(spin.c_str());
+    }
+    args.push_back(nullptr);
+    ::execv(epkd.c_str(), const_cast<char* const*>(args.data()));
     ::_exit(127);
   }
   epk::Result<epk::client::Client> c = epk::make_error(epk::ErrorCode::kIo, "not connected");
   for (int i = 0; i < 3000 && !c; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    c = epk::client::Client::connect(sock);
+    c = epk::client::Client::connect(sock, copts);
   }
   if (!c) return die("epkd did not come up: " + c.error().to_string());
+  const int client_spin = c->spin_us();
   if (c->pools().empty() || c->pools()[0].kind != epk::shm::PoolKind::kDevice) return die("epkd serves no device pool");
   auto stream = epk::shm::CudaStream::create(0);
   if (!stream) return die(stream.error().to_string());
@@ -157,13 +176,31 @@ int main(int argc, char** argv) {
     if (!c->stats()) return die("stats");
     rtt.push_back(us_since(t0));
   }
-  std::vector<double> miss;
+  std::vector<double> miss, miss_reply, miss_wait, miss_sync;
+  auto ns_of = [](Clock::time_point t) {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+  };
+  auto us_between = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  };
   for (int i = 0; i < n; ++i) {
     auto t0 = Clock::now();
     auto t = c->acquire("m", "t" + std::to_string(i), epk::shm::Layout::kDenseBF16);
     if (!t) return die(t.error().to_string());
-    if (!c->wait(*t, stream->get()) || !stream->synchronize()) return die("wait");
-    miss.push_back(us_since(t0));
+    auto t1 = Clock::now();
+    if (!c->wait(*t, stream->get())) return die("wait");
+    auto t2 = Clock::now();
+    if (!stream->synchronize()) return die("wait");
+    auto t3 = Clock::now();
+    miss.push_back(us_between(t0, t3));
+    miss_reply.push_back(us_between(t0, t1));
+    miss_wait.push_back(us_between(t1, t2));
+    miss_sync.push_back(us_between(t2, t3));
+    // The client's side of the timeline, on epkd's clock (steady_clock): request sent at `sent` (just before),
+    // reply read at `reply`.
+    std::printf("client timeline t%d: sent %lld ns, reply %lld ns; acquire %.1f us, wait enqueue %.1f us, stream "
+                "sync %.1f us, total %.1f us\n",
+                i, ns_of(t0), ns_of(t1), us_between(t0, t1), us_between(t1, t2), us_between(t2, t3), us_between(t0, t3));
     if (!c->release_after(t->handle, stream->get())) return die("release");
   }
   // fence: true releases with a CUDA event fence (release_after), false with the host fence (release).
@@ -182,7 +219,7 @@ int main(int argc, char** argv) {
     std::vector<std::thread> th;
     for (int k = 0; k < clients; ++k) {
       th.emplace_back([&, k] {
-        auto cl = epk::client::Client::connect(sock);
+        auto cl = epk::client::Client::connect(sock, copts);
         ok[k] = cl && hit_loop(*cl, fence, &lat[k]);
       });
     }
@@ -210,6 +247,9 @@ int main(int argc, char** argv) {
   std::printf("uncached acquire until event complete  p50 %9.1f us  min %9.1f us  max %9.1f us\n", m, pct(miss, 0.0),
               pct(miss, 1.0));
   std::printf("uncached / (bare + round trip)         %.3f   (target <= 1.5)\n", m / (b + r));
+  std::printf("uncached, client side: acquire reply p50 %.1f us, wait enqueue p50 %.1f us, stream sync p50 %.1f us\n",
+              pct(miss_reply, 0.5), pct(miss_wait, 0.5), pct(miss_sync, 0.5));
+  std::printf("settings: epkd --spin-us %d --io-threads %d, client spin %d us\n", spin_us, io_threads, client_spin);
   std::printf("cache-hit acquire+release_after (event fence), 1 client    p50 %7.1f us  p99 %7.1f us\n",
               pct(hit1, 0.5), pct(hit1, 0.99));
   std::printf("cache-hit acquire+release_after (event fence), 16 clients  p50 %7.1f us  p99 %7.1f us\n",

@@ -9,6 +9,7 @@
 //   Unattended runs: `--timeout-s N` kills every process it started and exits 124 after N seconds; the last line is
 //   one summary (`summary: ... c1 p50 .. p99 .. | c16 ... | load a b c`) with the load average before and after.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 bool g_nowait = false;  // release without waiting for the daemon's answer
+int g_client_spin_us = -1;  // ClientOptions::spin_us (-1: EPK_SPIN_US)
 
 // Every process this bench started, for the --timeout-s watchdog (a signal handler may only read a plain array).
 constexpr int kMaxChildren = 1024;
@@ -75,6 +77,37 @@ std::string load_average() {
   return a + " " + b + " " + c;
 }
 
+pid_t g_daemon = -1;  // the epkd this bench started, for its CPU time
+
+// CPU time (user + system) of a process, in ms, from /proc/PID/stat; -1 when unreadable.
+double cpu_ms_of(pid_t pid) {
+  if (pid <= 0) return -1;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  std::size_t close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::vector<std::string> f;
+  std::string cur;
+  for (std::size_t i = close + 2; i <= line.size(); ++i) {
+    if (i == line.size() || line[i] == ' ') {
+      f.push_back(cur);
+      cur.clear();
+    } else {
+      cur += line[i];
+    }
+  }
+  if (f.size() < 13) return -1;  // fields 14 and 15 (utime, stime) are f[11], f[12]
+  return (std::stod(f[11]) + std::stod(f[12])) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double children_cpu_ms() {
+  rusage ru{};
+  ::getrusage(RUSAGE_CHILDREN, &ru);
+  auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  return ms(ru.ru_utime) + ms(ru.ru_stime);
+}
+
 struct RoundResult {
   int clients = 0;
   double p50_us = 0, p99_us = 0;
@@ -82,7 +115,9 @@ struct RoundResult {
 
 int run_client(const std::string& socket, const std::string& model, const std::string& tensor, epk::shm::Layout layout,
                long iters, int ready_fd, int go_fd, const std::string& out_path) {
-  auto c = epk::client::Client::connect(socket);
+  epk::client::ClientOptions opts;
+  opts.spin_us = g_client_spin_us;
+  auto c = epk::client::Client::connect(socket, opts);
   if (!c) {
     std::fprintf(stderr, "client: %s\n", c.error().to_string().c_str());
     return 1;
@@ -128,6 +163,7 @@ bool run_round(const std::string& socket, const std::string& model, const std::s
   for (int i = 0; i < clients; ++i) {
     if (::read(ready[0], &b, 1) != 1) return false;
   }
+  const double daemon_cpu0 = cpu_ms_of(g_daemon), clients_cpu0 = children_cpu_ms();
   auto t0 = Clock::now();
   std::string go_bytes(static_cast<std::size_t>(clients), 'g');
   if (::write(go[1], go_bytes.data(), go_bytes.size()) != static_cast<ssize_t>(go_bytes.size())) return false;
@@ -138,6 +174,8 @@ bool run_round(const std::string& socket, const std::string& model, const std::s
     ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  // The clients' CPU includes their connect and warm-up; the daemon's, only the timed part and the clients' exit.
+  const double daemon_cpu = cpu_ms_of(g_daemon) - daemon_cpu0, clients_cpu = children_cpu_ms() - clients_cpu0;
   std::vector<std::uint32_t> all;
   for (int i = 0; i < clients; ++i) {
     std::ifstream in(dir + "/" + std::to_string(i), std::ios::binary);
@@ -156,6 +194,11 @@ bool run_round(const std::string& socket, const std::string& model, const std::s
   std::printf("%s clients %2d  pairs %8zu  p50 %7.1f us  p90 %7.1f us  p99 %7.1f us  max %8.1f us  %9.0f pairs/s\n",
               g_nowait ? "acquire+release_nowait" : "acquire+release", clients, all.size(), pct(0.50), pct(0.90),
               pct(0.99), all.back() / 1000.0, all.size() / secs);
+  if (g_daemon > 0) {
+    std::printf("  cpu: epkd %.0f ms (%.2f us per pair, %.2f cores over %.2f s), clients %.0f ms (%.2f cores)\n",
+                daemon_cpu, daemon_cpu * 1e3 / static_cast<double>(all.size()), daemon_cpu / 1e3 / secs, secs,
+                clients_cpu, clients_cpu / 1e3 / secs);
+  }
   std::fflush(stdout);
   *result = {clients, pct(0.50), pct(0.99)};
   return true;
@@ -167,10 +210,13 @@ int main(int argc, char** argv) {
   CLI::App app{"epk_bench_rtt: cache-hit acquire+release round trip latency"};
   std::string epkd, socket, model = "bench", tensor = "t0", layout_name = "dense:bf16", clients_list = "1,16";
   long iters = 20000;
-  int io_threads = 0;
+  int io_threads = 0, spin_us = -1;
   app.add_option("--epkd", epkd, "start this epkd binary with a synthetic model on a temporary socket");
   app.add_flag("--nowait", g_nowait, "time acquire + release_nowait (one round trip) instead of acquire + release");
   app.add_option("--io-threads", io_threads, "with --epkd: its --io-threads (0: its default)");
+  app.add_option("--spin-us", spin_us, "with --epkd: its --spin-us (io threads poll after activity; -1: its default)");
+  app.add_option("--client-spin-us", g_client_spin_us,
+                 "each client polls its socket this long before blocking (ClientOptions::spin_us; -1: EPK_SPIN_US)");
   app.add_option("--socket", socket, "a running epkd's socket");
   app.add_option("--model", model);
   app.add_option("--tensor", tensor);
@@ -195,11 +241,20 @@ int main(int argc, char** argv) {
     daemon = ::fork();
     if (daemon == 0) {
       std::string io = std::to_string(io_threads);
-      ::execl(epkd.c_str(), epkd.c_str(), "--socket", socket.c_str(), "--budget-mb", "64", "--cpu", "--synthetic",
-              "bench=t0:1024x1024", "--log-level", "warn", "--io-threads", io.c_str(), static_cast<char*>(nullptr));
+      std::vector<const char*> args = {epkd.c_str(), "--socket", socket.c_str(), "--budget-mb", "64", "--cpu",
+                                       "--synthetic", "bench=t0:1024x1024", "--log-level", "warn", "--io-threads",
+                                       io.c_str()};
+      std::string spin = std::to_string(spin_us);
+      if (spin_us >= 0) {
+        args.push_back("--spin-us");
+        args.push_back(spin.c_str());
+      }
+      args.push_back(nullptr);
+      ::execv(epkd.c_str(), const_cast<char* const*>(args.data()));
       ::_exit(127);
     }
     remember_child(daemon);
+    g_daemon = daemon;
     for (int i = 0; i < 500 && !epk::client::Client::connect(socket); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -220,13 +275,20 @@ int main(int argc, char** argv) {
     start = comma + 1;
   }
   std::string summary = std::string("summary: ") + (g_nowait ? "acquire+release_nowait" : "acquire+release") +
-                        " iters " + std::to_string(iters);
+                        " iters " + std::to_string(iters) + " io-threads " + std::to_string(io_threads) +
+                        " spin-us " + std::to_string(spin_us) + " client-spin-us " + std::to_string(g_client_spin_us);
   for (const RoundResult& r : results) {
     char part[96];
     std::snprintf(part, sizeof(part), " | c%d p50 %.1f us p99 %.1f us", r.clients, r.p50_us, r.p99_us);
     summary += part;
   }
   summary += " | load before " + load_before + " after " + load_average() + (ok ? "" : " | A ROUND FAILED");
+  if (daemon > 0) {
+    // The cost of an idle daemon (its io threads must block, spin or not): CPU over one quiet second.
+    const double before = cpu_ms_of(daemon);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::printf("epkd idle for 1 s after the last round: %.0f ms CPU\n", cpu_ms_of(daemon) - before);
+  }
   std::printf("%s\n", summary.c_str());
   if (daemon > 0) {
     ::kill(daemon, SIGTERM);

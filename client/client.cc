@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -53,6 +55,23 @@ struct Client::Impl {
   std::size_t rx_have = 0;
   std::uint64_t deferred_release_errors = 0;
   std::unordered_map<std::uint32_t, bool> nowait_ids;  // release_nowait requests that may still be answered (errors)
+  int spin_us = 0;
+
+  // Polls the socket without blocking for up to spin_us; a positive count, 0 (peer closed) or -1 (errno set: nothing
+  // arrived in time, or an error) as recv returns.
+  ssize_t recv_spinning(std::uint8_t* dst, std::size_t room) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    for (;;) {
+      ssize_t r = ::recv(sock.get(), dst, room, MSG_DONTWAIT);
+      if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return r;
+      if (std::chrono::steady_clock::now() >= deadline) break;
+    }
+    ssize_t r;
+    do {
+      r = ::recv(sock.get(), dst, room, 0);
+    } while (r < 0 && errno == EINTR);
+    return r;
+  }
 
   Status send_all(const std::vector<std::uint8_t>& bytes) {
     std::size_t sent = 0;
@@ -91,9 +110,13 @@ struct Client::Impl {
         n = shm::recv_with_fds(sock.get(), std::span<std::uint8_t>(rx.data() + rx_have, rx.size() - rx_have), fds);
       } else {
         ssize_t r;
-        do {
-          r = ::recv(sock.get(), rx.data() + rx_have, rx.size() - rx_have, 0);
-        } while (r < 0 && errno == EINTR);
+        if (spin_us > 0) {
+          r = recv_spinning(rx.data() + rx_have, rx.size() - rx_have);
+        } else {
+          do {
+            r = ::recv(sock.get(), rx.data() + rx_have, rx.size() - rx_have, 0);
+          } while (r < 0 && errno == EINTR);
+        }
         if (r < 0) {
           n = (errno == EAGAIN || errno == EWOULDBLOCK)
                   ? make_error(ErrorCode::kIo, "epk client: timed out waiting for epkd's reply")
@@ -174,6 +197,29 @@ void Client::close_nowait() noexcept {
 bool Client::connected() const { return impl_ != nullptr && impl_->sock.valid(); }
 
 Result<Client> Client::connect(const std::string& socket_path, int reply_timeout_ms) {
+  ClientOptions o;
+  o.reply_timeout_ms = reply_timeout_ms;
+  return connect(socket_path, o);
+}
+
+int Client::spin_us() const { return impl_ != nullptr ? impl_->spin_us : 0; }
+
+namespace {
+
+// EPK_SPIN_US: a decimal count of microseconds, 0 to 1 s; anything else means 0 (no spin).
+int spin_from_env() {
+  const char* v = std::getenv("EPK_SPIN_US");
+  if (v == nullptr || *v == 0) return 0;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  return (*end == 0 && n > 0 && n <= 1000000) ? static_cast<int>(n) : 0;
+}
+
+}  // namespace
+
+Result<Client> Client::connect(const std::string& socket_path, const ClientOptions& options) {
+  const int reply_timeout_ms = options.reply_timeout_ms;
+  if (options.spin_us > 1000000) return make_error(ErrorCode::kInvalidArgument, "epk client: spin_us over 1 s");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof(addr.sun_path)) {
@@ -191,6 +237,7 @@ Result<Client> Client::connect(const std::string& socket_path, int reply_timeout
     ::setsockopt(impl->sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   }
   impl->rx.resize(shm::kMaxMessage);
+  impl->spin_us = options.spin_us >= 0 ? options.spin_us : spin_from_env();
   const std::uint32_t id = impl->next_id++;
   shm::encode_hello(id, {static_cast<std::uint32_t>(::getpid()), 0}, &impl->tx);
   std::vector<shm::UniqueFd> fds;

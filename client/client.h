@@ -56,11 +56,23 @@ Result<std::vector<Tensor::Part>> packed_parts_of(shm::Layout layout, const void
 
 using Stats = shm::StatsReply;
 
+struct ClientOptions {
+  // Bounds every wait for a reply (an acquire waits for its decode); 0 waits forever.
+  int reply_timeout_ms = 60000;
+  // Before blocking on a reply, poll the socket (non-blocking recv) for up to this many microseconds: a reply that
+  // comes back within it is picked up without the sleep and wake-up of a blocking recv, at the price of one busy
+  // core while the call waits. 0 blocks at once; negative: the environment's EPK_SPIN_US, else 0.
+  int spin_us = -1;
+};
+
 class Client {
  public:
   // Connects, says hello and maps the daemon's pools. `reply_timeout_ms` bounds every wait for a reply (an acquire
-  // waits for its decode); 0 waits forever.
+  // waits for its decode); 0 waits forever. Reply polling: EPK_SPIN_US (see ClientOptions::spin_us).
   static Result<Client> connect(const std::string& socket_path, int reply_timeout_ms = 60000);
+  static Result<Client> connect(const std::string& socket_path, const ClientOptions& options);
+  // The reply spin in effect (after EPK_SPIN_US), in microseconds.
+  int spin_us() const;
 
   Client(Client&&) noexcept;
   Client& operator=(Client&&) noexcept;

@@ -43,6 +43,11 @@ class CudaSide final : public DeviceSide {
     if (event == nullptr) return {};
     EPK_TRY_ASSIGN(const shm::CudaEvent* e, find(event));
     EPK_TRY(shm::make_device_current(e->device()));
+    // epkd replies after its stream has finished the decode, so the event has nearly always completed by now: then
+    // there is nothing to wait for, and no work is put on the caller's stream (a wait on another process's event makes
+    // the GPU switch to this context and back). Still recording (a ring event reused since, or a daemon that replies
+    // early): the stream waits, as before.
+    if (e->query()) return {};
     return shm::stream_wait_event(stream, event);
   }
 

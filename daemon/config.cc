@@ -1,6 +1,7 @@
 #include "daemon/config.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <toml++/toml.h>
 
 #include <cstdlib>
@@ -91,6 +92,7 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   EPK_TRY(get_int("threads", 0, 1024, [&](std::int64_t v) { cfg->threads = static_cast<unsigned>(v); }));
   EPK_TRY(get_int("io_threads", 0, 64, [&](std::int64_t v) { cfg->io_threads = static_cast<unsigned>(v); }));
   EPK_TRY(get_int("read_timeout_ms", 1, 3600000, [&](std::int64_t v) { cfg->read_timeout_ms = static_cast<int>(v); }));
+  EPK_TRY(get_int("spin_us", 0, 1000000, [&](std::int64_t v) { cfg->spin_us = v; }));
   EPK_TRY(get_int("synthetic_delay_us", 0, 60000000,
                   [&](std::int64_t v) { cfg->synthetic_delay_us = static_cast<std::uint32_t>(v); }));
   // Booleans strictly (as_boolean): value<bool>() would take an integer 1 or 0 as well.
@@ -110,6 +112,11 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   merge_models(&cfg->models, models);
   merge_models(&cfg->synthetic, synthetic);
   return {};
+}
+
+std::uint32_t spin_us_for(std::int64_t configured, unsigned cores) {
+  if (configured >= 0) return static_cast<std::uint32_t>(std::min<std::int64_t>(configured, 1000000));
+  return cores >= kAutoSpinMinCores ? kAutoSpinUs : 0;
 }
 
 Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
@@ -133,6 +140,11 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  std::int64_t spin_us = -1;
+  app.add_option("--spin-us", spin_us,
+                 "io threads poll for this many microseconds after their last request before blocking (config: "
+                 "spin_us; default: 50 on 8 or more cores, else 0)")
+      ->check(CLI::Range(0, 1000000));
   bool resident = false;
   app.add_flag("--resident-compressed", resident,
                "read every model's tensor sections into memory at open (io_uring), checksum them there and decode "
@@ -162,6 +174,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (read_timeout_ms > 0) cfg.read_timeout_ms = read_timeout_ms;
   if (synthetic_delay_us != 0) cfg.synthetic_delay_us = synthetic_delay_us;
   if (!log_level.empty()) cfg.log_level = log_level;
+  if (spin_us >= 0) cfg.spin_us = spin_us;
   if (cpu) cfg.serving = ServingMode::kHost;
   if (resident) cfg.resident_compressed = true;
   if (check_invariants) cfg.check_invariants = true;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -144,6 +145,9 @@ class CudaBackend final : public GpuBackend {
     }
     const shm::CudaEvent& done = ring_[event_for(slot_id)];
     EPK_TRY(done.record(stream_.get()));
+    last_enqueued_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
     EPK_TRY(stream_.synchronize());
     return check_status();
   }
@@ -163,6 +167,8 @@ class CudaBackend final : public GpuBackend {
     EPK_TRY(shm::make_device_current(device_));
     return stream_.wait(it->second.get());
   }
+
+  std::int64_t last_enqueued_ns() const override { return last_enqueued_ns_; }
 
   void drop_client(ClientId client) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -267,6 +273,7 @@ class CudaBackend final : public GpuBackend {
   shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
   shm::PinnedBuffer status_;   // the last device decode's DecodeStatus (GPU thread only)
   Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
+  std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
   mutable std::mutex mu_;      // models_, resident_bytes_, client_events_
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
   std::uint64_t resident_bytes_ = 0;

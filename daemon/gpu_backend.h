@@ -52,6 +52,9 @@ class GpuBackend {
   // event_for(slot_id). Called from one thread (the GPU scheduler's). `*on_device` says whether the kernel ran.
   virtual Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
                          std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device) = 0;
+  // When the last produce() had issued all its work and began waiting for the stream (steady_clock, ns since its
+  // epoch; 0 if unknown). Read on the produce() thread, for the debug timeline of an uncached acquire.
+  virtual std::int64_t last_enqueued_ns() const { return 0; }
 
   // kCudaEvent release: the stream waits on the client's event before any later decode.
   virtual Status client_fence(ClientId client, const shm::IpcEventHandle& event) = 0;

@@ -53,6 +53,21 @@ using Socket = asio::basic_stream_socket<asio::local::stream_protocol, Executor>
 using Clock = std::chrono::steady_clock;
 using Timer = asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, Executor>;
 
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// An uncached acquire's way through epkd (steady_clock ns), logged at debug level once its reply is written: where
+// the time between the request and the reply goes (issue 6's device target).
+struct Timeline {
+  std::int64_t read = 0;        // the acquire handled on its session's io thread (its bytes just read)
+  std::int64_t submit = 0;      // the decode job queued
+  std::int64_t worker = 0;      // a decode worker took it
+  std::int64_t enqueued = 0;    // device path: the work issued to the stream, the wait for it begins
+  std::int64_t done = 0;        // the decode finished (device: the stream synchronised, status read)
+  std::int64_t completion = 0;  // the completion took the service lock and encoded the replies
+};
+
 shm::WireStatus wire_status_for(ErrorCode code) {
   switch (code) {
     case ErrorCode::kNotFound: return shm::WireStatus::kNotFound;
@@ -271,7 +286,8 @@ class Service {
   }
 
   void on_acquire(const std::shared_ptr<Session>& s, std::uint32_t req, const shm::AcquireRequest& m) {
-    std::lock_guard<std::mutex> lock(mu_);
+    const std::int64_t t_read = now_ns();
+    std::unique_lock<std::mutex> lock(mu_);
     if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
     const ModelEntry* model = registry_.get(m.model_id);
     if (model == nullptr) return send_error(*s, req, shm::WireStatus::kNotFound, "acquire: unknown model id");
@@ -291,7 +307,13 @@ class Service {
     check();
     Slot* slot = lookup->slot;
     switch (lookup->outcome) {
-      case Cache::Outcome::kHit: send_acquire_reply(*s, req, *slot, *served); break;
+      case Cache::Outcome::kHit:
+        // Encoded under the lock (the slot may move once it is dropped), written after it: the write wakes the
+        // client, and other sessions' requests need not wait for that system call.
+        encode_acquire_reply(req, *slot, *served, &s->reply_scratch(), &s->scratch());
+        lock.unlock();
+        s->send(s->scratch());
+        break;
       case Cache::Outcome::kPending: {
         auto f = inflight_.find(slot->id);
         if (f == inflight_.end()) {  // a decoding slot always has its in-flight entry; never throw on a bug
@@ -302,10 +324,12 @@ class Service {
         decode_scheduler().promote(f->second.job);  // a prefetch that an acquire now waits for
         break;
       }
-      case Cache::Outcome::kMiss:
-        start_decode(*slot, model->source, t->second, m.layout, std::move(*served), Priority::kAcquire)
-            .waiters.push_back({s, req});
+      case Cache::Outcome::kMiss: {
+        InFlight& f = start_decode(*slot, model->source, t->second, m.layout, std::move(*served), Priority::kAcquire);
+        f.waiters.push_back({s, req});
+        f.read_ns = t_read;
         break;
+      }
     }
   }
 
@@ -337,7 +361,7 @@ class Service {
   }
 
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (m.fence == shm::FenceKind::kCudaEvent) {
       if (!gpu_) {
         return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
@@ -356,6 +380,7 @@ class Service {
     Status st = cache_.release(m.handle, s.id(), nullptr);
     check();
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
+    lock.unlock();  // the reply's write (and the client's wake-up) outside the lock
     if ((m.flags & shm::kReleaseNoReply) != 0) return;
     shm::encode_empty(req,
                       static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit),
@@ -426,7 +451,8 @@ class Service {
     scheduler_.drain();  // without the lock: the workers' completions take it
     scheduler_.stop();
     if (gpu_scheduler_) gpu_scheduler_->stop();
-    // The completions were posted to the main context: stopping the sessions behind them lets their replies out first.
+    // The drained completions have posted their replies to the sessions' contexts: the stop goes through the main
+    // context and is posted to each session after them, so the replies go out first.
     asio::post(io_, [this] {
       std::lock_guard<std::mutex> lock(mu_);
       if (Status v = cache_.verify(); !v) {
@@ -449,6 +475,7 @@ class Service {
     DecodeScheduler::JobPtr job;
     ServedTensor desc;
     std::vector<Waiter> waiters;
+    std::int64_t read_ns = 0, submit_ns = 0;  // the first acquire's Timeline (0 for a prefetch)
   };
 
   void check() {
@@ -502,17 +529,23 @@ class Service {
     if (gpu_) return start_gpu_decode(slot, std::move(src), tensor, layout, std::move(desc), prio);
     std::span<std::uint8_t> dst = pool_->host_span(slot.offset, desc.bytes);
     std::uint64_t slot_id = slot.id;
+    const std::int64_t submit_ns = now_ns();
     auto job = scheduler_.submit(
         [this, src = std::move(src), tensor, layout, dst, slot_id] {
+          Timeline tl;
           auto t0 = Clock::now();
+          tl.worker = now_ns();
           Status st = produce_guarded(*src, tensor, layout, dst);
+          tl.done = now_ns();
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-          asio::post(io_,
-                     [this, slot_id, st = std::move(st), ns]() mutable { on_decoded(slot_id, std::move(st), ns); });
+          // The completion runs here, on the worker: a hop through an io thread would add a thread wake-up to every
+          // miss. The replies are posted to their sessions' threads.
+          on_decoded(slot_id, std::move(st), ns, tl);
         },
         prio);
     InFlight& f = inflight_[slot_id];
+    f.submit_ns = submit_ns;
     f.job = std::move(job);
     f.desc = std::move(desc);
     return f;
@@ -522,9 +555,12 @@ class Service {
                              shm::Layout layout, ServedTensor desc, Priority prio) {
     const std::uint64_t slot_id = slot.id, offset = slot.offset, bytes = desc.bytes;
     const std::uint32_t model = slot.key.model;
+    const std::int64_t submit_ns = now_ns();
     auto job = gpu_scheduler_->submit(
         [this, src = std::move(src), model, tensor, layout, offset, bytes, slot_id] {
+          Timeline tl;
           auto t0 = Clock::now();
+          tl.worker = now_ns();
           bool on_device = false;
           Status st;
           try {
@@ -532,19 +568,22 @@ class Service {
           } catch (const std::exception& e) {
             st = make_error(ErrorCode::kInternal, std::string("decode failed: ") + e.what());
           }
+          tl.done = now_ns();
+          tl.enqueued = on_device ? gpu_->last_enqueued_ns() : 0;
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-          asio::post(io_,
-                     [this, slot_id, st = std::move(st), ns]() mutable { on_decoded(slot_id, std::move(st), ns); });
+          on_decoded(slot_id, std::move(st), ns, tl);  // on this worker, as on the CPU path
         },
         prio);
     InFlight& f = inflight_[slot_id];
+    f.submit_ns = submit_ns;
     f.job = std::move(job);
     f.desc = std::move(desc);
     return f;
   }
 
-  void on_decoded(std::uint64_t slot_id, Status st, std::uint64_t ns) {
+  // Runs on the decode worker that produced the slot; the replies go to their sessions' threads.
+  void on_decoded(std::uint64_t slot_id, Status st, std::uint64_t ns, Timeline tl) {
     std::lock_guard<std::mutex> lock(mu_);
     ++decodes_;
     decode_ns_ += ns;
@@ -552,6 +591,9 @@ class Service {
     if (it == inflight_.end()) return;
     InFlight f = std::move(it->second);
     inflight_.erase(it);
+    tl.read = f.read_ns;
+    tl.submit = f.submit_ns;
+    const bool timeline = tl.read != 0 && spdlog::should_log(spdlog::level::debug);
     if (!st) spdlog::error("decode failed: {}", st.error().to_string());
     Slot* slot = cache_.find(slot_id);
     cache_.decoded(slot_id, static_cast<bool>(st));
@@ -569,14 +611,24 @@ class Service {
             {wire_status_for(st ? ErrorCode::kInternal : st.error().code), st ? "decode failed" : st.error().message},
             &out);
       }
-      asio::post(s->executor(), [s, out = std::move(out)] { s->send(out); });
+      if (timeline) tl.completion = now_ns();
+      asio::post(s->executor(), [s, out = std::move(out), tl, timeline, slot_id] {
+        s->send(out);
+        if (timeline) log_timeline(slot_id, tl);
+      });
     }
   }
 
-  // The cache-hit reply: encoded in the session's own buffers, no allocation.
-  void send_acquire_reply(Session& s, std::uint32_t req, const Slot& slot, const ServedTensor& desc) {
-    encode_acquire_reply(req, slot, desc, &s.reply_scratch(), &s.scratch());
-    s.send(s.scratch());
+  static void log_timeline(std::uint64_t slot_id, const Timeline& tl) {
+    const std::int64_t written = now_ns();
+    auto us = [](std::int64_t a, std::int64_t b) { return a != 0 && b != 0 ? (b - a) / 1e3 : -1.0; };
+    spdlog::debug(
+        "timeline slot {}: read {} ns; read->submit {:.1f} us, submit->worker {:.1f}, worker->enqueued {:.1f}, "
+        "enqueued->done {:.1f}, worker->done {:.1f}, done->completion {:.1f}, completion->written {:.1f}; "
+        "read->written {:.1f} us; written {} ns",
+        slot_id, tl.read, us(tl.read, tl.submit), us(tl.submit, tl.worker), us(tl.worker, tl.enqueued),
+        us(tl.enqueued, tl.done), us(tl.worker, tl.done), us(tl.done, tl.completion), us(tl.completion, written),
+        us(tl.read, written), written);
   }
 
   void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc, shm::AcquireReply* r,
@@ -592,7 +644,7 @@ class Service {
     shm::encode_acquire_reply(req, *r, out);
   }
 
-  asio::io_context& io_;  // the main context: decode completions and shutdown steps run there
+  asio::io_context& io_;  // the main context: shutdown steps run there
   std::mutex mu_;         // guards everything below: sessions on several threads share the cache
   DaemonConfig cfg_;
   std::unique_ptr<shm::Pool> pool_;
@@ -837,6 +889,29 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
   }
 }
 
+// An io thread's loop. spin_us == 0: io_context::run (block in epoll whenever there is nothing to do). Otherwise,
+// after each handler, poll (non-blocking) for up to spin_us before blocking again: a request or completion that comes
+// within the window is handled without a sleeping thread's wake-up. The window starts only after a handler ran, so an
+// idle daemon blocks and costs nothing; a busy one keeps at most one core per io thread polling.
+void run_io(asio::io_context& ctx, std::uint32_t spin_us) {
+  if (spin_us == 0) {
+    ctx.run();
+    return;
+  }
+  const auto window = std::chrono::microseconds(spin_us);
+  while (!ctx.stopped()) {
+    if (ctx.run_one() == 0) break;  // blocks until a handler ran; 0: stopped or out of work
+    auto last = Clock::now();
+    while (!ctx.stopped()) {
+      if (ctx.poll() > 0) {
+        last = Clock::now();
+      } else if (Clock::now() - last >= window) {
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int run_daemon(const DaemonConfig& cfg) {
@@ -870,6 +945,7 @@ int run_daemon(const DaemonConfig& cfg) {
     }
     pool = std::move(*host);
   }
+  const std::uint32_t spin_us = spin_us_for(cfg.spin_us, std::thread::hardware_concurrency());
   unsigned io_threads =
       cfg.io_threads != 0 ? cfg.io_threads : std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
   std::vector<std::unique_ptr<asio::io_context>> contexts;
@@ -909,9 +985,9 @@ int run_daemon(const DaemonConfig& cfg) {
     spdlog::critical("{}", st.error().to_string());
     return 1;
   }
-  spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads)",
+  spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads, spin {} us)",
                socket_activated ? "the socket systemd passed" : cfg.socket_path, cfg.budget_bytes >> 20,
-               svc.model_count(), io_threads);
+               svc.model_count(), io_threads, spin_us);
   auto notify = [](const std::string& state) {
     if (auto r = sd_notify_send(state); !r) spdlog::warn("sd_notify: {}", r.error().to_string());
   };
@@ -970,8 +1046,8 @@ int run_daemon(const DaemonConfig& cfg) {
          std::to_string(::getpid()));
   asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
   std::vector<std::thread> threads;
-  for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { contexts[i]->run(); });
-  io.run();
+  for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { run_io(*contexts[i], spin_us); });
+  run_io(io, spin_us);
   guards.clear();
   for (auto& t : threads) t.join();
   if (svc.invariant_broken()) {

@@ -7,18 +7,25 @@ dest="${1:-/work/main/.gpu}"
 build="${EPK_BUILD_DIR:-$root/build/default}"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/py" "$dest/data"
-cp "$build/tests/codec/cuda/epk_cuda_decode_test" \
-  "$build/tests/codec/cuda/epk_cuda_oracle_test" \
-  "$build/bench/gpu_decode_bench" "$dest/bin/"
-# The CLI's --device cuda check and the device-pool test travel too (stripped: the carry limit is 64 MiB).
-mkdir -p "$dest/cli"
-strip -o "$dest/cli/epk" "$build/tools/epk/epk"
-strip -o "$dest/cli/make_demo_model" "$build/tools/demo/make_demo_model"
-strip -o "$dest/bin/shm_device_pool_test" "$build/tests/shm/shm_device_pool_test"
-cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/cli_cuda_check.sh" "$dest/"
-cp "$build/tests/codec/cuda/epk_cuda_intq_test" "$build/bench/intq_repack_bench" "$dest/bin/"
-cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
-cp -r "$root/tests/data/cuda" "$dest/data/"
+# EPK_STAGE_EPKD_ONLY=1: only epkd's device path (the daemon, its tests and benches, the CLI for the epk get test) and
+# the latency script; the codec's CUDA tests and benches are left out (for a branch that builds only those targets).
+if [[ "${EPK_STAGE_EPKD_ONLY:-0}" != 1 ]]; then
+  cp "$build/tests/codec/cuda/epk_cuda_decode_test" \
+    "$build/tests/codec/cuda/epk_cuda_oracle_test" \
+    "$build/bench/gpu_decode_bench" "$dest/bin/"
+  # The CLI's --device cuda check and the device-pool test travel too (stripped: the carry limit is 64 MiB).
+  mkdir -p "$dest/cli"
+  strip -o "$dest/cli/epk" "$build/tools/epk/epk"
+  strip -o "$dest/cli/make_demo_model" "$build/tools/demo/make_demo_model"
+  strip -o "$dest/bin/shm_device_pool_test" "$build/tests/shm/shm_device_pool_test"
+  cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/cli_cuda_check.sh" "$dest/"
+  cp "$build/tests/codec/cuda/epk_cuda_intq_test" "$build/bench/intq_repack_bench" "$dest/bin/"
+  cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
+  cp -r "$root/tests/data/cuda" "$dest/data/"
+else
+  mkdir -p "$dest/cli"
+  strip -o "$dest/cli/epk" "$build/tools/epk/epk"
+fi
 # epkd's device path (issue 6): the daemon, a client process, the device integration test and the acquire bench, with
 # the one shared library epkd needs beyond libc/libstdc++ (the device image may lack it).
 mkdir -p "$dest/epkd/lib"
@@ -27,7 +34,7 @@ for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tes
   strip -o "$dest/epkd/$(basename "$b")" "$build/$b"
 done
 cp -L "$(ldd "$build/daemon/epkd" | awk '/libtomlplusplus/ {print $3}')" "$dest/epkd/lib/"
-cp "$root/scripts/gpu/epkd_gpu_check.sh" "$dest/"
+cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$dest/"
 # Debug info is not needed there and would overrun the 64 MiB the device tool carries.
-strip "$dest"/bin/*
+if compgen -G "$dest/bin/*" >/dev/null; then strip "$dest"/bin/*; fi
 du -sh "$dest"

@@ -98,6 +98,7 @@ class AcquireAllocations : public ::testing::Test {
     cfg_.budget_bytes = 16u << 20;
     cfg_.threads = 1;
     cfg_.io_threads = 1;  // every session on the counted thread
+    cfg_.spin_us = spin_us_;
     cfg_.log_level = "warn";
     cfg_.models.push_back({"m", epk_path});
     cfg_.synthetic.push_back({"syn", "a:33x17,b:2x3x5x7,c:1000"});
@@ -135,16 +136,36 @@ class AcquireAllocations : public ::testing::Test {
     }
   }
 
+  void expect_hits_allocate_nothing();
+
+  std::uint32_t spin_us_ = 0;  // epkd's io thread poll window, and the clients'
   std::filesystem::path dir_;
   DaemonConfig cfg_;
   std::thread daemon_;
   int rc_ = -1;
 };
 
-TEST_F(AcquireAllocations, CacheHitRoundTripsAllocateNothingOnTheDaemonThread) {
-  auto a = Client::connect(cfg_.socket_path, 10000);
+// The io thread polls (io_context::poll) for a while after each request and the clients poll their sockets: the hit
+// path must stay allocation-free with the spin on as well.
+class AcquireAllocationsSpinning : public AcquireAllocations {
+ protected:
+  AcquireAllocationsSpinning() { spin_us_ = 200; }
+};
+
+TEST_F(AcquireAllocations, CacheHitRoundTripsAllocateNothingOnTheDaemonThread) { expect_hits_allocate_nothing(); }
+
+TEST_F(AcquireAllocationsSpinning, CacheHitRoundTripsAllocateNothingWithTheIoThreadSpinning) {
+  expect_hits_allocate_nothing();
+}
+
+void AcquireAllocations::expect_hits_allocate_nothing() {
+  client::ClientOptions opts;
+  opts.reply_timeout_ms = 10000;
+  opts.spin_us = static_cast<int>(spin_us_);
+  auto a = Client::connect(cfg_.socket_path, opts);
   ASSERT_TRUE(a) << a.error().to_string();
-  auto b = Client::connect(cfg_.socket_path, 10000);
+  ASSERT_EQ(a->spin_us(), static_cast<int>(spin_us_));
+  auto b = Client::connect(cfg_.socket_path, opts);
   ASSERT_TRUE(b) << b.error().to_string();
   const std::vector<Request> reqs = {
       {"m", kLongName, shm::Layout::kDenseBF16},

@@ -76,6 +76,33 @@ TEST(Config, ResidentCompressedFromFileOrFlag) {
   EXPECT_NE(c.error().message.find("'resident_compressed' must be true or false"), std::string::npos);
 }
 
+TEST(Config, SpinFromFileThenFlag) {
+  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->spin_us, DaemonConfig{}.spin_us);
+  std::string path = write_temp("epkd_cfg_spin", "socket = \"/tmp/s\"\nbudget_mb = 8\nspin_us = 37\n");
+  c = parse({"--config", path});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->spin_us, 37);
+  c = parse({"--config", path, "--spin-us", "0"});  // 0 given on the command line still overrides the file
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->spin_us, 0);
+  EXPECT_FALSE(parse({"--socket", "/tmp/s", "--budget-mb", "64", "--spin-us", "1000001"}));
+  std::string bad = write_temp("epkd_cfg_spinbad", "socket = \"/tmp/s\"\nbudget_mb = 8\nspin_us = -3\n");
+  c = parse({"--config", bad});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("spin_us"), std::string::npos) << c.error().message;
+}
+
+TEST(Config, AutomaticSpinOnlyWithCoresToSpare) {
+  EXPECT_EQ(spin_us_for(-1, 2), 0u);
+  EXPECT_EQ(spin_us_for(-1, kAutoSpinMinCores - 1), 0u);
+  EXPECT_EQ(spin_us_for(-1, kAutoSpinMinCores), kAutoSpinUs);
+  EXPECT_EQ(spin_us_for(-1, 128), kAutoSpinUs);
+  EXPECT_EQ(spin_us_for(0, 128), 0u);  // given: as given, whatever the machine
+  EXPECT_EQ(spin_us_for(17, 2), 17u);
+}
+
 TEST(Config, FileThenFlagsOverride) {
   std::string path = write_temp("epkd_cfg", R"(
 socket = "/run/epkd.sock"

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -521,6 +522,62 @@ TEST(Epkd, SecondDaemonOnALiveSocketRefusesToStart) {
       {EPKD_PATH, "--socket", d.socket(), "--budget-mb", "1", "--synthetic", "m=t0:8x8", "--log-level", "off"}, false);
   EXPECT_EQ(wait_exit(second.pid, 5000), 1);
   expect_serving(d);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+// Both sides polling (epkd's io threads after each request, the client on its socket before blocking): replies still
+// arrive in order and a miss that outlasts the client's poll window is still answered (the client then blocks).
+TEST(Epkd, SpinningDaemonAndClientServeHitsAndSlowMisses) {
+  Epkd d({"--synthetic", "m=t0:64x33,t1:17x5", "--synthetic-delay-us", "30000", "--spin-us", "200"});
+  ASSERT_TRUE(d.running());
+  client::ClientOptions o;
+  o.reply_timeout_ms = 5000;
+  o.spin_us = 100;  // shorter than the 30 ms decode: the miss is waited for by a blocking recv
+  auto c = Client::connect(d.socket(), o);
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->spin_us(), 100);
+  for (int i = 0; i < 200; ++i) {
+    auto t = c->acquire("m", i % 2 ? "t0" : "t1", shm::Layout::kDenseF32);
+    ASSERT_TRUE(t) << t.error().to_string();
+    ASSERT_TRUE(i % 3 ? c->release(t->handle) : c->release_nowait(t->handle));
+  }
+  auto s = c->stats();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->decodes, 2u);
+  EXPECT_EQ(s->pins, 0u);
+  EXPECT_EQ(c->deferred_release_errors(), 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+// EPK_SPIN_US is the fallback when ClientOptions::spin_us is negative; anything but a count up to 1 s means 0.
+TEST(Epkd, ClientSpinFromTheEnvironment) {
+  Epkd d({"--synthetic", "m=t0:8x8"});
+  ASSERT_TRUE(d.running());
+  const char* old = std::getenv("EPK_SPIN_US");
+  const std::string saved = old != nullptr ? old : "";
+  auto spin_with = [&](const char* env, int option) {
+    ::setenv("EPK_SPIN_US", env, 1);
+    client::ClientOptions o;
+    o.spin_us = option;
+    auto c = Client::connect(d.socket(), o);
+    EXPECT_TRUE(c) << c.error().to_string();
+    return c ? c->spin_us() : -100;
+  };
+  EXPECT_EQ(spin_with("25", -1), 25);
+  EXPECT_EQ(spin_with("25", 0), 0);  // an explicit 0 wins over the environment
+  EXPECT_EQ(spin_with("7", 9), 9);
+  EXPECT_EQ(spin_with("abc", -1), 0);
+  EXPECT_EQ(spin_with("-5", -1), 0);
+  EXPECT_EQ(spin_with("2000000", -1), 0);
+  EXPECT_EQ(spin_with("12x", -1), 0);
+  if (old != nullptr) {
+    ::setenv("EPK_SPIN_US", saved.c_str(), 1);
+  } else {
+    ::unsetenv("EPK_SPIN_US");
+  }
+  client::ClientOptions too_long;
+  too_long.spin_us = 1000001;
+  EXPECT_FALSE(Client::connect(d.socket(), too_long));
   EXPECT_EQ(d.terminate(), 0);
 }
 
