@@ -236,6 +236,7 @@ class CudaBackend final : public GpuBackend {
     // The status comes back on the stream into pinned memory, so the one synchronisation in produce() covers both
     // the decode and its status; check_status() reads it afterwards.
     pending_plan_ = &p;
+    pending_name_ = &r.name;
     return shm::copy_from_device_async(status_.data(), p.scratch.ptr() + p.plan.status_offset(),
                                        sizeof(cuda::DecodeStatus), stream_.get(), device_);
   }
@@ -251,7 +252,10 @@ class CudaBackend final : public GpuBackend {
     if (st.bad_tiles == 0) return {};
     Status named = cuda::read_status(p->plan, reinterpret_cast<void*>(p->scratch.ptr()),
                                      static_cast<cuda::Stream>(stream_.get()));
-    return named ? make_error(ErrorCode::kCorruptTile, "a corrupt tile (device decode)") : named;
+    return named ? make_error(ErrorCode::kCorruptTile, "tensor '" + *pending_name_ +
+                                                           "': a corrupt tile (device decode; its tile status was "
+                                                           "not readable)")
+                 : named;
   }
 
   Status produce_on_host(const ModelSource& src, std::size_t tensor, shm::Layout layout, std::uint64_t dst,
@@ -273,6 +277,7 @@ class CudaBackend final : public GpuBackend {
   shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
   shm::PinnedBuffer status_;   // the last device decode's DecodeStatus (GPU thread only)
   Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
+  const std::string* pending_name_ = nullptr;  // that plan's tensor, for the error
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
   mutable std::mutex mu_;      // models_, resident_bytes_, client_events_
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;

@@ -368,7 +368,7 @@ class Service {
       }
       // Only a pin this client holds may enqueue a wait on the device stream.
       Slot* held = cache_.find(m.handle);
-      if (held == nullptr || held->pins.count(s.id()) == 0) {
+      if (held == nullptr || held->pins_of(s.id()) == 0) {  // entries stay at 0 after a release
         return send_error(s, req, shm::WireStatus::kNotFound, "release: this client holds no pin on that handle");
       }
       // The stream waits on the client's event before any later decode, so the slot's complete at once here.
@@ -510,11 +510,11 @@ class Service {
     return 1;
   }
 
-  // A source that throws (bad_alloc on a decode temporary, say) fails this acquire; it must not take epkd down.
-  static Status produce_guarded(const ModelSource& src, std::size_t tensor, shm::Layout layout,
-                                std::span<std::uint8_t> dst) {
+  // A producer that throws (bad_alloc on a decode temporary, say) fails this acquire; it must not take epkd down.
+  template <class Fn>
+  static Status guarded(Fn&& produce) {
     try {
-      return src.produce(tensor, layout, dst);
+      return produce();
     } catch (const std::exception& e) {
       return make_error(ErrorCode::kInternal, std::string("decode failed: ") + e.what());
     } catch (...) {
@@ -526,53 +526,34 @@ class Service {
 
   InFlight& start_decode(const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
                          shm::Layout layout, ServedTensor desc, Priority prio) {
-    if (gpu_) return start_gpu_decode(slot, std::move(src), tensor, layout, std::move(desc), prio);
-    std::span<std::uint8_t> dst = pool_->host_span(slot.offset, desc.bytes);
-    std::uint64_t slot_id = slot.id;
+    const std::uint64_t slot_id = slot.id;
+    // What the worker runs: the GPU backend into the slot's device range, or the source into its host range.
+    std::function<Status(bool* on_device)> produce;
+    if (gpu_) {
+      produce = [this, src = std::move(src), model = slot.key.model, tensor, layout, offset = slot.offset,
+                 bytes = desc.bytes, slot_id](bool* on_device) {
+        return gpu_->produce(model, *src, tensor, layout, offset, bytes, slot_id, on_device);
+      };
+    } else {
+      produce = [src = std::move(src), tensor, layout, dst = pool_->host_span(slot.offset, desc.bytes)](bool*) {
+        return src->produce(tensor, layout, dst);
+      };
+    }
     const std::int64_t submit_ns = now_ns();
-    auto job = scheduler_.submit(
-        [this, src = std::move(src), tensor, layout, dst, slot_id] {
+    auto job = decode_scheduler().submit(
+        [this, produce = std::move(produce), slot_id] {
           Timeline tl;
           auto t0 = Clock::now();
           tl.worker = now_ns();
-          Status st = produce_guarded(*src, tensor, layout, dst);
+          bool on_device = false;
+          Status st = guarded([&] { return produce(&on_device); });
           tl.done = now_ns();
+          tl.enqueued = on_device ? gpu_->last_enqueued_ns() : 0;
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
           // The completion runs here, on the worker: a hop through an io thread would add a thread wake-up to every
           // miss. The replies are posted to their sessions' threads.
           on_decoded(slot_id, std::move(st), ns, tl);
-        },
-        prio);
-    InFlight& f = inflight_[slot_id];
-    f.submit_ns = submit_ns;
-    f.job = std::move(job);
-    f.desc = std::move(desc);
-    return f;
-  }
-
-  InFlight& start_gpu_decode(const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
-                             shm::Layout layout, ServedTensor desc, Priority prio) {
-    const std::uint64_t slot_id = slot.id, offset = slot.offset, bytes = desc.bytes;
-    const std::uint32_t model = slot.key.model;
-    const std::int64_t submit_ns = now_ns();
-    auto job = gpu_scheduler_->submit(
-        [this, src = std::move(src), model, tensor, layout, offset, bytes, slot_id] {
-          Timeline tl;
-          auto t0 = Clock::now();
-          tl.worker = now_ns();
-          bool on_device = false;
-          Status st;
-          try {
-            st = gpu_->produce(model, *src, tensor, layout, offset, bytes, slot_id, &on_device);
-          } catch (const std::exception& e) {
-            st = make_error(ErrorCode::kInternal, std::string("decode failed: ") + e.what());
-          }
-          tl.done = now_ns();
-          tl.enqueued = on_device ? gpu_->last_enqueued_ns() : 0;
-          auto ns = static_cast<std::uint64_t>(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-          on_decoded(slot_id, std::move(st), ns, tl);  // on this worker, as on the CPU path
         },
         prio);
     InFlight& f = inflight_[slot_id];
