@@ -78,12 +78,17 @@ int epk_connect(const char* socket_path, epk_client** out) {
 }
 
 int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out) {
+  return epk_acquire_on(c, model, tensor, layout, 0, out);
+}
+
+int epk_acquire_on(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
+                   epk_tensor* out) {
   if (c == nullptr || model == nullptr || tensor == nullptr || out == nullptr)
     return invalid("epk_acquire: NULL argument");
   epk::shm::Layout l;
   if (!parse_layout(layout, &l)) return invalid("epk_acquire: unknown layout");
   return guarded([&]() -> int {
-    auto t = c->client.acquire(model, tensor, l);
+    auto t = c->client.acquire(model, tensor, l, device);
     if (!t) return fail(t.error());
     if (t->shape.size() > EPK_MAX_DIMS) {
       (void)c->client.release(t->handle);

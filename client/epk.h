@@ -64,6 +64,10 @@ int epk_connect(const char* socket_path, epk_client** out);
  *                  perm I32 [pK] (vLLM gptq_marlin)
  * epk_tensor_parts() applies this rule. */
 int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out);
+/* The same from the pool of CUDA device `device` (epk_acquire: device 0; a daemon serving a host pool takes 0). A
+ * device the daemon does not serve: EPK_E_NOT_FOUND. out->device says where the slot lives. */
+int epk_acquire_on(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
+                   epk_tensor* out);
 typedef struct epk_part {
   const char* name; /* "qweight", "qzeros", "scales", "g_idx", "perm" (static storage) */
   void* data;       /* inside the acquired slot */
