@@ -111,7 +111,7 @@ TEST_F(EpkdMultiGpu, PerDeviceBudgetFromTheConfigFile) {
   {
     std::ofstream f(cfg);
     f << "devices = [" << (two_devices() ? "0, 1" : "0") << "]\n"
-      << "device_budget_mb = { \"0\" = 3 }\n";
+      << "device_budget_mb = { \"0\" = 4 }\n";  // whole 2 MiB VMM granules: the pool is the budget
   }
   DevEpkd d({"--model", "m=" + path_, "--config", cfg}, "2");
   ASSERT_TRUE(d.running());
@@ -121,11 +121,11 @@ TEST_F(EpkdMultiGpu, PerDeviceBudgetFromTheConfigFile) {
   ASSERT_TRUE(s);
   ASSERT_EQ(s->pools.size(), two_devices() ? 2u : 1u);
   EXPECT_EQ(s->pools[0].device, 0);
-  EXPECT_EQ(s->pools[0].budget_bytes, 3u << 20);
+  EXPECT_EQ(s->pools[0].budget_bytes, 4u << 20);
   if (two_devices()) {
     EXPECT_EQ(s->pools[1].device, 1);
     EXPECT_EQ(s->pools[1].budget_bytes, 2u << 20);
-    EXPECT_EQ(s->budget_bytes, 5u << 20);
+    EXPECT_EQ(s->budget_bytes, 6u << 20);
   }
 }
 
