@@ -225,6 +225,24 @@ int epk_stats(epk_client* c, epk_cache_stats* out) {
   });
 }
 
+int epk_pool_stats_get(epk_client* c, epk_pool_stats* out, size_t capacity, size_t* count) {
+  if (c == nullptr || count == nullptr || (out == nullptr && capacity != 0)) {
+    return invalid("epk_pool_stats_get: NULL argument");
+  }
+  return guarded([&]() -> int {
+    auto s = c->client.stats();
+    if (!s) return fail(s.error());
+    *count = s->pools.size();
+    for (std::size_t i = 0; i < s->pools.size() && i < capacity; ++i) {
+      const epk::shm::PoolStats& p = s->pools[i];
+      out[i] = epk_pool_stats{p.pool_id, p.device,       p.budget_bytes, p.used_bytes, p.pinned_bytes,
+                              p.slots,   p.pinned_slots, p.pins,         p.hits,       p.misses,
+                              p.evictions, p.resident_bytes};
+    }
+    return EPK_OK;
+  });
+}
+
 void epk_disconnect(epk_client* c) {
   if (c == nullptr) return;
   try {

@@ -86,6 +86,15 @@ int epk_release(epk_client* c, uint64_t handle);
 /* Releases without waiting for the daemon's answer; a failure is not reported to this call. */
 int epk_release_nowait(epk_client* c, uint64_t handle);
 int epk_stats(epk_client* c, epk_cache_stats* out);
+/* One pool's share of the stats: a pool per served CUDA device (device >= 0), or the one host pool (device -1). */
+typedef struct epk_pool_stats {
+  uint32_t pool_id;
+  int32_t device;
+  uint64_t budget_bytes, used_bytes, pinned_bytes, slots, pinned_slots, pins, hits, misses, evictions, resident_bytes;
+} epk_pool_stats;
+/* Writes the first min(capacity, pools) pools' stats to out (NULL when capacity is 0); *count receives how many
+ * pools the daemon has. */
+int epk_pool_stats_get(epk_client* c, epk_pool_stats* out, size_t capacity, size_t* count);
 /* Makes stream (a CUstream / cudaStream_t; NULL = the legacy default stream) wait for t's decode without blocking the
  * CPU. No-op for host slots. */
 int epk_wait(epk_client* c, const epk_tensor* t, void* stream);
