@@ -78,12 +78,17 @@ int epk_connect(const char* socket_path, epk_client** out) {
 }
 
 int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out) {
+  return epk_acquire_on(c, model, tensor, layout, 0, out);
+}
+
+int epk_acquire_on(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
+                   epk_tensor* out) {
   if (c == nullptr || model == nullptr || tensor == nullptr || out == nullptr)
     return invalid("epk_acquire: NULL argument");
   epk::shm::Layout l;
   if (!parse_layout(layout, &l)) return invalid("epk_acquire: unknown layout");
   return guarded([&]() -> int {
-    auto t = c->client.acquire(model, tensor, l);
+    auto t = c->client.acquire(model, tensor, l, device);
     if (!t) return fail(t.error());
     if (t->shape.size() > EPK_MAX_DIMS) {
       (void)c->client.release(t->handle);
@@ -216,6 +221,24 @@ int epk_stats(epk_client* c, epk_cache_stats* out) {
     *out = epk_cache_stats{s->budget_bytes, s->used_bytes, s->pinned_bytes, s->slots,     s->pinned_slots,
                            s->pins,         s->hits,       s->misses,       s->evictions, s->decodes,
                            s->decode_ns,    s->clients,    s->models,       s->prefetches, s->resident_bytes};
+    return EPK_OK;
+  });
+}
+
+int epk_pool_stats_get(epk_client* c, epk_pool_stats* out, size_t capacity, size_t* count) {
+  if (c == nullptr || count == nullptr || (out == nullptr && capacity != 0)) {
+    return invalid("epk_pool_stats_get: NULL argument");
+  }
+  return guarded([&]() -> int {
+    auto s = c->client.stats();
+    if (!s) return fail(s.error());
+    *count = s->pools.size();
+    for (std::size_t i = 0; i < s->pools.size() && i < capacity; ++i) {
+      const epk::shm::PoolStats& p = s->pools[i];
+      out[i] = epk_pool_stats{p.pool_id, p.device,       p.budget_bytes, p.used_bytes, p.pinned_bytes,
+                              p.slots,   p.pinned_slots, p.pins,         p.hits,       p.misses,
+                              p.evictions, p.resident_bytes};
+    }
     return EPK_OK;
   });
 }

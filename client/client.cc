@@ -48,6 +48,8 @@ struct Client::Impl {
   std::vector<shm::PoolInfo> pool_info;  // as the hello reply announced them
   std::vector<std::uint64_t> device_base;  // device pools: the mapped base address (0 for host pools)
   std::unique_ptr<DeviceSide> device;      // device pools and events; null when the daemon serves host pools only
+  std::vector<std::uint32_t> ring_first;   // per pool: its ring's first index in the hello's event list
+  std::uint32_t ring_length = 0;           // events per device pool's ring
   std::unordered_map<std::string, std::uint32_t> model_ids;
   std::uint32_t next_id = 1;
   std::vector<std::uint8_t> tx;
@@ -247,14 +249,28 @@ Result<Client> Client::connect(const std::string& socket_path, const ClientOptio
     return make_error(ErrorCode::kBadInput, "epk client: hello reply announces " + std::to_string(hello.pools.size()) +
                                                 " pools but carried " + std::to_string(fds.size()) + " fds");
   }
+  // Every device pool's ring has the same length, in pool order (shm/protocol.h, version 3).
+  std::size_t device_pools = 0;
+  for (const shm::PoolInfo& p : hello.pools) device_pools += p.kind == shm::PoolKind::kDevice ? 1 : 0;
+  if (device_pools == 0 ? !hello.events.empty() : hello.events.size() % device_pools != 0) {
+    return make_error(ErrorCode::kBadInput, "epk client: hello reply: " + std::to_string(hello.events.size()) +
+                                                " events do not split into " + std::to_string(device_pools) +
+                                                " device pools' rings");
+  }
+  const auto ring = static_cast<std::uint32_t>(device_pools == 0 ? 0 : hello.events.size() / device_pools);
+  std::uint32_t next_event = 0;
+  impl->ring_length = ring;
   for (std::size_t i = 0; i < hello.pools.size(); ++i) {
     if (hello.pools[i].pool_id != i) return make_error(ErrorCode::kBadInput, "epk client: pool ids out of order");
+    impl->ring_first.push_back(next_event);
     if (hello.pools[i].kind == shm::PoolKind::kDevice) {
       if (!impl->device) {
         EPK_TRY_ASSIGN(impl->device, DeviceSide::create(hello.events));
       }
-      EPK_TRY_ASSIGN(std::uint64_t base, impl->device->import_pool(static_cast<std::uint32_t>(i), std::move(fds[i]),
-                                                                   hello.pools[i].size, hello.pools[i].device));
+      EPK_TRY_ASSIGN(std::uint64_t base,
+                     impl->device->import_pool(static_cast<std::uint32_t>(i), std::move(fds[i]), hello.pools[i].size,
+                                               hello.pools[i].device, next_event, ring));
+      next_event += ring;
       impl->pools.emplace_back();  // no host mapping
       impl->device_base.push_back(base);
     } else {
@@ -282,13 +298,14 @@ Result<std::uint32_t> Client::open_model(const std::string& model) {
   return r.model_id;
 }
 
-Result<Tensor> Client::acquire(const std::string& model, const std::string& tensor, shm::Layout layout) {
+Result<Tensor> Client::acquire(const std::string& model, const std::string& tensor, shm::Layout layout,
+                               std::uint32_t device) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   if (tensor.size() > shm::kMaxTensorName)
     return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
   std::lock_guard<std::mutex> lock(impl_->mu);
   const std::uint32_t id = impl_->next_id++;
-  shm::encode_acquire(id, {model_id, layout, tensor}, &impl_->tx);
+  shm::encode_acquire(id, {model_id, layout, tensor, device}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kAcquire));
   EPK_TRY_ASSIGN(shm::AcquireReply r, shm::decode_acquire_reply(f.payload));
   if (r.pool_id >= impl_->pools.size())
@@ -305,6 +322,12 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
     t.on_device = true;
     t.device = info.device;
     if (r.done_event != shm::kNoEvent) {
+      const std::uint32_t first = impl_->ring_first[r.pool_id];
+      if (r.done_event < first || r.done_event - first >= impl_->ring_length) {
+        return make_error(ErrorCode::kBadInput, "epk client: acquire reply: done_event " +
+                                                    std::to_string(r.done_event) + " is not in pool " +
+                                                    std::to_string(r.pool_id) + "'s ring");
+      }
       EPK_TRY_ASSIGN(t.event, impl_->device->event(r.done_event, info.device));
     }
   } else {
@@ -360,10 +383,13 @@ Status Client::release_after(std::uint64_t handle, void* stream) {
     lock.unlock();
     return release(handle);  // host pools: the release message is the fence
   }
-  int device = 0;
-  for (const shm::PoolInfo& p : impl_->pool_info) {
-    if (p.kind == shm::PoolKind::kDevice) device = p.device;
+  // The handle names its pool (shm::handle_pool); that pool's device records the fence.
+  const std::uint32_t pool = shm::handle_pool(handle);
+  if (pool >= impl_->pool_info.size() || impl_->pool_info[pool].kind != shm::PoolKind::kDevice) {
+    lock.unlock();
+    return release(handle);  // a host pool slot (or a handle the daemon will refuse)
   }
+  const int device = impl_->pool_info[pool].device;
   shm::ReleaseRequest m{handle, shm::FenceKind::kCudaEvent, 0};
   EPK_TRY_ASSIGN(m.event, impl_->device->record_release(stream, device));
   const std::uint32_t id = impl_->next_id++;
@@ -394,7 +420,7 @@ Result<std::vector<Tensor::Part>> packed_parts_of(shm::Layout layout, const void
 }
 
 Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vector<std::string>& tensors,
-                                       shm::Layout layout) {
+                                       shm::Layout layout, std::uint32_t device) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   if (tensors.size() > shm::kMaxPrefetch) {
     return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch of more than 256 tensors in one call");
@@ -408,7 +434,7 @@ Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vect
   if (total > shm::kMaxPayload) return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch names too long");
   std::lock_guard<std::mutex> lock(impl_->mu);
   const std::uint32_t id = impl_->next_id++;
-  shm::encode_prefetch(id, {model_id, layout, tensors}, &impl_->tx);
+  shm::encode_prefetch(id, {model_id, layout, tensors, device}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kPrefetch));
   EPK_TRY_ASSIGN(shm::PrefetchReply r, shm::decode_prefetch_reply(f.payload));
   return r.queued;

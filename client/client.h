@@ -81,9 +81,10 @@ class Client {
   // Model ids are looked up once per name and cached.
   Result<std::uint32_t> open_model(const std::string& model);
   // Pins `tensor` of `model` in `layout` until release(); waits for its decode on a miss. kNoSpace when the daemon's
-  // budget cannot hold it without evicting pinned slots.
+  // budget cannot hold it without evicting pinned slots. `device`: the CUDA device whose pool serves it (a daemon
+  // serving a host pool takes 0); a device the daemon does not serve is kNotFound.
   Result<Tensor> acquire(const std::string& model, const std::string& tensor,
-                         shm::Layout layout = shm::Layout::kStored);
+                         shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
   // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode,
   // without blocking the CPU. No-op for host slots.
   Status wait(const Tensor& t, void* stream);
@@ -95,7 +96,7 @@ class Client {
   Status release_after(std::uint64_t handle, void* stream);
   // Asks the daemon to decode ahead; returns how many decodes it queued (already cached ones are not counted).
   Result<std::uint32_t> prefetch(const std::string& model, const std::vector<std::string>& tensors,
-                                 shm::Layout layout = shm::Layout::kStored);
+                                 shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
   // Host path: the release message is the fence (this process is done with the slot when it calls release).
   Status release(std::uint64_t handle);
   // The same without waiting for the daemon's answer (one message, no round trip). A failure (a handle this client

@@ -12,15 +12,21 @@ class CudaSide final : public DeviceSide {
  public:
   explicit CudaSide(std::vector<shm::IpcEventHandle> events) : handles_(std::move(events)), opened_(handles_.size()) {}
 
-  Result<std::uint64_t> import_pool(std::uint32_t pool_id, shm::UniqueFd fd, std::uint64_t size,
-                                    int device) override {
+  Result<std::uint64_t> import_pool(std::uint32_t pool_id, shm::UniqueFd fd, std::uint64_t size, int device,
+                                    std::uint32_t first_event, std::uint32_t event_count) override {
+    if (first_event > handles_.size() || event_count > handles_.size() - first_event) {
+      return make_error(ErrorCode::kBadInput, "epk client: hello reply: pool " + std::to_string(pool_id) +
+                                                  "'s events lie outside the ring of " +
+                                                  std::to_string(handles_.size()));
+    }
     EPK_TRY_ASSIGN(shm::DeviceMapping m, shm::import_device_pool(std::move(fd), size, device));
     const std::uint64_t base = m.device_ptr();
     if (pools_.size() <= pool_id) pools_.resize(pool_id + 1);
     pools_[pool_id] = std::move(m);
     // Every event of the ring is opened now, once: cuIpcOpenEventHandle costs far more than an acquire (measured on
-    // the H200: it dominated the first acquire that named each event), so connect pays it instead.
-    for (std::uint32_t i = 0; i < handles_.size(); ++i) {
+    // the H200: it dominated the first acquire that named each event), so connect pays it instead. Each pool's ring
+    // is opened on its own device.
+    for (std::uint32_t i = first_event; i < first_event + event_count; ++i) {
       auto ev = event(i, device);
       if (!ev) return std::move(ev).error();
     }
@@ -52,13 +58,21 @@ class CudaSide final : public DeviceSide {
   }
 
   Result<shm::IpcEventHandle> record_release(void* stream, int device) override {
-    if (!own_) {
-      EPK_TRY_ASSIGN(own_, shm::CudaEvent::create_interprocess(device));
-      EPK_TRY_ASSIGN(own_handle_, own_.ipc_handle());
+    Own* own = nullptr;
+    for (Own& o : own_) {
+      if (o.device == device) own = &o;
+    }
+    if (own == nullptr) {
+      Own fresh;
+      fresh.device = device;
+      EPK_TRY_ASSIGN(fresh.event, shm::CudaEvent::create_interprocess(device));
+      EPK_TRY_ASSIGN(fresh.handle, fresh.event.ipc_handle());
+      own_.push_back(std::move(fresh));
+      own = &own_.back();
     }
     EPK_TRY(shm::make_device_current(device));
-    EPK_TRY(own_.record(stream));
-    return own_handle_;
+    EPK_TRY(own->event.record(stream));
+    return own->handle;
   }
 
   Status copy_to_host(void* dst, std::uint64_t src, std::uint64_t bytes, void* event, int device) override {
@@ -85,8 +99,12 @@ class CudaSide final : public DeviceSide {
   std::vector<shm::IpcEventHandle> handles_;
   std::vector<shm::CudaEvent> opened_;  // index -> opened event (empty until first use)
   std::vector<shm::DeviceMapping> pools_;
-  shm::CudaEvent own_;
-  shm::IpcEventHandle own_handle_{};
+  struct Own {
+    int device = 0;
+    shm::CudaEvent event;
+    shm::IpcEventHandle handle{};
+  };
+  std::vector<Own> own_;  // this client's release event, one per device it released slots of
 };
 
 }  // namespace

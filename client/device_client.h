@@ -20,16 +20,17 @@ class DeviceSide {
   // `events`: the hello reply's ring (may be empty when the daemon serves no device pool).
   static Result<std::unique_ptr<DeviceSide>> create(std::vector<shm::IpcEventHandle> events);
 
-  // Imports pool `pool_id` (the fd is consumed); returns its device base address.
-  virtual Result<std::uint64_t> import_pool(std::uint32_t pool_id, shm::UniqueFd fd, std::uint64_t size,
-                                            int device) = 0;
+  // Imports pool `pool_id` (the fd is consumed) and opens its ring, events [first_event, first_event + event_count)
+  // of the hello's list, on `device`; returns its device base address.
+  virtual Result<std::uint64_t> import_pool(std::uint32_t pool_id, shm::UniqueFd fd, std::uint64_t size, int device,
+                                            std::uint32_t first_event, std::uint32_t event_count) = 0;
   // The daemon's event `index` of the ring, opened on first use (a CUevent as void*).
   virtual Result<void*> event(std::uint32_t index, int device) = 0;
   // Makes `stream` wait on `event` (stream-ordered, the CPU does not block). A null stream is the legacy default one.
   virtual Status wait(void* event, void* stream) = 0;
   // Records this client's interprocess event on `stream` (after the caller's last kernel reading a slot) and returns
-  // its handle for the release message. One event per client: a later recording supersedes an earlier one, which
-  // is conservative for the daemon (it waits on more work, never less).
+  // its handle for the release message. One event per client and device: a later recording supersedes an earlier
+  // one, which is conservative for the daemon (it waits on more work, never less).
   virtual Result<shm::IpcEventHandle> record_release(void* stream, int device) = 0;
   // Waits for `event` on the CPU, then copies device bytes to host memory.
   virtual Status copy_to_host(void* dst, std::uint64_t src, std::uint64_t bytes, void* event, int device) = 0;

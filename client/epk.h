@@ -69,6 +69,10 @@ int epk_connect(const char* socket_path, epk_client** out);
  *                  perm I32 [pK] (vLLM gptq_marlin)
  * epk_tensor_parts() applies this rule. */
 int epk_acquire(epk_client* c, const char* model, const char* tensor, const char* layout, epk_tensor* out);
+/* The same from the pool of CUDA device `device` (epk_acquire: device 0; a daemon serving a host pool takes 0). A
+ * device the daemon does not serve: EPK_E_NOT_FOUND. out->device says where the slot lives. */
+int epk_acquire_on(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
+                   epk_tensor* out);
 typedef struct epk_part {
   const char* name; /* "qweight", "qzeros", "scales", "g_idx", "perm" (static storage) */
   void* data;       /* inside the acquired slot */
@@ -87,6 +91,15 @@ int epk_release(epk_client* c, uint64_t handle);
 /* Releases without waiting for the daemon's answer; a failure is not reported to this call. */
 int epk_release_nowait(epk_client* c, uint64_t handle);
 int epk_stats(epk_client* c, epk_cache_stats* out);
+/* One pool's share of the stats: a pool per served CUDA device (device >= 0), or the one host pool (device -1). */
+typedef struct epk_pool_stats {
+  uint32_t pool_id;
+  int32_t device;
+  uint64_t budget_bytes, used_bytes, pinned_bytes, slots, pinned_slots, pins, hits, misses, evictions, resident_bytes;
+} epk_pool_stats;
+/* Writes the first min(capacity, pools) pools' stats to out (NULL when capacity is 0); *count receives how many
+ * pools the daemon has. */
+int epk_pool_stats_get(epk_client* c, epk_pool_stats* out, size_t capacity, size_t* count);
 /* Makes stream (a CUstream / cudaStream_t; NULL = the legacy default stream) wait for t's decode without blocking the
  * CPU. No-op for host slots. */
 int epk_wait(epk_client* c, const epk_tensor* t, void* stream);

@@ -6,8 +6,8 @@
 
 namespace epk::daemon {
 
-Cache::Cache(std::uint64_t budget_bytes, DiscardFn discard, void* discard_ctx)
-    : budget_(budget_bytes), alloc_(budget_bytes), discard_(discard), discard_ctx_(discard_ctx) {}
+Cache::Cache(std::uint64_t budget_bytes, DiscardFn discard, void* discard_ctx, std::uint64_t first_id)
+    : budget_(budget_bytes), alloc_(budget_bytes), discard_(discard), discard_ctx_(discard_ctx), next_id_(first_id) {}
 
 bool Cache::fences_done(Slot& s) {
   std::erase_if(s.fences, [](const std::unique_ptr<shm::Fence>& f) { return f->completed(); });

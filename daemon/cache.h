@@ -75,7 +75,10 @@ class Cache {
   // the pages).
   using DiscardFn = void (*)(void* ctx, std::uint64_t offset, std::uint64_t bytes);
 
-  explicit Cache(std::uint64_t budget_bytes, DiscardFn discard = nullptr, void* discard_ctx = nullptr);
+  // `first_id`: the first slot id handed out (epkd gives each pool's cache its own range: the pool id in the top
+  // bits, shm::kHandlePoolShift, so handles of different pools never collide).
+  explicit Cache(std::uint64_t budget_bytes, DiscardFn discard = nullptr, void* discard_ctx = nullptr,
+                 std::uint64_t first_id = 1);
 
   enum class Outcome : std::uint8_t {
     kHit,      // ready: pinned for the client, answer now

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -61,6 +62,43 @@ Result<ModelSpec> parse_name_value(const std::string& arg, const char* flag) {
   return ModelSpec{arg.substr(0, eq), arg.substr(eq + 1)};
 }
 
+std::uint64_t budget_for_device(const DaemonConfig& cfg, int device) {
+  for (const auto& [d, bytes] : cfg.device_budgets) {
+    if (d == device) return bytes;
+  }
+  return cfg.budget_bytes;
+}
+
+namespace {
+constexpr int kMaxDeviceId = 64;
+
+Status add_device(std::vector<int>* out, std::int64_t d, const std::string& where) {
+  if (d < 0 || d >= kMaxDeviceId) {
+    return make_error(ErrorCode::kBadInput, where + ": device " + std::to_string(d) + " is not in [0, 64)");
+  }
+  if (std::find(out->begin(), out->end(), static_cast<int>(d)) != out->end()) {
+    return make_error(ErrorCode::kBadInput, where + ": device " + std::to_string(d) + " listed twice");
+  }
+  out->push_back(static_cast<int>(d));
+  return {};
+}
+}  // namespace
+
+Result<std::vector<int>> parse_device_list(const std::string& arg) {
+  std::vector<int> out;
+  std::size_t pos = 0;
+  while (pos <= arg.size()) {
+    std::size_t comma = std::min(arg.find(',', pos), arg.size());
+    std::string item = arg.substr(pos, comma - pos);
+    if (item.empty() || item.size() > 3 || item.find_first_not_of("0123456789") != std::string::npos) {
+      return make_error(ErrorCode::kInvalidArgument, "--devices: '" + item + "' is not a device number");
+    }
+    EPK_TRY(add_device(&out, std::stoll(item), "--devices"));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   toml::table t;
   try {
@@ -107,6 +145,41 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
     cfg->resident_compressed = v->get();
   }
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
+  if (const toml::node* n = t.get("devices")) {
+    const toml::array* a = n->as_array();
+    if (a == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'devices' must be an array of integers");
+    std::vector<int> devices;
+    for (const toml::node& e : *a) {
+      auto d = e.value<std::int64_t>();
+      if (!d || !e.is_integer()) {
+        return make_error(ErrorCode::kBadInput, path + ": 'devices' must be an array of integers");
+      }
+      EPK_TRY(add_device(&devices, *d, path + ": 'devices'"));
+    }
+    cfg->devices = std::move(devices);
+  }
+  if (const toml::node* n = t.get("device_budget_mb")) {
+    const toml::table* dt = n->as_table();
+    if (dt == nullptr) {
+      return make_error(ErrorCode::kBadInput, path + ": 'device_budget_mb' must be a table such as { \"1\" = 512 }");
+    }
+    std::vector<std::pair<int, std::uint64_t>> budgets;
+    std::vector<int> seen;
+    for (const auto& [key, value] : *dt) {
+      std::string k(key.str());
+      if (k.empty() || k.size() > 2 || k.find_first_not_of("0123456789") != std::string::npos) {
+        return make_error(ErrorCode::kBadInput, path + ": 'device_budget_mb' key '" + k + "' is not a device number");
+      }
+      EPK_TRY(add_device(&seen, std::stoll(k), path + ": 'device_budget_mb'"));
+      auto mb = value.value<std::int64_t>();
+      if (!mb || !value.is_integer() || *mb < 1 || *mb > (std::int64_t{1} << 30)) {
+        return make_error(ErrorCode::kBadInput,
+                          path + ": 'device_budget_mb' for device " + k + " must be an integer in [1, 2^30]");
+      }
+      budgets.emplace_back(seen.back(), static_cast<std::uint64_t>(*mb) << 20);
+    }
+    cfg->device_budgets = std::move(budgets);
+  }
   EPK_TRY_ASSIGN(auto models, read_model_array(t, "model", "path", path));
   EPK_TRY_ASSIGN(auto synthetic, read_model_array(t, "synthetic", "spec", path));
   merge_models(&cfg->models, models);
@@ -128,7 +201,9 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   int read_timeout_ms = 0;
   std::uint32_t synthetic_delay_us = 0;
   bool cpu = false;
+  std::string devices;
   app.add_option("--config", config_file, "TOML config file (flags override it)");
+  app.add_option("--devices", devices, "CUDA devices to serve, e.g. 0,1 (default: every usable one)");
   app.add_option("--socket", socket, "Unix socket path to listen on");
   app.add_option("--model", models, "NAME=FILE.epk (repeatable)");
   app.add_option("--synthetic", synthetic,
@@ -153,7 +228,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
   app.add_flag("--cpu", cpu,
                "serve from host memfd pools with the CPU decoder even where a GPU exists (config: cpu = true); "
-               "without it epkd serves from a device pool on CUDA device 0 where one is usable");
+               "without it epkd serves a device pool on every usable CUDA device (or those of --devices)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -176,6 +251,9 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (!log_level.empty()) cfg.log_level = log_level;
   if (spin_us >= 0) cfg.spin_us = spin_us;
   if (cpu) cfg.serving = ServingMode::kHost;
+  if (!devices.empty()) {
+    EPK_TRY_ASSIGN(cfg.devices, parse_device_list(devices));
+  }
   if (resident) cfg.resident_compressed = true;
   if (check_invariants) cfg.check_invariants = true;
   std::vector<ModelSpec> parsed;

@@ -2,6 +2,8 @@
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
 // io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, read_timeout_ms = N,
+// devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
+// own budget instead of budget_mb),
 // synthetic_delay_us = N, log_level = "info", spin_us = N,
 // [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
 #pragma once
@@ -9,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codec/common/result.h"
@@ -17,8 +20,8 @@ namespace epk::daemon {
 
 // Where epkd serves from, decided once at start; code that sets up pools and decoders branches on it.
 enum class ServingMode : std::uint8_t {
-  kAuto,  // device pools and the GPU decoder on a machine (and build) with a GPU; host pools and the CPU decoder on
-          // one without (device 0 only; a device that fails setup falls back to the host path with a warning).
+  kAuto,  // a device pool and the GPU decoder per usable CUDA device (or per device in DaemonConfig::devices); a device
+          // that fails setup is logged and skipped; none usable: host pools and the CPU decoder.
   kHost,  // `--cpu`, `cpu = true`: host memfd pools and the CPU decoder even where a GPU exists
 };
 const char* serving_mode_name(ServingMode m);  // "auto", "host"
@@ -31,7 +34,9 @@ struct ModelSpec {
 struct DaemonConfig {
   std::string socket_path;
   std::uint32_t socket_mode = 0660;
-  std::uint64_t budget_bytes = 0;
+  std::uint64_t budget_bytes = 0;  // per device pool (and the host pool)
+  std::vector<int> devices;        // CUDA devices to serve; empty: every usable one
+  std::vector<std::pair<int, std::uint64_t>> device_budgets;  // (device, bytes): overrides budget_bytes there
   unsigned threads = 0;        // CPU decode threads; 0: one per core
   unsigned io_threads = 0;     // socket threads, sessions spread over them; 0: a quarter of the cores, 1 to 4
   ServingMode serving = ServingMode::kAuto;
@@ -58,6 +63,12 @@ struct DaemonConfig {
 inline constexpr std::uint32_t kAutoSpinUs = 50;
 inline constexpr unsigned kAutoSpinMinCores = 8;
 std::uint32_t spin_us_for(std::int64_t configured, unsigned cores);
+
+// The budget of device `device`'s pool: its override, else budget_bytes.
+std::uint64_t budget_for_device(const DaemonConfig& cfg, int device);
+
+// Parses a device list "0,1" (--devices): distinct ids in [0, 64).
+Result<std::vector<int>> parse_device_list(const std::string& arg);
 
 // Reads a TOML config file into `cfg` (fields present in the file replace those in cfg).
 Status load_config_file(const std::string& path, DaemonConfig* cfg);

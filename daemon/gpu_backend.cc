@@ -287,6 +287,7 @@ class CudaBackend final : public GpuBackend {
 
 }  // namespace
 
+int gpu_device_count() { return shm::cuda_device_count(); }
 bool gpu_device_present(int device) { return shm::cuda_device_available(device); }
 
 Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uint32_t ring_events) {

@@ -1,4 +1,4 @@
-// epkd's GPU serving path (issue 6): one device pool on device 0, one CUDA stream, a ring of interprocess
+// epkd's GPU serving path (issue 6), one per served device: a device pool, one CUDA stream, a ring of interprocess
 // "decode-done" events, and the resident compressed tier.
 //
 // - Resident tier: when a model is added, every lattice-rans tensor's stored buffers are checksummed
@@ -66,6 +66,8 @@ struct GpuSetup {
   std::unique_ptr<GpuBackend> backend;
 };
 
+// How many CUDA devices this build can serve (0 without CUDA or a driver).
+int gpu_device_count();
 // Whether this build has the GPU path and device `device` is usable (the driver loads, the device exists).
 bool gpu_device_present(int device);
 // The device pool (budget bytes) and the backend over it; kUnsupported in builds without CUDA.

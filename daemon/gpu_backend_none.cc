@@ -3,6 +3,7 @@
 
 namespace epk::daemon {
 
+int gpu_device_count() { return 0; }
 bool gpu_device_present(int) { return false; }
 
 Result<GpuSetup> make_gpu_setup(int, std::uint64_t, std::uint32_t) {

@@ -32,6 +32,7 @@
 
 #include "daemon/cache.h"
 #include "daemon/decode_scheduler.h"
+#include "daemon/device_lanes.h"
 #include "daemon/epk_source.h"
 #include "daemon/gpu_backend.h"
 #include "daemon/handler_memory.h"
@@ -190,19 +191,19 @@ class Session : public std::enable_shared_from_this<Session> {
 
 class Service {
  public:
-  Service(asio::io_context& io, const DaemonConfig& cfg, std::unique_ptr<shm::Pool> pool,
-          std::unique_ptr<GpuBackend> gpu = nullptr)
+  // `lanes` (daemon/device_lanes.h): one per pool. Evicted ranges keep their pages: the next slot there rewrites
+  // them, and faulting them in again would cost more than the memory (the budget is the pool's size either way).
+  Service(asio::io_context& io, const DaemonConfig& cfg, std::vector<Lane> lanes)
       : io_(io),
         cfg_(cfg),
-        pool_(std::move(pool)),
-        gpu_(std::move(gpu)),
-        // Evicted ranges keep their pages: the next slot there rewrites them, and faulting them in again would cost
-        // more than the memory (the budget is the pool's size either way). Cache's discard hook stays for pools
-        // where giving pages back matters.
-        cache_(pool_->size()),
-        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())),
-        // The device path: one worker issues everything to the device's one stream, acquire before prefetch.
-        gpu_scheduler_(gpu_ ? std::make_unique<DecodeScheduler>(1) : nullptr) {}
+        lanes_(std::move(lanes)),
+        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+  ~Service() {
+    // The device workers use their lane's backend and this service: joined before anything goes.
+    for (Lane& l : lanes_) {
+      if (l.gpu_scheduler) l.gpu_scheduler->stop();
+    }
+  }
 
   // Opens every configured model not yet in the registry; a model that fails is logged and skipped.
   std::size_t open_models(const DaemonConfig& cfg) {
@@ -255,8 +256,10 @@ class Service {
 
   void client_gone(ClientId id) {
     std::lock_guard<std::mutex> lock(mu_);
-    cache_.drop_client(id);
-    if (gpu_) gpu_->drop_client(id);
+    for (Lane& l : lanes_) {
+      l.cache->drop_client(id);
+      if (l.gpu) l.gpu->drop_client(id);
+    }
     check();
     sessions_.erase(id);
     spdlog::debug("client {} gone; its pins dropped", id);
@@ -265,11 +268,18 @@ class Service {
 
   shm::HelloReply hello_reply() const {
     shm::HelloReply r;
-    r.pools.push_back({0, pool_->kind(), pool_->device(), pool_->size()});
-    if (gpu_) r.events = gpu_->event_handles();
+    for (const Lane& l : lanes_) {
+      r.pools.push_back({l.pool_id, l.pool->kind(), l.pool->device(), l.pool->size()});
+      if (l.gpu) r.events.insert(r.events.end(), l.gpu->event_handles().begin(), l.gpu->event_handles().end());
+    }
     return r;
   }
-  int pool_fd() const { return pool_->export_fd(); }
+  // In pool order, as the hello reply lists them.
+  std::vector<int> pool_fds() const {
+    std::vector<int> fds;
+    for (const Lane& l : lanes_) fds.push_back(l.pool->export_fd());
+    return fds;
+  }
 
   // The on_* handlers run on the calling session's thread and answer it directly.
   void on_open_model(Session& s, std::uint32_t req, const shm::OpenModelRequest& m) {
@@ -296,10 +306,12 @@ class Service {
       return send_error(*s, req, shm::WireStatus::kNotFound,
                         "model '" + model->name + "': no tensor '" + m.tensor + "'");
     }
+    Lane* lane = lane_for_device(lanes_, m.device);
+    if (lane == nullptr) return send_error(*s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
     auto served = model->source->served(t->second, m.layout);
     if (!served) return send_error(*s, req, wire_status_for(served.error().code), served.error().message);
     SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
-    auto lookup = cache_.acquire(key, served->bytes, s->id());
+    auto lookup = lane->cache->acquire(key, served->bytes, s->id());
     if (!lookup) {
       return send_error(*s, req, wire_status_for(lookup.error().code),
                         "model '" + model->name + "' tensor '" + m.tensor + "': " + lookup.error().message);
@@ -310,22 +322,23 @@ class Service {
       case Cache::Outcome::kHit:
         // Encoded under the lock (the slot may move once it is dropped), written after it: the write wakes the
         // client, and other sessions' requests need not wait for that system call.
-        encode_acquire_reply(req, *slot, *served, &s->reply_scratch(), &s->scratch());
+        encode_acquire_reply(req, *lane, *slot, *served, &s->reply_scratch(), &s->scratch());
         lock.unlock();
         s->send(s->scratch());
         break;
       case Cache::Outcome::kPending: {
         auto f = inflight_.find(slot->id);
         if (f == inflight_.end()) {  // a decoding slot always has its in-flight entry; never throw on a bug
-          (void)cache_.release(slot->id, s->id(), nullptr);
+          (void)lane->cache->release(slot->id, s->id(), nullptr);
           return send_error(*s, req, shm::WireStatus::kInternal, "acquire: decode state lost (bug)");
         }
         f->second.waiters.push_back({s, req});
-        decode_scheduler().promote(f->second.job);  // a prefetch that an acquire now waits for
+        decode_scheduler(*lane).promote(f->second.job);  // a prefetch that an acquire now waits for
         break;
       }
       case Cache::Outcome::kMiss: {
-        InFlight& f = start_decode(*slot, model->source, t->second, m.layout, std::move(*served), Priority::kAcquire);
+        InFlight& f =
+            start_decode(*lane, *slot, model->source, t->second, m.layout, std::move(*served), Priority::kAcquire);
         f.waiters.push_back({s, req});
         f.read_ns = t_read;
         break;
@@ -338,18 +351,21 @@ class Service {
     std::uint32_t queued = 0;
     const ModelEntry* model = registry_.get(m.model_id);
     if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
+    Lane* lane = lane_for_device(lanes_, m.device);
+    if (lane == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
     if (!shutting_down_) {
       for (const std::string& name : m.tensors) {
         auto t = model->tensor_index.find(name);
         if (t == model->tensor_index.end()) continue;
         auto served = model->source->served(t->second, m.layout);
         if (!served) continue;
-        auto lookup =
-            cache_.acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout}, served->bytes, kNoClient);
+        auto lookup = lane->cache->acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout},
+                                           served->bytes, kNoClient);
         check();
         if (!lookup) break;  // no space: later names would not fit either
         if (lookup->outcome == Cache::Outcome::kMiss) {
-          start_decode(*lookup->slot, model->source, t->second, m.layout, std::move(*served), Priority::kPrefetch);
+          start_decode(*lane, *lookup->slot, model->source, t->second, m.layout, std::move(*served),
+                       Priority::kPrefetch);
           ++queued;
           ++prefetches_;
         }
@@ -362,22 +378,27 @@ class Service {
 
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
     std::unique_lock<std::mutex> lock(mu_);
+    const std::uint32_t pool = shm::handle_pool(m.handle);
+    if (pool >= lanes_.size()) {
+      return send_error(s, req, shm::WireStatus::kNotFound, "release: no pool " + std::to_string(pool) + " (handle)");
+    }
+    Lane& lane = lanes_[pool];
     if (m.fence == shm::FenceKind::kCudaEvent) {
-      if (!gpu_) {
+      if (!lane.gpu) {
         return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
       }
       // Only a pin this client holds may enqueue a wait on the device stream.
-      Slot* held = cache_.find(m.handle);
+      Slot* held = lane.cache->find(m.handle);
       if (held == nullptr || held->pins_of(s.id()) == 0) {  // entries stay at 0 after a release
         return send_error(s, req, shm::WireStatus::kNotFound, "release: this client holds no pin on that handle");
       }
       // The stream waits on the client's event before any later decode, so the slot's complete at once here.
-      if (Status st = gpu_->client_fence(s.id(), m.event); !st) {
+      if (Status st = lane.gpu->client_fence(s.id(), m.event); !st) {
         return send_error(s, req, shm::WireStatus::kInternal, st.error().message);
       }
     }
     // The host fence is complete when the release arrives: nothing to keep.
-    Status st = cache_.release(m.handle, s.id(), nullptr);
+    Status st = lane.cache->release(m.handle, s.id(), nullptr);
     check();
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
     lock.unlock();  // the reply's write (and the client's wake-up) outside the lock
@@ -390,23 +411,29 @@ class Service {
 
   void on_stats(Session& s, std::uint32_t req) {
     std::lock_guard<std::mutex> lock(mu_);
-    CacheStats c = cache_.stats();
     shm::StatsReply r;
-    r.budget_bytes = c.budget_bytes;
-    r.used_bytes = c.used_bytes;
-    r.pinned_bytes = c.pinned_bytes;
-    r.slots = c.slots;
-    r.pinned_slots = c.pinned_slots;
-    r.pins = c.pins;
-    r.hits = c.hits;
-    r.misses = c.misses;
-    r.evictions = c.evictions;
+    for (const Lane& l : lanes_) {
+      CacheStats c = l.cache->stats();
+      shm::PoolStats ps{l.pool_id,      l.pool->device(), c.budget_bytes, c.used_bytes, c.pinned_bytes, c.slots,
+                        c.pinned_slots, c.pins,           c.hits,         c.misses,     c.evictions,
+                        l.gpu ? l.gpu->resident_bytes() : 0};
+      r.budget_bytes += ps.budget_bytes;
+      r.used_bytes += ps.used_bytes;
+      r.pinned_bytes += ps.pinned_bytes;
+      r.slots += ps.slots;
+      r.pinned_slots += ps.pinned_slots;
+      r.pins += ps.pins;
+      r.hits += ps.hits;
+      r.misses += ps.misses;
+      r.evictions += ps.evictions;
+      r.resident_bytes += ps.resident_bytes;
+      r.pools.push_back(ps);
+    }
     r.decodes = decodes_;
     r.decode_ns = decode_ns_;
     r.clients = sessions_.size();
     r.models = registry_.size();
     r.prefetches = prefetches_;
-    r.resident_bytes = gpu_ ? gpu_->resident_bytes() : 0;
     std::vector<std::uint8_t> out;
     shm::encode_stats_reply(req, r, &out);
     s.send(out);
@@ -421,13 +448,15 @@ class Service {
       r.models[id].name = registry_.get(id)->name;
       r.models[id].tensors = static_cast<std::uint32_t>(registry_.get(id)->source->tensors().size());
     }
-    cache_.for_each_slot([&](const Slot& slot) {
-      if (slot.key.model >= r.models.size()) return;
-      shm::ModelInfo& m = r.models[slot.key.model];
-      ++m.cached_slots;
-      m.cached_bytes += slot.bytes;
-      if (slot.pin_total > 0) ++m.pinned_slots;
-    });
+    for (const Lane& l : lanes_) {
+      l.cache->for_each_slot([&](const Slot& slot) {
+        if (slot.key.model >= r.models.size()) return;
+        shm::ModelInfo& m = r.models[slot.key.model];
+        ++m.cached_slots;
+        m.cached_bytes += slot.bytes;
+        if (slot.pin_total > 0) ++m.pinned_slots;
+      });
+    }
     std::vector<std::uint8_t> out;
     shm::encode_models_reply(req, r, &out);
     s.send(out);
@@ -447,17 +476,23 @@ class Service {
       shutting_down_ = true;
       on_drained_ = std::move(on_drained);
     }
-    if (gpu_scheduler_) gpu_scheduler_->drain();  // its CPU fallbacks do not use the CPU scheduler
+    for (Lane& l : lanes_) {
+      if (l.gpu_scheduler) l.gpu_scheduler->drain();  // their CPU fallbacks do not use the CPU scheduler
+    }
     scheduler_.drain();  // without the lock: the workers' completions take it
     scheduler_.stop();
-    if (gpu_scheduler_) gpu_scheduler_->stop();
+    for (Lane& l : lanes_) {
+      if (l.gpu_scheduler) l.gpu_scheduler->stop();
+    }
     // The drained completions have posted their replies to the sessions' contexts: the stop goes through the main
     // context and is posted to each session after them, so the replies go out first.
     asio::post(io_, [this] {
       std::lock_guard<std::mutex> lock(mu_);
-      if (Status v = cache_.verify(); !v) {
-        spdlog::error("{}", v.error().to_string());
-        invariant_broken_ = true;
+      for (const Lane& l : lanes_) {
+        if (Status v = l.cache->verify(); !v) {
+          spdlog::error("pool {}: {}", l.pool_id, v.error().to_string());
+          invariant_broken_ = true;
+        }
       }
       for (auto& [id, w] : sessions_) {
         if (auto sp = w.lock()) asio::post(sp->executor(), [sp] { sp->stop(); });
@@ -480,10 +515,16 @@ class Service {
 
   void check() {
     if (!cfg_.check_invariants || invariant_broken_) return;
-    if (Status v = cache_.verify(); !v) {
-      spdlog::critical("{}", v.error().to_string());
-      invariant_broken_ = true;
+    for (const Lane& l : lanes_) {
+      if (Status v = l.cache->verify(); !v) {
+        spdlog::critical("pool {}: {}", l.pool_id, v.error().to_string());
+        invariant_broken_ = true;
+      }
     }
+  }
+
+  static std::string device_not_served(std::uint32_t device) {
+    return "device " + std::to_string(device) + " is not served by this epkd";
   }
 
   std::size_t add_model(const std::string& name, std::shared_ptr<const ModelSource> src) {
@@ -495,15 +536,17 @@ class Service {
       spdlog::error("model '{}' refused: {}", name, id.error().to_string());
       return 0;
     }
-    if (gpu_) {
-      // Resident compressed tier, at open: a model whose tensors cannot be made resident still serves (through the
-      // CPU decoder and a copy), but says so.
-      auto added = gpu_->add_model(*id, kept);
+    for (Lane& l : lanes_) {
+      if (!l.gpu) continue;
+      // Resident compressed tier, at open, on every served device (eager: an uncached acquire on any device is one
+      // kernel). A model whose tensors cannot be made resident there still serves (CPU decoder and a copy), but says
+      // so.
+      auto added = l.gpu->add_model(*id, kept);
       if (!added) {
-        spdlog::error("model '{}': resident tier on device {} failed ({}); its tensors decode on the CPU", name,
-                      gpu_->device(), added.error().to_string());
+        spdlog::error("model '{}': resident tier on device {} failed ({}); its tensors decode on the CPU there", name,
+                      l.gpu->device(), added.error().to_string());
       } else {
-        spdlog::info("model '{}': {} MiB resident on device {}", name, *added >> 20, gpu_->device());
+        spdlog::info("model '{}': {} MiB resident on device {}", name, *added >> 20, l.gpu->device());
       }
     }
     spdlog::info("model '{}' (id {}) from {}: {} tensors", name, *id, origin, n);
@@ -522,33 +565,34 @@ class Service {
     }
   }
 
-  DecodeScheduler& decode_scheduler() { return gpu_scheduler_ ? *gpu_scheduler_ : scheduler_; }
+  DecodeScheduler& decode_scheduler(Lane& lane) { return lane.gpu_scheduler ? *lane.gpu_scheduler : scheduler_; }
 
-  InFlight& start_decode(const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
+  InFlight& start_decode(Lane& lane, const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
                          shm::Layout layout, ServedTensor desc, Priority prio) {
     const std::uint64_t slot_id = slot.id;
-    // What the worker runs: the GPU backend into the slot's device range, or the source into its host range.
+    GpuBackend* gpu = lane.gpu.get();
+    // What the worker runs: the lane's GPU backend into the slot's device range, or the source into its host range.
     std::function<Status(bool* on_device)> produce;
-    if (gpu_) {
-      produce = [this, src = std::move(src), model = slot.key.model, tensor, layout, offset = slot.offset,
+    if (gpu != nullptr) {
+      produce = [gpu, src = std::move(src), model = slot.key.model, tensor, layout, offset = slot.offset,
                  bytes = desc.bytes, slot_id](bool* on_device) {
-        return gpu_->produce(model, *src, tensor, layout, offset, bytes, slot_id, on_device);
+        return gpu->produce(model, *src, tensor, layout, offset, bytes, slot_id, on_device);
       };
     } else {
-      produce = [src = std::move(src), tensor, layout, dst = pool_->host_span(slot.offset, desc.bytes)](bool*) {
+      produce = [src = std::move(src), tensor, layout, dst = lane.pool->host_span(slot.offset, desc.bytes)](bool*) {
         return src->produce(tensor, layout, dst);
       };
     }
     const std::int64_t submit_ns = now_ns();
-    auto job = decode_scheduler().submit(
-        [this, produce = std::move(produce), slot_id] {
+    auto job = decode_scheduler(lane).submit(
+        [this, gpu, produce = std::move(produce), slot_id] {
           Timeline tl;
           auto t0 = Clock::now();
           tl.worker = now_ns();
           bool on_device = false;
           Status st = guarded([&] { return produce(&on_device); });
           tl.done = now_ns();
-          tl.enqueued = on_device ? gpu_->last_enqueued_ns() : 0;
+          tl.enqueued = on_device ? gpu->last_enqueued_ns() : 0;
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
           // The completion runs here, on the worker: a hop through an io thread would add a thread wake-up to every
@@ -576,8 +620,9 @@ class Service {
     tl.submit = f.submit_ns;
     const bool timeline = tl.read != 0 && spdlog::should_log(spdlog::level::debug);
     if (!st) spdlog::error("decode failed: {}", st.error().to_string());
-    Slot* slot = cache_.find(slot_id);
-    cache_.decoded(slot_id, static_cast<bool>(st));
+    Lane& lane = lanes_[shm::handle_pool(slot_id)];  // slot ids carry their pool (first_handle_of_pool)
+    Slot* slot = lane.cache->find(slot_id);
+    lane.cache->decoded(slot_id, static_cast<bool>(st));
     check();
     for (const Waiter& w : f.waiters) {
       auto s = w.session.lock();
@@ -585,7 +630,7 @@ class Service {
       std::vector<std::uint8_t> out;
       if (st && slot != nullptr) {
         shm::AcquireReply r;
-        encode_acquire_reply(w.request_id, *slot, f.desc, &r, &out);
+        encode_acquire_reply(w.request_id, lane, *slot, f.desc, &r, &out);
       } else {
         shm::encode_error(
             w.request_id,
@@ -612,26 +657,24 @@ class Service {
         us(tl.read, written), written);
   }
 
-  void encode_acquire_reply(std::uint32_t req, const Slot& slot, const ServedTensor& desc, shm::AcquireReply* r,
-                                   std::vector<std::uint8_t>* out) const {
+  void encode_acquire_reply(std::uint32_t req, const Lane& lane, const Slot& slot, const ServedTensor& desc,
+                            shm::AcquireReply* r, std::vector<std::uint8_t>* out) const {
     r->handle = slot.id;
-    r->pool_id = 0;
+    r->pool_id = lane.pool_id;
     r->dtype = static_cast<std::uint32_t>(desc.dtype);
     r->offset = slot.offset;
     r->bytes = desc.bytes;
     r->shape.assign(desc.shape.begin(), desc.shape.end());
     r->strides.assign(desc.strides.begin(), desc.strides.end());
-    r->done_event = gpu_ ? gpu_->event_for(slot.id) : shm::kNoEvent;
+    r->done_event = lane.event_for(slot.id);
     shm::encode_acquire_reply(req, *r, out);
   }
 
   asio::io_context& io_;  // the main context: shutdown steps run there
   std::mutex mu_;         // guards everything below: sessions on several threads share the cache
   DaemonConfig cfg_;
-  std::unique_ptr<shm::Pool> pool_;
-  std::unique_ptr<GpuBackend> gpu_;  // null on the host path
+  std::vector<Lane> lanes_;  // one per pool, in pool order (never resized after construction)
   Registry registry_;
-  Cache cache_;
   std::unordered_map<std::uint64_t, InFlight> inflight_;
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
   std::atomic<ClientId> next_client_{1};
@@ -639,8 +682,8 @@ class Service {
   bool shutting_down_ = false;
   bool invariant_broken_ = false;
   std::function<void()> on_drained_;
-  DecodeScheduler scheduler_;  // last two: their workers stop (joined) before the members they use are destroyed
-  std::unique_ptr<DecodeScheduler> gpu_scheduler_;
+  DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed; the
+                               // lanes' device workers are joined in ~Service
 };
 
 void Session::fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message) {
@@ -728,8 +771,8 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
       std::vector<std::uint8_t> out;
       shm::encode_hello_reply(req, svc_.hello_reply(), &out);
       // The pool fds ride on the reply. Nothing else is queued before the hello reply, so a direct send keeps order.
-      int fd = svc_.pool_fd();
-      Status st = shm::send_with_fds(sock_.native_handle(), out, std::span<const int>(&fd, 1), read_timeout_ms_);
+      std::vector<int> fds = svc_.pool_fds();
+      Status st = shm::send_with_fds(sock_.native_handle(), out, fds, read_timeout_ms_);
       if (!st) {
         spdlog::warn("client {}: hello reply: {}", id_, st.error().to_string());
         closing_ = true;
@@ -902,29 +945,11 @@ int run_daemon(const DaemonConfig& cfg) {
   if (auto lvl = spdlog::level::from_str(cfg.log_level); lvl != spdlog::level::off || cfg.log_level == "off") {
     spdlog::set_level(lvl);
   }
-  // The device path where a CUDA device is usable and --cpu is not given; otherwise exactly the host path.
-  std::unique_ptr<shm::Pool> pool;
-  std::unique_ptr<GpuBackend> gpu;
-  if (cfg.serving == ServingMode::kHost) {
-    spdlog::info("serving mode host (--cpu): host memory pools and the CPU decoder");
-  } else if (gpu_device_present(0)) {
-    auto setup = make_gpu_setup(0, cfg.budget_bytes);
-    if (setup) {
-      pool = std::move(setup->pool);
-      gpu = std::move(setup->backend);
-      spdlog::info("serving from a device pool on CUDA device 0 ({} MiB)", pool->size() >> 20);
-    } else {
-      spdlog::warn("CUDA device 0 is present but unusable ({}); serving from host memory with the CPU decoder",
-                   setup.error().to_string());
-    }
-  }
-  if (!pool) {
-    auto host = shm::HostPool::create("epkd-pool0", cfg.budget_bytes);
-    if (!host) {
-      spdlog::critical("{}", host.error().to_string());
-      return 1;
-    }
-    pool = std::move(*host);
+  // A device pool per usable CUDA device where --cpu is not given; otherwise (or none usable) exactly the host path.
+  auto lanes = make_lanes(cfg);
+  if (!lanes) {
+    spdlog::critical("{}", lanes.error().to_string());
+    return 1;
   }
   const std::uint32_t spin_us = spin_us_for(cfg.spin_us, std::thread::hardware_concurrency());
   unsigned io_threads =
@@ -935,7 +960,7 @@ int run_daemon(const DaemonConfig& cfg) {
   using Guard = asio::executor_work_guard<asio::io_context::executor_type>;
   std::vector<Guard> guards;  // the other contexts idle until shutdown
   for (unsigned i = 1; i < io_threads; ++i) guards.emplace_back(contexts[i]->get_executor());
-  Service svc(io, cfg, std::move(pool), std::move(gpu));
+  Service svc(io, cfg, std::move(*lanes));
   std::size_t opened = svc.open_models(cfg);
   if (opened == 0 && (!cfg.models.empty() || !cfg.synthetic.empty())) {
     spdlog::critical("no model could be opened");

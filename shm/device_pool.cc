@@ -114,6 +114,12 @@ CUmemAllocationProp allocation_prop(int device) {
 
 }  // namespace
 
+int cuda_device_count() {
+  int count = 0;
+  if (!driver().ok || driver().Init(0) != CUDA_SUCCESS || driver().DeviceGetCount(&count) != CUDA_SUCCESS) return 0;
+  return count;
+}
+
 bool cuda_device_available(int device) {
   int count = 0;
   return driver().ok && driver().Init(0) == CUDA_SUCCESS && driver().DeviceGetCount(&count) == CUDA_SUCCESS &&

@@ -71,5 +71,7 @@ Status copy_from_device(void* dst, std::uint64_t src, std::uint64_t bytes, int d
 // Whether libcuda.so.1 loads, the driver initialises and `device` exists (tests skip otherwise). The driver is loaded
 // with dlopen, so binaries using this run (and skip) on machines without it.
 bool cuda_device_available(int device);
+// How many CUDA devices the driver reports (0 where it does not load).
+int cuda_device_count();
 
 }  // namespace epk::shm

@@ -181,6 +181,7 @@ void encode_acquire(std::uint32_t id, const AcquireRequest& m, std::vector<std::
   w.put(m.model_id);
   w.put(static_cast<std::uint32_t>(m.layout));
   w.put_str(m.tensor, kMaxTensorName);
+  w.put(m.device);
 }
 
 void encode_prefetch(std::uint32_t id, const PrefetchRequest& m, std::vector<std::uint8_t>* out) {
@@ -190,6 +191,7 @@ void encode_prefetch(std::uint32_t id, const PrefetchRequest& m, std::vector<std
   auto count = static_cast<std::uint32_t>(std::min<std::size_t>(m.tensors.size(), kMaxPrefetch));
   w.put(count);
   for (std::uint32_t i = 0; i < count; ++i) w.put_str(m.tensors[i], kMaxTensorName);
+  w.put(m.device);
 }
 
 void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::uint8_t>* out) {
@@ -258,6 +260,17 @@ void encode_stats_reply(std::uint32_t id, const StatsReply& m, std::vector<std::
                           m.resident_bytes}) {
     w.put(v);
   }
+  auto pools = static_cast<std::uint32_t>(std::min<std::size_t>(m.pools.size(), kMaxPools));
+  w.put(pools);
+  for (std::uint32_t i = 0; i < pools; ++i) {
+    const PoolStats& ps = m.pools[i];
+    w.put(ps.pool_id);
+    w.put(ps.device);
+    for (std::uint64_t v : {ps.budget_bytes, ps.used_bytes, ps.pinned_bytes, ps.slots, ps.pinned_slots, ps.pins,
+                            ps.hits, ps.misses, ps.evictions, ps.resident_bytes}) {
+      w.put(v);
+    }
+  }
 }
 
 void encode_error(std::uint32_t id, const ErrorReply& m, std::vector<std::uint8_t>* out) {
@@ -295,6 +308,7 @@ Status decode_acquire(std::span<const std::uint8_t> p, AcquireRequest* into) {
   EPK_TRY_ASSIGN(into->model_id, r.get<std::uint32_t>("model_id"));
   EPK_TRY_ASSIGN(into->layout, read_layout(r));
   EPK_TRY(r.get_str_into("tensor", kMaxTensorName, &into->tensor));
+  EPK_TRY_ASSIGN(into->device, r.get<std::uint32_t>("device"));
   return r.finish();
 }
 
@@ -314,6 +328,7 @@ Result<PrefetchRequest> decode_prefetch(std::span<const std::uint8_t> p) {
     EPK_TRY_ASSIGN(std::string name, r.get_str("tensor", kMaxTensorName));
     m.tensors.push_back(std::move(name));
   }
+  EPK_TRY_ASSIGN(m.device, r.get<std::uint32_t>("device"));
   EPK_TRY(r.finish());
   return m;
 }
@@ -468,6 +483,17 @@ Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p) {
                            &m.misses, &m.evictions, &m.decodes, &m.decode_ns, &m.clients, &m.models, &m.prefetches,
                            &m.resident_bytes}) {
     EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("stats"));
+  }
+  EPK_TRY_ASSIGN(std::uint32_t pools, r.get<std::uint32_t>("pool_count"));
+  if (pools > kMaxPools) return r.bad("pool_count", std::to_string(pools) + " exceeds " + std::to_string(kMaxPools));
+  m.pools.resize(pools);
+  for (PoolStats& ps : m.pools) {
+    EPK_TRY_ASSIGN(ps.pool_id, r.get<std::uint32_t>("pool_id"));
+    EPK_TRY_ASSIGN(ps.device, r.get<std::int32_t>("device"));
+    for (std::uint64_t* f : {&ps.budget_bytes, &ps.used_bytes, &ps.pinned_bytes, &ps.slots, &ps.pinned_slots, &ps.pins,
+                             &ps.hits, &ps.misses, &ps.evictions, &ps.resident_bytes}) {
+      EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("pool stats"));
+    }
   }
   EPK_TRY(r.finish());
   return m;

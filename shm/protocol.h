@@ -32,7 +32,17 @@
 //      error      [u32 status (WireStatus), str message (<= kMaxErrorText)]
 // 4. Version 2 (the GPU path) appended the hello's event ring, the acquire reply's done_event, the release's event
 //    handle and the stats' resident_bytes; versions 1 and 2 do not talk to each other (bad-version).
-// 5. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
+// 5. Version 3 (every GPU of the host, a pool per device) appended:
+//      acquire    u32 device after the tensor name (the CUDA device whose pool serves it; 0 when the client names
+//                 none; on a daemon serving a host pool, device 0 is that pool; a device not served: kNotFound)
+//      prefetch   u32 device after the tensor names (as acquire)
+//      stats      [after the fields: u32 pool_count (<= kMaxPools), pool_count x PoolStats: u32 pool_id, i32 device,
+//                  kPoolStatsFields x u64 (budget_bytes, used_bytes, pinned_bytes, slots, pinned_slots, pins, hits,
+//                  misses, evictions, resident_bytes); the fields before are the sums over the pools]
+//    The hello's event ring is the concatenation of every device pool's ring (pool order); an acquire reply's
+//    done_event indexes it and belongs to the device of the reply's pool. A handle's top 8 bits are its pool id
+//    (kHandlePoolShift), so a release names its pool without another field. Version 2 and 3 do not talk (bad-version).
+// 6. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
 //    the session is closed; replies to well-formed requests that fail (unknown tensor, no space) keep it open.
 #pragma once
 
@@ -51,7 +61,7 @@
 namespace epk::shm {
 
 inline constexpr std::uint32_t kWireMagic = 0x5750454Bu;
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::uint32_t kMaxPayload = 64 * 1024 - kHeaderSize;
 inline constexpr std::size_t kMaxMessage = kHeaderSize + kMaxPayload;
@@ -61,10 +71,14 @@ inline constexpr std::size_t kMaxErrorText = 1024;
 inline constexpr std::uint32_t kMaxDims = 8;
 inline constexpr std::uint32_t kMaxPrefetch = 256;
 inline constexpr std::uint32_t kMaxPools = 16;
-inline constexpr std::uint32_t kMaxEvents = 256;           // decode-done ring length in a hello reply
+inline constexpr std::uint32_t kMaxEvents = 512;           // decode-done rings, all pools, in a hello reply
 inline constexpr std::uint32_t kNoEvent = 0xFFFFFFFFu;     // acquire reply: nothing to wait on (host pools)
 inline constexpr std::size_t kIpcEventHandleBytes = 64;    // sizeof(CUipcEventHandle)
 inline constexpr std::uint16_t kReplyBit = 0x8000;
+inline constexpr unsigned kHandlePoolShift = 56;  // handle >> kHandlePoolShift: the pool id of the slot (version 3)
+inline constexpr std::uint32_t handle_pool(std::uint64_t handle) {
+  return static_cast<std::uint32_t>(handle >> kHandlePoolShift);
+}
 inline constexpr std::uint32_t kReleaseNoReply = 1;  // release flag: answer only a failure
 
 enum class MsgType : std::uint16_t {
@@ -132,6 +146,7 @@ struct AcquireRequest {
   std::uint32_t model_id = 0;
   Layout layout = Layout::kStored;
   std::string tensor;
+  std::uint32_t device = 0;  // version 3
 };
 struct AcquireReply {
   std::uint64_t handle = 0;
@@ -147,6 +162,7 @@ struct PrefetchRequest {
   std::uint32_t model_id = 0;
   Layout layout = Layout::kStored;
   std::vector<std::string> tensors;
+  std::uint32_t device = 0;  // version 3
 };
 struct PrefetchReply {
   std::uint32_t queued = 0;
@@ -157,6 +173,23 @@ struct ReleaseRequest {
   std::uint32_t flags = 0;  // kReleaseNoReply
   IpcEventHandle event{};   // kCudaEvent only: the client's interprocess event, recorded after its last read
 };
+// One pool's share of the stats (version 3).
+struct PoolStats {
+  std::uint32_t pool_id = 0;
+  std::int32_t device = -1;  // -1: a host pool
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t used_bytes = 0;
+  std::uint64_t pinned_bytes = 0;
+  std::uint64_t slots = 0;
+  std::uint64_t pinned_slots = 0;
+  std::uint64_t pins = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t resident_bytes = 0;
+  bool operator==(const PoolStats&) const = default;
+};
+inline constexpr std::uint32_t kPoolStatsFields = 10;
 struct StatsReply {
   std::uint64_t budget_bytes = 0;
   std::uint64_t used_bytes = 0;
@@ -173,6 +206,7 @@ struct StatsReply {
   std::uint64_t models = 0;
   std::uint64_t prefetches = 0;
   std::uint64_t resident_bytes = 0;  // the device-resident compressed tier (outside budget_bytes); 0 on host pools
+  std::vector<PoolStats> pools;      // version 3: per pool (<= kMaxPools)
 };
 inline constexpr std::uint32_t kStatsFields = 15;
 struct ModelInfo {

@@ -35,6 +35,19 @@ TEST(CApi, AcquireReleaseAndStats) {
   ASSERT_EQ(epk_stats(c, &s), EPK_OK);
   EXPECT_EQ(s.pins, 1u);
   EXPECT_EQ(s.misses, 1u);
+  std::size_t pools = 0;
+  ASSERT_EQ(epk_pool_stats_get(c, NULL, 0, &pools), EPK_OK) << epk_last_error();
+  EXPECT_EQ(pools, 1u);  // the host pool
+  epk_pool_stats ps[2];
+  ASSERT_EQ(epk_pool_stats_get(c, ps, 2, &pools), EPK_OK) << epk_last_error();
+  ASSERT_EQ(pools, 1u);
+  EXPECT_EQ(ps[0].device, -1);
+  EXPECT_EQ(ps[0].pins, 1u);
+  EXPECT_EQ(ps[0].used_bytes, s.used_bytes);
+  EXPECT_EQ(ps[0].budget_bytes, s.budget_bytes);
+  EXPECT_EQ(epk_pool_stats_get(c, NULL, 1, &pools), EPK_E_INVALID);
+  epk_tensor other;
+  EXPECT_EQ(epk_acquire_on(c, "m", "t0", "dense:bf16", 1, &other), EPK_E_NOT_FOUND);  // no device 1 on the host path
   ASSERT_EQ(epk_release(c, t.handle), EPK_OK);
   const char* names[] = {"w"};
   std::uint32_t queued = 99;

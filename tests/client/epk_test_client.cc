@@ -9,7 +9,7 @@
 //   ROUNDS
 //                                                times; a no-space answer is retried (other clients hold pins)
 //   stats SOCKET                                  print the daemon's stats as key=value lines
-//   devhash SOCKET MODEL TENSOR LAYOUT HOLD_MS [gate]
+//   devhash SOCKET MODEL TENSOR LAYOUT HOLD_MS [gate] [device=N]
 //                                                device pools: acquire, wait for the decode-done event, copy the
 //                                                slot to host, print "hash XXH3 HANDLE", hold HOLD_MS (-1: until
 //                                                killed), release with a CUDA event fence, print "released"
@@ -84,7 +84,14 @@ int main(int argc, char** argv) {
   if (!layout) return die(std::string("unknown layout ") + argv[5]);
   if (cmd == "acquire") {
     int hold_ms = std::atoi(argv[6]);
-    if (argc > 7 && std::string(argv[7]) == "gate") {
+    bool gate = false;
+    std::uint32_t device = 0;  // the CUDA device whose pool serves the tensor
+    for (int i = 7; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "gate") gate = true;
+      if (a.rfind("device=", 0) == 0) device = static_cast<std::uint32_t>(std::atoi(a.c_str() + 7));
+    }
+    if (gate) {
       std::printf("connected\n");
       std::fflush(stdout);
       char b;
@@ -106,15 +113,23 @@ int main(int argc, char** argv) {
   }
   if (cmd == "devhash") {
     int hold_ms = std::atoi(argv[6]);
-    if (argc > 7 && std::string(argv[7]) == "gate") {
+    bool gate = false;
+    std::uint32_t device = 0;  // the CUDA device whose pool serves the tensor
+    for (int i = 7; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "gate") gate = true;
+      if (a.rfind("device=", 0) == 0) device = static_cast<std::uint32_t>(std::atoi(a.c_str() + 7));
+    }
+    if (gate) {
       std::printf("connected\n");
       std::fflush(stdout);
       char b;
       if (::read(0, &b, 1) != 1) return die("gate: stdin closed");
     }
-    auto t = c->acquire(model, tensor, *layout);
+    auto t = c->acquire(model, tensor, *layout, device);
     if (!t) return die(t.error().to_string());
     if (!t->on_device || t->event == nullptr) return die("not a device slot with an event");
+    if (t->device != static_cast<int>(device)) return die("served from device " + std::to_string(t->device));
     if (auto st = c->wait(*t, nullptr); !st) return die(st.error().to_string());
     std::vector<std::uint8_t> host(t->bytes);
     if (auto st = c->copy_to_host(*t, host.data()); !st) return die(st.error().to_string());

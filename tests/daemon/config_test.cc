@@ -131,6 +131,46 @@ path = "/models/b.epk"
   std::filesystem::remove(path);
 }
 
+TEST(Config, DevicesFromFlagAndFile) {
+  auto none = parse({"--socket", "/tmp/s", "--budget-mb", "8"});
+  ASSERT_TRUE(none && none->has_value());
+  EXPECT_TRUE((*none)->devices.empty());  // every usable device
+  auto flag = parse({"--socket", "/tmp/s", "--budget-mb", "8", "--devices", "1,0,3"});
+  ASSERT_TRUE(flag) << flag.error().to_string();
+  EXPECT_EQ((*flag)->devices, (std::vector<int>{1, 0, 3}));
+  auto path = write_temp("cfg_devices", "socket = \"/tmp/s\"\nbudget_mb = 8\ndevices = [0, 1]\n"
+                                         "device_budget_mb = { \"1\" = 32 }\n");
+  auto file = parse({"--config", path});
+  ASSERT_TRUE(file) << file.error().to_string();
+  const DaemonConfig& cfg = **file;
+  EXPECT_EQ(cfg.devices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(budget_for_device(cfg, 0), 8u << 20);
+  EXPECT_EQ(budget_for_device(cfg, 1), 32u << 20);
+  auto over = parse({"--config", path, "--devices", "2"});  // the flag overrides the file's list
+  ASSERT_TRUE(over) << over.error().to_string();
+  EXPECT_EQ((*over)->devices, (std::vector<int>{2}));
+  std::filesystem::remove(path);
+}
+
+TEST(Config, BadDeviceListsAreRefused) {
+  for (const char* bad : {"0,", ",1", "a", "0,0", "64", "-1", "1;2", "0,,1", "9999"}) {
+    auto c = parse({"--socket", "/tmp/s", "--budget-mb", "8", "--devices", bad});
+    EXPECT_FALSE(c) << "'" << bad << "'";
+  }
+  for (const char* text : {"devices = 1\n", "devices = [\"0\"]\n", "devices = [0, 0]\n", "devices = [70]\n",
+                           "devices = [0.5]\n", "device_budget_mb = 4\n", "device_budget_mb = { \"x\" = 4 }\n",
+                           "device_budget_mb = { \"0\" = 0 }\n", "device_budget_mb = { \"0\" = \"4\" }\n"}) {
+    auto path = write_temp("cfg_bad_devices", std::string("socket = \"/tmp/s\"\nbudget_mb = 8\n") + text);
+    DaemonConfig cfg;
+    Status st = load_config_file(path, &cfg);
+    EXPECT_FALSE(st) << text;
+    if (!st) {
+      EXPECT_NE(st.error().message.find("device"), std::string::npos) << st.error().message;
+    }
+    std::filesystem::remove(path);
+  }
+}
+
 TEST(Config, TheExampleFileParses) {
   DaemonConfig cfg;
   Status st = load_config_file(std::string(EPK_SOURCE_DIR) + "/daemon/epkd.example.toml", &cfg);

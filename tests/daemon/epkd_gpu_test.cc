@@ -35,11 +35,12 @@ using namespace epk::test_harness;  // NOLINT
 using namespace epk::test_models;   // NOLINT
 using client::Client;
 
-// epkd on the device path (the harness's epkd without --cpu); a clean exit on SIGTERM is part of every test.
+// epkd on the device path (the harness's epkd without --cpu), device 0 only (several devices:
+// epkd_multigpu_test.cc); a clean exit on SIGTERM is part of every test.
 class GpuEpkd : public Epkd {
  public:
   GpuEpkd(const std::string& model, const std::string& budget_mb)
-      : Epkd({"--model", model}, budget_mb, "", Epkd::Path::kDevice) {}
+      : Epkd({"--model", model, "--devices", "0"}, budget_mb, "", Epkd::Path::kDevice) {}
   ~GpuEpkd() {
     if (running() && terminate() != 0) ADD_FAILURE() << "epkd did not exit 0 after SIGTERM";
   }

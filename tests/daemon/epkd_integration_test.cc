@@ -331,6 +331,46 @@ TEST(Epkd, ErrorsThatKeepTheSessionOpen) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// Protocol version 3 on the host path: the host pool answers device 0 only; per-pool stats list it.
+TEST(Epkd, HostPathServesDeviceZeroAndRefusesOthers) {
+  Epkd d({"--synthetic", "m=t0:8x8,t1:16x4"});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c);
+  auto t = c->acquire("m", "t0", shm::Layout::kStored, 0);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(shm::handle_pool(t->handle), 0u);
+  for (std::uint32_t device : {1u, 7u, 0xFFFFFFFFu}) {
+    auto other = c->acquire("m", "t1", shm::Layout::kStored, device);
+    ASSERT_FALSE(other) << device;
+    EXPECT_EQ(other.error().code, ErrorCode::kNotFound);
+    EXPECT_NE(other.error().message.find("device " + std::to_string(device)), std::string::npos)
+        << other.error().message;
+    auto pre = c->prefetch("m", {"t1"}, shm::Layout::kStored, device);
+    ASSERT_FALSE(pre);
+    EXPECT_EQ(pre.error().code, ErrorCode::kNotFound);
+  }
+  // A handle naming a pool that does not exist.
+  auto bad = c->release((std::uint64_t{5} << shm::kHandlePoolShift) | 1);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kNotFound);
+  auto s = c->stats();  // the session is still open
+  ASSERT_TRUE(s) << s.error().to_string();
+  ASSERT_EQ(s->pools.size(), 1u);
+  EXPECT_EQ(s->pools[0].pool_id, 0u);
+  EXPECT_EQ(s->pools[0].device, -1);
+  EXPECT_EQ(s->pools[0].budget_bytes, 1u << 20);
+  EXPECT_EQ(s->pools[0].budget_bytes, s->budget_bytes);
+  EXPECT_EQ(s->pools[0].used_bytes, s->used_bytes);
+  EXPECT_GE(s->pools[0].used_bytes, 8u * 8 * 4);
+  EXPECT_EQ(s->pools[0].pins, 1u);
+  EXPECT_EQ(s->pools[0].misses, 1u);
+  EXPECT_EQ(s->pools[0].resident_bytes, 0u);
+  EXPECT_TRUE(c->release(t->handle));
+  EXPECT_EQ(c->stats()->pools[0].pins, 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
 TEST(EpkdMalformed, BadMagicGetsAnErrorAndTheSessionCloses) {
   Epkd d({"--synthetic", "m=t0:8x8"});
   ASSERT_TRUE(d.running());

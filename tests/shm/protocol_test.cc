@@ -182,7 +182,7 @@ TEST(ProtocolMalformed, UnknownLayoutFenceAndReservedBits) {
 }
 
 TEST(ProtocolMalformed, PrefetchCountsAreCheckedBeforeUse) {
-  std::vector<std::uint8_t> p(12);
+  std::vector<std::uint8_t> p(16);  // model_id, layout, count, and (version 3) the device
   store_le<std::uint32_t>(p.data() + 8, kMaxPrefetch + 1);
   EXPECT_FALSE(decode_prefetch(p));
   store_le<std::uint32_t>(p.data() + 8, 200);  // within the limit, but 200 names cannot fit in 0 bytes

@@ -170,10 +170,14 @@ TEST_F(EpkServe, StatusJsonReportsModelsCacheAndDecodes) {
   ASSERT_EQ(j["pools"].size(), 1u);
   EXPECT_EQ(j["pools"][0]["kind"], "host");
   EXPECT_EQ(j["pools"][0]["budget_bytes"], 2u << 20);
+  EXPECT_EQ(j["pools"][0]["used_bytes"], j["cache"]["used_bytes"]);  // one pool: its figures are the totals
+  EXPECT_EQ(j["pools"][0]["hits"], 1);
+  EXPECT_EQ(j["pools"][0]["pins"], 0);
   r = run(epk() + " status --socket " + d.socket());  // the table form
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("hits 1, misses 1, evictions 0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("pool 0 (host)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of 2.00 MiB budget"), std::string::npos) << r.out;
   EXPECT_EQ(d.terminate(), 0);
 }
 

@@ -1,7 +1,8 @@
-// epk get --socket S MODEL TENSOR... -o OUT.safetensors [--layout L]: fetches tensors from a running epkd (through
-// libepk, like any client) and writes them to a safetensors file. With several tensors they are fetched twice: once
-// to learn every dtype and shape (the file's header comes first), then one at a time to write them, so no more than
-// one is pinned at once and the daemon's budget needs to hold only the largest. Rowwise layouts write each tensor's
+// epk get --socket S MODEL TENSOR... -o OUT.safetensors [--layout L] [--device N]: fetches tensors from a running
+// epkd (through libepk, like any client; --device picks the CUDA device's pool) and writes them to a safetensors
+// file. With several tensors they are fetched twice: once to learn every dtype and shape (the file's header comes
+// first), then one at a time to write them, so no more than one is pinned at once and the daemon's budget needs to
+// hold only the largest. Rowwise layouts write each tensor's
 // values as NAME and its per-row fp32 scales as NAME.row_scales; packed integer layouts (gptq, gptq-v2, awq, marlin)
 // write each part as its own tensor, NAME.qweight, NAME.qzeros, NAME.scales, ... (shm/layout.h).
 #include <cstdio>
@@ -26,6 +27,7 @@ struct GetArgs {
   std::string output;
   std::string layout = "stored";
   int timeout_ms = 60000;
+  std::uint32_t device = 0;
 };
 
 Status check_contiguous(const client::Tensor& t, const std::string& name) {
@@ -48,7 +50,7 @@ Status run_get(const GetArgs& args) {
   std::vector<safetensors::TensorSpec> specs;
   std::vector<bool> is_extra;  // entries written together with the entry before them (row scales, later parts)
   for (const std::string& name : args.tensors) {
-    auto t = c.acquire(args.model, name, *layout);
+    auto t = c.acquire(args.model, name, *layout, args.device);
     if (!t) return t.error();  // names the model and tensor
     Status ok = t->parts.empty() ? check_contiguous(*t, name) : Status{};
     if (!t->parts.empty()) {
@@ -75,7 +77,7 @@ Status run_get(const GetArgs& args) {
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (is_extra[i]) continue;  // written with the entry before it
     const std::string& name = args.tensors[next_name++];
-    auto t = c.acquire(args.model, name, *layout);
+    auto t = c.acquire(args.model, name, *layout, args.device);
     if (!t) return t.error();
     Status st;
     std::size_t extras = 0;
@@ -138,6 +140,8 @@ void add_get_command(CLI::App& app, int* exit_code) {
                   "stored, dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8_e4m3, gptq, gptq-v2, awq, "
                   "marlin (default stored)");
   cmd->add_option("--timeout-ms", args->timeout_ms, "bound on each wait for epkd (default 60000)");
+  cmd->add_option("--device", args->device, "the CUDA device whose pool serves the tensors (default 0)")
+      ->check(CLI::Range(0, 63));
   cmd->callback([args, exit_code] {
     auto st = run_get(*args);
     *exit_code = st ? kExitOk : report("get", st.error());

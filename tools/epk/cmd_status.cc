@@ -21,8 +21,14 @@ Status run_status(const StatusArgs& args) {
   EPK_TRY_ASSIGN(client::Stats s, c.stats());
   EPK_TRY_ASSIGN(shm::ModelsReply models, c.models());
   std::vector<shm::PoolInfo> pools = c.pools();
-  // The daemon keeps one pool per device and its cache figures are that pool's; with one pool (this build) they are
-  // the pool's own. Budget per pool is the pool's size.
+  // One pool per served device (or one host pool), each with its own cache: the stats reply carries every pool's
+  // budget, bytes used, pins and counters (protocol version 3); the cache line below is their sum.
+  auto pool_stats = [&](std::uint32_t id) -> shm::PoolStats {
+    for (const shm::PoolStats& ps : s.pools) {
+      if (ps.pool_id == id) return ps;
+    }
+    return {};
+  };
   const double ms = static_cast<double>(s.decode_ns) / 1e6;
   const std::uint64_t others = s.clients > 0 ? s.clients - 1 : 0;  // not counting this connection
   if (args.json) {
@@ -31,12 +37,21 @@ Status run_status(const StatusArgs& args) {
     j["clients"] = others;
     j["pools"] = nlohmann::json::array();
     for (const auto& p : pools) {
+      const shm::PoolStats ps = pool_stats(p.pool_id);
       j["pools"].push_back({{"pool_id", p.pool_id},
                             {"kind", pool_kind_name(p.kind)},
                             {"device", p.device},
-                            {"budget_bytes", p.size},
-                            {"used_bytes", pools.size() == 1 ? s.used_bytes : 0},
-                            {"pinned_bytes", pools.size() == 1 ? s.pinned_bytes : 0}});
+                            {"size_bytes", p.size},
+                            {"budget_bytes", ps.budget_bytes},
+                            {"used_bytes", ps.used_bytes},
+                            {"pinned_bytes", ps.pinned_bytes},
+                            {"tensors_cached", ps.slots},
+                            {"pinned_slots", ps.pinned_slots},
+                            {"pins", ps.pins},
+                            {"hits", ps.hits},
+                            {"misses", ps.misses},
+                            {"evictions", ps.evictions},
+                            {"resident_bytes", ps.resident_bytes}});
     }
     j["cache"] = {{"budget_bytes", s.budget_bytes},
                   {"used_bytes", s.used_bytes},
@@ -65,15 +80,21 @@ Status run_status(const StatusArgs& args) {
   std::printf("epkd at %s: %llu model(s), %llu other client(s)\n", args.socket.c_str(),
               static_cast<unsigned long long>(s.models), static_cast<unsigned long long>(others));
   for (const auto& p : pools) {
-    std::printf("pool %u (%s%s): %s used of %s (%.1f%%), %s pinned\n", p.pool_id, pool_kind_name(p.kind),
+    const shm::PoolStats ps = pool_stats(p.pool_id);
+    std::printf("pool %u (%s%s): %s used of %s budget (%.1f%%), %s pinned in %llu slot(s), %llu pin(s); "
+                "hits %llu, misses %llu, evictions %llu\n",
+                p.pool_id, pool_kind_name(p.kind),
                 p.device >= 0 ? (", device " + std::to_string(p.device)).c_str() : "",
-                human_bytes(s.used_bytes).c_str(), human_bytes(p.size).c_str(),
-                p.size ? 100.0 * static_cast<double>(s.used_bytes) / static_cast<double>(p.size) : 0.0,
-                human_bytes(s.pinned_bytes).c_str());
-  }
-  if (s.resident_bytes != 0) {
-    std::printf("resident compressed tier: %s on the device (outside the budget)\n",
-                human_bytes(s.resident_bytes).c_str());
+                human_bytes(ps.used_bytes).c_str(), human_bytes(ps.budget_bytes).c_str(),
+                ps.budget_bytes ? 100.0 * static_cast<double>(ps.used_bytes) / static_cast<double>(ps.budget_bytes)
+                                : 0.0,
+                human_bytes(ps.pinned_bytes).c_str(), static_cast<unsigned long long>(ps.pinned_slots),
+                static_cast<unsigned long long>(ps.pins), static_cast<unsigned long long>(ps.hits),
+                static_cast<unsigned long long>(ps.misses), static_cast<unsigned long long>(ps.evictions));
+    if (ps.resident_bytes != 0) {
+      std::printf("  resident compressed tier on device %d: %s (outside the budget)\n", p.device,
+                  human_bytes(ps.resident_bytes).c_str());
+    }
   }
   std::printf(
       "cache: %llu tensor(s) cached, %llu pinned (%llu pins); hits %llu, misses %llu, evictions %llu, "
