@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: epkd serving every GPU of the host. Runs the several-device integration test, then the
 # one-device one (epkd_gpu_test, --devices 0), against the staged binaries, and shows `epk status` of an epkd on
-# every device. BIN is the staged .mgpu/ (scripts/gpu/stage_multigpu.sh). Exit status 0 when both tests pass.
+# every device. BIN is the folder scripts/gpu/stage.sh fills (.gpu/). Exit status 0 when both tests pass.
 #   bash multigpu_check.sh BIN
 set -uo pipefail
 bin="$1"

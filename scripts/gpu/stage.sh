@@ -29,12 +29,12 @@ fi
 # epkd's device path (issue 6): the daemon, a client process, the device integration test and the acquire bench, with
 # the one shared library epkd needs beyond libc/libstdc++ (the device image may lack it).
 mkdir -p "$dest/epkd/lib"
-for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tests/shm/shm_cuda_event_test \
-  bench/gpu_acquire_bench bench/epk_bench_rtt; do
+for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tests/daemon/epkd_multigpu_test \
+  tests/shm/shm_cuda_event_test bench/gpu_acquire_bench bench/epk_bench_rtt; do
   strip -o "$dest/epkd/$(basename "$b")" "$build/$b"
 done
 cp -L "$(ldd "$build/daemon/epkd" | awk '/libtomlplusplus/ {print $3}')" "$dest/epkd/lib/"
-cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$dest/"
+cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$root/scripts/gpu/multigpu_check.sh" "$dest/"
 # Debug info is not needed there and would overrun the 64 MiB the device tool carries.
 if compgen -G "$dest/bin/*" >/dev/null; then strip "$dest"/bin/*; fi
 du -sh "$dest"
