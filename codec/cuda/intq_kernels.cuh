@@ -201,23 +201,46 @@ __global__ void gather_rows_kernel(const std::int32_t* __restrict__ values, std:
   out[r] = values ? __ldg(values + src) : static_cast<std::int32_t>(src / divisor);
 }
 
-// The stable argsort of g_idx (sort_groups' row order), one thread per group: group g's rows start after every row of
-// a smaller group and keep their order. O(groups * rows) reads in all: a handful of rows per weight column, run once
-// per repack. g_idx nullable: k / group_size (already sorted). A padding row (>= rows) placed among the first `rows`
-// positions sets kPaddingSortsInside in *flags (the CPU's sort_groups refuses that tensor).
+// The stable argsort of g_idx (sort_groups' row order), one block per group (blockIdx.x = g, at most
+// kGroupOrderMaxThreads threads): group g's rows start after every row of a smaller group (a block-wide count) and keep
+// their order: the block walks the rows in chunks of blockDim.x, and a row of group g goes to the next free position
+// plus the number of group-g rows before it in its chunk (an inclusive scan in shared memory). g_idx nullable:
+// k / group_size (already sorted). A padding row (>= rows) placed among the first `rows` positions sets
+// kPaddingSortsInside in *flags (the CPU's sort_groups refuses that tensor). (The first form, one thread per group
+// scanning every row, took 565 us for 4096 rows in 32 groups on an H200.)
+inline constexpr unsigned kGroupOrderMaxThreads = 256;
 __global__ void group_order_kernel(const std::int32_t* __restrict__ g_idx, std::int64_t group_size,
-                                   std::int64_t rows, std::int64_t padded_rows, std::int64_t num_groups,
-                                   std::uint32_t* __restrict__ flags, std::int32_t* __restrict__ order) {
-  const std::uint64_t gi = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
-  if (gi >= static_cast<std::uint64_t>(num_groups)) return;
-  const std::int64_t g = static_cast<std::int64_t>(gi);
+                                   std::int64_t rows, std::int64_t padded_rows, std::uint32_t* __restrict__ flags,
+                                   std::int32_t* __restrict__ order) {
+  __shared__ std::int64_t scan[kGroupOrderMaxThreads];
+  const std::int64_t g = blockIdx.x;
+  const unsigned t = threadIdx.x, width = blockDim.x;
   auto group_of = [&](std::int64_t k) -> std::int64_t { return g_idx ? __ldg(g_idx + k) : k / group_size; };
+  std::int64_t before = 0;
+  for (std::int64_t k = t; k < padded_rows; k += width) before += group_of(k) < g;
+  scan[t] = before;
+  __syncthreads();
   std::int64_t pos = 0;
-  for (std::int64_t k = 0; k < padded_rows; ++k) pos += group_of(k) < g;
-  for (std::int64_t k = 0; k < padded_rows; ++k) {
-    if (group_of(k) != g) continue;
-    if (pos < rows && k >= rows && flags != nullptr) atomicOr(flags, kPaddingSortsInside);
-    order[pos++] = static_cast<std::int32_t>(k);
+  for (unsigned i = 0; i < width; ++i) pos += scan[i];  // every thread the same sum: no broadcast step needed
+  __syncthreads();
+  for (std::int64_t chunk = 0; chunk < padded_rows; chunk += width) {
+    const std::int64_t k = chunk + t;
+    const bool member = k < padded_rows && group_of(k) == g;
+    scan[t] = member ? 1 : 0;
+    __syncthreads();
+    for (unsigned off = 1; off < width; off <<= 1) {
+      const std::int64_t add = t >= off ? scan[t - off] : 0;
+      __syncthreads();
+      scan[t] += add;
+      __syncthreads();
+    }
+    if (member) {
+      const std::int64_t p = pos + scan[t] - 1;
+      if (p < rows && k >= rows && flags != nullptr) atomicOr(flags, kPaddingSortsInside);
+      order[p] = static_cast<std::int32_t>(k);
+    }
+    pos += scan[width - 1];
+    __syncthreads();  // every thread has read scan[width - 1] before the next chunk overwrites it
   }
 }
 

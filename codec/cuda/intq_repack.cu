@@ -138,8 +138,9 @@ Status group_order(const DeviceIntq& t, std::int32_t* order, std::uint32_t* flag
   if (t.num_groups < 0) return invalid("group_order: num_groups");
   const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups);
   if (n == 0 || t.padded_rows == 0) return {};
-  detail::group_order_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.g_idx, t.group_size, t.rows, t.padded_rows,
-                                                                     t.num_groups, flags, order);
+  if (n > 0x7FFFFFFFu) return invalid("group_order: num_groups beyond one grid dimension");
+  detail::group_order_kernel<<<static_cast<unsigned>(n), detail::kGroupOrderMaxThreads, 0, stream>>>(
+      t.g_idx, t.group_size, t.rows, t.padded_rows, flags, order);
   return launched("group_order");
 }
 

@@ -4,6 +4,7 @@
 // (intq_repack_test.cc) checks the same on the device, with the real intrinsics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -124,6 +126,11 @@ std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
 
 void run_1d(std::size_t n, const std::function<void()>& kernel) {
   launch({static_cast<unsigned>((n + 63) / 64), 1, 1}, {64, 1, 1}, kernel);
+}
+
+// group_order_kernel's launch: one block of `threads` threads per group.
+void run_per_group(unsigned groups, unsigned threads, const std::function<void()>& kernel) {
+  launch({groups, 1, 1}, {threads, 1, 1}, kernel);
 }
 
 std::vector<std::uint8_t> as_bytes(const std::vector<std::uint32_t>& w) {
@@ -304,8 +311,8 @@ TEST(IntqKernelsOnHost, MarlinOfActOrderEqualsTheCpuWriter) {
     std::vector<std::int32_t> order(static_cast<std::size_t>(t.padded_rows), -1);
     std::uint32_t flags = 0;
     const std::int32_t* g_idx = c.act_order ? t.g_idx.data() : nullptr;
-    run_1d(static_cast<std::size_t>(t.num_groups), [&] {
-      detail::group_order_kernel(g_idx, t.group_size, t.rows, t.padded_rows, t.num_groups, &flags, order.data());
+    run_per_group(static_cast<unsigned>(t.num_groups), 64, [&] {
+      detail::group_order_kernel(g_idx, t.group_size, t.rows, t.padded_rows, &flags, order.data());
     });
     EXPECT_EQ(flags, 0u);
     const auto want_q = tensor_of(cpu, "qweight");
@@ -330,9 +337,27 @@ TEST(IntqKernelsOnHost, GroupOrderFlagsAPaddingRowSortedIntoTheLogicalRows) {
   g_idx[25] = 0;
   std::vector<std::int32_t> order(32);
   std::uint32_t flags = 0;
-  run_1d(4, [&] { detail::group_order_kernel(g_idx.data(), 5, 20, 32, 4, &flags, order.data()); });
+  // 7 threads per block: chunks that split groups and a scan width that is not a power of two.
+  run_per_group(4, 7, [&] { detail::group_order_kernel(g_idx.data(), 5, 20, 32, &flags, order.data()); });
   EXPECT_EQ(flags, detail::kPaddingSortsInside);
   std::vector<std::int32_t> want(32);
+  std::iota(want.begin(), want.end(), 0);
+  std::stable_sort(want.begin(), want.end(),
+                   [&](int a, int b) { return g_idx[std::size_t(a)] < g_idx[std::size_t(b)]; });
+  EXPECT_EQ(order, want);
+}
+
+TEST(IntqKernelsOnHost, GroupOrderIsTheStableSortOfScatteredGroups) {
+  // 301 rows in 13 shuffled groups of 23-24 rows, 64 threads per block: five chunks, every group spread over them.
+  std::vector<std::int32_t> g_idx(301);
+  for (std::size_t k = 0; k < g_idx.size(); ++k) g_idx[k] = static_cast<std::int32_t>(k % 13);
+  std::mt19937 rng(7);
+  std::shuffle(g_idx.begin(), g_idx.end(), rng);
+  std::vector<std::int32_t> order(g_idx.size(), -1);
+  std::uint32_t flags = 0;
+  run_per_group(13, 64, [&] { detail::group_order_kernel(g_idx.data(), 24, 301, 301, &flags, order.data()); });
+  EXPECT_EQ(flags, 0u);
+  std::vector<std::int32_t> want(g_idx.size());
   std::iota(want.begin(), want.end(), 0);
   std::stable_sort(want.begin(), want.end(),
                    [&](int a, int b) { return g_idx[std::size_t(a)] < g_idx[std::size_t(b)]; });
