@@ -51,6 +51,7 @@ struct Resident {
     shm::DeviceBuffer scratch;
   };
   std::string name;
+  std::shared_ptr<const ModelSource> source_model;  // keeps `stream` valid: plan_for() reads it on a first use
   const rans::LatticeRansStream* stream = nullptr;
   DType source = DType::kF32;
   shm::DeviceBuffer payload, offsets, states, scales;
@@ -103,6 +104,7 @@ class CudaBackend final : public GpuBackend {
       EPK_TRY(src->verify_stored(i));
       auto r = std::make_shared<Resident>();
       r->name = src->tensors()[i].name;
+      r->source_model = src;
       r->stream = s;
       r->source = src->tensors()[i].dtype;
       // The decoder reads the payload in 16-byte chunks up to 8 words past its end.
@@ -137,18 +139,27 @@ class CudaBackend final : public GpuBackend {
     EPK_TRY(shm::make_device_current(device_));
     const std::uint64_t dst = pool_base_ + slot_offset;
     std::optional<cuda::OutputFormat> fmt = r ? gpu_format(layout, r->source) : std::nullopt;
-    if (fmt) {
-      EPK_TRY(decode_on_device(*r, *fmt, dst, bytes));
-      *on_device = true;
-    } else {
-      EPK_TRY(produce_on_host(src, tensor, layout, dst, bytes));
+    Status enqueued = [&]() -> Status {
+      if (fmt) {
+        EPK_TRY(decode_on_device(*r, *fmt, dst, bytes));
+        *on_device = true;
+      } else {
+        EPK_TRY(produce_on_host(src, tensor, layout, dst, bytes));
+      }
+      EPK_TRY(ring_[event_for(slot_id)].record(stream_.get()));
+      last_enqueued_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count();
+      return {};
+    }();
+    // Synchronised on failure too: the next produce() reuses the pinned patch, staging and status buffers, which a
+    // copy queued before the failure may still read.
+    Status synced = stream_.synchronize();
+    if (!enqueued) {
+      pending_plan_ = nullptr;
+      return enqueued;
     }
-    const shm::CudaEvent& done = ring_[event_for(slot_id)];
-    EPK_TRY(done.record(stream_.get()));
-    last_enqueued_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count();
-    EPK_TRY(stream_.synchronize());
+    EPK_TRY(synced);
     return check_status();
   }
 
@@ -224,6 +235,8 @@ class CudaBackend final : public GpuBackend {
       scales_dst = dst + at;
       // Padding between values and scales: no stale bytes of an earlier slot (as the CPU path).
       if (at > values) EPK_TRY(shm::fill_device_async(dst + values, 0, at - values, stream_.get(), device_));
+    } else if (std::uint64_t{r.stream->rows} * r.stream->cols * cuda::output_element_bytes(fmt) != bytes) {
+      return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': dense slot size");  // never write past a slot
     }
     std::uint64_t patch[2] = {dst, scales_dst};
     std::memcpy(patch_.data(), patch, sizeof(patch));  // the previous produce() synchronised: the buffer is free
