@@ -9,23 +9,12 @@
 #include <fstream>
 #include <set>
 
-// The build paths, unless EPK_EPKD / EPK_TEST_CLIENT say where the binaries are (the GPU machine runs a staged copy).
-namespace {
-inline const char* env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != 0 ? v : fallback;
-}
-}  // namespace
-#define EPKD_PATH env_or("EPK_EPKD", EPKD_BUILD_PATH)
-#define TEST_CLIENT_PATH env_or("EPK_TEST_CLIENT", TEST_CLIENT_BUILD_PATH)
-#define EPK_CLI_PATH env_or("EPK_CLI", EPK_CLI_BUILD_PATH)
-
 #include "client/client.h"
 #include "client/epk.h"
 #include "codec/common/checksum.h"
 #include "shm/device_pool.h"
 #include "tests/daemon/epk_test_models.h"
-#include "tests/daemon/epkd_harness.h"
+#include "tests/daemon/epkd_device_harness.h"
 
 namespace epk {
 namespace {
@@ -35,15 +24,11 @@ using namespace epk::test_harness;  // NOLINT
 using namespace epk::test_models;   // NOLINT
 using client::Client;
 
-// epkd on the device path (the harness's epkd without --cpu), device 0 only (several devices:
-// epkd_multigpu_test.cc); a clean exit on SIGTERM is part of every test.
-class GpuEpkd : public Epkd {
+// epkd on the device path, device 0 only (several devices: epkd_multigpu_test.cc).
+class GpuEpkd : public DevEpkd {
  public:
   GpuEpkd(const std::string& model, const std::string& budget_mb)
-      : Epkd({"--model", model, "--devices", "0"}, budget_mb, "", Epkd::Path::kDevice) {}
-  ~GpuEpkd() {
-    if (running() && terminate() != 0) ADD_FAILURE() << "epkd did not exit 0 after SIGTERM";
-  }
+      : DevEpkd({"--model", model, "--devices", "0"}, budget_mb) {}
 };
 
 class EpkdGpu : public ::testing::Test {

@@ -8,22 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
-namespace {
-inline const char* env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != 0 ? v : fallback;
-}
-}  // namespace
-#define EPKD_PATH env_or("EPK_EPKD", EPKD_BUILD_PATH)
-#define TEST_CLIENT_PATH env_or("EPK_TEST_CLIENT", TEST_CLIENT_BUILD_PATH)
-#define EPK_CLI_PATH env_or("EPK_CLI", EPK_CLI_BUILD_PATH)
-
 #include "client/client.h"
 #include "client/epk.h"
 #include "codec/common/checksum.h"
 #include "shm/device_pool.h"
 #include "tests/daemon/epk_test_models.h"
-#include "tests/daemon/epkd_harness.h"
+#include "tests/daemon/epkd_device_harness.h"
 
 namespace epk {
 namespace {
@@ -33,16 +23,6 @@ using namespace epk::test_harness;  // NOLINT
 using namespace epk::test_models;   // NOLINT
 using client::Client;
 using shm::Layout;
-
-// epkd on the device path with `extra` flags; a clean exit on SIGTERM is part of every test.
-class DevEpkd : public Epkd {
- public:
-  DevEpkd(std::vector<std::string> extra, const std::string& budget_mb)
-      : Epkd(std::move(extra), budget_mb, "", Epkd::Path::kDevice) {}
-  ~DevEpkd() {
-    if (running() && terminate() != 0) ADD_FAILURE() << "epkd did not exit 0 after SIGTERM";
-  }
-};
 
 const shm::PoolStats* pool_of(const client::Stats& s, std::uint32_t id) {
   for (const auto& p : s.pools) {
