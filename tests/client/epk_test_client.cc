@@ -62,6 +62,30 @@ std::uint32_t index_of(const std::string& tensor) {
   return tensor.size() > 1 && tensor[0] == 't' ? static_cast<std::uint32_t>(std::atoi(tensor.c_str() + 1)) : 0;
 }
 
+// The words after HOLD_MS: "gate" (after connecting, print "connected" and wait for a byte on stdin) and "device=N"
+// (the CUDA device whose pool serves the tensor; 0 by default).
+struct HoldOptions {
+  bool gate = false;
+  std::uint32_t device = 0;
+};
+
+HoldOptions parse_hold_options(int argc, char** argv, int first) {
+  HoldOptions o;
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "gate") o.gate = true;
+    if (a.rfind("device=", 0) == 0) o.device = static_cast<std::uint32_t>(std::atoi(a.c_str() + 7));
+  }
+  return o;
+}
+
+bool wait_for_gate() {
+  std::printf("connected\n");
+  std::fflush(stdout);
+  char b;
+  return ::read(0, &b, 1) == 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,20 +108,9 @@ int main(int argc, char** argv) {
   if (!layout) return die(std::string("unknown layout ") + argv[5]);
   if (cmd == "acquire") {
     int hold_ms = std::atoi(argv[6]);
-    bool gate = false;
-    std::uint32_t device = 0;  // the CUDA device whose pool serves the tensor
-    for (int i = 7; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "gate") gate = true;
-      if (a.rfind("device=", 0) == 0) device = static_cast<std::uint32_t>(std::atoi(a.c_str() + 7));
-    }
-    if (gate) {
-      std::printf("connected\n");
-      std::fflush(stdout);
-      char b;
-      if (::read(0, &b, 1) != 1) return die("gate: stdin closed");
-    }
-    auto t = c->acquire(model, tensor, *layout);
+    const HoldOptions opt = parse_hold_options(argc, argv, 7);
+    if (opt.gate && !wait_for_gate()) return die("gate: stdin closed");
+    auto t = c->acquire(model, tensor, *layout, opt.device);
     if (!t) return die(t.error().to_string());
     if (!check_synthetic(*t, index_of(tensor)))
       return die("contents of " + tensor + " differ from the synthetic values");
@@ -113,23 +126,12 @@ int main(int argc, char** argv) {
   }
   if (cmd == "devhash") {
     int hold_ms = std::atoi(argv[6]);
-    bool gate = false;
-    std::uint32_t device = 0;  // the CUDA device whose pool serves the tensor
-    for (int i = 7; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "gate") gate = true;
-      if (a.rfind("device=", 0) == 0) device = static_cast<std::uint32_t>(std::atoi(a.c_str() + 7));
-    }
-    if (gate) {
-      std::printf("connected\n");
-      std::fflush(stdout);
-      char b;
-      if (::read(0, &b, 1) != 1) return die("gate: stdin closed");
-    }
-    auto t = c->acquire(model, tensor, *layout, device);
+    const HoldOptions opt = parse_hold_options(argc, argv, 7);
+    if (opt.gate && !wait_for_gate()) return die("gate: stdin closed");
+    auto t = c->acquire(model, tensor, *layout, opt.device);
     if (!t) return die(t.error().to_string());
     if (!t->on_device || t->event == nullptr) return die("not a device slot with an event");
-    if (t->device != static_cast<int>(device)) return die("served from device " + std::to_string(t->device));
+    if (t->device != static_cast<int>(opt.device)) return die("served from device " + std::to_string(t->device));
     if (auto st = c->wait(*t, nullptr); !st) return die(st.error().to_string());
     std::vector<std::uint8_t> host(t->bytes);
     if (auto st = c->copy_to_host(*t, host.data()); !st) return die(st.error().to_string());
