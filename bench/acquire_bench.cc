@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_model.h"
 #include "client/client.h"
 #include "codec/container/writer.h"
 #include "codec/rans/container_io.h"
@@ -58,28 +59,13 @@ int main(int argc, char** argv) {
   }
   const epk::DType out_type = *layout == epk::shm::Layout::kDenseBF16 ? epk::DType::kBF16 : epk::DType::kF32;
 
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  std::vector<float> w(std::size_t(rows) * cols);
-  for (float& v : w) v = nd(rng);
-  epk::rate::EncodeOptions o;
-  o.target_bpp = bpp;
-  o.threads = 2;
-  auto enc = epk::rate::encode(std::as_bytes(std::span<const float>(w)), rows, cols, epk::DType::kF32, o, "w");
-  if (!enc) {
-    std::fprintf(stderr, "%s\n", enc.error().to_string().c_str());
-    return 1;
-  }
   auto dir = std::filesystem::temp_directory_path() / ("epk_acquire_bench_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string path = (dir / "m.epk").string(), sock = (dir / "s.sock").string();
-  {
-    auto wr = epk::container::Writer::create(path, {});
-    for (int i = 0; wr && i < n; ++i) {
-      auto form = epk::rans::to_container(*enc, "t" + std::to_string(i), {});
-      if (!wr->add_tensor(form.spec, form.buffers)) return 1;
-    }
-    if (!wr || !wr->finish()) return 1;
+  auto enc = epk::bench::write_gaussian_model(path, rows, cols, bpp, n, 2);
+  if (!enc) {
+    std::fprintf(stderr, "%s\n", enc.error().to_string().c_str());
+    return 1;
   }
 
   std::vector<std::byte> out(std::size_t(rows) * cols * (epk::dtype_bits(out_type) / 8));

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_model.h"
 #include "client/client.h"
 #include "codec/container/writer.h"
 #include "codec/cuda/decode.h"
@@ -74,28 +75,14 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  std::vector<float> w(std::size_t(rows) * cols);
-  for (float& v : w) v = nd(rng);
-  epk::rate::EncodeOptions o;
-  o.target_bpp = bpp;
-  o.threads = std::max(1u, std::thread::hardware_concurrency());
-  auto t_enc = Clock::now();
-  auto enc = epk::rate::encode(std::as_bytes(std::span<const float>(w)), rows, cols, epk::DType::kF32, o, "w");
-  if (!enc) return die(enc.error().to_string());
-  std::printf("encoded %ux%u at %.2f bpp target in %.1f s\n", rows, cols, bpp, us_since(t_enc) / 1e6);
   auto dir = std::filesystem::temp_directory_path() / ("epk_gpu_acquire_bench_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string path = (dir / "m.epk").string(), sock = (dir / "s.sock").string();
-  {
-    auto wr = epk::container::Writer::create(path, {});
-    for (int i = 0; wr && i < n; ++i) {
-      auto form = epk::rans::to_container(*enc, "t" + std::to_string(i), {});
-      if (!wr->add_tensor(form.spec, form.buffers)) return die("add_tensor");
-    }
-    if (!wr || !wr->finish()) return die("writing the .epk");
-  }
+  auto t_enc = Clock::now();
+  auto enc =
+      epk::bench::write_gaussian_model(path, rows, cols, bpp, n, std::max(1u, std::thread::hardware_concurrency()));
+  if (!enc) return die(enc.error().to_string());
+  std::printf("encoded %ux%u at %.2f bpp target in %.1f s\n", rows, cols, bpp, us_since(t_enc) / 1e6);
   const std::uint64_t out_bytes = std::uint64_t(rows) * cols * 2;
 
   // Bare decode: the same inputs resident in this process, one kernel per decode.
