@@ -182,24 +182,26 @@ Status marlin_g_idx_perm(const DeviceIntq& t, const std::int32_t* order, std::in
   return launched("marlin g_idx/perm");
 }
 
-Status repack_gptq_qzeros_v2(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
+namespace {
+// GPTQ qzeros in either zero convention: v1 stores z - 1 (minus_one, flagging a zero point of 0 in *zero_flag).
+Status repack_gptq_qzeros(const DeviceIntq& t, std::uint32_t* dst, bool minus_one, std::uint32_t* zero_flag,
+                          Stream stream) {
   EPK_TRY(check_common(t));
   if ((t.padded_cols * t.bits) % 32 != 0) return invalid("gptq qzeros: padded_cols * bits is not a multiple of 32");
   const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * (t.padded_cols * t.bits / 32);
   if (n == 0) return {};
   detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.zeros, 1u << (t.bits - 1), t.num_groups,
-                                                                   t.padded_cols, t.bits, false, nullptr, dst);
-  return launched("gptq qzeros");
+                                                                   t.padded_cols, t.bits, minus_one, zero_flag, dst);
+  return launched(minus_one ? "gptq qzeros v1" : "gptq qzeros");
+}
+}  // namespace
+
+Status repack_gptq_qzeros_v2(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
+  return repack_gptq_qzeros(t, dst, false, nullptr, stream);
 }
 
 Status repack_gptq_qzeros_v1(const DeviceIntq& t, std::uint32_t* dst, std::uint32_t* zero_flag, Stream stream) {
-  EPK_TRY(check_common(t));
-  if ((t.padded_cols * t.bits) % 32 != 0) return invalid("gptq qzeros: padded_cols * bits is not a multiple of 32");
-  const std::uint64_t n = static_cast<std::uint64_t>(t.num_groups) * (t.padded_cols * t.bits / 32);
-  if (n == 0) return {};
-  detail::pack_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(t.zeros, 1u << (t.bits - 1), t.num_groups,
-                                                                   t.padded_cols, t.bits, true, zero_flag, dst);
-  return launched("gptq qzeros v1");
+  return repack_gptq_qzeros(t, dst, true, zero_flag, stream);
 }
 
 Status repack_awq_qzeros(const DeviceIntq& t, std::uint32_t* dst, Stream stream) {
