@@ -3,7 +3,11 @@
 // harness's epkd on the device path. Include it instead of epkd_harness.h.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +23,10 @@ inline const char* env_or(const char* name, const char* fallback) {
 #define TEST_CLIENT_PATH ::epk::test_harness::env_or("EPK_TEST_CLIENT", TEST_CLIENT_BUILD_PATH)
 #define EPK_CLI_PATH ::epk::test_harness::env_or("EPK_CLI", EPK_CLI_BUILD_PATH)
 
+#include "client/client.h"
+#include "codec/container/writer.h"
+#include "shm/device_pool.h"
+#include "tests/daemon/epk_test_models.h"
 #include "tests/daemon/epkd_harness.h"
 
 namespace epk::test_harness {
@@ -31,6 +39,48 @@ class DevEpkd : public Epkd {
   ~DevEpkd() {
     if (running() && terminate() != 0) ADD_FAILURE() << "epkd did not exit 0 after SIGTERM";
   }
+};
+
+// A fresh directory per test holding m.epk: five lattice-rans tensors (w0 129 x 67; w1..w4 384 x 320, four of which
+// in fp32, 480 KiB each, fill a 2 MiB pool) and a raw "norm" of five floats with edge values. Skips without a device.
+class DeviceModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!shm::cuda_device_available(0)) GTEST_SKIP() << "no CUDA device (or driver): the device path is not tested";
+    dir_ = std::filesystem::temp_directory_path() /
+           ("epkd_dev_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "m.epk").string();
+    auto w = container::Writer::create(path_, {{"source", "epkd device-path test"}});
+    ASSERT_TRUE(w);
+    const std::vector<std::pair<std::uint32_t, std::uint32_t>> shapes = {{129, 67}, {384, 320}, {384, 320},
+                                                                         {384, 320}, {384, 320}};
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      auto [rows, cols] = shapes[i];
+      auto e = test_models::encode_f32(test_models::gaussian(rows, cols, 200 + i), rows, cols,
+                                       2.0 + 0.5 * static_cast<double>(i % 3));
+      ASSERT_TRUE(e) << e.error().to_string();
+      ASSERT_TRUE(test_models::write_lattice(*w, "w" + std::to_string(i), *e));
+    }
+    norm_ = {0.5f, 1.0f, -1.25f, 3.0e38f, -0.0f};
+    ASSERT_TRUE(test_models::write_raw(*w, "norm", DType::kF32, {5}, test_models::as_bytes(norm_)));
+    ASSERT_TRUE(w->finish());
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  static std::vector<std::uint8_t> host_bytes(client::Client& c, const client::Tensor& t) {
+    std::vector<std::uint8_t> out(t.bytes);
+    EXPECT_TRUE(c.copy_to_host(t, out.data()));
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+  std::vector<float> norm_;
 };
 
 }  // namespace epk::test_harness

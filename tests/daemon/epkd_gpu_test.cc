@@ -31,44 +31,7 @@ class GpuEpkd : public DevEpkd {
       : DevEpkd({"--model", model, "--devices", "0"}, budget_mb) {}
 };
 
-class EpkdGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!shm::cuda_device_available(0)) GTEST_SKIP() << "no CUDA device (or driver): the device path is not tested";
-    dir_ = fs::temp_directory_path() / ("epkd_gpu_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "m.epk").string();
-    auto w = container::Writer::create(path_, {{"source", "epkd_gpu_test"}});
-    ASSERT_TRUE(w);
-    // Odd shapes; four 384 x 320 tensors (fp32: 480 KiB each) make pressure in a 2 MiB pool.
-    const std::vector<std::pair<std::uint32_t, std::uint32_t>> shapes = {{129, 67}, {384, 320}, {384, 320},
-                                                                         {384, 320}, {384, 320}};
-    for (std::size_t i = 0; i < shapes.size(); ++i) {
-      auto [rows, cols] = shapes[i];
-      auto e = encode_f32(gaussian(rows, cols, 200 + i), rows, cols, 2.0 + 0.5 * static_cast<double>(i % 3));
-      ASSERT_TRUE(e) << e.error().to_string();
-      ASSERT_TRUE(write_lattice(*w, "w" + std::to_string(i), *e));
-    }
-    norm_ = {0.5f, 1.0f, -1.25f, 3.0e38f, -0.0f};
-    ASSERT_TRUE(write_raw(*w, "norm", DType::kF32, {5}, as_bytes(norm_)));
-    ASSERT_TRUE(w->finish());
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
-
-  static std::vector<std::uint8_t> host_bytes(Client& c, const client::Tensor& t) {
-    std::vector<std::uint8_t> out(t.bytes);
-    EXPECT_TRUE(c.copy_to_host(t, out.data()));
-    return out;
-  }
-
-  fs::path dir_;
-  std::string path_;
-  std::vector<float> norm_;
-};
+class EpkdGpu : public DeviceModelTest {};
 
 TEST_F(EpkdGpu, DevicePoolServesTheSameBytesAsTheHostPath) {
   GpuEpkd gpu("m=" + path_, "16");

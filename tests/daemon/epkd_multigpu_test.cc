@@ -31,41 +31,9 @@ const shm::PoolStats* pool_of(const client::Stats& s, std::uint32_t id) {
   return nullptr;
 }
 
-class EpkdMultiGpu : public ::testing::Test {
+class EpkdMultiGpu : public DeviceModelTest {
  protected:
-  void SetUp() override {
-    if (!shm::cuda_device_available(0)) GTEST_SKIP() << "no CUDA device (or driver): the device path is not tested";
-    dir_ = fs::temp_directory_path() / ("epkd_mgpu_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "m.epk").string();
-    auto w = container::Writer::create(path_, {{"source", "epkd_multigpu_test"}});
-    ASSERT_TRUE(w);
-    // Four 384 x 320 tensors (fp32: 480 KiB each) make pressure in a 2 MiB pool; an odd one besides.
-    const std::vector<std::pair<std::uint32_t, std::uint32_t>> shapes = {{129, 67}, {384, 320}, {384, 320},
-                                                                         {384, 320}, {384, 320}};
-    for (std::size_t i = 0; i < shapes.size(); ++i) {
-      auto [rows, cols] = shapes[i];
-      auto e = encode_f32(gaussian(rows, cols, 300 + i), rows, cols, 2.5 + 0.5 * static_cast<double>(i % 3));
-      ASSERT_TRUE(e) << e.error().to_string();
-      ASSERT_TRUE(write_lattice(*w, "w" + std::to_string(i), *e));
-    }
-    ASSERT_TRUE(w->finish());
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
   static bool two_devices() { return shm::cuda_device_available(1); }
-
-  static std::vector<std::uint8_t> host_bytes(Client& c, const client::Tensor& t) {
-    std::vector<std::uint8_t> out(t.bytes);
-    EXPECT_TRUE(c.copy_to_host(t, out.data()));
-    return out;
-  }
-
-  fs::path dir_;
-  std::string path_;
 };
 
 // One device listed: the other is not served (a clear kNotFound), and the session stays open.
