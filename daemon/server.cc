@@ -205,12 +205,18 @@ class Service {
     }
   }
 
-  // Opens every configured model not yet in the registry; a model that fails is logged and skipped.
-  std::size_t open_models(const DaemonConfig& cfg) {
+  // Opens every configured model not yet in the registry; a model that fails is logged and skipped. Runs on the main
+  // context only (start, SIGHUP), so nothing else adds models meanwhile; the service lock is taken only to look a name
+  // up and to publish the model: reading, checksumming and uploading a model must not stall the sessions' acquires.
+  bool known(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
+    return registry_.find(name).has_value();
+  }
+
+  std::size_t open_models(const DaemonConfig& cfg) {
     std::size_t opened = 0;
     for (const ModelSpec& m : cfg.models) {
-      if (registry_.find(m.name)) continue;
+      if (known(m.name)) continue;
       auto t0 = Clock::now();
       auto src = open_epk_source(m.path, {cfg.resident_compressed, {}});
       if (!src) {
@@ -224,7 +230,7 @@ class Service {
       opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)));
     }
     for (const ModelSpec& m : cfg.synthetic) {
-      if (registry_.find(m.name)) continue;
+      if (known(m.name)) continue;
       auto src = SyntheticSource::create(m.path, std::chrono::microseconds(cfg.synthetic_delay_us));
       if (!src) {
         spdlog::error("synthetic model '{}' refused: {}", m.name, src.error().to_string());
@@ -531,11 +537,15 @@ class Service {
     std::string origin = src->origin();
     std::size_t n = src->tensors().size();
     std::shared_ptr<const ModelSource> kept = src;
-    auto id = registry_.add(name, std::move(src));
+    Result<std::uint32_t> id = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return registry_.add(name, std::move(src));
+    }();
     if (!id) {
       spdlog::error("model '{}' refused: {}", name, id.error().to_string());
       return 0;
     }
+    // Outside the service lock: until a device's tier is published, its acquires of this model take the CPU fallback.
     for (Lane& l : lanes_) {
       if (!l.gpu) continue;
       // Resident compressed tier, at open, on every served device (eager: an uncached acquire on any device is one
