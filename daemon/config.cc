@@ -144,6 +144,11 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
     if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'resident_compressed' must be true or false");
     cfg->resident_compressed = v->get();
   }
+  if (const toml::node* n = t.get("device_resident")) {
+    const toml::value<bool>* v = n->as_boolean();
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'device_resident' must be true or false");
+    cfg->device_resident = v->get();
+  }
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
   if (const toml::node* n = t.get("devices")) {
     const toml::array* a = n->as_array();
@@ -224,6 +229,10 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_flag("--resident-compressed", resident,
                "read every model's tensor sections into memory at open (io_uring), checksum them there and decode "
                "from memory; the file is then not read again (config: resident_compressed = true)");
+  bool no_device_resident = false;
+  app.add_flag("--no-device-resident", no_device_resident,
+               "keep no compressed tensors on the devices: uncached acquires of lattice-rans tensors decode on the CPU "
+               "and are copied (config: device_resident = false)");
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
   app.add_flag("--cpu", cpu,
@@ -255,6 +264,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
     EPK_TRY_ASSIGN(cfg.devices, parse_device_list(devices));
   }
   if (resident) cfg.resident_compressed = true;
+  if (no_device_resident) cfg.device_resident = false;
   if (check_invariants) cfg.check_invariants = true;
   std::vector<ModelSpec> parsed;
   for (const std::string& m : models) {

@@ -1,7 +1,8 @@
 // epkd's settings: from a TOML file (--config) and from flags, flags overriding the file.
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
-// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, read_timeout_ms = N,
+// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false,
+// device_resident = true|false, read_timeout_ms = N,
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
 // own budget instead of budget_mb),
 // synthetic_delay_us = N, log_level = "info", spin_us = N,
@@ -43,6 +44,10 @@ struct DaemonConfig {
   // Read every model's tensor sections into epkd's memory at open (io_uring), checksum them there and decode from
   // memory (daemon/resident_model.h); off: decode from the file's map.
   bool resident_compressed = false;
+  // The device path's resident tier: every lattice-rans tensor's compressed buffers and decode plan kept on each
+  // served device from model open, outside the slot budget, so an uncached acquire is one kernel. Off: those tensors
+  // decode on the CPU and are copied into the slot (much slower misses, no device memory beyond the pools).
+  bool device_resident = true;
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
   // After its last handler ran, an io thread polls its io_context for this long before it blocks in epoll: a request
   // that arrives within it is picked up without the wake-up of a sleeping thread. Spins only right after activity,

@@ -547,7 +547,7 @@ class Service {
     }
     // Outside the service lock: until a device's tier is published, its acquires of this model take the CPU fallback.
     for (Lane& l : lanes_) {
-      if (!l.gpu) continue;
+      if (!l.gpu || !cfg_.device_resident) continue;
       // Resident compressed tier, at open, on every served device (eager: an uncached acquire on any device is one
       // kernel). A model whose tensors cannot be made resident there still serves (CPU decoder and a copy), but says
       // so.

@@ -76,6 +76,23 @@ TEST(Config, ResidentCompressedFromFileOrFlag) {
   EXPECT_NE(c.error().message.find("'resident_compressed' must be true or false"), std::string::npos);
 }
 
+TEST(Config, DeviceResidentOnUnlessTurnedOff) {
+  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_TRUE((*c)->device_resident);
+  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--no-device-resident"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE((*c)->device_resident);
+  std::string off = write_temp("epkd_cfg_devres", "socket = \"/tmp/s\"\nbudget_mb = 8\ndevice_resident = false\n");
+  c = parse({"--config", off});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE((*c)->device_resident);
+  std::string bad = write_temp("epkd_cfg_devresbad", "socket = \"/tmp/s\"\nbudget_mb = 8\ndevice_resident = 0\n");
+  c = parse({"--config", bad});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("'device_resident' must be true or false"), std::string::npos);
+}
+
 TEST(Config, SpinFromFileThenFlag) {
   auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
   ASSERT_TRUE(c) << c.error().to_string();

@@ -74,6 +74,36 @@ TEST_F(EpkdGpu, DevicePoolServesTheSameBytesAsTheHostPath) {
   EXPECT_GE(compared, 12);
 }
 
+// device_resident = false: no compressed tensor is kept on the device, and every layout still arrives in the device
+// pool with the host path's bytes (the CPU decoder, then a copy into the slot).
+TEST_F(EpkdGpu, WithoutTheDeviceTierTheCpuFallbackServesTheSameBytes) {
+  DevEpkd gpu({"--model", "m=" + path_, "--devices", "0", "--no-device-resident"}, "16");
+  Epkd cpu({"--model", "m=" + path_}, "16");
+  ASSERT_TRUE(gpu.running());
+  ASSERT_TRUE(cpu.running());
+  auto g = Client::connect(gpu.socket());
+  auto h = Client::connect(cpu.socket());
+  ASSERT_TRUE(g) << g.error().to_string();
+  ASSERT_TRUE(h) << h.error().to_string();
+  auto st = g->stats();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->resident_bytes, 0u);
+  for (const std::string name : {"w0", "w1"}) {
+    for (shm::Layout l : {shm::Layout::kDenseBF16, shm::Layout::kRowwiseI8}) {
+      auto ht = h->acquire("m", name, l);
+      auto gt = g->acquire("m", name, l);
+      ASSERT_TRUE(ht) << ht.error().to_string();
+      ASSERT_TRUE(gt) << gt.error().to_string();
+      EXPECT_TRUE(gt->on_device);
+      ASSERT_EQ(gt->bytes, ht->bytes);
+      auto got = host_bytes(*g, *gt);
+      EXPECT_EQ(std::memcmp(got.data(), ht->data, ht->bytes), 0) << name << " " << shm::layout_name(l);
+      EXPECT_TRUE(h->release(ht->handle));
+      EXPECT_TRUE(g->release(gt->handle));
+    }
+  }
+}
+
 TEST_F(EpkdGpu, CApiExposesTheEventAndCopiesBack) {
   GpuEpkd gpu("m=" + path_, "16");
   ASSERT_TRUE(gpu.running());
