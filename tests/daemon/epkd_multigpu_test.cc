@@ -31,6 +31,19 @@ const shm::PoolStats* pool_of(const client::Stats& s, std::uint32_t id) {
   return nullptr;
 }
 
+// Four rounds over w1..w4 in two layouts on device 0: far more than a 2 MiB pool holds, so it evicts.
+void pressure_on_device_zero(Client& c) {
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 1; i <= 4; ++i) {
+      for (Layout l : {Layout::kDenseF32, Layout::kDenseBF16}) {
+        auto t = c.acquire("m", "w" + std::to_string(i), l, 0);
+        ASSERT_TRUE(t) << t.error().to_string();
+        ASSERT_TRUE(c.release_after(t->handle, nullptr));
+      }
+    }
+  }
+}
+
 class EpkdMultiGpu : public DeviceModelTest {
  protected:
   static bool two_devices() { return shm::cuda_device_available(1); }
@@ -156,15 +169,7 @@ TEST_F(EpkdMultiGpu, BudgetsAreIndependent) {
     ASSERT_TRUE(c->release_after(t->handle, nullptr));
   }
   // Device 0: rounds over four tensors and two layouts, far more than its 2 MiB.
-  for (int round = 0; round < 4; ++round) {
-    for (int i = 1; i <= 4; ++i) {
-      for (Layout l : {Layout::kDenseF32, Layout::kDenseBF16}) {
-        auto t = c->acquire("m", "w" + std::to_string(i), l, 0);
-        ASSERT_TRUE(t) << t.error().to_string();
-        ASSERT_TRUE(c->release_after(t->handle, nullptr));
-      }
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(pressure_on_device_zero(*c));
   auto s = c->stats();
   ASSERT_TRUE(s);
   const shm::PoolStats* p0 = pool_of(*s, 0);
@@ -201,15 +206,7 @@ TEST_F(EpkdMultiGpu, AClientPinnedOnDeviceOneSurvivesPressureOnDeviceZero) {
   auto c = Client::connect(d.socket());
   ASSERT_TRUE(c) << c.error().to_string();
   // Pressure on device 0, including the same tensor.
-  for (int round = 0; round < 4; ++round) {
-    for (int i = 1; i <= 4; ++i) {
-      for (Layout l : {Layout::kDenseF32, Layout::kDenseBF16}) {
-        auto t = c->acquire("m", "w" + std::to_string(i), l, 0);
-        ASSERT_TRUE(t) << t.error().to_string();
-        ASSERT_TRUE(c->release_after(t->handle, nullptr));
-      }
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(pressure_on_device_zero(*c));
   auto s = c->stats();
   ASSERT_TRUE(s);
   EXPECT_GT(pool_of(*s, 0)->evictions, 8u);
