@@ -316,6 +316,7 @@ int main(int argc, char** argv) {
       {"fast1", {LutPlacement::kAuto, 32, true, -1, false, 1, false}},
       {"lean", {LutPlacement::kAuto, 32, true, -1, false, 2, true}},
       {"ws", {LutPlacement::kAuto, 32, true, -1, false, 2, true, true}},
+      {"ws_r7", {LutPlacement::kAuto, 32, true, -1, false, 2, true, true, 7}},  // 3 decode warps per recon warp
       {"globalLUT", {LutPlacement::kGlobal, 32, true, -1, false, 0, false}},
       {"direct", {LutPlacement::kAuto, 32, false, -1, false, 0, false}},
       {"w16", {LutPlacement::kAuto, 16, true, -1, false, 0, false}},
