@@ -4,7 +4,8 @@
 // device-to-device copy of the output size and the reference decoder's time (ref_times.txt from the same script).
 // Also a 32-layer 8B-class stack decoded layer by layer.
 //
-// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR [--fast LEVEL] [--lean 0|1] [--ws 0|1]]
+// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick]
+//            [--only TENSOR [--fast LEVEL] [--lean 0|1] [--ws 0|1] [--ws-recon N]]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -281,6 +282,9 @@ int main(int argc, char** argv) {
     }
     if (std::strcmp(argv[i], "--lean") == 0 && i + 1 < argc) only_options.lean = std::atoi(argv[++i]) != 0;
     if (std::strcmp(argv[i], "--ws") == 0 && i + 1 < argc) only_options.warp_specialised = std::atoi(argv[++i]) != 0;
+    if (std::strcmp(argv[i], "--ws-recon") == 0 && i + 1 < argc) {
+      only_options.ws_max_recon_warps = static_cast<std::uint32_t>(std::atoi(argv[++i]));
+    }
   }
   if (epk::cuda::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");

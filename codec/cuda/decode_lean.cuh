@@ -101,14 +101,17 @@ __device__ __forceinline__ void mbar_init(std::uint32_t addr, std::uint32_t coun
 __device__ __forceinline__ void mbar_arrive(std::uint32_t addr) {
   asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
 }
-// Waits until the phase of the given parity has completed (try_wait suspends the warp for a while between polls).
+// Waits until the phase of the given parity has completed. try_wait suspends the thread until then or until a time
+// limit; kSuspendHintNs asks for a long limit, since every poll that comes back empty costs issue slots that the
+// decode warps need (run 1 of this kernel, without the hint: 23% more instructions than the lean loop).
+template <std::uint32_t kSuspendHintNs = 1000000>
 __device__ __forceinline__ void mbar_wait(std::uint32_t addr, std::uint32_t parity) {
   std::uint32_t done;
   do {
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
-        : "r"(addr), "r"(parity)
+        : "r"(addr), "r"(parity), "n"(kSuspendHintNs)
         : "memory");
   } while (done == 0);
 }
