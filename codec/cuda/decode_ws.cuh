@@ -9,6 +9,10 @@
 // and by issue, with only ~5 chains per scheduler (the stream's tile count). A warp issues in order, so in the lean
 // loop a group's placement and store (~14 instructions per symbol step) sit between two groups' chains. Split off,
 // the chains issue at their own latency and the reconstruction warps' work fills the slots they leave idle.
+// Measured (H200, docs/NOTES.md runs 8 and 9): bit-exact everywhere, but the hand-off and the un-stepped placement
+// cost 23% more warp instructions than the lean loop while issue efficiency rose only 62.5% -> 67.6%, so 10240x3840
+// at 4 bpp takes 84.8-87.2 us against the lean loop's 79.2-80.0 (2 bpp 122.8 vs 115.9); with few tiles per block
+// (4096x4096, 9 decode warps) it is 3% faster (68.4 vs 70.6 us). Off by default for that reason.
 //
 // Hand-off: per decode warp two slots, each with a "full" mbarrier (32 arrivals: every decode lane after its
 // stores) and an "empty" one (32 arrivals: every reconstruction lane after its loads); the arrive releases and the
