@@ -102,8 +102,8 @@ __device__ __forceinline__ void mbar_arrive(std::uint32_t addr) {
   asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
 }
 // Waits until the phase of the given parity has completed. try_wait suspends the thread until then or until a time
-// limit; kSuspendHintNs asks for a long limit, since every poll that comes back empty costs issue slots that the
-// decode warps need (run 1 of this kernel, without the hint: 23% more instructions than the lean loop).
+// limit; kSuspendHintNs asks for a long limit so that empty polls do not take issue slots from the decode warps (on
+// the H200 the instruction count was the same with and without it: 51.86M vs 51.85M, docs/NOTES.md run 9).
 template <std::uint32_t kSuspendHintNs = 1000000>
 __device__ __forceinline__ void mbar_wait(std::uint32_t addr, std::uint32_t parity) {
   std::uint32_t done;
