@@ -4,7 +4,8 @@
 // device-to-device copy of the output size and the reference decoder's time (ref_times.txt from the same script).
 // Also a 32-layer 8B-class stack decoded layer by layer.
 //
-// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR [--fast LEVEL] [--lean 0|1]]
+// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick]
+//            [--only TENSOR [--fast LEVEL] [--lean 0|1] [--ws 0|1] [--ws-recon N]]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -173,7 +174,8 @@ void bench_tensor(const std::string& name, const RawStream& raw,
                   std::to_string(plans[0].warps_per_block()) + kModes[plans[0].lut_mode()] +
                   (plans[0].stage_words() ? (plans[0].shuffle_words() ? " shfl" : " staged") : " direct") +
                   (plans[0].fast_level() ? " fast" + std::to_string(plans[0].fast_level()) : "") +
-                  (plans[0].lean_pb() ? std::string(plans[0].lean_bf16() ? " lean-bf16" : " lean") : "") + " b" +
+                  (plans[0].lean_pb() ? std::string(plans[0].lean_bf16() ? " lean-bf16" : " lean") : "") +
+                  (plans[0].ws_recon_warps() ? " ws+" + std::to_string(plans[0].ws_recon_warps()) : "") + " b" +
                   std::to_string(plans[0].blocks());
       r.us = median(us);
       r.min_us = *std::min_element(us.begin(), us.end());
@@ -279,6 +281,10 @@ int main(int argc, char** argv) {
       only_options.lean = false;
     }
     if (std::strcmp(argv[i], "--lean") == 0 && i + 1 < argc) only_options.lean = std::atoi(argv[++i]) != 0;
+    if (std::strcmp(argv[i], "--ws") == 0 && i + 1 < argc) only_options.warp_specialised = std::atoi(argv[++i]) != 0;
+    if (std::strcmp(argv[i], "--ws-recon") == 0 && i + 1 < argc) {
+      only_options.ws_max_recon_warps = static_cast<std::uint32_t>(std::atoi(argv[++i]));
+    }
   }
   if (epk::cuda::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -313,6 +319,8 @@ int main(int argc, char** argv) {
       {"loop0", {LutPlacement::kAuto, 32, true, -1, false, 0, false}},
       {"fast1", {LutPlacement::kAuto, 32, true, -1, false, 1, false}},
       {"lean", {LutPlacement::kAuto, 32, true, -1, false, 2, true}},
+      {"ws", {LutPlacement::kAuto, 32, true, -1, false, 2, true, true}},
+      {"ws_r7", {LutPlacement::kAuto, 32, true, -1, false, 2, true, true, 7}},  // 3 decode warps per recon warp
       {"globalLUT", {LutPlacement::kGlobal, 32, true, -1, false, 0, false}},
       {"direct", {LutPlacement::kAuto, 32, false, -1, false, 0, false}},
       {"w16", {LutPlacement::kAuto, 16, true, -1, false, 0, false}},
@@ -323,7 +331,9 @@ int main(int argc, char** argv) {
   };
   const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
   const std::vector<std::pair<std::string, DecodeOptions>> default_and_lean = {
-      {"default", {}}, {"fast2", {LutPlacement::kAuto, 32, true, -1, false, 2, false}}};
+      {"default", {}},
+      {"fast2", {LutPlacement::kAuto, 32, true, -1, false, 2, false}},
+      {"ws", {LutPlacement::kAuto, 32, true, -1, false, 2, true, true}}};
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
 
   if (!only.empty()) {

@@ -99,10 +99,25 @@ struct DecodeOptions {
   // The lean group loop (decode_lean.cuh): fewer instructions per symbol and per group. Taken where the plan has
   // packed shared tables, staged words without shuffling and every tensor at prob_bits 11 (80 registers per thread
   // for blocks of at most 24 warps, else 64); with a bf16-only store where every job is bf16 with cols % 8 == 0 and
-  // every row scale is 0, non-finite or at least 2^-115. Elsewhere the plan falls back to the loop fast_groups picks (DecodePlan::lean_pb() says which ran).
+  // every row scale is 0, non-finite or at least 2^-115. Elsewhere the plan falls back to the loop fast_groups picks
+  // (DecodePlan::lean_pb() says which ran).
   // Bit-exact in every GPU test; H200, 10240x3840 to bf16: 93.9 -> 80.6 us at 4 bpp, 131.5 -> 116.2 us at 2 bpp,
   // 14336x4096 114.1 -> 95.7 us (docs/NOTES.md, runs 6 and 7), so on by default.
   bool lean = true;
+  // Where the lean loop is taken: split each block into decode warps (one tile each, the symbol chain only) and
+  // reconstruction warps (placement, scale, conversion, store), handing groups over through shared memory
+  // (decode_ws.cuh). Needs the decode warps plus at least a third as many reconstruction warps within 32 warps and
+  // two 1.2 KiB slots per decode warp in shared memory; elsewhere the lean loop runs as it is
+  // (DecodePlan::ws_recon_warps() says which ran). Bit-exact in every GPU test; H200 (docs/NOTES.md, runs 8 and 9):
+  // slower than the lean loop at 10240x3840 (4 bpp 84.8-87.2 vs 79.2-80.0 us, 2 bpp 122.8 vs 115.9 us: 23% more
+  // instructions), 3% faster at 4096x4096 (68.4-70.4 vs 70.6-72.4 us), so off by default.
+  bool warp_specialised = false;
+  // Reconstruction warps per block at most (0: as many as fit, up to one per decode warp). Tests set it low so that
+  // one reconstruction warp serves several decode warps on small tensors.
+  std::uint32_t ws_max_recon_warps = 0;
+  // Tiles per block at least (the work split otherwise spreads the tiles over every SM, one per block for small
+  // tensors). Tests use it to run many warps per block on small tensors; no effect on results.
+  std::uint32_t min_tiles_per_block = 1;
 };
 
 // Written by the kernel into scratch; copy it back to read it (read_status does).
@@ -139,6 +154,9 @@ class DecodePlan {
   int fast_level() const { return fast_level_; }  // 0: off; 1: fast groups; 2: fast groups, 80 registers
   int lean_pb() const { return lean_pb_; }        // prob_bits of the lean kernel in use; 0: not lean
   bool lean_bf16() const { return lean_bf16_; }   // the lean kernel's bf16-only store
+  // Warp-specialised lean kernel: its reconstruction warps per block (0: not taken); the block then has
+  // warps_per_block() decode warps plus these.
+  std::uint32_t ws_recon_warps() const { return ws_recon_warps_; }
   std::size_t shared_bytes_per_block() const { return shared_bytes_; }
   std::uint64_t output_bytes() const { return output_bytes_; }
   std::uint64_t compressed_bytes() const { return compressed_bytes_; }
@@ -169,6 +187,7 @@ class DecodePlan {
   int fast_level_ = 0;
   int lean_pb_ = 0;
   bool lean_bf16_ = false;
+  std::uint32_t ws_recon_warps_ = 0;
 };
 
 // Copies the plan's image into scratch (stream-ordered; the plan must outlive the copy: upload waits for it).

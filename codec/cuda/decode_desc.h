@@ -11,7 +11,14 @@ inline constexpr int kRingWords = kRingChunks * 8;
 inline constexpr int kRingBytes = kRingWords * 2;
 inline constexpr int kMaxWarpsPerBlock = 32;
 inline constexpr int kFastRegsMaxWarps = 24;         // the kFast == 2 kernels (80 registers per thread)
-inline constexpr int kLutTables = 16;                // tables 1..16; the coset (table 0) decodes arithmetically
+inline constexpr int kLutTables = 16;
+// Warp-specialised kernel (decode_ws.cuh): a slot holds one group's entries 0..3 of each lane (uint4 per lane),
+// entries 4..7, the coset per lane (u32), then {tile, group start, valid lanes, 0}; two slots and four 8-byte
+// mbarriers (full and empty per slot) per decode warp; a reconstruction warp serves at most kWsMaxServed decode warps.
+inline constexpr std::uint32_t kWsSlotBytes = 32 * 16 * 2 + 32 * 4 + 16;
+inline constexpr std::uint32_t kWsBytesPerDecodeWarp = 2 * kWsSlotBytes + 4 * 8;
+inline constexpr std::uint32_t kWsEndOfWork = 0xffffffffu;  // tile field of the slot after a warp's last group
+inline constexpr int kWsMaxServed = 3;                // tables 1..16; the coset (table 0) decodes arithmetically
 
 // How the field tables are held (one kernel variant each).
 enum LutMode : int {

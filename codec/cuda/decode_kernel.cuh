@@ -188,6 +188,122 @@ __device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
   return v;
 }
 
+// Where a lane's vector of a group goes: row, column, whether it is stored (row range, columns, partial group) and
+// its row scale (loaded for every lane: a non-stored lane reads row_begin's). Shared by every group loop.
+struct Placement {
+  std::uint32_t row, col;
+  bool store;
+  float scale;
+};
+__device__ __forceinline__ Placement finish_placement(const TensorDesc& d, std::uint32_t row, std::uint32_t col,
+                                                      bool lane_valid) {
+  Placement pl;
+  pl.row = row;
+  pl.col = col;
+  pl.store = lane_valid && row >= d.row_begin && row < d.row_end && col < d.cols;
+  pl.scale = ld_global_nc_f32(d.scales + (pl.store ? row : d.row_begin));
+  return pl;
+}
+// Vector index -> row and column without a previous group (a multiply-high for the row, no division).
+__device__ __forceinline__ void vector_row_col(const TensorDesc& d, std::uint64_t vec, std::uint32_t& row,
+                                               std::uint32_t& col) {
+  row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
+                            : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
+  col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(row) * d.vecs_per_row) * 8;
+}
+__device__ __forceinline__ Placement place_vector(const TensorDesc& d, std::uint64_t vec, bool lane_valid) {
+  std::uint32_t row, col;
+  vector_row_col(d, vec, row, col);
+  return finish_placement(d, row, col, lane_valid);
+}
+// The placement of each group in decode order: stepped from the previous group where rows have at least 32 vectors
+// (this group's vectors are the previous group's minus 32, so a row is crossed at most once), else computed.
+struct GroupPlacer {
+  std::uint32_t prev_row = 0, prev_col = 0;
+  bool have_prev = false;
+  __device__ __forceinline__ Placement next(const TensorDesc& d, bool step_rows, std::uint64_t v0,
+                                            std::uint32_t group_start, bool lane_valid) {
+    std::uint32_t row, col;
+    if (step_rows && have_prev) {
+      const int c = static_cast<int>(prev_col) - 256;
+      row = c < 0 ? prev_row - 1 : prev_row;
+      col = static_cast<std::uint32_t>(c < 0 ? c + static_cast<int>(d.vecs_per_row * 8) : c);
+    } else {
+      vector_row_col(d, v0 + group_start + (threadIdx.x & 31), row, col);
+    }
+    prev_row = row;
+    prev_col = col;
+    have_prev = true;
+    return finish_placement(d, row, col, lane_valid);
+  }
+};
+
+// End of a tile: the word position must be back at the tile's first word and every state at 2^15 (warp-wide).
+__device__ __forceinline__ TileFault tile_end_fault(std::uint32_t p2, std::uint32_t x, std::uint32_t wb,
+                                                    std::uint32_t we) {
+  const std::uint32_t p = p2 >> 1;
+  const bool states_ok = __all_sync(kFull, x == kStateLow);
+  if (p > we) return TileFault::kUnderflow;  // p wrapped below zero: a word before the tile start was needed
+  if (p != wb) return p > wb ? TileFault::kNotDrained : TileFault::kUnderflow;
+  if (!states_ok) return TileFault::kBadFinalState;
+  return TileFault::kOk;
+}
+// Lane 0 writes the tile's status and, for a corrupt tile, counts it and keeps the lowest (tensor, tile).
+__device__ __forceinline__ void record_tile(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
+                                            TileFault fault, DecodeStatus* status, std::uint8_t* tile_status) {
+  if ((threadIdx.x & 31) == 0) {
+    tile_status[d.tile_base + (tile - d.first_tile)] = static_cast<std::uint8_t>(fault);
+    if (fault != TileFault::kOk) {
+      atomicAdd(&status->bad_tiles, 1u);
+      atomicMax(reinterpret_cast<unsigned long long*>(&status->first_bad_inverted),
+                ~((static_cast<unsigned long long>(tensor) << 32) | tile));
+    }
+  }
+}
+
+// The block's shared-memory layout and its prologue, shared by the kernels: [tables][pad to 2 KiB][ring_warps word
+// rings of 2 KiB][descriptor][tile counter]. Copies the descriptor and (with_luts) the tables, sets the counter;
+// the caller adds anything else and then calls __syncthreads().
+struct BlockSetup {
+  std::uint32_t smem0;   // shared address of the dynamic shared memory
+  std::uint32_t ring0;   // first word ring
+  std::uint32_t after;   // first 16-byte aligned shared address after the tile counter
+  std::uint32_t* desc_words;
+  std::uint32_t* next_tile;
+  const void* lut;       // the tensor's tables in scratch
+};
+__device__ __forceinline__ BlockSetup block_setup(uint4* dynamic_smem, std::uint8_t* scratch,
+                                                  std::uint64_t descs_offset, const WorkItem& item,
+                                                  std::uint32_t ring_warps, bool with_luts) {
+  BlockSetup b;
+  b.smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(dynamic_smem));
+  // The tensor's prob_bits decides the table size; read it before placing anything.
+  const auto* gdesc = reinterpret_cast<const TensorDesc*>(scratch + descs_offset) + item.tensor;
+  const std::uint32_t lut_bytes = with_luts ? gdesc->lut_bytes : 0;
+  b.ring0 = (b.smem0 + lut_bytes + kRingBytes - 1) & ~static_cast<std::uint32_t>(kRingBytes - 1);
+  const std::uint32_t desc_s = b.ring0 + ring_warps * kRingBytes;
+  b.after = desc_s + ((kDescWords + 1) * 4 + 15) / 16 * 16;
+  b.desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - b.smem0));
+  b.next_tile = b.desc_words + kDescWords;
+  for (std::uint32_t i = threadIdx.x; i < static_cast<std::uint32_t>(kDescWords); i += blockDim.x) {
+    b.desc_words[i] = reinterpret_cast<const std::uint32_t*>(gdesc)[i];  // blocks may have fewer threads than words
+  }
+  if (threadIdx.x == 0) *b.next_tile = item.tile_begin;
+  b.lut = scratch + gdesc->lut_offset;
+  if (with_luts) {
+    const std::uint32_t n16 = lut_bytes / 16;
+    const uint4* src = static_cast<const uint4*>(b.lut);
+    for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) dynamic_smem[i] = src[i];
+  }
+  return b;
+}
+// The next tile for this warp from the block's counter (every lane gets it).
+__device__ __forceinline__ std::uint32_t next_block_tile(std::uint32_t* next_tile) {
+  std::uint32_t tile = 0;
+  if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
+  return __shfl_sync(kFull, tile, 0);
+}
+
 // One field symbol: looks up slot x & mask of table `table_index` (already offset by the coset), updates x, returns
 // the decoded value.
 // table_s: shared byte address of the table (kPackedShared); table: its first entry otherwise.
@@ -275,34 +391,12 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
 
     const std::uint32_t rem = count & 31u;
     std::uint32_t g_start = rem ? count - rem : count - 32;
-    const std::uint32_t row_begin = d.row_begin, row_end = d.row_end;
+    const std::uint32_t row_begin = d.row_begin;
 
-    struct Placement {
-      std::uint32_t row, col;
-      bool store;
-      float scale;
-    };
     const bool step_rows = kFast && d.vecs_per_row >= 32;  // uniform per tensor
-    std::uint32_t prev_row = 0, prev_col = 0;
-    bool have_prev = false;
+    GroupPlacer placer;
     auto place = [&](std::uint32_t group_start, bool lane_valid) {
-      Placement pl;
-      if (step_rows && have_prev) {  // this group's vectors are the previous group's minus 32
-        const int col = static_cast<int>(prev_col) - 256;
-        pl.row = col < 0 ? prev_row - 1 : prev_row;
-        pl.col = static_cast<std::uint32_t>(col < 0 ? col + static_cast<int>(d.vecs_per_row * 8) : col);
-      } else {
-        const std::uint64_t vec = v0 + group_start + lane;
-        pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
-                                     : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
-        pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
-      }
-      prev_row = pl.row;
-      prev_col = pl.col;
-      have_prev = true;
-      pl.store = lane_valid && pl.row >= row_begin && pl.row < row_end && pl.col < d.cols;
-      pl.scale = ld_global_nc_f32(d.scales + (pl.store ? pl.row : row_begin));
-      return pl;
+      return placer.next(d, step_rows, v0, group_start, lane_valid);
     };
     Placement next = place(g_start, rem == 0 || static_cast<std::uint32_t>(lane) < rem);
 
@@ -405,24 +499,9 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       group(std::false_type{}, 32);
     }
     if constexpr (kStaged) cp_async_wait_all();
-    const std::uint32_t p = p2 >> 1;
-    const bool states_ok = __all_sync(kFull, x == kStateLow);
-    if (p > we) {
-      fault = TileFault::kUnderflow;  // p wrapped below zero: a word before the tile start was needed
-    } else if (p != wb) {
-      fault = p > wb ? TileFault::kNotDrained : TileFault::kUnderflow;
-    } else if (!states_ok) {
-      fault = TileFault::kBadFinalState;
-    }
+    fault = tile_end_fault(p2, x, wb, we);
   }
-  if (lane == 0) {
-    tile_status[d.tile_base + (tile - d.first_tile)] = static_cast<std::uint8_t>(fault);
-    if (fault != TileFault::kOk) {
-      atomicAdd(&status->bad_tiles, 1u);
-      atomicMax(reinterpret_cast<unsigned long long*>(&status->first_bad_inverted),
-                ~((static_cast<unsigned long long>(tensor) << 32) | tile));
-    }
-  }
+  record_tile(d, tensor, tile, fault, status, tile_status);
 }
 
 // Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
@@ -434,37 +513,17 @@ __global__ void __launch_bounds__(kFast == 2 ? kFastRegsMaxWarps * 32 : kMaxWarp
                           std::uint64_t status_offset, std::uint64_t tile_status_offset) {
   extern __shared__ uint4 dynamic_smem[];
   const WorkItem item = reinterpret_cast<const WorkItem*>(scratch + items_offset)[blockIdx.x];
-  const std::uint32_t warps = blockDim.x / 32;
-  const std::uint32_t smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(dynamic_smem));
-  // The tensor's prob_bits decides the table size; read it before placing anything.
-  const auto* gdesc = reinterpret_cast<const TensorDesc*>(scratch + descs_offset) + item.tensor;
-  const std::uint32_t lut_bytes = lut_in_shared(kMode) ? gdesc->lut_bytes : 0;
-  const std::uint32_t ring0 = (smem0 + lut_bytes + kRingBytes - 1) & ~static_cast<std::uint32_t>(kRingBytes - 1);
-  const std::uint32_t desc_s = ring0 + (kStaged ? warps * kRingBytes : 0);
-  auto* desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - smem0));
-  auto* next_tile = desc_words + kDescWords;
-  for (std::uint32_t i = threadIdx.x; i < static_cast<std::uint32_t>(kDescWords); i += blockDim.x) {
-    desc_words[i] = reinterpret_cast<const std::uint32_t*>(gdesc)[i];  // blocks may have fewer threads than words
-  }
-  if (threadIdx.x == 0) *next_tile = item.tile_begin;
-  const void* lut = scratch + gdesc->lut_offset;
-  if constexpr (lut_in_shared(kMode)) {
-    const std::uint32_t n16 = lut_bytes / 16;
-    const uint4* src = static_cast<const uint4*>(lut);
-    for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) dynamic_smem[i] = src[i];
-  }
+  const BlockSetup b =
+      block_setup(dynamic_smem, scratch, descs_offset, item, kStaged ? blockDim.x / 32 : 0, lut_in_shared(kMode));
   __syncthreads();
-  const TensorDesc d = *reinterpret_cast<const TensorDesc*>(desc_words);  // into registers
+  const TensorDesc d = *reinterpret_cast<const TensorDesc*>(b.desc_words);  // into registers
   auto* status = reinterpret_cast<DecodeStatus*>(scratch + status_offset);
   auto* tile_status = scratch + tile_status_offset;
-  const std::uint32_t ring_s = ring0 + (threadIdx.x / 32) * kRingBytes;
-
+  const std::uint32_t ring_s = b.ring0 + (threadIdx.x / 32) * kRingBytes;
   for (;;) {
-    std::uint32_t tile = 0;
-    if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
-    tile = __shfl_sync(kFull, tile, 0);
+    const std::uint32_t tile = next_block_tile(b.next_tile);
     if (tile >= item.tile_end) break;
-    decode_tile<kMode, kStaged, kShfl, kFast>(d, item.tensor, tile, lut, smem0, ring_s, status, tile_status);
+    decode_tile<kMode, kStaged, kShfl, kFast>(d, item.tensor, tile, b.lut, b.smem0, ring_s, status, tile_status);
   }
 }
 

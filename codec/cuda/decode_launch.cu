@@ -7,6 +7,7 @@
 #include "codec/cuda/decode.h"
 #include "codec/cuda/decode_kernel.cuh"
 #include "codec/cuda/decode_lean.cuh"
+#include "codec/cuda/decode_ws.cuh"
 #include "codec/cuda/decode_launch.h"
 
 namespace epk::cuda {
@@ -33,10 +34,12 @@ KernelFn kernel_for_mode(bool staged, bool shfl, int fast) {
 
 // The lean kernels (DecodeOptions::lean) exist for prob_bits 11 (2 and 4 bpp streams of the reference encoder).
 // wide: blocks of more than kFastRegsMaxWarps warps (the 64-register form).
-KernelFn lean_kernel(int lean_pb, bool bf16, bool wide) {
+KernelFn lean_kernel(int lean_pb, bool bf16, bool wide, bool ws = false) {
   using detail::lattice_decode_lean_kernel;
+  using detail::lattice_decode_ws_kernel;
   switch (lean_pb) {
     case 11:
+      if (ws) return bf16 ? lattice_decode_ws_kernel<11, true> : lattice_decode_ws_kernel<11, false>;
       if (wide) return bf16 ? lattice_decode_lean_kernel<11, true, true> : lattice_decode_lean_kernel<11, false, true>;
       return bf16 ? lattice_decode_lean_kernel<11, true, false> : lattice_decode_lean_kernel<11, false, false>;
     default: return nullptr;
@@ -46,9 +49,9 @@ KernelFn lean_kernel(int lean_pb, bool bf16, bool wide) {
 bool lean_wide(int threads) { return threads > detail::kFastRegsMaxWarps * 32; }
 
 KernelFn kernel_for(int lut_mode, bool staged, bool shfl, int fast, int lean_pb = 0, bool lean_bf16 = false,
-                    int threads = 0) {
+                    int threads = 0, bool ws = false) {
   using namespace detail;
-  if (lean_pb != 0) return lean_kernel(lean_pb, lean_bf16, lean_wide(threads));
+  if (lean_pb != 0) return lean_kernel(lean_pb, lean_bf16, lean_wide(threads), ws);
   switch (lut_mode) {
     case kPackedShared: return kernel_for_mode<kPackedShared>(staged, shfl, fast);
     case kPackedGlobal: return kernel_for_mode<kPackedGlobal>(staged, shfl, fast);
@@ -86,8 +89,8 @@ Result<DeviceLimits> query_limits(int device) {
 bool lean_supported(int prob_bits) { return lean_kernel(prob_bits, false, false) != nullptr; }
 
 Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int threads, std::size_t dynamic_shared,
-                          int lean_pb, bool lean_bf16) {
-  KernelFn fn = kernel_for(lut_mode, staged, shfl, fast, lean_pb, lean_bf16, threads);
+                          int lean_pb, bool lean_bf16, bool ws) {
+  KernelFn fn = kernel_for(lut_mode, staged, shfl, fast, lean_pb, lean_bf16, threads, ws);
   // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
   cudaFuncAttributes attrs{};
   if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) {
@@ -152,10 +155,11 @@ Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream) {
       e != cudaSuccess) {
     return cuda_error("decode: cudaMemsetAsync(status)", e);
   }
+  const bool ws = plan.ws_recon_warps() != 0;
   KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words(), plan.shuffle_words(), plan.fast_level(), plan.lean_pb(),
-                           plan.lean_bf16(), static_cast<int>(plan.warps_per_block() * 32));
+                           plan.lean_bf16(), static_cast<int>(plan.warps_per_block() * 32), ws);
   const dim3 grid(static_cast<unsigned>(plan.blocks()));
-  const dim3 block(plan.warps_per_block() * 32);
+  const dim3 block((plan.warps_per_block() + plan.ws_recon_warps()) * 32);
   fn<<<grid, block, plan.shared_bytes_per_block(), stream>>>(scratch, plan.descs_offset(), plan.items_offset(),
                                                              plan.status_offset(), plan.tile_status_offset());
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_error("decode: kernel launch", e);

@@ -37,10 +37,119 @@ __device__ __forceinline__ std::uint32_t and_xor(std::uint32_t a, std::uint32_t 
   return r;
 }
 
+// Writes one decoded vector from its eight packed entries e (value fields) and coset c: the lean loop's stores, also
+// run by the reconstruction warps of the warp-specialised kernel (decode_ws.cuh).
 template <int kPb, bool kBf16>
+__device__ __forceinline__ void lean_store(const TensorDesc& d, const std::uint32_t* e, std::uint32_t c,
+                                           std::uint32_t row, std::uint32_t col, float scale) {
+  constexpr int kVb = 31 - 2 * kPb;
+  const std::uint64_t elem = static_cast<std::uint64_t>(row - d.row_begin) * d.cols + col;
+  if constexpr (kBf16) {
+    // Every row is vector-aligned (the plan checks cols % 8 == 0), so all 8 values are stored.
+    constexpr std::uint32_t kVmask = ((1u << kVb) - 1u) << kPb;
+    constexpr std::uint32_t kFlip = (1u << (kPb + kVb - 1)) | 0x4B000000u;  // value sign bit, 2^23
+    const std::uint32_t vmask = opaque(kVmask), flip = opaque(kFlip);  // registers: one LOP3 per value
+    // (z + c/2) * 2^pb = F - K with F = 2^23 + (z + 2^(vb-1)) * 2^pb, K = 2^23 + 2^(vb-1+pb) - c * 2^(pb-1).
+    const float k0 = __uint_as_float(0x4B000000u + (1u << (kVb - 1 + kPb)) - (c << (kPb - 1)));
+    const float s = __fmul_rn(scale, 1.0f / static_cast<float>(1u << kPb));
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 7; ++j) v[j] = __fmul_rn(__fsub_rn(__uint_as_float(and_xor(e[j], vmask, flip)), k0), s);
+    // z7' = 2 z7 + parity(z0..z6): (z7' + c/2) * 2^pb = 2 F7 - K7, K7 = 2^24 + 2^(vb+pb) - par 2^pb - c 2^(pb-1)
+    // (a multiple of 2^(pb-1) in [2^24, 2^25): its bits are 0x4B800000 + (K7 - 2^24) / 2).
+    const std::uint32_t x7 = e[0] ^ e[1] ^ e[2] ^ e[3] ^ e[4] ^ e[5] ^ e[6];
+    const std::uint32_t k7 =
+        0x4B800000u + (1u << (kVb + kPb - 1)) - ((x7 >> 1) & (1u << (kPb - 1))) - (c << (kPb - 2));
+    v[7] = __fmul_rn(__fmaf_rn(__uint_as_float(and_xor(e[7], vmask, flip)), 2.0f, -__uint_as_float(k7)), s);
+    if (d.clamp_bf16) {  // uniform; only for scales that can reach the bf16 limit
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
+    }
+    uint4 w;
+    w.x = bf16x2_bits(v[0], v[1]);
+    w.y = bf16x2_bits(v[2], v[3]);
+    w.z = bf16x2_bits(v[4], v[5]);
+    w.w = bf16x2_bits(v[6], v[7]);
+    reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
+  } else {
+    int z[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) z[j] = static_cast<int>(e[j] << (kPb + 1)) >> (2 * kPb + 1);
+    int parity = 0;
+#pragma unroll
+    for (int j = 0; j < 7; ++j) parity += z[j];
+    z[7] = 2 * z[7] + (parity & 1);
+    const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
+    store_vector(d, elem, n, (d.cols & 7u) == 0, z, static_cast<int>(c), scale);
+    if (d.row_scales != nullptr && col == 0) {
+      d.row_scales[row - d.row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
+    }
+  }
+}
+
+// The warp-specialised kernel's hand-off (decode_ws.cuh): a decode warp's two slots in shared memory, each with
+// its "full" and "empty" mbarrier, and the count of groups it has posted.
+struct WsSlots {
+  std::uint32_t slots_s;  // slot 0; slot 1 at + kWsSlotBytes
+  std::uint32_t mbar_s;   // (full, empty) of slot 0, then of slot 1: 8 bytes each
+  std::uint32_t posted;
+};
+
+__device__ __forceinline__ void mbar_init(std::uint32_t addr, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint32_t addr) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
+}
+// Waits until the phase of the given parity has completed. try_wait suspends the thread until then or until a time
+// limit; kSuspendHintNs asks for a long limit so that empty polls do not take issue slots from the decode warps (on
+// the H200 the instruction count was the same with and without it: 51.86M vs 51.85M, docs/NOTES.md run 9).
+template <std::uint32_t kSuspendHintNs = 1000000>
+__device__ __forceinline__ void mbar_wait(std::uint32_t addr, std::uint32_t parity) {
+  std::uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity), "n"(kSuspendHintNs)
+        : "memory");
+  } while (done == 0);
+}
+__device__ __forceinline__ void st_shared_v4(std::uint32_t addr, std::uint32_t a, std::uint32_t b, std::uint32_t c,
+                                             std::uint32_t e) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(e) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared_v4(std::uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+// A decode warp hands one group (eight entries and the coset per lane) to its reconstruction warp: waits for the
+// slot to be free, writes it and arrives on its "full" barrier (release: the writes are seen by the waiter).
+__device__ __forceinline__ void ws_post(WsSlots& ws, const std::uint32_t* e, std::uint32_t c, std::uint32_t tile,
+                                        std::uint32_t group_start, std::uint32_t n_valid) {
+  const std::uint32_t lane = threadIdx.x & 31;
+  const std::uint32_t s = ws.posted & 1u;
+  const std::uint32_t slot = ws.slots_s + s * kWsSlotBytes;
+  const std::uint32_t full = ws.mbar_s + s * 16;
+  mbar_wait(full + 8, ((ws.posted >> 1) & 1u) ^ 1u);  // the first use of each slot passes at once
+  st_shared_v4(slot + lane * 16, e[0], e[1], e[2], e[3]);
+  st_shared_v4(slot + 512 + lane * 16, e[4], e[5], e[6], e[7]);
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(slot + 1024 + lane * 4), "r"(c) : "memory");
+  if (lane == 0) st_shared_v4(slot + 1152, tile, group_start, n_valid, 0);
+  mbar_arrive(full);
+  ++ws.posted;
+}
+
+// kWs: the decode warp of the warp-specialised kernel: the symbol chain only, each group's entries posted to ws
+// (no placement, no store).
+template <int kPb, bool kBf16, bool kWs = false>
 __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                                  std::uint32_t lut_s, std::uint32_t ring_s, DecodeStatus* status,
-                                                 std::uint8_t* tile_status) {
+                                                 std::uint8_t* tile_status, WsSlots* ws = nullptr) {
   constexpr std::uint32_t kMask = (1u << kPb) - 1u;
   constexpr int kVb = 31 - 2 * kPb;  // value bits in a packed entry
   static_assert(kVb >= 2);
@@ -102,36 +211,12 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
 
     const std::uint32_t rem = count & 31u;
     std::uint32_t g_start = rem ? count - rem : count - 32;
-    const std::uint32_t row_begin = d.row_begin, row_end = d.row_end;
-
-    struct Placement {
-      std::uint32_t row, col;
-      bool store;
-      float scale;
-    };
     const bool step_rows = d.vecs_per_row >= 32;  // uniform per tensor
-    std::uint32_t prev_row = 0, prev_col = 0;
-    bool have_prev = false;
-    auto place = [&](std::uint32_t group_start, bool lane_valid) {
-      Placement pl;
-      if (step_rows && have_prev) {  // this group's vectors are the previous group's minus 32
-        const int col = static_cast<int>(prev_col) - 256;
-        pl.row = col < 0 ? prev_row - 1 : prev_row;
-        pl.col = static_cast<std::uint32_t>(col < 0 ? col + static_cast<int>(d.vecs_per_row * 8) : col);
-      } else {
-        const std::uint64_t vec = v0 + group_start + lane;
-        pl.row = d.vecs_per_row == 1 ? static_cast<std::uint32_t>(vec)
-                                     : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
-        pl.col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(pl.row) * d.vecs_per_row) * 8;
-      }
-      prev_row = pl.row;
-      prev_col = pl.col;
-      have_prev = true;
-      pl.store = lane_valid && pl.row >= row_begin && pl.row < row_end && pl.col < d.cols;
-      pl.scale = ld_global_nc_f32(d.scales + (pl.store ? pl.row : row_begin));
-      return pl;
-    };
-    Placement next = place(g_start, rem == 0 || static_cast<std::uint32_t>(lane) < rem);
+    GroupPlacer placer;
+    Placement next{};
+    if constexpr (!kWs) {
+      next = placer.next(d, step_rows, v0, g_start, rem == 0 || static_cast<std::uint32_t>(lane) < rem);
+    }
 
     auto group = [&](auto partial_tag, std::uint32_t n_valid) {
       constexpr bool kPartial = decltype(partial_tag)::value;
@@ -140,8 +225,11 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       if (p2 <= refill_at) refill(kRefillChunks);
       cp_async_commit();
       const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
-      const Placement here = next;
-      if (g_start != 0) next = place(g_start - 32, true);
+      [[maybe_unused]] Placement here{};
+      if constexpr (!kWs) {
+        here = next;
+        if (g_start != 0) next = placer.next(d, step_rows, v0, g_start - 32, true);
+      }
 
       // One predicate for the vote, the word load and the merge (the C++ form compiles to two compares), the
       // prefix count of the needing lanes at or above this one, the ring address and the pointer step.
@@ -206,51 +294,10 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
         (field(std::integral_constant<int, kF>{}), ...);
       }(std::make_integer_sequence<int, 8>{});
 
-      const bool store = valid && here.store;
-      if (store) {
-        const std::uint32_t row = here.row, col = here.col;
-        const std::uint64_t elem = static_cast<std::uint64_t>(row - row_begin) * d.cols + col;
-        if constexpr (kBf16) {
-          // Every row is vector-aligned (the plan checks cols % 8 == 0), so all 8 values are stored.
-          constexpr std::uint32_t kVmask = ((1u << kVb) - 1u) << kPb;
-          constexpr std::uint32_t kFlip = (1u << (kPb + kVb - 1)) | 0x4B000000u;  // value sign bit, 2^23
-          const std::uint32_t vmask = opaque(kVmask), flip = opaque(kFlip);  // registers: one LOP3 per value
-          // (z + c/2) * 2^pb = F - K with F = 2^23 + (z + 2^(vb-1)) * 2^pb, K = 2^23 + 2^(vb-1+pb) - c * 2^(pb-1).
-          const float k0 = __uint_as_float(0x4B000000u + (1u << (kVb - 1 + kPb)) - (c << (kPb - 1)));
-          const float s = __fmul_rn(here.scale, 1.0f / static_cast<float>(1u << kPb));
-          float v[8];
-#pragma unroll
-          for (int j = 0; j < 7; ++j) v[j] = __fmul_rn(__fsub_rn(__uint_as_float(and_xor(e[j], vmask, flip)), k0), s);
-          // z7' = 2 z7 + parity(z0..z6): (z7' + c/2) * 2^pb = 2 F7 - K7, K7 = 2^24 + 2^(vb+pb) - par 2^pb - c 2^(pb-1)
-          // (a multiple of 2^(pb-1) in [2^24, 2^25): its bits are 0x4B800000 + (K7 - 2^24) / 2).
-          const std::uint32_t x7 = e[0] ^ e[1] ^ e[2] ^ e[3] ^ e[4] ^ e[5] ^ e[6];
-          const std::uint32_t k7 =
-              0x4B800000u + (1u << (kVb + kPb - 1)) - ((x7 >> 1) & (1u << (kPb - 1))) - (c << (kPb - 2));
-          v[7] = __fmul_rn(__fmaf_rn(__uint_as_float(and_xor(e[7], vmask, flip)), 2.0f, -__uint_as_float(k7)), s);
-          if (d.clamp_bf16) {  // uniform; only for scales that can reach the bf16 limit
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
-          }
-          uint4 w;
-          w.x = bf16x2_bits(v[0], v[1]);
-          w.y = bf16x2_bits(v[2], v[3]);
-          w.z = bf16x2_bits(v[4], v[5]);
-          w.w = bf16x2_bits(v[6], v[7]);
-          reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
-        } else {
-          int z[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) z[j] = static_cast<int>(e[j] << (kPb + 1)) >> (2 * kPb + 1);
-          int parity = 0;
-#pragma unroll
-          for (int j = 0; j < 7; ++j) parity += z[j];
-          z[7] = 2 * z[7] + (parity & 1);
-          const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
-          store_vector(d, elem, n, (d.cols & 7u) == 0, z, static_cast<int>(c), here.scale);
-          if (d.row_scales != nullptr && col == 0) {
-            d.row_scales[row - row_begin] = __fmul_rn(here.scale, d.int8_half_over_gain);
-          }
-        }
+      if constexpr (kWs) {
+        ws_post(*ws, e, c, tile, g_start, n_valid);
+      } else if (valid && here.store) {
+        lean_store<kPb, kBf16>(d, e, c, here.row, here.col, here.scale);
       }
     };
 
@@ -264,24 +311,9 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       group(std::false_type{}, 32);
     }
     cp_async_wait_all();
-    const std::uint32_t p = p2 >> 1;
-    const bool states_ok = __all_sync(kFull, x == kStateLow);
-    if (p > we) {
-      fault = TileFault::kUnderflow;
-    } else if (p != wb) {
-      fault = p > wb ? TileFault::kNotDrained : TileFault::kUnderflow;
-    } else if (!states_ok) {
-      fault = TileFault::kBadFinalState;
-    }
+    fault = tile_end_fault(p2, x, wb, we);
   }
-  if (lane == 0) {
-    tile_status[d.tile_base + (tile - d.first_tile)] = static_cast<std::uint8_t>(fault);
-    if (fault != TileFault::kOk) {
-      atomicAdd(&status->bad_tiles, 1u);
-      atomicMax(reinterpret_cast<unsigned long long*>(&status->first_bad_inverted),
-                ~((static_cast<unsigned long long>(tensor) << 32) | tile));
-    }
-  }
+  record_tile(d, tensor, tile, fault, status, tile_status);
 }
 
 // As lattice_decode_kernel<kPackedShared, true, false, 2> (same shared-memory layout and work items), with the lean
@@ -294,34 +326,16 @@ __global__ void __launch_bounds__(kWide ? kMaxWarpsPerBlock * 32 : kFastRegsMaxW
                                std::uint64_t tile_status_offset) {
   extern __shared__ uint4 dynamic_smem[];
   const WorkItem item = reinterpret_cast<const WorkItem*>(scratch + items_offset)[blockIdx.x];
-  const std::uint32_t warps = blockDim.x / 32;
-  const std::uint32_t smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(dynamic_smem));
-  const auto* gdesc = reinterpret_cast<const TensorDesc*>(scratch + descs_offset) + item.tensor;
-  const std::uint32_t lut_bytes = gdesc->lut_bytes;
-  const std::uint32_t ring0 = (smem0 + lut_bytes + kRingBytes - 1) & ~static_cast<std::uint32_t>(kRingBytes - 1);
-  const std::uint32_t desc_s = ring0 + warps * kRingBytes;
-  auto* desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - smem0));
-  auto* next_tile = desc_words + kDescWords;
-  for (std::uint32_t i = threadIdx.x; i < static_cast<std::uint32_t>(kDescWords); i += blockDim.x) {
-    desc_words[i] = reinterpret_cast<const std::uint32_t*>(gdesc)[i];
-  }
-  if (threadIdx.x == 0) *next_tile = item.tile_begin;
-  {
-    const std::uint32_t n16 = lut_bytes / 16;
-    const uint4* src = reinterpret_cast<const uint4*>(scratch + gdesc->lut_offset);
-    for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) dynamic_smem[i] = src[i];
-  }
+  const BlockSetup b = block_setup(dynamic_smem, scratch, descs_offset, item, blockDim.x / 32, true);
   __syncthreads();
-  const TensorDesc d = *reinterpret_cast<const TensorDesc*>(desc_words);
+  const TensorDesc d = *reinterpret_cast<const TensorDesc*>(b.desc_words);
   auto* status = reinterpret_cast<DecodeStatus*>(scratch + status_offset);
   auto* tile_status = scratch + tile_status_offset;
-  const std::uint32_t ring_s = ring0 + (threadIdx.x / 32) * kRingBytes;
+  const std::uint32_t ring_s = b.ring0 + (threadIdx.x / 32) * kRingBytes;
   for (;;) {
-    std::uint32_t tile = 0;
-    if ((threadIdx.x & 31) == 0) tile = atomicAdd(next_tile, 1u);
-    tile = __shfl_sync(kFull, tile, 0);
+    const std::uint32_t tile = next_block_tile(b.next_tile);
     if (tile >= item.tile_end) break;
-    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, smem0, ring_s, status, tile_status);
+    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status);
   }
 }
 

@@ -285,6 +285,8 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   };
   std::uint64_t per_block = std::max<std::uint64_t>(1, (total_tiles + sms - 1) / sms);
   while (per_block < max_tensor_tiles && blocks_for(per_block) > sms) ++per_block;
+  per_block =
+      std::max<std::uint64_t>(per_block, std::min<std::uint64_t>(options.min_tiles_per_block, max_tensor_tiles));
   const std::uint64_t rounds = (per_block + max_warps - 1) / max_warps;
   plan.warps_per_block_ = static_cast<std::uint32_t>((per_block + rounds - 1) / rounds);
   const std::size_t ring_bytes = options.stage_words ? std::size_t{plan.warps_per_block_} * detail::kRingBytes : 0;
@@ -352,10 +354,27 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
       plan.lean_bf16_ = bf16;
     }
   }
+  // Warp-specialised lean kernel: as many reconstruction warps as fit beside the decode warps (at most one per
+  // decode warp, at least one per kWsMaxServed), plus the slots and barriers of the hand-off in shared memory.
+  if (options.warp_specialised && plan.lean_pb_ != 0) {
+    const std::uint32_t decode_warps = plan.warps_per_block_;
+    std::uint32_t recon = decode_warps < static_cast<std::uint32_t>(detail::kMaxWarpsPerBlock)
+                              ? std::min<std::uint32_t>(decode_warps, detail::kMaxWarpsPerBlock - decode_warps)
+                              : 0;
+    if (options.ws_max_recon_warps > 0) recon = std::min(recon, options.ws_max_recon_warps);
+    const std::size_t ws_shared = plan.shared_bytes_ + std::size_t{decode_warps} * detail::kWsBytesPerDecodeWarp;
+    if (recon > 0 && decode_warps + recon <= static_cast<std::uint32_t>(detail::kMaxWarpsPerBlock) &&
+        recon * detail::kWsMaxServed >= decode_warps && ws_shared + 1024 <= limits.max_shared_per_block) {
+      plan.ws_recon_warps_ = recon;
+      plan.shared_bytes_ = ws_shared;
+    }
+  }
   EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.lut_mode_, plan.stage_words_, plan.shuffle_words_,
                                                      plan.fast_level_,
-                                                     static_cast<int>(plan.warps_per_block_ * 32), plan.shared_bytes_,
-                                                     plan.lean_pb_, plan.lean_bf16_));
+                                                     static_cast<int>((plan.warps_per_block_ + plan.ws_recon_warps_) *
+                                                                      32),
+                                                     plan.shared_bytes_, plan.lean_pb_, plan.lean_bf16_,
+                                                     plan.ws_recon_warps_ != 0));
   if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
 
   // Work items: a block decodes its chunk with its warps pulling tiles from a shared counter.
@@ -368,7 +387,10 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     for (std::uint64_t k = 0; k < chunks; ++k) {
       const auto b = static_cast<std::uint32_t>(t0 + n * k / chunks);
       const auto e = static_cast<std::uint32_t>(t0 + n * (k + 1) / chunks);
-      if (e > b) items.push_back({static_cast<std::uint32_t>(t), b, e, 0});
+      // pad: the warp-specialised kernel's decode warps per block.
+      if (e > b) {
+        items.push_back({static_cast<std::uint32_t>(t), b, e, plan.ws_recon_warps_ ? plan.warps_per_block_ : 0});
+      }
     }
   }
   plan.blocks_ = items.size();

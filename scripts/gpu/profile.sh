@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after gpu_run.sh made the bench streams: instruction counts and issue figures of the decode
 # kernel on the 10240x3840 4 bpp layer (ncu, one launch each: fast_groups 0 1 2 or EPK_PROFILE_FAST, then the lean
-# loop), and the SASS of every kernel (EPK_PROFILE_SASS= skips it). Output to $OUT (or /tmp/epk_gpu_out).
+# loop and its warp-specialised form),
+# and the SASS of every kernel (EPK_PROFILE_SASS= skips it). Output to $OUT (or /tmp/epk_gpu_out).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${EPK_GPU_BIN:-$here/bin}"
@@ -20,6 +21,10 @@ done
 echo "== ncu, lean"
 timeout 90 ncu --kernel-name regex:lattice_decode --launch-skip 5 --launch-count 1 --metrics "$metrics" \
   "$bin/gpu_decode_bench" "$streams" --only l10240x3840_4bpp --lean 1 --runs 3 2>&1 \
+  | grep -E "lattice_decode|smsp__|sm__|l1tex__|gpu__" | tee -a "$out/ncu.txt"
+echo "== ncu, warp-specialised lean"
+timeout 90 ncu --kernel-name regex:lattice_decode --launch-skip 5 --launch-count 1 --metrics "$metrics" \
+  "$bin/gpu_decode_bench" "$streams" --only l10240x3840_4bpp --lean 1 --ws 1 --runs 3 2>&1 \
   | grep -E "lattice_decode|smsp__|sm__|l1tex__|gpu__" | tee -a "$out/ncu.txt"
 if [[ -z "${EPK_PROFILE_SASS-1}" ]]; then :; elif command -v cuobjdump >/dev/null; then
   cuobjdump -sass "$bin/gpu_decode_bench" > /tmp/all.sass 2>&1

@@ -103,7 +103,19 @@ const DecodeOptions kVariants[] = {
     {LutPlacement::kAuto, 32, true, -1, false, 2, true},  // the lean group loop, the default (prob_bits 11; others
                                                           // fall back to fast_groups 2)
     {LutPlacement::kAuto, 2, true, -1, false, 2, true},
+    // The warp-specialised lean kernel (one decode and one reconstruction warp per tile on these small vectors);
+    // the last one puts both tiles of a two-tile vector in one block with one reconstruction warp for both.
+    {LutPlacement::kAuto, 32, true, -1, false, 2, true, true},
+    {LutPlacement::kAuto, 2, true, -1, false, 2, true, true},
+    {LutPlacement::kAuto, 32, true, -1, false, 2, true, true, 1, 2},
 };
+// The default and the warp-specialised lean kernel, for the tests that do not run every variant.
+DecodeOptions ws_options() {
+  DecodeOptions o;
+  o.warp_specialised = true;
+  return o;
+}
+const DecodeOptions kDefaultAndWs[] = {DecodeOptions{}, ws_options()};
 
 class GpuVectors : public ::testing::TestWithParam<std::string> {};
 
@@ -130,7 +142,8 @@ TEST_P(GpuVectors, EveryFormatAndVariantMatchesTheReference) {
                                std::to_string(options.stage_words) + " shfl " +
                                std::to_string(options.shuffle_words) + " fast " +
                                std::to_string(options.fast_groups) + " lean " +
-                               std::to_string(options.lean) + " warps " +
+                               std::to_string(options.lean) + " ws " + std::to_string(options.warp_specialised) +
+                               " tiles/block " + std::to_string(options.min_tiles_per_block) + " warps " +
                                std::to_string(options.max_warps_per_block);
       EXPECT_EQ(first_difference(got.values, want.values), want.values.size()) << what;
       if (is_rowwise(format)) {
@@ -175,6 +188,41 @@ TEST(GpuLean, PlanTakesTheLeanKernelWhereItApplies) {
   }
 }
 
+// Same for the warp-specialised kernel: taken wherever the lean loop is, with the decode warps of the lean plan plus
+// reconstruction warps (at most one per decode warp, at least one per three), never elsewhere.
+TEST(GpuWarpSpecialised, PlanTakesItWhereTheLeanLoopApplies) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* name;
+    OutputFormat format;
+    std::uint32_t min_tiles, max_recon;
+    std::uint32_t decode_warps, recon_warps;  // recon 0: not taken
+  };
+  const Case cases[] = {{"gauss_29x520_4bpp", OutputFormat::kBf16, 1, 0, 1, 1},
+                        {"gauss_29x520_4bpp", OutputFormat::kFp8E4M3Rowwise, 1, 0, 1, 1},
+                        {"gauss_13x100_4bpp", OutputFormat::kBf16, 1, 0, 1, 1},
+                        {"studentt_16x1024_4bpp", OutputFormat::kFp16, 2, 1, 2, 1},
+                        {"gauss_29x520_8bpp", OutputFormat::kBf16, 1, 0, 1, 0}};  // prob_bits 12: no lean loop
+  for (const Case& c : cases) {
+    RawStream raw = load(c.name);
+    const rans::LatticeRansStream s = raw.view();
+    DeviceStream dev(s);
+    DeviceOutput out(std::size_t{s.rows} * s.cols * output_element_bytes(c.format), s.rows);
+    DecodeJob job{c.name, &s, dev.buffers(), 0, 0, c.format, out.values.get(), out.row_scales.get<float>()};
+    DecodeOptions options = ws_options();
+    options.min_tiles_per_block = c.min_tiles;
+    options.ws_max_recon_warps = c.max_recon;
+    auto plan = DecodePlan::create({&job, 1}, options);
+    ASSERT_TRUE(plan) << plan.error().to_string();
+    EXPECT_EQ(plan->warps_per_block(), c.decode_warps) << c.name;
+    EXPECT_EQ(plan->ws_recon_warps(), c.recon_warps) << c.name << " " << output_format_name(c.format);
+    EXPECT_EQ(plan->lean_pb(), c.recon_warps ? 11 : 0) << c.name;
+    auto plain = DecodePlan::create({&job, 1}, {});
+    ASSERT_TRUE(plain);
+    EXPECT_EQ(plain->ws_recon_warps() != 0, DecodeOptions{}.warp_specialised && c.recon_warps != 0);
+  }
+}
+
 // The bf16 store multiplies by scale * 2^-11; a row scale below 2^-115 (subnormal product factor) must send the plan
 // to the lean loop's general store, and both must stay bit-exact.
 TEST(GpuLean, TinyAndSpecialRowScalesStayBitExact) {
@@ -205,6 +253,12 @@ TEST(GpuLean, TinyAndSpecialRowScalesStayBitExact) {
     EXPECT_EQ(plan->lean_bf16(), !tiny);
     ASSERT_TRUE(run({&job, 1}, lean));
     EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size()) << "tiny " << tiny;
+    DecodeOptions ws = lean;
+    ws.warp_specialised = true;
+    DeviceOutput ws_out(want.values.size(), s.rows);
+    job.out_dev = ws_out.values.get();
+    ASSERT_TRUE(run({&job, 1}, ws));
+    EXPECT_EQ(first_difference(ws_out.fetch().values, want.values), want.values.size()) << "ws, tiny " << tiny;
   }
 }
 
@@ -217,11 +271,13 @@ TEST(GpuRowRange, EachRangeMatchesTheReference) {
     const std::pair<std::uint32_t, std::uint32_t> ranges[] = {{0, 1}, {5, 12}, {s.rows - 1, s.rows}, {3, s.rows}};
     for (auto [b, e] : ranges) {
       const HostResult want = reference(s, OutputFormat::kBf16, b, e);
-      DeviceOutput out(want.values.size(), e - b);
-      DecodeJob job{name, &s, dev.buffers(), b, e, OutputFormat::kBf16, out.values.get(), nullptr};
-      ASSERT_TRUE(run({&job, 1}, {}));
-      EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size())
-          << name << " rows [" << b << ", " << e << ")";
+      for (const DecodeOptions& options : kDefaultAndWs) {
+        DeviceOutput out(want.values.size(), e - b);
+        DecodeJob job{name, &s, dev.buffers(), b, e, OutputFormat::kBf16, out.values.get(), nullptr};
+        ASSERT_TRUE(run({&job, 1}, options));
+        EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size())
+            << name << " rows [" << b << ", " << e << ") ws " << options.warp_specialised;
+      }
     }
   }
 }
@@ -250,13 +306,20 @@ TEST(GpuBatch, ManyTensorsInOneLaunchMatchTheirReferences) {
                       outs.back()->row_scales.get<float>()});
     }
   }
-  const Status st = run(jobs, {});
-  ASSERT_TRUE(st) << st.error().to_string();
-  for (std::size_t j = 0; j < jobs.size(); ++j) {
-    const HostResult got = outs[j]->fetch();
-    EXPECT_EQ(first_difference(got.values, wants[j].values), wants[j].values.size()) << "job " << j;
-    if (is_rowwise(jobs[j].format)) {
-      EXPECT_EQ(got.row_scales, wants[j].row_scales) << "job " << j;
+  for (const DecodeOptions& options : kDefaultAndWs) {
+    for (auto& out : outs) {
+      EPK_CUDA_CHECK(cudaMemset(out->values.get(), 0xAB, out->values.bytes()));
+      EPK_CUDA_CHECK(cudaMemset(out->row_scales.get(), 0xAB, out->row_scales.bytes()));
+    }
+    const Status st = run(jobs, options);
+    ASSERT_TRUE(st) << st.error().to_string();
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      const HostResult got = outs[j]->fetch();
+      EXPECT_EQ(first_difference(got.values, wants[j].values), wants[j].values.size())
+          << "job " << j << " ws " << options.warp_specialised;
+      if (is_rowwise(jobs[j].format)) {
+        EXPECT_EQ(got.row_scales, wants[j].row_scales) << "job " << j << " ws " << options.warp_specialised;
+      }
     }
   }
 }

@@ -66,14 +66,16 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop)
     const rans::LatticeRansStream s = enc.view();
     testing::DeviceStream dev(s);
     const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 2}, {s.rows - 1, s.rows}};
-    // The default (the lean loop where it applies), the fast group loop and the run-2 loop.
+    // The default (the lean loop where it applies), the fast group loop, the run-2 loop and the warp-specialised one.
     DecodeOptions fast_loop;
     fast_loop.lean = false;
     DecodeOptions run2_loop = fast_loop;
     run2_loop.fast_groups = 0;
-    const DecodeOptions loops[] = {DecodeOptions{}, fast_loop, run2_loop};
+    DecodeOptions ws_loop;
+    ws_loop.warp_specialised = true;
+    const DecodeOptions loops[] = {DecodeOptions{}, fast_loop, run2_loop, ws_loop};
     for (const auto& r : ranges) {
-      for (int k = 0; k < 3 * kOutputFormats; ++k) {
+      for (int k = 0; k < 4 * kOutputFormats; ++k) {
         const auto format = static_cast<OutputFormat>(k % kOutputFormats);
         const DecodeOptions options = loops[k / kOutputFormats];
         const testing::HostResult want = cpu_oracle(s, format, r[0], r[1]);
@@ -95,12 +97,78 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop)
                                  std::to_string(shape.bpp) + " bpp, " + std::string(output_format_name(format)) +
                                  ", rows [" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + ")" +
                                  " fast_groups " + std::to_string(options.fast_groups) + " lean " +
-                                 std::to_string(plan->lean_pb()) + (plan->lean_bf16() ? " bf16" : "");
+                                 std::to_string(plan->lean_pb()) + (plan->lean_bf16() ? " bf16" : "") + " ws " +
+                                 std::to_string(plan->ws_recon_warps());
         EXPECT_EQ(got, want.values) << what;
         if (is_rowwise(format)) {
           std::vector<float> got_scales(r[1] - r[0]);
           EPK_CUDA_CHECK(cudaMemcpy(got_scales.data(), row_scales.get(), row_scales.bytes(), cudaMemcpyDeviceToHost));
           EXPECT_EQ(got_scales, want.row_scales) << what;
+        }
+      }
+    }
+  }
+}
+
+// The warp-specialised lean kernel on tensors of tens of tiles, so that blocks hold many decode warps: as the plan
+// splits them (one tile per block), 7 tiles per block with 3 reconstruction warps (each serving up to 3 decode
+// warps), and 21 tiles per block (21 decode + 11 reconstruction warps, the 10240x3840 layout, where some decode warps
+// get no tile). Every format, three row ranges, cols a multiple of 8 (bf16 store) and not (general store).
+TEST(GpuOracle, WarpSpecialisedKernelIsBitExactWithManyWarpsPerBlock) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  constexpr Shape kWsShapes[] = {{301, 1024, 4.0}, {611, 1004, 2.0}};  // 22 tiles each
+  struct Split {
+    std::uint32_t min_tiles, max_recon, decode_warps, recon_warps;
+  };
+  constexpr Split kSplits[] = {{1, 0, 1, 1}, {7, 3, 7, 3}, {21, 0, 21, 11}};
+  std::uint32_t seed = 101;
+  for (const Shape& shape : kWsShapes) {
+    const rans::EncodedTensor enc = encode_random(shape, seed++);
+    const rans::LatticeRansStream s = enc.view();
+    testing::DeviceStream dev(s);
+    const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 37}, {s.rows - 1, s.rows}};
+    for (const Split& split : kSplits) {
+      DecodeOptions options;
+      options.warp_specialised = true;
+      options.min_tiles_per_block = split.min_tiles;
+      options.ws_max_recon_warps = split.max_recon;
+      for (const auto& r : ranges) {
+        for (int fi = 0; fi < kOutputFormats; ++fi) {
+          const auto format = static_cast<OutputFormat>(fi);
+          const testing::HostResult want = cpu_oracle(s, format, r[0], r[1]);
+          testing::DeviceBuffer out(want.values.size());
+          testing::DeviceBuffer row_scales((r[1] - r[0]) * sizeof(float));
+          EPK_CUDA_CHECK(cudaMemset(out.get(), 0xAB, want.values.size()));
+          EPK_CUDA_CHECK(cudaMemset(row_scales.get(), 0xAB, row_scales.bytes()));
+          DecodeJob job{"random", &s, dev.buffers(), r[0], r[1], format, out.get(), row_scales.get<float>()};
+          auto plan = DecodePlan::create({&job, 1}, options);
+          ASSERT_TRUE(plan) << plan.error().to_string();
+          const std::string what = std::to_string(shape.rows) + "x" + std::to_string(shape.cols) + " @" +
+                                   std::to_string(shape.bpp) + " bpp, " + std::string(output_format_name(format)) +
+                                   ", rows [" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + "), " +
+                                   std::to_string(plan->warps_per_block()) + " decode + " +
+                                   std::to_string(plan->ws_recon_warps()) + " reconstruction warps" +
+                                   (plan->lean_bf16() ? ", bf16 store" : "");
+          // Tiles within the row range decide the split; the full range must get the one asked for.
+          if (r[0] == 0 && r[1] == s.rows) {
+            EXPECT_EQ(plan->warps_per_block(), split.decode_warps) << what;
+            EXPECT_EQ(plan->ws_recon_warps(), split.recon_warps) << what;
+          }
+          EXPECT_NE(plan->ws_recon_warps(), 0u) << what;
+          testing::DeviceBuffer scratch(plan->scratch_bytes());
+          ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
+          ASSERT_TRUE(decode(*plan, scratch.get(), nullptr));
+          const Status st = read_status(*plan, scratch.get(), nullptr);
+          ASSERT_TRUE(st) << st.error().to_string();
+          std::vector<std::uint8_t> got(want.values.size());
+          EPK_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), got.size(), cudaMemcpyDeviceToHost));
+          EXPECT_EQ(got, want.values) << what;
+          if (is_rowwise(format)) {
+            std::vector<float> got_scales(r[1] - r[0]);
+            EPK_CUDA_CHECK(
+                cudaMemcpy(got_scales.data(), row_scales.get(), row_scales.bytes(), cudaMemcpyDeviceToHost));
+            EXPECT_EQ(got_scales, want.row_scales) << what;
+          }
         }
       }
     }
