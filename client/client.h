@@ -85,8 +85,11 @@ class Client {
   // serving a host pool takes 0); a device the daemon does not serve is kNotFound.
   Result<Tensor> acquire(const std::string& model, const std::string& tensor,
                          shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
-  // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode,
-  // without blocking the CPU. No-op for host slots.
+  // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode.
+  // A slot epkd answered before its decode finished (protocol version 4: an uncached acquire) is first waited for on
+  // the CPU (spin_us, then sleeping) until epkd publishes the decode's outcome: a failed decode (a corrupt tile) is
+  // kCorruptTile naming the tensor, and the slot must not be read. Otherwise the CPU does not block. No-op for host
+  // slots.
   Status wait(const Tensor& t, void* stream);
   // Copies t's bytes into host memory at dst (t.bytes long): waits for the decode first on device slots.
   Status copy_to_host(const Tensor& t, void* dst);
@@ -118,6 +121,7 @@ class Client {
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
   void close_nowait() noexcept;
+  Status check_decoded(std::uint64_t handle);
   std::unique_ptr<Impl> impl_;
 };
 
