@@ -32,7 +32,7 @@ acq() {  # NAME ARGS...: one gpu_acquire_bench run with epkd's timeline
   shift
   [[ $(left) -gt 25 ]] || { echo "== $name: skipped (time)"; return; }
   echo "== gpu_acquire_bench --timeline $name: $*"
-  timeout 40 "$bin/gpu_acquire_bench" --epkd "$bin/epkd" --rows 10240 --cols 3840 --bpp 4 --n 10 --iters 300 \
+  timeout 40 "$bin/gpu_acquire_bench" --epkd "$bin/epkd" --rows 10240 --cols 3840 --bpp 4 --n "${EPK_BENCH_N:-10}" --iters 300 \
     --timeline "$@" >"$out/acq_$name.txt" 2>"$out/acq_$name.err"
   echo "rc $?"
   grep -E 'bare|round trip|uncached|settings|decodes' "$out/acq_$name.txt"
