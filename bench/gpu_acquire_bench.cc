@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--spin-us", spin_us, "epkd's --spin-us (-1: its default)");
   app.add_option("--client-spin-us", copts.spin_us, "ClientOptions::spin_us of every client (-1: EPK_SPIN_US)");
   app.add_option("--io-threads", io_threads, "epkd's --io-threads");
+  app.add_option("--status-spin-us", copts.status_spin_us, "ClientOptions::status_spin_us (decode status polling)");
   app.add_flag("--timeline", timeline, "epkd at debug level: per-miss timeline lines on stderr");
   bool no_early = false;
   std::string miss_release = "event";
@@ -259,8 +260,9 @@ int main(int argc, char** argv) {
   std::printf("uncached acquire + wait(stream) + stream sync p50 %.1f us  min %.1f us  (stream wait, %zu; acquire "
               "reply p50 %.1f us)\n",
               pct(smiss, 0.5), pct(smiss, 0.0), smiss.size(), pct(smiss_reply, 0.5));
-  std::printf("settings: epkd --spin-us %d --io-threads %d%s, client spin %d us, misses released with %s\n", spin_us,
-              io_threads, no_early ? " --no-early-reply" : " (early reply)", client_spin,
+  std::printf("settings: epkd --spin-us %d --io-threads %d%s, client spin %d us, status spin %d us, misses released "
+              "with %s\n",
+              spin_us, io_threads, no_early ? " --no-early-reply" : " (early reply)", client_spin, copts.status_spin_us,
               miss_release == "event" ? "release_after (event fence)" : "release (host fence)");
   std::printf("cache-hit acquire+release_after (event fence), 1 client    p50 %7.1f us  p99 %7.1f us\n",
               pct(hit1, 0.5), pct(hit1, 0.99));

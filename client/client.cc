@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -60,6 +61,7 @@ struct Client::Impl {
   std::unordered_map<std::uint32_t, bool> nowait_ids;  // release_nowait requests that may still be answered (errors)
   int spin_us = 0;
   int reply_timeout_ms = 0;
+  int status_spin_us = 0;
   // Protocol version 4: epkd's decode status table, and the slots acquired from an early reply whose decode this
   // client has not yet seen succeed (handle -> ticket and tensor name). wait() and copy_to_host() check them.
   shm::StatusView status;
@@ -262,6 +264,7 @@ Result<Client> Client::connect(const std::string& socket_path, const ClientOptio
                                                 " but carried " + std::to_string(fds.size()) + " fds");
   }
   impl->reply_timeout_ms = reply_timeout_ms;
+  impl->status_spin_us = std::clamp(options.status_spin_us, 0, 1000000);
   if (hello.status_entries != 0) {
     EPK_TRY_ASSIGN(impl->status, shm::StatusView::map(std::move(fds.back()), hello.status_entries));
   }
@@ -390,7 +393,8 @@ Status Client::check_decoded(std::uint64_t handle) {
     if (it == impl_->unchecked.end()) return {};  // answered after its decode was checked, or already seen ok
     u = it->second;
   }
-  EPK_TRY_ASSIGN(shm::DecodeState st, impl_->status.wait(u.ticket, impl_->spin_us, impl_->reply_timeout_ms));
+  EPK_TRY_ASSIGN(shm::DecodeState st, impl_->status.wait(u.ticket, std::max(impl_->spin_us, impl_->status_spin_us),
+                                                                  impl_->reply_timeout_ms));
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (st == shm::DecodeState::kOk) {
     impl_->unchecked.erase(handle);

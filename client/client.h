@@ -63,6 +63,11 @@ struct ClientOptions {
   // comes back within it is picked up without the sleep and wake-up of a blocking recv, at the price of one busy
   // core while the call waits. 0 blocks at once; negative: the environment's EPK_SPIN_US, else 0.
   int spin_us = -1;
+  // wait() / copy_to_host() on a slot epkd answered before its decode finished (protocol version 4) poll the decode
+  // status word for up to max(spin_us, status_spin_us) microseconds before sleeping on it: the decode of a large
+  // tensor takes ~100 us on the device, and a sleeping thread's wake-up adds tens of microseconds to it. 0: only
+  // spin_us.
+  int status_spin_us = 200;
 };
 
 class Client {
