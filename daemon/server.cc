@@ -730,9 +730,9 @@ class Service {
         "timeline slot {}{}: read {} ns; read->submit {:.1f} us, submit->worker {:.1f}, worker->enqueued {:.1f}, "
         "enqueued->done {:.1f}, worker->done {:.1f}, done->completion {:.1f}, completion->written {:.1f}; "
         "read->written {:.1f} us; written {} ns",
-        slot_id, early ? " (early reply)" : "", tl.read, us(tl.read, tl.submit), us(tl.submit, tl.worker), us(tl.worker, tl.enqueued),
-        us(tl.enqueued, tl.done), us(tl.worker, tl.done), us(tl.done, tl.completion), us(tl.completion, written),
-        us(tl.read, written), written);
+        slot_id, early ? " (early reply)" : "", tl.read, us(tl.read, tl.submit), us(tl.submit, tl.worker),
+        us(tl.worker, tl.enqueued), us(tl.enqueued, tl.done), us(tl.worker, tl.done), us(tl.done, tl.completion),
+        us(tl.completion, written), us(tl.read, written), written);
   }
 
   void encode_acquire_reply(std::uint32_t req, const Lane& lane, const Slot& slot, const ServedTensor& desc,
