@@ -1,12 +1,16 @@
 // The device path of epkd (issue 6's H200 targets), in one run:
 //   - bare decode: codec/cuda's one kernel on the same tensor in this process (decode + stream sync, wall clock);
 //   - one socket round trip (a stats request);
-//   - uncached acquire of each tensor until its decode-done event completes (acquire, wait on the event on a stream,
-//     synchronise that stream), against bare + round trip;
+//   - uncached acquire of a tensor until its decode-done event completes, the target's measure: acquire, wait()
+//     (with an early reply, epkd's status ticket on the CPU), then cuEventSynchronize on the opened event; against
+//     bare + round trip. Beside it, on the other half of the tensors, what a stream-ordered consumer sees: acquire,
+//     wait() on a stream of this process, synchronise that stream (the figure this bench reported before);
 //   - cache-hit acquire + release (CUDA event fence) p50/p99 with 1 and 16 client threads (one Client each).
 //
 //   gpu_acquire_bench --epkd PATH [--rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000] [--spin-us N]
-//     [--client-spin-us N] [--io-threads N] [--timeline]
+//     [--client-spin-us N] [--io-threads N] [--timeline] [--no-early-reply] [--miss-release event|host]
+//   --no-early-reply: epkd answers a miss after its decode (the behaviour before protocol version 4);
+//   --miss-release: how each miss is released (event: release_after, a CUDA event fence, as before; host: release).
 //   --timeline runs epkd at debug level: it logs each uncached acquire's way through it ("timeline slot ...", on
 //   stderr, steady_clock ns) and the bench prints the client's side of each (same clock) to match them.
 #include <signal.h>
@@ -68,7 +72,13 @@ int main(int argc, char** argv) {
   app.add_option("--spin-us", spin_us, "epkd's --spin-us (-1: its default)");
   app.add_option("--client-spin-us", copts.spin_us, "ClientOptions::spin_us of every client (-1: EPK_SPIN_US)");
   app.add_option("--io-threads", io_threads, "epkd's --io-threads");
+  app.add_option("--status-spin-us", copts.status_spin_us, "ClientOptions::status_spin_us (decode status polling)");
   app.add_flag("--timeline", timeline, "epkd at debug level: per-miss timeline lines on stderr");
+  bool no_early = false;
+  std::string miss_release = "event";
+  app.add_flag("--no-early-reply", no_early, "epkd --no-early-reply: misses answered after their decode");
+  app.add_option("--miss-release", miss_release, "event (release_after) or host (release)")
+      ->check(CLI::IsMember({"event", "host"}));
   CLI11_PARSE(app, argc, argv);
   if (!epk::shm::cuda_device_available(0)) {
     std::printf("no CUDA device: nothing to measure\n");
@@ -142,6 +152,7 @@ int main(int argc, char** argv) {
       args.push_back("--spin-us");
       args.push_back(spin.c_str());
     }
+    if (no_early) args.push_back("--no-early-reply");
     args.push_back(nullptr);
     ::execv(epkd.c_str(), const_cast<char* const*>(args.data()));
     ::_exit(127);
@@ -163,7 +174,8 @@ int main(int argc, char** argv) {
     if (!c->stats()) return die("stats");
     rtt.push_back(us_since(t0));
   }
-  std::vector<double> miss, miss_reply, miss_wait, miss_sync;
+  // Even tensors: the target's measure (host wait on the event); odd tensors: the stream-ordered consumer.
+  std::vector<double> miss, miss_reply, miss_wait, miss_sync, smiss, smiss_reply;
   auto ns_of = [](Clock::time_point t) {
     return static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
   };
@@ -175,20 +187,29 @@ int main(int argc, char** argv) {
     auto t = c->acquire("m", "t" + std::to_string(i), epk::shm::Layout::kDenseBF16);
     if (!t) return die(t.error().to_string());
     auto t1 = Clock::now();
-    if (!c->wait(*t, stream->get())) return die("wait");
+    const bool host_wait = i % 2 == 0;
+    if (auto st = c->wait(*t, host_wait ? nullptr : stream->get()); !st) return die(st.error().to_string());
     auto t2 = Clock::now();
-    if (!stream->synchronize()) return die("wait");
+    if (auto st = host_wait ? epk::shm::event_synchronize(t->event) : stream->synchronize(); !st)
+      return die(st.error().to_string());
     auto t3 = Clock::now();
-    miss.push_back(us_between(t0, t3));
-    miss_reply.push_back(us_between(t0, t1));
-    miss_wait.push_back(us_between(t1, t2));
-    miss_sync.push_back(us_between(t2, t3));
+    if (host_wait) {
+      miss.push_back(us_between(t0, t3));
+      miss_reply.push_back(us_between(t0, t1));
+      miss_wait.push_back(us_between(t1, t2));
+      miss_sync.push_back(us_between(t2, t3));
+    } else {
+      smiss.push_back(us_between(t0, t3));
+      smiss_reply.push_back(us_between(t0, t1));
+    }
     // The client's side of the timeline, on epkd's clock (steady_clock): request sent at `sent` (just before),
     // reply read at `reply`.
-    std::printf("client timeline t%d: sent %lld ns, reply %lld ns; acquire %.1f us, wait enqueue %.1f us, stream "
-                "sync %.1f us, total %.1f us\n",
-                i, ns_of(t0), ns_of(t1), us_between(t0, t1), us_between(t1, t2), us_between(t2, t3), us_between(t0, t3));
-    if (!c->release_after(t->handle, stream->get())) return die("release");
+    std::printf("client timeline t%d (%s): sent %lld ns, reply %lld ns, waited %lld ns; acquire %.1f us, wait() %.1f "
+                "us, %s %.1f us, total %.1f us\n",
+                i, host_wait ? "host wait" : "stream wait", ns_of(t0), ns_of(t1), ns_of(t2), us_between(t0, t1),
+                us_between(t1, t2), host_wait ? "event sync" : "stream sync", us_between(t2, t3), us_between(t0, t3));
+    if (!(miss_release == "event" ? c->release_after(t->handle, stream->get()) : c->release(t->handle)))
+      return die("release");
   }
   // fence: true releases with a CUDA event fence (release_after), false with the host fence (release).
   auto hit_loop = [&](epk::client::Client& cl, bool fence, std::vector<double>* lat) -> bool {
@@ -231,12 +252,18 @@ int main(int argc, char** argv) {
   std::printf("%ux%u at %.1f bpp to dense:bf16, %d tensors, device 0\n", rows, cols, bpp, n);
   std::printf("bare decode kernel (decode + sync)     p50 %9.1f us  min %9.1f us\n", b, pct(bare, 0.0));
   std::printf("socket round trip (stats)              p50 %9.1f us\n", r);
-  std::printf("uncached acquire until event complete  p50 %9.1f us  min %9.1f us  max %9.1f us\n", m, pct(miss, 0.0),
-              pct(miss, 1.0));
+  std::printf("uncached acquire until event complete  p50 %9.1f us  min %9.1f us  max %9.1f us  (host wait, %zu)\n", m,
+              pct(miss, 0.0), pct(miss, 1.0), miss.size());
   std::printf("uncached / (bare + round trip)         %.3f   (target <= 1.5)\n", m / (b + r));
-  std::printf("uncached, client side: acquire reply p50 %.1f us, wait enqueue p50 %.1f us, stream sync p50 %.1f us\n",
+  std::printf("uncached, client side: acquire reply p50 %.1f us, wait() p50 %.1f us, event sync p50 %.1f us\n",
               pct(miss_reply, 0.5), pct(miss_wait, 0.5), pct(miss_sync, 0.5));
-  std::printf("settings: epkd --spin-us %d --io-threads %d, client spin %d us\n", spin_us, io_threads, client_spin);
+  std::printf("uncached acquire + wait(stream) + stream sync p50 %.1f us  min %.1f us  (stream wait, %zu; acquire "
+              "reply p50 %.1f us)\n",
+              pct(smiss, 0.5), pct(smiss, 0.0), smiss.size(), pct(smiss_reply, 0.5));
+  std::printf("settings: epkd --spin-us %d --io-threads %d%s, client spin %d us, status spin %d us, misses released "
+              "with %s\n",
+              spin_us, io_threads, no_early ? " --no-early-reply" : " (early reply)", client_spin, copts.status_spin_us,
+              miss_release == "event" ? "release_after (event fence)" : "release (host fence)");
   std::printf("cache-hit acquire+release_after (event fence), 1 client    p50 %7.1f us  p99 %7.1f us\n",
               pct(hit1, 0.5), pct(hit1, 0.99));
   std::printf("cache-hit acquire+release_after (event fence), 16 clients  p50 %7.1f us  p99 %7.1f us\n",

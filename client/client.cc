@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "client/device_client.h"
 #include "codec/common/bytes.h"
+#include "shm/decode_status.h"
 #include "shm/fd_passing.h"
 #include "shm/pool.h"
 #include "shm/unique_fd.h"
@@ -58,6 +60,16 @@ struct Client::Impl {
   std::uint64_t deferred_release_errors = 0;
   std::unordered_map<std::uint32_t, bool> nowait_ids;  // release_nowait requests that may still be answered (errors)
   int spin_us = 0;
+  int reply_timeout_ms = 0;
+  int status_spin_us = 0;
+  // Protocol version 4: epkd's decode status table, and the slots acquired from an early reply whose decode this
+  // client has not yet seen succeed (handle -> ticket and tensor name). wait() and copy_to_host() check them.
+  shm::StatusView status;
+  struct Unchecked {
+    std::uint64_t ticket = 0;
+    std::string tensor;
+  };
+  std::unordered_map<std::uint64_t, Unchecked> unchecked;
 
   // Polls the socket without blocking for up to spin_us; a positive count, 0 (peer closed) or -1 (errno set: nothing
   // arrived in time, or an error) as recv returns.
@@ -245,9 +257,16 @@ Result<Client> Client::connect(const std::string& socket_path, const ClientOptio
   std::vector<shm::UniqueFd> fds;
   EPK_TRY_ASSIGN(Frame f, impl->call(id, shm::MsgType::kHello, &fds));
   EPK_TRY_ASSIGN(shm::HelloReply hello, shm::decode_hello_reply(f.payload));
-  if (fds.size() != hello.pools.size()) {
+  const std::size_t want_fds = hello.pools.size() + (hello.status_entries != 0 ? 1 : 0);
+  if (fds.size() != want_fds) {
     return make_error(ErrorCode::kBadInput, "epk client: hello reply announces " + std::to_string(hello.pools.size()) +
-                                                " pools but carried " + std::to_string(fds.size()) + " fds");
+                                                " pools" + (hello.status_entries != 0 ? " and a status table" : "") +
+                                                " but carried " + std::to_string(fds.size()) + " fds");
+  }
+  impl->reply_timeout_ms = reply_timeout_ms;
+  impl->status_spin_us = std::clamp(options.status_spin_us, 0, 1000000);
+  if (hello.status_entries != 0) {
+    EPK_TRY_ASSIGN(impl->status, shm::StatusView::map(std::move(fds.back()), hello.status_entries));
   }
   // Every device pool's ring has the same length, in pool order (shm/protocol.h, version 3).
   std::size_t device_pools = 0;
@@ -341,6 +360,12 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
   t.shape = std::move(r.shape);
   t.strides = std::move(r.strides);
   t.handle = r.handle;
+  if (r.status_ticket != shm::kNoTicket) {
+    if (!impl_->status.valid() || !t.on_device) {
+      return make_error(ErrorCode::kBadInput, "epk client: acquire reply: a status ticket without a status table");
+    }
+    impl_->unchecked[r.handle] = {r.status_ticket, tensor};
+  }
   if (shm::is_rowwise(layout)) {
     std::uint64_t values = 0;
     if (t.shape.size() != 2 || !checked_mul(t.shape[0], t.shape[1], &values) || values > t.bytes ||
@@ -357,9 +382,38 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
   return t;
 }
 
+// An early-answered slot (protocol version 4): waits on the CPU until epkd has published its decode's outcome. A
+// failed decode (a corrupt tile, a device error) is an error naming the tensor, and the bytes must not be read: epkd
+// dropped the slot (and this client's pin on it). The lock is not held while waiting.
+Status Client::check_decoded(std::uint64_t handle) {
+  Impl::Unchecked u;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->unchecked.find(handle);
+    if (it == impl_->unchecked.end()) return {};  // answered after its decode was checked, or already seen ok
+    u = it->second;
+  }
+  EPK_TRY_ASSIGN(shm::DecodeState st, impl_->status.wait(u.ticket, std::max(impl_->spin_us, impl_->status_spin_us),
+                                                                  impl_->reply_timeout_ms));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (st == shm::DecodeState::kOk) {
+    impl_->unchecked.erase(handle);
+    return {};
+  }
+  if (st == shm::DecodeState::kFailed) {
+    return make_error(ErrorCode::kCorruptTile, "epk client: tensor '" + u.tensor +
+                                                   "': epkd's decode of it failed (a corrupt tile or a device error: "
+                                                   "epkd's log names it); the slot was dropped, do not read it");
+  }
+  return make_error(ErrorCode::kInternal, "epk client: tensor '" + u.tensor + "': its decode status was overwritten (" +
+                                              std::to_string(impl_->status.entries()) +
+                                              " decodes since its acquire): release and acquire it again");
+}
+
 Status Client::wait(const Tensor& t, void* stream) {
   if (!t.on_device || t.event == nullptr) return {};  // host slots are ready when acquire returns
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  EPK_TRY(check_decoded(t.handle));
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->device) return make_error(ErrorCode::kInvalidArgument, "epk client: no device pool");
   return impl_->device->wait(t.event, stream);
@@ -371,6 +425,7 @@ Status Client::copy_to_host(const Tensor& t, void* dst) {
     return {};
   }
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
+  EPK_TRY(check_decoded(t.handle));
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->device) return make_error(ErrorCode::kInvalidArgument, "epk client: no device pool");
   return impl_->device->copy_to_host(dst, reinterpret_cast<std::uint64_t>(t.data), t.bytes, t.event, t.device);
@@ -390,6 +445,7 @@ Status Client::release_after(std::uint64_t handle, void* stream) {
     return release(handle);  // a host pool slot (or a handle the daemon will refuse)
   }
   const int device = impl_->pool_info[pool].device;
+  impl_->unchecked.erase(handle);
   shm::ReleaseRequest m{handle, shm::FenceKind::kCudaEvent, 0};
   EPK_TRY_ASSIGN(m.event, impl_->device->record_release(stream, device));
   const std::uint32_t id = impl_->next_id++;
@@ -443,6 +499,7 @@ Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vect
 Status Client::release(std::uint64_t handle) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->unchecked.erase(handle);
   const std::uint32_t id = impl_->next_id++;
   shm::encode_release(id, {handle, shm::FenceKind::kHostRelease}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kRelease));
@@ -453,6 +510,7 @@ Status Client::release_nowait(std::uint64_t handle) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->sock.valid()) return make_error(ErrorCode::kIo, "epk client: not connected");
+  impl_->unchecked.erase(handle);
   const std::uint32_t id = impl_->next_id++;
   shm::encode_release(id, {handle, shm::FenceKind::kHostRelease, shm::kReleaseNoReply}, &impl_->tx);
   // Only ids that may come back are remembered; the table is cut when it grows (old failures then go uncounted).

@@ -63,6 +63,11 @@ struct ClientOptions {
   // comes back within it is picked up without the sleep and wake-up of a blocking recv, at the price of one busy
   // core while the call waits. 0 blocks at once; negative: the environment's EPK_SPIN_US, else 0.
   int spin_us = -1;
+  // wait() / copy_to_host() on a slot epkd answered before its decode finished (protocol version 4) poll the decode
+  // status word for up to max(spin_us, status_spin_us) microseconds before sleeping on it: the decode of a large
+  // tensor takes ~100 us on the device, and a sleeping thread's wake-up adds tens of microseconds to it. 0: only
+  // spin_us.
+  int status_spin_us = 200;
 };
 
 class Client {
@@ -85,8 +90,11 @@ class Client {
   // serving a host pool takes 0); a device the daemon does not serve is kNotFound.
   Result<Tensor> acquire(const std::string& model, const std::string& tensor,
                          shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
-  // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode,
-  // without blocking the CPU. No-op for host slots.
+  // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode.
+  // A slot epkd answered before its decode finished (protocol version 4: an uncached acquire) is first waited for on
+  // the CPU (spin_us, then sleeping) until epkd publishes the decode's outcome: a failed decode (a corrupt tile) is
+  // kCorruptTile naming the tensor, and the slot must not be read. Otherwise the CPU does not block. No-op for host
+  // slots.
   Status wait(const Tensor& t, void* stream);
   // Copies t's bytes into host memory at dst (t.bytes long): waits for the decode first on device slots.
   Status copy_to_host(const Tensor& t, void* dst);
@@ -118,6 +126,7 @@ class Client {
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
   void close_nowait() noexcept;
+  Status check_decoded(std::uint64_t handle);
   std::unique_ptr<Impl> impl_;
 };
 

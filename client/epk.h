@@ -100,8 +100,11 @@ typedef struct epk_pool_stats {
 /* Writes the first min(capacity, pools) pools' stats to out (NULL when capacity is 0); *count receives how many
  * pools the daemon has. */
 int epk_pool_stats_get(epk_client* c, epk_pool_stats* out, size_t capacity, size_t* count);
-/* Makes stream (a CUstream / cudaStream_t; NULL = the legacy default stream) wait for t's decode without blocking the
- * CPU. No-op for host slots. */
+/* Makes stream (a CUstream / cudaStream_t; NULL = the legacy default stream) wait for t's decode. A slot the daemon
+ * answered before its decode finished (an uncached device acquire, protocol version 4) is first waited for on the CPU
+ * until the daemon publishes the decode's outcome; a failed decode (a corrupt tile) returns EPK_E_DECODE naming the
+ * tensor, and the slot must not be read (the daemon dropped it). Otherwise the CPU does not block. No-op for host
+ * slots. Call it before reading the slot; epk_copy_to_host checks the same. */
 int epk_wait(epk_client* c, const epk_tensor* t, void* stream);
 /* Copies t->bytes of t's slot into host memory at dst (waits for the decode on device slots). */
 int epk_copy_to_host(epk_client* c, const epk_tensor* t, void* dst);

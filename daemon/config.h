@@ -48,6 +48,10 @@ struct DaemonConfig {
   // served device from model open, outside the slot budget, so an uncached acquire is one kernel. Off: those tensors
   // decode on the CPU and are copied into the slot (much slower misses, no device memory beyond the pools).
   bool device_resident = true;
+  // Device lanes answer an uncached acquire as soon as its decode is on the stream, with a decode status ticket the
+  // client waits for (protocol version 4, shm/decode_status.h); off: the reply waits until the decode and its tile
+  // status are done (the behaviour before, kept to measure against).
+  bool early_reply = true;
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
   // After its last handler ran, an io thread polls its io_context for this long before it blocks in epoll: a request
   // that arrives within it is picked up without the wake-up of a sleeping thread. Spins only right after activity,

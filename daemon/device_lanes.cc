@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <thread>
 
 namespace epk::daemon {
 
@@ -54,7 +55,9 @@ Result<std::vector<Lane>> make_lanes(const DaemonConfig& cfg) {
       // Evicted ranges keep their pages (see Service): no discard hook.
       lane.cache = std::make_unique<Cache>(lane.pool->size(), nullptr, nullptr, first_handle_of_pool(lane.pool_id));
       // One worker issues everything to the device's one stream, acquire before prefetch.
-      lane.gpu_scheduler = std::make_unique<DecodeScheduler>(1);
+      // It polls for the next job as long as the io threads do (spin_us) before it sleeps.
+      lane.gpu_scheduler =
+          std::make_unique<DecodeScheduler>(1, spin_us_for(cfg.spin_us, std::thread::hardware_concurrency()));
       spdlog::info("serving from a device pool on CUDA device {} (pool {}, {} MiB, {} events)", device, lane.pool_id,
                    lane.pool->size() >> 20, lane.gpu->event_handles().size());
       lanes.push_back(std::move(lane));

@@ -127,7 +127,8 @@ class CudaBackend final : public GpuBackend {
   }
 
   Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
-                 std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device) override {
+                 std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device,
+                 const std::function<void()>& on_enqueued) override {
     *on_device = false;
     pending_plan_ = nullptr;
     std::shared_ptr<Resident> r;
@@ -152,6 +153,7 @@ class CudaBackend final : public GpuBackend {
                               .count();
       return {};
     }();
+    if (enqueued && on_enqueued) on_enqueued();
     // Synchronised on failure too: the next produce() reuses the pinned patch, staging and status buffers, which a
     // copy queued before the failure may still read.
     Status synced = stream_.synchronize();

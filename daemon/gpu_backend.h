@@ -10,8 +10,9 @@
 //   prefetch, promote as on the CPU path). Lattice-rans tensors in dense and rowwise layouts decode on the device into
 //   the slot; everything else (raw tensors, layouts codec/cuda does not write) is produced by the CPU decoder into a
 //   pinned host buffer and copied to the slot on the stream. Either way the ring event slot_id % ring is recorded
-//   after the work and produce() waits for the stream before returning (the tile status must be read before a
-//   tensor is served), so the event a reply names has normally completed already; clients wait on it anyway.
+//   after the work, then `on_enqueued` runs (epkd answers the acquire there, with a decode status ticket: protocol
+//   version 4), and produce() waits for the stream before returning: its result is the tile status, which epkd
+//   publishes in the status table before the slot is marked ready (shm/decode_status.h).
 // - Release fences (kCudaEvent): client_fence() opens the client's event once per (client, handle) and makes the
 //   stream wait on it at once (cuStreamWaitEvent). Every later decode is stream-ordered after it, in particular the
 //   next decode into the released slot's bytes; this is conservative (decodes into other slots wait too) but never
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,8 +52,11 @@ class GpuBackend {
 
   // Fills [slot_offset, slot_offset + bytes) of the device pool with `tensor` of `model_id` in `layout` and records
   // event_for(slot_id). Called from one thread (the GPU scheduler's). `*on_device` says whether the kernel ran.
+  // `on_enqueued` (may be empty) runs once all the work is on the stream and before produce() waits for it; it is
+  // not called when issuing failed. The result covers the whole decode (a corrupt tile is kCorruptTile).
   virtual Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
-                         std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device) = 0;
+                         std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device,
+                         const std::function<void()>& on_enqueued) = 0;
   // When the last produce() had issued all its work and began waiting for the stream (steady_clock, ns since its
   // epoch; 0 if unknown). Read on the produce() thread, for the debug timeline of an uncached acquire.
   virtual std::int64_t last_enqueued_ns() const { return 0; }

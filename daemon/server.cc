@@ -39,6 +39,7 @@
 #include "daemon/registry.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
+#include "shm/decode_status.h"
 #include "shm/fd_passing.h"
 #include "shm/pool.h"
 #include "shm/protocol.h"
@@ -197,7 +198,20 @@ class Service {
       : io_(io),
         cfg_(cfg),
         lanes_(std::move(lanes)),
-        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {
+    // Early replies (protocol version 4): device lanes answer an uncached acquire once its decode is on the stream,
+    // with a status ticket the client waits for. Host lanes decode on the CPU before replying: no table needed.
+    const bool devices = std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.on_device(); });
+    if (devices && cfg_.early_reply) {
+      auto t = shm::StatusTable::create();
+      if (t) {
+        status_ = std::move(*t);
+      } else {
+        spdlog::warn("no decode status table ({}): device acquires are answered after their decode",
+                     t.error().to_string());
+      }
+    }
+  }
   ~Service() {
     // The device workers use their lane's backend and this service: joined before anything goes.
     for (Lane& l : lanes_) {
@@ -278,12 +292,14 @@ class Service {
       r.pools.push_back({l.pool_id, l.pool->kind(), l.pool->device(), l.pool->size()});
       if (l.gpu) r.events.insert(r.events.end(), l.gpu->event_handles().begin(), l.gpu->event_handles().end());
     }
+    r.status_entries = status_.valid() ? status_.entries() : 0;
     return r;
   }
-  // In pool order, as the hello reply lists them.
+  // In pool order, as the hello reply lists them, then the status table's when there is one.
   std::vector<int> pool_fds() const {
     std::vector<int> fds;
     for (const Lane& l : lanes_) fds.push_back(l.pool->export_fd());
+    if (status_.valid()) fds.push_back(status_.fd());
     return fds;
   }
 
@@ -582,27 +598,43 @@ class Service {
     const std::uint64_t slot_id = slot.id;
     GpuBackend* gpu = lane.gpu.get();
     // What the worker runs: the lane's GPU backend into the slot's device range, or the source into its host range.
-    std::function<Status(bool* on_device)> produce;
+    std::function<Status(bool* on_device, const std::function<void()>& on_enqueued)> produce;
     if (gpu != nullptr) {
       produce = [gpu, src = std::move(src), model = slot.key.model, tensor, layout, offset = slot.offset,
-                 bytes = desc.bytes, slot_id](bool* on_device) {
-        return gpu->produce(model, *src, tensor, layout, offset, bytes, slot_id, on_device);
+                 bytes = desc.bytes, slot_id](bool* on_device, const std::function<void()>& on_enqueued) {
+        return gpu->produce(model, *src, tensor, layout, offset, bytes, slot_id, on_device, on_enqueued);
       };
     } else {
-      produce = [src = std::move(src), tensor, layout, dst = lane.pool->host_span(slot.offset, desc.bytes)](bool*) {
-        return src->produce(tensor, layout, dst);
-      };
+      produce = [src = std::move(src), tensor, layout, dst = lane.pool->host_span(slot.offset, desc.bytes)](
+                    bool*, const std::function<void()>&) { return src->produce(tensor, layout, dst); };
     }
+    const bool early = gpu != nullptr && status_.valid();
     const std::int64_t submit_ns = now_ns();
     auto job = decode_scheduler(lane).submit(
-        [this, gpu, produce = std::move(produce), slot_id] {
+        [this, gpu, produce = std::move(produce), slot_id, early] {
           Timeline tl;
           auto t0 = Clock::now();
           tl.worker = now_ns();
           bool on_device = false;
-          Status st = guarded([&] { return produce(&on_device); });
+          std::uint64_t ticket = shm::kNoTicket;
+          std::function<void()> on_enqueued;
+          if (early) {
+            on_enqueued = [&] {
+              tl.enqueued = gpu->last_enqueued_ns();
+              ticket = reply_early(slot_id, tl);
+            };
+          }
+          Status st = guarded([&] { return produce(&on_device, on_enqueued); });
           tl.done = now_ns();
           tl.enqueued = on_device ? gpu->last_enqueued_ns() : 0;
+          // Published before on_decoded marks the slot ready: a hit answered later carries no ticket.
+          if (ticket != shm::kNoTicket) {
+            status_.finish(ticket, static_cast<bool>(st));
+            if (tl.enqueued != 0 && spdlog::should_log(spdlog::level::debug)) {
+              spdlog::debug("timeline slot {}: status ticket {} published {} at {} ns; enqueued->published {:.1f} us",
+                            slot_id, ticket, st ? "ok" : "failed", now_ns(), (now_ns() - tl.enqueued) / 1e3);
+            }
+          }
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
           // The completion runs here, on the worker: a hop through an io thread would add a thread wake-up to every
@@ -615,6 +647,42 @@ class Service {
     f.job = std::move(job);
     f.desc = std::move(desc);
     return f;
+  }
+
+  // Runs on the decode worker once the slot's work is on the stream: answers the acquires waiting now, each reply
+  // carrying a fresh status ticket that reads pending until the worker publishes the decode's outcome. The slot stays
+  // kDecoding in the cache meanwhile (acquires arriving now wait for on_decoded; a failed decode drops the slot and
+  // the early waiters' pins with it). Returns the ticket, or kNoTicket when nobody was answered.
+  std::uint64_t reply_early(std::uint64_t slot_id, const Timeline& worker_tl) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = inflight_.find(slot_id);
+    if (it == inflight_.end() || it->second.waiters.empty()) return shm::kNoTicket;
+    InFlight& f = it->second;
+    Lane& lane = lanes_[shm::handle_pool(slot_id)];
+    Slot* slot = lane.cache->find(slot_id);
+    if (slot == nullptr) return shm::kNoTicket;
+    const std::uint64_t ticket = status_.begin();  // pending before any reply naming it goes out
+    Timeline tl = worker_tl;
+    tl.read = f.read_ns;
+    tl.submit = f.submit_ns;
+    tl.done = tl.enqueued;  // the reply does not wait for the decode
+    const bool timeline = tl.read != 0 && spdlog::should_log(spdlog::level::debug);
+    for (const Waiter& w : f.waiters) {
+      auto s = w.session.lock();
+      if (!s) continue;
+      std::vector<std::uint8_t> out;
+      shm::AcquireReply r;
+      r.status_ticket = ticket;
+      encode_acquire_reply(w.request_id, lane, *slot, f.desc, &r, &out);
+      if (timeline) tl.completion = now_ns();
+      asio::post(s->executor(), [s, out = std::move(out), tl, timeline, slot_id] {
+        s->send(out);
+        if (timeline) log_timeline(slot_id, tl, true);
+      });
+    }
+    f.waiters.clear();
+    f.read_ns = 0;
+    return ticket;
   }
 
   // Runs on the decode worker that produced the slot; the replies go to their sessions' threads.
@@ -650,21 +718,21 @@ class Service {
       if (timeline) tl.completion = now_ns();
       asio::post(s->executor(), [s, out = std::move(out), tl, timeline, slot_id] {
         s->send(out);
-        if (timeline) log_timeline(slot_id, tl);
+        if (timeline) log_timeline(slot_id, tl, false);
       });
     }
   }
 
-  static void log_timeline(std::uint64_t slot_id, const Timeline& tl) {
+  static void log_timeline(std::uint64_t slot_id, const Timeline& tl, bool early) {
     const std::int64_t written = now_ns();
     auto us = [](std::int64_t a, std::int64_t b) { return a != 0 && b != 0 ? (b - a) / 1e3 : -1.0; };
     spdlog::debug(
-        "timeline slot {}: read {} ns; read->submit {:.1f} us, submit->worker {:.1f}, worker->enqueued {:.1f}, "
+        "timeline slot {}{}: read {} ns; read->submit {:.1f} us, submit->worker {:.1f}, worker->enqueued {:.1f}, "
         "enqueued->done {:.1f}, worker->done {:.1f}, done->completion {:.1f}, completion->written {:.1f}; "
         "read->written {:.1f} us; written {} ns",
-        slot_id, tl.read, us(tl.read, tl.submit), us(tl.submit, tl.worker), us(tl.worker, tl.enqueued),
-        us(tl.enqueued, tl.done), us(tl.worker, tl.done), us(tl.done, tl.completion), us(tl.completion, written),
-        us(tl.read, written), written);
+        slot_id, early ? " (early reply)" : "", tl.read, us(tl.read, tl.submit), us(tl.submit, tl.worker),
+        us(tl.worker, tl.enqueued), us(tl.enqueued, tl.done), us(tl.worker, tl.done), us(tl.done, tl.completion),
+        us(tl.completion, written), us(tl.read, written), written);
   }
 
   void encode_acquire_reply(std::uint32_t req, const Lane& lane, const Slot& slot, const ServedTensor& desc,
@@ -678,6 +746,7 @@ class Service {
     r->strides.assign(desc.strides.begin(), desc.strides.end());
     r->done_event = lane.event_for(slot.id);
     shm::encode_acquire_reply(req, *r, out);
+    r->status_ticket = shm::kNoTicket;  // the session's reused reply: a ticket belongs to one early answer
   }
 
   asio::io_context& io_;  // the main context: shutdown steps run there
@@ -691,6 +760,7 @@ class Service {
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
   bool shutting_down_ = false;
   bool invariant_broken_ = false;
+  shm::StatusTable status_;  // early replies' decode status (device lanes; invalid when replies wait for the decode)
   std::function<void()> on_drained_;
   DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed; the
                                // lanes' device workers are joined in ~Service

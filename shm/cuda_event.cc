@@ -174,6 +174,11 @@ Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes,
   return {};
 }
 
+Status event_synchronize(void* event) {
+  EPK_CU(driver().EventSynchronize(static_cast<CUevent>(event)), -1);
+  return {};
+}
+
 Status stream_wait_event(void* stream, void* event) {
   EPK_CU(driver().StreamWaitEvent(static_cast<CUstream>(stream), static_cast<CUevent>(event), 0), -1);
   return {};

@@ -110,6 +110,8 @@ Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes,
 Status fill_device_async(std::uint64_t dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device);
 // Makes `stream` (null: the legacy default stream of the current context) wait on `event` without blocking the CPU.
 Status stream_wait_event(void* stream, void* event);
+// Blocks the calling thread until `event` (a CUevent, e.g. one opened from another process) has completed.
+Status event_synchronize(void* event);
 // Makes `device`'s primary context current on the calling thread (runtime-API code such as codec/cuda then uses it).
 Status make_device_current(int device);
 

@@ -11,7 +11,8 @@
 
 namespace epk::shm {
 
-inline constexpr std::size_t kMaxPassedFds = 16;
+// Every pool (kMaxPools = 16) and the decode status table (protocol version 4).
+inline constexpr std::size_t kMaxPassedFds = 17;
 
 // Sends all of `bytes` on a blocking or non-blocking stream socket; the fds ride on the first byte. Waits (poll) while
 // the socket is full, up to `timeout_ms` in all.

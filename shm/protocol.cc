@@ -224,6 +224,7 @@ void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::
   for (std::size_t i = 0; i < events; ++i) {
     for (std::uint8_t b : m.events[i]) w.put(b);
   }
+  w.put(m.status_entries);
 }
 
 void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out) {
@@ -245,6 +246,7 @@ void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<s
   for (std::int64_t s : m.strides) w.put(s);
   w.put(m.done_event);
   w.put<std::uint32_t>(0);
+  w.put(m.status_ticket);
 }
 
 void encode_prefetch_reply(std::uint32_t id, const PrefetchReply& m, std::vector<std::uint8_t>* out) {
@@ -386,6 +388,10 @@ Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p) {
       EPK_TRY_ASSIGN(b, r.get<std::uint8_t>("events"));
     }
   }
+  EPK_TRY_ASSIGN(m.status_entries, r.get<std::uint32_t>("status_entries"));
+  if (m.status_entries > kMaxStatusEntries) {
+    return r.bad("status_entries", std::to_string(m.status_entries) + " exceeds " + std::to_string(kMaxStatusEntries));
+  }
   EPK_TRY(r.finish());
   return m;
 }
@@ -422,6 +428,7 @@ Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
   EPK_TRY_ASSIGN(m.done_event, r.get<std::uint32_t>("done_event"));
   EPK_TRY_ASSIGN(std::uint32_t reserved2, r.get<std::uint32_t>("reserved"));
   if (reserved2 != 0) return r.bad("reserved", "is not zero");
+  EPK_TRY_ASSIGN(m.status_ticket, r.get<std::uint64_t>("status_ticket"));
   EPK_TRY(r.finish());
   return m;
 }

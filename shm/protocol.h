@@ -42,7 +42,14 @@
 //    The hello's event ring is the concatenation of every device pool's ring (pool order); an acquire reply's
 //    done_event indexes it and belongs to the device of the reply's pool. A handle's top 8 bits are its pool id
 //    (kHandlePoolShift), so a release names its pool without another field. Version 2 and 3 do not talk (bad-version).
-// 6. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
+// 6. Version 4 (early acquire replies, docs/NOTES.md "Issue 6: replying before the decode finishes") appended:
+//      hello reply  u32 status_entries (0: no status table, or <= kMaxStatusEntries); when non-zero, one more fd
+//                   follows the pool fds on the reply: the decode status table (shm/decode_status.h)
+//      acquire reply u64 status_ticket: kNoTicket (0) when epkd checked the decode before replying (every cache hit,
+//                   every host pool); else the decode may still run, and the reader must wait for the ticket's
+//                   status word (kOk) before trusting the bytes (libepk's wait() and copy_to_host() do)
+//    Version 3 and 4 do not talk (bad-version).
+// 7. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
 //    the session is closed; replies to well-formed requests that fail (unknown tensor, no space) keep it open.
 #pragma once
 
@@ -54,6 +61,7 @@
 #include <vector>
 
 #include "codec/common/result.h"
+#include "shm/decode_status.h"
 #include "shm/fence.h"
 #include "shm/layout.h"
 #include "shm/pool.h"
@@ -61,7 +69,7 @@
 namespace epk::shm {
 
 inline constexpr std::uint32_t kWireMagic = 0x5750454Bu;
-inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::uint16_t kProtocolVersion = 4;
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::uint32_t kMaxPayload = 64 * 1024 - kHeaderSize;
 inline constexpr std::size_t kMaxMessage = kHeaderSize + kMaxPayload;
@@ -134,6 +142,7 @@ struct HelloReply {
   std::uint32_t server_version = kProtocolVersion;
   std::vector<PoolInfo> pools;
   std::vector<IpcEventHandle> events;  // decode-done ring (device pools); acquire replies index it
+  std::uint32_t status_entries = 0;     // version 4: the decode status table's length (its fd follows the pools')
 };
 struct OpenModelRequest {
   std::string model;
@@ -157,6 +166,7 @@ struct AcquireReply {
   std::vector<std::uint64_t> shape;
   std::vector<std::int64_t> strides;  // in elements
   std::uint32_t done_event = kNoEvent;  // index into HelloReply::events; the decode is done once it completes
+  std::uint64_t status_ticket = 0;      // version 4: 0, or the decode status ticket to wait for (decode_status.h)
 };
 struct PrefetchRequest {
   std::uint32_t model_id = 0;

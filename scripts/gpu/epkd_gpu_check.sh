@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: epkd's device path (issue 6). Runs the device integration test against the staged epkd and
 # test client, then the acquire bench (uncached 10240x3840 4 bpp acquire until its event, bare kernel, round trip,
-# cache-hit p50/p99 for 1 and 16 clients). BIN holds epkd, epk_test_client, epkd_gpu_test, gpu_acquire_bench and
+# cache-hit p50/p99 for 1 and 16 clients), each with early replies (the default, protocol version 4) and with
+# --no-early-reply (replies after the decode, as before) side by side. BIN holds epkd, epk_test_client, epkd_gpu_test, gpu_acquire_bench and
 # lib/ (shared libraries the device image may lack). Exit status: the test's, or the bench's if the test passed.
 #   bash epkd_gpu_check.sh BIN [--no-bench]
 set -uo pipefail
@@ -22,9 +23,16 @@ if [[ -x "$bin/shm_cuda_event_test" ]]; then
 fi
 bench_rc=skipped
 if [[ "${2:-}" != "--no-bench" ]]; then
-  echo "== epkd device path: gpu_acquire_bench --rows 10240 --cols 3840 --bpp 4"
-  timeout 300 "$bin/gpu_acquire_bench" --epkd "$bin/epkd" --rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000 2>&1
-  bench_rc=$?
+  bench() {  # ARGS...: one bench run, its rc into bench_rc when it failed
+    echo "== epkd device path: gpu_acquire_bench --rows 10240 --cols 3840 --bpp 4 --n ${EPK_BENCH_N:-10} $*"
+    timeout 120 "$bin/gpu_acquire_bench" --epkd "$bin/epkd" --rows 10240 --cols 3840 --bpp 4 --n "${EPK_BENCH_N:-10}" \
+      --iters "${EPK_BENCH_ITERS:-2000}" "$@" 2>&1 | grep -v '^client timeline'
+    local rc=${PIPESTATUS[0]}
+    [[ $rc == 0 ]] || bench_rc=$rc
+  }
+  bench_rc=0
+  bench
+  bench --no-early-reply
   # The same bench under CUDA MPS (DESIGN.md "Where decode runs": without it the GPU time-slices between epkd's and
   # the client's contexts). Needs root; MPS is stopped again afterwards whatever happens.
   if [[ $(id -u) == 0 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
@@ -32,7 +40,9 @@ if [[ "${2:-}" != "--no-bench" ]]; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/epk_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/epk_mps_log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
     if nvidia-cuda-mps-control -d; then
-      timeout 300 "$bin/gpu_acquire_bench" --epkd "$bin/epkd" --rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000 2>&1
+      echo "(under MPS)"
+      bench
+      bench --no-early-reply
       echo quit | nvidia-cuda-mps-control
       sleep 1
     fi

@@ -144,6 +144,39 @@ TEST(Cache, FailedDecodeRemovesTheSlotAndItsPins) {
   EXPECT_TRUE(c.verify());
 }
 
+// Early replies (protocol version 4) let a client release a slot before its decode finished: it must not become
+// evictable (its bytes are still being written) until it is marked ready.
+TEST(Cache, ASlotReleasedWhileDecodingIsEvictableOnlyOnceReady) {
+  Cache c(kKiB);
+  auto a = c.acquire(key(0), kKiB, 1);
+  ASSERT_TRUE(a);
+  const std::uint64_t id = a->slot->id;
+  ASSERT_TRUE(c.release(id, 1, nullptr));
+  EXPECT_TRUE(c.verify());
+  auto b = c.acquire(key(1), kKiB, 2);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().code, ErrorCode::kNoSpace);
+  c.decoded(id, true);
+  EXPECT_TRUE(c.verify());
+  b = c.acquire(key(1), kKiB, 2);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(c.find(id), nullptr);
+  EXPECT_EQ(c.stats().evictions, 1u);
+}
+
+TEST(Cache, ASlotReleasedWhileDecodingThatFailsIsRemoved) {
+  Cache c(4 * kKiB);
+  auto a = c.acquire(key(0), kKiB, 1);
+  ASSERT_TRUE(a);
+  const std::uint64_t id = a->slot->id;
+  ASSERT_TRUE(c.release(id, 1, nullptr));
+  c.decoded(id, false);
+  EXPECT_EQ(c.find(id), nullptr);
+  EXPECT_EQ(c.stats().used_bytes, 0u);
+  EXPECT_FALSE(c.release(id, 1, nullptr));
+  EXPECT_TRUE(c.verify());
+}
+
 class PendingFence : public shm::Fence {
  public:
   explicit PendingFence(const bool* done) : done_(done) {}

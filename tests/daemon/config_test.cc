@@ -93,6 +93,23 @@ TEST(Config, DeviceResidentOnUnlessTurnedOff) {
   EXPECT_NE(c.error().message.find("'device_resident' must be true or false"), std::string::npos);
 }
 
+TEST(Config, EarlyRepliesOnUnlessTurnedOff) {
+  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_TRUE((*c)->early_reply);
+  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--no-early-reply"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE((*c)->early_reply);
+  std::string off = write_temp("epkd_cfg_early", "socket = \"/tmp/s\"\nbudget_mb = 8\nearly_reply = false\n");
+  c = parse({"--config", off});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE((*c)->early_reply);
+  std::string bad = write_temp("epkd_cfg_earlybad", "socket = \"/tmp/s\"\nbudget_mb = 8\nearly_reply = \"no\"\n");
+  c = parse({"--config", bad});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("'early_reply' must be true or false"), std::string::npos);
+}
+
 TEST(Config, SpinFromFileThenFlag) {
   auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
   ASSERT_TRUE(c) << c.error().to_string();

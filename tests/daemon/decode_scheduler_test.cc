@@ -103,5 +103,37 @@ TEST(DecodeScheduler, StopDropsQueuedJobsAndLetsTheRunningOneFinish) {
   s.stop();  // idempotent
 }
 
+// A worker that polls for work after each job (spin_us) still keeps the priorities, runs every job once and stops
+// promptly, also while it is polling.
+TEST(DecodeScheduler, ASpinningWorkerKeepsOrderAndStops) {
+  DecodeScheduler s(1, 2000);
+  Gate gate;
+  std::mutex mu;
+  std::vector<int> order;
+  auto record = [&](int v) {
+    return [&, v] {
+      std::lock_guard<std::mutex> l(mu);
+      order.push_back(v);
+    };
+  };
+  s.submit([&] { gate.wait(); }, Priority::kAcquire);
+  s.submit(record(1), Priority::kPrefetch);
+  s.submit(record(2), Priority::kAcquire);
+  gate.release();
+  s.drain();
+  EXPECT_EQ(order, (std::vector<int>{2, 1}));
+  // Submitted while the worker polls (it ran a job just before): picked up without a wake-up.
+  std::atomic<int> n{0};
+  for (int i = 0; i < 200; ++i) {
+    s.submit([&] { n.fetch_add(1); }, Priority::kAcquire);
+    if (i % 50 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  s.drain();
+  EXPECT_EQ(n.load(), 200);
+  const auto t0 = std::chrono::steady_clock::now();
+  s.stop();  // the worker is polling now: it must see the stop, not finish its 2 ms first and then sleep forever
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+}
+
 }  // namespace
 }  // namespace epk::daemon

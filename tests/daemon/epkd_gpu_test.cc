@@ -123,6 +123,83 @@ TEST_F(EpkdGpu, CApiExposesTheEventAndCopiesBack) {
   epk_disconnect(c);
 }
 
+// A model whose tensor "bad" has a corrupt tile that only the decode can see: tile 1's start moved forward three
+// words (tile 0 then ends undrained), written with checksums over the corrupt bytes, so epkd opens it and uploads
+// it to the resident tier; "good" beside it is intact.
+std::string write_model_with_a_corrupt_tile(const std::filesystem::path& dir) {
+  const std::string path = (dir / "bad.epk").string();
+  auto w = container::Writer::create(path, {{"source", "epkd corrupt-tile test"}});
+  if (!w) return "";
+  auto good = encode_f32(gaussian(97, 211, 7), 97, 211, 4.0);
+  auto bad = encode_f32(gaussian(384, 320, 8), 384, 320, 8.0);
+  if (!good || !bad || bad->offsets.size() < 3 || bad->offsets[2] - bad->offsets[1] < 8) return "";
+  bad->offsets[1] += 3;
+  if (!write_lattice(*w, "good", *good) || !write_lattice(*w, "bad", *bad) || !w->finish()) return "";
+  return path;
+}
+
+// Early replies (protocol version 4): epkd answers the acquire before the kernel has run, so the corrupt tile comes
+// to the client through the status table: wait() and copy_to_host() refuse the tensor by name, the slot is dropped
+// (a second acquire decodes again and fails again), and the intact tensor of the same model is served.
+TEST_F(EpkdGpu, ACorruptResidentTileIsReportedByWaitNotServed) {
+  const std::string bad = write_model_with_a_corrupt_tile(dir_);
+  ASSERT_FALSE(bad.empty());
+  DevEpkd gpu({"--model", "b=" + bad, "--devices", "0"}, "16");
+  ASSERT_TRUE(gpu.running());
+  auto c = Client::connect(gpu.socket());
+  ASSERT_TRUE(c) << c.error().to_string();
+  std::uint64_t first_handle = 0;
+  for (int round = 0; round < 2; ++round) {
+    auto t = c->acquire("b", "bad", shm::Layout::kDenseBF16);
+    ASSERT_TRUE(t) << t.error().to_string();  // answered before the decode ran
+    EXPECT_NE(t->handle, first_handle);       // the failed slot was not kept
+    first_handle = t->handle;
+    Status st = c->wait(*t, nullptr);
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().code, ErrorCode::kCorruptTile);
+    EXPECT_NE(st.error().message.find("'bad'"), std::string::npos) << st.error().message;
+    std::vector<std::uint8_t> out(t->bytes);
+    Status copied = c->copy_to_host(*t, out.data());
+    ASSERT_FALSE(copied);
+    EXPECT_EQ(copied.error().code, ErrorCode::kCorruptTile);
+    EXPECT_FALSE(c->release(t->handle));  // the pin went with the slot
+  }
+  auto g = c->acquire("b", "good", shm::Layout::kDenseF32);
+  ASSERT_TRUE(g) << g.error().to_string();
+  ASSERT_TRUE(c->wait(*g, nullptr));
+  EXPECT_EQ(host_bytes(*c, *g).size(), std::size_t{97} * 211 * 4);
+  auto st = c->stats();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->slots, 1u);  // only "good"
+  EXPECT_TRUE(c->release(g->handle));
+
+  // The C ABI reports it the same way (EPK_E_DECODE, the tensor named).
+  epk_client* cc = nullptr;
+  ASSERT_EQ(epk_connect(gpu.socket().c_str(), &cc), EPK_OK) << epk_last_error();
+  epk_tensor ct;
+  ASSERT_EQ(epk_acquire(cc, "b", "bad", "dense:bf16", &ct), EPK_OK) << epk_last_error();
+  EXPECT_EQ(epk_wait(cc, &ct, nullptr), EPK_E_DECODE);
+  EXPECT_NE(std::string(epk_last_error()).find("'bad'"), std::string::npos) << epk_last_error();
+  epk_disconnect(cc);
+}
+
+// With --no-early-reply (the behaviour before version 4) the acquire itself fails, naming the tensor.
+TEST_F(EpkdGpu, WithoutEarlyRepliesTheCorruptTileFailsTheAcquire) {
+  const std::string bad = write_model_with_a_corrupt_tile(dir_);
+  ASSERT_FALSE(bad.empty());
+  DevEpkd gpu({"--model", "b=" + bad, "--devices", "0", "--no-early-reply"}, "16");
+  ASSERT_TRUE(gpu.running());
+  auto c = Client::connect(gpu.socket());
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto t = c->acquire("b", "bad", shm::Layout::kDenseBF16);
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().code, ErrorCode::kCorruptTile);
+  EXPECT_NE(t.error().message.find("'bad'"), std::string::npos) << t.error().message;
+  auto g = c->acquire("b", "good", shm::Layout::kDenseBF16);
+  ASSERT_TRUE(g) << g.error().to_string();
+  EXPECT_TRUE(c->wait(*g, nullptr));
+}
+
 TEST_F(EpkdGpu, RacingClientsDecodeOnce) {
   GpuEpkd gpu("m=" + path_, "16");
   ASSERT_TRUE(gpu.running());

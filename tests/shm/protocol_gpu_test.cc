@@ -47,10 +47,11 @@ TEST(ProtocolV2, EventCountBeyondTheLimitIsRefusedBeforeUse) {
   HelloReply m;
   std::vector<std::uint8_t> msg;
   encode_hello_reply(1, m, &msg);
-  // The payload ends with u32 event_count: claim kMaxEvents + 1 (and far more) with no bytes behind it.
+  // With no events the payload ends with u32 event_count then (version 4) u32 status_entries: claim kMaxEvents + 1
+  // (and far more) events with no bytes behind them.
   for (std::uint32_t n : {kMaxEvents + 1, 0xFFFFFFFFu}) {
     auto bad = msg;
-    store_le<std::uint32_t>(bad.data() + bad.size() - 4, n);
+    store_le<std::uint32_t>(bad.data() + bad.size() - 8, n);
     auto r = decode_hello_reply(payload_of(bad));
     ASSERT_FALSE(r);
     EXPECT_NE(r.error().message.find("event_count"), std::string::npos) << r.error().message;
@@ -84,9 +85,9 @@ TEST(ProtocolV2, AcquireReplyDoneEvent) {
   r = decode_acquire_reply(payload_of(msg));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->done_event, kNoEvent);
-  // The reserved word after done_event must be zero; any truncation is refused.
+  // The reserved word after done_event (before version 4's u64 status_ticket) must be zero; any truncation is refused.
   auto bad = msg;
-  store_le<std::uint32_t>(bad.data() + bad.size() - 4, 1);
+  store_le<std::uint32_t>(bad.data() + bad.size() - 12, 1);
   EXPECT_FALSE(decode_acquire_reply(payload_of(bad)));
   auto p = payload_of(msg);
   for (std::size_t n = 0; n < p.size(); ++n) EXPECT_FALSE(decode_acquire_reply(p.first(n))) << n;
