@@ -141,6 +141,7 @@ Status Cache::release(std::uint64_t slot_id, ClientId client, std::unique_ptr<sh
                       "release: handle " + std::to_string(slot_id) + " is not pinned by this client");
   }
   Slot& s = it->second;
+  if (!s.fences.empty()) fences_done(s);
   if (fence != nullptr && !fence->completed()) s.fences.push_back(std::move(fence));
   unpin_to(s, client, 1);
   return {};
@@ -160,6 +161,12 @@ void Cache::drop_client(ClientId client) {
     touch_lru(s);
   }
   by_client_.erase(c);
+}
+
+std::size_t Cache::fences_held() const {
+  std::size_t n = 0;
+  for (const auto& [id, s] : slots_) n += s.fences.size();
+  return n;
 }
 
 Slot* Cache::find(std::uint64_t slot_id) {

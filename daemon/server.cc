@@ -389,22 +389,32 @@ class Service {
       return send_error(s, req, shm::WireStatus::kNotFound, "release: no pool " + std::to_string(pool) + " (handle)");
     }
     Lane& lane = lanes_[pool];
+    std::unique_ptr<shm::Fence> fence;  // null: the host fence, complete when the release arrives
     if (m.fence == shm::FenceKind::kCudaEvent) {
       if (!lane.gpu) {
         return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
       }
-      // Only a pin this client holds may enqueue a wait on the device stream.
+      // Only a pin this client holds may open an event and queue a wait on the device.
       Slot* held = lane.cache->find(m.handle);
       if (held == nullptr || held->pins_of(s.id()) == 0) {  // entries stay at 0 after a release
         return send_error(s, req, shm::WireStatus::kNotFound, "release: this client holds no pin on that handle");
       }
-      // The stream waits on the client's event before any later decode, so the slot's complete at once here.
-      if (Status st = lane.gpu->client_fence(s.id(), m.event); !st) {
-        return send_error(s, req, shm::WireStatus::kInternal, st.error().message);
+      // The slot's own fence (a side stream's wait on the client's event, then a daemon marker), made without the
+      // service lock: opening the event the first time is a driver call of its own. The pin is checked again by
+      // Cache::release below; this session's requests (and its drop) run on its one thread, so only another
+      // client's traffic can run meanwhile, and it cannot take this client's pin.
+      lock.unlock();
+      auto made = lane.gpu->client_fence(s.id(), m.event);
+      if (!made) {
+        return send_error(s, req,
+                          made.error().code == ErrorCode::kNoSpace ? shm::WireStatus::kNoSpace
+                                                                   : shm::WireStatus::kInternal,
+                          made.error().message);
       }
+      fence = std::move(*made);
+      lock.lock();
     }
-    // The host fence is complete when the release arrives: nothing to keep.
-    Status st = lane.cache->release(m.handle, s.id(), nullptr);
+    Status st = lane.cache->release(m.handle, s.id(), std::move(fence));
     check();
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
     lock.unlock();  // the reply's write (and the client's wake-up) outside the lock
@@ -490,6 +500,7 @@ class Service {
     for (Lane& l : lanes_) {
       if (l.gpu_scheduler) l.gpu_scheduler->stop();
     }
+    wait_for_release_fences();
     // The drained completions have posted their replies to the sessions' contexts: the stop goes through the main
     // context and is posted to each session after them, so the replies go out first.
     asio::post(io_, [this] {
@@ -508,6 +519,27 @@ class Service {
   }
 
  private:
+  // At shutdown: release fences not yet complete mean a client's kernels may still read their slots. Nothing in epkd
+  // waits on them (the decode streams never do, and the side streams and markers are destroyed without waiting), so
+  // a client that hangs cannot hold the exit: wait a little for the common case, then log what is left and go on.
+  void wait_for_release_fences() {
+    constexpr auto kWait = std::chrono::milliseconds(500);
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    for (Lane& l : lanes_) {
+      if (!l.gpu) continue;
+      std::size_t pending = l.gpu->pending_fences();
+      while (pending != 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        pending = l.gpu->pending_fences();
+      }
+      if (pending != 0) {
+        spdlog::warn("pool {}: {} release fence(s) still pending after {} ms (clients' kernels not finished); exiting "
+                     "without waiting for them",
+                     l.pool_id, pending, kWait.count());
+      }
+    }
+  }
+
   struct Waiter {
     std::weak_ptr<Session> session;
     std::uint32_t request_id;
