@@ -17,9 +17,11 @@
 //   the client's latest record), records a daemon marker event from a bounded pool (daemon/fence_pool.h) after the
 //   wait and returns a Fence that completes with the marker. The cache holds only the released slot until it does;
 //   the decode stream never waits on a client, so a client whose kernels run long (or hang) holds its own slots and
-//   nothing else. One side stream per client event: a hung client cannot delay another client's fences. A client
-//   that goes (drop_client): its event and side stream are destroyed (CUDA finishes the queued wait and marker
-//   first), its fences stay on their slots until their markers complete.
+//   nothing else. A client event already complete when the release is read needs none of this: the query reads the
+//   same snapshot the wait would take, and the release completes at once (EPK_FENCE_NO_SHORTCUT=1 in epkd's
+//   environment turns this off, to measure the marker path). One side stream per client event: a hung client cannot
+//   delay another client's fences. A client that goes (drop_client): its event and side stream are destroyed (CUDA
+//   finishes the queued wait and marker first), its fences stay on their slots until their markers complete.
 #pragma once
 
 #include <cstdint>

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <filesystem>
@@ -255,6 +256,9 @@ class Service {
   }
   ClientId next_client_id() { return next_client_.fetch_add(1); }
 
+  // Whether shutdown gave up waiting for release fences (run_daemon then skips the device teardown).
+  bool release_fences_left() const { return fences_left_; }
+
   bool invariant_broken() {
     std::lock_guard<std::mutex> lock(mu_);
     return invariant_broken_;
@@ -414,7 +418,13 @@ class Service {
       fence = std::move(*made);
       lock.lock();
     }
+    const bool timed = fence != nullptr;
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     Status st = lane.cache->release(m.handle, s.id(), std::move(fence));
+    if (timed) {
+      ++fence_releases_;
+      fence_release_ns_ += static_cast<std::uint64_t>((std::chrono::steady_clock::now() - t0).count());
+    }
     check();
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
     lock.unlock();  // the reply's write (and the client's wake-up) outside the lock
@@ -505,6 +515,13 @@ class Service {
     // context and is posted to each session after them, so the replies go out first.
     asio::post(io_, [this] {
       std::lock_guard<std::mutex> lock(mu_);
+      if (fence_releases_ != 0) {
+        std::size_t held = 0;
+        for (const Lane& l : lanes_) held += l.cache->fences_held();
+        spdlog::info("event-fence releases: {}, Cache::release {:.2f} us mean, fences held on slots now {}",
+                     fence_releases_, static_cast<double>(fence_release_ns_) / 1e3 / static_cast<double>(fence_releases_),
+                     held);
+      }
       for (const Lane& l : lanes_) {
         if (Status v = l.cache->verify(); !v) {
           spdlog::error("pool {}: {}", l.pool_id, v.error().to_string());
@@ -536,6 +553,7 @@ class Service {
         spdlog::warn("pool {}: {} release fence(s) still pending after {} ms (clients' kernels not finished); exiting "
                      "without waiting for them",
                      l.pool_id, pending, kWait.count());
+        fences_left_ = true;
       }
     }
   }
@@ -724,6 +742,8 @@ class Service {
   bool shutting_down_ = false;
   bool invariant_broken_ = false;
   std::function<void()> on_drained_;
+  std::atomic<bool> fences_left_{false};
+  std::uint64_t fence_releases_ = 0, fence_release_ns_ = 0;  // under mu_: the shutdown log's figures
   DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed; the
                                // lanes' device workers are joined in ~Service
 };
@@ -1098,12 +1118,21 @@ int run_daemon(const DaemonConfig& cfg) {
   run_io(io, spin_us);
   guards.clear();
   for (auto& t : threads) t.join();
-  if (svc.invariant_broken()) {
+  const int rc = svc.invariant_broken() ? 3 : 0;
+  if (rc != 0) {
     spdlog::critical("stopped; a cache invariant was broken");
-    return 3;
+  } else {
+    spdlog::info("stopped");
   }
-  spdlog::info("stopped");
-  return 0;
+  if (svc.release_fences_left()) {
+    // A client's kernels still hold release fences: tearing the device state down (cuMemFree and cuMemFreeHost
+    // synchronise the device, and with it the side streams waiting on the clients' events) would wait for them, for
+    // ever if a client hangs. End here: the kernel driver reclaims the device state as for a killed process.
+    spdlog::warn("exiting without tearing down the device state (release fences still pending)");
+    spdlog::shutdown();
+    std::_Exit(rc);
+  }
+  return rc;
 }
 
 }  // namespace epk::daemon
