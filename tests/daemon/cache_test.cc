@@ -257,6 +257,48 @@ TEST(Cache, ReleaseDropsTheSlotsCompletedFences) {
   EXPECT_TRUE(c.verify());
 }
 
+// A fence that counts the queries it answers.
+class QueriedFence : public shm::Fence {
+ public:
+  QueriedFence(const bool* done, int* queries) : done_(done), queries_(queries) {}
+  bool completed() const override {
+    ++*queries_;
+    return *done_;
+  }
+
+ private:
+  const bool* done_;
+  int* queries_;
+};
+
+// Fences are walked in release order and the walk stops at the first pending one: while the slot's oldest fence is
+// pending, a release queries it alone, however many fences the slot holds.
+TEST(Cache, AReleaseQueriesOnlyUpToTheSlotsOldestPendingFence) {
+  Cache c(4 * kKiB);
+  bool oldest_done = false, later_done = false;
+  int oldest_queries = 0, later_queries = 0;
+  Slot* s = fill(c, 0, kKiB, 1);
+  const std::uint64_t id = s->id;
+  ASSERT_TRUE(c.release(id, 1, std::make_unique<QueriedFence>(&oldest_done, &oldest_queries)));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(c.acquire(key(0), kKiB, 1)->outcome, Cache::Outcome::kHit);
+    ASSERT_TRUE(c.release(id, 1, std::make_unique<QueriedFence>(&later_done, &later_queries)));
+  }
+  EXPECT_EQ(c.fences_held(), 21u);
+  EXPECT_EQ(later_queries, 20);   // each once, when handed in
+  EXPECT_EQ(oldest_queries, 21);  // at hand-in, then once per later release
+  later_done = true;              // the later ones are over, the oldest is not: the slot stays held
+  auto r = c.acquire(key(1), 4 * kKiB, 2);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kNoSpace);
+  EXPECT_EQ(later_queries, 20);  // the eviction walk stopped at the oldest too
+  oldest_done = true;
+  EXPECT_TRUE(c.acquire(key(1), 4 * kKiB, 2));  // every fence complete: the slot goes
+  EXPECT_EQ(c.find(id), nullptr);
+  EXPECT_EQ(c.fences_held(), 0u);
+  EXPECT_TRUE(c.verify());
+}
+
 TEST(Cache, EvictedRangesAreDiscarded) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> discarded;
   Cache c(
