@@ -237,12 +237,14 @@ class CudaBackend final : public GpuBackend {
       EPK_TRY_ASSIGN(fresh.side, shm::CudaStream::create(device_));
       it = links->by_handle.emplace(handle, std::move(fresh)).first;
     }
-    // Most releases find the client's work over already (its stream went idle while the message travelled). A query
-    // now reads the same snapshot (the event's latest record) that the wait below would take, so then no fence is
-    // needed and nothing is queued on the device. A failed query falls through: the wait reports a bad event.
-    if (Result<bool> done = it->second.event.poll(); shortcut_ && done && *done) {
-      fence_done_at_release_.fetch_add(1, std::memory_order_relaxed);
-      return std::unique_ptr<shm::Fence>();
+    // A client whose work is over already (its stream idle by the time the release is read, as in a cache-hit loop)
+    // needs no fence: a query now reads the same snapshot (the event's latest record) that the wait below would take,
+    // and nothing is queued on the device. A failed query falls through: the wait reports a bad event.
+    if (shortcut_) {
+      if (Result<bool> done = it->second.event.poll(); done && *done) {
+        fence_done_at_release_.fetch_add(1, std::memory_order_relaxed);
+        return std::unique_ptr<shm::Fence>();
+      }
     }
     // The wait snapshots the client's latest record now; the marker after it answers for exactly this release.
     const auto t0 = std::chrono::steady_clock::now();
