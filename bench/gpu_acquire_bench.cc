@@ -212,29 +212,36 @@ int main(int argc, char** argv) {
       return die("release");
   }
   // fence: true releases with a CUDA event fence (release_after), false with the host fence (release).
-  auto hit_loop = [&](epk::client::Client& cl, bool fence, std::vector<double>* lat) -> bool {
+  // `rel`: the release call's part of each pair.
+  auto hit_loop = [&](epk::client::Client& cl, bool fence, std::vector<double>* lat, std::vector<double>* rel) -> bool {
     for (int i = 0; i < iters; ++i) {
       auto t0 = Clock::now();
       auto t = cl.acquire("m", "t0", epk::shm::Layout::kDenseBF16);
-      if (!t || !(fence ? cl.release_after(t->handle, nullptr) : cl.release(t->handle))) return false;
+      if (!t) return false;
+      auto t1 = Clock::now();
+      if (!(fence ? cl.release_after(t->handle, nullptr) : cl.release(t->handle))) return false;
       lat->push_back(us_since(t0));
+      rel->push_back(us_since(t1));
     }
     return true;
   };
+  std::vector<double> rel1, rel16, hrel1, hrel16;
   auto hits = [&](int clients, bool fence, std::vector<double>* all) -> bool {
-    std::vector<std::vector<double>> lat(clients);
+    std::vector<double>* rel_all = clients == 1 ? (fence ? &rel1 : &hrel1) : (fence ? &rel16 : &hrel16);
+    std::vector<std::vector<double>> lat(clients), rel(clients);
     std::vector<int> ok(clients, 0);
     std::vector<std::thread> th;
     for (int k = 0; k < clients; ++k) {
       th.emplace_back([&, k] {
         auto cl = epk::client::Client::connect(sock, copts);
-        ok[k] = cl && hit_loop(*cl, fence, &lat[k]);
+        ok[k] = cl && hit_loop(*cl, fence, &lat[k], &rel[k]);
       });
     }
     for (auto& t : th) t.join();
     for (int k = 0; k < clients; ++k) {
       if (!ok[k]) return false;
       all->insert(all->end(), lat[k].begin(), lat[k].end());
+      rel_all->insert(rel_all->end(), rel[k].begin(), rel[k].end());
     }
     return true;
   };
@@ -272,6 +279,10 @@ int main(int argc, char** argv) {
               pct(host1, 0.5), pct(host1, 0.99));
   std::printf("cache-hit acquire+release (host fence), 16 clients         p50 %7.1f us  p99 %7.1f us\n",
               pct(host16, 0.5), pct(host16, 0.99));
+  std::printf("release call alone p50 / p99: event fence 1 client %.1f / %.1f us, 16 clients %.1f / %.1f us; host "
+              "fence 1 client %.1f / %.1f us, 16 clients %.1f / %.1f us\n",
+              pct(rel1, 0.5), pct(rel1, 0.99), pct(rel16, 0.5), pct(rel16, 0.99), pct(hrel1, 0.5), pct(hrel1, 0.99),
+              pct(hrel16, 0.5), pct(hrel16, 0.99));
   if (stats) {
     std::printf("epkd: decodes %llu, decode time %.1f us each, resident %.2f MiB\n",
                 static_cast<unsigned long long>(stats->decodes),

@@ -96,11 +96,16 @@ class Cache {
   Result<Lookup> acquire(const SlotKey& key, std::uint64_t bytes, ClientId client);
   // Marks a kDecoding slot ready (ok) or removes it (failed decode: its pins go with it).
   void decoded(std::uint64_t slot_id, bool ok);
-  // Drops one of `client`'s pins on the slot; `fence` says when the client's use is over. kNotFound if the client
-  // holds no pin on that handle.
+  // Drops one of `client`'s pins on the slot; `fence` (null: complete now) says when the client's use is over: until
+  // it completes, the slot's bytes are not reused (this slot only; other slots evict as usual). The slot's fences
+  // that have completed are dropped here, so a slot released over and over holds only those still pending.
+  // kNotFound if the client holds no pin on that handle (the fence is then dropped).
   Status release(std::uint64_t slot_id, ClientId client, std::unique_ptr<shm::Fence> fence);
-  // Drops every pin `client` holds (its socket closed). Its fences count as complete.
+  // Drops every pin `client` holds (its socket closed). Fences it handed back stay on their slots: its kernels may
+  // still be reading (a killed process's work ends on the device, and its fences complete, after its socket closes).
   void drop_client(ClientId client);
+  // Fences held on slots, completed or not (tests, status).
+  std::size_t fences_held() const;
 
   Slot* find(std::uint64_t slot_id);
   CacheStats stats() const;

@@ -2,9 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <string_view>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -13,6 +16,7 @@
 #include "codec/cuda/decode.h"
 #include "codec/cuda/decode_desc.h"
 #include "codec/rans/stream.h"
+#include "daemon/fence_pool.h"
 #include "shm/cuda_event.h"
 #include "shm/device_pool.h"
 #include "shm/layout.h"
@@ -67,6 +71,39 @@ Result<shm::DeviceBuffer> upload(std::span<const T> s, std::size_t pad, int devi
   return b;
 }
 
+// The release fences' markers: plain (non-interprocess, untimed) events on the lane's device, made on first use. The
+// array is sized once, so record() on an index the pool handed out never races with make() of a later one.
+class CudaMarkers final : public MarkerSource {
+ public:
+  CudaMarkers(int device, std::size_t capacity)
+      : device_(device), events_(std::make_unique<shm::CudaEvent[]>(capacity)) {}
+  ~CudaMarkers() override {
+    // Destroyed on whichever thread drops the last fence (normally the main one at exit): make the context current.
+    (void)shm::make_device_current(device_);
+    events_.reset();
+  }
+  Status make(std::size_t index) override {
+    EPK_TRY_ASSIGN(events_[index], shm::CudaEvent::create(device_));
+    return {};
+  }
+  MarkerState query(std::size_t index) override {
+    Result<bool> r = events_[index].poll();
+    if (!r) {
+      last_error_ = r.error().to_string();
+      return MarkerState::kFailed;
+    }
+    return *r ? MarkerState::kDone : MarkerState::kPending;
+  }
+  std::string last_error() const override { return last_error_; }
+  // Called only by the fence's taker between take() and arm(): no query of this index runs meanwhile.
+  Status record(std::size_t index, void* stream) const { return events_[index].record(stream); }
+
+ private:
+  const int device_;
+  std::unique_ptr<shm::CudaEvent[]> events_;
+  std::string last_error_;  // under the pool's lock (query runs there)
+};
+
 class CudaBackend final : public GpuBackend {
  public:
   CudaBackend(int device, std::uint64_t pool_base, shm::CudaStream stream, std::vector<shm::CudaEvent> ring,
@@ -76,9 +113,23 @@ class CudaBackend final : public GpuBackend {
         stream_(std::move(stream)),
         ring_(std::move(ring)),
         handles_(std::move(handles)),
-        patch_(std::move(patch)) {}
+        patch_(std::move(patch)) {
+    const char* no_shortcut = std::getenv("EPK_FENCE_NO_SHORTCUT");  // a diagnostic: measure the marker path
+    shortcut_ = no_shortcut == nullptr || std::string_view(no_shortcut) != "1";
+    auto markers = std::make_unique<CudaMarkers>(device_, kFenceMarkers);
+    markers_ = markers.get();
+    fences_ = FencePool::create(std::move(markers), kFenceMarkers, "CUDA device " + std::to_string(device_));
+  }
 
   ~CudaBackend() override {
+    if (const std::uint64_t n = fence_calls_.load(), d = fence_done_at_release_.load(); n + d != 0) {
+      // Where an event-fence release's time goes in client_fence (the cache's part is logged by the service).
+      spdlog::info("device {}: event-fence releases: {} complete on arrival, {} fenced (side-stream wait {:.2f} us, "
+                   "marker take+record {:.2f} us mean); {} markers made",
+                   device_, d, n, n == 0 ? 0.0 : static_cast<double>(fence_wait_ns_.load()) / 1e3 / static_cast<double>(n),
+                   n == 0 ? 0.0 : static_cast<double>(fence_marker_ns_.load()) / 1e3 / static_cast<double>(n),
+                   fences_->made());
+    }
     // The members free device memory and events: on this (the main) thread the device's context must be current.
     (void)shm::make_device_current(device_);
     if (stream_.get() != nullptr) (void)stream_.synchronize();  // nothing in flight reads what is freed below
@@ -165,31 +216,77 @@ class CudaBackend final : public GpuBackend {
     return check_status();
   }
 
-  Status client_fence(ClientId client, const shm::IpcEventHandle& handle) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& events = client_events_[client];
-    auto it = events.find(handle);
-    if (it == events.end()) {
-      if (events.size() >= kMaxClientEvents) {
+  Result<std::unique_ptr<shm::Fence>> client_fence(ClientId client, const shm::IpcEventHandle& handle) override {
+    std::shared_ptr<ClientLinks> links;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::shared_ptr<ClientLinks>& l = clients_[client];
+      if (!l) l = std::make_shared<ClientLinks>();
+      links = l;
+    }
+    // One client's releases arrive on its session's thread in order; the lock is for the links' map against a
+    // drop_client() of the same client, which the session's close runs on that thread too.
+    std::lock_guard<std::mutex> lock(links->mu);
+    EPK_TRY(shm::make_device_current(device_));
+    auto it = links->by_handle.find(handle);
+    if (it == links->by_handle.end()) {
+      if (links->by_handle.size() >= kMaxClientEvents) {
         return make_error(ErrorCode::kInvalidArgument, "release: more than " + std::to_string(kMaxClientEvents) +
                                                            " distinct CUDA events from one client");
       }
-      EPK_TRY_ASSIGN(shm::CudaEvent ev, shm::CudaEvent::open_ipc(handle, device_));
-      it = events.emplace(handle, std::move(ev)).first;
+      ClientLink fresh;
+      EPK_TRY_ASSIGN(fresh.event, shm::CudaEvent::open_ipc(handle, device_));
+      EPK_TRY_ASSIGN(fresh.side, shm::CudaStream::create(device_));
+      it = links->by_handle.emplace(handle, std::move(fresh)).first;
     }
-    EPK_TRY(shm::make_device_current(device_));
-    return stream_.wait(it->second.get());
+    // A client whose work is over already (its stream idle by the time the release is read, as in a cache-hit loop)
+    // needs no fence: a query now reads the same snapshot (the event's latest record) that the wait below would take,
+    // and nothing is queued on the device. A failed query falls through: the wait reports a bad event.
+    if (shortcut_) {
+      if (Result<bool> done = it->second.event.poll(); done && *done) {
+        fence_done_at_release_.fetch_add(1, std::memory_order_relaxed);
+        return std::unique_ptr<shm::Fence>();
+      }
+    }
+    // The wait snapshots the client's latest record now; the marker after it answers for exactly this release.
+    const auto t0 = std::chrono::steady_clock::now();
+    EPK_TRY(it->second.side.wait(it->second.event.get()));
+    const auto t1 = std::chrono::steady_clock::now();
+    EPK_TRY_ASSIGN(std::unique_ptr<FencePool::Fence> fence, fences_->take());
+    EPK_TRY(markers_->record(fence->index(), it->second.side.get()));
+    fence->arm();
+    const auto t2 = std::chrono::steady_clock::now();
+    fence_calls_.fetch_add(1, std::memory_order_relaxed);
+    fence_wait_ns_.fetch_add((t1 - t0).count(), std::memory_order_relaxed);
+    fence_marker_ns_.fetch_add((t2 - t1).count(), std::memory_order_relaxed);
+    return std::unique_ptr<shm::Fence>(std::move(fence));
   }
+
+  std::size_t pending_fences() override { return fences_->pending(); }
 
   std::int64_t last_enqueued_ns() const override { return last_enqueued_ns_; }
 
   void drop_client(ClientId client) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    client_events_.erase(client);
+    std::shared_ptr<ClientLinks> links;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = clients_.find(client);
+      if (it == clients_.end()) return;
+      links = std::move(it->second);
+      clients_.erase(it);
+    }
+    // Destroying the opened events and side streams does not wait: CUDA completes the queued waits and markers, so
+    // the client's fences still guard their slots.
+    (void)shm::make_device_current(device_);
+    std::lock_guard<std::mutex> lock(links->mu);
+    links->by_handle.clear();
   }
 
  private:
   static constexpr std::size_t kMaxClientEvents = 64;
+  // Markers for release fences on this device: far more than the slots a lane's clients release at once; past it a
+  // release is refused (kNoSpace) until fences complete.
+  static constexpr std::size_t kFenceMarkers = 4096;
 
   struct HandleHash {
     std::size_t operator()(const shm::IpcEventHandle& h) const {
@@ -294,10 +391,24 @@ class CudaBackend final : public GpuBackend {
   Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
   const std::string* pending_name_ = nullptr;  // that plan's tensor, for the error
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
-  mutable std::mutex mu_;      // models_, resident_bytes_, client_events_
+  mutable std::mutex mu_;      // models_, resident_bytes_, clients_
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
   std::uint64_t resident_bytes_ = 0;
-  std::unordered_map<ClientId, std::unordered_map<shm::IpcEventHandle, shm::CudaEvent, HandleHash>> client_events_;
+  // A client's release events, each opened once, with the side stream that waits on it.
+  struct ClientLink {
+    shm::CudaEvent event;
+    shm::CudaStream side;
+  };
+  struct ClientLinks {
+    std::mutex mu;
+    std::unordered_map<shm::IpcEventHandle, ClientLink, HandleHash> by_handle;
+  };
+  std::unordered_map<ClientId, std::shared_ptr<ClientLinks>> clients_;
+  CudaMarkers* markers_ = nullptr;  // owned by fences_
+  bool shortcut_ = true;            // a client event complete on arrival needs no fence
+  // The exit log's figures.
+  std::atomic<std::uint64_t> fence_calls_{0}, fence_wait_ns_{0}, fence_marker_ns_{0}, fence_done_at_release_{0};
+  std::shared_ptr<FencePool> fences_;  // fences in the cache keep it (and the markers) alive
 };
 
 }  // namespace

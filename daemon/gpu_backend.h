@@ -13,11 +13,16 @@
 //   after the work, then `on_enqueued` runs (epkd answers the acquire there, with a decode status ticket: protocol
 //   version 4), and produce() waits for the stream before returning: its result is the tile status, which epkd
 //   publishes in the status table before the slot is marked ready (shm/decode_status.h).
-// - Release fences (kCudaEvent): client_fence() opens the client's event once per (client, handle) and makes the
-//   stream wait on it at once (cuStreamWaitEvent). Every later decode is stream-ordered after it, in particular the
-//   next decode into the released slot's bytes; this is conservative (decodes into other slots wait too) but never
-//   blocks a CPU thread. A client that dies: its pins go (Cache::drop_client) and its events are closed; waits
-//   already enqueued stay on the stream.
+// - Release fences (kCudaEvent), per slot: client_fence() opens the client's event once per (client, event handle)
+//   together with a daemon side stream for it, makes that side stream wait on the event (cuStreamWaitEvent snapshots
+//   the client's latest record), records a daemon marker event from a bounded pool (daemon/fence_pool.h) after the
+//   wait and returns a Fence that completes with the marker. The cache holds only the released slot until it does;
+//   the decode stream never waits on a client, so a client whose kernels run long (or hang) holds its own slots and
+//   nothing else. A client event already complete when the release is read needs none of this: the query reads the
+//   same snapshot the wait would take, and the release completes at once (EPK_FENCE_NO_SHORTCUT=1 in epkd's
+//   environment turns this off, to measure the marker path). One side stream per client event: a hung client cannot
+//   delay another client's fences. A client that goes (drop_client): its event and side stream are destroyed (CUDA
+//   finishes the queued wait and marker first), its fences stay on their slots until their markers complete.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,7 @@
 #include "codec/common/result.h"
 #include "daemon/cache.h"
 #include "daemon/model_source.h"
+#include "shm/fence.h"
 #include "shm/pool.h"
 #include "shm/protocol.h"
 
@@ -61,9 +67,13 @@ class GpuBackend {
   // epoch; 0 if unknown). Read on the produce() thread, for the debug timeline of an uncached acquire.
   virtual std::int64_t last_enqueued_ns() const { return 0; }
 
-  // kCudaEvent release: the stream waits on the client's event before any later decode.
-  virtual Status client_fence(ClientId client, const shm::IpcEventHandle& event) = 0;
+  // kCudaEvent release: the fence that completes once the client's work before its latest record of `event` has
+  // (see above). Thread-safe, and called without the service lock (it may open the event: cuIpcOpenEventHandle).
+  // kNoSpace when the marker pool is exhausted by fences not yet complete.
+  virtual Result<std::unique_ptr<shm::Fence>> client_fence(ClientId client, const shm::IpcEventHandle& event) = 0;
   virtual void drop_client(ClientId client) = 0;
+  // Release fences handed out whose work is not yet complete (queried now; the shutdown log).
+  virtual std::size_t pending_fences() = 0;
 };
 
 struct GpuSetup {

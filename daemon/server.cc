@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <filesystem>
@@ -269,6 +270,9 @@ class Service {
   }
   ClientId next_client_id() { return next_client_.fetch_add(1); }
 
+  // Whether shutdown gave up waiting for release fences (run_daemon then skips the device teardown).
+  bool release_fences_left() const { return fences_left_; }
+
   bool invariant_broken() {
     std::lock_guard<std::mutex> lock(mu_);
     return invariant_broken_;
@@ -405,22 +409,38 @@ class Service {
       return send_error(s, req, shm::WireStatus::kNotFound, "release: no pool " + std::to_string(pool) + " (handle)");
     }
     Lane& lane = lanes_[pool];
+    std::unique_ptr<shm::Fence> fence;  // null: the host fence, complete when the release arrives
     if (m.fence == shm::FenceKind::kCudaEvent) {
       if (!lane.gpu) {
         return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
       }
-      // Only a pin this client holds may enqueue a wait on the device stream.
+      // Only a pin this client holds may open an event and queue a wait on the device.
       Slot* held = lane.cache->find(m.handle);
       if (held == nullptr || held->pins_of(s.id()) == 0) {  // entries stay at 0 after a release
         return send_error(s, req, shm::WireStatus::kNotFound, "release: this client holds no pin on that handle");
       }
-      // The stream waits on the client's event before any later decode, so the slot's complete at once here.
-      if (Status st = lane.gpu->client_fence(s.id(), m.event); !st) {
-        return send_error(s, req, shm::WireStatus::kInternal, st.error().message);
+      // The slot's own fence (a side stream's wait on the client's event, then a daemon marker), made without the
+      // service lock: opening the event the first time is a driver call of its own. The pin is checked again by
+      // Cache::release below; this session's requests (and its drop) run on its one thread, so only another
+      // client's traffic can run meanwhile, and it cannot take this client's pin.
+      lock.unlock();
+      auto made = lane.gpu->client_fence(s.id(), m.event);
+      if (!made) {
+        return send_error(s, req,
+                          made.error().code == ErrorCode::kNoSpace ? shm::WireStatus::kNoSpace
+                                                                   : shm::WireStatus::kInternal,
+                          made.error().message);
       }
+      fence = std::move(*made);
+      lock.lock();
     }
-    // The host fence is complete when the release arrives: nothing to keep.
-    Status st = lane.cache->release(m.handle, s.id(), nullptr);
+    const bool timed = fence != nullptr;
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    Status st = lane.cache->release(m.handle, s.id(), std::move(fence));
+    if (timed) {
+      ++fence_releases_;
+      fence_release_ns_ += static_cast<std::uint64_t>((std::chrono::steady_clock::now() - t0).count());
+    }
     check();
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
     lock.unlock();  // the reply's write (and the client's wake-up) outside the lock
@@ -506,10 +526,18 @@ class Service {
     for (Lane& l : lanes_) {
       if (l.gpu_scheduler) l.gpu_scheduler->stop();
     }
+    wait_for_release_fences();
     // The drained completions have posted their replies to the sessions' contexts: the stop goes through the main
     // context and is posted to each session after them, so the replies go out first.
     asio::post(io_, [this] {
       std::lock_guard<std::mutex> lock(mu_);
+      if (fence_releases_ != 0) {
+        std::size_t held = 0;
+        for (const Lane& l : lanes_) held += l.cache->fences_held();
+        spdlog::info("event-fence releases: {}, Cache::release {:.2f} us mean, fences held on slots now {}",
+                     fence_releases_, static_cast<double>(fence_release_ns_) / 1e3 / static_cast<double>(fence_releases_),
+                     held);
+      }
       for (const Lane& l : lanes_) {
         if (Status v = l.cache->verify(); !v) {
           spdlog::error("pool {}: {}", l.pool_id, v.error().to_string());
@@ -524,6 +552,28 @@ class Service {
   }
 
  private:
+  // At shutdown: release fences not yet complete mean a client's kernels may still read their slots. Nothing in epkd
+  // waits on them (the decode streams never do, and the side streams and markers are destroyed without waiting), so
+  // a client that hangs cannot hold the exit: wait a little for the common case, then log what is left and go on.
+  void wait_for_release_fences() {
+    constexpr auto kWait = std::chrono::milliseconds(500);
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    for (Lane& l : lanes_) {
+      if (!l.gpu) continue;
+      std::size_t pending = l.gpu->pending_fences();
+      while (pending != 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        pending = l.gpu->pending_fences();
+      }
+      if (pending != 0) {
+        spdlog::warn("pool {}: {} release fence(s) still pending after {} ms (clients' kernels not finished); exiting "
+                     "without waiting for them",
+                     l.pool_id, pending, kWait.count());
+        fences_left_ = true;
+      }
+    }
+  }
+
   struct Waiter {
     std::weak_ptr<Session> session;
     std::uint32_t request_id;
@@ -762,6 +812,8 @@ class Service {
   bool invariant_broken_ = false;
   shm::StatusTable status_;  // early replies' decode status (device lanes; invalid when replies wait for the decode)
   std::function<void()> on_drained_;
+  std::atomic<bool> fences_left_{false};
+  std::uint64_t fence_releases_ = 0, fence_release_ns_ = 0;  // under mu_: the shutdown log's figures
   DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed; the
                                // lanes' device workers are joined in ~Service
 };
@@ -1136,12 +1188,21 @@ int run_daemon(const DaemonConfig& cfg) {
   run_io(io, spin_us);
   guards.clear();
   for (auto& t : threads) t.join();
-  if (svc.invariant_broken()) {
+  const int rc = svc.invariant_broken() ? 3 : 0;
+  if (rc != 0) {
     spdlog::critical("stopped; a cache invariant was broken");
-    return 3;
+  } else {
+    spdlog::info("stopped");
   }
-  spdlog::info("stopped");
-  return 0;
+  if (svc.release_fences_left()) {
+    // A client's kernels still hold release fences: tearing the device state down (cuMemFree and cuMemFreeHost
+    // synchronise the device, and with it the side streams waiting on the clients' events) would wait for them, for
+    // ever if a client hangs. End here: the kernel driver reclaims the device state as for a killed process.
+    spdlog::warn("exiting without tearing down the device state (release fences still pending)");
+    spdlog::shutdown();
+    std::_Exit(rc);
+  }
+  return rc;
 }
 
 }  // namespace epk::daemon

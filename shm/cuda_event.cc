@@ -36,6 +36,16 @@ Result<CudaEvent> CudaEvent::create_interprocess(int device) {
   return e;
 }
 
+Result<CudaEvent> CudaEvent::create(int device) {
+  EPK_TRY(make_current(device));
+  CUevent ev = nullptr;
+  EPK_CU(driver().EventCreate(&ev, CU_EVENT_DISABLE_TIMING), device);
+  CudaEvent e;
+  e.ev_ = ev;
+  e.device_ = device;
+  return e;
+}
+
 Result<CudaEvent> CudaEvent::open_ipc(const IpcEventHandle& handle, int device) {
   EPK_TRY(make_current(device));
   CUipcEventHandle h;
@@ -64,6 +74,14 @@ Status CudaEvent::record(void* stream) const {
 
 bool CudaEvent::query() const {
   return ev_ != nullptr && driver().EventQuery(static_cast<CUevent>(ev_)) == CUDA_SUCCESS;
+}
+
+Result<bool> CudaEvent::poll() const {
+  if (ev_ == nullptr) return make_error(ErrorCode::kInternal, "cuEventQuery: no event");
+  const CUresult r = driver().EventQuery(static_cast<CUevent>(ev_));
+  if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  return detail::cuda_error("cuEventQuery", r, device_);
 }
 
 Status CudaEvent::synchronize() const {

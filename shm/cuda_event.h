@@ -22,6 +22,8 @@ class CudaEvent {
 
   // CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING on `device` (its primary context).
   static Result<CudaEvent> create_interprocess(int device);
+  // CU_EVENT_DISABLE_TIMING on `device`: a daemon-private marker (the per-slot release fences, daemon/fence_pool.h).
+  static Result<CudaEvent> create(int device);
   // Opens another process's event (cuIpcOpenEventHandle); destroyed like any event.
   static Result<CudaEvent> open_ipc(const IpcEventHandle& handle, int device);
 
@@ -29,6 +31,9 @@ class CudaEvent {
   Status record(void* stream) const;
   // Non-blocking: true once the last recorded work has completed (false on error too).
   bool query() const;
+  // Non-blocking, errors kept apart: true done, false not yet (CUDA_ERROR_NOT_READY), an error for anything else (a
+  // sticky context error must not read as "done", nor as "not yet" forever without a word).
+  Result<bool> poll() const;
   Status synchronize() const;
   void* get() const { return ev_; }
   int device() const { return device_; }

@@ -11,15 +11,16 @@ namespace epk::shm {
 // Stored on the wire: never renumber.
 enum class FenceKind : std::uint32_t {
   kHostRelease = 0,  // complete when the release message arrives
-  kCudaEvent = 1,    // an interprocess CUDA event the client recorded after its last kernel reading the slot; the
-                     // daemon's device stream waits on it (cuStreamWaitEvent) before its next decode. Device pools
-                     // only (a host pool answers kUnsupported).
+  kCudaEvent = 1,    // an interprocess CUDA event the client recorded after its last kernel reading the slot; a
+                     // daemon side stream waits on it and a daemon marker recorded after that wait becomes the slot's
+                     // Fence (daemon/fence_pool.h): only that slot's reuse waits. Device pools only (a host pool
+                     // answers kUnsupported).
 };
 
 class Fence {
  public:
   virtual ~Fence() = default;
-  // Non-blocking: true once the client's last use of the slot is over.
+  // Non-blocking: true once the client's last use of the slot is over. An error finding out is never "complete".
   virtual bool completed() const = 0;
 };
 

@@ -8,13 +8,16 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "client/client.h"
 #include "client/epk.h"
 #include "codec/common/checksum.h"
+#include "shm/cuda_event.h"
 #include "shm/device_pool.h"
 #include "tests/daemon/epk_test_models.h"
 #include "tests/daemon/epkd_device_harness.h"
+#include "tests/daemon/stream_hold.h"
 
 namespace epk {
 namespace {
@@ -223,7 +226,14 @@ TEST_F(EpkdGpu, RacingClientsDecodeOnce) {
   EXPECT_EQ(s->pins, 0u);
 }
 
+// Per-slot release fences (issue 6): w1's slot is released with a CUDA event fence recorded behind a kernel that holds
+// this process's stream. While the stream is held, other tensors still decode and evict (the lane's decode stream
+// does not wait on the client) and w1's slot is passed over (its handle and bytes survive the pressure); once the
+// stream is let go, the slot is reused. Against a daemon whose decode stream waits on the client's event, the first
+// decode under pressure stalls until the hold ends (kHoldMs) and the test fails on the time; against one that ignores
+// the fence, w1's slot (the least recently used) is evicted first and the test fails on the handle.
 TEST_F(EpkdGpu, EvictionUnderPressureWithCudaEventFences) {
+  constexpr unsigned kHoldMs = 8000;  // the hold kernel's own deadline; the pressure must finish well before it
   Epkd cpu({"--model", "m=" + path_}, "16");
   GpuEpkd gpu("m=" + path_, "2");  // one 2 MiB pool: four 480 KiB fp32 slots at most
   ASSERT_TRUE(gpu.running());
@@ -238,17 +248,83 @@ TEST_F(EpkdGpu, EvictionUnderPressureWithCudaEventFences) {
     want.push_back(xxh3_64({static_cast<const std::uint8_t*>(t->data), t->bytes}));
     ASSERT_TRUE(h->release(t->handle));
   }
-  // Rounds over four tensors and two layouts in a pool that holds about four: every acquire past the first few
-  // evicts a slot whose last user released it with a CUDA event fence.
-  for (int round = 0; round < 6; ++round) {
+  auto stream = shm::CudaStream::create(0);
+  ASSERT_TRUE(stream) << stream.error().to_string();
+  auto a = g->acquire("m", "w1", shm::Layout::kDenseF32);
+  ASSERT_TRUE(a) << a.error().to_string();
+  ASSERT_TRUE(g->wait(*a, nullptr));
+  ASSERT_EQ(xxh3_64(host_bytes(*g, *a)), want[0]);
+  const std::uint64_t held_handle = a->handle;
+  const std::uint64_t evictions_before = g->stats()->evictions;
+  {
+    StreamHold hold(stream->get(), 0, kHoldMs);
+    ASSERT_EQ(hold.error(), "");
+    const auto held_since = Clock::now();
+    ASSERT_TRUE(g->release_after(held_handle, stream->get()));  // the client's event: pending behind the hold
+    // Pressure while the stream is held: w2..w4 in two layouts (2.1 MiB with w1's 480 KiB in a 2 MiB pool), host-
+    // fence releases. Each acquire decodes (or hits) and must come back at once.
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 2; i <= 4; ++i) {
+        for (shm::Layout l : {shm::Layout::kDenseF32, shm::Layout::kDenseBF16}) {
+          const auto t0 = Clock::now();
+          auto t = g->acquire("m", "w" + std::to_string(i), l);
+          ASSERT_TRUE(t) << t.error().to_string();
+          ASSERT_TRUE(g->wait(*t, nullptr));
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+          EXPECT_LT(ms, 3000) << "w" << i << " " << shm::layout_name(l) << ": the decode waited for the held client";
+          if (l == shm::Layout::kDenseF32) {
+            EXPECT_EQ(xxh3_64(host_bytes(*g, *t)), want[i - 1]) << "w" << i;
+          }
+          ASSERT_TRUE(g->release(t->handle));
+        }
+      }
+    }
+    auto mid = g->stats();
+    ASSERT_TRUE(mid);
+    EXPECT_GE(mid->evictions, evictions_before + 6) << "the pressure did not evict: the test proves nothing";
+    EXPECT_LE(mid->used_bytes, mid->budget_bytes);
+    // w1's slot was passed over: the same handle (handles are never reused) with its bytes intact.
+    auto again = g->acquire("m", "w1", shm::Layout::kDenseF32);
+    ASSERT_TRUE(again) << again.error().to_string();
+    EXPECT_EQ(again->handle, held_handle) << "the fenced slot was evicted while the client's stream was held";
+    EXPECT_EQ(xxh3_64(host_bytes(*g, *again)), want[0]);
+    ASSERT_TRUE(g->release(again->handle));
+    // All of the above ran inside the hold: the kernel had not given up.
+    EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - held_since).count(), kHoldMs);
+    hold.release();
+    ASSERT_TRUE(stream->synchronize());
+    EXPECT_FALSE(hold.timed_out()) << "the hold ended on its deadline, not on release";
+  }
+  // The stream is let go: the fence completes (the daemon's marker follows the client's event on its side stream)
+  // and w1's slot, now the oldest, is reused by the next pressure.
+  bool reused = false;
+  for (int round = 0; round < 5 && !reused; ++round) {
+    for (int i = 2; i <= 4; ++i) {
+      for (shm::Layout l : {shm::Layout::kDenseF32, shm::Layout::kDenseBF16}) {
+        auto t = g->acquire("m", "w" + std::to_string(i), l);
+        ASSERT_TRUE(t) << t.error().to_string();
+        ASSERT_TRUE(g->release(t->handle));
+      }
+    }
+    auto w1 = g->acquire("m", "w1", shm::Layout::kDenseF32);
+    ASSERT_TRUE(w1) << w1.error().to_string();
+    reused = w1->handle != held_handle;
+    ASSERT_TRUE(g->wait(*w1, nullptr));
+    EXPECT_EQ(xxh3_64(host_bytes(*g, *w1)), want[0]);
+    ASSERT_TRUE(g->release(w1->handle));
+    if (!reused) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(reused) << "w1's slot was never reused after its fence completed";
+  // Rounds over four tensors and two layouts, every release an event fence (completed at once here): slots evict as
+  // their fences complete and every fp32 decode has the host path's bytes.
+  for (int round = 0; round < 4; ++round) {
     for (int i = 1; i <= 4; ++i) {
       for (shm::Layout l : {shm::Layout::kDenseF32, shm::Layout::kDenseBF16}) {
         auto t = g->acquire("m", "w" + std::to_string(i), l);
         ASSERT_TRUE(t) << t.error().to_string();
         ASSERT_TRUE(g->wait(*t, nullptr));
         if (l == shm::Layout::kDenseF32) {
-          auto got = host_bytes(*g, *t);
-          EXPECT_EQ(xxh3_64(got), want[i - 1]) << "round " << round << " w" << i;
+          EXPECT_EQ(xxh3_64(host_bytes(*g, *t)), want[i - 1]) << "round " << round << " w" << i;
         }
         ASSERT_TRUE(g->release_after(t->handle, nullptr));
       }
@@ -256,9 +332,32 @@ TEST_F(EpkdGpu, EvictionUnderPressureWithCudaEventFences) {
   }
   auto s = g->stats();
   ASSERT_TRUE(s);
-  EXPECT_GT(s->evictions, 8u);
+  EXPECT_GT(s->evictions, evictions_before + 16);
   EXPECT_LE(s->used_bytes, s->budget_bytes);
   EXPECT_EQ(s->pins, 0u);
+}
+
+// SIGTERM while a client's release fence is held by its stream: epkd exits 0 within the harness's 5 s without waiting
+// for the client (a daemon whose device stream waited on the client's event would wait for the hold, 8 s).
+TEST_F(EpkdGpu, ShutdownDoesNotWaitForAHeldReleaseFence) {
+  GpuEpkd gpu("m=" + path_, "16");
+  ASSERT_TRUE(gpu.running());
+  auto g = Client::connect(gpu.socket());
+  ASSERT_TRUE(g);
+  auto stream = shm::CudaStream::create(0);
+  ASSERT_TRUE(stream) << stream.error().to_string();
+  auto t = g->acquire("m", "w2", shm::Layout::kDenseBF16);
+  ASSERT_TRUE(t) << t.error().to_string();
+  ASSERT_TRUE(g->wait(*t, nullptr));
+  StreamHold hold(stream->get(), 0, 8000);
+  ASSERT_EQ(hold.error(), "");
+  ASSERT_TRUE(g->release_after(t->handle, stream->get()));
+  const auto t0 = Clock::now();
+  EXPECT_EQ(gpu.terminate(), 0);  // -1: still running after 5 s (then killed)
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), 4000);
+  hold.release();
+  EXPECT_TRUE(stream->synchronize());
+  EXPECT_FALSE(hold.timed_out());
 }
 
 TEST_F(EpkdGpu, SigkilledClientLosesItsPins) {
