@@ -98,13 +98,28 @@ Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, Cl
     outcome = Outcome::kMiss;
     if (client != kNoClient) ++misses_;
   }
-  if (client != kNoClient) {
-    ++s->pins[client];
-    ++s->pin_total;
-    ++by_client_[client][s->id];
-  }
+  if (client != kNoClient) pin(*s, client);
   touch_lru(*s);
   return Lookup{outcome, s};
+}
+
+Slot* Cache::acquire_ready(const SlotKey& key, ClientId client) {
+  auto found = by_key_.find(key);
+  if (found == by_key_.end()) return nullptr;
+  auto it = slots_.find(found->second);
+  if (it == slots_.end() || it->second.state != SlotState::kReady) return nullptr;
+  Slot& s = it->second;
+  ++hits_;
+  pin(s, client);
+  touch_lru(s);
+  return &s;
+}
+
+// Entries are created on a client's first pin of a slot and then kept at 0 (unpin_to): later pins allocate nothing.
+void Cache::pin(Slot& s, ClientId client) {
+  ++s.pins[client];
+  ++s.pin_total;
+  ++by_client_[client][s.id];
 }
 
 void Cache::decoded(std::uint64_t slot_id, bool ok) {

@@ -1,7 +1,7 @@
 // The slot cache: slots of one pool keyed by (model, tensor, layout), a byte budget that is never exceeded, LRU
 // eviction over unpinned ready slots, pins counted per client, and release fences that must complete before a slot's
-// bytes are reused. Single-threaded: every call comes from the server thread; decode workers only write into slots
-// that are in state kDecoding, which are never evicted.
+// bytes are reused. Not thread-safe: epkd calls it under its lane's lock (daemon/server.cc); decode workers only write
+// into slots that are in state kDecoding, which are never evicted.
 //
 // A cache hit (acquire of a ready slot, then its release) allocates nothing: the LRU list is threaded through the
 // slots, and a client's pin entries (on the slot and in the per-client index) stay at count 0 after its release, so
@@ -94,6 +94,10 @@ class Cache {
   // A miss evicts least-recently-used unpinned ready slots whose fences have completed until the bytes fit; if they
   // cannot, ErrorCode::kNoSpace (pinned slots are never evicted). Joining a decode in flight counts as a miss.
   Result<Lookup> acquire(const SlotKey& key, std::uint64_t bytes, ClientId client);
+  // The cache-hit part of acquire() alone: the slot for `key` pinned for `client` (counted as a hit) when it is ready;
+  // null, with nothing changed, when it is absent or still decoding (then acquire() decides). Never evicts or
+  // reserves, so epkd runs it without the lock its misses need. client != kNoClient.
+  Slot* acquire_ready(const SlotKey& key, ClientId client);
   // Marks a kDecoding slot ready (ok) or removes it (failed decode: its pins go with it).
   void decoded(std::uint64_t slot_id, bool ok);
   // Drops one of `client`'s pins on the slot; `fence` says when the client's use is over. kNotFound if the client
@@ -114,6 +118,7 @@ class Cache {
   Status verify() const;
 
  private:
+  void pin(Slot& s, ClientId client);
   void unpin_to(Slot& s, ClientId client, std::uint32_t count);
   void touch_lru(Slot& s);
   void lru_unlink(Slot& s);

@@ -149,6 +149,11 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
     if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'device_resident' must be true or false");
     cfg->device_resident = v->get();
   }
+  if (const toml::node* n = t.get("lane_locks")) {
+    const toml::value<bool>* v = n->as_boolean();
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'lane_locks' must be true or false");
+    cfg->lane_locks = v->get();
+  }
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
   if (const toml::node* n = t.get("devices")) {
     const toml::array* a = n->as_array();
@@ -233,6 +238,10 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_flag("--no-device-resident", no_device_resident,
                "keep no compressed tensors on the devices: uncached acquires of lattice-rans tensors decode on the CPU "
                "and are copied (config: device_resident = false)");
+  bool no_lane_locks = false;
+  app.add_flag("--no-lane-locks", no_lane_locks,
+               "cache hits and releases hold the service lock throughout, as before the lane locks (measurements; "
+               "config: lane_locks = false)");
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
   app.add_flag("--cpu", cpu,
@@ -266,6 +275,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (resident) cfg.resident_compressed = true;
   if (no_device_resident) cfg.device_resident = false;
   if (check_invariants) cfg.check_invariants = true;
+  if (no_lane_locks) cfg.lane_locks = false;
   std::vector<ModelSpec> parsed;
   for (const std::string& m : models) {
     EPK_TRY_ASSIGN(ModelSpec s, parse_name_value(m, "--model"));

@@ -37,6 +37,7 @@
 #include "daemon/gpu_backend.h"
 #include "daemon/handler_memory.h"
 #include "daemon/registry.h"
+#include "daemon/spin_mutex.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
 #include "shm/fd_passing.h"
@@ -197,6 +198,7 @@ class Service {
       : io_(io),
         cfg_(cfg),
         lanes_(std::move(lanes)),
+        lane_locks_(std::make_unique<LaneLock[]>(lanes_.size())),
         scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {}
   ~Service() {
     // The device workers use their lane's backend and this service: joined before anything goes.
@@ -255,18 +257,16 @@ class Service {
   }
   ClientId next_client_id() { return next_client_.fetch_add(1); }
 
-  bool invariant_broken() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return invariant_broken_;
-  }
+  bool invariant_broken() const { return invariant_broken_.load(); }
 
   void client_gone(ClientId id) {
     std::lock_guard<std::mutex> lock(mu_);
     for (Lane& l : lanes_) {
+      std::lock_guard<SpinMutex> ll(lane_mu(l));
       l.cache->drop_client(id);
       if (l.gpu) l.gpu->drop_client(id);
+      check(l);
     }
-    check();
     sessions_.erase(id);
     spdlog::debug("client {} gone; its pins dropped", id);
     if (shutting_down_ && sessions_.empty() && on_drained_) on_drained_();
@@ -301,9 +301,13 @@ class Service {
     s.send(out);
   }
 
+  // The registry lookup and served() take no lock (Registry::get is lock-free, sources are const). With lane locks
+  // (the default) a hit then holds only its lane's lock, for the pin; a miss or a slot still decoding takes the
+  // service lock and then the lane's (always in that order), as every acquire did before (cfg.lane_locks = false).
   void on_acquire(const std::shared_ptr<Session>& s, std::uint32_t req, const shm::AcquireRequest& m) {
     const std::int64_t t_read = now_ns();
-    std::unique_lock<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    if (!cfg_.lane_locks) lock.lock();
     if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
     const ModelEntry* model = registry_.get(m.model_id);
     if (model == nullptr) return send_error(*s, req, shm::WireStatus::kNotFound, "acquire: unknown model id");
@@ -317,21 +321,33 @@ class Service {
     auto served = model->source->served(t->second, m.layout);
     if (!served) return send_error(*s, req, wire_status_for(served.error().code), served.error().message);
     SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
+    std::unique_lock<SpinMutex> ll(lane_mu(*lane));
+    if (cfg_.lane_locks) {
+      if (Slot* slot = lane->cache->acquire_ready(key, s->id())) {
+        check(*lane);
+        ll.unlock();
+        // Pinned for this client: only its own release or its end, both handled later on this thread, can let the
+        // slot go, and a slot's id and offset never change, so its reply is encoded without the lock.
+        return reply_hit(*s, req, *lane, *slot, *served);
+      }
+      ll.unlock();
+      lock.lock();
+      ll.lock();
+      if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
+    }
     auto lookup = lane->cache->acquire(key, served->bytes, s->id());
     if (!lookup) {
       return send_error(*s, req, wire_status_for(lookup.error().code),
                         "model '" + model->name + "' tensor '" + m.tensor + "': " + lookup.error().message);
     }
-    check();
+    check(*lane);
     Slot* slot = lookup->slot;
     switch (lookup->outcome) {
       case Cache::Outcome::kHit:
-        // Encoded under the lock (the slot may move once it is dropped), written after it: the write wakes the
-        // client, and other sessions' requests need not wait for that system call.
-        encode_acquire_reply(req, *lane, *slot, *served, &s->reply_scratch(), &s->scratch());
+        // The write wakes the client: other sessions' requests need not wait for that system call.
+        ll.unlock();
         lock.unlock();
-        s->send(s->scratch());
-        break;
+        return reply_hit(*s, req, *lane, *slot, *served);
       case Cache::Outcome::kPending: {
         auto f = inflight_.find(slot->id);
         if (f == inflight_.end()) {  // a decoding slot always has its in-flight entry; never throw on a bug
@@ -352,6 +368,11 @@ class Service {
     }
   }
 
+  void reply_hit(Session& s, std::uint32_t req, const Lane& lane, const Slot& slot, const ServedTensor& served) {
+    encode_acquire_reply(req, lane, slot, served, &s.reply_scratch(), &s.scratch());
+    s.send(s.scratch());
+  }
+
   void on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequest& m) {
     std::lock_guard<std::mutex> lock(mu_);
     std::uint32_t queued = 0;
@@ -359,6 +380,7 @@ class Service {
     if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
     Lane* lane = lane_for_device(lanes_, m.device);
     if (lane == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
+    std::unique_lock<SpinMutex> ll(lane_mu(*lane));
     if (!shutting_down_) {
       for (const std::string& name : m.tensors) {
         auto t = model->tensor_index.find(name);
@@ -367,7 +389,7 @@ class Service {
         if (!served) continue;
         auto lookup = lane->cache->acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout},
                                            served->bytes, kNoClient);
-        check();
+        check(*lane);
         if (!lookup) break;  // no space: later names would not fit either
         if (lookup->outcome == Cache::Outcome::kMiss) {
           start_decode(*lane, *lookup->slot, model->source, t->second, m.layout, std::move(*served),
@@ -377,18 +399,23 @@ class Service {
         }
       }
     }
+    ll.unlock();
     std::vector<std::uint8_t> out;
     shm::encode_prefetch_reply(req, {queued}, &out);
     s.send(out);
   }
 
+  // A host-fence release takes only its lane's lock (with lane locks); a CUDA-event fence also takes the service lock
+  // first, as before (the device backend's client events).
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
-    std::unique_lock<std::mutex> lock(mu_);
     const std::uint32_t pool = shm::handle_pool(m.handle);
     if (pool >= lanes_.size()) {
       return send_error(s, req, shm::WireStatus::kNotFound, "release: no pool " + std::to_string(pool) + " (handle)");
     }
     Lane& lane = lanes_[pool];
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    if (!cfg_.lane_locks || m.fence == shm::FenceKind::kCudaEvent) lock.lock();
+    std::unique_lock<SpinMutex> ll(lane_mu(lane));
     if (m.fence == shm::FenceKind::kCudaEvent) {
       if (!lane.gpu) {
         return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
@@ -405,9 +432,10 @@ class Service {
     }
     // The host fence is complete when the release arrives: nothing to keep.
     Status st = lane.cache->release(m.handle, s.id(), nullptr);
-    check();
+    check(lane);
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
-    lock.unlock();  // the reply's write (and the client's wake-up) outside the lock
+    ll.unlock();  // the reply's write (and the client's wake-up) outside the locks
+    if (lock.owns_lock()) lock.unlock();
     if ((m.flags & shm::kReleaseNoReply) != 0) return;
     shm::encode_empty(req,
                       static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit),
@@ -419,7 +447,10 @@ class Service {
     std::lock_guard<std::mutex> lock(mu_);
     shm::StatsReply r;
     for (const Lane& l : lanes_) {
-      CacheStats c = l.cache->stats();
+      CacheStats c = [&] {
+        std::lock_guard<SpinMutex> ll(lane_mu(l));
+        return l.cache->stats();
+      }();
       shm::PoolStats ps{l.pool_id,      l.pool->device(), c.budget_bytes, c.used_bytes, c.pinned_bytes, c.slots,
                         c.pinned_slots, c.pins,           c.hits,         c.misses,     c.evictions,
                         l.gpu ? l.gpu->resident_bytes() : 0};
@@ -455,6 +486,7 @@ class Service {
       r.models[id].tensors = static_cast<std::uint32_t>(registry_.get(id)->source->tensors().size());
     }
     for (const Lane& l : lanes_) {
+      std::lock_guard<SpinMutex> ll(lane_mu(l));
       l.cache->for_each_slot([&](const Slot& slot) {
         if (slot.key.model >= r.models.size()) return;
         shm::ModelInfo& m = r.models[slot.key.model];
@@ -495,6 +527,7 @@ class Service {
     asio::post(io_, [this] {
       std::lock_guard<std::mutex> lock(mu_);
       for (const Lane& l : lanes_) {
+        std::lock_guard<SpinMutex> ll(lane_mu(l));
         if (Status v = l.cache->verify(); !v) {
           spdlog::error("pool {}: {}", l.pool_id, v.error().to_string());
           invariant_broken_ = true;
@@ -519,15 +552,16 @@ class Service {
     std::int64_t read_ns = 0, submit_ns = 0;  // the first acquire's Timeline (0 for a prefetch)
   };
 
-  void check() {
+  // The caller holds `l`'s lane lock; each operation changes one lane's cache, and checks that one.
+  void check(const Lane& l) {
     if (!cfg_.check_invariants || invariant_broken_) return;
-    for (const Lane& l : lanes_) {
-      if (Status v = l.cache->verify(); !v) {
-        spdlog::critical("pool {}: {}", l.pool_id, v.error().to_string());
-        invariant_broken_ = true;
-      }
+    if (Status v = l.cache->verify(); !v) {
+      spdlog::critical("pool {}: {}", l.pool_id, v.error().to_string());
+      invariant_broken_ = true;
     }
   }
+
+  SpinMutex& lane_mu(const Lane& l) const { return lane_locks_[l.pool_id].mu; }
 
   static std::string device_not_served(std::uint32_t device) {
     return "device " + std::to_string(device) + " is not served by this epkd";
@@ -631,9 +665,10 @@ class Service {
     const bool timeline = tl.read != 0 && spdlog::should_log(spdlog::level::debug);
     if (!st) spdlog::error("decode failed: {}", st.error().to_string());
     Lane& lane = lanes_[shm::handle_pool(slot_id)];  // slot ids carry their pool (first_handle_of_pool)
+    std::lock_guard<SpinMutex> ll(lane_mu(lane));
     Slot* slot = lane.cache->find(slot_id);
     lane.cache->decoded(slot_id, static_cast<bool>(st));
-    check();
+    check(lane);
     for (const Waiter& w : f.waiters) {
       auto s = w.session.lock();
       if (!s) continue;  // its pins went with its socket
@@ -681,16 +716,22 @@ class Service {
   }
 
   asio::io_context& io_;  // the main context: shutdown steps run there
-  std::mutex mu_;         // guards everything below: sessions on several threads share the cache
+  // Lock order: mu_, then a lane's lock. mu_ guards the in-flight table, the sessions, the counters and the registry's
+  // writer side; a lane's lock guards that lane's cache (held with mu_ everywhere but on the hit and host release).
+  std::mutex mu_;
   DaemonConfig cfg_;
   std::vector<Lane> lanes_;  // one per pool, in pool order (never resized after construction)
-  Registry registry_;
+  struct alignas(64) LaneLock {  // one cache line each: lanes' hits do not share a line
+    SpinMutex mu;
+  };
+  std::unique_ptr<LaneLock[]> lane_locks_;  // by pool id, as lanes_
+  Registry registry_;  // get() lock-free; add() and find() under mu_
   std::unordered_map<std::uint64_t, InFlight> inflight_;
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
   std::atomic<ClientId> next_client_{1};
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
-  bool shutting_down_ = false;
-  bool invariant_broken_ = false;
+  std::atomic<bool> shutting_down_{false};  // set under mu_; read by hits without it
+  std::atomic<bool> invariant_broken_{false};
   std::function<void()> on_drained_;
   DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed; the
                                // lanes' device workers are joined in ~Service

@@ -42,6 +42,31 @@ TEST(Cache, MissThenHitPinsAndCounts) {
   EXPECT_TRUE(c.verify());
 }
 
+// The hit-only lookup epkd runs under its lane lock: it pins and counts a ready slot like acquire() does, and leaves
+// an absent or decoding slot untouched for acquire() to handle.
+TEST(Cache, AcquireReadyPinsOnlyReadySlots) {
+  Cache c(64 * kKiB);
+  EXPECT_EQ(c.acquire_ready(key(3), 7), nullptr);  // absent: nothing reserved
+  EXPECT_EQ(c.stats().slots, 0u);
+  auto a = c.acquire(key(3), 1000, 7);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(c.acquire_ready(key(3), 8), nullptr);  // still decoding: no pin, no count
+  EXPECT_EQ(a->slot->pins_of(8), 0u);
+  EXPECT_EQ(c.stats().hits, 0u);
+  EXPECT_EQ(c.stats().misses, 1u);
+  c.decoded(a->slot->id, true);
+  ASSERT_TRUE(c.release(a->slot->id, 7, nullptr));  // unpinned and ready: in the LRU list
+  Slot* h = c.acquire_ready(key(3), 8);
+  ASSERT_EQ(h, a->slot);
+  EXPECT_EQ(h->pins_of(8), 1u);
+  CacheStats s = c.stats();
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.pins, 1u);
+  EXPECT_TRUE(c.verify());  // left the LRU list while pinned
+  ASSERT_TRUE(c.release(h->id, 8, nullptr));
+  EXPECT_TRUE(c.verify());
+}
+
 TEST(Cache, LeastRecentlyUsedUnpinnedSlotIsEvictedFirst) {
   Cache c(3 * kKiB);
   for (std::uint32_t t = 0; t < 3; ++t) {
