@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codec/common/result.h"
@@ -94,9 +95,10 @@ class Cache {
   // A miss evicts least-recently-used unpinned ready slots whose fences have completed until the bytes fit; if they
   // cannot, ErrorCode::kNoSpace (pinned slots are never evicted). Joining a decode in flight counts as a miss.
   Result<Lookup> acquire(const SlotKey& key, std::uint64_t bytes, ClientId client);
-  // The cache-hit part of acquire() alone: the slot for `key` pinned for `client` (counted as a hit) when it is ready;
-  // null, with nothing changed, when it is absent or still decoding (then acquire() decides). Never evicts or
-  // reserves, so epkd runs it without the lock its misses need. client != kNoClient.
+  // The cache-hit part of acquire() alone: the slot for `key` pinned for `client` when it is ready; null, with nothing
+  // changed, when it is absent or still decoding (then acquire() decides). Never evicts or reserves, so epkd runs it
+  // without the lock its misses need. Not counted in stats().hits: the caller counts these hits where no other thread
+  // writes (epkd: per io thread) and adds them to its reports. client != kNoClient.
   Slot* acquire_ready(const SlotKey& key, ClientId client);
   // Marks a kDecoding slot ready (ok) or removes it (failed decode: its pins go with it).
   void decoded(std::uint64_t slot_id, bool ok);
@@ -133,8 +135,9 @@ class Cache {
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Slot> slots_;
   std::unordered_map<SlotKey, std::uint64_t, SlotKeyHash> by_key_;
-  // client -> slot -> pins (entries at 0 kept, as on the slot); a client's entry goes with drop_client()
-  std::unordered_map<ClientId, std::unordered_map<std::uint64_t, std::uint32_t>> by_client_;
+  // client -> the slots whose pins map has an entry for it (at 0 too): what drop_client() visits. The counts live on
+  // the slots alone, so a pin or unpin of an entry that exists touches only the slot.
+  std::unordered_map<ClientId, std::unordered_set<std::uint64_t>> by_client_;
   Slot* lru_head_ = nullptr;  // least recently used
   Slot* lru_tail_ = nullptr;
   std::size_t lru_size_ = 0;

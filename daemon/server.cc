@@ -95,11 +95,12 @@ constexpr std::size_t kMaxPendingReplyBytes = 8u << 20;
 // session's, reserved once.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Socket sock, Service& svc, ClientId id, int read_timeout_ms)
+  Session(Socket sock, Service& svc, ClientId id, std::size_t io_index, int read_timeout_ms)
       : sock_(std::move(sock)),
         timer_(sock_.get_executor()),
         svc_(svc),
         id_(id),
+        io_index_(io_index),
         read_timeout_ms_(read_timeout_ms),
         buf_(shm::kMaxMessage) {
     acquire_.tensor.reserve(shm::kMaxTensorName);
@@ -111,6 +112,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   ClientId id() const { return id_; }
+  std::size_t io_index() const { return io_index_; }  // its io_context's (and thread's) index
   // Session state is touched only on its own io_context's thread: other threads post to this executor.
   Socket::executor_type executor() { return sock_.get_executor(); }
   bool open() const { return open_ && !closing_; }
@@ -171,6 +173,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Timer timer_;
   Service& svc_;
   ClientId id_;
+  std::size_t io_index_;
   int read_timeout_ms_;
   std::vector<std::uint8_t> buf_;
   std::size_t have_ = 0;
@@ -194,11 +197,13 @@ class Service {
  public:
   // `lanes` (daemon/device_lanes.h): one per pool. Evicted ranges keep their pages: the next slot there rewrites
   // them, and faulting them in again would cost more than the memory (the budget is the pool's size either way).
-  Service(asio::io_context& io, const DaemonConfig& cfg, std::vector<Lane> lanes)
+  Service(asio::io_context& io, const DaemonConfig& cfg, std::vector<Lane> lanes, std::size_t io_threads)
       : io_(io),
         cfg_(cfg),
         lanes_(std::move(lanes)),
         lane_locks_(std::make_unique<LaneLock[]>(lanes_.size())),
+        io_threads_(io_threads),
+        lane_hits_(std::make_unique<HitCount[]>(io_threads * lanes_.size())),
         scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {}
   ~Service() {
     // The device workers use their lane's backend and this service: joined before anything goes.
@@ -326,6 +331,7 @@ class Service {
       if (Slot* slot = lane->cache->acquire_ready(key, s->id())) {
         check(*lane);
         ll.unlock();
+        count_hit(s->io_index(), *lane);
         // Pinned for this client: only its own release or its end, both handled later on this thread, can let the
         // slot go, and a slot's id and offset never change, so its reply is encoded without the lock.
         return reply_hit(*s, req, *lane, *slot, *served);
@@ -451,6 +457,7 @@ class Service {
         std::lock_guard<SpinMutex> ll(lane_mu(l));
         return l.cache->stats();
       }();
+      c.hits += lane_hits(l);
       shm::PoolStats ps{l.pool_id,      l.pool->device(), c.budget_bytes, c.used_bytes, c.pinned_bytes, c.slots,
                         c.pinned_slots, c.pins,           c.hits,         c.misses,     c.evictions,
                         l.gpu ? l.gpu->resident_bytes() : 0};
@@ -562,6 +569,20 @@ class Service {
   }
 
   SpinMutex& lane_mu(const Lane& l) const { return lane_locks_[l.pool_id].mu; }
+
+  // Hits taken by acquire_ready, counted per io thread and lane: each counter has one writer (the thread that runs
+  // that context's sessions), so a hit writes no line that other threads' hits write. Summed for stats.
+  void count_hit(std::size_t io_index, const Lane& l) {
+    std::atomic<std::uint64_t>& n = lane_hits_[io_index * lanes_.size() + l.pool_id].n;
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  std::uint64_t lane_hits(const Lane& l) const {
+    std::uint64_t sum = 0;
+    for (std::size_t t = 0; t < io_threads_; ++t) {
+      sum += lane_hits_[t * lanes_.size() + l.pool_id].n.load(std::memory_order_relaxed);
+    }
+    return sum;
+  }
 
   static std::string device_not_served(std::uint32_t device) {
     return "device " + std::to_string(device) + " is not served by this epkd";
@@ -725,6 +746,11 @@ class Service {
     SpinMutex mu;
   };
   std::unique_ptr<LaneLock[]> lane_locks_;  // by pool id, as lanes_
+  struct alignas(64) HitCount {
+    std::atomic<std::uint64_t> n{0};
+  };
+  std::size_t io_threads_;
+  std::unique_ptr<HitCount[]> lane_hits_;  // [io thread][lane]
   Registry registry_;  // get() lock-free; add() and find() under mu_
   std::unordered_map<std::uint64_t, InFlight> inflight_;
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
@@ -948,7 +974,8 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
   std::size_t next = 0;
   for (;;) {
     boost::system::error_code ec;
-    asio::io_context& ctx = *contexts[next++ % contexts.size()];
+    const std::size_t index = next++ % contexts.size();
+    asio::io_context& ctx = *contexts[index];
     Socket sock = co_await acceptor.async_accept(ctx, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
@@ -958,7 +985,7 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
       co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    auto s = std::make_shared<Session>(std::move(sock), svc, svc.next_client_id(), svc.config().read_timeout_ms);
+    auto s = std::make_shared<Session>(std::move(sock), svc, svc.next_client_id(), index, svc.config().read_timeout_ms);
     svc.add_session(s);
     Session::start(s);
   }
@@ -1011,7 +1038,7 @@ int run_daemon(const DaemonConfig& cfg) {
   using Guard = asio::executor_work_guard<asio::io_context::executor_type>;
   std::vector<Guard> guards;  // the other contexts idle until shutdown
   for (unsigned i = 1; i < io_threads; ++i) guards.emplace_back(contexts[i]->get_executor());
-  Service svc(io, cfg, std::move(*lanes));
+  Service svc(io, cfg, std::move(*lanes), io_threads);
   std::size_t opened = svc.open_models(cfg);
   if (opened == 0 && (!cfg.models.empty() || !cfg.synthetic.empty())) {
     spdlog::critical("no model could be opened");

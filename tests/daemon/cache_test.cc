@@ -42,8 +42,8 @@ TEST(Cache, MissThenHitPinsAndCounts) {
   EXPECT_TRUE(c.verify());
 }
 
-// The hit-only lookup epkd runs under its lane lock: it pins and counts a ready slot like acquire() does, and leaves
-// an absent or decoding slot untouched for acquire() to handle.
+// The hit-only lookup epkd runs under its lane lock: it pins a ready slot like acquire() does (its caller counts the
+// hit), and leaves an absent or decoding slot untouched for acquire() to handle.
 TEST(Cache, AcquireReadyPinsOnlyReadySlots) {
   Cache c(64 * kKiB);
   EXPECT_EQ(c.acquire_ready(key(3), 7), nullptr);  // absent: nothing reserved
@@ -60,7 +60,7 @@ TEST(Cache, AcquireReadyPinsOnlyReadySlots) {
   ASSERT_EQ(h, a->slot);
   EXPECT_EQ(h->pins_of(8), 1u);
   CacheStats s = c.stats();
-  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.hits, 0u);  // counted by the caller
   EXPECT_EQ(s.pins, 1u);
   EXPECT_TRUE(c.verify());  // left the LRU list while pinned
   ASSERT_TRUE(c.release(h->id, 8, nullptr));
