@@ -86,14 +86,14 @@ Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, Cl
     }
     // The one place bytes are added: the budget holds by construction of the allocator, checked again here.
     if (alloc_.used() > budget_) return make_error(ErrorCode::kInternal, "cache: budget exceeded (bug)");
-    Slot fresh;
-    fresh.id = next_id_++;
-    fresh.key = key;
-    fresh.offset = *offset;
-    fresh.bytes = bytes;
-    fresh.state = SlotState::kDecoding;
-    auto [it, inserted] = slots_.emplace(fresh.id, std::move(fresh));
+    const std::uint64_t id = next_id_++;
+    auto [it, inserted] = slots_.try_emplace(id);  // built in place: a Slot does not move (its atomic pin total)
     s = &it->second;
+    s->id = id;
+    s->key = key;
+    s->offset = *offset;
+    s->bytes = bytes;
+    s->state = SlotState::kDecoding;
     by_key_.emplace(key, s->id);
     outcome = Outcome::kMiss;
     if (client != kNoClient) ++misses_;
@@ -112,6 +112,38 @@ Slot* Cache::acquire_ready(const SlotKey& key, ClientId client) {
   pin(s, client);
   touch_lru(s);
   return &s;
+}
+
+Slot* Cache::pin_shared(const SlotKey& key, ClientId client) {
+  auto found = by_key_.find(key);
+  if (found == by_key_.end()) return nullptr;
+  auto it = slots_.find(found->second);
+  if (it == slots_.end() || it->second.state != SlotState::kReady) return nullptr;
+  Slot& s = it->second;
+  auto p = s.pins.find(client);
+  if (p == s.pins.end()) return nullptr;  // a first pin adds entries: exclusive
+  // Only from a total above zero: from zero the slot leaves the LRU list, which shared holders never touch.
+  std::uint32_t total = s.pin_total.load(std::memory_order_relaxed);
+  do {
+    if (total == 0) return nullptr;
+  } while (!s.pin_total.compare_exchange_weak(total, total + 1, std::memory_order_relaxed));
+  ++p->second;  // this client's own entry: no other thread writes it while shared holders run
+  return &s;
+}
+
+bool Cache::unpin_shared(std::uint64_t slot_id, ClientId client) {
+  auto it = slots_.find(slot_id);
+  if (it == slots_.end()) return false;
+  Slot& s = it->second;
+  auto p = s.pins.find(client);
+  if (p == s.pins.end() || p->second == 0) return false;  // not pinned by this client: release() answers the error
+  // Only to a total above zero: at zero the slot joins the LRU list.
+  std::uint32_t total = s.pin_total.load(std::memory_order_relaxed);
+  do {
+    if (total <= 1) return false;
+  } while (!s.pin_total.compare_exchange_weak(total, total - 1, std::memory_order_relaxed));
+  --p->second;
+  return true;
 }
 
 // Entries are created on a client's first pin of a slot and then kept at 0 (unpin_to): later pins allocate nothing.

@@ -8,6 +8,7 @@
 // the next acquire by the same client finds them. Zero entries go when the slot is removed or the client is dropped.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -46,7 +47,9 @@ struct Slot {
   std::uint64_t bytes = 0;  // requested; the allocator holds SlotAllocator::rounded(bytes)
   SlotState state = SlotState::kDecoding;
   std::unordered_map<ClientId, std::uint32_t> pins;  // client -> pin count (0: released, entry kept for the next pin)
-  std::uint32_t pin_total = 0;
+  // Every client's pins together. Atomic for the shared-lock path (pin_shared / unpin_shared), which moves it only
+  // between values above zero; everything else changes it under the exclusive lock.
+  std::atomic<std::uint32_t> pin_total{0};
   bool in_lru = false;
   Slot* lru_prev = nullptr;  // the LRU list, threaded through the slots (their map nodes do not move)
   Slot* lru_next = nullptr;
@@ -100,6 +103,14 @@ class Cache {
   // without the lock its misses need. Not counted in stats().hits: the caller counts these hits where no other thread
   // writes (epkd: per io thread) and adds them to its reports. client != kNoClient.
   Slot* acquire_ready(const SlotKey& key, ClientId client);
+  // The hit and the release that need no exclusive lock (daemon/lane_lock.h): they run beside each other on several
+  // threads (never beside any other call), each for its own client. pin_shared pins a ready slot that `client` has
+  // pinned before (its entry exists) while others hold pins on it (total above zero); unpin_shared drops one of
+  // `client`'s pins while others keep the total above zero. Otherwise null / false with nothing changed, and the
+  // caller goes to acquire_ready / acquire / release under the exclusive lock. Hits are not counted (as
+  // acquire_ready).
+  Slot* pin_shared(const SlotKey& key, ClientId client);
+  bool unpin_shared(std::uint64_t slot_id, ClientId client);
   // Marks a kDecoding slot ready (ok) or removes it (failed decode: its pins go with it).
   void decoded(std::uint64_t slot_id, bool ok);
   // Drops one of `client`'s pins on the slot; `fence` says when the client's use is over. kNotFound if the client

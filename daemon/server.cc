@@ -37,7 +37,7 @@
 #include "daemon/gpu_backend.h"
 #include "daemon/handler_memory.h"
 #include "daemon/registry.h"
-#include "daemon/spin_mutex.h"
+#include "daemon/lane_lock.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
 #include "shm/fd_passing.h"
@@ -201,10 +201,11 @@ class Service {
       : io_(io),
         cfg_(cfg),
         lanes_(std::move(lanes)),
-        lane_locks_(std::make_unique<LaneLock[]>(lanes_.size())),
         io_threads_(io_threads),
         lane_hits_(std::make_unique<HitCount[]>(io_threads * lanes_.size())),
-        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {}
+        scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {
+    for (std::size_t i = 0; i < lanes_.size(); ++i) lane_locks_.push_back(std::make_unique<LaneLock>(io_threads));
+  }
   ~Service() {
     // The device workers use their lane's backend and this service: joined before anything goes.
     for (Lane& l : lanes_) {
@@ -267,7 +268,7 @@ class Service {
   void client_gone(ClientId id) {
     std::lock_guard<std::mutex> lock(mu_);
     for (Lane& l : lanes_) {
-      std::lock_guard<SpinMutex> ll(lane_mu(l));
+      std::lock_guard<LaneLock> ll(lane_mu(l));
       l.cache->drop_client(id);
       if (l.gpu) l.gpu->drop_client(id);
       check(l);
@@ -307,8 +308,10 @@ class Service {
   }
 
   // The registry lookup and served() take no lock (Registry::get is lock-free, sources are const). With lane locks
-  // (the default) a hit then holds only its lane's lock, for the pin; a miss or a slot still decoding takes the
-  // service lock and then the lane's (always in that order), as every acquire did before (cfg.lane_locks = false).
+  // (the default) a hit then holds only its lane's lock, for the pin: the shared side when other clients hold pins on
+  // the slot and this client has pinned it before (shared_hits), else the exclusive side; a miss or a slot still
+  // decoding takes the service lock and then the lane's (always in that order), as every acquire did before
+  // (cfg.lane_locks = false).
   void on_acquire(const std::shared_ptr<Session>& s, std::uint32_t req, const shm::AcquireRequest& m) {
     const std::int64_t t_read = now_ns();
     std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
@@ -326,7 +329,19 @@ class Service {
     auto served = model->source->served(t->second, m.layout);
     if (!served) return send_error(*s, req, wire_status_for(served.error().code), served.error().message);
     SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
-    std::unique_lock<SpinMutex> ll(lane_mu(*lane));
+    if (cfg_.lane_locks && cfg_.shared_hits) {
+      // Another client holds a pin on the slot and this one has pinned it before: the shared side of the lane lock.
+      Slot* slot = nullptr;
+      {
+        SharedLaneGuard shared(lane_mu(*lane), s->io_index());
+        slot = lane->cache->pin_shared(key, s->id());
+      }
+      if (slot != nullptr) {
+        count_hit(s->io_index(), *lane);
+        return reply_hit(*s, req, *lane, *slot, *served);
+      }
+    }
+    std::unique_lock<LaneLock> ll(lane_mu(*lane));
     if (cfg_.lane_locks) {
       if (Slot* slot = lane->cache->acquire_ready(key, s->id())) {
         check(*lane);
@@ -386,7 +401,7 @@ class Service {
     if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
     Lane* lane = lane_for_device(lanes_, m.device);
     if (lane == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
-    std::unique_lock<SpinMutex> ll(lane_mu(*lane));
+    std::unique_lock<LaneLock> ll(lane_mu(*lane));
     if (!shutting_down_) {
       for (const std::string& name : m.tensors) {
         auto t = model->tensor_index.find(name);
@@ -411,17 +426,24 @@ class Service {
     s.send(out);
   }
 
-  // A host-fence release takes only its lane's lock (with lane locks); a CUDA-event fence also takes the service lock
-  // first, as before (the device backend's client events).
+  // A host-fence release takes the shared side of its lane's lock when other pins keep the slot pinned, else the
+  // exclusive side (with lane locks); a CUDA-event fence also takes the service lock first, as before (the device
+  // backend's client events).
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
     const std::uint32_t pool = shm::handle_pool(m.handle);
     if (pool >= lanes_.size()) {
       return send_error(s, req, shm::WireStatus::kNotFound, "release: no pool " + std::to_string(pool) + " (handle)");
     }
     Lane& lane = lanes_[pool];
+    bool released = false;
+    if (cfg_.lane_locks && cfg_.shared_hits && m.fence == shm::FenceKind::kHostRelease) {
+      SharedLaneGuard shared(lane_mu(lane), s.io_index());
+      released = lane.cache->unpin_shared(m.handle, s.id());
+    }
+    if (released) return reply_release(s, req, m);
     std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
     if (!cfg_.lane_locks || m.fence == shm::FenceKind::kCudaEvent) lock.lock();
-    std::unique_lock<SpinMutex> ll(lane_mu(lane));
+    std::unique_lock<LaneLock> ll(lane_mu(lane));
     if (m.fence == shm::FenceKind::kCudaEvent) {
       if (!lane.gpu) {
         return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
@@ -442,6 +464,10 @@ class Service {
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
     ll.unlock();  // the reply's write (and the client's wake-up) outside the locks
     if (lock.owns_lock()) lock.unlock();
+    reply_release(s, req, m);
+  }
+
+  static void reply_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
     if ((m.flags & shm::kReleaseNoReply) != 0) return;
     shm::encode_empty(req,
                       static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit),
@@ -454,7 +480,7 @@ class Service {
     shm::StatsReply r;
     for (const Lane& l : lanes_) {
       CacheStats c = [&] {
-        std::lock_guard<SpinMutex> ll(lane_mu(l));
+        std::lock_guard<LaneLock> ll(lane_mu(l));
         return l.cache->stats();
       }();
       c.hits += lane_hits(l);
@@ -493,7 +519,7 @@ class Service {
       r.models[id].tensors = static_cast<std::uint32_t>(registry_.get(id)->source->tensors().size());
     }
     for (const Lane& l : lanes_) {
-      std::lock_guard<SpinMutex> ll(lane_mu(l));
+      std::lock_guard<LaneLock> ll(lane_mu(l));
       l.cache->for_each_slot([&](const Slot& slot) {
         if (slot.key.model >= r.models.size()) return;
         shm::ModelInfo& m = r.models[slot.key.model];
@@ -534,7 +560,7 @@ class Service {
     asio::post(io_, [this] {
       std::lock_guard<std::mutex> lock(mu_);
       for (const Lane& l : lanes_) {
-        std::lock_guard<SpinMutex> ll(lane_mu(l));
+        std::lock_guard<LaneLock> ll(lane_mu(l));
         if (Status v = l.cache->verify(); !v) {
           spdlog::error("pool {}: {}", l.pool_id, v.error().to_string());
           invariant_broken_ = true;
@@ -568,7 +594,7 @@ class Service {
     }
   }
 
-  SpinMutex& lane_mu(const Lane& l) const { return lane_locks_[l.pool_id].mu; }
+  LaneLock& lane_mu(const Lane& l) const { return *lane_locks_[l.pool_id]; }
 
   // Hits taken by acquire_ready, counted per io thread and lane: each counter has one writer (the thread that runs
   // that context's sessions), so a hit writes no line that other threads' hits write. Summed for stats.
@@ -686,7 +712,7 @@ class Service {
     const bool timeline = tl.read != 0 && spdlog::should_log(spdlog::level::debug);
     if (!st) spdlog::error("decode failed: {}", st.error().to_string());
     Lane& lane = lanes_[shm::handle_pool(slot_id)];  // slot ids carry their pool (first_handle_of_pool)
-    std::lock_guard<SpinMutex> ll(lane_mu(lane));
+    std::lock_guard<LaneLock> ll(lane_mu(lane));
     Slot* slot = lane.cache->find(slot_id);
     lane.cache->decoded(slot_id, static_cast<bool>(st));
     check(lane);
@@ -739,17 +765,16 @@ class Service {
   asio::io_context& io_;  // the main context: shutdown steps run there
   // Lock order: mu_, then a lane's lock. mu_ guards the in-flight table, the sessions, the counters and the registry's
   // writer side; a lane's lock guards that lane's cache (held with mu_ everywhere but on the hit and host release).
+  // The shared side of a lane lock is taken by io threads alone (reader slot = Session::io_index), never with mu_ or
+  // the exclusive side held.
   std::mutex mu_;
   DaemonConfig cfg_;
   std::vector<Lane> lanes_;  // one per pool, in pool order (never resized after construction)
-  struct alignas(64) LaneLock {  // one cache line each: lanes' hits do not share a line
-    SpinMutex mu;
-  };
-  std::unique_ptr<LaneLock[]> lane_locks_;  // by pool id, as lanes_
   struct alignas(64) HitCount {
     std::atomic<std::uint64_t> n{0};
   };
-  std::size_t io_threads_;
+  std::size_t io_threads_;  // the lane locks' reader slots: io thread i reads through slot i
+  std::vector<std::unique_ptr<LaneLock>> lane_locks_;  // by pool id, as lanes_
   std::unique_ptr<HitCount[]> lane_hits_;  // [io thread][lane]
   Registry registry_;  // get() lock-free; add() and find() under mu_
   std::unordered_map<std::uint64_t, InFlight> inflight_;

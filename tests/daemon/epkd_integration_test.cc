@@ -192,6 +192,7 @@ void concurrent_hits(std::vector<std::string> flags) {
 
 TEST(Epkd, ConcurrentHitsOnEveryIoThreadWithLaneLocks) { concurrent_hits({}); }
 TEST(Epkd, ConcurrentHitsOnEveryIoThreadWithTheServiceLock) { concurrent_hits({"--no-lane-locks"}); }
+TEST(Epkd, ConcurrentHitsOnEveryIoThreadWithExclusiveLaneLocks) { concurrent_hits({"--no-shared-hits"}); }
 
 TEST(Epkd, EvictionUnderPressureStaysInTheBudget) {
   Epkd d({"--synthetic", "m=" + spec(8, "256x256")});  // 8 x 256 KiB against 1 MiB
