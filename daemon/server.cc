@@ -331,6 +331,7 @@ class Service {
     SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
     if (cfg_.lane_locks && cfg_.shared_hits) {
       // Another client holds a pin on the slot and this one has pinned it before: the shared side of the lane lock.
+      // No check() here: pin counts above zero change no structure, and verify() needs the exclusive side.
       Slot* slot = nullptr;
       {
         SharedLaneGuard shared(lane_mu(*lane), s->io_index());
