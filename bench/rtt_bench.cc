@@ -5,7 +5,8 @@
 //   epk_bench_rtt --socket S --model M --tensor T [--layout L] --clients 16
 //     against a running one. `--io-threads N` is passed to the epkd it starts. Each client process connects, acquires
 //     once (a miss that fills the cache), then times `iters` acquire+release pairs of the same tensor after all clients
-//     are ready.
+//     are ready. `--epkd-flag F` (repeatable) adds F to that epkd's command line (`--epkd-flag=--no-lane-locks`: the
+//     earlier locking, for a side-by-side run).
 //   Unattended runs: `--timeout-s N` kills every process it started and exits 124 after N seconds; the last line is
 //   one summary (`summary: ... c1 p50 .. p99 .. | c16 ... | load a b c`) with the load average before and after.
 #include <signal.h>
@@ -211,12 +212,14 @@ int main(int argc, char** argv) {
   std::string epkd, socket, model = "bench", tensor = "t0", layout_name = "dense:bf16", clients_list = "1,16";
   long iters = 20000;
   int io_threads = 0, spin_us = -1;
+  std::vector<std::string> epkd_flags;
   app.add_option("--epkd", epkd, "start this epkd binary with a synthetic model on a temporary socket");
   app.add_flag("--nowait", g_nowait, "time acquire + release_nowait (one round trip) instead of acquire + release");
   app.add_option("--io-threads", io_threads, "with --epkd: its --io-threads (0: its default)");
   app.add_option("--spin-us", spin_us, "with --epkd: its --spin-us (io threads poll after activity; -1: its default)");
   app.add_option("--client-spin-us", g_client_spin_us,
                  "each client polls its socket this long before blocking (ClientOptions::spin_us; -1: EPK_SPIN_US)");
+  app.add_option("--epkd-flag", epkd_flags, "with --epkd: one more argument for it (repeatable)")->allow_extra_args(false);
   app.add_option("--socket", socket, "a running epkd's socket");
   app.add_option("--model", model);
   app.add_option("--tensor", tensor);
@@ -249,6 +252,7 @@ int main(int argc, char** argv) {
         args.push_back("--spin-us");
         args.push_back(spin.c_str());
       }
+      for (const std::string& f : epkd_flags) args.push_back(f.c_str());
       args.push_back(nullptr);
       ::execv(epkd.c_str(), const_cast<char* const*>(args.data()));
       ::_exit(127);
@@ -277,6 +281,7 @@ int main(int argc, char** argv) {
   std::string summary = std::string("summary: ") + (g_nowait ? "acquire+release_nowait" : "acquire+release") +
                         " iters " + std::to_string(iters) + " io-threads " + std::to_string(io_threads) +
                         " spin-us " + std::to_string(spin_us) + " client-spin-us " + std::to_string(g_client_spin_us);
+  for (const std::string& f : epkd_flags) summary += " " + f;
   for (const RoundResult& r : results) {
     char part[96];
     std::snprintf(part, sizeof(part), " | c%d p50 %.1f us p99 %.1f us", r.clients, r.p50_us, r.p99_us);

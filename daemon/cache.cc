@@ -92,25 +92,72 @@ Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, Cl
     }
     // The one place bytes are added: the budget holds by construction of the allocator, checked again here.
     if (alloc_.used() > budget_) return make_error(ErrorCode::kInternal, "cache: budget exceeded (bug)");
-    Slot fresh;
-    fresh.id = next_id_++;
-    fresh.key = key;
-    fresh.offset = *offset;
-    fresh.bytes = bytes;
-    fresh.state = SlotState::kDecoding;
-    auto [it, inserted] = slots_.emplace(fresh.id, std::move(fresh));
+    const std::uint64_t id = next_id_++;
+    auto [it, inserted] = slots_.try_emplace(id);  // built in place: a Slot does not move (its atomic pin total)
     s = &it->second;
+    s->id = id;
+    s->key = key;
+    s->offset = *offset;
+    s->bytes = bytes;
+    s->state = SlotState::kDecoding;
     by_key_.emplace(key, s->id);
     outcome = Outcome::kMiss;
     if (client != kNoClient) ++misses_;
   }
-  if (client != kNoClient) {
-    ++s->pins[client];
-    ++s->pin_total;
-    ++by_client_[client][s->id];
-  }
+  if (client != kNoClient) pin(*s, client);
   touch_lru(*s);
   return Lookup{outcome, s};
+}
+
+Slot* Cache::acquire_ready(const SlotKey& key, ClientId client) {
+  auto found = by_key_.find(key);
+  if (found == by_key_.end()) return nullptr;
+  auto it = slots_.find(found->second);
+  if (it == slots_.end() || it->second.state != SlotState::kReady) return nullptr;
+  Slot& s = it->second;
+  pin(s, client);
+  touch_lru(s);
+  return &s;
+}
+
+Slot* Cache::pin_shared(const SlotKey& key, ClientId client) {
+  auto found = by_key_.find(key);
+  if (found == by_key_.end()) return nullptr;
+  auto it = slots_.find(found->second);
+  if (it == slots_.end() || it->second.state != SlotState::kReady) return nullptr;
+  Slot& s = it->second;
+  auto p = s.pins.find(client);
+  if (p == s.pins.end()) return nullptr;  // a first pin adds entries: exclusive
+  // Only from a total above zero: from zero the slot leaves the LRU list, which shared holders never touch.
+  std::uint32_t total = s.pin_total.load(std::memory_order_relaxed);
+  do {
+    if (total == 0) return nullptr;
+  } while (!s.pin_total.compare_exchange_weak(total, total + 1, std::memory_order_relaxed));
+  ++p->second;  // this client's own entry: no other thread writes it while shared holders run
+  return &s;
+}
+
+bool Cache::unpin_shared(std::uint64_t slot_id, ClientId client) {
+  auto it = slots_.find(slot_id);
+  if (it == slots_.end()) return false;
+  Slot& s = it->second;
+  auto p = s.pins.find(client);
+  if (p == s.pins.end() || p->second == 0) return false;  // not pinned by this client: release() answers the error
+  // Only to a total above zero: at zero the slot joins the LRU list.
+  std::uint32_t total = s.pin_total.load(std::memory_order_relaxed);
+  do {
+    if (total <= 1) return false;
+  } while (!s.pin_total.compare_exchange_weak(total, total - 1, std::memory_order_relaxed));
+  --p->second;
+  return true;
+}
+
+// Entries are created on a client's first pin of a slot and then kept at 0 (unpin_to): later pins allocate nothing.
+void Cache::pin(Slot& s, ClientId client) {
+  auto [p, fresh] = s.pins.try_emplace(client, 0);
+  if (fresh) by_client_[client].insert(s.id);
+  ++p->second;
+  ++s.pin_total;
 }
 
 void Cache::decoded(std::uint64_t slot_id, bool ok) {
@@ -132,11 +179,6 @@ void Cache::unpin_to(Slot& s, ClientId client, std::uint32_t count) {
   count = std::min(count, p->second);
   p->second -= count;
   s.pin_total -= count;
-  auto c = by_client_.find(client);
-  if (c != by_client_.end()) {
-    auto e = c->second.find(s.id);
-    if (e != c->second.end()) e->second -= std::min(count, e->second);
-  }
   touch_lru(s);
 }
 
@@ -156,7 +198,7 @@ Status Cache::release(std::uint64_t slot_id, ClientId client, std::unique_ptr<sh
 void Cache::drop_client(ClientId client) {
   auto c = by_client_.find(client);
   if (c == by_client_.end()) return;
-  for (const auto& [slot_id, n] : c->second) {
+  for (const std::uint64_t slot_id : c->second) {
     auto it = slots_.find(slot_id);
     if (it == slots_.end()) continue;
     Slot& s = it->second;
@@ -212,8 +254,8 @@ Status Cache::verify() const {
     std::uint32_t total = 0;
     for (const auto& [client, n] : s.pins) {
       auto c = by_client_.find(client);
-      if (c == by_client_.end() || c->second.count(id) == 0 || c->second.at(id) != n) {
-        return bad("per-client pin index disagrees on slot " + std::to_string(id));
+      if (c == by_client_.end() || c->second.count(id) == 0) {
+        return bad("per-client pin index misses slot " + std::to_string(id));
       }
       total += n;
     }
@@ -234,6 +276,14 @@ Status Cache::verify() const {
   }
   if (walked != lru_expected || lru_size_ != lru_expected) return bad("LRU list length");
   if (by_key_.size() != slots_.size()) return bad("key index size");
+  for (const auto& [client, ids] : by_client_) {
+    for (const std::uint64_t id : ids) {
+      auto it = slots_.find(id);
+      if (it == slots_.end() || it->second.pins.count(client) == 0) {
+        return bad("per-client pin index names slot " + std::to_string(id) + " without a pin entry there");
+      }
+    }
+  }
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].first < ranges[i - 1].second) return bad("overlapping slots");

@@ -1,16 +1,18 @@
 // The slot cache: slots of one pool keyed by (model, tensor, layout), a byte budget that is never exceeded, LRU
 // eviction over unpinned ready slots, pins counted per client, and release fences that must complete before a slot's
-// bytes are reused. Single-threaded: every call comes from the server thread; decode workers only write into slots
-// that are in state kDecoding, which are never evicted.
+// bytes are reused. Not thread-safe: epkd calls it under its lane's lock (daemon/server.cc); decode workers only write
+// into slots that are in state kDecoding, which are never evicted.
 //
 // A cache hit (acquire of a ready slot, then its release) allocates nothing: the LRU list is threaded through the
 // slots, and a client's pin entries (on the slot and in the per-client index) stay at count 0 after its release, so
 // the next acquire by the same client finds them. Zero entries go when the slot is removed or the client is dropped.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codec/common/result.h"
@@ -45,7 +47,9 @@ struct Slot {
   std::uint64_t bytes = 0;  // requested; the allocator holds SlotAllocator::rounded(bytes)
   SlotState state = SlotState::kDecoding;
   std::unordered_map<ClientId, std::uint32_t> pins;  // client -> pin count (0: released, entry kept for the next pin)
-  std::uint32_t pin_total = 0;
+  // Every client's pins together. Atomic for the shared-lock path (pin_shared / unpin_shared), which moves it only
+  // between values above zero; everything else changes it under the exclusive lock.
+  std::atomic<std::uint32_t> pin_total{0};
   bool in_lru = false;
   Slot* lru_prev = nullptr;  // the LRU list, threaded through the slots (their map nodes do not move)
   Slot* lru_next = nullptr;
@@ -94,6 +98,19 @@ class Cache {
   // A miss evicts least-recently-used unpinned ready slots whose fences have completed until the bytes fit; if they
   // cannot, ErrorCode::kNoSpace (pinned slots are never evicted). Joining a decode in flight counts as a miss.
   Result<Lookup> acquire(const SlotKey& key, std::uint64_t bytes, ClientId client);
+  // The cache-hit part of acquire() alone: the slot for `key` pinned for `client` when it is ready; null, with nothing
+  // changed, when it is absent or still decoding (then acquire() decides). Never evicts or reserves, so epkd runs it
+  // without the lock its misses need. Not counted in stats().hits: the caller counts these hits where no other thread
+  // writes (epkd: per io thread) and adds them to its reports. client != kNoClient.
+  Slot* acquire_ready(const SlotKey& key, ClientId client);
+  // The hit and the release that need no exclusive lock (daemon/lane_lock.h): they run beside each other on several
+  // threads (never beside any other call), each for its own client. pin_shared pins a ready slot that `client` has
+  // pinned before (its entry exists) while others hold pins on it (total above zero); unpin_shared drops one of
+  // `client`'s pins while others keep the total above zero. Otherwise null / false with nothing changed, and the
+  // caller goes to acquire_ready / acquire / release under the exclusive lock. Hits are not counted (as
+  // acquire_ready).
+  Slot* pin_shared(const SlotKey& key, ClientId client);
+  bool unpin_shared(std::uint64_t slot_id, ClientId client);
   // Marks a kDecoding slot ready (ok) or removes it (failed decode: its pins go with it).
   void decoded(std::uint64_t slot_id, bool ok);
   // Drops one of `client`'s pins on the slot; `fence` (null: complete now) says when the client's use is over: until
@@ -119,6 +136,7 @@ class Cache {
   Status verify() const;
 
  private:
+  void pin(Slot& s, ClientId client);
   void unpin_to(Slot& s, ClientId client, std::uint32_t count);
   void touch_lru(Slot& s);
   void lru_unlink(Slot& s);
@@ -133,8 +151,9 @@ class Cache {
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Slot> slots_;
   std::unordered_map<SlotKey, std::uint64_t, SlotKeyHash> by_key_;
-  // client -> slot -> pins (entries at 0 kept, as on the slot); a client's entry goes with drop_client()
-  std::unordered_map<ClientId, std::unordered_map<std::uint64_t, std::uint32_t>> by_client_;
+  // client -> the slots whose pins map has an entry for it (at 0 too): what drop_client() visits. The counts live on
+  // the slots alone, so a pin or unpin of an entry that exists touches only the slot.
+  std::unordered_map<ClientId, std::unordered_set<std::uint64_t>> by_client_;
   Slot* lru_head_ = nullptr;  // least recently used
   Slot* lru_tail_ = nullptr;
   std::size_t lru_size_ = 0;

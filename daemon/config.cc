@@ -154,6 +154,16 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
     if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'early_reply' must be true or false");
     cfg->early_reply = v->get();
   }
+  if (const toml::node* n = t.get("shared_hits")) {
+    const toml::value<bool>* v = n->as_boolean();
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'shared_hits' must be true or false");
+    cfg->shared_hits = v->get();
+  }
+  if (const toml::node* n = t.get("lane_locks")) {
+    const toml::value<bool>* v = n->as_boolean();
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'lane_locks' must be true or false");
+    cfg->lane_locks = v->get();
+  }
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
   if (const toml::node* n = t.get("devices")) {
     const toml::array* a = n->as_array();
@@ -242,6 +252,14 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_flag("--no-early-reply", no_early_reply,
                "answer an uncached device acquire only after its decode and tile status are done, with no status "
                "ticket (config: early_reply = false)");
+  bool no_lane_locks = false;
+  app.add_flag("--no-lane-locks", no_lane_locks,
+               "cache hits and releases hold the service lock throughout, as before the lane locks (measurements; "
+               "config: lane_locks = false)");
+  bool no_shared_hits = false;
+  app.add_flag("--no-shared-hits", no_shared_hits,
+               "every cache hit and release takes its lane's lock exclusively (measurements; config: shared_hits = "
+               "false)");
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
   app.add_flag("--cpu", cpu,
@@ -276,6 +294,8 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (no_device_resident) cfg.device_resident = false;
   if (no_early_reply) cfg.early_reply = false;
   if (check_invariants) cfg.check_invariants = true;
+  if (no_lane_locks) cfg.lane_locks = false;
+  if (no_shared_hits) cfg.shared_hits = false;
   std::vector<ModelSpec> parsed;
   for (const std::string& m : models) {
     EPK_TRY_ASSIGN(ModelSpec s, parse_name_value(m, "--model"));

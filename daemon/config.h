@@ -1,7 +1,8 @@
 // epkd's settings: from a TOML file (--config) and from flags, flags overriding the file.
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
-// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false,
+// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, lane_locks = true|false,
+// shared_hits = true|false,
 // device_resident = true|false, read_timeout_ms = N,
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
 // own budget instead of budget_mb),
@@ -59,6 +60,14 @@ struct DaemonConfig {
   std::int64_t spin_us = -1;
   std::uint32_t synthetic_delay_us = 0;
   std::string log_level = "info";
+  // Cache hits and host-fence releases take only their pool's lane lock (a spinning lock, daemon/spin_mutex.h); the
+  // registry lookup, served() and the reply's encoding run under no lock. Off: the earlier structure, where the
+  // service lock (std::mutex) is held for the whole acquire and release (kept to measure one against the other).
+  bool lane_locks = true;
+  // With lane_locks: a hit on a slot that other clients hold pinned (and this client has pinned before), and a release
+  // that leaves it pinned, take the shared side of the lane lock (daemon/lane_lock.h): hits on different io threads
+  // then run side by side. Off: every hit and release takes the lane lock exclusively.
+  bool shared_hits = true;
   bool check_invariants = false;  // verify the whole cache after every change (tests); exit 3 if one broke
   std::string config_file;        // empty when none; SIGHUP re-reads the models from it
   std::vector<ModelSpec> models;

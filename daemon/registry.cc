@@ -2,21 +2,29 @@
 
 namespace epk::daemon {
 
+Registry::Registry() : table_(std::make_unique<const ModelEntry*[]>(kMaxModels)) {}
+
 Result<std::uint32_t> Registry::add(const std::string& name, std::shared_ptr<const ModelSource> source) {
   if (name.empty()) return make_error(ErrorCode::kInvalidArgument, "model name is empty");
   if (by_name_.count(name) != 0) return make_error(ErrorCode::kInvalidArgument, "model '" + name + "' is already open");
-  ModelEntry e;
-  e.name = name;
+  const std::uint32_t id = count_.load(std::memory_order_relaxed);
+  if (id >= kMaxModels) {
+    return make_error(ErrorCode::kNoSpace,
+                      "model '" + name + "': epkd opens at most " + std::to_string(kMaxModels) + " models");
+  }
+  auto e = std::make_unique<ModelEntry>();
+  e->name = name;
   const auto& tensors = source->tensors();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (!e.tensor_index.emplace(tensors[i].name, i).second) {
+    if (!e->tensor_index.emplace(tensors[i].name, i).second) {
       return make_error(ErrorCode::kBadInput, source->origin() + ": tensor '" + tensors[i].name + "' appears twice");
     }
   }
-  e.source = std::move(source);
-  auto id = static_cast<std::uint32_t>(models_.size());
-  models_.push_back(std::move(e));
+  e->source = std::move(source);
+  table_[id] = e.get();
+  owned_.push_back(std::move(e));
   by_name_.emplace(name, id);
+  count_.store(id + 1, std::memory_order_release);  // publishes the entry to get() on other threads
   return id;
 }
 
@@ -25,7 +33,5 @@ std::optional<std::uint32_t> Registry::find(const std::string& name) const {
   if (it == by_name_.end()) return std::nullopt;
   return it->second;
 }
-
-const ModelEntry* Registry::get(std::uint32_t id) const { return id < models_.size() ? &models_[id] : nullptr; }
 
 }  // namespace epk::daemon

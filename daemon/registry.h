@@ -1,7 +1,13 @@
 // The model registry: models by name, each an opened ModelSource plus a name -> tensor index. Model ids are stable
 // for the daemon's lifetime (reload adds models; it never renumbers or drops one that clients may hold).
+//
+// Threads: add() and find() (the name index) are the writer's side and need the caller's lock (epkd's service lock);
+// get() and size() take no lock and may run beside add() on any thread: every acquire looks its model up by id, and
+// it must not queue behind a model being opened. An entry never changes or moves once added (entries are owned one
+// by one and published through a fixed table by a release store of the count).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,14 +27,23 @@ struct ModelEntry {
 
 class Registry {
  public:
-  // Adds `source` as `name`; kInvalidArgument if the name is taken or a tensor name repeats.
+  // The most models one epkd opens over its lifetime (the lock-free table's size).
+  static constexpr std::uint32_t kMaxModels = 4096;
+
+  Registry();
+  // Adds `source` as `name`; kInvalidArgument if the name is taken or a tensor name repeats, kNoSpace past kMaxModels.
   Result<std::uint32_t> add(const std::string& name, std::shared_ptr<const ModelSource> source);
   std::optional<std::uint32_t> find(const std::string& name) const;
-  const ModelEntry* get(std::uint32_t id) const;
-  std::size_t size() const { return models_.size(); }
+  // Lock-free: null for an id not (yet) added.
+  const ModelEntry* get(std::uint32_t id) const {
+    return id < count_.load(std::memory_order_acquire) ? table_[id] : nullptr;
+  }
+  std::size_t size() const { return count_.load(std::memory_order_acquire); }
 
  private:
-  std::vector<ModelEntry> models_;
+  std::vector<std::unique_ptr<const ModelEntry>> owned_;  // writer side
+  std::unique_ptr<const ModelEntry*[]> table_;            // kMaxModels; [0, count_) published
+  std::atomic<std::uint32_t> count_{0};
   std::unordered_map<std::string, std::uint32_t> by_name_;
 };
 

@@ -38,6 +38,7 @@
 #include "daemon/gpu_backend.h"
 #include "daemon/handler_memory.h"
 #include "daemon/registry.h"
+#include "daemon/lane_lock.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
 #include "shm/decode_status.h"
@@ -96,11 +97,12 @@ constexpr std::size_t kMaxPendingReplyBytes = 8u << 20;
 // session's, reserved once.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Socket sock, Service& svc, ClientId id, int read_timeout_ms)
+  Session(Socket sock, Service& svc, ClientId id, std::size_t io_index, int read_timeout_ms)
       : sock_(std::move(sock)),
         timer_(sock_.get_executor()),
         svc_(svc),
         id_(id),
+        io_index_(io_index),
         read_timeout_ms_(read_timeout_ms),
         buf_(shm::kMaxMessage) {
     acquire_.tensor.reserve(shm::kMaxTensorName);
@@ -112,6 +114,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   ClientId id() const { return id_; }
+  std::size_t io_index() const { return io_index_; }  // its io_context's (and thread's) index
   // Session state is touched only on its own io_context's thread: other threads post to this executor.
   Socket::executor_type executor() { return sock_.get_executor(); }
   bool open() const { return open_ && !closing_; }
@@ -172,6 +175,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Timer timer_;
   Service& svc_;
   ClientId id_;
+  std::size_t io_index_;
   int read_timeout_ms_;
   std::vector<std::uint8_t> buf_;
   std::size_t have_ = 0;
@@ -195,11 +199,14 @@ class Service {
  public:
   // `lanes` (daemon/device_lanes.h): one per pool. Evicted ranges keep their pages: the next slot there rewrites
   // them, and faulting them in again would cost more than the memory (the budget is the pool's size either way).
-  Service(asio::io_context& io, const DaemonConfig& cfg, std::vector<Lane> lanes)
+  Service(asio::io_context& io, const DaemonConfig& cfg, std::vector<Lane> lanes, std::size_t io_threads)
       : io_(io),
         cfg_(cfg),
         lanes_(std::move(lanes)),
+        io_threads_(io_threads),
+        lane_hits_(std::make_unique<HitCount[]>(io_threads * lanes_.size())),
         scheduler_(cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency())) {
+    for (std::size_t i = 0; i < lanes_.size(); ++i) lane_locks_.push_back(std::make_unique<LaneLock>(io_threads));
     // Early replies (protocol version 4): device lanes answer an uncached acquire once its decode is on the stream,
     // with a status ticket the client waits for. Host lanes decode on the CPU before replying: no table needed.
     const bool devices = std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.on_device(); });
@@ -273,18 +280,16 @@ class Service {
   // Whether shutdown gave up waiting for release fences (run_daemon then skips the device teardown).
   bool release_fences_left() const { return fences_left_; }
 
-  bool invariant_broken() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return invariant_broken_;
-  }
+  bool invariant_broken() const { return invariant_broken_.load(); }
 
   void client_gone(ClientId id) {
     std::lock_guard<std::mutex> lock(mu_);
     for (Lane& l : lanes_) {
+      std::lock_guard<LaneLock> ll(lane_mu(l));
       l.cache->drop_client(id);
       if (l.gpu) l.gpu->drop_client(id);
+      check(l);
     }
-    check();
     sessions_.erase(id);
     spdlog::debug("client {} gone; its pins dropped", id);
     if (shutting_down_ && sessions_.empty() && on_drained_) on_drained_();
@@ -321,9 +326,15 @@ class Service {
     s.send(out);
   }
 
+  // The registry lookup and served() take no lock (Registry::get is lock-free, sources are const). With lane locks
+  // (the default) a hit then holds only its lane's lock, for the pin: the shared side when other clients hold pins on
+  // the slot and this client has pinned it before (shared_hits), else the exclusive side; a miss or a slot still
+  // decoding takes the service lock and then the lane's (always in that order), as every acquire did before
+  // (cfg.lane_locks = false).
   void on_acquire(const std::shared_ptr<Session>& s, std::uint32_t req, const shm::AcquireRequest& m) {
     const std::int64_t t_read = now_ns();
-    std::unique_lock<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    if (!cfg_.lane_locks) lock.lock();
     if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
     const ModelEntry* model = registry_.get(m.model_id);
     if (model == nullptr) return send_error(*s, req, shm::WireStatus::kNotFound, "acquire: unknown model id");
@@ -337,21 +348,47 @@ class Service {
     auto served = model->source->served(t->second, m.layout);
     if (!served) return send_error(*s, req, wire_status_for(served.error().code), served.error().message);
     SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
+    if (cfg_.lane_locks && cfg_.shared_hits) {
+      // Another client holds a pin on the slot and this one has pinned it before: the shared side of the lane lock.
+      // No check() here: pin counts above zero change no structure, and verify() needs the exclusive side.
+      Slot* slot = nullptr;
+      {
+        SharedLaneGuard shared(lane_mu(*lane), s->io_index());
+        slot = lane->cache->pin_shared(key, s->id());
+      }
+      if (slot != nullptr) {
+        count_hit(s->io_index(), *lane);
+        return reply_hit(*s, req, *lane, *slot, *served);
+      }
+    }
+    std::unique_lock<LaneLock> ll(lane_mu(*lane));
+    if (cfg_.lane_locks) {
+      if (Slot* slot = lane->cache->acquire_ready(key, s->id())) {
+        check(*lane);
+        ll.unlock();
+        count_hit(s->io_index(), *lane);
+        // Pinned for this client: only its own release or its end, both handled later on this thread, can let the
+        // slot go, and a slot's id and offset never change, so its reply is encoded without the lock.
+        return reply_hit(*s, req, *lane, *slot, *served);
+      }
+      ll.unlock();
+      lock.lock();
+      ll.lock();
+      if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
+    }
     auto lookup = lane->cache->acquire(key, served->bytes, s->id());
     if (!lookup) {
       return send_error(*s, req, wire_status_for(lookup.error().code),
                         "model '" + model->name + "' tensor '" + m.tensor + "': " + lookup.error().message);
     }
-    check();
+    check(*lane);
     Slot* slot = lookup->slot;
     switch (lookup->outcome) {
       case Cache::Outcome::kHit:
-        // Encoded under the lock (the slot may move once it is dropped), written after it: the write wakes the
-        // client, and other sessions' requests need not wait for that system call.
-        encode_acquire_reply(req, *lane, *slot, *served, &s->reply_scratch(), &s->scratch());
+        // The write wakes the client: other sessions' requests need not wait for that system call.
+        ll.unlock();
         lock.unlock();
-        s->send(s->scratch());
-        break;
+        return reply_hit(*s, req, *lane, *slot, *served);
       case Cache::Outcome::kPending: {
         auto f = inflight_.find(slot->id);
         if (f == inflight_.end()) {  // a decoding slot always has its in-flight entry; never throw on a bug
@@ -372,6 +409,11 @@ class Service {
     }
   }
 
+  void reply_hit(Session& s, std::uint32_t req, const Lane& lane, const Slot& slot, const ServedTensor& served) {
+    encode_acquire_reply(req, lane, slot, served, &s.reply_scratch(), &s.scratch());
+    s.send(s.scratch());
+  }
+
   void on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequest& m) {
     std::lock_guard<std::mutex> lock(mu_);
     std::uint32_t queued = 0;
@@ -379,6 +421,7 @@ class Service {
     if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
     Lane* lane = lane_for_device(lanes_, m.device);
     if (lane == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
+    std::unique_lock<LaneLock> ll(lane_mu(*lane));
     if (!shutting_down_) {
       for (const std::string& name : m.tensors) {
         auto t = model->tensor_index.find(name);
@@ -387,7 +430,7 @@ class Service {
         if (!served) continue;
         auto lookup = lane->cache->acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout},
                                            served->bytes, kNoClient);
-        check();
+        check(*lane);
         if (!lookup) break;  // no space: later names would not fit either
         if (lookup->outcome == Cache::Outcome::kMiss) {
           start_decode(*lane, *lookup->slot, model->source, t->second, m.layout, std::move(*served),
@@ -397,19 +440,31 @@ class Service {
         }
       }
     }
+    ll.unlock();
     std::vector<std::uint8_t> out;
     shm::encode_prefetch_reply(req, {queued}, &out);
     s.send(out);
   }
 
+  // A host-fence release takes the shared side of its lane's lock when other pins keep the slot pinned, else the
+  // exclusive side (with lane locks). A CUDA-event fence checks the pin under the lane lock, makes its fence
+  // (GpuBackend::client_fence) without any lock, then takes the lane lock again for Cache::release.
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
-    std::unique_lock<std::mutex> lock(mu_);
     const std::uint32_t pool = shm::handle_pool(m.handle);
     if (pool >= lanes_.size()) {
       return send_error(s, req, shm::WireStatus::kNotFound, "release: no pool " + std::to_string(pool) + " (handle)");
     }
     Lane& lane = lanes_[pool];
+    bool released = false;
+    if (cfg_.lane_locks && cfg_.shared_hits && m.fence == shm::FenceKind::kHostRelease) {
+      SharedLaneGuard shared(lane_mu(lane), s.io_index());
+      released = lane.cache->unpin_shared(m.handle, s.id());
+    }
+    if (released) return reply_release(s, req, m);
     std::unique_ptr<shm::Fence> fence;  // null: the host fence, complete when the release arrives
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    if (!cfg_.lane_locks) lock.lock();
+    std::unique_lock<LaneLock> ll(lane_mu(lane));
     if (m.fence == shm::FenceKind::kCudaEvent) {
       if (!lane.gpu) {
         return send_error(s, req, shm::WireStatus::kUnsupported, "release: CUDA event fences need a device pool");
@@ -420,10 +475,11 @@ class Service {
         return send_error(s, req, shm::WireStatus::kNotFound, "release: this client holds no pin on that handle");
       }
       // The slot's own fence (a side stream's wait on the client's event, then a daemon marker), made without the
-      // service lock: opening the event the first time is a driver call of its own. The pin is checked again by
-      // Cache::release below; this session's requests (and its drop) run on its one thread, so only another
-      // client's traffic can run meanwhile, and it cannot take this client's pin.
-      lock.unlock();
+      // locks: opening the event the first time is a driver call of its own, and the backend guards its own maps.
+      // The pin is checked again by Cache::release below; this session's requests (and its drop) run on its one
+      // thread, so only another client's traffic can run meanwhile, and it cannot take this client's pin.
+      ll.unlock();
+      if (lock.owns_lock()) lock.unlock();
       auto made = lane.gpu->client_fence(s.id(), m.event);
       if (!made) {
         return send_error(s, req,
@@ -432,18 +488,25 @@ class Service {
                           made.error().message);
       }
       fence = std::move(*made);
-      lock.lock();
+      if (!cfg_.lane_locks) lock.lock();  // the order as above: service lock, then lane lock
+      ll.lock();
     }
     const bool timed = fence != nullptr;
     const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     Status st = lane.cache->release(m.handle, s.id(), std::move(fence));
     if (timed) {
-      ++fence_releases_;
-      fence_release_ns_ += static_cast<std::uint64_t>((std::chrono::steady_clock::now() - t0).count());
+      fence_releases_.fetch_add(1, std::memory_order_relaxed);
+      fence_release_ns_.fetch_add(static_cast<std::uint64_t>((std::chrono::steady_clock::now() - t0).count()),
+                                  std::memory_order_relaxed);
     }
-    check();
+    check(lane);
     if (!st) return send_error(s, req, wire_status_for(st.error().code), st.error().message);
-    lock.unlock();  // the reply's write (and the client's wake-up) outside the lock
+    ll.unlock();  // the reply's write (and the client's wake-up) outside the locks
+    if (lock.owns_lock()) lock.unlock();
+    reply_release(s, req, m);
+  }
+
+  static void reply_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
     if ((m.flags & shm::kReleaseNoReply) != 0) return;
     shm::encode_empty(req,
                       static_cast<shm::MsgType>(static_cast<std::uint16_t>(shm::MsgType::kRelease) | shm::kReplyBit),
@@ -455,7 +518,11 @@ class Service {
     std::lock_guard<std::mutex> lock(mu_);
     shm::StatsReply r;
     for (const Lane& l : lanes_) {
-      CacheStats c = l.cache->stats();
+      CacheStats c = [&] {
+        std::lock_guard<LaneLock> ll(lane_mu(l));
+        return l.cache->stats();
+      }();
+      c.hits += lane_hits(l);
       shm::PoolStats ps{l.pool_id,      l.pool->device(), c.budget_bytes, c.used_bytes, c.pinned_bytes, c.slots,
                         c.pinned_slots, c.pins,           c.hits,         c.misses,     c.evictions,
                         l.gpu ? l.gpu->resident_bytes() : 0};
@@ -491,6 +558,7 @@ class Service {
       r.models[id].tensors = static_cast<std::uint32_t>(registry_.get(id)->source->tensors().size());
     }
     for (const Lane& l : lanes_) {
+      std::lock_guard<LaneLock> ll(lane_mu(l));
       l.cache->for_each_slot([&](const Slot& slot) {
         if (slot.key.model >= r.models.size()) return;
         shm::ModelInfo& m = r.models[slot.key.model];
@@ -531,14 +599,17 @@ class Service {
     // context and is posted to each session after them, so the replies go out first.
     asio::post(io_, [this] {
       std::lock_guard<std::mutex> lock(mu_);
-      if (fence_releases_ != 0) {
+      if (const std::uint64_t n = fence_releases_.load(); n != 0) {
         std::size_t held = 0;
-        for (const Lane& l : lanes_) held += l.cache->fences_held();
-        spdlog::info("event-fence releases: {}, Cache::release {:.2f} us mean, fences held on slots now {}",
-                     fence_releases_, static_cast<double>(fence_release_ns_) / 1e3 / static_cast<double>(fence_releases_),
-                     held);
+        for (const Lane& l : lanes_) {
+          std::lock_guard<LaneLock> ll(lane_mu(l));
+          held += l.cache->fences_held();
+        }
+        spdlog::info("event-fence releases: {}, Cache::release {:.2f} us mean, fences held on slots now {}", n,
+                     static_cast<double>(fence_release_ns_.load()) / 1e3 / static_cast<double>(n), held);
       }
       for (const Lane& l : lanes_) {
+        std::lock_guard<LaneLock> ll(lane_mu(l));
         if (Status v = l.cache->verify(); !v) {
           spdlog::error("pool {}: {}", l.pool_id, v.error().to_string());
           invariant_broken_ = true;
@@ -585,14 +656,29 @@ class Service {
     std::int64_t read_ns = 0, submit_ns = 0;  // the first acquire's Timeline (0 for a prefetch)
   };
 
-  void check() {
+  // The caller holds `l`'s lane lock; each operation changes one lane's cache, and checks that one.
+  void check(const Lane& l) {
     if (!cfg_.check_invariants || invariant_broken_) return;
-    for (const Lane& l : lanes_) {
-      if (Status v = l.cache->verify(); !v) {
-        spdlog::critical("pool {}: {}", l.pool_id, v.error().to_string());
-        invariant_broken_ = true;
-      }
+    if (Status v = l.cache->verify(); !v) {
+      spdlog::critical("pool {}: {}", l.pool_id, v.error().to_string());
+      invariant_broken_ = true;
     }
+  }
+
+  LaneLock& lane_mu(const Lane& l) const { return *lane_locks_[l.pool_id]; }
+
+  // Hits taken by acquire_ready, counted per io thread and lane: each counter has one writer (the thread that runs
+  // that context's sessions), so a hit writes no line that other threads' hits write. Summed for stats.
+  void count_hit(std::size_t io_index, const Lane& l) {
+    std::atomic<std::uint64_t>& n = lane_hits_[io_index * lanes_.size() + l.pool_id].n;
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  std::uint64_t lane_hits(const Lane& l) const {
+    std::uint64_t sum = 0;
+    for (std::size_t t = 0; t < io_threads_; ++t) {
+      sum += lane_hits_[t * lanes_.size() + l.pool_id].n.load(std::memory_order_relaxed);
+    }
+    return sum;
   }
 
   static std::string device_not_served(std::uint32_t device) {
@@ -709,6 +795,7 @@ class Service {
     if (it == inflight_.end() || it->second.waiters.empty()) return shm::kNoTicket;
     InFlight& f = it->second;
     Lane& lane = lanes_[shm::handle_pool(slot_id)];
+    std::lock_guard<LaneLock> ll(lane_mu(lane));  // hits change the lane's cache under this lock alone
     Slot* slot = lane.cache->find(slot_id);
     if (slot == nullptr) return shm::kNoTicket;
     const std::uint64_t ticket = status_.begin();  // pending before any reply naming it goes out
@@ -749,9 +836,10 @@ class Service {
     const bool timeline = tl.read != 0 && spdlog::should_log(spdlog::level::debug);
     if (!st) spdlog::error("decode failed: {}", st.error().to_string());
     Lane& lane = lanes_[shm::handle_pool(slot_id)];  // slot ids carry their pool (first_handle_of_pool)
+    std::lock_guard<LaneLock> ll(lane_mu(lane));
     Slot* slot = lane.cache->find(slot_id);
     lane.cache->decoded(slot_id, static_cast<bool>(st));
-    check();
+    check(lane);
     for (const Waiter& w : f.waiters) {
       auto s = w.session.lock();
       if (!s) continue;  // its pins went with its socket
@@ -800,20 +888,31 @@ class Service {
   }
 
   asio::io_context& io_;  // the main context: shutdown steps run there
-  std::mutex mu_;         // guards everything below: sessions on several threads share the cache
+  // Lock order: mu_, then a lane's lock. mu_ guards the in-flight table, the sessions, the counters and the registry's
+  // writer side; a lane's lock guards that lane's cache (held with mu_ everywhere but on the hit and host release).
+  // The shared side of a lane lock is taken by io threads alone (reader slot = Session::io_index), never with mu_ or
+  // the exclusive side held.
+  std::mutex mu_;
   DaemonConfig cfg_;
   std::vector<Lane> lanes_;  // one per pool, in pool order (never resized after construction)
-  Registry registry_;
+  struct alignas(64) HitCount {
+    std::atomic<std::uint64_t> n{0};
+  };
+  std::size_t io_threads_;  // the lane locks' reader slots: io thread i reads through slot i
+  std::vector<std::unique_ptr<LaneLock>> lane_locks_;  // by pool id, as lanes_
+  std::unique_ptr<HitCount[]> lane_hits_;  // [io thread][lane]
+  Registry registry_;  // get() lock-free; add() and find() under mu_
   std::unordered_map<std::uint64_t, InFlight> inflight_;
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
   std::atomic<ClientId> next_client_{1};
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
-  bool shutting_down_ = false;
-  bool invariant_broken_ = false;
+  std::atomic<bool> shutting_down_{false};  // set under mu_; read by hits without it
+  std::atomic<bool> invariant_broken_{false};
   shm::StatusTable status_;  // early replies' decode status (device lanes; invalid when replies wait for the decode)
   std::function<void()> on_drained_;
   std::atomic<bool> fences_left_{false};
-  std::uint64_t fence_releases_ = 0, fence_release_ns_ = 0;  // under mu_: the shutdown log's figures
+  // The shutdown log's figures; atomics: fenced releases hold only their lane's lock.
+  std::atomic<std::uint64_t> fence_releases_{0}, fence_release_ns_{0};
   DecodeScheduler scheduler_;  // last: its workers stop (joined) before the members they use are destroyed; the
                                // lanes' device workers are joined in ~Service
 };
@@ -1029,7 +1128,8 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
   std::size_t next = 0;
   for (;;) {
     boost::system::error_code ec;
-    asio::io_context& ctx = *contexts[next++ % contexts.size()];
+    const std::size_t index = next++ % contexts.size();
+    asio::io_context& ctx = *contexts[index];
     Socket sock = co_await acceptor.async_accept(ctx, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
@@ -1039,7 +1139,7 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
       co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    auto s = std::make_shared<Session>(std::move(sock), svc, svc.next_client_id(), svc.config().read_timeout_ms);
+    auto s = std::make_shared<Session>(std::move(sock), svc, svc.next_client_id(), index, svc.config().read_timeout_ms);
     svc.add_session(s);
     Session::start(s);
   }
@@ -1092,7 +1192,7 @@ int run_daemon(const DaemonConfig& cfg) {
   using Guard = asio::executor_work_guard<asio::io_context::executor_type>;
   std::vector<Guard> guards;  // the other contexts idle until shutdown
   for (unsigned i = 1; i < io_threads; ++i) guards.emplace_back(contexts[i]->get_executor());
-  Service svc(io, cfg, std::move(*lanes));
+  Service svc(io, cfg, std::move(*lanes), io_threads);
   std::size_t opened = svc.open_models(cfg);
   if (opened == 0 && (!cfg.models.empty() || !cfg.synthetic.empty())) {
     spdlog::critical("no model could be opened");

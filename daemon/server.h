@@ -1,6 +1,7 @@
-// epkd's server: the Asio event loop on a Unix socket, one session per client, the service that joins the registry,
-// the cache and the decode scheduler. Everything that touches the cache runs on the one event-loop thread; decodes run
-// on the scheduler's workers and post their completion back, so acquire and release never wait for a decode.
+// epkd's server: Asio on a Unix socket, one io_context per io thread with the sessions spread over them, the service
+// that joins the registry, the caches (one per pool, each under its lane lock) and the decode schedulers. Decodes run
+// on the schedulers' workers, which complete them and post the replies to the sessions' threads, so acquire and
+// release never wait for a decode; cache hits and releases take only their lane's lock (daemon/lane_lock.h).
 #pragma once
 
 #include "daemon/config.h"

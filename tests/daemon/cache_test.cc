@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
+#include <vector>
 
 namespace epk::daemon {
 namespace {
@@ -39,6 +42,83 @@ TEST(Cache, MissThenHitPinsAndCounts) {
   EXPECT_EQ(s.misses, 2u);
   EXPECT_EQ(s.pins, 3u);
   EXPECT_EQ(s.pinned_slots, 1u);
+  EXPECT_TRUE(c.verify());
+}
+
+// The hit-only lookup epkd runs under its lane lock: it pins a ready slot like acquire() does (its caller counts the
+// hit), and leaves an absent or decoding slot untouched for acquire() to handle.
+TEST(Cache, AcquireReadyPinsOnlyReadySlots) {
+  Cache c(64 * kKiB);
+  EXPECT_EQ(c.acquire_ready(key(3), 7), nullptr);  // absent: nothing reserved
+  EXPECT_EQ(c.stats().slots, 0u);
+  auto a = c.acquire(key(3), 1000, 7);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(c.acquire_ready(key(3), 8), nullptr);  // still decoding: no pin, no count
+  EXPECT_EQ(a->slot->pins_of(8), 0u);
+  EXPECT_EQ(c.stats().hits, 0u);
+  EXPECT_EQ(c.stats().misses, 1u);
+  c.decoded(a->slot->id, true);
+  ASSERT_TRUE(c.release(a->slot->id, 7, nullptr));  // unpinned and ready: in the LRU list
+  Slot* h = c.acquire_ready(key(3), 8);
+  ASSERT_EQ(h, a->slot);
+  EXPECT_EQ(h->pins_of(8), 1u);
+  CacheStats s = c.stats();
+  EXPECT_EQ(s.hits, 0u);  // counted by the caller
+  EXPECT_EQ(s.pins, 1u);
+  EXPECT_TRUE(c.verify());  // left the LRU list while pinned
+  ASSERT_TRUE(c.release(h->id, 8, nullptr));
+  EXPECT_TRUE(c.verify());
+}
+
+// The shared-lock path moves pins only between totals above zero, and only on entries that exist: a first pin, a
+// pin of an unpinned slot (it would leave the LRU list) and the last unpin (it would join it) go to the exclusive path.
+TEST(Cache, SharedPinsStayAboveZeroAndNeedAnEntry) {
+  Cache c(64 * kKiB);
+  Slot* s = fill(c, 4, 1000, 7);  // client 7 pinned once
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(c.pin_shared(key(4), 8), nullptr);  // client 8 has no entry yet
+  EXPECT_EQ(c.pin_shared(key(5), 7), nullptr);  // no such slot
+  EXPECT_EQ(c.pin_shared(key(4), 7), s);        // total 1 -> 2
+  EXPECT_EQ(s->pins_of(7), 2u);
+  EXPECT_TRUE(c.unpin_shared(s->id, 7));        // 2 -> 1
+  EXPECT_FALSE(c.unpin_shared(s->id, 7));       // 1 -> 0 would put it in the LRU list
+  EXPECT_EQ(s->pin_total.load(), 1u);
+  EXPECT_FALSE(c.unpin_shared(s->id, 8));       // not pinned by 8
+  EXPECT_FALSE(c.unpin_shared(s->id + 99, 7));  // no such slot
+  EXPECT_TRUE(c.verify());
+  ASSERT_TRUE(c.release(s->id, 7, nullptr));
+  EXPECT_EQ(c.pin_shared(key(4), 7), nullptr);  // total 0: in the LRU list
+  EXPECT_TRUE(c.verify());
+  auto d = c.acquire(key(6), 1000, 7);  // decoding: never pinned on the shared path
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(c.acquire(key(6), 1000, 8));
+  EXPECT_EQ(c.pin_shared(key(6), 7), nullptr);
+  EXPECT_EQ(d->slot->pin_total.load(), 2u);
+}
+
+// Clients on several threads pin and unpin one slot on the shared path while a client holds it (the lane lock's
+// readers run side by side): the total comes back exact.
+TEST(Cache, SharedPinsFromManyThreadsBalance) {
+  Cache c(64 * kKiB);
+  constexpr int kThreads = 5, kIters = 20011;
+  Slot* s = fill(c, 1, 1000, 100);  // the holder
+  ASSERT_NE(s, nullptr);
+  for (ClientId t = 0; t < kThreads; ++t) {  // each client's entry exists (first pins are exclusive)
+    ASSERT_TRUE(c.acquire(key(1), 1000, t + 1));
+    ASSERT_TRUE(c.release(s->id, t + 1, nullptr));
+  }
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (ClientId t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kIters; ++i) {
+        if (c.pin_shared(key(1), t + 1) != s || !c.unpin_shared(s->id, t + 1)) bad.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(s->pin_total.load(), 1u);
   EXPECT_TRUE(c.verify());
 }
 

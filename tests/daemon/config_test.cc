@@ -110,6 +110,27 @@ TEST(Config, EarlyRepliesOnUnlessTurnedOff) {
   EXPECT_NE(c.error().message.find("'early_reply' must be true or false"), std::string::npos);
 }
 
+TEST(Config, LaneLocksAndSharedHitsOnUnlessTurnedOff) {
+  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_TRUE((*c)->lane_locks);
+  EXPECT_TRUE((*c)->shared_hits);
+  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--no-lane-locks", "--no-shared-hits"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE((*c)->lane_locks);
+  EXPECT_FALSE((*c)->shared_hits);
+  std::string off =
+      write_temp("epkd_cfg_locks", "socket = \"/tmp/s\"\nbudget_mb = 8\nlane_locks = false\nshared_hits = false\n");
+  c = parse({"--config", off});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE((*c)->lane_locks);
+  EXPECT_FALSE((*c)->shared_hits);
+  std::string bad = write_temp("epkd_cfg_locksbad", "socket = \"/tmp/s\"\nbudget_mb = 8\nshared_hits = \"no\"\n");
+  c = parse({"--config", bad});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("'shared_hits' must be true or false"), std::string::npos);
+}
+
 TEST(Config, SpinFromFileThenFlag) {
   auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
   ASSERT_TRUE(c) << c.error().to_string();

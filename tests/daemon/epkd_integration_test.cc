@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -149,6 +150,49 @@ TEST(Epkd, ConcurrentAcquiresOfOneTensorDecodeOnce) {
   EXPECT_EQ(s.pins, 0u);
   EXPECT_EQ(d.terminate(), 0);
 }
+
+// Cache hits from sessions on every io thread at once (the lane lock alone on that path; --check-invariants verifies
+// the cache after each change), with and without lane locks: every hit is counted once (per-io-thread counters
+// summed), every pin goes, and a clean SIGTERM finds the invariants intact (exit 0, not 3).
+void concurrent_hits(std::vector<std::string> flags) {
+  flags.insert(flags.end(), {"--synthetic", "m=t0:64x33,t1:17x5"});
+  Epkd d(flags, "4");
+  ASSERT_TRUE(d.running());
+  constexpr int kThreads = 7, kPairs = 301;
+  {  // fill both slots: two misses, then every acquire below hits
+    auto c = Client::connect(d.socket(), 2000);
+    ASSERT_TRUE(c) << c.error().to_string();
+    for (const char* t : {"t0", "t1"}) {
+      auto a = c->acquire("m", t, shm::Layout::kDenseF32);
+      ASSERT_TRUE(a) << a.error().to_string();
+      ASSERT_TRUE(c->release(a->handle));
+    }
+  }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = Client::connect(d.socket(), 2000);
+      if (!c) return (void)failures.fetch_add(1);
+      const char* tensor = i % 3 == 2 ? "t1" : "t0";
+      for (int k = 0; k < kPairs; ++k) {
+        auto a = c->acquire("m", tensor, shm::Layout::kDenseF32);
+        if (!a || !c->release(a->handle)) return (void)failures.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  client::Stats s = d.stats();
+  EXPECT_EQ(s.hits, std::uint64_t{kThreads} * kPairs);
+  EXPECT_EQ(s.misses, 2u);
+  EXPECT_EQ(s.pins, 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(Epkd, ConcurrentHitsOnEveryIoThreadWithLaneLocks) { concurrent_hits({}); }
+TEST(Epkd, ConcurrentHitsOnEveryIoThreadWithTheServiceLock) { concurrent_hits({"--no-lane-locks"}); }
+TEST(Epkd, ConcurrentHitsOnEveryIoThreadWithExclusiveLaneLocks) { concurrent_hits({"--no-shared-hits"}); }
 
 TEST(Epkd, EvictionUnderPressureStaysInTheBudget) {
   Epkd d({"--synthetic", "m=" + spec(8, "256x256")});  // 8 x 256 KiB against 1 MiB
