@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "client/device_client.h"
@@ -17,6 +18,7 @@
 #include "shm/decode_status.h"
 #include "shm/fd_passing.h"
 #include "shm/pool.h"
+#include "shm/spin.h"
 #include "shm/unique_fd.h"
 
 namespace epk::client {
@@ -220,10 +222,11 @@ int Client::spin_us() const { return impl_ != nullptr ? impl_->spin_us : 0; }
 
 namespace {
 
-// EPK_SPIN_US: a decimal count of microseconds, 0 to 1 s; anything else means 0 (no spin).
+// EPK_SPIN_US: a decimal count of microseconds, 0 to 1 s; unset or empty: the automatic window (shm/spin.h, as
+// epkd's); anything else means 0 (no spin).
 int spin_from_env() {
   const char* v = std::getenv("EPK_SPIN_US");
-  if (v == nullptr || *v == 0) return 0;
+  if (v == nullptr || *v == 0) return static_cast<int>(shm::auto_spin_us(std::thread::hardware_concurrency()));
   char* end = nullptr;
   long n = std::strtol(v, &end, 10);
   return (*end == 0 && n > 0 && n <= 1000000) ? static_cast<int>(n) : 0;

@@ -61,7 +61,8 @@ struct ClientOptions {
   int reply_timeout_ms = 60000;
   // Before blocking on a reply, poll the socket (non-blocking recv) for up to this many microseconds: a reply that
   // comes back within it is picked up without the sleep and wake-up of a blocking recv, at the price of one busy
-  // core while the call waits. 0 blocks at once; negative: the environment's EPK_SPIN_US, else 0.
+  // core while the call waits. 0 blocks at once; negative: the environment's EPK_SPIN_US, else automatic (50 us on a
+  // machine of 8 or more cores, else 0: shm/spin.h, the same rule as epkd's io threads).
   int spin_us = -1;
   // wait() / copy_to_host() on a slot epkd answered before its decode finished (protocol version 4) poll the decode
   // status word for up to max(spin_us, status_spin_us) microseconds before sleeping on it: the decode of a large

@@ -209,7 +209,7 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
 
 std::uint32_t spin_us_for(std::int64_t configured, unsigned cores) {
   if (configured >= 0) return static_cast<std::uint32_t>(std::min<std::int64_t>(configured, 1000000));
-  return cores >= kAutoSpinMinCores ? kAutoSpinUs : 0;
+  return shm::auto_spin_us(cores);
 }
 
 Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
@@ -230,7 +230,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
                  "TEST MODEL, not a checkpoint: NAME=[T:]RxC,... deterministic fp32 tensors (repeatable)");
   app.add_option("--budget-mb", budget_mb, "byte budget of the cache, in MiB")->check(CLI::Range(1, 1 << 30));
   app.add_option("--threads", threads, "CPU decode threads (0: one per core)")->check(CLI::Range(0, 1024));
-  app.add_option("--io-threads", io_threads, "socket threads (0: a quarter of the cores, 1 to 4)")
+  app.add_option("--io-threads", io_threads, "socket threads (0: half the cores, 1 to 16)")
       ->check(CLI::Range(0, 64));
   app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");

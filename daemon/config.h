@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codec/common/result.h"
+#include "shm/spin.h"
 
 namespace epk::daemon {
 
@@ -40,7 +41,7 @@ struct DaemonConfig {
   std::vector<int> devices;        // CUDA devices to serve; empty: every usable one
   std::vector<std::pair<int, std::uint64_t>> device_budgets;  // (device, bytes): overrides budget_bytes there
   unsigned threads = 0;        // CPU decode threads; 0: one per core
-  unsigned io_threads = 0;     // socket threads, sessions spread over them; 0: a quarter of the cores, 1 to 4
+  unsigned io_threads = 0;     // socket threads, sessions spread over them; 0: half the cores, 1 to 16
   ServingMode serving = ServingMode::kAuto;
   // Read every model's tensor sections into epkd's memory at open (io_uring), checksum them there and decode from
   // memory (daemon/resident_model.h); off: decode from the file's map.
@@ -78,8 +79,8 @@ struct DaemonConfig {
 // machine of at least kAutoSpinMinCores cores, else 0. Measured (docs/NOTES.md, "latency branch"): on the 16-core
 // H200 host 50 us cut the 1-client cache-hit pair from 32.7 to 22.4 us p50 and the 16-client p99 from 290 to 131 us;
 // on a 2-core VM it made both worse (the polling thread takes the core the client needs).
-inline constexpr std::uint32_t kAutoSpinUs = 50;
-inline constexpr unsigned kAutoSpinMinCores = 8;
+using shm::kAutoSpinMinCores;
+using shm::kAutoSpinUs;
 std::uint32_t spin_us_for(std::int64_t configured, unsigned cores);
 
 // The budget of device `device`'s pool: its override, else budget_bytes.

@@ -26,6 +26,7 @@
 #include "tests/daemon/epkd_harness.h"
 #include "codec/common/bytes.h"
 #include "shm/fd_passing.h"
+#include "shm/spin.h"
 #include "shm/protocol.h"
 
 namespace epk {
@@ -633,7 +634,8 @@ TEST(Epkd, SpinningDaemonAndClientServeHitsAndSlowMisses) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
-// EPK_SPIN_US is the fallback when ClientOptions::spin_us is negative; anything but a count up to 1 s means 0.
+// EPK_SPIN_US is the fallback when ClientOptions::spin_us is negative; anything but a count up to 1 s means 0; unset,
+// the automatic window of shm/spin.h for this machine's cores.
 TEST(Epkd, ClientSpinFromTheEnvironment) {
   Epkd d({"--synthetic", "m=t0:8x8"});
   ASSERT_TRUE(d.running());
@@ -654,6 +656,11 @@ TEST(Epkd, ClientSpinFromTheEnvironment) {
   EXPECT_EQ(spin_with("-5", -1), 0);
   EXPECT_EQ(spin_with("2000000", -1), 0);
   EXPECT_EQ(spin_with("12x", -1), 0);
+  ::unsetenv("EPK_SPIN_US");
+  client::ClientOptions unset;
+  auto auto_spin = Client::connect(d.socket(), unset);
+  ASSERT_TRUE(auto_spin) << auto_spin.error().to_string();
+  EXPECT_EQ(auto_spin->spin_us(), static_cast<int>(shm::auto_spin_us(std::thread::hardware_concurrency())));
   if (old != nullptr) {
     ::setenv("EPK_SPIN_US", saved.c_str(), 1);
   } else {

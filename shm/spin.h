@@ -1,0 +1,17 @@
+// How long a waiter polls before it sleeps when nobody configured it. epkd's io threads (after a request) and
+// libepk's reply wait use the same rule: on a machine with cores to spare, a reply that comes back within the window
+// is picked up without a sleeping thread's wake-up (about 10 us each way on the H200 host); on a small machine the
+// polling thread takes the core the other side needs. Measured: docs/NOTES.md, "latency branch" (epkd) and the third
+// session's device runs (the client).
+#pragma once
+
+#include <cstdint>
+
+namespace epk::shm {
+
+inline constexpr std::uint32_t kAutoSpinUs = 50;
+inline constexpr unsigned kAutoSpinMinCores = 8;
+
+inline std::uint32_t auto_spin_us(unsigned cores) { return cores >= kAutoSpinMinCores ? kAutoSpinUs : 0; }
+
+}  // namespace epk::shm
