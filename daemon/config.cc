@@ -134,36 +134,20 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   EPK_TRY(get_int("synthetic_delay_us", 0, 60000000,
                   [&](std::int64_t v) { cfg->synthetic_delay_us = static_cast<std::uint32_t>(v); }));
   // Booleans strictly (as_boolean): value<bool>() would take an integer 1 or 0 as well.
-  if (const toml::node* n = t.get("cpu")) {
+  auto get_bool = [&](const char* key, auto setter) -> Status {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return {};
     const toml::value<bool>* v = n->as_boolean();
-    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'cpu' must be true or false");
-    cfg->serving = v->get() ? ServingMode::kHost : ServingMode::kAuto;
-  }
-  if (const toml::node* n = t.get("resident_compressed")) {
-    const toml::value<bool>* v = n->as_boolean();
-    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'resident_compressed' must be true or false");
-    cfg->resident_compressed = v->get();
-  }
-  if (const toml::node* n = t.get("device_resident")) {
-    const toml::value<bool>* v = n->as_boolean();
-    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'device_resident' must be true or false");
-    cfg->device_resident = v->get();
-  }
-  if (const toml::node* n = t.get("early_reply")) {
-    const toml::value<bool>* v = n->as_boolean();
-    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'early_reply' must be true or false");
-    cfg->early_reply = v->get();
-  }
-  if (const toml::node* n = t.get("shared_hits")) {
-    const toml::value<bool>* v = n->as_boolean();
-    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'shared_hits' must be true or false");
-    cfg->shared_hits = v->get();
-  }
-  if (const toml::node* n = t.get("lane_locks")) {
-    const toml::value<bool>* v = n->as_boolean();
-    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'lane_locks' must be true or false");
-    cfg->lane_locks = v->get();
-  }
+    if (v == nullptr) return make_error(ErrorCode::kBadInput, path + ": '" + key + "' must be true or false");
+    setter(v->get());
+    return {};
+  };
+  EPK_TRY(get_bool("cpu", [&](bool v) { cfg->serving = v ? ServingMode::kHost : ServingMode::kAuto; }));
+  EPK_TRY(get_bool("resident_compressed", [&](bool v) { cfg->resident_compressed = v; }));
+  EPK_TRY(get_bool("device_resident", [&](bool v) { cfg->device_resident = v; }));
+  EPK_TRY(get_bool("early_reply", [&](bool v) { cfg->early_reply = v; }));
+  EPK_TRY(get_bool("shared_hits", [&](bool v) { cfg->shared_hits = v; }));
+  EPK_TRY(get_bool("lane_locks", [&](bool v) { cfg->lane_locks = v; }));
   if (auto v = t.get_as<std::string>("log_level")) cfg->log_level = v->get();
   if (const toml::node* n = t.get("devices")) {
     const toml::array* a = n->as_array();

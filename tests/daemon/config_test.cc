@@ -59,77 +59,49 @@ TEST(Config, ServingModeIsAutoUnlessCpuIsAsked) {
   EXPECT_STREQ(serving_mode_name(ServingMode::kAuto), "auto");
 }
 
-TEST(Config, ResidentCompressedFromFileOrFlag) {
+// The on/off settings: each has a default, a command-line flag that sets the other value, a config file key, and
+// refuses anything but a TOML boolean (a quoted string, or 1/0) with a message naming the key.
+struct BoolSetting {
+  const char* key;
+  const char* flag;
+  bool by_default;
+  bool DaemonConfig::*field;
+};
+
+class ConfigBool : public testing::TestWithParam<BoolSetting> {};
+
+TEST_P(ConfigBool, DefaultFlagFileAndBadValue) {
+  const BoolSetting& b = GetParam();
   auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
   ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_FALSE((*c)->resident_compressed);
-  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--resident-compressed"});
+  EXPECT_EQ((**c).*b.field, b.by_default);
+  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", b.flag});
   ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_TRUE((*c)->resident_compressed);
-  std::string on = write_temp("epkd_cfg_res", "socket = \"/tmp/s\"\nbudget_mb = 8\nresident_compressed = true\n");
-  c = parse({"--config", on});
+  EXPECT_EQ((**c).*b.field, !b.by_default);
+  const std::string head = "socket = \"/tmp/s\"\nbudget_mb = 8\n";
+  std::string file = write_temp(std::string("epkd_cfg_") + b.key,
+                                head + b.key + " = " + (b.by_default ? "false" : "true") + "\n");
+  c = parse({"--config", file});
   ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_TRUE((*c)->resident_compressed);
-  std::string bad = write_temp("epkd_cfg_resbad", "socket = \"/tmp/s\"\nbudget_mb = 8\nresident_compressed = 1\n");
-  c = parse({"--config", bad});
-  ASSERT_FALSE(c);
-  EXPECT_NE(c.error().message.find("'resident_compressed' must be true or false"), std::string::npos);
+  EXPECT_EQ((**c).*b.field, !b.by_default);
+  for (const char* bad : {"\"no\"", "1"}) {
+    file = write_temp(std::string("epkd_cfg_bad_") + b.key, head + b.key + " = " + bad + "\n");
+    c = parse({"--config", file});
+    ASSERT_FALSE(c) << b.key << " = " << bad;
+    EXPECT_NE(c.error().message.find(std::string("'") + b.key + "' must be true or false"), std::string::npos)
+        << c.error().message;
+  }
 }
 
-TEST(Config, DeviceResidentOnUnlessTurnedOff) {
-  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_TRUE((*c)->device_resident);
-  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--no-device-resident"});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_FALSE((*c)->device_resident);
-  std::string off = write_temp("epkd_cfg_devres", "socket = \"/tmp/s\"\nbudget_mb = 8\ndevice_resident = false\n");
-  c = parse({"--config", off});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_FALSE((*c)->device_resident);
-  std::string bad = write_temp("epkd_cfg_devresbad", "socket = \"/tmp/s\"\nbudget_mb = 8\ndevice_resident = 0\n");
-  c = parse({"--config", bad});
-  ASSERT_FALSE(c);
-  EXPECT_NE(c.error().message.find("'device_resident' must be true or false"), std::string::npos);
-}
-
-TEST(Config, EarlyRepliesOnUnlessTurnedOff) {
-  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_TRUE((*c)->early_reply);
-  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--no-early-reply"});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_FALSE((*c)->early_reply);
-  std::string off = write_temp("epkd_cfg_early", "socket = \"/tmp/s\"\nbudget_mb = 8\nearly_reply = false\n");
-  c = parse({"--config", off});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_FALSE((*c)->early_reply);
-  std::string bad = write_temp("epkd_cfg_earlybad", "socket = \"/tmp/s\"\nbudget_mb = 8\nearly_reply = \"no\"\n");
-  c = parse({"--config", bad});
-  ASSERT_FALSE(c);
-  EXPECT_NE(c.error().message.find("'early_reply' must be true or false"), std::string::npos);
-}
-
-TEST(Config, LaneLocksAndSharedHitsOnUnlessTurnedOff) {
-  auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_TRUE((*c)->lane_locks);
-  EXPECT_TRUE((*c)->shared_hits);
-  c = parse({"--socket", "/tmp/s", "--budget-mb", "64", "--no-lane-locks", "--no-shared-hits"});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_FALSE((*c)->lane_locks);
-  EXPECT_FALSE((*c)->shared_hits);
-  std::string off =
-      write_temp("epkd_cfg_locks", "socket = \"/tmp/s\"\nbudget_mb = 8\nlane_locks = false\nshared_hits = false\n");
-  c = parse({"--config", off});
-  ASSERT_TRUE(c) << c.error().to_string();
-  EXPECT_FALSE((*c)->lane_locks);
-  EXPECT_FALSE((*c)->shared_hits);
-  std::string bad = write_temp("epkd_cfg_locksbad", "socket = \"/tmp/s\"\nbudget_mb = 8\nshared_hits = \"no\"\n");
-  c = parse({"--config", bad});
-  ASSERT_FALSE(c);
-  EXPECT_NE(c.error().message.find("'shared_hits' must be true or false"), std::string::npos);
-}
+INSTANTIATE_TEST_SUITE_P(
+    Settings, ConfigBool,
+    testing::Values(
+        BoolSetting{"resident_compressed", "--resident-compressed", false, &DaemonConfig::resident_compressed},
+        BoolSetting{"device_resident", "--no-device-resident", true, &DaemonConfig::device_resident},
+        BoolSetting{"early_reply", "--no-early-reply", true, &DaemonConfig::early_reply},
+        BoolSetting{"lane_locks", "--no-lane-locks", true, &DaemonConfig::lane_locks},
+        BoolSetting{"shared_hits", "--no-shared-hits", true, &DaemonConfig::shared_hits}),
+    [](const testing::TestParamInfo<BoolSetting>& i) { return std::string(i.param.key); });
 
 TEST(Config, SpinFromFileThenFlag) {
   auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
