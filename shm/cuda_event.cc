@@ -26,25 +26,21 @@ void CudaEvent::reset() {
   ev_ = nullptr;
 }
 
-Result<CudaEvent> CudaEvent::create_interprocess(int device) {
+Result<CudaEvent> CudaEvent::create_with(unsigned flags, int device) {
   EPK_TRY(make_current(device));
   CUevent ev = nullptr;
-  EPK_CU(driver().EventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), device);
+  EPK_CU(driver().EventCreate(&ev, flags), device);
   CudaEvent e;
   e.ev_ = ev;
   e.device_ = device;
   return e;
 }
 
-Result<CudaEvent> CudaEvent::create(int device) {
-  EPK_TRY(make_current(device));
-  CUevent ev = nullptr;
-  EPK_CU(driver().EventCreate(&ev, CU_EVENT_DISABLE_TIMING), device);
-  CudaEvent e;
-  e.ev_ = ev;
-  e.device_ = device;
-  return e;
+Result<CudaEvent> CudaEvent::create_interprocess(int device) {
+  return create_with(CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING, device);
 }
+
+Result<CudaEvent> CudaEvent::create(int device) { return create_with(CU_EVENT_DISABLE_TIMING, device); }
 
 Result<CudaEvent> CudaEvent::open_ipc(const IpcEventHandle& handle, int device) {
   EPK_TRY(make_current(device));

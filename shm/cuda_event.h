@@ -40,6 +40,7 @@ class CudaEvent {
   explicit operator bool() const { return ev_ != nullptr; }
 
  private:
+  static Result<CudaEvent> create_with(unsigned flags, int device);
   void reset();
   void* ev_ = nullptr;
   int device_ = -1;

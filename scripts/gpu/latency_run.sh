@@ -7,18 +7,11 @@
 # Every step has its own timeout and the whole stays under LIMIT seconds (default 280).
 #   bash latency_run.sh BIN [OUT]
 set -uo pipefail
-bin="$1"
-out="${2:-${OUT:-/tmp/epk_latency}}"
-limit="${LIMIT:-280}"
+default_out=/tmp/epk_latency
+default_limit=280
 here="$(cd "$(dirname "$0")" && pwd)"
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-left() { echo $((limit - SECONDS)); }
-{
-  date -u
-  echo "nproc $(nproc); $(uptime)"
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | head -2
-} | tee "$out/machine.txt"
+source "$here/run_common.sh" "$@"
+machine | tee "$out/machine.txt"
 
 acq() {  # NAME ARGS...: one gpu_acquire_bench run
   local name="$1"

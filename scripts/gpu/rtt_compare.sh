@@ -6,19 +6,13 @@
 # the summary lines to stdout.
 #   LIMIT=150 bash rtt_compare.sh BIN [OUT]
 set -uo pipefail
-bin="$1"
-out="${2:-${OUT:-/tmp/epk_rtt}}"
-limit="${LIMIT:-150}"
+default_out=/tmp/epk_rtt
+default_limit=150
+source "$(cd "$(dirname "$0")" && pwd)/run_common.sh" "$@"
 work=/tmp/epk_rtt_runs
 rm -rf "$work"
-mkdir -p "$out" "$work"
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-left() { echo $((limit - SECONDS)); }
-{
-  date -u
-  echo "nproc $(nproc); $(uptime)"
-  lscpu | grep -E 'Model name|Thread|Core|Socket' | head -4
-} | tee "$work/machine.txt"
+mkdir -p "$work"
+machine | tee "$work/machine.txt"
 
 rtt() {  # NAME ARGS...: one epk_bench_rtt run
   local name="$1"

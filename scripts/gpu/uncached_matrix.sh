@@ -4,16 +4,11 @@
 # the device tests. One summary on stdout; every bench's whole output in OUT/matrix.txt, epkd's timelines in
 # OUT/timeline.txt.  bash uncached_matrix.sh BIN [OUT]   (LIMIT seconds, default 240; N tensors per run, default 20)
 set -uo pipefail
-bin="$1"
-out="${2:-${OUT:-/tmp/epk_uncached}}"
-limit="${LIMIT:-240}"
+default_out=/tmp/epk_uncached
+default_limit=240
+source "$(cd "$(dirname "$0")" && pwd)/run_common.sh" "$@"
 n="${N:-20}"
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-left() { echo $((limit - SECONDS)); }
-date -u
-echo "nproc $(nproc); $(uptime)"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv,noheader 2>&1 | head -2
+machine
 acq() {  # NAME ARGS...
   local name="$1"
   shift

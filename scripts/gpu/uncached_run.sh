@@ -9,18 +9,11 @@
 # Every step has its own timeout and the whole stays under LIMIT seconds (default 240).
 #   bash uncached_run.sh BIN [OUT]
 set -uo pipefail
-bin="$1"
-out="${2:-${OUT:-/tmp/epk_uncached}}"
-limit="${LIMIT:-240}"
+default_out=/tmp/epk_uncached
+default_limit=240
 here="$(cd "$(dirname "$0")" && pwd)"
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-left() { echo $((limit - SECONDS)); }
-{
-  date -u
-  echo "nproc $(nproc); $(uptime)"
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv,noheader 2>&1 | head -2
-} | tee "$out/machine.txt"
+source "$here/run_common.sh" "$@"
+machine | tee "$out/machine.txt"
 
 echo "== epkd_gpu_check.sh (tests + bench, early and --no-early-reply, without and with MPS)"
 timeout $(( $(left) - 60 )) bash "$here/epkd_gpu_check.sh" "$bin" >"$out/gpu_check.txt" 2>&1
