@@ -3,8 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,51 +31,52 @@ struct Gate {
   }
 };
 
+// Jobs that note their number when they run, from any worker thread.
+class RunOrder {
+ public:
+  std::function<void()> record(int v) {
+    return [this, v] {
+      std::lock_guard<std::mutex> l(mu_);
+      order_.push_back(v);
+    };
+  }
+  std::vector<int> order() {
+    std::lock_guard<std::mutex> l(mu_);
+    return order_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<int> order_;
+};
+
 TEST(DecodeScheduler, AcquireJobsRunBeforeQueuedPrefetches) {
   DecodeScheduler s(1);
   Gate gate;
-  std::mutex mu;
-  std::vector<int> order;
-  auto record = [&](int v) {
-    return [&, v] {
-      std::lock_guard<std::mutex> l(mu);
-      order.push_back(v);
-    };
-  };
+  RunOrder ran;
   s.submit([&] { gate.wait(); }, Priority::kAcquire);
-  s.submit(record(1), Priority::kPrefetch);
-  s.submit(record(2), Priority::kPrefetch);
-  s.submit(record(3), Priority::kAcquire);
+  s.submit(ran.record(1), Priority::kPrefetch);
+  s.submit(ran.record(2), Priority::kPrefetch);
+  s.submit(ran.record(3), Priority::kAcquire);
   gate.release();
   s.drain();
-  EXPECT_EQ(order, (std::vector<int>{3, 1, 2}));
+  EXPECT_EQ(ran.order(), (std::vector<int>{3, 1, 2}));
 }
 
 TEST(DecodeScheduler, PromotedJobRunsOnceAndAheadOfPrefetches) {
   DecodeScheduler s(1);
   Gate gate;
-  std::mutex mu;
-  std::vector<int> order;
+  RunOrder ran;
   s.submit([&] { gate.wait(); }, Priority::kAcquire);
-  s.submit(
-      [&] {
-        std::lock_guard<std::mutex> l(mu);
-        order.push_back(1);
-      },
-      Priority::kPrefetch);
-  auto job = s.submit(
-      [&] {
-        std::lock_guard<std::mutex> l(mu);
-        order.push_back(2);
-      },
-      Priority::kPrefetch);
+  s.submit(ran.record(1), Priority::kPrefetch);
+  auto job = s.submit(ran.record(2), Priority::kPrefetch);
   s.promote(job);
   gate.release();
   s.drain();
-  EXPECT_EQ(order, (std::vector<int>{2, 1}));
+  EXPECT_EQ(ran.order(), (std::vector<int>{2, 1}));
   s.promote(job);  // after it ran: no effect
   s.drain();
-  EXPECT_EQ(order.size(), 2u);
+  EXPECT_EQ(ran.order().size(), 2u);
 }
 
 TEST(DecodeScheduler, ManyJobsOnManyThreadsAllRun) {
@@ -108,20 +110,13 @@ TEST(DecodeScheduler, StopDropsQueuedJobsAndLetsTheRunningOneFinish) {
 TEST(DecodeScheduler, ASpinningWorkerKeepsOrderAndStops) {
   DecodeScheduler s(1, 2000);
   Gate gate;
-  std::mutex mu;
-  std::vector<int> order;
-  auto record = [&](int v) {
-    return [&, v] {
-      std::lock_guard<std::mutex> l(mu);
-      order.push_back(v);
-    };
-  };
+  RunOrder ran;
   s.submit([&] { gate.wait(); }, Priority::kAcquire);
-  s.submit(record(1), Priority::kPrefetch);
-  s.submit(record(2), Priority::kAcquire);
+  s.submit(ran.record(1), Priority::kPrefetch);
+  s.submit(ran.record(2), Priority::kAcquire);
   gate.release();
   s.drain();
-  EXPECT_EQ(order, (std::vector<int>{2, 1}));
+  EXPECT_EQ(ran.order(), (std::vector<int>{2, 1}));
   // Submitted while the worker polls (it ran a job just before): picked up without a wake-up.
   std::atomic<int> n{0};
   for (int i = 0; i < 200; ++i) {
