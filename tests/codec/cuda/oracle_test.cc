@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
+#include <string>
 
 #include "codec/cuda/decode.h"
 #include "codec/rans/decoder.h"
@@ -57,6 +59,40 @@ rans::EncodedTensor encode_random(const Shape& shape, std::uint32_t seed) {
 
 constexpr Shape kShapes[] = {{37, 520, 2.0}, {64, 1000, 4.0}, {19, 2056, 8.0}, {301, 96, 3.0}, {5, 4100, 6.5}};
 
+// Decodes rows [r0, r1) of `s` in `format` with `options` into buffers filled with 0xAB and compares values and, for
+// rowwise formats, row scales with the CPU oracle bit for bit. `what` names the case from its plan (in every
+// failure message); `check_plan` may add expectations on the plan before it runs.
+void expect_plan_matches_oracle(const rans::LatticeRansStream& s, const testing::DeviceStream& dev, OutputFormat format,
+                                std::uint32_t r0, std::uint32_t r1, const DecodeOptions& options,
+                                const std::function<std::string(const DecodePlan&)>& what,
+                                const std::function<void(const DecodePlan&, const std::string&)>& check_plan = {}) {
+  const testing::HostResult want = cpu_oracle(s, format, r0, r1);
+  testing::DeviceBuffer out(want.values.size());
+  testing::DeviceBuffer row_scales((r1 - r0) * sizeof(float));
+  EPK_CUDA_CHECK(cudaMemset(out.get(), 0xAB, want.values.size()));
+  EPK_CUDA_CHECK(cudaMemset(row_scales.get(), 0xAB, row_scales.bytes()));
+  DecodeJob job{"random", &s, dev.buffers(), r0, r1, format, out.get(), row_scales.get<float>()};
+  auto plan = DecodePlan::create({&job, 1}, options);
+  ASSERT_TRUE(plan) << plan.error().to_string();
+  const std::string name = std::to_string(s.rows) + "x" + std::to_string(s.cols) + ", " +
+                           std::string(output_format_name(format)) + ", rows [" + std::to_string(r0) + ", " +
+                           std::to_string(r1) + "), " + what(*plan);
+  if (check_plan) check_plan(*plan, name);
+  testing::DeviceBuffer scratch(plan->scratch_bytes());
+  ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
+  ASSERT_TRUE(decode(*plan, scratch.get(), nullptr));
+  const Status st = read_status(*plan, scratch.get(), nullptr);
+  ASSERT_TRUE(st) << st.error().to_string();
+  std::vector<std::uint8_t> got(want.values.size());
+  EPK_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), got.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, want.values) << name;
+  if (is_rowwise(format)) {
+    std::vector<float> got_scales(r1 - r0);
+    EPK_CUDA_CHECK(cudaMemcpy(got_scales.data(), row_scales.get(), row_scales.bytes(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got_scales, want.row_scales) << name;
+  }
+}
+
 TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const auto& shapes = kShapes;
@@ -78,33 +114,11 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop)
       for (int k = 0; k < 4 * kOutputFormats; ++k) {
         const auto format = static_cast<OutputFormat>(k % kOutputFormats);
         const DecodeOptions options = loops[k / kOutputFormats];
-        const testing::HostResult want = cpu_oracle(s, format, r[0], r[1]);
-        testing::DeviceBuffer out(want.values.size());
-        testing::DeviceBuffer row_scales((r[1] - r[0]) * sizeof(float));
-        EPK_CUDA_CHECK(cudaMemset(out.get(), 0xAB, want.values.size()));
-        EPK_CUDA_CHECK(cudaMemset(row_scales.get(), 0xAB, row_scales.bytes()));
-        DecodeJob job{"random", &s, dev.buffers(), r[0], r[1], format, out.get(), row_scales.get<float>()};
-        auto plan = DecodePlan::create({&job, 1}, options);
-        ASSERT_TRUE(plan) << plan.error().to_string();
-        testing::DeviceBuffer scratch(plan->scratch_bytes());
-        ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
-        ASSERT_TRUE(decode(*plan, scratch.get(), nullptr));
-        const Status st = read_status(*plan, scratch.get(), nullptr);
-        ASSERT_TRUE(st) << st.error().to_string();
-        std::vector<std::uint8_t> got(want.values.size());
-        EPK_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), got.size(), cudaMemcpyDeviceToHost));
-        const std::string what = std::to_string(shape.rows) + "x" + std::to_string(shape.cols) + " @" +
-                                 std::to_string(shape.bpp) + " bpp, " + std::string(output_format_name(format)) +
-                                 ", rows [" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + ")" +
-                                 " fast_groups " + std::to_string(options.fast_groups) + " lean " +
-                                 std::to_string(plan->lean_pb()) + (plan->lean_bf16() ? " bf16" : "") + " ws " +
-                                 std::to_string(plan->ws_recon_warps());
-        EXPECT_EQ(got, want.values) << what;
-        if (is_rowwise(format)) {
-          std::vector<float> got_scales(r[1] - r[0]);
-          EPK_CUDA_CHECK(cudaMemcpy(got_scales.data(), row_scales.get(), row_scales.bytes(), cudaMemcpyDeviceToHost));
-          EXPECT_EQ(got_scales, want.row_scales) << what;
-        }
+        expect_plan_matches_oracle(s, dev, format, r[0], r[1], options, [&](const DecodePlan& plan) {
+          return std::to_string(shape.bpp) + " bpp, fast_groups " + std::to_string(options.fast_groups) + " lean " +
+                 std::to_string(plan.lean_pb()) + (plan.lean_bf16() ? " bf16" : "") + " ws " +
+                 std::to_string(plan.ws_recon_warps());
+        });
       }
     }
   }
@@ -135,40 +149,21 @@ TEST(GpuOracle, WarpSpecialisedKernelIsBitExactWithManyWarpsPerBlock) {
       for (const auto& r : ranges) {
         for (int fi = 0; fi < kOutputFormats; ++fi) {
           const auto format = static_cast<OutputFormat>(fi);
-          const testing::HostResult want = cpu_oracle(s, format, r[0], r[1]);
-          testing::DeviceBuffer out(want.values.size());
-          testing::DeviceBuffer row_scales((r[1] - r[0]) * sizeof(float));
-          EPK_CUDA_CHECK(cudaMemset(out.get(), 0xAB, want.values.size()));
-          EPK_CUDA_CHECK(cudaMemset(row_scales.get(), 0xAB, row_scales.bytes()));
-          DecodeJob job{"random", &s, dev.buffers(), r[0], r[1], format, out.get(), row_scales.get<float>()};
-          auto plan = DecodePlan::create({&job, 1}, options);
-          ASSERT_TRUE(plan) << plan.error().to_string();
-          const std::string what = std::to_string(shape.rows) + "x" + std::to_string(shape.cols) + " @" +
-                                   std::to_string(shape.bpp) + " bpp, " + std::string(output_format_name(format)) +
-                                   ", rows [" + std::to_string(r[0]) + ", " + std::to_string(r[1]) + "), " +
-                                   std::to_string(plan->warps_per_block()) + " decode + " +
-                                   std::to_string(plan->ws_recon_warps()) + " reconstruction warps" +
-                                   (plan->lean_bf16() ? ", bf16 store" : "");
-          // Tiles within the row range decide the split; the full range must get the one asked for.
-          if (r[0] == 0 && r[1] == s.rows) {
-            EXPECT_EQ(plan->warps_per_block(), split.decode_warps) << what;
-            EXPECT_EQ(plan->ws_recon_warps(), split.recon_warps) << what;
-          }
-          EXPECT_NE(plan->ws_recon_warps(), 0u) << what;
-          testing::DeviceBuffer scratch(plan->scratch_bytes());
-          ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
-          ASSERT_TRUE(decode(*plan, scratch.get(), nullptr));
-          const Status st = read_status(*plan, scratch.get(), nullptr);
-          ASSERT_TRUE(st) << st.error().to_string();
-          std::vector<std::uint8_t> got(want.values.size());
-          EPK_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), got.size(), cudaMemcpyDeviceToHost));
-          EXPECT_EQ(got, want.values) << what;
-          if (is_rowwise(format)) {
-            std::vector<float> got_scales(r[1] - r[0]);
-            EPK_CUDA_CHECK(
-                cudaMemcpy(got_scales.data(), row_scales.get(), row_scales.bytes(), cudaMemcpyDeviceToHost));
-            EXPECT_EQ(got_scales, want.row_scales) << what;
-          }
+          expect_plan_matches_oracle(
+              s, dev, format, r[0], r[1], options,
+              [&](const DecodePlan& plan) {
+                return std::to_string(shape.bpp) + " bpp, " + std::to_string(plan.warps_per_block()) + " decode + " +
+                       std::to_string(plan.ws_recon_warps()) + " reconstruction warps" +
+                       (plan.lean_bf16() ? ", bf16 store" : "");
+              },
+              [&](const DecodePlan& plan, const std::string& what) {
+                // Tiles within the row range decide the split; the full range must get the one asked for.
+                if (r[0] == 0 && r[1] == s.rows) {
+                  EXPECT_EQ(plan.warps_per_block(), split.decode_warps) << what;
+                  EXPECT_EQ(plan.ws_recon_warps(), split.recon_warps) << what;
+                }
+                EXPECT_NE(plan.ws_recon_warps(), 0u) << what;
+              });
         }
       }
     }
