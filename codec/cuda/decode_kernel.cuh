@@ -52,6 +52,17 @@ __device__ __forceinline__ std::uint32_t bf16x2_bits(float lo, float hi) {
   const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const std::uint32_t*>(&b);
 }
+
+// Eight floats to bf16 (round to nearest even; paired conversions, one F2FP per two values) in one 16-byte store at
+// element `elem` of `out` (a multiple of 8).
+__device__ __forceinline__ void store_bf16x8(void* out, std::uint64_t elem, const float* v) {
+  uint4 w;
+  w.x = bf16x2_bits(v[0], v[1]);
+  w.y = bf16x2_bits(v[2], v[3]);
+  w.z = bf16x2_bits(v[4], v[5]);
+  w.w = bf16x2_bits(v[6], v[7]);
+  reinterpret_cast<uint4*>(out)[elem / 8] = w;
+}
 __device__ __forceinline__ std::uint32_t fp16x2_bits(float lo, float hi) {
   const __half2 h = __floats2half2_rn(fminf(fmaxf(lo, -65504.0f), 65504.0f), fminf(fmaxf(hi, -65504.0f), 65504.0f));
   return *reinterpret_cast<const std::uint32_t*>(&h);
@@ -87,15 +98,9 @@ __device__ __forceinline__ void store_vector(const TensorDesc& d, std::uint64_t 
   }
   if (wide) {
     switch (format) {
-      case OutputFormat::kBf16: {  // paired conversions: one F2FP per two values, same rounding (RN)
-        uint4 w;
-        w.x = bf16x2_bits(v[0], v[1]);
-        w.y = bf16x2_bits(v[2], v[3]);
-        w.z = bf16x2_bits(v[4], v[5]);
-        w.w = bf16x2_bits(v[6], v[7]);
-        reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
+      case OutputFormat::kBf16:
+        store_bf16x8(d.out, elem, v);
         return;
-      }
       case OutputFormat::kFp16: {
         uint4 w;
         w.x = fp16x2_bits(v[0], v[1]);

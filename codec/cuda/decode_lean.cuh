@@ -65,12 +65,7 @@ __device__ __forceinline__ void lean_store(const TensorDesc& d, const std::uint3
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
     }
-    uint4 w;
-    w.x = bf16x2_bits(v[0], v[1]);
-    w.y = bf16x2_bits(v[2], v[3]);
-    w.z = bf16x2_bits(v[4], v[5]);
-    w.w = bf16x2_bits(v[6], v[7]);
-    reinterpret_cast<uint4*>(d.out)[elem / 8] = w;
+    store_bf16x8(d.out, elem, v);
   } else {
     int z[8];
 #pragma unroll
