@@ -109,23 +109,26 @@ Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, Cl
   return Lookup{outcome, s};
 }
 
-Slot* Cache::acquire_ready(const SlotKey& key, ClientId client) {
+Slot* Cache::ready_slot(const SlotKey& key) {
   auto found = by_key_.find(key);
   if (found == by_key_.end()) return nullptr;
   auto it = slots_.find(found->second);
-  if (it == slots_.end() || it->second.state != SlotState::kReady) return nullptr;
-  Slot& s = it->second;
+  return it == slots_.end() || it->second.state != SlotState::kReady ? nullptr : &it->second;
+}
+
+Slot* Cache::acquire_ready(const SlotKey& key, ClientId client) {
+  Slot* ready = ready_slot(key);
+  if (ready == nullptr) return nullptr;
+  Slot& s = *ready;
   pin(s, client);
   touch_lru(s);
   return &s;
 }
 
 Slot* Cache::pin_shared(const SlotKey& key, ClientId client) {
-  auto found = by_key_.find(key);
-  if (found == by_key_.end()) return nullptr;
-  auto it = slots_.find(found->second);
-  if (it == slots_.end() || it->second.state != SlotState::kReady) return nullptr;
-  Slot& s = it->second;
+  Slot* ready = ready_slot(key);
+  if (ready == nullptr) return nullptr;
+  Slot& s = *ready;
   auto p = s.pins.find(client);
   if (p == s.pins.end()) return nullptr;  // a first pin adds entries: exclusive
   // Only from a total above zero: from zero the slot leaves the LRU list, which shared holders never touch.

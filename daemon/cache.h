@@ -136,6 +136,8 @@ class Cache {
   Status verify() const;
 
  private:
+  // The slot of `key` when it is ready (decoded), else null; no pin, no LRU touch.
+  Slot* ready_slot(const SlotKey& key);
   void pin(Slot& s, ClientId client);
   void unpin_to(Slot& s, ClientId client, std::uint32_t count);
   void touch_lru(Slot& s);
