@@ -100,8 +100,8 @@ class Client {
   // Copies t's bytes into host memory at dst (t.bytes long): waits for the decode first on device slots.
   Status copy_to_host(const Tensor& t, void* dst);
   // Device slots: records this client's interprocess event on `stream` after the caller's last kernel reading the
-  // slot and releases with that fence (kCudaEvent): the daemon's stream waits on it before reusing the bytes. On a
-  // host pool this is release().
+  // slot and releases with that fence (kCudaEvent): the daemon reuses the bytes only after it has completed. A stream
+  // with no work left releases like release() (nothing can still read the slot). On a host pool this is release().
   Status release_after(std::uint64_t handle, void* stream);
   // Asks the daemon to decode ahead; returns how many decodes it queued (already cached ones are not counted).
   Result<std::uint32_t> prefetch(const std::string& model, const std::vector<std::string>& tensors,

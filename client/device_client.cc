@@ -75,6 +75,8 @@ class CudaSide final : public DeviceSide {
     return own->handle;
   }
 
+  Result<bool> stream_idle(void* stream, int device) override { return shm::stream_idle(stream, device); }
+
   Status copy_to_host(void* dst, std::uint64_t src, std::uint64_t bytes, void* event, int device) override {
     EPK_TRY(shm::make_device_current(device));
     if (event != nullptr) {

@@ -32,6 +32,8 @@ class DeviceSide {
   // its handle for the release message. One event per client and device: a later recording supersedes an earlier
   // one, which is conservative for the daemon (it waits on more work, never less).
   virtual Result<shm::IpcEventHandle> record_release(void* stream, int device) = 0;
+  // Whether `stream` has no work left to run on `device` (cuStreamQuery).
+  virtual Result<bool> stream_idle(void* stream, int device) = 0;
   // Waits for `event` on the CPU, then copies device bytes to host memory.
   virtual Status copy_to_host(void* dst, std::uint64_t src, std::uint64_t bytes, void* event, int device) = 0;
 };

@@ -109,7 +109,8 @@ int epk_wait(epk_client* c, const epk_tensor* t, void* stream);
 /* Copies t->bytes of t's slot into host memory at dst (waits for the decode on device slots). */
 int epk_copy_to_host(epk_client* c, const epk_tensor* t, void* dst);
 /* Device slots: records this client's interprocess event on stream after its last kernel reading the slot and
- * releases with it as the fence (the daemon's stream waits on it before reusing the bytes). Host pools: epk_release. */
+ * releases with it as the fence (the daemon reuses the bytes only after it has completed); a stream with no work
+ * left releases as epk_release does. Host pools: epk_release. */
 int epk_release_after(epk_client* c, uint64_t handle, void* stream);
 /* Closes the connection and frees c (NULL is ignored). Pins still held are dropped by the daemon. */
 void epk_disconnect(epk_client* c);

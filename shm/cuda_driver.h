@@ -45,6 +45,7 @@ struct Driver {
   decltype(&cuStreamDestroy) StreamDestroy = nullptr;
   decltype(&cuStreamWaitEvent) StreamWaitEvent = nullptr;
   decltype(&cuStreamSynchronize) StreamSynchronize = nullptr;
+  decltype(&cuStreamQuery) StreamQuery = nullptr;
   decltype(&cuMemAlloc) MemAlloc = nullptr;
   decltype(&cuMemFree) MemFree = nullptr;
   decltype(&cuMemHostAlloc) MemHostAlloc = nullptr;

@@ -193,6 +193,14 @@ Status event_synchronize(void* event) {
   return {};
 }
 
+Result<bool> stream_idle(void* stream, int device) {
+  EPK_TRY(make_current(device));
+  const CUresult r = driver().StreamQuery(static_cast<CUstream>(stream));
+  if (r == CUDA_SUCCESS) return true;
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  return detail::cuda_error("cuStreamQuery", r, device);
+}
+
 Status stream_wait_event(void* stream, void* event) {
   EPK_CU(driver().StreamWaitEvent(static_cast<CUstream>(stream), static_cast<CUevent>(event), 0), -1);
   return {};

@@ -116,6 +116,9 @@ Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes,
 Status fill_device_async(std::uint64_t dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device);
 // Makes `stream` (null: the legacy default stream of the current context) wait on `event` without blocking the CPU.
 Status stream_wait_event(void* stream, void* event);
+// Whether every operation queued on `stream` (null: the legacy default stream) has completed (cuStreamQuery on
+// `device`'s primary context): true, false (still running), or an error for anything but "not ready".
+Result<bool> stream_idle(void* stream, int device);
 // Blocks the calling thread until `event` (a CUevent, e.g. one opened from another process) has completed.
 Status event_synchronize(void* event);
 // Makes `device`'s primary context current on the calling thread (runtime-API code such as codec/cuda then uses it).

@@ -54,6 +54,7 @@ const Driver& driver() {
     load(d.StreamDestroy, "cuStreamDestroy_v2");
     load(d.StreamWaitEvent, "cuStreamWaitEvent");
     load(d.StreamSynchronize, "cuStreamSynchronize");
+    load(d.StreamQuery, "cuStreamQuery");
     load(d.MemAlloc, "cuMemAlloc_v2");
     load(d.MemFree, "cuMemFree_v2");
     load(d.MemHostAlloc, "cuMemHostAlloc");
