@@ -14,8 +14,8 @@
 // context error) never reads complete: a slot is never reused on an error.
 //
 // The device side is a MarkerSource (CUDA events in daemon/gpu_backend.cc; a fake in tests), so the bookkeeping is
-// tested without a GPU. Thread-safe: take() runs on io threads, Fence::completed() under the service lock (lock order:
-// the service lock, then this pool's; the pool calls nothing that locks).
+// tested without a GPU. Thread-safe: take() runs on io threads, Fence::completed() under a lane's lock (lock order:
+// the lane lock, then this pool's; the pool calls nothing that locks).
 #pragma once
 
 #include <cstddef>

@@ -87,6 +87,11 @@ class CudaMarkers final : public MarkerSource {
     return {};
   }
   MarkerState query(std::size_t index) override {
+    // Queried from io threads (Cache::release, eviction) that may have another device's context current, or none.
+    if (Status st = shm::make_device_current(device_); !st) {
+      last_error_ = st.error().to_string();
+      return MarkerState::kFailed;
+    }
     Result<bool> r = events_[index].poll();
     if (!r) {
       last_error_ = r.error().to_string();
@@ -204,7 +209,13 @@ class CudaBackend final : public GpuBackend {
                               .count();
       return {};
     }();
-    if (enqueued && on_enqueued) on_enqueued();
+    if (enqueued && on_enqueued) {
+      try {  // the sync below must run whatever the callback does: the queued copies read pinned buffers
+        on_enqueued();
+      } catch (...) {
+        spdlog::error("device {}: the enqueue callback threw; the decode goes on", device_);
+      }
+    }
     // Synchronised on failure too: the next produce() reuses the pinned patch, staging and status buffers, which a
     // copy queued before the failure may still read.
     Status synced = stream_.synchronize();
@@ -262,7 +273,26 @@ class CudaBackend final : public GpuBackend {
     return std::unique_ptr<shm::Fence>(std::move(fence));
   }
 
-  std::size_t pending_fences() override { return fences_->pending(); }
+  // Markers not yet complete, plus side streams with work left (a wait queued before its marker could be taken, or
+  // the streams of clients gone): each may hold a device teardown until a client's kernels finish.
+  std::size_t pending_fences() override {
+    std::size_t n = fences_->pending();
+    if (!shm::make_device_current(device_)) return n + 1;  // cannot tell: count it as pending
+    std::vector<std::shared_ptr<ClientLinks>> all;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [client, links] : clients_) all.push_back(links);
+      all.insert(all.end(), retired_.begin(), retired_.end());
+    }
+    for (const auto& links : all) {
+      std::lock_guard<std::mutex> lock(links->mu);
+      for (const auto& [handle, link] : links->by_handle) {
+        Result<bool> idle = shm::stream_idle(link.side.get(), device_);
+        if (!idle || !*idle) ++n;
+      }
+    }
+    return n;
+  }
 
   std::int64_t last_enqueued_ns() const override { return last_enqueued_ns_; }
 
@@ -275,11 +305,22 @@ class CudaBackend final : public GpuBackend {
       links = std::move(it->second);
       clients_.erase(it);
     }
-    // Destroying the opened events and side streams does not wait: CUDA completes the queued waits and markers, so
-    // the client's fences still guard their slots.
+    // Its fences still guard their slots (the markers complete after the queued waits). The opened events and side
+    // streams are kept until their streams are idle, so that pending_fences() sees a wait still queued there;
+    // retired links whose streams are idle go now.
     (void)shm::make_device_current(device_);
-    std::lock_guard<std::mutex> lock(links->mu);
-    links->by_handle.clear();
+    std::vector<std::shared_ptr<ClientLinks>> idle;
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_.push_back(std::move(links));
+    std::erase_if(retired_, [&](const std::shared_ptr<ClientLinks>& l) {
+      std::lock_guard<std::mutex> ll(l->mu);
+      for (const auto& [handle, link] : l->by_handle) {
+        Result<bool> done = shm::stream_idle(link.side.get(), device_);
+        if (!done || !*done) return false;
+      }
+      idle.push_back(l);  // destroyed below, outside this lock
+      return true;
+    });
   }
 
  private:
@@ -391,7 +432,7 @@ class CudaBackend final : public GpuBackend {
   Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
   const std::string* pending_name_ = nullptr;  // that plan's tensor, for the error
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
-  mutable std::mutex mu_;      // models_, resident_bytes_, clients_
+  mutable std::mutex mu_;      // models_, resident_bytes_, clients_, retired_
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
   std::uint64_t resident_bytes_ = 0;
   // A client's release events, each opened once, with the side stream that waits on it.
@@ -404,6 +445,7 @@ class CudaBackend final : public GpuBackend {
     std::unordered_map<shm::IpcEventHandle, ClientLink, HandleHash> by_handle;
   };
   std::unordered_map<ClientId, std::shared_ptr<ClientLinks>> clients_;
+  std::vector<std::shared_ptr<ClientLinks>> retired_;  // links of clients gone, until their side streams are idle
   CudaMarkers* markers_ = nullptr;  // owned by fences_
   bool shortcut_ = true;            // a client event complete on arrival needs no fence
   // The exit log's figures.

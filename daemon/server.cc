@@ -279,20 +279,34 @@ class Service {
 
   // Whether shutdown gave up waiting for release fences (run_daemon then skips the device teardown).
   bool release_fences_left() const { return fences_left_; }
+  // Whether any device still has release fences or side-stream waits pending now (after the io threads stopped: a
+  // release read after shutdown's wait may have queued one).
+  bool release_fences_pending() {
+    for (Lane& l : lanes_) {
+      if (l.gpu && l.gpu->pending_fences() != 0) return true;
+    }
+    return false;
+  }
 
   bool invariant_broken() const { return invariant_broken_.load(); }
 
   void client_gone(ClientId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Lane& l : lanes_) {
-      std::lock_guard<LaneLock> ll(lane_mu(l));
-      l.cache->drop_client(id);
-      if (l.gpu) l.gpu->drop_client(id);
-      check(l);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Lane& l : lanes_) {
+        std::lock_guard<LaneLock> ll(lane_mu(l));
+        l.cache->drop_client(id);
+        check(l);
+      }
+      sessions_.erase(id);
+      spdlog::debug("client {} gone; its pins dropped", id);
+      if (shutting_down_ && sessions_.empty() && on_drained_) on_drained_();
     }
-    sessions_.erase(id);
-    spdlog::debug("client {} gone; its pins dropped", id);
-    if (shutting_down_ && sessions_.empty() && on_drained_) on_drained_();
+    // Its opened events and side streams (GpuBackend guards its own maps): destroying them must not stall the hits
+    // of other clients on the lane locks. Its fences stay on their slots.
+    for (Lane& l : lanes_) {
+      if (l.gpu) l.gpu->drop_client(id);
+    }
   }
 
   shm::HelloReply hello_reply() const {
@@ -481,12 +495,7 @@ class Service {
       ll.unlock();
       if (lock.owns_lock()) lock.unlock();
       auto made = lane.gpu->client_fence(s.id(), m.event);
-      if (!made) {
-        return send_error(s, req,
-                          made.error().code == ErrorCode::kNoSpace ? shm::WireStatus::kNoSpace
-                                                                   : shm::WireStatus::kInternal,
-                          made.error().message);
-      }
+      if (!made) return send_error(s, req, wire_status_for(made.error().code), made.error().message);
       fence = std::move(*made);
       if (!cfg_.lane_locks) lock.lock();  // the order as above: service lock, then lane lock
       ll.lock();
@@ -755,27 +764,39 @@ class Service {
           std::uint64_t ticket = shm::kNoTicket;
           std::function<void()> on_enqueued;
           if (early) {
+            // Runs inside produce() between the enqueue and the stream sync: it must not throw past it (the sync
+            // guards the pinned buffers the queued copies read). A ticket begun before a throw is still published.
             on_enqueued = [&] {
               tl.enqueued = gpu->last_enqueued_ns();
-              ticket = reply_early(slot_id, tl);
+              try {
+                reply_early(slot_id, tl, &ticket);
+              } catch (const std::exception& e) {
+                spdlog::error("slot {}: early reply failed ({}); its waiters were not answered", slot_id, e.what());
+              }
             };
           }
           Status st = guarded([&] { return produce(&on_device, on_enqueued); });
           tl.done = now_ns();
           tl.enqueued = on_device ? gpu->last_enqueued_ns() : 0;
-          // Published before on_decoded marks the slot ready: a hit answered later carries no ticket.
-          if (ticket != shm::kNoTicket) {
+          auto publish = [&] {
+            if (ticket == shm::kNoTicket) return;
             status_.finish(ticket, static_cast<bool>(st));
             if (tl.enqueued != 0 && spdlog::should_log(spdlog::level::debug)) {
               spdlog::debug("timeline slot {}: status ticket {} published {} at {} ns; enqueued->published {:.1f} us",
                             slot_id, ticket, st ? "ok" : "failed", now_ns(), (now_ns() - tl.enqueued) / 1e3);
             }
-          }
+          };
+          const bool ok = static_cast<bool>(st);
+          // A good decode is published before on_decoded marks the slot ready, so a hit answered later (no ticket)
+          // names a checked decode; a failed one after on_decoded dropped the slot, so a client that reads "failed"
+          // finds the slot and its pins gone (its release is refused, a new acquire decodes again).
+          if (ok) publish();
           auto ns = static_cast<std::uint64_t>(
               std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
           // The completion runs here, on the worker: a hop through an io thread would add a thread wake-up to every
           // miss. The replies are posted to their sessions' threads.
-          on_decoded(slot_id, std::move(st), ns, tl);
+          on_decoded(slot_id, st, ns, tl);
+          if (!ok) publish();
         },
         prio);
     InFlight& f = inflight_[slot_id];
@@ -788,23 +809,27 @@ class Service {
   // Runs on the decode worker once the slot's work is on the stream: answers the acquires waiting now, each reply
   // carrying a fresh status ticket that reads pending until the worker publishes the decode's outcome. The slot stays
   // kDecoding in the cache meanwhile (acquires arriving now wait for on_decoded; a failed decode drops the slot and
-  // the early waiters' pins with it). Returns the ticket, or kNoTicket when nobody was answered.
-  std::uint64_t reply_early(std::uint64_t slot_id, const Timeline& worker_tl) {
+  // the early waiters' pins with it). *ticket: the ticket, set as soon as it is begun (kNoTicket when nobody was
+  // answered). The waiters leave the in-flight entry before any reply is made, so on_decoded never answers them too.
+  void reply_early(std::uint64_t slot_id, const Timeline& worker_tl, std::uint64_t* ticket_out) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = inflight_.find(slot_id);
-    if (it == inflight_.end() || it->second.waiters.empty()) return shm::kNoTicket;
+    if (it == inflight_.end() || it->second.waiters.empty()) return;
     InFlight& f = it->second;
     Lane& lane = lanes_[shm::handle_pool(slot_id)];
     std::lock_guard<LaneLock> ll(lane_mu(lane));  // hits change the lane's cache under this lock alone
     Slot* slot = lane.cache->find(slot_id);
-    if (slot == nullptr) return shm::kNoTicket;
+    if (slot == nullptr) return;
+    const std::vector<Waiter> waiters = std::move(f.waiters);
+    f.waiters.clear();
     const std::uint64_t ticket = status_.begin();  // pending before any reply naming it goes out
+    *ticket_out = ticket;
     Timeline tl = worker_tl;
     tl.read = f.read_ns;
     tl.submit = f.submit_ns;
     tl.done = tl.enqueued;  // the reply does not wait for the decode
     const bool timeline = tl.read != 0 && spdlog::should_log(spdlog::level::debug);
-    for (const Waiter& w : f.waiters) {
+    for (const Waiter& w : waiters) {
       auto s = w.session.lock();
       if (!s) continue;
       std::vector<std::uint8_t> out;
@@ -817,9 +842,7 @@ class Service {
         if (timeline) log_timeline(slot_id, tl, true);
       });
     }
-    f.waiters.clear();
     f.read_ns = 0;
-    return ticket;
   }
 
   // Runs on the decode worker that produced the slot; the replies go to their sessions' threads.
@@ -1297,7 +1320,7 @@ int run_daemon(const DaemonConfig& cfg) {
   } else {
     spdlog::info("stopped");
   }
-  if (svc.release_fences_left()) {
+  if (svc.release_fences_left() || svc.release_fences_pending()) {
     // A client's kernels still hold release fences: tearing the device state down (cuMemFree and cuMemFreeHost
     // synchronise the device, and with it the side streams waiting on the clients' events) would wait for them, for
     // ever if a client hangs. End here: the kernel driver reclaims the device state as for a killed process.

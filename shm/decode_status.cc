@@ -109,7 +109,8 @@ DecodeState StatusView::peek(std::uint64_t ticket) const {
   return state_for(w, ticket);
 }
 
-Result<DecodeState> StatusView::wait(std::uint64_t ticket, int spin_us, int timeout_ms) const {
+Result<DecodeState> StatusView::wait(std::uint64_t ticket, int spin_us, int timeout_ms,
+                                     std::chrono::milliseconds slice) const {
   using Clock = std::chrono::steady_clock;
   std::uint64_t* w = &words()[ticket % entries_];
   std::atomic_ref<std::uint64_t> word(*w);
@@ -128,7 +129,7 @@ Result<DecodeState> StatusView::wait(std::uint64_t ticket, int spin_us, int time
     if (now < spin_end) continue;
     // A bounded sleep: a wake between the load and the wait is not lost (the futex compares the word), and the slice
     // bounds the rare ABA of the low half.
-    futex_wait(w, static_cast<std::uint32_t>(now_word), std::chrono::milliseconds(10));
+    futex_wait(w, static_cast<std::uint32_t>(now_word), slice);
   }
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -67,8 +68,10 @@ class StatusView {
   // The ticket's state now (kPending while the decode runs).
   DecodeState peek(std::uint64_t ticket) const;
   // Polls for up to spin_us, then sleeps on the word until the ticket's state is final or timeout_ms has passed
-  // (0: no limit; then kIo). Returns kOk, kFailed or kLost.
-  Result<DecodeState> wait(std::uint64_t ticket, int spin_us, int timeout_ms) const;
+  // (0: no limit; then kIo). Returns kOk, kFailed or kLost. The sleep is woken by StatusTable::finish and re-checks
+  // the word at least every `slice` (a bound on the rare ABA of the word's low half; tests stretch it).
+  Result<DecodeState> wait(std::uint64_t ticket, int spin_us, int timeout_ms,
+                           std::chrono::milliseconds slice = std::chrono::milliseconds(10)) const;
 
  private:
   std::uint64_t* words() const { return reinterpret_cast<std::uint64_t*>(map_.data()); }

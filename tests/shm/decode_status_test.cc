@@ -85,9 +85,12 @@ TEST(DecodeStatus, ASleepingWaiterInAnotherProcessIsWoken) {
     auto v = StatusView::map(UniqueFd(::dup(t->fd())), 64);
     if (!v) ::_exit(10);
     const auto t0 = std::chrono::steady_clock::now();
-    auto w = v->wait(a, 0, 5000);
+    // A 20 s slice: only the futex wake of finish() (at about 60 ms) ends the sleep well before it.
+    auto w = v->wait(a, 0, 30000, std::chrono::milliseconds(20000));
     if (!w) ::_exit(11);
-    if (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(40)) ::_exit(12);  // it did wait
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    if (waited < std::chrono::milliseconds(40)) ::_exit(12);   // it did wait
+    if (waited > std::chrono::milliseconds(5000)) ::_exit(13);  // it was not woken: the slice ran out
     ::_exit(static_cast<int>(*w));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
