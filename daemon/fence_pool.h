@@ -8,8 +8,8 @@
 // event later could answer for the wrong work. The marker recorded after the wait answers for exactly this release.
 //
 // Markers are reused: a Fence gives its marker back when destroyed, and when every marker is held the pool reclaims
-// one whose work has completed (the cache drops completed fences only when it looks at a slot); a Fence whose marker was reclaimed reads complete, since only a
-// completed marker is reclaimed. When `capacity` markers are all held by work not yet complete, take() answers
+// one whose work has completed (the cache drops completed fences only when it looks at a slot); a Fence whose marker
+// was reclaimed reads complete, since only a completed marker is reclaimed. When `capacity` markers are all held by work not yet complete, take() answers
 // kNoSpace (the release is refused with a clear message; the client may retry). A marker whose query fails (a sticky
 // context error) never reads complete: a slot is never reused on an error.
 //

@@ -109,6 +109,10 @@ class CudaMarkers final : public MarkerSource {
   std::string last_error_;  // under the pool's lock (query runs there)
 };
 
+double mean_us(std::uint64_t total_ns, std::uint64_t n) {
+  return n == 0 ? 0.0 : static_cast<double>(total_ns) / 1e3 / static_cast<double>(n);
+}
+
 class CudaBackend final : public GpuBackend {
  public:
   CudaBackend(int device, std::uint64_t pool_base, shm::CudaStream stream, std::vector<shm::CudaEvent> ring,
@@ -131,8 +135,7 @@ class CudaBackend final : public GpuBackend {
       // Where an event-fence release's time goes in client_fence (the cache's part is logged by the service).
       spdlog::info("device {}: event-fence releases: {} complete on arrival, {} fenced (side-stream wait {:.2f} us, "
                    "marker take+record {:.2f} us mean); {} markers made",
-                   device_, d, n, n == 0 ? 0.0 : static_cast<double>(fence_wait_ns_.load()) / 1e3 / static_cast<double>(n),
-                   n == 0 ? 0.0 : static_cast<double>(fence_marker_ns_.load()) / 1e3 / static_cast<double>(n),
+                   device_, d, n, mean_us(fence_wait_ns_.load(), n), mean_us(fence_marker_ns_.load(), n),
                    fences_->made());
     }
     // The members free device memory and events: on this (the main) thread the device's context must be current.
