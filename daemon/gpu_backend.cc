@@ -430,8 +430,8 @@ class CudaBackend final : public GpuBackend {
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
   // intq "int" tensors' device forms, per model (null where a tensor has none). Variants are added on the GPU thread.
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_intq::Tensor>>> intq_;
-  bool force_host_intq_ = false;
-  std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread  // EPK_INTQ_CPU=1: intq layouts take the CPU path although their kernels exist
+  bool force_host_intq_ = false;  // EPK_INTQ_CPU=1: intq layouts take the CPU path although their kernels exist
+  std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::uint64_t resident_bytes_ = 0;
   // A client's release events, each opened once, with the side stream that waits on it.
   struct ClientLink {
