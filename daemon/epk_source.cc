@@ -65,6 +65,17 @@ class EpkSource final : public ModelSource {
     return reader_.verify(reader_.tensors()[tensor]);
   }
   const std::vector<TensorMeta>& tensors() const override { return tensors_; }
+  const layouts::intq::IntHeader* intq_header(std::size_t tensor) const override {
+    return tensor < intq_.size() && intq_[tensor] ? &*intq_[tensor] : nullptr;
+  }
+  Status read_intq(std::size_t tensor, layouts::QuantTensor* out) const override {
+    if (intq_header(tensor) == nullptr) {
+      return make_error(ErrorCode::kUnsupported, origin_ + ": tensor index " + std::to_string(tensor) +
+                                                     " is not an intq int tensor");
+    }
+    EPK_TRY_ASSIGN(*out, layouts::intq::read_int(reader_, reader_.tensors()[tensor]));
+    return {};
+  }
 
   Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const override {
     if (tensor >= tensors_.size()) return make_error(ErrorCode::kNotFound, origin_ + ": tensor index out of range");

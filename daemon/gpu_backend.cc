@@ -17,6 +17,7 @@
 #include "codec/cuda/decode_desc.h"
 #include "codec/rans/stream.h"
 #include "daemon/fence_pool.h"
+#include "daemon/gpu_intq.h"
 #include "shm/cuda_event.h"
 #include "shm/device_pool.h"
 #include "shm/layout.h"
@@ -125,6 +126,8 @@ class CudaBackend final : public GpuBackend {
         patch_(std::move(patch)) {
     const char* no_shortcut = std::getenv("EPK_FENCE_NO_SHORTCUT");  // a diagnostic: measure the marker path
     shortcut_ = no_shortcut == nullptr || std::string_view(no_shortcut) != "1";
+    const char* host_intq = std::getenv("EPK_INTQ_CPU");  // a diagnostic: measure intq layouts on the CPU path
+    force_host_intq_ = host_intq != nullptr && std::string_view(host_intq) == "1";
     auto markers = std::make_unique<CudaMarkers>(device_, kFenceMarkers);
     markers_ = markers.get();
     fences_ = FencePool::create(std::move(markers), kFenceMarkers, "CUDA device " + std::to_string(device_));
@@ -137,6 +140,11 @@ class CudaBackend final : public GpuBackend {
                    "marker take+record {:.2f} us mean); {} markers made",
                    device_, d, n, mean_us(fence_wait_ns_.load(), n), mean_us(fence_marker_ns_.load(), n),
                    fences_->made());
+    }
+    if (intq_kernel_slots_ + intq_host_slots_ != 0) {
+      // Which path intq slots took (epkd_gpu_test reads this line to know the kernels ran).
+      spdlog::info("device {}: intq slots: {} by the device kernels, {} by the CPU path", device_,
+                   intq_kernel_slots_.load(), intq_host_slots_.load());
     }
     // The members free device memory and events: on this (the main) thread the device's context must be current.
     (void)shm::make_device_current(device_);
@@ -156,7 +164,16 @@ class CudaBackend final : public GpuBackend {
       EPK_TRY_ASSIGN(status_, shm::PinnedBuffer::alloc(sizeof(cuda::DecodeStatus), device_));
     }
     std::vector<std::shared_ptr<Resident>> made(src->tensors().size());
+    std::vector<std::shared_ptr<gpu_intq::Tensor>> made_intq(src->tensors().size());
     for (std::size_t i = 0; i < src->tensors().size(); ++i) {
+      if (src->intq_header(i) != nullptr) {
+        // intq "int" tensors: their logical form, for the repack and dequantize kernels (daemon/gpu_intq.h).
+        EPK_TRY(src->verify_stored(i));
+        EPK_TRY_ASSIGN(std::unique_ptr<gpu_intq::Tensor> q, gpu_intq::upload(*src, i, device_, stream_));
+        added += q->variants[0]->bytes;
+        made_intq[i] = std::move(q);
+        continue;
+      }
       const rans::LatticeRansStream* s = src->lattice_stream(i);
       if (s == nullptr) continue;
       // Resident bytes are decoded without produce()'s after-decode checksum: check them once here.
@@ -181,6 +198,7 @@ class CudaBackend final : public GpuBackend {
     EPK_TRY(stream_.synchronize());  // the uploads read host memory owned by the source and the plans
     std::lock_guard<std::mutex> lock(mu_);
     models_[model_id] = std::move(made);
+    intq_[model_id] = std::move(made_intq);
     resident_bytes_ += added;
     return added;
   }
@@ -191,20 +209,37 @@ class CudaBackend final : public GpuBackend {
     *on_device = false;
     pending_plan_ = nullptr;
     std::shared_ptr<Resident> r;
+    std::shared_ptr<gpu_intq::Tensor> q;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto m = models_.find(model_id);
       if (m != models_.end() && tensor < m->second.size()) r = m->second[tensor];
+      auto iq = intq_.find(model_id);
+      if (iq != intq_.end() && tensor < iq->second.size()) q = iq->second[tensor];
     }
     EPK_TRY(shm::make_device_current(device_));
     const std::uint64_t dst = pool_base_ + slot_offset;
     std::optional<cuda::OutputFormat> fmt = r ? gpu_format(layout, r->source) : std::nullopt;
     Status enqueued = [&]() -> Status {
+      bool intq_kernels = false;
+      if (q && !force_host_intq_) {
+        std::uint64_t added = 0;
+        EPK_TRY_ASSIGN(intq_kernels, gpu_intq::covers(*q, src, tensor, layout, device_, stream_, &added));
+        if (added != 0) {
+          std::lock_guard<std::mutex> lock(mu_);
+          resident_bytes_ += added;
+        }
+      }
       if (fmt) {
         EPK_TRY(decode_on_device(*r, *fmt, dst, bytes));
         *on_device = true;
+      } else if (intq_kernels) {
+        EPK_TRY(gpu_intq::produce(*q, src, tensor, layout, dst, bytes, device_, stream_));
+        *on_device = true;
+        ++intq_kernel_slots_;
       } else {
         EPK_TRY(produce_on_host(src, tensor, layout, dst, bytes));
+        if (q) ++intq_host_slots_;
       }
       EPK_TRY(ring_[event_for(slot_id)].record(stream_.get()));
       last_enqueued_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -437,6 +472,10 @@ class CudaBackend final : public GpuBackend {
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
   mutable std::mutex mu_;      // models_, resident_bytes_, clients_, retired_
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
+  // intq "int" tensors' device forms, per model (null where a tensor has none). Variants are added on the GPU thread.
+  std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_intq::Tensor>>> intq_;
+  bool force_host_intq_ = false;  // EPK_INTQ_CPU=1: intq layouts take the CPU path although their kernels exist
+  std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::uint64_t resident_bytes_ = 0;
   // A client's release events, each opened once, with the side stream that waits on it.
   struct ClientLink {

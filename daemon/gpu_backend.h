@@ -8,8 +8,10 @@
 //   format, then kept. An uncached acquire then costs a 16-byte descriptor patch (the slot's address) and one kernel.
 // - produce() runs on the GPU scheduler's single thread (a DecodeScheduler with one worker: acquire outranks
 //   prefetch, promote as on the CPU path). Lattice-rans tensors in dense and rowwise layouts decode on the device into
-//   the slot; everything else (raw tensors, layouts codec/cuda does not write) is produced by the CPU decoder into a
-//   pinned host buffer and copied to the slot on the stream. Either way the ring event slot_id % ring is recorded
+//   the slot; intq "int" tensors (uploaded at add_model too: daemon/gpu_intq.h) are dequantized (dense bf16/fp16) or
+//   repacked (gptq, gptq-v2, awq, marlin) by codec/cuda's intq kernels; everything else (raw tensors, fp32 dense intq,
+//   layouts codec/cuda does not write; every intq layout with EPK_INTQ_CPU=1 in epkd's environment, to measure) is
+//   produced by the CPU decoder into a pinned host buffer and copied to the slot on the stream. Either way the ring event slot_id % ring is recorded
 //   after the work, then `on_enqueued` runs (epkd answers the acquire there, with a decode status ticket: protocol
 //   version 4), and produce() waits for the stream before returning: its result is the tile status, which epkd
 //   publishes in the status table before the slot is marked ready (shm/decode_status.h).
@@ -52,7 +54,8 @@ class GpuBackend {
     return static_cast<std::uint32_t>(slot_id % event_handles().size());
   }
 
-  // Makes `src`'s lattice-rans tensors resident on the device (model `model_id`). Returns the bytes added.
+  // Makes `src`'s lattice-rans and intq "int" tensors resident on the device (model `model_id`). Returns the bytes
+  // added.
   virtual Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) = 0;
   virtual std::uint64_t resident_bytes() const = 0;
 

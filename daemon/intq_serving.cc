@@ -9,25 +9,19 @@
 namespace epk::daemon::intq_serving {
 namespace {
 
-layouts::Layout target_of(shm::Layout l) {
-  switch (l) {
-    case shm::Layout::kGptqV2: return layouts::Layout::kGptqV2;
-    case shm::Layout::kAwq: return layouts::Layout::kAwq;
-    case shm::Layout::kMarlin: return layouts::Layout::kMarlin;
-    default: return layouts::Layout::kGptqV1;
-  }
+Error unsupported(const std::string& origin, const std::string& name, shm::Layout layout, const std::string& why) {
+  return make_error(ErrorCode::kUnsupported, origin + ": tensor '" + name + "': layout " +
+                                                 std::string(shm::layout_name(layout)) + ": " + why);
 }
-
 Error unsupported(const std::string& origin, const container::TensorEntry& e, shm::Layout layout,
                   const std::string& why) {
-  return make_error(ErrorCode::kUnsupported, origin + ": tensor '" + e.name + "': layout " +
-                                                 std::string(shm::layout_name(layout)) + ": " + why);
+  return unsupported(origin, e.name, layout, why);
 }
 
 // What write_layout produces, from the params alone: the same refusals and the same padding (pad_to adds the
 // groups that new rows need; sort_groups keeps their count).
 Result<shm::PackedGeometry> geometry(const layouts::intq::IntHeader& h, const std::string& origin,
-                                     const container::TensorEntry& e, shm::Layout layout) {
+                                     const std::string& e, shm::Layout layout) {
   const layouts::QuantTensor& t = h.shape;
   const std::string bits = std::to_string(t.bits) + "-bit codes";
   shm::PackedGeometry g;
@@ -75,23 +69,30 @@ Result<shm::PackedGeometry> geometry(const layouts::intq::IntHeader& h, const st
   return g;
 }
 
-struct Plan {
-  shm::PackedGeometry geometry;
-  std::array<shm::PackedPart, shm::kMaxPackedParts> parts{};
-  std::size_t count = 0;
-  std::uint64_t bytes = 0;
-};
-
 Result<Plan> plan(const layouts::intq::IntHeader& h, const std::string& origin, const container::TensorEntry& e,
                   shm::Layout layout) {
-  Plan p;
-  EPK_TRY_ASSIGN(p.geometry, geometry(h, origin, e, layout));
-  p.count = shm::packed_parts(layout, p.geometry, h.shape.scale_dtype, &p.parts, &p.bytes);
-  if (p.count == 0) return unsupported(origin, e, layout, "too large or not divisible as the layout needs");
-  return p;
+  return packed_plan(h, origin, e.name, layout);
 }
 
 }  // namespace
+
+layouts::Layout target_of(shm::Layout l) {
+  switch (l) {
+    case shm::Layout::kGptqV2: return layouts::Layout::kGptqV2;
+    case shm::Layout::kAwq: return layouts::Layout::kAwq;
+    case shm::Layout::kMarlin: return layouts::Layout::kMarlin;
+    default: return layouts::Layout::kGptqV1;
+  }
+}
+
+Result<Plan> packed_plan(const layouts::intq::IntHeader& h, const std::string& origin, const std::string& name,
+                         shm::Layout layout) {
+  Plan p;
+  EPK_TRY_ASSIGN(p.geometry, geometry(h, origin, name, layout));
+  p.count = shm::packed_parts(layout, p.geometry, h.shape.scale_dtype, &p.parts, &p.bytes);
+  if (p.count == 0) return unsupported(origin, name, layout, "too large or not divisible as the layout needs");
+  return p;
+}
 
 Result<std::optional<layouts::intq::IntHeader>> inspect(const container::Reader& reader,
                                                         const container::TensorEntry& entry) {

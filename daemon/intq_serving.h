@@ -9,16 +9,32 @@
 // the tensor, from served(); one that only the codes can refuse (gptq v1 with a zero point of 0) from produce().
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <span>
 #include <string>
 
 #include "codec/container/reader.h"
+#include "codec/layouts/convert.h"
 #include "codec/layouts/intq_io.h"
 #include "daemon/model_source.h"
 
 namespace epk::daemon::intq_serving {
+
+// What write_layout makes of a tensor in a packed layout, from its params alone: the padded geometry and the parts
+// as shm::packed_parts places them (served() sizes the slot by it; the GPU path writes the same parts).
+struct Plan {
+  shm::PackedGeometry geometry;
+  std::array<shm::PackedPart, shm::kMaxPackedParts> parts{};
+  std::size_t count = 0;
+  std::uint64_t bytes = 0;
+};
+// kUnsupported naming `origin`, tensor `name` and the layout where the layout cannot hold the tensor (see above).
+Result<Plan> packed_plan(const layouts::intq::IntHeader& h, const std::string& origin, const std::string& name,
+                         shm::Layout layout);
+// The codec/layouts target that writes a packed serving layout (layout_alignment gives its padding).
+layouts::Layout target_of(shm::Layout layout);
 
 // nullopt for tensors that are not intq kind "int" (their packed layouts are kUnsupported); an error for an int
 // entry whose params are malformed (the model is refused at open).

@@ -20,6 +20,12 @@
 namespace epk::rans {
 struct LatticeRansStream;
 }
+namespace epk::layouts {
+struct QuantTensor;
+namespace intq {
+struct IntHeader;
+}
+}  // namespace epk::layouts
 
 namespace epk::daemon {
 
@@ -59,6 +65,13 @@ class ModelSource {
   // Checks the tensor's stored bytes (checksums) without decoding: the GPU path calls it before it keeps them resident
   // on the device, since its decodes skip produce()'s after-decode check.
   virtual Status verify_stored(std::size_t /*tensor*/) const { return {}; }
+  // GPU path for intq "int" tensors (FORMAT.md 11): the params kept at open (nullptr for other tensors), and the
+  // logical tensor read from the stored buffers (rANS-coded codes decoded), which the device tier uploads once per
+  // padding. read_intq fills *out and is called on the GPU path's threads only.
+  virtual const layouts::intq::IntHeader* intq_header(std::size_t /*tensor*/) const { return nullptr; }
+  virtual Status read_intq(std::size_t /*tensor*/, layouts::QuantTensor* /*out*/) const {
+    return make_error(ErrorCode::kUnsupported, origin() + ": no intq tensors");
+  }
 };
 
 // Row-major strides, in elements, for `shape` (at most shm::kMaxDims entries are used).

@@ -39,42 +39,55 @@ detail::Geometry geometry(const DeviceIntq& t) {
 
 unsigned blocks_for(std::uint64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-// Marlin's scale permutations (64 grouped entries, then 32 per-channel ones), uploaded once.
+// A small constant table uploaded once per device (the current one: epkd serves every GPU of the host from one
+// process, and a kernel must not read another device's memory).
+constexpr int kMaxTableDevices = 64;
+struct DeviceTable {
+  std::once_flag once;
+  int* table = nullptr;
+  cudaError_t status = cudaSuccess;
+};
+
+Result<const int*> device_table(DeviceTable (&tables)[kMaxTableDevices], std::vector<int> (*make)(), const char* what) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxTableDevices) {
+    return make_error(ErrorCode::kCuda, std::string("intq gpu: ") + what + ": no usable current device");
+  }
+  DeviceTable& t = tables[dev];
+  std::call_once(t.once, [&] {
+    const std::vector<int> host = make();
+    t.status = cudaMalloc(&t.table, host.size() * sizeof(int));
+    if (t.status == cudaSuccess)
+      t.status = cudaMemcpy(t.table, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
+  });
+  if (t.status != cudaSuccess)
+    return make_error(ErrorCode::kCuda, std::string("intq gpu: ") + what + ": " + cudaGetErrorString(t.status));
+  return const_cast<const int*>(t.table);
+}
+
+// Marlin's scale permutations (64 grouped entries, then 32 per-channel ones).
 Result<const int*> marlin_scale_perm(bool grouped) {
-  static std::once_flag once;
-  static int* table = nullptr;
-  static cudaError_t status = cudaSuccess;
-  std::call_once(once, [] {
+  static DeviceTable tables[kMaxTableDevices];
+  EPK_TRY_ASSIGN(const int* table, device_table(tables, [] {
     std::vector<int> host = layouts::marlin_scale_perm();
     const auto single = layouts::marlin_scale_perm_single();
     host.insert(host.end(), single.begin(), single.end());
-    status = cudaMalloc(&table, host.size() * sizeof(int));
-    if (status == cudaSuccess)
-      status = cudaMemcpy(table, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
-  });
-  if (status != cudaSuccess)
-    return make_error(ErrorCode::kCuda, std::string("intq gpu: marlin scale table: ") + cudaGetErrorString(status));
+    return host;
+  }, "marlin scale table"));
   return table + (grouped ? 0 : 64);
 }
 
-// The 4- and 8-bit Marlin weight permutations, uploaded once per process (device 0's context; the daemon and the
-// tools use one device).
+// The 4- and 8-bit Marlin weight permutations.
 Result<const int*> marlin_perm(int bits) {
-  static std::once_flag once;
-  static int* table = nullptr;
-  static cudaError_t status = cudaSuccess;
-  std::call_once(once, [] {
+  static DeviceTable tables[kMaxTableDevices];
+  EPK_TRY_ASSIGN(const int* table, device_table(tables, [] {
     std::vector<int> host;
     for (int b : {4, 8}) {
       auto p = layouts::marlin_weight_perm(b);
       host.insert(host.end(), p.begin(), p.end());
     }
-    status = cudaMalloc(&table, host.size() * sizeof(int));
-    if (status == cudaSuccess)
-      status = cudaMemcpy(table, host.data(), host.size() * sizeof(int), cudaMemcpyHostToDevice);
-  });
-  if (status != cudaSuccess)
-    return make_error(ErrorCode::kCuda, std::string("intq gpu: marlin table: ") + cudaGetErrorString(status));
+    return host;
+  }, "marlin table"));
   return table + (bits == 4 ? 0 : 1024);
 }
 

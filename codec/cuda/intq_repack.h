@@ -9,7 +9,7 @@
 //                     invert_perm / group_order computing the row maps on the device (act-order never needs a host
 //                     round trip).
 // Host-only header (no CUDA headers): the daemon and the tools include it with the host compiler. No call allocates
-// device memory except the one-time upload of the Marlin permutation tables; scratch is the caller's.
+// device memory except the one-time upload (per device) of the Marlin permutation tables; scratch is the caller's.
 #pragma once
 
 #include <cstdint>

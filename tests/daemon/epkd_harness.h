@@ -128,6 +128,7 @@ class Epkd {
   }
   bool running() const { return pid_ > 0; }
   const std::string& socket() const { return socket_; }
+  const std::string& log_path() const { return log_; }  // epkd's stderr (gone once this object is)
   pid_t pid() const { return pid_; }
 
   // SIGTERM and the exit code (-1 when it does not exit within 5 s).

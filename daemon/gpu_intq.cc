@@ -1,0 +1,243 @@
+#include "daemon/gpu_intq.h"
+
+#include <algorithm>
+#include <numeric>
+#include <span>
+
+#include "codec/cuda/intq_repack.h"
+#include "codec/layouts/convert.h"
+#include "codec/layouts/intq_io.h"
+#include "codec/layouts/pack_bits.h"
+#include "daemon/intq_serving.h"
+
+namespace epk::daemon::gpu_intq {
+namespace {
+
+namespace ci = cuda::intq;
+
+cuda::Stream cs(const shm::CudaStream& s) { return static_cast<cuda::Stream>(s.get()); }
+
+template <class T>
+Result<shm::DeviceBuffer> put(std::span<const T> v, int device, const shm::CudaStream& stream) {
+  EPK_TRY_ASSIGN(shm::DeviceBuffer b, shm::DeviceBuffer::alloc(v.size_bytes(), device));
+  if (!v.empty()) EPK_TRY(shm::copy_to_device_async(b.ptr(), v.data(), v.size_bytes(), stream.get(), device));
+  return b;
+}
+
+template <class T>
+const T* as(const shm::DeviceBuffer& b) {
+  return b.ptr() == 0 ? nullptr : reinterpret_cast<const T*>(b.ptr());
+}
+
+ci::DeviceIntq view_of(const Tensor& t, const Variant& v) {
+  ci::DeviceIntq d;
+  d.codes = as<std::uint32_t>(v.codes);
+  d.scales = as<float>(v.scales);
+  d.zeros = as<std::uint32_t>(v.zeros);
+  d.g_idx = as<std::int32_t>(v.g_idx);
+  d.perm = as<std::int32_t>(v.perm);
+  d.bits = t.bits;
+  d.rows = t.rows;
+  d.cols = t.cols;
+  d.padded_rows = v.padded_rows;
+  d.padded_cols = v.padded_cols;
+  d.group_size = t.group_size;
+  d.num_groups = v.num_groups;
+  return d;
+}
+
+// sort_groups' refusal, computed as it does: the stable order of the rows by group moves a padding row into the
+// logical rows.
+bool padding_sorts_inside(const layouts::QuantTensor& q) {
+  std::vector<std::int32_t> order(q.g_idx.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return q.g_idx[static_cast<std::size_t>(a)] < q.g_idx[static_cast<std::size_t>(b)];
+  });
+  for (std::int64_t j = 0; j < q.rows && j < static_cast<std::int64_t>(order.size()); ++j) {
+    if (order[static_cast<std::size_t>(j)] >= q.rows) return true;
+  }
+  return false;
+}
+
+// The logical form of q in device memory, and the act-order row maps the repacks take.
+Result<std::unique_ptr<Variant>> make_variant(const Tensor& t, const layouts::QuantTensor& q, int device,
+                                              const shm::CudaStream& stream) {
+  auto v = std::make_unique<Variant>();
+  v->padded_rows = q.padded_rows;
+  v->padded_cols = q.padded_cols;
+  v->num_groups = q.num_groups;
+  v->static_groups = layouts::has_static_groups(q);
+  v->has_perm = !q.perm.empty();
+  v->zero_point_zero = std::any_of(q.zeros.begin(), q.zeros.end(), [](std::int32_t z) { return z == 0; });
+  v->padding_sorts_inside = !v->static_groups && padding_sorts_inside(q);
+  std::vector<std::uint32_t> words(layouts::packed_words(q.codes.size(), q.bits));
+  EPK_TRY(layouts::pack_bits(q.codes, q.bits, words));
+  EPK_TRY_ASSIGN(v->codes, put(std::span<const std::uint32_t>(words), device, stream));
+  EPK_TRY_ASSIGN(v->scales, put(std::span<const float>(q.scales), device, stream));
+  std::vector<std::uint32_t> zwords;
+  if (!layouts::is_symmetric(q)) {  // symmetric: the kernels take 2^(bits-1), as the CPU writers do
+    std::vector<std::uint8_t> z8(q.zeros.begin(), q.zeros.end());
+    zwords.resize(layouts::packed_words(z8.size(), q.bits));
+    EPK_TRY(layouts::pack_bits(z8, q.bits, zwords));
+    EPK_TRY_ASSIGN(v->zeros, put(std::span<const std::uint32_t>(zwords), device, stream));
+  }
+  if (!v->static_groups) {
+    EPK_TRY_ASSIGN(v->g_idx, put(std::span<const std::int32_t>(q.g_idx), device, stream));
+  }
+  if (v->has_perm) {
+    EPK_TRY_ASSIGN(v->perm, put(std::span<const std::int32_t>(q.perm), device, stream));
+  }
+  const std::uint64_t map_bytes = static_cast<std::uint64_t>(q.padded_rows) * 4;
+  const ci::DeviceIntq d = view_of(t, *v);
+  if (v->has_perm) {
+    EPK_TRY_ASSIGN(v->inv_perm, shm::DeviceBuffer::alloc(map_bytes, device));
+    EPK_TRY(ci::invert_perm(d, reinterpret_cast<std::int32_t*>(v->inv_perm.ptr()), cs(stream)));
+  }
+  if (!v->static_groups || v->has_perm) {
+    EPK_TRY_ASSIGN(v->order, shm::DeviceBuffer::alloc(map_bytes, device));
+    EPK_TRY(ci::group_order(d, reinterpret_cast<std::int32_t*>(v->order.ptr()), nullptr, cs(stream)));
+  }
+  EPK_TRY(stream.synchronize());  // words, zwords and q's vectors are read by the copies
+  v->bytes = v->codes.size() + v->scales.size() + v->zeros.size() + v->g_idx.size() + v->perm.size() +
+             v->inv_perm.size() + v->order.size();
+  return v;
+}
+
+Variant* find(const Tensor& t, std::uint64_t padded_rows, std::uint64_t padded_cols) {
+  for (const auto& v : t.variants) {
+    if (static_cast<std::uint64_t>(v->padded_rows) == padded_rows &&
+        static_cast<std::uint64_t>(v->padded_cols) == padded_cols) {
+      return v.get();
+    }
+  }
+  return nullptr;
+}
+
+std::optional<ci::DenseType> dense_type(DType d) {
+  if (d == DType::kBF16) return ci::DenseType::kBf16;
+  if (d == DType::kF16) return ci::DenseType::kFp16;
+  return std::nullopt;
+}
+
+// The dense dtype `layout` asks for (nullopt: not a dense layout the kernels write).
+std::optional<ci::DenseType> dense_layout(const Tensor& t, shm::Layout layout) {
+  switch (layout) {
+    case shm::Layout::kDenseBF16: return ci::DenseType::kBf16;
+    case shm::Layout::kDenseF16: return ci::DenseType::kFp16;
+    case shm::Layout::kStored: return dense_type(t.dense);
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tensor>> upload(const ModelSource& src, std::size_t tensor, int device,
+                                       const shm::CudaStream& stream) {
+  layouts::QuantTensor q;
+  EPK_TRY(src.read_intq(tensor, &q));
+  auto t = std::make_unique<Tensor>();
+  t->name = src.tensors()[tensor].name;
+  t->dense = src.tensors()[tensor].dtype;
+  t->scale = q.scale_dtype;
+  t->bits = q.bits;
+  t->rows = q.rows;
+  t->cols = q.cols;
+  t->group_size = q.group_size;
+  EPK_TRY_ASSIGN(std::unique_ptr<Variant> v, make_variant(*t, q, device, stream));
+  t->variants.push_back(std::move(v));
+  return t;
+}
+
+Result<bool> covers(Tensor& t, const ModelSource& src, std::size_t tensor, shm::Layout layout, int device,
+                    const shm::CudaStream& stream, std::uint64_t* added) {
+  *added = 0;
+  if (!shm::is_packed_int(layout)) return dense_layout(t, layout).has_value();
+  const layouts::intq::IntHeader* h = src.intq_header(tensor);
+  if (h == nullptr || !dense_type(t.scale)) return false;
+  Result<intq_serving::Plan> plan = intq_serving::packed_plan(*h, src.origin(), t.name, layout);
+  if (!plan) return false;  // the CPU path answers with the same refusal
+  const shm::PackedGeometry& g = plan->geometry;
+  Variant* v = find(t, g.padded_rows, g.padded_cols);
+  if (v == nullptr) {
+    // write_layout's padding for this layout, made once on the host from the stored tensor.
+    layouts::QuantTensor q;
+    EPK_TRY(src.read_intq(tensor, &q));
+    std::int64_t rm = 1, cm = 1;
+    layouts::layout_alignment(intq_serving::target_of(layout), q, &rm, &cm);
+    EPK_TRY(layouts::pad_to(q, rm, cm));
+    if (static_cast<std::uint64_t>(q.padded_rows) != g.padded_rows ||
+        static_cast<std::uint64_t>(q.padded_cols) != g.padded_cols) {
+      return false;  // not the geometry the slot was sized by: let the CPU path report it
+    }
+    EPK_TRY_ASSIGN(std::unique_ptr<Variant> made, make_variant(t, q, device, stream));
+    *added = made->bytes;
+    v = made.get();
+    t.variants.push_back(std::move(made));
+  }
+  if (static_cast<std::uint64_t>(v->num_groups) != g.num_groups) return false;
+  const bool act_order = !v->static_groups || v->has_perm;
+  switch (layout) {
+    case shm::Layout::kGptq: return !v->zero_point_zero;
+    case shm::Layout::kGptqV2: return true;
+    case shm::Layout::kAwq: return !act_order;
+    case shm::Layout::kMarlin:
+      return ((g.flags & shm::kPackedGIdx) != 0) == act_order && !(act_order && v->padding_sorts_inside);
+    default: return false;
+  }
+}
+
+Status produce(const Tensor& t, const ModelSource& src, std::size_t tensor, shm::Layout layout, std::uint64_t dst,
+               std::uint64_t bytes, int device, const shm::CudaStream& stream) {
+  const cuda::Stream s = cs(stream);
+  if (std::optional<ci::DenseType> d = dense_layout(t, layout)) {
+    if (static_cast<std::uint64_t>(t.rows) * static_cast<std::uint64_t>(t.cols) * 2 != bytes) {
+      return make_error(ErrorCode::kInternal, "tensor '" + t.name + "': dense intq slot size");
+    }
+    return ci::dequantize_dense(view_of(t, *t.variants[0]), *d, reinterpret_cast<void*>(dst), s);
+  }
+  const layouts::intq::IntHeader* h = src.intq_header(tensor);
+  if (h == nullptr) return make_error(ErrorCode::kInternal, "tensor '" + t.name + "': no intq params");
+  EPK_TRY_ASSIGN(intq_serving::Plan plan, intq_serving::packed_plan(*h, src.origin(), t.name, layout));
+  const Variant* v = find(t, plan.geometry.padded_rows, plan.geometry.padded_cols);
+  if (v == nullptr || plan.bytes != bytes) {
+    return make_error(ErrorCode::kInternal, "tensor '" + t.name + "': packed intq slot without its device form");
+  }
+  // The gaps between parts (and nothing past the slot): zero, as the CPU path leaves them.
+  for (std::size_t i = 0; i < plan.count; ++i) {
+    const std::uint64_t end = plan.parts[i].offset + plan.parts[i].bytes;
+    const std::uint64_t next = i + 1 < plan.count ? plan.parts[i + 1].offset : plan.bytes;
+    if (next > end) EPK_TRY(shm::fill_device_async(dst + end, 0, next - end, stream.get(), device));
+  }
+  const ci::DeviceIntq d = view_of(t, *v);
+  const ci::DenseType st = *dense_type(t.scale);
+  auto part = [&](std::size_t i) { return dst + plan.parts[i].offset; };
+  auto* inv = v->has_perm ? reinterpret_cast<const std::int32_t*>(v->inv_perm.ptr()) : nullptr;
+  auto* order = v->order.ptr() != 0 ? reinterpret_cast<const std::int32_t*>(v->order.ptr()) : nullptr;
+  switch (layout) {
+    case shm::Layout::kGptq:
+    case shm::Layout::kGptqV2:
+      EPK_TRY(ci::repack_gptq_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s, inv));
+      if (layout == shm::Layout::kGptq) {
+        EPK_TRY(ci::repack_gptq_qzeros_v1(d, reinterpret_cast<std::uint32_t*>(part(1)), nullptr, s));
+      } else {
+        EPK_TRY(ci::repack_gptq_qzeros_v2(d, reinterpret_cast<std::uint32_t*>(part(1)), s));
+      }
+      EPK_TRY(ci::convert_scales(d, st, reinterpret_cast<void*>(part(2)), s));
+      return ci::gptq_g_idx(d, inv, reinterpret_cast<std::int32_t*>(part(3)), s);
+    case shm::Layout::kAwq:
+      EPK_TRY(ci::repack_awq_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s));
+      EPK_TRY(ci::repack_awq_qzeros(d, reinterpret_cast<std::uint32_t*>(part(1)), s));
+      return ci::convert_scales(d, st, reinterpret_cast<void*>(part(2)), s);
+    case shm::Layout::kMarlin:
+      EPK_TRY(ci::repack_marlin_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s, order));
+      EPK_TRY(ci::repack_marlin_scales(d, st, reinterpret_cast<void*>(part(1)), s));
+      if (order == nullptr) return {};
+      return ci::marlin_g_idx_perm(d, order, reinterpret_cast<std::int32_t*>(part(2)),
+                                   reinterpret_cast<std::int32_t*>(part(3)), s);
+    default:
+      return make_error(ErrorCode::kInternal, "tensor '" + t.name + "': not an intq layout the kernels write");
+  }
+}
+
+}  // namespace epk::daemon::gpu_intq
