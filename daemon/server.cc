@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -125,6 +126,24 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void send(std::span<const std::uint8_t> msg) {
     if (!open_) return;
+    if (!writing_ && pending_.empty()) {
+      // Nothing queued (every cache hit and release): one non-blocking send straight from the caller's buffer. No
+      // copy into pending_, no asio write operation and no completion handler to run afterwards; only what the
+      // socket did not take goes through the write chain below.
+      ssize_t n;
+      do {
+        n = ::send(sock_.native_handle(), msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      } while (n < 0 && errno == EINTR);
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {  // the client is gone: as a failed async write
+          close_now();
+          return;
+        }
+        n = 0;
+      }
+      if (static_cast<std::size_t>(n) == msg.size()) return;
+      msg = msg.subspan(static_cast<std::size_t>(n));
+    }
     if (pending_.size() + msg.size() > kMaxPendingReplyBytes) {
       // A client that sends without reading its replies: drop it rather than buffer without bound.
       spdlog::warn("client {}: {} bytes of replies unread; closing the session", id_, pending_.size());

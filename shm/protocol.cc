@@ -406,8 +406,14 @@ Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p) 
 }
 
 Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
-  Reader r(p, "acquire reply");
   AcquireReply m;
+  EPK_TRY(decode_acquire_reply(p, &m));
+  return m;
+}
+
+Status decode_acquire_reply(std::span<const std::uint8_t> p, AcquireReply* into) {
+  Reader r(p, "acquire reply");
+  AcquireReply& m = *into;
   EPK_TRY_ASSIGN(m.handle, r.get<std::uint64_t>("handle"));
   EPK_TRY_ASSIGN(m.pool_id, r.get<std::uint32_t>("pool_id"));
   EPK_TRY_ASSIGN(m.dtype, r.get<std::uint32_t>("dtype"));
@@ -417,7 +423,7 @@ Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
   if (ndim > kMaxDims) return r.bad("ndim", std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
   EPK_TRY_ASSIGN(std::uint32_t reserved, r.get<std::uint32_t>("reserved"));
   if (reserved != 0) return r.bad("reserved", "is not zero");
-  m.shape.resize(ndim);
+  m.shape.resize(ndim);  // within a reserved capacity of kMaxDims: no allocation
   m.strides.resize(ndim);
   for (auto& d : m.shape) {
     EPK_TRY_ASSIGN(d, r.get<std::uint64_t>("shape"));
@@ -429,8 +435,7 @@ Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
   EPK_TRY_ASSIGN(std::uint32_t reserved2, r.get<std::uint32_t>("reserved"));
   if (reserved2 != 0) return r.bad("reserved", "is not zero");
   EPK_TRY_ASSIGN(m.status_ticket, r.get<std::uint64_t>("status_ticket"));
-  EPK_TRY(r.finish());
-  return m;
+  return r.finish();
 }
 
 Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p) {

@@ -265,6 +265,9 @@ Status decode_empty(std::span<const std::uint8_t> p, const char* what);
 Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p);
 Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p);
 Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p);
+// The same into an existing reply: shape and strides keep their capacity, so a client that reserved kMaxDims decodes
+// acquire replies without allocating. On error *into is left partly written.
+Status decode_acquire_reply(std::span<const std::uint8_t> p, AcquireReply* into);
 Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p);
 Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p);
 Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p);

@@ -211,6 +211,59 @@ TEST(ProtocolMalformed, ReplyCountsAreChecked) {
   EXPECT_FALSE(decode_stats_reply(payload_of(msg)));
 }
 
+// The in-place decoder (libepk's hit path) gives what the value decoder gives, reusing the capacity it was handed:
+// a 3-d reply after a 5-d one shrinks the vectors without reallocating them.
+TEST(Protocol, AcquireReplyDecodesInPlaceKeepingCapacity) {
+  std::vector<std::uint8_t> msg;
+  AcquireReply into;
+  into.shape.reserve(kMaxDims);
+  into.strides.reserve(kMaxDims);
+  const std::uint64_t* shape_data = into.shape.data();
+  const std::int64_t* strides_data = into.strides.data();
+  AcquireReply five{(3ull << kHandlePoolShift) | 77, 3, 11, 8192, 7 * 3 * 5 * 2 * 1 * 2, {7, 3, 5, 2, 1},
+                    {30, 10, 2, 1, 1}, 5, 123456789};
+  AcquireReply three{9, 0, 9, 4096, 2 * 3 * 5 * 2, {2, 3, 5}, {15, 5, 1}};
+  for (const AcquireReply* want : {&five, &three}) {
+    encode_acquire_reply(2, *want, &msg);
+    ASSERT_TRUE(decode_acquire_reply(payload_of(msg), &into));
+    auto ref = decode_acquire_reply(payload_of(msg));
+    ASSERT_TRUE(ref);
+    EXPECT_EQ(into.handle, want->handle);
+    EXPECT_EQ(into.pool_id, want->pool_id);
+    EXPECT_EQ(into.dtype, want->dtype);
+    EXPECT_EQ(into.offset, want->offset);
+    EXPECT_EQ(into.bytes, want->bytes);
+    EXPECT_EQ(into.shape, want->shape);
+    EXPECT_EQ(into.strides, want->strides);
+    EXPECT_EQ(into.done_event, want->done_event);
+    EXPECT_EQ(into.status_ticket, want->status_ticket);
+    EXPECT_EQ(into.shape, ref->shape);
+    EXPECT_EQ(into.strides, ref->strides);
+    EXPECT_EQ(into.status_ticket, ref->status_ticket);
+    EXPECT_EQ(into.shape.data(), shape_data);
+    EXPECT_EQ(into.strides.data(), strides_data);
+  }
+}
+
+TEST(ProtocolMalformed, InPlaceAcquireReplyRefusesWhatTheValueDecoderRefuses) {
+  std::vector<std::uint8_t> msg;
+  AcquireReply into;
+  encode_acquire_reply(1, {1, 0, 9, 0, 4, {4}, {1}}, &msg);
+  std::vector<std::uint8_t> bad = msg;
+  store_le<std::uint32_t>(bad.data() + kHeaderSize + 32, kMaxDims + 1);
+  EXPECT_FALSE(decode_acquire_reply(payload_of(bad), &into));
+  bad = msg;
+  store_le<std::uint32_t>(bad.data() + kHeaderSize + 36, 1);  // reserved
+  EXPECT_FALSE(decode_acquire_reply(payload_of(bad), &into));
+  for (std::size_t cut = 0; cut + kHeaderSize < msg.size(); ++cut) {
+    std::span<const std::uint8_t> p = payload_of(msg).first(cut);
+    EXPECT_FALSE(decode_acquire_reply(p, &into)) << "cut at " << cut;
+  }
+  bad = msg;
+  bad.push_back(0);
+  EXPECT_FALSE(decode_acquire_reply(payload_of(bad), &into));  // trailing byte
+}
+
 TEST(ProtocolMalformed, RandomBytesNeverCrashTheDecoders) {
   std::uint64_t x = 0x1234567;
   std::vector<std::uint8_t> p;
