@@ -18,11 +18,13 @@ class Writer {
     h.request_id = id;
     encode_header(h, out_->data());
   }
+  // Appended as bytes: a resize would value-initialise (memset) each field before storing it, and the encoders
+  // run on every request and reply.
   template <class T>
   void put(T v) {
-    std::size_t at = out_->size();
-    out_->resize(at + sizeof(T));
-    store_le<T>(out_->data() + at, v);
+    std::uint8_t b[sizeof(T)];
+    store_le<T>(b, v);
+    out_->insert(out_->end(), b, b + sizeof(T));
   }
   void put_str(std::string_view s, std::size_t limit) {
     s = s.substr(0, std::min(s.size(), limit));
@@ -305,7 +307,26 @@ Result<AcquireRequest> decode_acquire(std::span<const std::uint8_t> p) {
   return m;
 }
 
+// The hit path's decoders (an acquire and a release per cache hit) read a well-formed message with one size check
+// and direct loads; anything else (and every error message) goes through the field-by-field Reader path, which is
+// also the reference the tests hold the fast path to (tests/shm/protocol_test.cc, "FastDecoders").
 Status decode_acquire(std::span<const std::uint8_t> p, AcquireRequest* into) {
+  constexpr std::size_t kFixed = 4 + 4 + 2 + 4;  // model_id, layout, tensor length, device
+  if (p.size() >= kFixed) {
+    const std::size_t n = load_le<std::uint16_t>(p.data() + 8);
+    auto layout = layout_from_code(load_le<std::uint32_t>(p.data() + 4));
+    if (n <= kMaxTensorName && p.size() == kFixed + n && layout) {
+      into->model_id = load_le<std::uint32_t>(p.data());
+      into->layout = *layout;
+      into->tensor.assign(reinterpret_cast<const char*>(p.data() + 10), n);
+      into->device = load_le<std::uint32_t>(p.data() + 10 + n);
+      return {};
+    }
+  }
+  return decode_acquire_checked(p, into);
+}
+
+Status decode_acquire_checked(std::span<const std::uint8_t> p, AcquireRequest* into) {
   Reader r(p, "acquire");
   EPK_TRY_ASSIGN(into->model_id, r.get<std::uint32_t>("model_id"));
   EPK_TRY_ASSIGN(into->layout, read_layout(r));
@@ -336,6 +357,19 @@ Result<PrefetchRequest> decode_prefetch(std::span<const std::uint8_t> p) {
 }
 
 Result<ReleaseRequest> decode_release(std::span<const std::uint8_t> p) {
+  // A host-fence release (every cache-hit pair ends with one): 16 bytes, read directly.
+  if (p.size() == 16 && load_le<std::uint32_t>(p.data() + 8) == static_cast<std::uint32_t>(FenceKind::kHostRelease) &&
+      (load_le<std::uint32_t>(p.data() + 12) & ~kReleaseNoReply) == 0) {
+    ReleaseRequest m;
+    m.handle = load_le<std::uint64_t>(p.data());
+    m.fence = FenceKind::kHostRelease;
+    m.flags = load_le<std::uint32_t>(p.data() + 12);
+    return m;
+  }
+  return decode_release_checked(p);
+}
+
+Result<ReleaseRequest> decode_release_checked(std::span<const std::uint8_t> p) {
   Reader r(p, "release");
   ReleaseRequest m;
   EPK_TRY_ASSIGN(m.handle, r.get<std::uint64_t>("handle"));
@@ -412,6 +446,34 @@ Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
 }
 
 Status decode_acquire_reply(std::span<const std::uint8_t> p, AcquireReply* into) {
+  constexpr std::size_t kFixed = 8 + 4 + 4 + 8 + 8 + 4 + 4;  // up to and including the reserved word after ndim
+  constexpr std::size_t kTail = 4 + 4 + 8;                   // done_event, reserved, status_ticket
+  if (p.size() >= kFixed + kTail) {
+    const std::uint32_t ndim = load_le<std::uint32_t>(p.data() + 32);
+    if (ndim <= kMaxDims && load_le<std::uint32_t>(p.data() + 36) == 0 && p.size() == kFixed + ndim * 16u + kTail &&
+        load_le<std::uint32_t>(p.data() + kFixed + ndim * 16u + 4) == 0) {
+      AcquireReply& m = *into;
+      m.handle = load_le<std::uint64_t>(p.data());
+      m.pool_id = load_le<std::uint32_t>(p.data() + 8);
+      m.dtype = load_le<std::uint32_t>(p.data() + 12);
+      m.offset = load_le<std::uint64_t>(p.data() + 16);
+      m.bytes = load_le<std::uint64_t>(p.data() + 24);
+      m.shape.resize(ndim);  // within a reserved capacity of kMaxDims: no allocation
+      m.strides.resize(ndim);
+      const std::uint8_t* d = p.data() + kFixed;
+      for (std::uint32_t i = 0; i < ndim; ++i) m.shape[i] = load_le<std::uint64_t>(d + 8 * i);
+      d += 8 * ndim;
+      for (std::uint32_t i = 0; i < ndim; ++i) m.strides[i] = load_le<std::int64_t>(d + 8 * i);
+      d += 8 * ndim;
+      m.done_event = load_le<std::uint32_t>(d);
+      m.status_ticket = load_le<std::uint64_t>(d + 8);
+      return {};
+    }
+  }
+  return decode_acquire_reply_checked(p, into);
+}
+
+Status decode_acquire_reply_checked(std::span<const std::uint8_t> p, AcquireReply* into) {
   Reader r(p, "acquire reply");
   AcquireReply& m = *into;
   EPK_TRY_ASSIGN(m.handle, r.get<std::uint64_t>("handle"));

@@ -264,6 +264,121 @@ TEST(ProtocolMalformed, InPlaceAcquireReplyRefusesWhatTheValueDecoderRefuses) {
   EXPECT_FALSE(decode_acquire_reply(payload_of(bad), &into));  // trailing byte
 }
 
+// The hit path's fast decoders against the field-by-field reference decoders (decode_*_checked): on valid messages
+// of every size and on mutated ones (a byte changed, cut, or one appended), both accept or both refuse, and what they
+// accept is the same.
+void expect_same(const AcquireRequest& a, const AcquireRequest& b) {
+  EXPECT_EQ(a.model_id, b.model_id);
+  EXPECT_EQ(a.layout, b.layout);
+  EXPECT_EQ(a.tensor, b.tensor);
+  EXPECT_EQ(a.device, b.device);
+}
+void expect_same(const AcquireReply& a, const AcquireReply& b) {
+  EXPECT_EQ(a.handle, b.handle);
+  EXPECT_EQ(a.pool_id, b.pool_id);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.offset, b.offset);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.strides, b.strides);
+  EXPECT_EQ(a.done_event, b.done_event);
+  EXPECT_EQ(a.status_ticket, b.status_ticket);
+}
+
+// Mutations of one encoded message: itself, each single-byte change to a few values, each cut, one byte appended.
+std::vector<std::vector<std::uint8_t>> mutations(const std::vector<std::uint8_t>& msg, std::uint32_t seed) {
+  std::vector<std::vector<std::uint8_t>> out;
+  std::vector<std::uint8_t> p(msg.begin() + kHeaderSize, msg.end());
+  out.push_back(p);
+  std::uint32_t x = seed;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    for (std::uint8_t v : {std::uint8_t{0}, std::uint8_t{1}, std::uint8_t{0xFF}}) {
+      out.push_back(p);
+      out.back()[i] = v;
+    }
+    x = x * 1664525u + 1013904223u;
+    out.push_back(p);
+    out.back()[i] ^= static_cast<std::uint8_t>(1u << (x >> 29));
+  }
+  for (std::size_t cut = 0; cut < p.size(); ++cut) out.emplace_back(p.begin(), p.begin() + cut);
+  out.push_back(p);
+  out.back().push_back(0);
+  return out;
+}
+
+TEST(FastDecoders, AcquireMatchesTheReference) {
+  std::vector<std::uint8_t> msg;
+  std::uint32_t x = 7;
+  for (std::size_t len : {0u, 1u, 15u, 16u, 39u, 255u, 1023u, 1024u}) {
+    x = x * 1664525u + 1013904223u;
+    AcquireRequest m{x, Layout::kRowwiseI8, std::string(len, static_cast<char>('a' + len % 26)), x >> 7};
+    encode_acquire(3, m, &msg);
+    int accepted = 0;
+    for (const auto& p : mutations(msg, x)) {
+      AcquireRequest fast, ref;
+      fast.tensor = "left over from before";
+      Status f = decode_acquire(p, &fast);
+      Status r = decode_acquire_checked(p, &ref);
+      ASSERT_EQ(static_cast<bool>(f), static_cast<bool>(r)) << "len " << len << " size " << p.size();
+      if (f) {
+        expect_same(fast, ref);
+        ++accepted;
+      }
+    }
+    EXPECT_GT(accepted, 1);  // the message itself and mutations of its free fields
+  }
+}
+
+TEST(FastDecoders, ReleaseMatchesTheReference) {
+  std::vector<std::uint8_t> msg;
+  for (FenceKind fence : {FenceKind::kHostRelease, FenceKind::kCudaEvent}) {
+    for (std::uint32_t flags : {0u, kReleaseNoReply}) {
+      ReleaseRequest m{(5ull << kHandlePoolShift) | 0x1234567, fence, flags};
+      for (std::size_t i = 0; i < m.event.size(); ++i) m.event[i] = static_cast<std::uint8_t>(i * 7);
+      encode_release(9, m, &msg);
+      for (const auto& p : mutations(msg, flags + 3)) {
+        auto f = decode_release(p);
+        auto r = decode_release_checked(p);
+        ASSERT_EQ(static_cast<bool>(f), static_cast<bool>(r)) << "size " << p.size();
+        if (!f) continue;
+        EXPECT_EQ(f->handle, r->handle);
+        EXPECT_EQ(f->fence, r->fence);
+        EXPECT_EQ(f->flags, r->flags);
+        EXPECT_EQ(f->event, r->event);
+      }
+    }
+  }
+}
+
+TEST(FastDecoders, AcquireReplyMatchesTheReference) {
+  std::vector<std::uint8_t> msg;
+  std::uint32_t x = 11;
+  for (std::uint32_t ndim = 0; ndim <= kMaxDims; ++ndim) {
+    AcquireReply m;
+    x = x * 1664525u + 1013904223u;
+    m.handle = (static_cast<std::uint64_t>(x) << 20) | ndim;
+    m.pool_id = x % 16;
+    m.dtype = x % 13;
+    m.offset = static_cast<std::uint64_t>(x) * 4096;
+    m.bytes = x >> 3;
+    for (std::uint32_t d = 0; d < ndim; ++d) {
+      m.shape.push_back(d * 3 + 1);
+      m.strides.push_back(-static_cast<std::int64_t>(d) + 5);
+    }
+    m.done_event = ndim % 2 == 0 ? kNoEvent : x % 512;
+    m.status_ticket = ndim % 3 == 0 ? 0 : x;
+    encode_acquire_reply(4, m, &msg);
+    for (const auto& p : mutations(msg, x)) {
+      AcquireReply fast, ref;
+      fast.shape = {9, 9, 9, 9, 9, 9, 9, 9, 9};  // left over from before: must be replaced
+      Status f = decode_acquire_reply(p, &fast);
+      Status r = decode_acquire_reply_checked(p, &ref);
+      ASSERT_EQ(static_cast<bool>(f), static_cast<bool>(r)) << "ndim " << ndim << " size " << p.size();
+      if (f) expect_same(fast, ref);
+    }
+  }
+}
+
 TEST(ProtocolMalformed, RandomBytesNeverCrashTheDecoders) {
   std::uint64_t x = 0x1234567;
   std::vector<std::uint8_t> p;
