@@ -379,6 +379,61 @@ TEST(FastDecoders, AcquireReplyMatchesTheReference) {
   }
 }
 
+// The hit path's encoders (sized once, fields stored in place) lay out exactly the bytes of protocol.h, built here
+// field by field.
+struct Bytes {
+  std::vector<std::uint8_t> v;
+  template <class T>
+  Bytes& put(T x) {
+    std::uint8_t b[sizeof(T)];
+    store_le<T>(b, x);
+    v.insert(v.end(), b, b + sizeof(T));
+    return *this;
+  }
+  std::vector<std::uint8_t> frame(std::uint16_t type, std::uint32_t id) const {
+    Bytes h;
+    h.put(kWireMagic).put(kProtocolVersion).put(type).put(id).put(static_cast<std::uint32_t>(v.size()));
+    h.v.insert(h.v.end(), v.begin(), v.end());
+    return h.v;
+  }
+};
+
+TEST(Protocol, HitPathEncodersGiveTheDocumentedBytes) {
+  std::vector<std::uint8_t> msg(300, 0xAB);  // left over from a longer message: must be replaced, not appended to
+  const std::string name = "model.layers.17.self_attn.q_proj.weight";
+  encode_acquire(0x01020304, {77, Layout::kDenseBF16, name, 3}, &msg);
+  Bytes a;
+  a.put<std::uint32_t>(77).put(static_cast<std::uint32_t>(Layout::kDenseBF16));
+  a.put(static_cast<std::uint16_t>(name.size()));
+  a.v.insert(a.v.end(), name.begin(), name.end());
+  a.put<std::uint32_t>(3);
+  EXPECT_EQ(msg, a.frame(static_cast<std::uint16_t>(MsgType::kAcquire), 0x01020304));
+
+  ReleaseRequest rel{0x0500000000ABCDEFull, FenceKind::kHostRelease, kReleaseNoReply};
+  encode_release(8, rel, &msg);
+  Bytes r;
+  r.put(rel.handle).put<std::uint32_t>(0).put<std::uint32_t>(kReleaseNoReply);
+  EXPECT_EQ(msg, r.frame(static_cast<std::uint16_t>(MsgType::kRelease), 8));
+  rel.fence = FenceKind::kCudaEvent;
+  rel.flags = 0;
+  for (std::size_t i = 0; i < rel.event.size(); ++i) rel.event[i] = static_cast<std::uint8_t>(255 - i);
+  encode_release(9, rel, &msg);
+  Bytes re;
+  re.put(rel.handle).put<std::uint32_t>(1).put<std::uint32_t>(0);
+  re.v.insert(re.v.end(), rel.event.begin(), rel.event.end());
+  EXPECT_EQ(msg, re.frame(static_cast<std::uint16_t>(MsgType::kRelease), 9));
+
+  AcquireReply ar{(2ull << kHandlePoolShift) | 5, 2, 11, 1ull << 33, 2 * 3 * 5 * 2, {2, 3, 5}, {15, 5, -1}, 17, 99};
+  encode_acquire_reply(10, ar, &msg);
+  Bytes ab;
+  ab.put(ar.handle).put(ar.pool_id).put(ar.dtype).put(ar.offset).put(ar.bytes);
+  ab.put<std::uint32_t>(3).put<std::uint32_t>(0);
+  for (auto d : ar.shape) ab.put(d);
+  for (auto st : ar.strides) ab.put(st);
+  ab.put(ar.done_event).put<std::uint32_t>(0).put(ar.status_ticket);
+  EXPECT_EQ(msg, ab.frame(static_cast<std::uint16_t>(MsgType::kAcquire) | kReplyBit, 10));
+}
+
 TEST(ProtocolMalformed, RandomBytesNeverCrashTheDecoders) {
   std::uint64_t x = 0x1234567;
   std::vector<std::uint8_t> p;
