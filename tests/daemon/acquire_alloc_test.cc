@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/epk.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "tests/daemon/epk_test_models.h"
@@ -257,6 +258,27 @@ TEST_F(AcquireAllocations, ClientHitsThroughAcquireIntoAllocateNothing) {
 
 TEST_F(AcquireAllocationsSpinning, ClientHitsThroughAcquireIntoAllocateNothingWhilePolling) {
   client_hits_allocate_nothing(cfg_.socket_path, 200);
+}
+
+// The C ABI's acquire goes through acquire_into with per-thread scratch (names and Tensor): no allocation either.
+TEST_F(AcquireAllocations, CApiHitsAllocateNothing) {
+  epk_client* c = nullptr;
+  ASSERT_EQ(epk_connect(cfg_.socket_path.c_str(), &c), EPK_OK) << epk_last_error();
+  auto pass = [&](int i) {
+    for (const char* name : {kLongName.c_str(), "model.layers.17.input_layernorm.weight"}) {
+      epk_tensor t;
+      ASSERT_EQ(epk_acquire(c, "m", name, name == kLongName.c_str() ? "dense:bf16" : "stored", &t), EPK_OK)
+          << epk_last_error();
+      ASSERT_EQ(i % 2 == 0 ? epk_release(c, t.handle) : epk_release_nowait(c, t.handle), EPK_OK) << epk_last_error();
+    }
+  };
+  for (int i = 0; i < 20; ++i) pass(i);
+  const std::uint64_t before = g_client_allocations.load();
+  t_client_counted = true;
+  for (int i = 0; i < 300; ++i) pass(i);
+  t_client_counted = false;
+  EXPECT_EQ(g_client_allocations.load() - before, 0u);
+  epk_disconnect(c);
 }
 
 // The client's counter sees the client's allocations: acquire() returns a new Tensor whose shape and strides are
