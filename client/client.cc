@@ -357,10 +357,19 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
 
 Status Client::acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout,
                             std::uint32_t device, Tensor* out) {
-  EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   if (tensor.size() > shm::kMaxTensorName)
     return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  // A model opened before (every hit) is looked up under the same lock hold as the request; a new one is opened first.
+  std::uint32_t model_id = 0;
+  if (auto it = impl_->model_ids.find(model); it != impl_->model_ids.end()) {
+    model_id = it->second;
+  } else {
+    lock.unlock();
+    EPK_TRY_ASSIGN(model_id, open_model(model));
+    lock.lock();
+  }
   const std::uint32_t id = impl_->next_id++;
   shm::AcquireRequest& req = impl_->acquire_req;
   req.model_id = model_id;
@@ -548,7 +557,7 @@ Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vect
 Status Client::release(std::uint64_t handle) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->unchecked.erase(handle);
+  if (!impl_->unchecked.empty()) impl_->unchecked.erase(handle);
   const std::uint32_t id = impl_->next_id++;
   shm::encode_release(id, {handle, shm::FenceKind::kHostRelease}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kRelease));
