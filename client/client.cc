@@ -568,7 +568,7 @@ Status Client::release_nowait(std::uint64_t handle) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->sock.valid()) return make_error(ErrorCode::kIo, "epk client: not connected");
-  impl_->unchecked.erase(handle);
+  if (!impl_->unchecked.empty()) impl_->unchecked.erase(handle);
   const std::uint32_t id = impl_->next_id++;
   shm::encode_release(id, {handle, shm::FenceKind::kHostRelease, shm::kReleaseNoReply}, &impl_->tx);
   impl_->remember_nowait(id);  // only ids that may come back are remembered
