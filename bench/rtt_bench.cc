@@ -6,7 +6,8 @@
 //     against a running one. `--io-threads N` is passed to the epkd it starts. Each client process connects, acquires
 //     once (a miss that fills the cache), then times `iters` acquire+release pairs of the same tensor after all clients
 //     are ready. `--epkd-flag F` (repeatable) adds F to that epkd's command line (`--epkd-flag=--no-lane-locks`: the
-//     earlier locking, for a side-by-side run).
+//     earlier locking, for a side-by-side run). The timed loop uses Client::acquire_into with one kept Tensor (no
+//     allocation in libepk); `--by-value` times Client::acquire (a new Tensor per call) instead.
 //   Unattended runs: `--timeout-s N` kills every process it started and exits 124 after N seconds; the last line is
 //   one summary (`summary: ... c1 p50 .. p99 .. | c16 ... | load a b c`) with the load average before and after.
 #include <signal.h>
@@ -32,6 +33,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 bool g_nowait = false;  // release without waiting for the daemon's answer
+bool g_by_value = false;  // time Client::acquire (a new Tensor per call) instead of acquire_into
 int g_client_spin_us = -1;  // ClientOptions::spin_us (-1: EPK_SPIN_US)
 
 // Every process this bench started, for the --timeout-s watchdog (a signal handler may only read a plain array).
@@ -132,11 +134,17 @@ int run_client(const std::string& socket, const std::string& model, const std::s
   char b = 'r';
   if (::write(ready_fd, &b, 1) != 1 || ::read(go_fd, &b, 1) != 1) return 1;
   std::vector<std::uint32_t> ns(static_cast<std::size_t>(iters));
+  epk::client::Tensor t;  // acquire_into reuses it: the timed loop allocates nothing in libepk
   for (long i = 0; i < iters; ++i) {
     auto t0 = Clock::now();
-    auto t = c->acquire(model, tensor, layout);
-    if (!t) return 1;
-    if (!(g_nowait ? c->release_nowait(t->handle) : c->release(t->handle))) return 1;
+    if (g_by_value) {
+      auto v = c->acquire(model, tensor, layout);
+      if (!v) return 1;
+      t.handle = v->handle;
+    } else if (!c->acquire_into(model, tensor, layout, 0, &t)) {
+      return 1;
+    }
+    if (!(g_nowait ? c->release_nowait(t.handle) : c->release(t.handle))) return 1;
     ns[static_cast<std::size_t>(i)] =
         static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
   }
@@ -215,6 +223,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> epkd_flags;
   app.add_option("--epkd", epkd, "start this epkd binary with a synthetic model on a temporary socket");
   app.add_flag("--nowait", g_nowait, "time acquire + release_nowait (one round trip) instead of acquire + release");
+  app.add_flag("--by-value", g_by_value, "time Client::acquire (a new Tensor per call) instead of acquire_into");
   app.add_option("--io-threads", io_threads, "with --epkd: its --io-threads (0: its default)");
   app.add_option("--spin-us", spin_us, "with --epkd: its --spin-us (io threads poll after activity; -1: its default)");
   app.add_option("--client-spin-us", g_client_spin_us,

@@ -88,8 +88,14 @@ int epk_acquire_on(epk_client* c, const char* model, const char* tensor, const c
   epk::shm::Layout l;
   if (!parse_layout(layout, &l)) return invalid("epk_acquire: unknown layout");
   return guarded([&]() -> int {
-    auto t = c->client.acquire(model, tensor, l, device);
-    if (!t) return fail(t.error());
+    // Per calling thread and reused (capacity kept): after its first calls a thread's cache-hit acquires allocate
+    // nothing here either (names up to any length, the Tensor's shape and strides).
+    thread_local std::string t_model, t_tensor;
+    thread_local epk::client::Tensor t_scratch;
+    t_model.assign(model);
+    t_tensor.assign(tensor);
+    epk::client::Tensor* t = &t_scratch;
+    if (epk::Status st = c->client.acquire_into(t_model, t_tensor, l, device, t); !st) return fail(st.error());
     if (t->shape.size() > EPK_MAX_DIMS) {
       (void)c->client.release(t->handle);
       return invalid("epk_acquire: tensor has more than EPK_MAX_DIMS dimensions");

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -38,9 +39,11 @@ ErrorCode code_for(shm::WireStatus s) {
   }
 }
 
+// A reply frame as received: the payload is a view into the client's receive buffer, valid until the next
+// next_frame() (callers decode it at once). No copy and no allocation per reply.
 struct Frame {
   shm::FrameHeader header;
-  std::vector<std::uint8_t> payload;
+  std::span<const std::uint8_t> payload;
 };
 
 }  // namespace
@@ -59,8 +62,29 @@ struct Client::Impl {
   std::vector<std::uint8_t> tx;
   std::vector<std::uint8_t> rx;  // bytes received and not yet consumed
   std::size_t rx_have = 0;
+  std::size_t rx_drop = 0;  // the frame last returned by next_frame (its payload still viewed): dropped next call
+  // The hit path's scratch, reserved once (kMaxTensorName, kMaxDims): an acquire encodes its request and decodes its
+  // reply without allocating.
+  shm::AcquireRequest acquire_req;
+  shm::AcquireReply acquire_reply;
   std::uint64_t deferred_release_errors = 0;
-  std::unordered_map<std::uint32_t, bool> nowait_ids;  // release_nowait requests that may still be answered (errors)
+  // The last kNowaitIds release_nowait request ids, which may still be answered (with an error): a fixed ring, so a
+  // release_nowait allocates nothing; an older id is forgotten (its failure, if any, goes uncounted). 0: empty.
+  static constexpr std::size_t kNowaitIds = 4096;
+  std::array<std::uint32_t, kNowaitIds> nowait_ids{};
+  std::size_t nowait_next = 0;
+  void remember_nowait(std::uint32_t id) { nowait_ids[nowait_next++ % kNowaitIds] = id; }
+  // Called on error replies only: a linear search is fine there.
+  bool forget_nowait(std::uint32_t id) {
+    if (id == 0) return false;
+    for (std::uint32_t& v : nowait_ids) {
+      if (v == id) {
+        v = 0;
+        return true;
+      }
+    }
+    return false;
+  }
   int spin_us = 0;
   int reply_timeout_ms = 0;
   int status_spin_us = 0;
@@ -104,8 +128,14 @@ struct Client::Impl {
     return {};
   }
 
-  // Reads until one whole frame is buffered; returns it and drops it from the buffer.
+  // Reads until one whole frame is buffered and returns it; the frame returned before is dropped from the buffer
+  // first (so the returned payload stays valid until the next call).
   Result<Frame> next_frame(std::vector<shm::UniqueFd>* fds) {
+    if (rx_drop > 0) {
+      std::memmove(rx.data(), rx.data() + rx_drop, rx_have - rx_drop);  // usually 0 bytes: one reply per recv
+      rx_have -= rx_drop;
+      rx_drop = 0;
+    }
     for (;;) {
       if (rx_have >= shm::kHeaderSize) {
         auto h = shm::decode_header(std::span<const std::uint8_t>(rx.data(), rx_have));
@@ -115,10 +145,8 @@ struct Client::Impl {
         }
         std::size_t total = shm::kHeaderSize + h->payload_size;
         if (rx_have >= total) {
-          Frame f{*h, std::vector<std::uint8_t>(rx.begin() + shm::kHeaderSize, rx.begin() + total)};
-          std::memmove(rx.data(), rx.data() + total, rx_have - total);
-          rx_have -= total;
-          return f;
+          rx_drop = total;
+          return Frame{*h, std::span<const std::uint8_t>(rx.data() + shm::kHeaderSize, h->payload_size)};
         }
       }
       Result<std::size_t> n = std::size_t{0};
@@ -164,7 +192,7 @@ struct Client::Impl {
         auto e = shm::decode_error(f.payload);
         if (!e) return make_error(ErrorCode::kBadInput, "epk client: " + e.error().message);
         if (f.header.request_id != id && f.header.request_id != 0) {
-          if (nowait_ids.erase(f.header.request_id) != 0) ++deferred_release_errors;
+          if (forget_nowait(f.header.request_id)) ++deferred_release_errors;
           continue;
         }
         if (e->status == shm::WireStatus::kBadMessage || e->status == shm::WireStatus::kBadVersion) sock.reset();
@@ -254,6 +282,9 @@ Result<Client> Client::connect(const std::string& socket_path, const ClientOptio
     ::setsockopt(impl->sock.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   }
   impl->rx.resize(shm::kMaxMessage);
+  impl->acquire_req.tensor.reserve(shm::kMaxTensorName);
+  impl->acquire_reply.shape.reserve(shm::kMaxDims);
+  impl->acquire_reply.strides.reserve(shm::kMaxDims);
   impl->spin_us = options.spin_us >= 0 ? options.spin_us : spin_from_env();
   const std::uint32_t id = impl->next_id++;
   shm::encode_hello(id, {static_cast<std::uint32_t>(::getpid()), 0}, &impl->tx);
@@ -322,14 +353,36 @@ Result<std::uint32_t> Client::open_model(const std::string& model) {
 
 Result<Tensor> Client::acquire(const std::string& model, const std::string& tensor, shm::Layout layout,
                                std::uint32_t device) {
-  EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
+  Tensor t;
+  EPK_TRY(acquire_into(model, tensor, layout, device, &t));
+  return t;
+}
+
+Status Client::acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout,
+                            std::uint32_t device, Tensor* out) {
+  if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   if (tensor.size() > shm::kMaxTensorName)
     return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  // A model opened before (every hit) is looked up under the same lock hold as the request; a new one is opened first.
+  std::uint32_t model_id = 0;
+  if (auto it = impl_->model_ids.find(model); it != impl_->model_ids.end()) {
+    model_id = it->second;
+  } else {
+    lock.unlock();
+    EPK_TRY_ASSIGN(model_id, open_model(model));
+    lock.lock();
+  }
   const std::uint32_t id = impl_->next_id++;
-  shm::encode_acquire(id, {model_id, layout, tensor, device}, &impl_->tx);
+  shm::AcquireRequest& req = impl_->acquire_req;
+  req.model_id = model_id;
+  req.layout = layout;
+  req.tensor.assign(tensor);  // within its reserved capacity
+  req.device = device;
+  shm::encode_acquire(id, req, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kAcquire));
-  EPK_TRY_ASSIGN(shm::AcquireReply r, shm::decode_acquire_reply(f.payload));
+  shm::AcquireReply& r = impl_->acquire_reply;
+  EPK_TRY(shm::decode_acquire_reply(f.payload, &r));
   if (r.pool_id >= impl_->pools.size())
     return make_error(ErrorCode::kBadInput, "epk client: acquire reply: bad pool id");
   const shm::PoolInfo& info = impl_->pool_info[r.pool_id];
@@ -338,7 +391,10 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
   }
   auto dtype = dtype_from_code(r.dtype);
   if (!dtype) return make_error(ErrorCode::kBadInput, "epk client: acquire reply: unknown dtype");
-  Tensor t;
+  Tensor& t = *out;
+  t.event = nullptr;
+  t.row_scales = nullptr;
+  t.parts.clear();
   if (info.kind == shm::PoolKind::kDevice) {
     t.data = reinterpret_cast<void*>(impl_->device_base[r.pool_id] + r.offset);
     t.on_device = true;
@@ -357,11 +413,13 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
       return make_error(ErrorCode::kBadInput, "epk client: acquire reply: an event for a host pool slot");
     }
     t.data = impl_->pools[r.pool_id].data() + r.offset;
+    t.on_device = false;
+    t.device = -1;
   }
   t.bytes = r.bytes;
   t.dtype = *dtype;
-  t.shape = std::move(r.shape);
-  t.strides = std::move(r.strides);
+  t.shape.assign(r.shape.begin(), r.shape.end());  // reuses out's capacity: no allocation for a reused Tensor
+  t.strides.assign(r.strides.begin(), r.strides.end());
   t.handle = r.handle;
   if (r.status_ticket != shm::kNoTicket) {
     if (!impl_->status.valid() || !t.on_device) {
@@ -382,7 +440,7 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
   if (shm::is_packed_int(layout)) {
     EPK_TRY_ASSIGN(t.parts, packed_parts_of(layout, t.data, t.bytes, t.dtype, t.shape));
   }
-  return t;
+  return {};
 }
 
 // An early-answered slot (protocol version 4): waits on the CPU until epkd has published its decode's outcome. A
@@ -511,7 +569,7 @@ Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vect
 Status Client::release(std::uint64_t handle) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->unchecked.erase(handle);
+  if (!impl_->unchecked.empty()) impl_->unchecked.erase(handle);
   const std::uint32_t id = impl_->next_id++;
   shm::encode_release(id, {handle, shm::FenceKind::kHostRelease}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kRelease));
@@ -522,12 +580,10 @@ Status Client::release_nowait(std::uint64_t handle) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->sock.valid()) return make_error(ErrorCode::kIo, "epk client: not connected");
-  impl_->unchecked.erase(handle);
+  if (!impl_->unchecked.empty()) impl_->unchecked.erase(handle);
   const std::uint32_t id = impl_->next_id++;
   shm::encode_release(id, {handle, shm::FenceKind::kHostRelease, shm::kReleaseNoReply}, &impl_->tx);
-  // Only ids that may come back are remembered; the table is cut when it grows (old failures then go uncounted).
-  if (impl_->nowait_ids.size() > 4096) impl_->nowait_ids.clear();
-  impl_->nowait_ids.emplace(id, true);
+  impl_->remember_nowait(id);  // only ids that may come back are remembered
   return impl_->send_all(impl_->tx);
 }
 

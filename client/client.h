@@ -91,6 +91,11 @@ class Client {
   // serving a host pool takes 0); a device the daemon does not serve is kNotFound.
   Result<Tensor> acquire(const std::string& model, const std::string& tensor,
                          shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
+  // The same into a Tensor the caller keeps: its shape and strides keep their capacity, so repeated acquires through
+  // one Tensor allocate nothing in libepk (a cache hit of a dense, rowwise or stored layout; packed integer layouts
+  // still build their parts list). Every field of *out is written on success; on error it is left partly written.
+  Status acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout, std::uint32_t device,
+                      Tensor* out);
   // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode.
   // A slot epkd answered before its decode finished (protocol version 4: an uncached acquire) is first waited for on
   // the CPU (spin_us, then sleeping) until epkd publishes the decode's outcome: a failed decode (a corrupt tile) is

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -125,6 +126,24 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void send(std::span<const std::uint8_t> msg) {
     if (!open_) return;
+    if (!writing_ && pending_.empty()) {
+      // Nothing queued (every cache hit and release): one non-blocking send straight from the caller's buffer. No
+      // copy into pending_, no asio write operation and no completion handler to run afterwards; only what the
+      // socket did not take goes through the write chain below.
+      ssize_t n;
+      do {
+        n = ::send(sock_.native_handle(), msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      } while (n < 0 && errno == EINTR);
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {  // the client is gone: as a failed async write
+          close_now();
+          return;
+        }
+        n = 0;
+      }
+      if (static_cast<std::size_t>(n) == msg.size()) return;
+      msg = msg.subspan(static_cast<std::size_t>(n));
+    }
     if (pending_.size() + msg.size() > kMaxPendingReplyBytes) {
       // A client that sends without reading its replies: drop it rather than buffer without bound.
       spdlog::warn("client {}: {} bytes of replies unread; closing the session", id_, pending_.size());
@@ -345,54 +364,58 @@ class Service {
   // the slot and this client has pinned it before (shared_hits), else the exclusive side; a miss or a slot still
   // decoding takes the service lock and then the lane's (always in that order), as every acquire did before
   // (cfg.lane_locks = false).
-  void on_acquire(const std::shared_ptr<Session>& s, std::uint32_t req, const shm::AcquireRequest& m) {
-    const std::int64_t t_read = now_ns();
+  void on_acquire(Session& s, std::uint32_t req, const shm::AcquireRequest& m) {
+    // Hits read no clock and touch no reference count: the miss timeline's "read" time and the waiter's shared_ptr are
+    // taken on the paths that need them (with lane locks the timeline starts after the failed hit attempt, before the
+    // service lock).
+    std::int64_t t_read = cfg_.lane_locks ? 0 : now_ns();
     std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
     if (!cfg_.lane_locks) lock.lock();
-    if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
+    if (shutting_down_) return send_error(s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
     const ModelEntry* model = registry_.get(m.model_id);
-    if (model == nullptr) return send_error(*s, req, shm::WireStatus::kNotFound, "acquire: unknown model id");
+    if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "acquire: unknown model id");
     auto t = model->tensor_index.find(m.tensor);
     if (t == model->tensor_index.end()) {
-      return send_error(*s, req, shm::WireStatus::kNotFound,
+      return send_error(s, req, shm::WireStatus::kNotFound,
                         "model '" + model->name + "': no tensor '" + m.tensor + "'");
     }
     Lane* lane = lane_for_device(lanes_, m.device);
-    if (lane == nullptr) return send_error(*s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
+    if (lane == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
     auto served = model->source->served(t->second, m.layout);
-    if (!served) return send_error(*s, req, wire_status_for(served.error().code), served.error().message);
+    if (!served) return send_error(s, req, wire_status_for(served.error().code), served.error().message);
     SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
     if (cfg_.lane_locks && cfg_.shared_hits) {
       // Another client holds a pin on the slot and this one has pinned it before: the shared side of the lane lock.
       // No check() here: pin counts above zero change no structure, and verify() needs the exclusive side.
       Slot* slot = nullptr;
       {
-        SharedLaneGuard shared(lane_mu(*lane), s->io_index());
-        slot = lane->cache->pin_shared(key, s->id());
+        SharedLaneGuard shared(lane_mu(*lane), s.io_index());
+        slot = lane->cache->pin_shared(key, s.id());
       }
       if (slot != nullptr) {
-        count_hit(s->io_index(), *lane);
-        return reply_hit(*s, req, *lane, *slot, *served);
+        count_hit(s.io_index(), *lane);
+        return reply_hit(s, req, *lane, *slot, *served);
       }
     }
     std::unique_lock<LaneLock> ll(lane_mu(*lane));
     if (cfg_.lane_locks) {
-      if (Slot* slot = lane->cache->acquire_ready(key, s->id())) {
+      if (Slot* slot = lane->cache->acquire_ready(key, s.id())) {
         check(*lane);
         ll.unlock();
-        count_hit(s->io_index(), *lane);
+        count_hit(s.io_index(), *lane);
         // Pinned for this client: only its own release or its end, both handled later on this thread, can let the
         // slot go, and a slot's id and offset never change, so its reply is encoded without the lock.
-        return reply_hit(*s, req, *lane, *slot, *served);
+        return reply_hit(s, req, *lane, *slot, *served);
       }
       ll.unlock();
+      t_read = now_ns();
       lock.lock();
       ll.lock();
-      if (shutting_down_) return send_error(*s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
+      if (shutting_down_) return send_error(s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
     }
-    auto lookup = lane->cache->acquire(key, served->bytes, s->id());
+    auto lookup = lane->cache->acquire(key, served->bytes, s.id());
     if (!lookup) {
-      return send_error(*s, req, wire_status_for(lookup.error().code),
+      return send_error(s, req, wire_status_for(lookup.error().code),
                         "model '" + model->name + "' tensor '" + m.tensor + "': " + lookup.error().message);
     }
     check(*lane);
@@ -402,21 +425,21 @@ class Service {
         // The write wakes the client: other sessions' requests need not wait for that system call.
         ll.unlock();
         lock.unlock();
-        return reply_hit(*s, req, *lane, *slot, *served);
+        return reply_hit(s, req, *lane, *slot, *served);
       case Cache::Outcome::kPending: {
         auto f = inflight_.find(slot->id);
         if (f == inflight_.end()) {  // a decoding slot always has its in-flight entry; never throw on a bug
-          (void)lane->cache->release(slot->id, s->id(), nullptr);
-          return send_error(*s, req, shm::WireStatus::kInternal, "acquire: decode state lost (bug)");
+          (void)lane->cache->release(slot->id, s.id(), nullptr);
+          return send_error(s, req, shm::WireStatus::kInternal, "acquire: decode state lost (bug)");
         }
-        f->second.waiters.push_back({s, req});
+        f->second.waiters.push_back({s.shared_from_this(), req});
         decode_scheduler(*lane).promote(f->second.job);  // a prefetch that an acquire now waits for
         break;
       }
       case Cache::Outcome::kMiss: {
         InFlight& f =
             start_decode(*lane, *slot, model->source, t->second, m.layout, std::move(*served), Priority::kAcquire);
-        f.waiters.push_back({s, req});
+        f.waiters.push_back({s.shared_from_this(), req});
         f.read_ns = t_read;
         break;
       }
@@ -1043,7 +1066,7 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
     }
     case MsgType::kAcquire: {
       if (Status st = shm::decode_acquire(payload, &acquire_); !st) return malformed(st.error());
-      return svc_.on_acquire(shared_from_this(), req, acquire_);
+      return svc_.on_acquire(*this, req, acquire_);
     }
     case MsgType::kPrefetch: {
       auto m = shm::decode_prefetch(payload);

@@ -18,11 +18,13 @@ class Writer {
     h.request_id = id;
     encode_header(h, out_->data());
   }
+  // Appended as bytes: a resize would value-initialise (memset) each field before storing it, and the encoders
+  // run on every request and reply.
   template <class T>
   void put(T v) {
-    std::size_t at = out_->size();
-    out_->resize(at + sizeof(T));
-    store_le<T>(out_->data() + at, v);
+    std::uint8_t b[sizeof(T)];
+    store_le<T>(b, v);
+    out_->insert(out_->end(), b, b + sizeof(T));
   }
   void put_str(std::string_view s, std::size_t limit) {
     s = s.substr(0, std::min(s.size(), limit));
@@ -33,6 +35,33 @@ class Writer {
 
  private:
   std::vector<std::uint8_t>* out_;
+};
+
+// The hit path's messages (acquire, release, acquire reply) have a size known before encoding: the message is sized
+// once and its fields stored in place, with no per-field growth of the vector. Same bytes as Writer would give.
+class SizedWriter {
+ public:
+  SizedWriter(std::vector<std::uint8_t>* out, std::uint32_t id, std::uint16_t type, std::size_t payload) {
+    out->resize(kHeaderSize + payload);
+    FrameHeader h;
+    h.type = type;
+    h.request_id = id;
+    h.payload_size = static_cast<std::uint32_t>(payload);
+    encode_header(h, out->data());
+    at_ = out->data() + kHeaderSize;
+  }
+  template <class T>
+  void put(T v) {
+    store_le<T>(at_, v);
+    at_ += sizeof(T);
+  }
+  void put_bytes(const void* p, std::size_t n) {
+    if (n != 0) std::memcpy(at_, p, n);
+    at_ += n;
+  }
+
+ private:
+  std::uint8_t* at_;
 };
 
 // Reads fields from an untrusted payload; every read is checked against the bytes left, and errors name the message
@@ -177,10 +206,12 @@ void encode_open_model(std::uint32_t id, const OpenModelRequest& m, std::vector<
 }
 
 void encode_acquire(std::uint32_t id, const AcquireRequest& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kAcquire));
+  const std::size_t n = std::min(m.tensor.size(), kMaxTensorName);
+  SizedWriter w(out, id, static_cast<std::uint16_t>(MsgType::kAcquire), 4 + 4 + 2 + n + 4);
   w.put(m.model_id);
   w.put(static_cast<std::uint32_t>(m.layout));
-  w.put_str(m.tensor, kMaxTensorName);
+  w.put(static_cast<std::uint16_t>(n));
+  w.put_bytes(m.tensor.data(), n);
   w.put(m.device);
 }
 
@@ -195,13 +226,12 @@ void encode_prefetch(std::uint32_t id, const PrefetchRequest& m, std::vector<std
 }
 
 void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kRelease));
+  const bool event = m.fence == FenceKind::kCudaEvent;
+  SizedWriter w(out, id, static_cast<std::uint16_t>(MsgType::kRelease), 8 + 4 + 4 + (event ? m.event.size() : 0));
   w.put(m.handle);
   w.put(static_cast<std::uint32_t>(m.fence));
   w.put(m.flags);
-  if (m.fence == FenceKind::kCudaEvent) {
-    for (std::uint8_t b : m.event) w.put(b);
-  }
+  if (event) w.put_bytes(m.event.data(), m.event.size());
 }
 
 void encode_empty(std::uint32_t id, MsgType type, std::vector<std::uint8_t>* out) {
@@ -234,7 +264,8 @@ void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vec
 }
 
 void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, reply(MsgType::kAcquire));
+  SizedWriter w(out, id, reply(MsgType::kAcquire),
+                8 + 4 + 4 + 8 + 8 + 4 + 4 + 8 * (m.shape.size() + m.strides.size()) + 4 + 4 + 8);
   w.put(m.handle);
   w.put(m.pool_id);
   w.put(m.dtype);
@@ -305,7 +336,26 @@ Result<AcquireRequest> decode_acquire(std::span<const std::uint8_t> p) {
   return m;
 }
 
+// The hit path's decoders (an acquire and a release per cache hit) read a well-formed message with one size check
+// and direct loads; anything else (and every error message) goes through the field-by-field Reader path, which is
+// also the reference the tests hold the fast path to (tests/shm/protocol_test.cc, "FastDecoders").
 Status decode_acquire(std::span<const std::uint8_t> p, AcquireRequest* into) {
+  constexpr std::size_t kFixed = 4 + 4 + 2 + 4;  // model_id, layout, tensor length, device
+  if (p.size() >= kFixed) {
+    const std::size_t n = load_le<std::uint16_t>(p.data() + 8);
+    auto layout = layout_from_code(load_le<std::uint32_t>(p.data() + 4));
+    if (n <= kMaxTensorName && p.size() == kFixed + n && layout) {
+      into->model_id = load_le<std::uint32_t>(p.data());
+      into->layout = *layout;
+      into->tensor.assign(reinterpret_cast<const char*>(p.data() + 10), n);
+      into->device = load_le<std::uint32_t>(p.data() + 10 + n);
+      return {};
+    }
+  }
+  return decode_acquire_checked(p, into);
+}
+
+Status decode_acquire_checked(std::span<const std::uint8_t> p, AcquireRequest* into) {
   Reader r(p, "acquire");
   EPK_TRY_ASSIGN(into->model_id, r.get<std::uint32_t>("model_id"));
   EPK_TRY_ASSIGN(into->layout, read_layout(r));
@@ -336,6 +386,19 @@ Result<PrefetchRequest> decode_prefetch(std::span<const std::uint8_t> p) {
 }
 
 Result<ReleaseRequest> decode_release(std::span<const std::uint8_t> p) {
+  // A host-fence release (every cache-hit pair ends with one): 16 bytes, read directly.
+  if (p.size() == 16 && load_le<std::uint32_t>(p.data() + 8) == static_cast<std::uint32_t>(FenceKind::kHostRelease) &&
+      (load_le<std::uint32_t>(p.data() + 12) & ~kReleaseNoReply) == 0) {
+    ReleaseRequest m;
+    m.handle = load_le<std::uint64_t>(p.data());
+    m.fence = FenceKind::kHostRelease;
+    m.flags = load_le<std::uint32_t>(p.data() + 12);
+    return m;
+  }
+  return decode_release_checked(p);
+}
+
+Result<ReleaseRequest> decode_release_checked(std::span<const std::uint8_t> p) {
   Reader r(p, "release");
   ReleaseRequest m;
   EPK_TRY_ASSIGN(m.handle, r.get<std::uint64_t>("handle"));
@@ -406,8 +469,42 @@ Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p) 
 }
 
 Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
-  Reader r(p, "acquire reply");
   AcquireReply m;
+  EPK_TRY(decode_acquire_reply(p, &m));
+  return m;
+}
+
+Status decode_acquire_reply(std::span<const std::uint8_t> p, AcquireReply* into) {
+  constexpr std::size_t kFixed = 8 + 4 + 4 + 8 + 8 + 4 + 4;  // up to and including the reserved word after ndim
+  constexpr std::size_t kTail = 4 + 4 + 8;                   // done_event, reserved, status_ticket
+  if (p.size() >= kFixed + kTail) {
+    const std::uint32_t ndim = load_le<std::uint32_t>(p.data() + 32);
+    if (ndim <= kMaxDims && load_le<std::uint32_t>(p.data() + 36) == 0 && p.size() == kFixed + ndim * 16u + kTail &&
+        load_le<std::uint32_t>(p.data() + kFixed + ndim * 16u + 4) == 0) {
+      AcquireReply& m = *into;
+      m.handle = load_le<std::uint64_t>(p.data());
+      m.pool_id = load_le<std::uint32_t>(p.data() + 8);
+      m.dtype = load_le<std::uint32_t>(p.data() + 12);
+      m.offset = load_le<std::uint64_t>(p.data() + 16);
+      m.bytes = load_le<std::uint64_t>(p.data() + 24);
+      m.shape.resize(ndim);  // within a reserved capacity of kMaxDims: no allocation
+      m.strides.resize(ndim);
+      const std::uint8_t* d = p.data() + kFixed;
+      for (std::uint32_t i = 0; i < ndim; ++i) m.shape[i] = load_le<std::uint64_t>(d + 8 * i);
+      d += 8 * ndim;
+      for (std::uint32_t i = 0; i < ndim; ++i) m.strides[i] = load_le<std::int64_t>(d + 8 * i);
+      d += 8 * ndim;
+      m.done_event = load_le<std::uint32_t>(d);
+      m.status_ticket = load_le<std::uint64_t>(d + 8);
+      return {};
+    }
+  }
+  return decode_acquire_reply_checked(p, into);
+}
+
+Status decode_acquire_reply_checked(std::span<const std::uint8_t> p, AcquireReply* into) {
+  Reader r(p, "acquire reply");
+  AcquireReply& m = *into;
   EPK_TRY_ASSIGN(m.handle, r.get<std::uint64_t>("handle"));
   EPK_TRY_ASSIGN(m.pool_id, r.get<std::uint32_t>("pool_id"));
   EPK_TRY_ASSIGN(m.dtype, r.get<std::uint32_t>("dtype"));
@@ -417,7 +514,7 @@ Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
   if (ndim > kMaxDims) return r.bad("ndim", std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
   EPK_TRY_ASSIGN(std::uint32_t reserved, r.get<std::uint32_t>("reserved"));
   if (reserved != 0) return r.bad("reserved", "is not zero");
-  m.shape.resize(ndim);
+  m.shape.resize(ndim);  // within a reserved capacity of kMaxDims: no allocation
   m.strides.resize(ndim);
   for (auto& d : m.shape) {
     EPK_TRY_ASSIGN(d, r.get<std::uint64_t>("shape"));
@@ -429,8 +526,7 @@ Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
   EPK_TRY_ASSIGN(std::uint32_t reserved2, r.get<std::uint32_t>("reserved"));
   if (reserved2 != 0) return r.bad("reserved", "is not zero");
   EPK_TRY_ASSIGN(m.status_ticket, r.get<std::uint64_t>("status_ticket"));
-  EPK_TRY(r.finish());
-  return m;
+  return r.finish();
 }
 
 Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p) {

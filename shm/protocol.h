@@ -265,6 +265,15 @@ Status decode_empty(std::span<const std::uint8_t> p, const char* what);
 Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p);
 Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p);
 Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p);
+// The same into an existing reply: shape and strides keep their capacity, so a client that reserved kMaxDims decodes
+// acquire replies without allocating. On error *into is left partly written.
+Status decode_acquire_reply(std::span<const std::uint8_t> p, AcquireReply* into);
+// decode_acquire (into), decode_release and decode_acquire_reply (into) read a well-formed message directly (the
+// cache-hit path) and hand everything else to these field-by-field reference decoders, which name the bad field; the
+// tests hold the fast paths to them.
+Status decode_acquire_checked(std::span<const std::uint8_t> p, AcquireRequest* into);
+Result<ReleaseRequest> decode_release_checked(std::span<const std::uint8_t> p);
+Status decode_acquire_reply_checked(std::span<const std::uint8_t> p, AcquireReply* into);
 Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p);
 Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p);
 Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/epk.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "tests/daemon/epk_test_models.h"
@@ -26,9 +27,12 @@ namespace {
 
 thread_local bool t_counted = false;  // set on the thread that runs the daemon
 std::atomic<std::uint64_t> g_allocations{0};
+thread_local bool t_client_counted = false;  // set on the test's thread around a client's timed loop
+std::atomic<std::uint64_t> g_client_allocations{0};
 
 void* counted_alloc(std::size_t n, std::size_t align) {
   if (t_counted) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (t_client_counted) g_client_allocations.fetch_add(1, std::memory_order_relaxed);
   if (n == 0) n = 1;
   void* p = nullptr;
   if (align <= alignof(std::max_align_t)) {
@@ -202,6 +206,95 @@ void AcquireAllocations::expect_hits_allocate_nothing() {
                         << " cache-hit acquire + release round trips";
   EXPECT_GE(st->hits, static_cast<std::uint64_t>(kRounds) * 14);
   EXPECT_EQ(st->decodes, 6u);  // every request above was a hit after the first six misses
+}
+
+// libepk's side of a hit (issue 6, rt1 branch): acquire_into a Tensor the caller keeps, release and release_nowait
+// allocate nothing in the client process either, blocking or polling for the reply.
+void client_hits_allocate_nothing(const std::string& socket, int spin_us) {
+  client::ClientOptions opts;
+  opts.reply_timeout_ms = 10000;
+  opts.spin_us = spin_us;
+  auto c = Client::connect(socket, opts);
+  ASSERT_TRUE(c) << c.error().to_string();
+  struct Req {
+    std::string model, tensor;
+    shm::Layout layout;
+  };
+  const std::vector<Req> reqs = {
+      {"m", kLongName, shm::Layout::kDenseBF16},
+      {"m", kLongName, shm::Layout::kRowwiseI8},
+      {"m", "model.layers.17.input_layernorm.weight", shm::Layout::kStored},
+      {"syn", "b", shm::Layout::kDenseBF16},  // 4 dimensions after 2 and 1: the Tensor's vectors shrink and grow
+      {"syn", "c", shm::Layout::kDenseF16},
+  };
+  client::Tensor t;
+  auto pass = [&](int i) {
+    for (const Req& r : reqs) {
+      Status a = c->acquire_into(r.model, r.tensor, r.layout, 0, &t);
+      ASSERT_TRUE(a) << a.error().to_string();
+      Status st = i % 2 == 0 ? c->release(t.handle) : c->release_nowait(t.handle);
+      ASSERT_TRUE(st) << st.error().to_string();
+    }
+  };
+  for (int i = 0; i < 20; ++i) pass(i);  // misses, model ids, the Tensor's capacity
+  ASSERT_TRUE(c->stats());
+  const std::uint64_t before = g_client_allocations.load();
+  t_client_counted = true;
+  for (int i = 0; i < 300; ++i) pass(i);
+  t_client_counted = false;
+  const std::uint64_t during = g_client_allocations.load() - before;
+  EXPECT_EQ(during, 0u) << "the client allocated " << during << " times over " << 300 * reqs.size()
+                        << " cache-hit acquire_into + release round trips";
+  ASSERT_EQ(t.shape.size(), 1u);  // the last was "c" (1000 values)
+  EXPECT_EQ(t.shape[0], 1000u);
+  EXPECT_EQ(t.strides, std::vector<std::int64_t>{1});
+  EXPECT_EQ(t.row_scales, nullptr);
+  EXPECT_EQ(c->deferred_release_errors(), 0u);
+}
+
+TEST_F(AcquireAllocations, ClientHitsThroughAcquireIntoAllocateNothing) {
+  client_hits_allocate_nothing(cfg_.socket_path, 0);
+}
+
+TEST_F(AcquireAllocationsSpinning, ClientHitsThroughAcquireIntoAllocateNothingWhilePolling) {
+  client_hits_allocate_nothing(cfg_.socket_path, 200);
+}
+
+// The C ABI's acquire goes through acquire_into with per-thread scratch (names and Tensor): no allocation either.
+TEST_F(AcquireAllocations, CApiHitsAllocateNothing) {
+  epk_client* c = nullptr;
+  ASSERT_EQ(epk_connect(cfg_.socket_path.c_str(), &c), EPK_OK) << epk_last_error();
+  auto pass = [&](int i) {
+    for (const char* name : {kLongName.c_str(), "model.layers.17.input_layernorm.weight"}) {
+      epk_tensor t;
+      ASSERT_EQ(epk_acquire(c, "m", name, name == kLongName.c_str() ? "dense:bf16" : "stored", &t), EPK_OK)
+          << epk_last_error();
+      ASSERT_EQ(i % 2 == 0 ? epk_release(c, t.handle) : epk_release_nowait(c, t.handle), EPK_OK) << epk_last_error();
+    }
+  };
+  for (int i = 0; i < 20; ++i) pass(i);
+  const std::uint64_t before = g_client_allocations.load();
+  t_client_counted = true;
+  for (int i = 0; i < 300; ++i) pass(i);
+  t_client_counted = false;
+  EXPECT_EQ(g_client_allocations.load() - before, 0u);
+  epk_disconnect(c);
+}
+
+// The client's counter sees the client's allocations: acquire() returns a new Tensor whose shape and strides are
+// allocated on every call.
+TEST_F(AcquireAllocations, ClientCounterSeesAcquireByValue) {
+  auto c = Client::connect(cfg_.socket_path, 10000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto warm = c->acquire("syn", "b", shm::Layout::kDenseBF16);
+  ASSERT_TRUE(warm && c->release(warm->handle));
+  const std::uint64_t before = g_client_allocations.load();
+  t_client_counted = true;
+  auto t = c->acquire("syn", "b", shm::Layout::kDenseBF16);
+  t_client_counted = false;
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(g_client_allocations.load() - before, 2u) << "a new Tensor: its shape and its strides";
+  ASSERT_TRUE(c->release(t->handle));
 }
 
 TEST_F(AcquireAllocations, MissesAreCountedOnTheDaemonThread) {

@@ -211,6 +211,229 @@ TEST(ProtocolMalformed, ReplyCountsAreChecked) {
   EXPECT_FALSE(decode_stats_reply(payload_of(msg)));
 }
 
+// The in-place decoder (libepk's hit path) gives what the value decoder gives, reusing the capacity it was handed:
+// a 3-d reply after a 5-d one shrinks the vectors without reallocating them.
+TEST(Protocol, AcquireReplyDecodesInPlaceKeepingCapacity) {
+  std::vector<std::uint8_t> msg;
+  AcquireReply into;
+  into.shape.reserve(kMaxDims);
+  into.strides.reserve(kMaxDims);
+  const std::uint64_t* shape_data = into.shape.data();
+  const std::int64_t* strides_data = into.strides.data();
+  AcquireReply five{(3ull << kHandlePoolShift) | 77, 3, 11, 8192, 7 * 3 * 5 * 2 * 1 * 2, {7, 3, 5, 2, 1},
+                    {30, 10, 2, 1, 1}, 5, 123456789};
+  AcquireReply three{9, 0, 9, 4096, 2 * 3 * 5 * 2, {2, 3, 5}, {15, 5, 1}};
+  for (const AcquireReply* want : {&five, &three}) {
+    encode_acquire_reply(2, *want, &msg);
+    ASSERT_TRUE(decode_acquire_reply(payload_of(msg), &into));
+    auto ref = decode_acquire_reply(payload_of(msg));
+    ASSERT_TRUE(ref);
+    EXPECT_EQ(into.handle, want->handle);
+    EXPECT_EQ(into.pool_id, want->pool_id);
+    EXPECT_EQ(into.dtype, want->dtype);
+    EXPECT_EQ(into.offset, want->offset);
+    EXPECT_EQ(into.bytes, want->bytes);
+    EXPECT_EQ(into.shape, want->shape);
+    EXPECT_EQ(into.strides, want->strides);
+    EXPECT_EQ(into.done_event, want->done_event);
+    EXPECT_EQ(into.status_ticket, want->status_ticket);
+    EXPECT_EQ(into.shape, ref->shape);
+    EXPECT_EQ(into.strides, ref->strides);
+    EXPECT_EQ(into.status_ticket, ref->status_ticket);
+    EXPECT_EQ(into.shape.data(), shape_data);
+    EXPECT_EQ(into.strides.data(), strides_data);
+  }
+}
+
+TEST(ProtocolMalformed, InPlaceAcquireReplyRefusesWhatTheValueDecoderRefuses) {
+  std::vector<std::uint8_t> msg;
+  AcquireReply into;
+  encode_acquire_reply(1, {1, 0, 9, 0, 4, {4}, {1}}, &msg);
+  std::vector<std::uint8_t> bad = msg;
+  store_le<std::uint32_t>(bad.data() + kHeaderSize + 32, kMaxDims + 1);
+  EXPECT_FALSE(decode_acquire_reply(payload_of(bad), &into));
+  bad = msg;
+  store_le<std::uint32_t>(bad.data() + kHeaderSize + 36, 1);  // reserved
+  EXPECT_FALSE(decode_acquire_reply(payload_of(bad), &into));
+  for (std::size_t cut = 0; cut + kHeaderSize < msg.size(); ++cut) {
+    std::span<const std::uint8_t> p = payload_of(msg).first(cut);
+    EXPECT_FALSE(decode_acquire_reply(p, &into)) << "cut at " << cut;
+  }
+  bad = msg;
+  bad.push_back(0);
+  EXPECT_FALSE(decode_acquire_reply(payload_of(bad), &into));  // trailing byte
+}
+
+// The hit path's fast decoders against the field-by-field reference decoders (decode_*_checked): on valid messages
+// of every size and on mutated ones (a byte changed, cut, or one appended), both accept or both refuse, and what they
+// accept is the same.
+void expect_same(const AcquireRequest& a, const AcquireRequest& b) {
+  EXPECT_EQ(a.model_id, b.model_id);
+  EXPECT_EQ(a.layout, b.layout);
+  EXPECT_EQ(a.tensor, b.tensor);
+  EXPECT_EQ(a.device, b.device);
+}
+void expect_same(const AcquireReply& a, const AcquireReply& b) {
+  EXPECT_EQ(a.handle, b.handle);
+  EXPECT_EQ(a.pool_id, b.pool_id);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.offset, b.offset);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.strides, b.strides);
+  EXPECT_EQ(a.done_event, b.done_event);
+  EXPECT_EQ(a.status_ticket, b.status_ticket);
+}
+
+// Mutations of one encoded message: itself, each single-byte change to a few values, each cut, one byte appended.
+std::vector<std::vector<std::uint8_t>> mutations(const std::vector<std::uint8_t>& msg, std::uint32_t seed) {
+  std::vector<std::vector<std::uint8_t>> out;
+  std::vector<std::uint8_t> p(msg.begin() + kHeaderSize, msg.end());
+  out.push_back(p);
+  std::uint32_t x = seed;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    for (std::uint8_t v : {std::uint8_t{0}, std::uint8_t{1}, std::uint8_t{0xFF}}) {
+      out.push_back(p);
+      out.back()[i] = v;
+    }
+    x = x * 1664525u + 1013904223u;
+    out.push_back(p);
+    out.back()[i] ^= static_cast<std::uint8_t>(1u << (x >> 29));
+  }
+  for (std::size_t cut = 0; cut < p.size(); ++cut) out.emplace_back(p.begin(), p.begin() + cut);
+  out.push_back(p);
+  out.back().push_back(0);
+  return out;
+}
+
+TEST(FastDecoders, AcquireMatchesTheReference) {
+  std::vector<std::uint8_t> msg;
+  std::uint32_t x = 7;
+  for (std::size_t len : {0u, 1u, 15u, 16u, 39u, 255u, 1023u, 1024u}) {
+    x = x * 1664525u + 1013904223u;
+    AcquireRequest m{x, Layout::kRowwiseI8, std::string(len, static_cast<char>('a' + len % 26)), x >> 7};
+    encode_acquire(3, m, &msg);
+    int accepted = 0;
+    for (const auto& p : mutations(msg, x)) {
+      AcquireRequest fast, ref;
+      fast.tensor = "left over from before";
+      Status f = decode_acquire(p, &fast);
+      Status r = decode_acquire_checked(p, &ref);
+      ASSERT_EQ(static_cast<bool>(f), static_cast<bool>(r)) << "len " << len << " size " << p.size();
+      if (f) {
+        expect_same(fast, ref);
+        ++accepted;
+      }
+    }
+    EXPECT_GT(accepted, 1);  // the message itself and mutations of its free fields
+  }
+}
+
+TEST(FastDecoders, ReleaseMatchesTheReference) {
+  std::vector<std::uint8_t> msg;
+  for (FenceKind fence : {FenceKind::kHostRelease, FenceKind::kCudaEvent}) {
+    for (std::uint32_t flags : {0u, kReleaseNoReply}) {
+      ReleaseRequest m{(5ull << kHandlePoolShift) | 0x1234567, fence, flags};
+      for (std::size_t i = 0; i < m.event.size(); ++i) m.event[i] = static_cast<std::uint8_t>(i * 7);
+      encode_release(9, m, &msg);
+      for (const auto& p : mutations(msg, flags + 3)) {
+        auto f = decode_release(p);
+        auto r = decode_release_checked(p);
+        ASSERT_EQ(static_cast<bool>(f), static_cast<bool>(r)) << "size " << p.size();
+        if (!f) continue;
+        EXPECT_EQ(f->handle, r->handle);
+        EXPECT_EQ(f->fence, r->fence);
+        EXPECT_EQ(f->flags, r->flags);
+        EXPECT_EQ(f->event, r->event);
+      }
+    }
+  }
+}
+
+TEST(FastDecoders, AcquireReplyMatchesTheReference) {
+  std::vector<std::uint8_t> msg;
+  std::uint32_t x = 11;
+  for (std::uint32_t ndim = 0; ndim <= kMaxDims; ++ndim) {
+    AcquireReply m;
+    x = x * 1664525u + 1013904223u;
+    m.handle = (static_cast<std::uint64_t>(x) << 20) | ndim;
+    m.pool_id = x % 16;
+    m.dtype = x % 13;
+    m.offset = static_cast<std::uint64_t>(x) * 4096;
+    m.bytes = x >> 3;
+    for (std::uint32_t d = 0; d < ndim; ++d) {
+      m.shape.push_back(d * 3 + 1);
+      m.strides.push_back(-static_cast<std::int64_t>(d) + 5);
+    }
+    m.done_event = ndim % 2 == 0 ? kNoEvent : x % 512;
+    m.status_ticket = ndim % 3 == 0 ? 0 : x;
+    encode_acquire_reply(4, m, &msg);
+    for (const auto& p : mutations(msg, x)) {
+      AcquireReply fast, ref;
+      fast.shape = {9, 9, 9, 9, 9, 9, 9, 9, 9};  // left over from before: must be replaced
+      Status f = decode_acquire_reply(p, &fast);
+      Status r = decode_acquire_reply_checked(p, &ref);
+      ASSERT_EQ(static_cast<bool>(f), static_cast<bool>(r)) << "ndim " << ndim << " size " << p.size();
+      if (f) expect_same(fast, ref);
+    }
+  }
+}
+
+// The hit path's encoders (sized once, fields stored in place) lay out exactly the bytes of protocol.h, built here
+// field by field.
+struct Bytes {
+  std::vector<std::uint8_t> v;
+  template <class T>
+  Bytes& put(T x) {
+    std::uint8_t b[sizeof(T)];
+    store_le<T>(b, x);
+    v.insert(v.end(), b, b + sizeof(T));
+    return *this;
+  }
+  std::vector<std::uint8_t> frame(std::uint16_t type, std::uint32_t id) const {
+    Bytes h;
+    h.put(kWireMagic).put(kProtocolVersion).put(type).put(id).put(static_cast<std::uint32_t>(v.size()));
+    h.v.insert(h.v.end(), v.begin(), v.end());
+    return h.v;
+  }
+};
+
+TEST(Protocol, HitPathEncodersGiveTheDocumentedBytes) {
+  std::vector<std::uint8_t> msg(300, 0xAB);  // left over from a longer message: must be replaced, not appended to
+  const std::string name = "model.layers.17.self_attn.q_proj.weight";
+  encode_acquire(0x01020304, {77, Layout::kDenseBF16, name, 3}, &msg);
+  Bytes a;
+  a.put<std::uint32_t>(77).put(static_cast<std::uint32_t>(Layout::kDenseBF16));
+  a.put(static_cast<std::uint16_t>(name.size()));
+  a.v.insert(a.v.end(), name.begin(), name.end());
+  a.put<std::uint32_t>(3);
+  EXPECT_EQ(msg, a.frame(static_cast<std::uint16_t>(MsgType::kAcquire), 0x01020304));
+
+  ReleaseRequest rel{0x0500000000ABCDEFull, FenceKind::kHostRelease, kReleaseNoReply};
+  encode_release(8, rel, &msg);
+  Bytes r;
+  r.put(rel.handle).put<std::uint32_t>(0).put<std::uint32_t>(kReleaseNoReply);
+  EXPECT_EQ(msg, r.frame(static_cast<std::uint16_t>(MsgType::kRelease), 8));
+  rel.fence = FenceKind::kCudaEvent;
+  rel.flags = 0;
+  for (std::size_t i = 0; i < rel.event.size(); ++i) rel.event[i] = static_cast<std::uint8_t>(255 - i);
+  encode_release(9, rel, &msg);
+  Bytes re;
+  re.put(rel.handle).put<std::uint32_t>(1).put<std::uint32_t>(0);
+  re.v.insert(re.v.end(), rel.event.begin(), rel.event.end());
+  EXPECT_EQ(msg, re.frame(static_cast<std::uint16_t>(MsgType::kRelease), 9));
+
+  AcquireReply ar{(2ull << kHandlePoolShift) | 5, 2, 11, 1ull << 33, 2 * 3 * 5 * 2, {2, 3, 5}, {15, 5, -1}, 17, 99};
+  encode_acquire_reply(10, ar, &msg);
+  Bytes ab;
+  ab.put(ar.handle).put(ar.pool_id).put(ar.dtype).put(ar.offset).put(ar.bytes);
+  ab.put<std::uint32_t>(3).put<std::uint32_t>(0);
+  for (auto d : ar.shape) ab.put(d);
+  for (auto st : ar.strides) ab.put(st);
+  ab.put(ar.done_event).put<std::uint32_t>(0).put(ar.status_ticket);
+  EXPECT_EQ(msg, ab.frame(static_cast<std::uint16_t>(MsgType::kAcquire) | kReplyBit, 10));
+}
+
 TEST(ProtocolMalformed, RandomBytesNeverCrashTheDecoders) {
   std::uint64_t x = 0x1234567;
   std::vector<std::uint8_t> p;
