@@ -66,12 +66,12 @@ int main(int argc, char** argv) {
   app.add_option("--bpp", bpp);
   app.add_option("--n", n, "uncached acquires (tensors in the file)");
   app.add_option("--iters", iters, "cache-hit round trips per client");
-  int spin_us = -1, io_threads = 4;
+  int spin_us = -1, io_threads = 0;
   bool timeline = false;
   epk::client::ClientOptions copts;
   app.add_option("--spin-us", spin_us, "epkd's --spin-us (-1: its default)");
   app.add_option("--client-spin-us", copts.spin_us, "ClientOptions::spin_us of every client (-1: EPK_SPIN_US)");
-  app.add_option("--io-threads", io_threads, "epkd's --io-threads");
+  app.add_option("--io-threads", io_threads, "epkd's --io-threads (0: its default, half the cores)");
   app.add_option("--status-spin-us", copts.status_spin_us, "ClientOptions::status_spin_us (decode status polling)");
   app.add_flag("--timeline", timeline, "epkd at debug level: per-miss timeline lines on stderr");
   bool no_early = false;

@@ -221,7 +221,10 @@ int main(int argc, char** argv) {
   long iters = 20000;
   int io_threads = 0, spin_us = -1;
   std::vector<std::string> epkd_flags;
+  bool device_pool = false;
   app.add_option("--epkd", epkd, "start this epkd binary with a synthetic model on a temporary socket");
+  app.add_flag("--device-pool", device_pool,
+               "with --epkd: let it serve from a device pool where a GPU is usable (default: --cpu, host memfd pools)");
   app.add_flag("--nowait", g_nowait, "time acquire + release_nowait (one round trip) instead of acquire + release");
   app.add_flag("--by-value", g_by_value, "time Client::acquire (a new Tensor per call) instead of acquire_into");
   app.add_option("--io-threads", io_threads, "with --epkd: its --io-threads (0: its default)");
@@ -253,9 +256,10 @@ int main(int argc, char** argv) {
     daemon = ::fork();
     if (daemon == 0) {
       std::string io = std::to_string(io_threads);
-      std::vector<const char*> args = {epkd.c_str(), "--socket", socket.c_str(), "--budget-mb", "64", "--cpu",
+      std::vector<const char*> args = {epkd.c_str(), "--socket", socket.c_str(), "--budget-mb", "64",
                                        "--synthetic", "bench=t0:1024x1024", "--log-level", "warn", "--io-threads",
                                        io.c_str()};
+      if (!device_pool) args.push_back("--cpu");
       std::string spin = std::to_string(spin_us);
       if (spin_us >= 0) {
         args.push_back("--spin-us");
@@ -290,6 +294,7 @@ int main(int argc, char** argv) {
   std::string summary = std::string("summary: ") + (g_nowait ? "acquire+release_nowait" : "acquire+release") +
                         " iters " + std::to_string(iters) + " io-threads " + std::to_string(io_threads) +
                         " spin-us " + std::to_string(spin_us) + " client-spin-us " + std::to_string(g_client_spin_us);
+  if (device_pool) summary += " device-pool";
   for (const std::string& f : epkd_flags) summary += " " + f;
   for (const RoundResult& r : results) {
     char part[96];
