@@ -272,7 +272,15 @@ int main(int argc, char** argv) {
     }
     remember_child(daemon);
     g_daemon = daemon;
-    for (int i = 0; i < 500 && !epk::client::Client::connect(socket); ++i) {
+    // The readiness probe connects from a child process: a Client of device pools initialises CUDA, and a process
+    // that has done so cannot hand CUDA to the client processes it forks afterwards.
+    auto ready = [&] {
+      const pid_t probe = ::fork();
+      if (probe == 0) ::_exit(epk::client::Client::connect(socket) ? 0 : 1);
+      int status = 0;
+      return probe > 0 && ::waitpid(probe, &status, 0) == probe && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    };
+    for (int i = 0; i < 500 && !ready(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
