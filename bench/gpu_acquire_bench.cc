@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/timing.h"
 #include "bench/bench_model.h"
 #include "client/client.h"
 #include "codec/container/writer.h"
@@ -37,15 +38,9 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
-}
+using epk::bench::Clock;
+using epk::bench::pct;
+using epk::bench::us_since;
 
 int die(const std::string& m) {
   std::fprintf(stderr, "gpu_acquire_bench: %s\n", m.c_str());
