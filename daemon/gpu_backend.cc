@@ -167,11 +167,17 @@ class CudaBackend final : public GpuBackend {
     std::vector<std::shared_ptr<gpu_intq::Tensor>> made_intq(src->tensors().size());
     for (std::size_t i = 0; i < src->tensors().size(); ++i) {
       if (src->intq_header(i) != nullptr) {
-        // intq "int" tensors: their logical form, for the repack and dequantize kernels (daemon/gpu_intq.h).
+        // intq "int" tensors: their logical form, for the repack and dequantize kernels (daemon/gpu_intq.h). One
+        // that cannot be uploaded (device memory) stays on the CPU path; the model's other tensors keep the tier.
         EPK_TRY(src->verify_stored(i));
-        EPK_TRY_ASSIGN(std::unique_ptr<gpu_intq::Tensor> q, gpu_intq::upload(*src, i, device_, stream_));
-        added += q->variants[0]->bytes;
-        made_intq[i] = std::move(q);
+        auto q = gpu_intq::upload(*src, i, device_, stream_);
+        if (!q) {
+          spdlog::warn("device {}: intq tensor '{}' not resident ({}); the CPU path serves it", device_,
+                       src->tensors()[i].name, q.error().to_string());
+          continue;
+        }
+        added += (*q)->variants[0]->bytes;
+        made_intq[i] = std::move(*q);
         continue;
       }
       const rans::LatticeRansStream* s = src->lattice_stream(i);
@@ -224,7 +230,14 @@ class CudaBackend final : public GpuBackend {
       bool intq_kernels = false;
       if (q && !force_host_intq_) {
         std::uint64_t added = 0;
-        EPK_TRY_ASSIGN(intq_kernels, gpu_intq::covers(*q, src, tensor, layout, device_, stream_, &added));
+        // A layout the kernels cannot be set up for (its padded variant does not fit the device, say) goes to the
+        // CPU path like any layout they do not cover.
+        auto covered = gpu_intq::covers(*q, src, tensor, layout, device_, stream_, &added);
+        if (!covered) {
+          spdlog::warn("device {}: intq tensor {}: the kernels' setup failed ({}); the CPU path serves it", device_,
+                       tensor, covered.error().to_string());
+        }
+        intq_kernels = covered && *covered;
         if (added != 0) {
           std::lock_guard<std::mutex> lock(mu_);
           resident_bytes_ += added;

@@ -63,6 +63,8 @@ bool padding_sorts_inside(const layouts::QuantTensor& q) {
 // The logical form of q in device memory, and the act-order row maps the repacks take.
 Result<std::unique_ptr<Variant>> make_variant(const Tensor& t, const layouts::QuantTensor& q, int device,
                                               const shm::CudaStream& stream) {
+  // The act-order kernels below launch on the current context: make it this device's, whoever calls.
+  EPK_TRY(shm::make_device_current(device));
   auto v = std::make_unique<Variant>();
   v->padded_rows = q.padded_rows;
   v->padded_cols = q.padded_cols;
