@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,34 @@ class DevEpkd : public Epkd {
   ~DevEpkd() {
     if (running() && terminate() != 0) ADD_FAILURE() << "epkd did not exit 0 after SIGTERM";
   }
+};
+
+// The same model served twice, for the tests that compare the device path's bytes with the host path's: a device
+// epkd with `device_args` and a host epkd (--cpu) with `--model model_arg`, each with the same budget, and a connected
+// client of each once connect() has returned true.
+struct DeviceAndHost {
+  DeviceAndHost(std::vector<std::string> device_args, const std::string& model_arg, const std::string& budget_mb)
+      : device(std::move(device_args), budget_mb), host({"--model", model_arg}, budget_mb) {}
+  // False (with the failure recorded) when either epkd is not running or does not take a client.
+  bool connect() {
+    if (!device.running() || !host.running()) {
+      ADD_FAILURE() << "epkd did not start (device path " << device.running() << ", host path " << host.running()
+                    << ")";
+      return false;
+    }
+    auto d = client::Client::connect(device.socket());
+    auto h = client::Client::connect(host.socket());
+    if (!d || !h) {
+      ADD_FAILURE() << "connect: " << (d ? h.error().to_string() : d.error().to_string());
+      return false;
+    }
+    on_device.emplace(std::move(*d));
+    on_host.emplace(std::move(*h));
+    return true;
+  }
+  DevEpkd device;
+  Epkd host;
+  std::optional<client::Client> on_device, on_host;
 };
 
 // A fresh directory per test holding m.epk: five lattice-rans tensors (w0 129 x 67; w1..w4 384 x 320, four of which

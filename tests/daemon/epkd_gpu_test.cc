@@ -40,14 +40,10 @@ class GpuEpkd : public DevEpkd {
 class EpkdGpu : public DeviceModelTest {};
 
 TEST_F(EpkdGpu, DevicePoolServesTheSameBytesAsTheHostPath) {
-  GpuEpkd gpu("m=" + path_, "16");
-  Epkd cpu({"--model", "m=" + path_}, "16");
-  ASSERT_TRUE(gpu.running());
-  ASSERT_TRUE(cpu.running());
-  auto g = Client::connect(gpu.socket());
-  auto h = Client::connect(cpu.socket());
-  ASSERT_TRUE(g) << g.error().to_string();
-  ASSERT_TRUE(h) << h.error().to_string();
+  DeviceAndHost both({"--model", "m=" + path_, "--devices", "0"}, "m=" + path_, "16");
+  ASSERT_TRUE(both.connect());
+  std::optional<Client>& g = both.on_device;
+  std::optional<Client>& h = both.on_host;
   ASSERT_EQ(g->pools().size(), 1u);
   EXPECT_EQ(g->pools()[0].kind, shm::PoolKind::kDevice);
   EXPECT_EQ(g->pools()[0].device, 0);
@@ -83,14 +79,10 @@ TEST_F(EpkdGpu, DevicePoolServesTheSameBytesAsTheHostPath) {
 // device_resident = false: no compressed tensor is kept on the device, and every layout still arrives in the device
 // pool with the host path's bytes (the CPU decoder, then a copy into the slot).
 TEST_F(EpkdGpu, WithoutTheDeviceTierTheCpuFallbackServesTheSameBytes) {
-  DevEpkd gpu({"--model", "m=" + path_, "--devices", "0", "--no-device-resident"}, "16");
-  Epkd cpu({"--model", "m=" + path_}, "16");
-  ASSERT_TRUE(gpu.running());
-  ASSERT_TRUE(cpu.running());
-  auto g = Client::connect(gpu.socket());
-  auto h = Client::connect(cpu.socket());
-  ASSERT_TRUE(g) << g.error().to_string();
-  ASSERT_TRUE(h) << h.error().to_string();
+  DeviceAndHost both({"--model", "m=" + path_, "--devices", "0", "--no-device-resident"}, "m=" + path_, "16");
+  ASSERT_TRUE(both.connect());
+  std::optional<Client>& g = both.on_device;
+  std::optional<Client>& h = both.on_host;
   auto st = g->stats();
   ASSERT_TRUE(st);
   EXPECT_EQ(st->resident_bytes, 0u);
@@ -495,13 +487,10 @@ class EpkdGpuIntq : public ::testing::Test {
 };
 
 TEST_F(EpkdGpuIntq, EveryIntqLayoutFromTheDeviceKernelsIsTheCpuPathsBytes) {
-  GpuEpkd gpu("q=" + path_, "64");
-  Epkd cpu({"--model", "q=" + path_}, "64");
-  ASSERT_TRUE(gpu.running() && cpu.running());
-  auto g = Client::connect(gpu.socket());
-  auto h = Client::connect(cpu.socket());
-  ASSERT_TRUE(g) << g.error().to_string();
-  ASSERT_TRUE(h) << h.error().to_string();
+  DeviceAndHost both({"--model", "q=" + path_, "--devices", "0"}, "q=" + path_, "64");
+  ASSERT_TRUE(both.connect());
+  std::optional<Client>& g = both.on_device;
+  std::optional<Client>& h = both.on_host;
   using shm::Layout;
   int compared = 0, by_kernels = 0, packed = 0;
   for (const IntqCase& c : cases_) {
@@ -542,8 +531,8 @@ TEST_F(EpkdGpuIntq, EveryIntqLayoutFromTheDeviceKernelsIsTheCpuPathsBytes) {
   EXPECT_GE(packed, 20);
   EXPECT_GE(compared, 50);
   // The CPU path taken silently would pass the byte comparison: epkd's exit line says which path each slot took.
-  ASSERT_EQ(gpu.terminate(), 0);
-  std::string log = slurp(gpu.log_path());
+  ASSERT_EQ(both.device.terminate(), 0);
+  std::string log = slurp(both.device.log_path());
   const std::string want = "intq slots: " + std::to_string(by_kernels) + " by the device kernels, " +
                            std::to_string(compared - by_kernels) + " by the CPU path";
   EXPECT_NE(log.find(want), std::string::npos) << "want \"" << want << "\" in epkd's log:\n" << log;

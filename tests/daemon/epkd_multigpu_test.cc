@@ -92,13 +92,10 @@ TEST_F(EpkdMultiGpu, PerDeviceBudgetFromTheConfigFile) {
 
 TEST_F(EpkdMultiGpu, TwoDevicesServeTheSameTensorIntoTheirOwnPools) {
   if (!two_devices()) GTEST_SKIP() << "one CUDA device: the second-device cases are not tested";
-  DevEpkd d({"--model", "m=" + path_, "--devices", "0,1"}, "8");
-  Epkd cpu({"--model", "m=" + path_}, "8");
-  ASSERT_TRUE(d.running() && cpu.running());
-  auto c = Client::connect(d.socket());
-  auto h = Client::connect(cpu.socket());
-  ASSERT_TRUE(c) << c.error().to_string();
-  ASSERT_TRUE(h) << h.error().to_string();
+  DeviceAndHost both({"--model", "m=" + path_, "--devices", "0,1"}, "m=" + path_, "8");
+  ASSERT_TRUE(both.connect());
+  std::optional<Client>& c = both.on_device;
+  std::optional<Client>& h = both.on_host;
   ASSERT_EQ(c->pools().size(), 2u);
   EXPECT_EQ(c->pools()[0].device, 0);
   EXPECT_EQ(c->pools()[1].device, 1);
@@ -142,7 +139,7 @@ TEST_F(EpkdMultiGpu, TwoDevicesServeTheSameTensorIntoTheirOwnPools) {
   EXPECT_EQ(s->decodes, 16u);
   // The C ABI names the device too.
   epk_client* cc = nullptr;
-  ASSERT_EQ(epk_connect(d.socket().c_str(), &cc), EPK_OK) << epk_last_error();
+  ASSERT_EQ(epk_connect(both.device.socket().c_str(), &cc), EPK_OK) << epk_last_error();
   epk_tensor et;
   ASSERT_EQ(epk_acquire_on(cc, "m", "w0", "dense:fp32", 1, &et), EPK_OK) << epk_last_error();
   EXPECT_EQ(et.device, 1);
