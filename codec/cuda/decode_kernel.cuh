@@ -267,8 +267,13 @@ __device__ __forceinline__ void record_tile(const TensorDesc& d, std::uint32_t t
 }
 
 // The block's shared-memory layout and its prologue, shared by the kernels: [tables][pad to 2 KiB][ring_warps word
-// rings of 2 KiB][descriptor][tile counter]. Copies the descriptor and (with_luts) the tables, sets the counter;
-// the caller adds anything else and then calls __syncthreads().
+// rings of 2 KiB][descriptor][tile counter]. Copies the descriptor and (with_luts) the tables, sets the counter to
+// the first tile after the `static_tiles` the caller hands out itself; the caller adds anything else and then calls
+// __syncthreads().
+// The tables (up to 128 KiB, the same for every block) go by cp.async, all in flight at once: a copy loop through
+// registers waited one L2 round trip per 16 bytes per thread, and took ~10% of the lean kernel's warp samples (ncu,
+// H200, docs/NOTES.md). defer_lut_wait: the caller waits (cp.async.wait_all) before its __syncthreads(), after it has
+// started its first tile, so that tile's loads overlap the copy.
 struct BlockSetup {
   std::uint32_t smem0;   // shared address of the dynamic shared memory
   std::uint32_t ring0;   // first word ring
@@ -276,10 +281,12 @@ struct BlockSetup {
   std::uint32_t* desc_words;
   std::uint32_t* next_tile;
   const void* lut;       // the tensor's tables in scratch
+  const TensorDesc* gdesc;  // the descriptor in scratch (readable before the block's barrier)
 };
 __device__ __forceinline__ BlockSetup block_setup(uint4* dynamic_smem, std::uint8_t* scratch,
                                                   std::uint64_t descs_offset, const WorkItem& item,
-                                                  std::uint32_t ring_warps, bool with_luts) {
+                                                  std::uint32_t ring_warps, bool with_luts,
+                                                  std::uint32_t static_tiles = 0, bool defer_lut_wait = false) {
   BlockSetup b;
   b.smem0 = static_cast<std::uint32_t>(__cvta_generic_to_shared(dynamic_smem));
   // The tensor's prob_bits decides the table size; read it before placing anything.
@@ -293,14 +300,23 @@ __device__ __forceinline__ BlockSetup block_setup(uint4* dynamic_smem, std::uint
   for (std::uint32_t i = threadIdx.x; i < static_cast<std::uint32_t>(kDescWords); i += blockDim.x) {
     b.desc_words[i] = reinterpret_cast<const std::uint32_t*>(gdesc)[i];  // blocks may have fewer threads than words
   }
-  if (threadIdx.x == 0) *b.next_tile = item.tile_begin;
+  if (threadIdx.x == 0) *b.next_tile = item.tile_begin + static_tiles;
   b.lut = scratch + gdesc->lut_offset;
+  b.gdesc = gdesc;
   if (with_luts) {
     const std::uint32_t n16 = lut_bytes / 16;
     const uint4* src = static_cast<const uint4*>(b.lut);
-    for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) dynamic_smem[i] = src[i];
+    for (std::uint32_t i = threadIdx.x; i < n16; i += blockDim.x) cp_async16_s(b.smem0 + i * 16, src + i);
+    cp_async_commit();
+    if (!defer_lut_wait) cp_async_wait_all();
   }
   return b;
+}
+// Waits for this thread's cp.async copies (the tables of a deferred block_setup among them) and then for the block:
+// after it every table, the descriptor copy and the tile counter are visible to every thread.
+__device__ __forceinline__ void join_block_after_tables() {
+  cp_async_wait_all();
+  __syncthreads();
 }
 // The next tile for this warp from the block's counter (every lane gets it).
 __device__ __forceinline__ std::uint32_t next_block_tile(std::uint32_t* next_tile) {

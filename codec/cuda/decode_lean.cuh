@@ -38,47 +38,56 @@ __device__ __forceinline__ std::uint32_t and_xor(std::uint32_t a, std::uint32_t 
 }
 
 // Writes one decoded vector from its eight packed entries e (value fields) and coset c: the lean loop's stores, also
-// run by the reconstruction warps of the warp-specialised kernel (decode_ws.cuh).
-template <int kPb, bool kBf16>
-__device__ __forceinline__ void lean_store(const TensorDesc& d, const std::uint32_t* e, std::uint32_t c,
-                                           std::uint32_t row, std::uint32_t col, float scale) {
+// run by the reconstruction warps of the warp-specialised kernel (decode_ws.cuh). lean_store_bf16 takes the 16-byte
+// destination (the lean loop steps it by one group per group: every row is vector-aligned there, so a vector's
+// output is at 16 * (vector - row_begin * vecs_per_row) bytes); lean_store_general the row and column.
+template <int kPb>
+__device__ __forceinline__ void lean_store_bf16(const TensorDesc& d, const std::uint32_t* e, std::uint32_t c,
+                                                float scale, std::uint64_t dst) {
   constexpr int kVb = 31 - 2 * kPb;
+  // Every row is vector-aligned (the plan checks cols % 8 == 0), so all 8 values are stored.
+  constexpr std::uint32_t kVmask = ((1u << kVb) - 1u) << kPb;
+  constexpr std::uint32_t kFlip = (1u << (kPb + kVb - 1)) | 0x4B000000u;  // value sign bit, 2^23
+  const std::uint32_t vmask = opaque(kVmask), flip = opaque(kFlip);  // registers: one LOP3 per value
+  // (z + c/2) * 2^pb = F - K with F = 2^23 + (z + 2^(vb-1)) * 2^pb, K = 2^23 + 2^(vb-1+pb) - c * 2^(pb-1).
+  const float k0 = __uint_as_float(0x4B000000u + (1u << (kVb - 1 + kPb)) - (c << (kPb - 1)));
+  const float s = __fmul_rn(scale, 1.0f / static_cast<float>(1u << kPb));
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 7; ++j) v[j] = __fmul_rn(__fsub_rn(__uint_as_float(and_xor(e[j], vmask, flip)), k0), s);
+  // z7' = 2 z7 + parity(z0..z6): (z7' + c/2) * 2^pb = 2 F7 - K7, K7 = 2^24 + 2^(vb+pb) - par 2^pb - c 2^(pb-1)
+  // (a multiple of 2^(pb-1) in [2^24, 2^25): its bits are 0x4B800000 + (K7 - 2^24) / 2).
+  const std::uint32_t x7 = e[0] ^ e[1] ^ e[2] ^ e[3] ^ e[4] ^ e[5] ^ e[6];
+  const std::uint32_t k7 =
+      0x4B800000u + (1u << (kVb + kPb - 1)) - ((x7 >> 1) & (1u << (kPb - 1))) - (c << (kPb - 2));
+  v[7] = __fmul_rn(__fmaf_rn(__uint_as_float(and_xor(e[7], vmask, flip)), 2.0f, -__uint_as_float(k7)), s);
+  if (d.clamp_bf16) {  // uniform; only for scales that can reach the bf16 limit
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(bf16x2_bits(v[0], v[1]), bf16x2_bits(v[2], v[3]),
+                                              bf16x2_bits(v[4], v[5]), bf16x2_bits(v[6], v[7]));
+}
+// The 16-byte destination of the vector at (row, col) in a bf16 output whose rows are vector-aligned.
+__device__ __forceinline__ std::uint64_t bf16_vector_dst(const TensorDesc& d, std::uint32_t row, std::uint32_t col) {
+  return reinterpret_cast<std::uint64_t>(d.out) +
+         2 * (static_cast<std::uint64_t>(row - d.row_begin) * d.cols + col);
+}
+template <int kPb>
+__device__ __forceinline__ void lean_store_general(const TensorDesc& d, const std::uint32_t* e, std::uint32_t c,
+                                                   std::uint32_t row, std::uint32_t col, float scale) {
   const std::uint64_t elem = static_cast<std::uint64_t>(row - d.row_begin) * d.cols + col;
-  if constexpr (kBf16) {
-    // Every row is vector-aligned (the plan checks cols % 8 == 0), so all 8 values are stored.
-    constexpr std::uint32_t kVmask = ((1u << kVb) - 1u) << kPb;
-    constexpr std::uint32_t kFlip = (1u << (kPb + kVb - 1)) | 0x4B000000u;  // value sign bit, 2^23
-    const std::uint32_t vmask = opaque(kVmask), flip = opaque(kFlip);  // registers: one LOP3 per value
-    // (z + c/2) * 2^pb = F - K with F = 2^23 + (z + 2^(vb-1)) * 2^pb, K = 2^23 + 2^(vb-1+pb) - c * 2^(pb-1).
-    const float k0 = __uint_as_float(0x4B000000u + (1u << (kVb - 1 + kPb)) - (c << (kPb - 1)));
-    const float s = __fmul_rn(scale, 1.0f / static_cast<float>(1u << kPb));
-    float v[8];
+  int z[8];
 #pragma unroll
-    for (int j = 0; j < 7; ++j) v[j] = __fmul_rn(__fsub_rn(__uint_as_float(and_xor(e[j], vmask, flip)), k0), s);
-    // z7' = 2 z7 + parity(z0..z6): (z7' + c/2) * 2^pb = 2 F7 - K7, K7 = 2^24 + 2^(vb+pb) - par 2^pb - c 2^(pb-1)
-    // (a multiple of 2^(pb-1) in [2^24, 2^25): its bits are 0x4B800000 + (K7 - 2^24) / 2).
-    const std::uint32_t x7 = e[0] ^ e[1] ^ e[2] ^ e[3] ^ e[4] ^ e[5] ^ e[6];
-    const std::uint32_t k7 =
-        0x4B800000u + (1u << (kVb + kPb - 1)) - ((x7 >> 1) & (1u << (kPb - 1))) - (c << (kPb - 2));
-    v[7] = __fmul_rn(__fmaf_rn(__uint_as_float(and_xor(e[7], vmask, flip)), 2.0f, -__uint_as_float(k7)), s);
-    if (d.clamp_bf16) {  // uniform; only for scales that can reach the bf16 limit
+  for (int j = 0; j < 8; ++j) z[j] = static_cast<int>(e[j] << (kPb + 1)) >> (2 * kPb + 1);
+  int parity = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
-    }
-    store_bf16x8(d.out, elem, v);
-  } else {
-    int z[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) z[j] = static_cast<int>(e[j] << (kPb + 1)) >> (2 * kPb + 1);
-    int parity = 0;
-#pragma unroll
-    for (int j = 0; j < 7; ++j) parity += z[j];
-    z[7] = 2 * z[7] + (parity & 1);
-    const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
-    store_vector(d, elem, n, (d.cols & 7u) == 0, z, static_cast<int>(c), scale);
-    if (d.row_scales != nullptr && col == 0) {
-      d.row_scales[row - d.row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
-    }
+  for (int j = 0; j < 7; ++j) parity += z[j];
+  z[7] = 2 * z[7] + (parity & 1);
+  const int n = d.cols - col < 8 ? static_cast<int>(d.cols - col) : 8;
+  store_vector(d, elem, n, (d.cols & 7u) == 0, z, static_cast<int>(c), scale);
+  if (d.row_scales != nullptr && col == 0) {
+    d.row_scales[row - d.row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
   }
 }
 
@@ -141,10 +150,13 @@ __device__ __forceinline__ void ws_post(WsSlots& ws, const std::uint32_t* e, std
 
 // kWs: the decode warp of the warp-specialised kernel: the symbol chain only, each group's entries posted to ws
 // (no placement, no store).
+// syncs_block: this is the warp's first tile, started while the block's tables are still arriving (block_setup's
+// defer_lut_wait); the tile waits for them and joins the block's barrier once its own first loads are in flight.
 template <int kPb, bool kBf16, bool kWs = false>
 __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                                  std::uint32_t lut_s, std::uint32_t ring_s, DecodeStatus* status,
-                                                 std::uint8_t* tile_status, WsSlots* ws = nullptr) {
+                                                 std::uint8_t* tile_status, WsSlots* ws = nullptr,
+                                                 bool syncs_block = false) {
   constexpr std::uint32_t kMask = (1u << kPb) - 1u;
   constexpr int kVb = 31 - 2 * kPb;  // value bits in a packed entry
   static_assert(kVb >= 2);
@@ -161,6 +173,7 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
   TileFault fault = TileFault::kOk;
   if (wb > we || we > d.payload_words) {
     fault = TileFault::kBadOffsets;
+    if (syncs_block) join_block_after_tables();
   } else {
     std::uint32_t x = __ldg(d.states + static_cast<std::uint64_t>(tile) * 32 + lane);
     std::uint32_t p2 = 2 * we;  // twice the next word index + 1: the next word read is at byte p2 - 2
@@ -201,8 +214,12 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
     };
     refill(1);
     cp_async_commit();
-    cp_async_wait_all();
-    __syncwarp();
+    if (syncs_block) {
+      join_block_after_tables();  // also waits for this tile's first words
+    } else {
+      cp_async_wait_all();
+      __syncwarp();
+    }
 
     const std::uint32_t rem = count & 31u;
     std::uint32_t g_start = rem ? count - rem : count - 32;
@@ -212,6 +229,9 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
     if constexpr (!kWs) {
       next = placer.next(d, step_rows, v0, g_start, rem == 0 || static_cast<std::uint32_t>(lane) < rem);
     }
+    // bf16: this lane's 16-byte destination in the current group, 512 bytes lower each group.
+    std::uint64_t dst = reinterpret_cast<std::uint64_t>(d.out) +
+                        16 * (v0 + g_start + lane - static_cast<std::uint64_t>(d.row_begin) * d.vecs_per_row);
 
     auto group = [&](auto partial_tag, std::uint32_t n_valid) {
       constexpr bool kPartial = decltype(partial_tag)::value;
@@ -220,6 +240,8 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       if (p2 <= refill_at) refill(kRefillChunks);
       cp_async_commit();
       const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
+      // This group's placement came with the previous group (ptxas sinks a row-scale load issued here next to its
+      // use in the store, a global round trip per group); the next group's is fetched now, behind this symbol chain.
       [[maybe_unused]] Placement here{};
       if constexpr (!kWs) {
         here = next;
@@ -291,8 +313,15 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
 
       if constexpr (kWs) {
         ws_post(*ws, e, c, tile, g_start, n_valid);
-      } else if (valid && here.store) {
-        lean_store<kPb, kBf16>(d, e, c, here.row, here.col, here.scale);
+      } else {
+        if (here.store) {
+          if constexpr (kBf16) {
+            lean_store_bf16<kPb>(d, e, c, here.scale, dst);
+          } else {
+            lean_store_general<kPb>(d, e, c, here.row, here.col, here.scale);
+          }
+        }
+        dst -= 512;
       }
     };
 
@@ -301,7 +330,15 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
     } else {
       group(std::false_type{}, 32);
     }
-    while (g_start != 0) {
+    // Two groups per iteration: the pipelined placement then alternates between two sets of registers instead of
+    // being copied (about 10 moves a group in the SASS of the one-group loop).
+    while (g_start >= 64) {
+      g_start -= 32;
+      group(std::false_type{}, 32);
+      g_start -= 32;
+      group(std::false_type{}, 32);
+    }
+    if (g_start != 0) {
       g_start -= 32;
       group(std::false_type{}, 32);
     }
@@ -321,16 +358,23 @@ __global__ void __launch_bounds__(kWide ? kMaxWarpsPerBlock * 32 : kFastRegsMaxW
                                std::uint64_t tile_status_offset) {
   extern __shared__ uint4 dynamic_smem[];
   const WorkItem item = reinterpret_cast<const WorkItem*>(scratch + items_offset)[blockIdx.x];
-  const BlockSetup b = block_setup(dynamic_smem, scratch, descs_offset, item, blockDim.x / 32, true);
-  __syncthreads();
-  const TensorDesc d = *reinterpret_cast<const TensorDesc*>(b.desc_words);
+  // Warp w's first tile is tile_begin + w, started before the tables have arrived; later ones come from the counter.
+  const std::uint32_t warps = blockDim.x / 32;
+  const BlockSetup b = block_setup(dynamic_smem, scratch, descs_offset, item, warps, true, warps, true);
+  const TensorDesc d = *b.gdesc;
   auto* status = reinterpret_cast<DecodeStatus*>(scratch + status_offset);
   auto* tile_status = scratch + tile_status_offset;
   const std::uint32_t ring_s = b.ring0 + (threadIdx.x / 32) * kRingBytes;
-  for (;;) {
-    const std::uint32_t tile = next_block_tile(b.next_tile);
-    if (tile >= item.tile_end) break;
-    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status);
+  // One call site (the loop body is inlined once); the shuffle tells ptxas the tile is the same in every lane, so the
+  // votes need no divergence path.
+  std::uint32_t tile = __shfl_sync(kFull, item.tile_begin + threadIdx.x / 32, 0);
+  for (bool first = true;; first = false) {
+    if (tile >= item.tile_end) {
+      if (first) join_block_after_tables();
+      break;
+    }
+    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status, nullptr, first);
+    tile = next_block_tile(b.next_tile);
   }
 }
 

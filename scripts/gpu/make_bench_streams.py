@@ -2,7 +2,9 @@
 .epkraw (with the reference's own bf16 decode for the bit-exact check) and times the reference's CUDA decoder on each
 (CUDA events, median after warm-up), writing ref_times.txt ("name microseconds" per line) for gpu_decode_bench.
 
-Usage: python3 make_bench_streams.py OUT_DIR [--quick]
+Usage: python3 make_bench_streams.py OUT_DIR [--only NAME[,NAME...]]
+(--only: just those cases; the weights of every case are still drawn in order, so a case's data is the same either
+way.)
 """
 import pathlib
 import sys
@@ -48,12 +50,15 @@ def time_decode(ct, cfg, runs=50, warmup=5):
 
 def main():
     out_dir = pathlib.Path(sys.argv[1])
+    only = set(sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator(device="cuda").manual_seed(2026)
     lines = []
     print(f"{'tensor':22s} {'stored_bpp':>10s} {'pb':>3s} {'tile_sym':>8s} {'compress_s':>10s} {'ref_decode_us':>13s}")
     for name, rows, cols, bpp, timed in CASES:
         w = (torch.randn(rows, cols, device="cuda", generator=gen) * 0.02).to(torch.bfloat16)
+        if only is not None and name not in only:
+            continue
         cfg = ep.LatticeRANSConfig(target_bpp=bpp)
         t0 = time.time()
         ct = ep.compress(w, cfg)
