@@ -99,10 +99,11 @@ struct DecodeOptions {
   // The lean group loop (decode_lean.cuh): fewer instructions per symbol and per group. Taken where the plan has
   // packed shared tables, staged words without shuffling and every tensor at prob_bits 11 (80 registers per thread
   // for blocks of at most 24 warps, else 64); with a bf16-only store where every job is bf16 with cols % 8 == 0 and
-  // every row scale is 0, non-finite or at least 2^-115. Elsewhere the plan falls back to the loop fast_groups picks
-  // (DecodePlan::lean_pb() says which ran).
+  // cols >= 256, every row scale is 0, non-finite or at least 2^-115 and no value can reach the bf16 clamp. Elsewhere
+  // the plan falls back to the loop fast_groups picks (DecodePlan::lean_pb() says which ran).
   // Bit-exact in every GPU test; H200, 10240x3840 to bf16: 93.9 -> 80.6 us at 4 bpp, 131.5 -> 116.2 us at 2 bpp,
-  // 14336x4096 114.1 -> 95.7 us (docs/NOTES.md, runs 6 and 7), so on by default.
+  // 14336x4096 114.1 -> 95.7 us (docs/NOTES.md, runs 6 and 7), so on by default; 73-75 us at 4 bpp since the fourth
+  // session's changes (tables by cp.async, branch-free groups with the store deferred into the next group's chain).
   bool lean = true;
   // Where the lean loop is taken: split each block into decode warps (one tile each, the symbol chain only) and
   // reconstruction warps (placement, scale, conversion, store), handing groups over through shared memory

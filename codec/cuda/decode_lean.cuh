@@ -37,15 +37,13 @@ __device__ __forceinline__ std::uint32_t and_xor(std::uint32_t a, std::uint32_t 
   return r;
 }
 
-// Writes one decoded vector from its eight packed entries e (value fields) and coset c: the lean loop's stores, also
-// run by the reconstruction warps of the warp-specialised kernel (decode_ws.cuh). lean_store_bf16 takes the 16-byte
-// destination (the lean loop steps it by one group per group: every row is vector-aligned there, so a vector's
-// output is at 16 * (vector - row_begin * vecs_per_row) bytes); lean_store_general the row and column.
+// One decoded vector from its eight packed entries e (value fields) and coset c: the lean loop's output, also made
+// by the reconstruction warps of the warp-specialised kernel (decode_ws.cuh). lean_bf16_vector gives the 16 bytes of
+// a bf16 vector (the plan takes it only where rows are vector-aligned, every scale is 0, non-finite or >= 2^-115 and
+// no value can need the bf16 clamp); lean_store_general stores any format at (row, col).
 template <int kPb>
-__device__ __forceinline__ void lean_store_bf16(const TensorDesc& d, const std::uint32_t* e, std::uint32_t c,
-                                                float scale, std::uint64_t dst) {
+__device__ __forceinline__ uint4 lean_bf16_vector(const std::uint32_t* e, std::uint32_t c, float scale) {
   constexpr int kVb = 31 - 2 * kPb;
-  // Every row is vector-aligned (the plan checks cols % 8 == 0), so all 8 values are stored.
   constexpr std::uint32_t kVmask = ((1u << kVb) - 1u) << kPb;
   constexpr std::uint32_t kFlip = (1u << (kPb + kVb - 1)) | 0x4B000000u;  // value sign bit, 2^23
   const std::uint32_t vmask = opaque(kVmask), flip = opaque(kFlip);  // registers: one LOP3 per value
@@ -61,12 +59,8 @@ __device__ __forceinline__ void lean_store_bf16(const TensorDesc& d, const std::
   const std::uint32_t k7 =
       0x4B800000u + (1u << (kVb + kPb - 1)) - ((x7 >> 1) & (1u << (kPb - 1))) - (c << (kPb - 2));
   v[7] = __fmul_rn(__fmaf_rn(__uint_as_float(and_xor(e[7], vmask, flip)), 2.0f, -__uint_as_float(k7)), s);
-  if (d.clamp_bf16) {  // uniform; only for scales that can reach the bf16 limit
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = fminf(fmaxf(v[j], -3.38953139e38f), 3.38953139e38f);
-  }
-  *reinterpret_cast<uint4*>(dst) = make_uint4(bf16x2_bits(v[0], v[1]), bf16x2_bits(v[2], v[3]),
-                                              bf16x2_bits(v[4], v[5]), bf16x2_bits(v[6], v[7]));
+  return make_uint4(bf16x2_bits(v[0], v[1]), bf16x2_bits(v[2], v[3]), bf16x2_bits(v[4], v[5]),
+                    bf16x2_bits(v[6], v[7]));
 }
 // The 16-byte destination of the vector at (row, col) in a bf16 output whose rows are vector-aligned.
 __device__ __forceinline__ std::uint64_t bf16_vector_dst(const TensorDesc& d, std::uint32_t row, std::uint32_t col) {
@@ -90,6 +84,33 @@ __device__ __forceinline__ void lean_store_general(const TensorDesc& d, const st
     d.row_scales[row - d.row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
   }
 }
+
+// The bf16 lean loop's placement: stepped from the previous group without a branch (the plan takes that loop only
+// where a row has at least 32 vectors, so a group crosses at most one row boundary), so that the whole group stays
+// one basic block that ptxas can schedule across.
+struct SteppedPlacer {
+  std::uint32_t row;
+  int col;
+  __device__ __forceinline__ void start(const TensorDesc& d, std::uint64_t vec) {
+    std::uint32_t c;
+    vector_row_col(d, vec, row, c);
+    col = static_cast<int>(c);
+  }
+  __device__ __forceinline__ void step(const TensorDesc& d) {
+    col -= 256;
+    const bool wrap = col < 0;
+    row -= wrap ? 1u : 0u;
+    col += wrap ? static_cast<int>(d.cols) : 0;
+  }
+  __device__ __forceinline__ Placement place(const TensorDesc& d, bool lane_valid) const {
+    Placement pl;
+    pl.row = row;
+    pl.col = static_cast<std::uint32_t>(col);
+    pl.store = lane_valid && row - d.row_begin < d.row_end - d.row_begin;
+    pl.scale = ld_global_nc_f32(d.scales + (pl.store ? row : d.row_begin));
+    return pl;
+  }
+};
 
 // The warp-specialised kernel's hand-off (decode_ws.cuh): a decode warp's two slots in shared memory, each with
 // its "full" and "empty" mbarrier, and the count of groups it has posted.
@@ -150,13 +171,17 @@ __device__ __forceinline__ void ws_post(WsSlots& ws, const std::uint32_t* e, std
 
 // kWs: the decode warp of the warp-specialised kernel: the symbol chain only, each group's entries posted to ws
 // (no placement, no store).
+// kDefer (bf16 only): each group's vector is converted and stored during the next group, in the same basic block as
+// that group's symbol chain, so its ~60 instructions fill the chain's latency instead of sitting between two chains
+// (a warp issues in order). It holds one pending vector in registers, yet ptxas fits the 64-register form in 56.
 // syncs_block: this is the warp's first tile, started while the block's tables are still arriving (block_setup's
 // defer_lut_wait); the tile waits for them and joins the block's barrier once its own first loads are in flight.
-template <int kPb, bool kBf16, bool kWs = false>
+template <int kPb, bool kBf16, bool kWs = false, bool kDefer = false>
 __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                                  std::uint32_t lut_s, std::uint32_t ring_s, DecodeStatus* status,
                                                  std::uint8_t* tile_status, WsSlots* ws = nullptr,
                                                  bool syncs_block = false) {
+  static_assert(!kDefer || (kBf16 && !kWs));
   constexpr std::uint32_t kMask = (1u << kPb) - 1u;
   constexpr int kVb = 31 - 2 * kPb;  // value bits in a packed entry
   static_assert(kVb >= 2);
@@ -179,40 +204,28 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
     std::uint32_t p2 = 2 * we;  // twice the next word index + 1: the next word read is at byte p2 - 2
     const std::uint16_t* __restrict__ payload = d.payload;
 
-    // The ring as in decode_tile (kFast): chunk k (words 8k..8k+7) in slot k % kRingChunks, refilled 16 at a time.
-    // The refill condition of decode_tile, loaded_lo > begin_chunk && (top <= loaded_lo + kRingChunks -
-    // kRefillChunks || top <= begin_chunk + kRingChunks) with top = ceil(p / 8), is the same as p2 <= refill_at
-    // (computed after each refill), so a group pays one compare instead of the whole test.
+    // The ring: chunk k (words 8k..8k+7) in slot k % kRingChunks, filled at the tile start, then topped up every
+    // group with whatever chunks have become free, without a branch (two predicated cp.async per lane: a group
+    // frees at most 288 words, 37 chunks). Safety: a group's words were issued at least two groups earlier (it
+    // waits for all but the last commit) and lie at most 3 * 288 words below where those refills stood.
     const int begin_chunk = static_cast<int>(wb / 8);
     int loaded_lo = static_cast<int>((we + 7) / 8);
-    constexpr int kRefillChunks = 16;
-    static_assert(8 * (kRingChunks - kRefillChunks) - 7 >= 3 * 288);
-    std::uint32_t refill_at = 0;
-    auto refill = [&](int min_chunks) {
+    static_assert(8 * (kRingChunks - 1) - 7 >= 3 * 288 && 64 >= 288 / 8 + 1);
+    auto refill = [&]<int kPerLane>(std::integral_constant<int, kPerLane>) {
       const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
-      const int want = top > begin_chunk + kRingChunks ? top - kRingChunks : begin_chunk;
-      if (loaded_lo - want >= min_chunks || (want == begin_chunk && loaded_lo > want)) {
-        // At most kRingChunks (4 per lane) chunks: straight-line, predicated, no loop control.
+      int want = top - kRingChunks > begin_chunk ? top - kRingChunks : begin_chunk;
+      want = want < loaded_lo ? want : loaded_lo;  // a corrupt tile's position can wrap: never load past the tile
 #pragma unroll
-        for (int i = 0; i < kRingChunks / 32; ++i) {
-          const int k = loaded_lo - 1 - lane - 32 * i;
-          if (k >= want) {
-            cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16,
-                         payload + static_cast<std::int64_t>(k) * 8);
-          }
+      for (int i = 0; i < kPerLane; ++i) {
+        const int k = loaded_lo - 1 - lane - 32 * i;
+        if (k >= want) {
+          cp_async16_s(ring_s + static_cast<std::uint32_t>(k & (kRingChunks - 1)) * 16,
+                       payload + static_cast<std::int64_t>(k) * 8);
         }
-        loaded_lo = want;
       }
-      if (loaded_lo <= begin_chunk) {
-        refill_at = 0;  // nothing left to load; p2 == 0 only re-runs the test above, which then does nothing
-      } else {
-        const std::int64_t t = loaded_lo + kRingChunks - kRefillChunks > begin_chunk + kRingChunks
-                                   ? loaded_lo + kRingChunks - kRefillChunks
-                                   : begin_chunk + kRingChunks;
-        refill_at = static_cast<std::uint32_t>(16 * t < 0xffffffffLL ? 16 * t : 0xffffffffLL);  // p <= 8t
-      }
+      loaded_lo = want > loaded_lo - 32 * kPerLane ? want : loaded_lo - 32 * kPerLane;
     };
-    refill(1);
+    refill(std::integral_constant<int, kRingChunks / 32>{});
     cp_async_commit();
     if (syncs_block) {
       join_block_after_tables();  // also waits for this tile's first words
@@ -223,30 +236,51 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
 
     const std::uint32_t rem = count & 31u;
     std::uint32_t g_start = rem ? count - rem : count - 32;
+    const bool first_valid = rem == 0 || static_cast<std::uint32_t>(lane) < rem;
+    // Placement, software-pipelined one group ahead (ptxas sinks a row-scale load issued in the group that uses it
+    // next to its use, a global round trip per group). bf16: stepped without a branch; otherwise GroupPlacer.
     const bool step_rows = d.vecs_per_row >= 32;  // uniform per tensor
     GroupPlacer placer;
+    SteppedPlacer stepper;
     Placement next{};
-    if constexpr (!kWs) {
-      next = placer.next(d, step_rows, v0, g_start, rem == 0 || static_cast<std::uint32_t>(lane) < rem);
+    if constexpr (kBf16 && !kWs) {
+      stepper.start(d, v0 + g_start + lane);
+      next = stepper.place(d, first_valid);
+    } else if constexpr (!kWs) {
+      next = placer.next(d, step_rows, v0, g_start, first_valid);
     }
     // bf16: this lane's 16-byte destination in the current group, 512 bytes lower each group.
     std::uint64_t dst = reinterpret_cast<std::uint64_t>(d.out) +
                         16 * (v0 + g_start + lane - static_cast<std::uint64_t>(d.row_begin) * d.vecs_per_row);
+    struct Pending {
+      std::uint32_t e[8];
+      std::uint32_t c;
+      float scale;
+      std::uint64_t dst;
+      bool store;
+    } pending{};
+    auto flush = [&]() {
+      const uint4 v = lean_bf16_vector<kPb>(pending.e, pending.c, pending.scale);
+      if (pending.store) *reinterpret_cast<uint4*>(pending.dst) = v;
+    };
 
     auto group = [&](auto partial_tag, std::uint32_t n_valid) {
       constexpr bool kPartial = decltype(partial_tag)::value;
       cp_async_wait_one();  // the words this group reads were issued two groups ago or earlier
       __syncwarp();
-      if (p2 <= refill_at) refill(kRefillChunks);
+      refill(std::integral_constant<int, 2>{});
       cp_async_commit();
       const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
-      // This group's placement came with the previous group (ptxas sinks a row-scale load issued here next to its
-      // use in the store, a global round trip per group); the next group's is fetched now, behind this symbol chain.
       [[maybe_unused]] Placement here{};
-      if constexpr (!kWs) {
+      if constexpr (kBf16 && !kWs) {
+        here = next;
+        stepper.step(d);
+        next = stepper.place(d, true);  // past the tile's last group: not used
+      } else if constexpr (!kWs) {
         here = next;
         if (g_start != 0) next = placer.next(d, step_rows, v0, g_start - 32, true);
       }
+      if constexpr (kDefer) flush();  // the previous group's vector, scheduled into this group's chain
 
       // One predicate for the vote, the word load and the merge (the C++ form compiles to two compares), the
       // prefix count of the needing lanes at or above this one, the ring address and the pointer step.
@@ -314,12 +348,18 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       if constexpr (kWs) {
         ws_post(*ws, e, c, tile, g_start, n_valid);
       } else {
-        if (here.store) {
-          if constexpr (kBf16) {
-            lean_store_bf16<kPb>(d, e, c, here.scale, dst);
-          } else {
-            lean_store_general<kPb>(d, e, c, here.row, here.col, here.scale);
-          }
+        if constexpr (kDefer) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) pending.e[j] = e[j];
+          pending.c = c;
+          pending.scale = here.scale;
+          pending.dst = dst;
+          pending.store = here.store;
+        } else if constexpr (kBf16) {
+          const uint4 v = lean_bf16_vector<kPb>(e, c, here.scale);
+          if (here.store) *reinterpret_cast<uint4*>(dst) = v;
+        } else if (here.store) {
+          lean_store_general<kPb>(d, e, c, here.row, here.col, here.scale);
         }
         dst -= 512;
       }
@@ -342,6 +382,7 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       g_start -= 32;
       group(std::false_type{}, 32);
     }
+    if constexpr (kDefer) flush();
     cp_async_wait_all();
     fault = tile_end_fault(p2, x, wb, we);
   }
@@ -373,7 +414,8 @@ __global__ void __launch_bounds__(kWide ? kMaxWarpsPerBlock * 32 : kFastRegsMaxW
       if (first) join_block_after_tables();
       break;
     }
-    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status, nullptr, first);
+    decode_tile_lean<kPb, kBf16, false, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status, nullptr,
+                                              first);
     tile = next_block_tile(b.next_tile);
   }
 }

@@ -102,6 +102,15 @@ Result<Checked> validate(const DecodeJob& job) {
 }
 
 // Entries for tables 1..16 (see decode_desc.h): packed 32-bit or wide 64-bit.
+// bf16: the CPU decoder clamps to the finite range; only needed where |p| * scale can pass it (B/2 + 1 bounds |p|,
+// B the rowwise gain's bound on the doubled lattice values).
+bool bf16_clamp_needed(const rans::LatticeRansStream& s) {
+  float max_scale = 0.0f;
+  for (float v : s.scales) max_scale = std::max(max_scale, v);
+  const rans::RowwiseGain g = rans::rowwise_gain(s, rans::RowwiseType::kInt8);
+  return (static_cast<double>(g.bound) / 2 + 1) * max_scale >= 3.0e38;
+}
+
 void build_lut(const rans::LatticeRansStream& s, bool wide, std::byte* out) {
   const std::uint32_t pb = s.prob_bits;
   const std::uint32_t m = 1u << pb;
@@ -342,7 +351,10 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     bool same_pb = true, bf16 = true;
     for (const DecodeJob& job : jobs) {
       same_pb = same_pb && job.stream->prob_bits == pb;
-      bf16 = bf16 && job.format == OutputFormat::kBf16 && job.stream->cols % 8 == 0;
+      // The bf16 store: rows vector-aligned and at least 32 vectors long (its placement steps across at most one row
+      // per group), and no value can reach the bf16 clamp (it has none).
+      bf16 = bf16 && job.format == OutputFormat::kBf16 && job.stream->cols % 8 == 0 && job.stream->cols >= 256 &&
+             !bf16_clamp_needed(*job.stream);
       // The bf16 store multiplies by scale * 2^-pb: exact only where that is a normal float (or 0, inf, nan).
       for (float v : job.stream->scales) {
         if (!bf16) break;
@@ -450,10 +462,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
         s, job.format == OutputFormat::kFp8E4M3Rowwise ? rans::RowwiseType::kF8E4M3 : rans::RowwiseType::kInt8);
     d.int8_gain = g.gain;
     d.int8_half_over_gain = g.half_over_gain;
-    // bf16: the CPU decoder clamps to the finite range; only needed where |p| * scale can pass it (B/2 + 1 bounds |p|).
-    float max_scale = 0.0f;
-    for (float v : s.scales) max_scale = std::max(max_scale, v);
-    d.clamp_bf16 = (static_cast<double>(g.bound) / 2 + 1) * max_scale >= 3.0e38 ? 1u : 0u;
+    d.clamp_bf16 = bf16_clamp_needed(s) ? 1u : 0u;
     d.lut_bytes = static_cast<std::uint32_t>(lut_sizes[t]);
     d.total_symbols = c.total_symbols;
     std::memcpy(plan.image_.data() + plan.descs_offset_ + t * sizeof(TensorDesc), &d, sizeof(d));

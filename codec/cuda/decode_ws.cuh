@@ -2,7 +2,7 @@
 // Decode warps (one tile each, as in the lean kernel) run only the symbol chain (rANS state, table lookup,
 // renormalisation, word ring) and post each group's eight packed entries and coset per lane to one of two slots in
 // shared memory; reconstruction warps (no state chain) take the slots, place the vectors, apply the row scale,
-// convert and store them. Same output bit for bit as the lean loop (the same lean_store_bf16 / lean_store_general); its plain reference is
+// convert and store them. Same output bit for bit as the lean loop (the same lean_bf16_vector / lean_store_general); its plain reference is
 // codec/rans's decoder, which the tests in tests/codec/cuda compare it against.
 //
 // Why: the lean kernel is bound by the state chain (about 115 cycles per symbol step, two shared-memory round trips)
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1)
         if (pl.store) {
           const std::uint32_t e[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
           if constexpr (kBf16) {
-            lean_store_bf16<kPb>(d, e, c, pl.scale, bf16_vector_dst(d, pl.row, pl.col));
+            *reinterpret_cast<uint4*>(bf16_vector_dst(d, pl.row, pl.col)) = lean_bf16_vector<kPb>(e, c, pl.scale);
           } else {
             lean_store_general<kPb>(d, e, c, pl.row, pl.col, pl.scale);
           }

@@ -223,25 +223,28 @@ TEST(GpuWarpSpecialised, PlanTakesItWhereTheLeanLoopApplies) {
   }
 }
 
-// The bf16 store multiplies by scale * 2^-11; a row scale below 2^-115 (subnormal product factor) must send the plan
-// to the lean loop's general store, and both must stay bit-exact.
-TEST(GpuLean, TinyAndSpecialRowScalesStayBitExact) {
+// The bf16 store multiplies by scale * 2^-11 and has no clamp: a row scale below 2^-115 (subnormal product factor)
+// or one large enough that a value can reach the bf16 clamp must send the plan to the lean loop's general store, and
+// every case must stay bit-exact.
+TEST(GpuLean, TinyHugeAndSpecialRowScalesStayBitExact) {
   SKIP_WITHOUT_GPU();
   RawStream raw = load("gauss_29x520_4bpp");
   rans::LatticeRansStream s = raw.view();
   DecodeOptions lean;
   lean.lean = true;
   const std::vector<float> original(s.scales.begin(), s.scales.end());
-  for (const bool tiny : {false, true}) {
+  enum class Case { kEdge, kTiny, kHuge };
+  for (const Case c : {Case::kEdge, Case::kTiny, Case::kHuge}) {
     // Row scales are finite and positive (the CPU decoder refuses others).
     std::vector<float> scales = original;
     scales[0] = 0x1p-115f;  // the smallest the bf16 store takes: products near and below the normal range
-    scales[1] = 3.0e38f;    // large products: the bf16 clamp path
     scales[2] = 1.0f;
-    if (tiny) {
+    scales[3] = 1.0e30f;  // large, but no value reaches the bf16 limit
+    if (c == Case::kTiny) {
       scales[4] = 0x1p-120f;
       scales[5] = 1.0e-44f;  // subnormal
     }
+    if (c == Case::kHuge) scales[1] = 3.0e38f;  // large products: the bf16 clamp path
     s.scales = scales;
     DeviceStream dev(s);
     const HostResult want = reference(s, OutputFormat::kBf16, 0, 0);
@@ -250,15 +253,15 @@ TEST(GpuLean, TinyAndSpecialRowScalesStayBitExact) {
     auto plan = DecodePlan::create({&job, 1}, lean);
     ASSERT_TRUE(plan) << plan.error().to_string();
     EXPECT_EQ(plan->lean_pb(), 11);
-    EXPECT_EQ(plan->lean_bf16(), !tiny);
+    EXPECT_EQ(plan->lean_bf16(), c == Case::kEdge);
     ASSERT_TRUE(run({&job, 1}, lean));
-    EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size()) << "tiny " << tiny;
+    EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size()) << "case " << int(c);
     DecodeOptions ws = lean;
     ws.warp_specialised = true;
     DeviceOutput ws_out(want.values.size(), s.rows);
     job.out_dev = ws_out.values.get();
     ASSERT_TRUE(run({&job, 1}, ws));
-    EXPECT_EQ(first_difference(ws_out.fetch().values, want.values), want.values.size()) << "ws, tiny " << tiny;
+    EXPECT_EQ(first_difference(ws_out.fetch().values, want.values), want.values.size()) << "ws, case " << int(c);
   }
 }
 

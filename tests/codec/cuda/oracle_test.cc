@@ -124,6 +124,28 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop)
   }
 }
 
+// The lean loop's bf16 store steps its placement across at most one row per group, so the plan gives it rows of at
+// least 32 vectors only: 200 columns take the general store, 256 (a row boundary in every group) and 264 (one in
+// most groups, at a different lane each time) the bf16 store. Both bit-exact, whole tensor and a row range.
+TEST(GpuOracle, LeanBf16StoreOnlyWhereRowsHaveThirtyTwoVectors) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::uint32_t seed = 71;
+  for (const auto& [shape, bf16_store] :
+       {std::pair{Shape{45, 200, 4.0}, false}, {Shape{45, 256, 4.0}, true}, {Shape{45, 264, 2.0}, true}}) {
+    const rans::EncodedTensor enc = encode_random(shape, seed++);
+    const rans::LatticeRansStream s = enc.view();
+    testing::DeviceStream dev(s);
+    for (const auto& r : {std::pair{0u, s.rows}, std::pair{7u, 30u}}) {
+      expect_plan_matches_oracle(
+          s, dev, OutputFormat::kBf16, r.first, r.second, {}, [](const DecodePlan&) { return std::string("default"); },
+          [&](const DecodePlan& plan, const std::string& name) {
+            EXPECT_EQ(plan.lean_pb(), 11) << name;
+            EXPECT_EQ(plan.lean_bf16(), bf16_store) << name;
+          });
+    }
+  }
+}
+
 // The warp-specialised lean kernel on tensors of tens of tiles, so that blocks hold many decode warps: as the plan
 // splits them (one tile per block), 7 tiles per block with 3 reconstruction warps (each serving up to 3 decode
 // warps), and 21 tiles per block (21 decode + 11 reconstruction warps, the 10240x3840 layout, where some decode warps
