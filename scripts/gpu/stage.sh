@@ -18,7 +18,8 @@ if [[ "${EPK_STAGE_EPKD_ONLY:-0}" != 1 ]]; then
   strip -o "$dest/cli/epk" "$build/tools/epk/epk"
   strip -o "$dest/cli/make_demo_model" "$build/tools/demo/make_demo_model"
   strip -o "$dest/bin/shm_device_pool_test" "$build/tests/shm/shm_device_pool_test"
-  cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/cli_cuda_check.sh" "$dest/"
+  cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/stall_profile.sh" \
+    "$root/scripts/gpu/cli_cuda_check.sh" "$dest/"
   cp "$build/tests/codec/cuda/epk_cuda_intq_test" "$build/bench/intq_repack_bench" "$dest/bin/"
   cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
   cp -r "$root/tests/data/cuda" "$dest/data/"

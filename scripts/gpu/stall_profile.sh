@@ -3,10 +3,12 @@
 # counters, clocks left alone) on one bench tensor. Needs the bench streams (make_bench_streams.py [--only NAME]).
 #   bash scripts/gpu/stall_profile.sh NAME:FLAGS...   e.g. "lean:--lean 1" "ws:--lean 1 --ws 1"
 # For each variant: $OUT/stall_NAME.txt (details page: stall reasons, scheduler, issue) and $OUT/stall_NAME.csv
-# (source page: samples and instructions per SASS line). bin: EPK_GPU_BIN (default .gpu/bin), tensor:
+# (source page: samples and instructions per SASS line). bin: EPK_GPU_BIN (default: bin/ beside this script where
+# scripts/gpu/stage.sh put it, else .gpu/bin), tensor:
 # EPK_PROFILE_TENSOR (default l10240x3840_4bpp), streams: EPK_STREAMS (default /tmp/epk_bench_streams).
 set -uo pipefail
-bin="${EPK_GPU_BIN:-$PWD/.gpu/bin}"
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="${EPK_GPU_BIN:-$([[ -d "$here/bin" ]] && echo "$here/bin" || echo "$PWD/.gpu/bin")}"
 out="${OUT:-/tmp/epk_gpu_out}"
 streams="${EPK_STREAMS:-/tmp/epk_bench_streams}"
 tensor="${EPK_PROFILE_TENSOR:-l10240x3840_4bpp}"
