@@ -111,7 +111,8 @@ struct DecodeOptions {
   // two 1.2 KiB slots per decode warp in shared memory; elsewhere the lean loop runs as it is
   // (DecodePlan::ws_recon_warps() says which ran). Bit-exact in every GPU test; H200 (docs/NOTES.md, runs 8 and 9):
   // slower than the lean loop at 10240x3840 (4 bpp 84.8-87.2 vs 79.2-80.0 us, 2 bpp 122.8 vs 115.9 us: 23% more
-  // instructions), 3% faster at 4096x4096 (68.4-70.4 vs 70.6-72.4 us), so off by default.
+  // instructions), 3% faster at 4096x4096 (68.4-70.4 vs 70.6-72.4 us), so off by default. Since the lean loop's
+  // groups lost their branches (fourth session) it is slower everywhere: 84.1-86.1 vs 73.6 us and 64.2-65.2 vs 56.2.
   bool warp_specialised = false;
   // Reconstruction warps per block at most (0: as many as fit, up to one per decode warp). Tests set it low so that
   // one reconstruction warp serves several decode warps on small tensors.
