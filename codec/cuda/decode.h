@@ -99,7 +99,7 @@ struct DecodeOptions {
   // The lean group loop (decode_lean.cuh): fewer instructions per symbol and per group. Taken where the plan has
   // packed shared tables, staged words without shuffling and every tensor at prob_bits 11 (80 registers per thread
   // for blocks of at most 24 warps, else 64); with a bf16-only store where every job is bf16 with cols % 8 == 0 and
-  // cols >= 256, every row scale is 0, non-finite or at least 2^-115 and no value can reach the bf16 clamp. Elsewhere
+  // cols >= 256, every row scale is 0, NaN or at least 2^-115 and no value can reach the bf16 clamp. Elsewhere
   // the plan falls back to the loop fast_groups picks (DecodePlan::lean_pb() says which ran).
   // Bit-exact in every GPU test; H200, 10240x3840 to bf16: 93.9 -> 80.6 us at 4 bpp, 131.5 -> 116.2 us at 2 bpp,
   // 14336x4096 114.1 -> 95.7 us (docs/NOTES.md, runs 6 and 7), so on by default; 73-75 us at 4 bpp since the fourth

@@ -223,23 +223,25 @@ __device__ __forceinline__ Placement place_vector(const TensorDesc& d, std::uint
 }
 // The placement of each group in decode order: stepped from the previous group where rows have at least 32 vectors
 // (this group's vectors are the previous group's minus 32, so a row is crossed at most once), else computed.
+// start/step: the branch-free form the lean loop's bf16 store takes (the plan gives it rows of >= 32 vectors only).
 struct GroupPlacer {
   std::uint32_t prev_row = 0, prev_col = 0;
   bool have_prev = false;
+  __device__ __forceinline__ Placement start(const TensorDesc& d, std::uint64_t vec, bool lane_valid) {
+    vector_row_col(d, vec, prev_row, prev_col);
+    have_prev = true;
+    return finish_placement(d, prev_row, prev_col, lane_valid);
+  }
+  __device__ __forceinline__ Placement step(const TensorDesc& d, bool lane_valid) {
+    const int c = static_cast<int>(prev_col) - 256;
+    prev_row = c < 0 ? prev_row - 1 : prev_row;
+    prev_col = static_cast<std::uint32_t>(c < 0 ? c + static_cast<int>(d.vecs_per_row * 8) : c);
+    return finish_placement(d, prev_row, prev_col, lane_valid);
+  }
   __device__ __forceinline__ Placement next(const TensorDesc& d, bool step_rows, std::uint64_t v0,
                                             std::uint32_t group_start, bool lane_valid) {
-    std::uint32_t row, col;
-    if (step_rows && have_prev) {
-      const int c = static_cast<int>(prev_col) - 256;
-      row = c < 0 ? prev_row - 1 : prev_row;
-      col = static_cast<std::uint32_t>(c < 0 ? c + static_cast<int>(d.vecs_per_row * 8) : c);
-    } else {
-      vector_row_col(d, v0 + group_start + (threadIdx.x & 31), row, col);
-    }
-    prev_row = row;
-    prev_col = col;
-    have_prev = true;
-    return finish_placement(d, row, col, lane_valid);
+    if (step_rows && have_prev) return step(d, lane_valid);
+    return start(d, v0 + group_start + (threadIdx.x & 31), lane_valid);
   }
 };
 
@@ -314,9 +316,11 @@ __device__ __forceinline__ BlockSetup block_setup(uint4* dynamic_smem, std::uint
 }
 // Waits for this thread's cp.async copies (the tables of a deferred block_setup among them) and then for the block:
 // after it every table, the descriptor copy and the tile counter are visible to every thread.
+// barrier.sync without .aligned: the warps of a block reach it from different places (a tile's start, or the kernel
+// for a warp without a tile), which __syncthreads (bar.sync, .aligned) does not allow.
 __device__ __forceinline__ void join_block_after_tables() {
   cp_async_wait_all();
-  __syncthreads();
+  asm volatile("barrier.sync 0;" ::: "memory");
 }
 // The next tile for this warp from the block's counter (every lane gets it).
 __device__ __forceinline__ std::uint32_t next_block_tile(std::uint32_t* next_tile) {

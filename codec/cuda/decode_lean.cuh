@@ -1,6 +1,6 @@
 // The lean group loop (DecodeOptions::lean): the fast group loop of decode_kernel.cuh (packed tables in shared
-// memory, staged words, placement stepped from the previous group, ring refilled 16 chunks at a time) with fewer
-// instructions per symbol and per group. Same output bit for bit; its plain reference is codec/rans's decoder, which
+// memory, staged words, placement stepped from the previous group) with fewer instructions per symbol and per group,
+// and groups without branches. Same output bit for bit; its plain reference is codec/rans's decoder, which
 // the tests in tests/codec/cuda compare it against.
 //
 // Why it looks like this (SASS of the fast loop, docs/NOTES.md):
@@ -10,8 +10,9 @@
 // - The eight packed entries are kept and the values extracted after the last symbol, off the state chain.
 // - bf16 (kBf16): the value field is turned into a float without I2F: (e & vmask) ^ (sign | 2^23 bits) is the float
 //   2^23 + (value + 2^(vb-1)) * 2^pb, so (z + c/2) * 2^pb is one exact FADD away and the row scale is applied as
-//   scale * 2^-pb (exact: the plan takes this path only where every scale is 0, non-finite or at least 2^-115, so
-//   scale * 2^-pb is a normal float and the product rounds exactly as (z + c/2) * scale does). The parity of z0..z6
+//   scale * 2^-pb (exact: the plan takes this path only where every scale is 0, NaN or at least 2^-115, so
+//   scale * 2^-pb is a normal float and the product rounds exactly as (z + c/2) * scale does; and only where no
+//   value can reach the bf16 clamp, so no scale is infinite). The parity of z0..z6
 //   is the low value bit of the XOR of their entries.
 #pragma once
 
@@ -39,8 +40,8 @@ __device__ __forceinline__ std::uint32_t and_xor(std::uint32_t a, std::uint32_t 
 
 // One decoded vector from its eight packed entries e (value fields) and coset c: the lean loop's output, also made
 // by the reconstruction warps of the warp-specialised kernel (decode_ws.cuh). lean_bf16_vector gives the 16 bytes of
-// a bf16 vector (the plan takes it only where rows are vector-aligned, every scale is 0, non-finite or >= 2^-115 and
-// no value can need the bf16 clamp); lean_store_general stores any format at (row, col).
+// a bf16 vector (the plan takes it only where rows are vector-aligned and at least 32 vectors long, every scale is 0,
+// NaN or >= 2^-115 and no value can need the bf16 clamp); lean_store_general stores any format at (row, col).
 template <int kPb>
 __device__ __forceinline__ uint4 lean_bf16_vector(const std::uint32_t* e, std::uint32_t c, float scale) {
   constexpr int kVb = 31 - 2 * kPb;
@@ -84,33 +85,6 @@ __device__ __forceinline__ void lean_store_general(const TensorDesc& d, const st
     d.row_scales[row - d.row_begin] = __fmul_rn(scale, d.int8_half_over_gain);
   }
 }
-
-// The bf16 lean loop's placement: stepped from the previous group without a branch (the plan takes that loop only
-// where a row has at least 32 vectors, so a group crosses at most one row boundary), so that the whole group stays
-// one basic block that ptxas can schedule across.
-struct SteppedPlacer {
-  std::uint32_t row;
-  int col;
-  __device__ __forceinline__ void start(const TensorDesc& d, std::uint64_t vec) {
-    std::uint32_t c;
-    vector_row_col(d, vec, row, c);
-    col = static_cast<int>(c);
-  }
-  __device__ __forceinline__ void step(const TensorDesc& d) {
-    col -= 256;
-    const bool wrap = col < 0;
-    row -= wrap ? 1u : 0u;
-    col += wrap ? static_cast<int>(d.cols) : 0;
-  }
-  __device__ __forceinline__ Placement place(const TensorDesc& d, bool lane_valid) const {
-    Placement pl;
-    pl.row = row;
-    pl.col = static_cast<std::uint32_t>(col);
-    pl.store = lane_valid && row - d.row_begin < d.row_end - d.row_begin;
-    pl.scale = ld_global_nc_f32(d.scales + (pl.store ? row : d.row_begin));
-    return pl;
-  }
-};
 
 // The warp-specialised kernel's hand-off (decode_ws.cuh): a decode warp's two slots in shared memory, each with
 // its "full" and "empty" mbarrier, and the count of groups it has posted.
@@ -171,17 +145,18 @@ __device__ __forceinline__ void ws_post(WsSlots& ws, const std::uint32_t* e, std
 
 // kWs: the decode warp of the warp-specialised kernel: the symbol chain only, each group's entries posted to ws
 // (no placement, no store).
-// kDefer (bf16 only): each group's vector is converted and stored during the next group, in the same basic block as
-// that group's symbol chain, so its ~60 instructions fill the chain's latency instead of sitting between two chains
-// (a warp issues in order). It holds one pending vector in registers, yet ptxas fits the 64-register form in 56.
+// bf16 (not kWs): each group's vector is converted and stored during the next group, in the same basic block as that
+// group's symbol chain, so its ~40 instructions need not sit between two chains (a warp issues in order; ptxas puts
+// them beside the coset step and the refill). It holds one pending vector in registers, yet ptxas fits the
+// 64-register form in 56.
 // syncs_block: this is the warp's first tile, started while the block's tables are still arriving (block_setup's
 // defer_lut_wait); the tile waits for them and joins the block's barrier once its own first loads are in flight.
-template <int kPb, bool kBf16, bool kWs = false, bool kDefer = false>
+template <int kPb, bool kBf16, bool kWs = false>
 __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                                  std::uint32_t lut_s, std::uint32_t ring_s, DecodeStatus* status,
                                                  std::uint8_t* tile_status, WsSlots* ws = nullptr,
                                                  bool syncs_block = false) {
-  static_assert(!kDefer || (kBf16 && !kWs));
+  constexpr bool kDefer = kBf16 && !kWs;
   constexpr std::uint32_t kMask = (1u << kPb) - 1u;
   constexpr int kVb = 31 - 2 * kPb;  // value bits in a packed entry
   static_assert(kVb >= 2);
@@ -205,12 +180,13 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
     const std::uint16_t* __restrict__ payload = d.payload;
 
     // The ring: chunk k (words 8k..8k+7) in slot k % kRingChunks, filled at the tile start, then topped up every
-    // group with whatever chunks have become free, without a branch (two predicated cp.async per lane: a group
-    // frees at most 288 words, 37 chunks). Safety: a group's words were issued at least two groups earlier (it
+    // group with whatever chunks have become free, without a branch (kRefillPerLane predicated cp.async per lane: a
+    // group frees at most 288 words, 36 chunks). Safety: a group's words were issued at least two groups earlier (it
     // waits for all but the last commit) and lie at most 3 * 288 words below where those refills stood.
     const int begin_chunk = static_cast<int>(wb / 8);
     int loaded_lo = static_cast<int>((we + 7) / 8);
-    static_assert(8 * (kRingChunks - 1) - 7 >= 3 * 288 && 64 >= 288 / 8 + 1);
+    constexpr int kRefillPerLane = 2;
+    static_assert(8 * (kRingChunks - 1) - 7 >= 3 * 288 && 32 * kRefillPerLane >= 288 / 8);
     auto refill = [&]<int kPerLane>(std::integral_constant<int, kPerLane>) {
       const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
       int want = top - kRingChunks > begin_chunk ? top - kRingChunks : begin_chunk;
@@ -225,6 +201,7 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       }
       loaded_lo = want > loaded_lo - 32 * kPerLane ? want : loaded_lo - 32 * kPerLane;
     };
+    __syncwarp();  // every lane's reads of the ring from the warp's previous tile are done before it is refilled
     refill(std::integral_constant<int, kRingChunks / 32>{});
     cp_async_commit();
     if (syncs_block) {
@@ -241,17 +218,14 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
     // next to its use, a global round trip per group). bf16: stepped without a branch; otherwise GroupPlacer.
     const bool step_rows = d.vecs_per_row >= 32;  // uniform per tensor
     GroupPlacer placer;
-    SteppedPlacer stepper;
     Placement next{};
-    if constexpr (kBf16 && !kWs) {
-      stepper.start(d, v0 + g_start + lane);
-      next = stepper.place(d, first_valid);
+    std::uint64_t dst = 0;  // bf16: this lane's 16-byte destination in the current group, 512 bytes lower each group
+    if constexpr (kDefer) {
+      next = placer.start(d, v0 + g_start + lane, first_valid);
+      dst = bf16_vector_dst(d, next.row, next.col);
     } else if constexpr (!kWs) {
       next = placer.next(d, step_rows, v0, g_start, first_valid);
     }
-    // bf16: this lane's 16-byte destination in the current group, 512 bytes lower each group.
-    std::uint64_t dst = reinterpret_cast<std::uint64_t>(d.out) +
-                        16 * (v0 + g_start + lane - static_cast<std::uint64_t>(d.row_begin) * d.vecs_per_row);
     struct Pending {
       std::uint32_t e[8];
       std::uint32_t c;
@@ -268,14 +242,13 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       constexpr bool kPartial = decltype(partial_tag)::value;
       cp_async_wait_one();  // the words this group reads were issued two groups ago or earlier
       __syncwarp();
-      refill(std::integral_constant<int, 2>{});
+      refill(std::integral_constant<int, kRefillPerLane>{});
       cp_async_commit();
       const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
       [[maybe_unused]] Placement here{};
-      if constexpr (kBf16 && !kWs) {
+      if constexpr (kDefer) {
         here = next;
-        stepper.step(d);
-        next = stepper.place(d, true);  // past the tile's last group: not used
+        next = placer.step(d, true);  // past the tile's last group: not used
       } else if constexpr (!kWs) {
         here = next;
         if (g_start != 0) next = placer.next(d, step_rows, v0, g_start - 32, true);
@@ -356,9 +329,6 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
           pending.scale = here.scale;
           pending.dst = dst;
           pending.store = here.store;
-        } else if constexpr (kBf16) {
-          const uint4 v = lean_bf16_vector<kPb>(e, c, here.scale);
-          if (here.store) *reinterpret_cast<uint4*>(dst) = v;
         } else if (here.store) {
           lean_store_general<kPb>(d, e, c, here.row, here.col, here.scale);
         }
@@ -372,7 +342,7 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       group(std::false_type{}, 32);
     }
     // Two groups per iteration: the pipelined placement then alternates between two sets of registers instead of
-    // being copied (about 10 moves a group in the SASS of the one-group loop).
+    // being copied (10 moves a group in the SASS of the one-group loop before commit ccb50e4).
     while (g_start >= 64) {
       g_start -= 32;
       group(std::false_type{}, 32);
@@ -415,8 +385,7 @@ __global__ void __launch_bounds__(kWide ? kMaxWarpsPerBlock * 32 : kFastRegsMaxW
       if (first) join_block_after_tables();
       break;
     }
-    decode_tile_lean<kPb, kBf16, false, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status, nullptr,
-                                              first);
+    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status, nullptr, first);
     tile = next_block_tile(b.next_tile);
   }
 }

@@ -106,7 +106,7 @@ Result<Checked> validate(const DecodeJob& job) {
 // B the rowwise gain's bound on the doubled lattice values).
 bool bf16_clamp_needed(const rans::LatticeRansStream& s) {
   float max_scale = 0.0f;
-  for (float v : s.scales) max_scale = std::max(max_scale, v);
+  for (float v : s.scales) max_scale = std::max(max_scale, std::fabs(v));  // NaN is skipped: it cannot reach the limit
   const rans::RowwiseGain g = rans::rowwise_gain(s, rans::RowwiseType::kInt8);
   return (static_cast<double>(g.bound) / 2 + 1) * max_scale >= 3.0e38;
 }
@@ -351,11 +351,13 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     bool same_pb = true, bf16 = true;
     for (const DecodeJob& job : jobs) {
       same_pb = same_pb && job.stream->prob_bits == pb;
-      // The bf16 store: rows vector-aligned and at least 32 vectors long (its placement steps across at most one row
-      // per group), and no value can reach the bf16 clamp (it has none).
+      // The bf16 store: rows vector-aligned and at least 32 vectors long (the lean loop's placement steps across at
+      // most one row per group; the warp-specialised kernel, which places without stepping, shares the rule), and no
+      // value can reach the bf16 clamp (it has none).
       bf16 = bf16 && job.format == OutputFormat::kBf16 && job.stream->cols % 8 == 0 && job.stream->cols >= 256 &&
              !bf16_clamp_needed(*job.stream);
-      // The bf16 store multiplies by scale * 2^-pb: exact only where that is a normal float (or 0, inf, nan).
+      // The bf16 store multiplies by scale * 2^-pb: exact only where that is a normal float (or 0 or NaN; an infinite
+      // scale has already sent the plan to the general store through the clamp test).
       for (float v : job.stream->scales) {
         if (!bf16) break;
         bf16 = v == 0.0f || !std::isfinite(v) || std::fabs(v) >= 0x1p-115f;

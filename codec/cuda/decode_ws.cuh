@@ -2,8 +2,9 @@
 // Decode warps (one tile each, as in the lean kernel) run only the symbol chain (rANS state, table lookup,
 // renormalisation, word ring) and post each group's eight packed entries and coset per lane to one of two slots in
 // shared memory; reconstruction warps (no state chain) take the slots, place the vectors, apply the row scale,
-// convert and store them. Same output bit for bit as the lean loop (the same lean_bf16_vector / lean_store_general); its plain reference is
-// codec/rans's decoder, which the tests in tests/codec/cuda compare it against.
+// convert and store them. Same output bit for bit as the lean loop (the same lean_bf16_vector and
+// lean_store_general); its plain reference is codec/rans's decoder, which the tests in tests/codec/cuda compare it
+// against.
 //
 // Why: the lean kernel is bound by the state chain (about 115 cycles per symbol step, two shared-memory round trips)
 // and by issue, with only ~5 chains per scheduler (the stream's tile count). A warp issues in order, so in the lean

@@ -50,7 +50,15 @@ def time_decode(ct, cfg, runs=50, warmup=5):
 
 def main():
     out_dir = pathlib.Path(sys.argv[1])
-    only = set(sys.argv[sys.argv.index("--only") + 1].split(",")) if "--only" in sys.argv else None
+    only = None
+    if "--only" in sys.argv:
+        at = sys.argv.index("--only")
+        if at + 1 >= len(sys.argv) or not sys.argv[at + 1]:
+            sys.exit("--only needs a comma-separated list of case names: " + ",".join(c[0] for c in CASES))
+        only = set(sys.argv[at + 1].split(","))
+        unknown = only - {c[0] for c in CASES}
+        if unknown:
+            sys.exit("--only: unknown case(s) " + ",".join(sorted(unknown)))
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator(device="cuda").manual_seed(2026)
     lines = []
@@ -77,7 +85,12 @@ def main():
         epkraw.write(out_dir / f"{name}.epkraw", ct, rows, cols, {"bf16": decoded} if timed else {})
         del ct, decoded, w
         torch.cuda.empty_cache()
-    (out_dir / "ref_times.txt").write_text("".join(lines))
+    # With --only, the reference times of cases not made this time stay as an earlier run wrote them.
+    times = out_dir / "ref_times.txt"
+    if only is not None and times.exists():
+        kept = [ln for ln in times.read_text().splitlines(keepends=True) if ln.split() and ln.split()[0] not in only]
+        lines = kept + lines
+    times.write_text("".join(lines))
 
 
 if __name__ == "__main__":

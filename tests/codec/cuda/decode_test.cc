@@ -392,6 +392,60 @@ TEST(GpuCorruption, TruncatedTileIsReported) {
   }
 }
 
+// The same corruptions through the lean loop (prob_bits 11; the two tests above use 8 bpp streams, which it does not
+// take), one warp per block and one block of two warps: a flipped word, a tile whose position runs below its start
+// (the refill must then load nothing outside the tile: run under memcheck), and offsets corrupted in device memory
+// after the plan checked them (every warp must still join its block's barrier).
+TEST(GpuLean, CorruptTilesAreReportedLikeTheCpuDecoder) {
+  SKIP_WITHOUT_GPU();
+  enum class Damage { kFlippedWord, kShortFirstTile, kBadDeviceOffsets };
+  for (const Damage damage : {Damage::kFlippedWord, Damage::kShortFirstTile, Damage::kBadDeviceOffsets}) {
+    for (const std::uint32_t tiles_per_block : {1u, 2u}) {
+      RawStream raw = load("gauss_29x520_4bpp");
+      ASSERT_EQ(raw.offsets.size(), 3u);  // two tiles
+      if (damage == Damage::kFlippedWord) raw.payload[raw.offsets[1] / 2] ^= 0x0f0f;
+      if (damage == Damage::kShortFirstTile) raw.offsets[1] -= 40;  // tile 1 gains words it never reads
+      const rans::LatticeRansStream s = raw.view();
+      DeviceStream dev(s);
+      DeviceOutput out(std::size_t{s.rows} * s.cols * 2, s.rows);
+      DecodeJob job{"w", &s, dev.buffers(), 0, 0, OutputFormat::kBf16, out.values.get(), nullptr};
+      DecodeOptions options;
+      options.min_tiles_per_block = tiles_per_block;
+      auto plan = DecodePlan::create({&job, 1}, options);
+      ASSERT_TRUE(plan) << plan.error().to_string();
+      ASSERT_EQ(plan->lean_pb(), 11);
+      ASSERT_EQ(plan->warps_per_block(), tiles_per_block);
+      if (damage == Damage::kBadDeviceOffsets) {
+        const std::uint32_t past_end = static_cast<std::uint32_t>(s.payload.size()) + 1;
+        EPK_CUDA_CHECK(cudaMemcpy(const_cast<std::uint32_t*>(job.dev.offsets_dev) + 1, &past_end, sizeof(past_end),
+                                  cudaMemcpyHostToDevice));
+      }
+      DeviceBuffer scratch(plan->scratch_bytes());
+      ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
+      ASSERT_TRUE(decode(*plan, scratch.get(), nullptr));
+      auto faults = read_tile_faults(*plan, scratch.get(), nullptr);
+      ASSERT_TRUE(faults);
+      const std::string what = "damage " + std::to_string(int(damage)) + ", tiles per block " +
+                               std::to_string(tiles_per_block);
+      if (damage == Damage::kBadDeviceOffsets) {
+        ASSERT_EQ(faults->size(), 2u) << what;  // tile 0 ends past the payload, tile 1 starts after its end
+        for (const auto& f : *faults) EXPECT_EQ(f.fault, TileFault::kBadOffsets) << what;
+        continue;
+      }
+      std::vector<rans::TileStatus> ref_faults;
+      testing::cpu_oracle(s, OutputFormat::kBf16, 0, 0, &ref_faults);
+      ASSERT_FALSE(ref_faults.empty()) << what;
+      ASSERT_EQ(faults->size(), ref_faults.size()) << what;
+      for (std::size_t i = 0; i < ref_faults.size(); ++i) {
+        EXPECT_EQ((*faults)[i].tile, ref_faults[i].tile) << what;
+        EXPECT_EQ(as_oracle_fault((*faults)[i].fault), ref_faults[i].fault)
+            << what << ", tile " << i << ": " << tile_fault_name((*faults)[i].fault) << " vs "
+            << rans::tile_fault_name(ref_faults[i].fault);
+      }
+    }
+  }
+}
+
 // Plan validation: runs without a GPU (no device call happens before a bad stream is refused).
 class PlanValidation : public ::testing::Test {
  protected:

@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "codec/cuda/decode.h"
 #include "codec/rans/decoder.h"
@@ -142,6 +143,53 @@ TEST(GpuOracle, LeanBf16StoreOnlyWhereRowsHaveThirtyTwoVectors) {
             EXPECT_EQ(plan.lean_pb(), 11) << name;
             EXPECT_EQ(plan.lean_bf16(), bf16_store) << name;
           });
+    }
+  }
+}
+
+// The lean kernel with many warps per block: each warp starts its first tile while the block's tables arrive and
+// joins the block's barrier from inside it; warps without a tile join from the kernel (22 tiles at 21 per block
+// leave 20 idle warps in the second block); later tiles come from the block's counter (3 warps for 7 tiles per
+// block); 30 warps take the 64-register form. Every format and three row ranges.
+TEST(GpuOracle, LeanKernelIsBitExactWithManyWarpsPerBlock) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  struct Split {
+    std::uint32_t min_tiles, max_warps, warps;
+  };
+  struct Case {
+    Shape shape;
+    std::vector<Split> splits;
+  };
+  const Case cases[] = {{{301, 1024, 4.0}, {{1, 32, 1}, {7, 32, 7}, {21, 32, 21}, {7, 3, 3}}},  // 22 tiles
+                        {{611, 1004, 2.0}, {{21, 32, 21}}},                                  // 22 tiles, general store
+                        {{420, 1024, 4.0}, {{30, 32, 30}}}};                                 // 30 tiles
+  std::uint32_t seed = 131;
+  for (const Case& c : cases) {
+    const rans::EncodedTensor enc = encode_random(c.shape, seed++);
+    const rans::LatticeRansStream s = enc.view();
+    testing::DeviceStream dev(s);
+    const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 37}, {s.rows - 1, s.rows}};
+    for (const Split& split : c.splits) {
+      DecodeOptions options;
+      options.min_tiles_per_block = split.min_tiles;
+      options.max_warps_per_block = split.max_warps;
+      for (const auto& r : ranges) {
+        for (int fi = 0; fi < kOutputFormats; ++fi) {
+          const auto format = static_cast<OutputFormat>(fi);
+          expect_plan_matches_oracle(
+              s, dev, format, r[0], r[1], options,
+              [&](const DecodePlan& plan) {
+                return std::to_string(c.shape.bpp) + " bpp, " + std::to_string(plan.warps_per_block()) +
+                       " warps per block" + (plan.lean_bf16() ? ", bf16 store" : "");
+              },
+              [&](const DecodePlan& plan, const std::string& what) {
+                EXPECT_EQ(plan.lean_pb(), 11) << what;
+                if (r[0] == 0 && r[1] == s.rows) {
+                  EXPECT_EQ(plan.warps_per_block(), split.warps) << what;
+                }
+              });
+        }
+      }
     }
   }
 }
