@@ -1,5 +1,6 @@
 #include "shm/decode_status.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -56,7 +57,7 @@ Result<StatusTable> StatusTable::create(std::uint32_t entries) {
   if (entries == 0 || entries > kMaxStatusEntries) {
     return make_error(ErrorCode::kInvalidArgument, "decode status table: " + std::to_string(entries) + " entries");
   }
-  int raw = ::memfd_create("epkd-status", MFD_CLOEXEC);
+  int raw = ::memfd_create("epkd-status", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (raw < 0) return make_errno_error("decode status table: memfd_create", errno);
   StatusTable t;
   t.fd_.reset(raw);
@@ -65,6 +66,11 @@ Result<StatusTable> StatusTable::create(std::uint32_t entries) {
     return make_errno_error("decode status table: ftruncate", errno);
   }
   EPK_TRY_ASSIGN(t.map_, Mapping::map_shared(t.fd_.get(), bytes, "decode status table"));
+  // Only epkd writes the table: after its own mapping, the size is fixed and no new writable mapping (or write())
+  // is possible, so a client cannot mark another client's decode "ok". F_SEAL_FUTURE_WRITE needs Linux 5.1.
+  if (::fcntl(t.fd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    return make_errno_error("decode status table: sealing the memfd", errno);
+  }
   t.entries_ = entries;
   t.next_ = std::make_unique<std::atomic<std::uint64_t>>(0);
   return t;
@@ -99,7 +105,8 @@ Result<StatusView> StatusView::map(UniqueFd fd, std::uint32_t entries) {
                                                 " bytes, the hello announced " + std::to_string(bytes));
   }
   StatusView v;
-  EPK_TRY_ASSIGN(v.map_, Mapping::map_shared(fd.get(), bytes, "decode status table"));
+  // Read-only: epkd seals the table against writable mappings (and an older epkd's unsealed table reads the same).
+  EPK_TRY_ASSIGN(v.map_, Mapping::map_shared_readonly(fd.get(), bytes, "decode status table"));
   v.entries_ = entries;
   return v;  // the mapping outlives the fd
 }

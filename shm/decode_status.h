@@ -3,7 +3,8 @@
 // found a corrupt tile. It carries a ticket instead; the client's wait() reads the ticket's word here once the decode
 // is over and refuses the tensor if it failed.
 //
-// The table is a memfd of `entries` 64-bit words, sent once per client after the pool fds of the hello reply. The
+// The table is a memfd of `entries` 64-bit words, sent once per client after the pool fds of the hello reply; epkd
+// seals it once mapped (no resize, no new writable mapping), and clients map it read-only. The
 // word of ticket t is entries[t % entries] = (t << 2) | state. epkd writes kPending when it issues the work (before
 // the reply goes out) and kOk or kFailed once the stream has synchronised and the kernel's status was read (before
 // the slot is marked ready, so a later cache-hit reply, which carries no ticket, always names a checked decode).

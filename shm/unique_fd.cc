@@ -32,15 +32,23 @@ void Mapping::reset() {
   size_ = 0;
 }
 
-Result<Mapping> Mapping::map_shared(int fd, std::size_t size, const char* what) {
+Result<Mapping> Mapping::map(int fd, std::size_t size, int prot, const char* what) {
   if (size == 0) return make_error(ErrorCode::kInvalidArgument, std::string(what) + ": cannot map 0 bytes");
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
     return make_errno_error(std::string(what) + ": mmap of " + std::to_string(size) + " bytes", errno);
   Mapping m;
   m.data_ = static_cast<std::uint8_t*>(p);
   m.size_ = size;
   return m;
+}
+
+Result<Mapping> Mapping::map_shared(int fd, std::size_t size, const char* what) {
+  return map(fd, size, PROT_READ | PROT_WRITE, what);
+}
+
+Result<Mapping> Mapping::map_shared_readonly(int fd, std::size_t size, const char* what) {
+  return map(fd, size, PROT_READ, what);
 }
 
 }  // namespace epk::shm

@@ -46,14 +46,16 @@ class Mapping {
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
 
-  // Maps `size` bytes of `fd` from offset 0, read-write and shared. `what` names the mapping in errors.
+  // Maps `size` bytes of `fd` from offset 0, shared: read-write, or read-only. `what` names the mapping in errors.
   static Result<Mapping> map_shared(int fd, std::size_t size, const char* what);
+  static Result<Mapping> map_shared_readonly(int fd, std::size_t size, const char* what);
 
   std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
   std::span<std::uint8_t> bytes() const { return {data_, size_}; }
 
  private:
+  static Result<Mapping> map(int fd, std::size_t size, int prot, const char* what);
   void reset();
 
   std::uint8_t* data_ = nullptr;

@@ -2,9 +2,13 @@
 // ticket, a client's view (another mapping of the same memfd, in this process or a forked one) reads and waits.
 #include "shm/decode_status.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <thread>
@@ -111,6 +115,43 @@ TEST(DecodeStatus, BadTableSizesAreRefused) {
     ASSERT_FALSE(v) << n;
     EXPECT_EQ(v.error().code, ErrorCode::kBadInput);
   }
+}
+
+// Only epkd writes the table: the fd a client receives maps read-only and cannot be written, resized or re-sealed
+// (each of these fails without the seals, which the unsealed memfd below shows), while epkd's own mapping still
+// publishes to the client's view.
+TEST(DecodeStatus, AClientCannotWriteOrResizeTheTable) {
+  auto t = StatusTable::create(8);
+  ASSERT_TRUE(t) << t.error().to_string();
+  const std::size_t bytes = 8 * sizeof(std::uint64_t);
+  UniqueFd client_fd(::dup(t->fd()));
+  ASSERT_GE(client_fd.get(), 0);
+  errno = 0;
+  void* w = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, client_fd.get(), 0);
+  EXPECT_EQ(w, MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  if (w != MAP_FAILED) ::munmap(w, bytes);
+  const std::uint64_t forged = (1u << 2) | 1u;  // "ticket 1 ok"
+  EXPECT_EQ(::pwrite(client_fd.get(), &forged, sizeof(forged), 0), -1);
+  EXPECT_EQ(::ftruncate(client_fd.get(), 0), -1);
+  EXPECT_EQ(::fcntl(client_fd.get(), F_ADD_SEALS, 0), -1);  // F_SEAL_SEAL: the seals stay
+  const int seals = ::fcntl(client_fd.get(), F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+            F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  auto v = StatusView::map(std::move(client_fd), 8);
+  ASSERT_TRUE(v) << v.error().to_string();
+  const std::uint64_t a = t->begin();
+  t->finish(a, true);
+  EXPECT_EQ(v->peek(a), DecodeState::kOk);
+
+  // The same writes succeed on an unsealed memfd: what refuses them above is the seal, not the fd.
+  UniqueFd plain(::memfd_create("plain", MFD_CLOEXEC));
+  ASSERT_GE(plain.get(), 0);
+  ASSERT_EQ(::ftruncate(plain.get(), static_cast<off_t>(bytes)), 0);
+  void* pw = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, plain.get(), 0);
+  EXPECT_NE(pw, MAP_FAILED);
+  if (pw != MAP_FAILED) ::munmap(pw, bytes);
+  EXPECT_EQ(::pwrite(plain.get(), &forged, sizeof(forged), 0), static_cast<ssize_t>(sizeof(forged)));
 }
 
 }  // namespace
