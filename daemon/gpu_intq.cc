@@ -60,19 +60,40 @@ bool padding_sorts_inside(const layouts::QuantTensor& q) {
   return false;
 }
 
-// The logical form of q in device memory, and the act-order row maps the repacks take.
-Result<std::unique_ptr<Variant>> make_variant(const Tensor& t, const layouts::QuantTensor& q, int device,
-                                              const shm::CudaStream& stream) {
+VariantTraits traits_of(const layouts::QuantTensor& q) {
+  VariantTraits v;
+  v.padded_rows = q.padded_rows;
+  v.padded_cols = q.padded_cols;
+  v.num_groups = q.num_groups;
+  v.static_groups = layouts::has_static_groups(q);
+  v.has_perm = !q.perm.empty();
+  v.zero_point_zero = std::any_of(q.zeros.begin(), q.zeros.end(), [](std::int32_t z) { return z == 0; });
+  v.padding_sorts_inside = !v.static_groups && padding_sorts_inside(q);
+  return v;
+}
+
+// Whether the kernels write packed `layout` (geometry g) from a variant with these traits; false: the CPU path,
+// which answers with the same result or the same refusal.
+bool kernels_write(const VariantTraits& v, shm::Layout layout, const shm::PackedGeometry& g) {
+  if (static_cast<std::uint64_t>(v.num_groups) != g.num_groups) return false;
+  const bool act_order = !v.static_groups || v.has_perm;
+  switch (layout) {
+    case shm::Layout::kGptq: return !v.zero_point_zero;
+    case shm::Layout::kGptqV2: return true;
+    case shm::Layout::kAwq: return !act_order;
+    case shm::Layout::kMarlin:
+      return ((g.flags & shm::kPackedGIdx) != 0) == act_order && !(act_order && v.padding_sorts_inside);
+    default: return false;
+  }
+}
+
+// The logical form of q (whose traits_of are `traits`) in device memory, and the act-order row maps the repacks take.
+Result<std::unique_ptr<Variant>> make_variant(const Tensor& t, const layouts::QuantTensor& q,
+                                              const VariantTraits& traits, int device, const shm::CudaStream& stream) {
   // The act-order kernels below launch on the current context: make it this device's, whoever calls.
   EPK_TRY(shm::make_device_current(device));
   auto v = std::make_unique<Variant>();
-  v->padded_rows = q.padded_rows;
-  v->padded_cols = q.padded_cols;
-  v->num_groups = q.num_groups;
-  v->static_groups = layouts::has_static_groups(q);
-  v->has_perm = !q.perm.empty();
-  v->zero_point_zero = std::any_of(q.zeros.begin(), q.zeros.end(), [](std::int32_t z) { return z == 0; });
-  v->padding_sorts_inside = !v->static_groups && padding_sorts_inside(q);
+  static_cast<VariantTraits&>(*v) = traits;
   std::vector<std::uint32_t> words(layouts::packed_words(q.codes.size(), q.bits));
   EPK_TRY(layouts::pack_bits(q.codes, q.bits, words));
   EPK_TRY_ASSIGN(v->codes, put(std::span<const std::uint32_t>(words), device, stream));
@@ -146,7 +167,7 @@ Result<std::unique_ptr<Tensor>> upload(const ModelSource& src, std::size_t tenso
   t->rows = q.rows;
   t->cols = q.cols;
   t->group_size = q.group_size;
-  EPK_TRY_ASSIGN(std::unique_ptr<Variant> v, make_variant(*t, q, device, stream));
+  EPK_TRY_ASSIGN(std::unique_ptr<Variant> v, make_variant(*t, q, traits_of(q), device, stream));
   t->variants.push_back(std::move(v));
   return t;
 }
@@ -172,21 +193,15 @@ Result<bool> covers(Tensor& t, const ModelSource& src, std::size_t tensor, shm::
         static_cast<std::uint64_t>(q.padded_cols) != g.padded_cols) {
       return false;  // not the geometry the slot was sized by: let the CPU path report it
     }
-    EPK_TRY_ASSIGN(std::unique_ptr<Variant> made, make_variant(t, q, device, stream));
+    // A layout the kernels refuse for this tensor (AWQ or Marlin of an act-order tensor, say) uploads nothing.
+    const VariantTraits traits = traits_of(q);
+    if (!kernels_write(traits, layout, g)) return false;
+    EPK_TRY_ASSIGN(std::unique_ptr<Variant> made, make_variant(t, q, traits, device, stream));
     *added = made->bytes;
     v = made.get();
     t.variants.push_back(std::move(made));
   }
-  if (static_cast<std::uint64_t>(v->num_groups) != g.num_groups) return false;
-  const bool act_order = !v->static_groups || v->has_perm;
-  switch (layout) {
-    case shm::Layout::kGptq: return !v->zero_point_zero;
-    case shm::Layout::kGptqV2: return true;
-    case shm::Layout::kAwq: return !act_order;
-    case shm::Layout::kMarlin:
-      return ((g.flags & shm::kPackedGIdx) != 0) == act_order && !(act_order && v->padding_sorts_inside);
-    default: return false;
-  }
+  return kernels_write(*v, layout, g);
 }
 
 Status produce(const Tensor& t, const ModelSource& src, std::size_t tensor, shm::Layout layout, std::uint64_t dst,

@@ -29,11 +29,16 @@
 namespace epk::daemon::gpu_intq {
 
 // One padding of a tensor's logical form in device memory.
-struct Variant {
+// What decides which packed layouts the kernels write for one padding of a tensor (known from the host tensor, so a
+// refusal costs no upload).
+struct VariantTraits {
   std::int64_t padded_rows = 0, padded_cols = 0, num_groups = 0;
   bool static_groups = true, has_perm = false;
   bool zero_point_zero = false;       // a zero point of 0 somewhere (GPTQ v1 cannot store it: CPU path, its error)
   bool padding_sorts_inside = false;  // sort_groups would refuse (Marlin act-order: CPU path, its error)
+};
+
+struct Variant : VariantTraits {
   shm::DeviceBuffer codes, scales, zeros, g_idx, perm, inv_perm, order;
   std::uint64_t bytes = 0;
 };

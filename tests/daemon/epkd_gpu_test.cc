@@ -538,5 +538,32 @@ TEST_F(EpkdGpuIntq, EveryIntqLayoutFromTheDeviceKernelsIsTheCpuPathsBytes) {
   EXPECT_NE(log.find(want), std::string::npos) << "want \"" << want << "\" in epkd's log:\n" << log;
 }
 
+// A packed layout the kernels refuse for a tensor (GPTQ v1 of a tensor with a zero point of 0: v1 cannot store it)
+// goes to the CPU path, which refuses it too, without a padded copy uploaded first; a layout they take with the same
+// padding (GPTQ v2: 200 x 77 padded to 200 x 80, the stored variant being 200 x 77) adds one. epkd's resident bytes
+// (stats) say which.
+TEST_F(EpkdGpuIntq, ARefusedPackedLayoutUploadsNoPaddedCopy) {
+  DeviceAndHost both({"--model", "q=" + path_, "--devices", "0"}, "q=" + path_, "64");
+  ASSERT_TRUE(both.connect());
+  std::optional<Client>& g = both.on_device;
+  auto resident = [&]() -> std::uint64_t {
+    auto st = g->stats();
+    EXPECT_TRUE(st) << (st ? "" : st.error().to_string());
+    return st ? st->resident_bytes : 0;
+  };
+  const std::uint64_t at_open = resident();
+  ASSERT_GT(at_open, 0u);
+  auto v1 = g->acquire("q", "asym4_zero0", shm::Layout::kGptq);
+  const bool v1_ok = v1 && static_cast<bool>(g->wait(*v1, nullptr));
+  EXPECT_FALSE(v1_ok) << "GPTQ v1 cannot store a zero point of 0";
+  if (v1) (void)g->release(v1->handle);
+  EXPECT_EQ(resident(), at_open) << "a refused layout uploaded a padded copy";
+  auto v2 = g->acquire("q", "asym4_zero0", shm::Layout::kGptqV2);
+  ASSERT_TRUE(v2) << v2.error().to_string();
+  ASSERT_TRUE(g->wait(*v2, nullptr));
+  EXPECT_GT(resident(), at_open) << "GPTQ's padding of a 200 x 77 tensor is a variant of its own";
+  EXPECT_TRUE(g->release(v2->handle));
+}
+
 }  // namespace
 }  // namespace epk
