@@ -94,6 +94,22 @@ void expect_plan_matches_oracle(const rans::LatticeRansStream& s, const testing:
   }
 }
 
+// expect_plan_matches_oracle for every output format over the whole tensor, a 37-row range and the last row; `check`
+// learns whether the range is the whole tensor.
+void expect_every_format_and_range(
+    const rans::LatticeRansStream& s, const testing::DeviceStream& dev, const DecodeOptions& options,
+    const std::function<std::string(const DecodePlan&)>& what,
+    const std::function<void(const DecodePlan&, const std::string&, bool whole)>& check) {
+  const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 37}, {s.rows - 1, s.rows}};
+  for (const auto& r : ranges) {
+    const bool whole = r[0] == 0 && r[1] == s.rows;
+    for (int fi = 0; fi < kOutputFormats; ++fi) {
+      expect_plan_matches_oracle(s, dev, static_cast<OutputFormat>(fi), r[0], r[1], options, what,
+                                 [&](const DecodePlan& plan, const std::string& name) { check(plan, name, whole); });
+    }
+  }
+}
+
 TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndLoop) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const auto& shapes = kShapes;
@@ -168,28 +184,22 @@ TEST(GpuOracle, LeanKernelIsBitExactWithManyWarpsPerBlock) {
     const rans::EncodedTensor enc = encode_random(c.shape, seed++);
     const rans::LatticeRansStream s = enc.view();
     testing::DeviceStream dev(s);
-    const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 37}, {s.rows - 1, s.rows}};
     for (const Split& split : c.splits) {
       DecodeOptions options;
       options.min_tiles_per_block = split.min_tiles;
       options.max_warps_per_block = split.max_warps;
-      for (const auto& r : ranges) {
-        for (int fi = 0; fi < kOutputFormats; ++fi) {
-          const auto format = static_cast<OutputFormat>(fi);
-          expect_plan_matches_oracle(
-              s, dev, format, r[0], r[1], options,
-              [&](const DecodePlan& plan) {
-                return std::to_string(c.shape.bpp) + " bpp, " + std::to_string(plan.warps_per_block()) +
-                       " warps per block" + (plan.lean_bf16() ? ", bf16 store" : "");
-              },
-              [&](const DecodePlan& plan, const std::string& what) {
-                EXPECT_EQ(plan.lean_pb(), 11) << what;
-                if (r[0] == 0 && r[1] == s.rows) {
-                  EXPECT_EQ(plan.warps_per_block(), split.warps) << what;
-                }
-              });
-        }
-      }
+      expect_every_format_and_range(
+          s, dev, options,
+          [&](const DecodePlan& plan) {
+            return std::to_string(c.shape.bpp) + " bpp, " + std::to_string(plan.warps_per_block()) +
+                   " warps per block" + (plan.lean_bf16() ? ", bf16 store" : "");
+          },
+          [&](const DecodePlan& plan, const std::string& what, bool whole) {
+            EXPECT_EQ(plan.lean_pb(), 11) << what;
+            if (whole) {
+              EXPECT_EQ(plan.warps_per_block(), split.warps) << what;
+            }
+          });
     }
   }
 }
@@ -210,32 +220,26 @@ TEST(GpuOracle, WarpSpecialisedKernelIsBitExactWithManyWarpsPerBlock) {
     const rans::EncodedTensor enc = encode_random(shape, seed++);
     const rans::LatticeRansStream s = enc.view();
     testing::DeviceStream dev(s);
-    const std::uint32_t ranges[][2] = {{0, s.rows}, {s.rows / 3, s.rows / 3 + 37}, {s.rows - 1, s.rows}};
     for (const Split& split : kSplits) {
       DecodeOptions options;
       options.warp_specialised = true;
       options.min_tiles_per_block = split.min_tiles;
       options.ws_max_recon_warps = split.max_recon;
-      for (const auto& r : ranges) {
-        for (int fi = 0; fi < kOutputFormats; ++fi) {
-          const auto format = static_cast<OutputFormat>(fi);
-          expect_plan_matches_oracle(
-              s, dev, format, r[0], r[1], options,
-              [&](const DecodePlan& plan) {
-                return std::to_string(shape.bpp) + " bpp, " + std::to_string(plan.warps_per_block()) + " decode + " +
-                       std::to_string(plan.ws_recon_warps()) + " reconstruction warps" +
-                       (plan.lean_bf16() ? ", bf16 store" : "");
-              },
-              [&](const DecodePlan& plan, const std::string& what) {
-                // Tiles within the row range decide the split; the full range must get the one asked for.
-                if (r[0] == 0 && r[1] == s.rows) {
-                  EXPECT_EQ(plan.warps_per_block(), split.decode_warps) << what;
-                  EXPECT_EQ(plan.ws_recon_warps(), split.recon_warps) << what;
-                }
-                EXPECT_NE(plan.ws_recon_warps(), 0u) << what;
-              });
-        }
-      }
+      expect_every_format_and_range(
+          s, dev, options,
+          [&](const DecodePlan& plan) {
+            return std::to_string(shape.bpp) + " bpp, " + std::to_string(plan.warps_per_block()) + " decode + " +
+                   std::to_string(plan.ws_recon_warps()) + " reconstruction warps" +
+                   (plan.lean_bf16() ? ", bf16 store" : "");
+          },
+          [&](const DecodePlan& plan, const std::string& what, bool whole) {
+            // Tiles within the row range decide the split; the full range must get the one asked for.
+            if (whole) {
+              EXPECT_EQ(plan.warps_per_block(), split.decode_warps) << what;
+              EXPECT_EQ(plan.ws_recon_warps(), split.recon_warps) << what;
+            }
+            EXPECT_NE(plan.ws_recon_warps(), 0u) << what;
+          });
     }
   }
 }
