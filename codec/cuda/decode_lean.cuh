@@ -215,7 +215,7 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
     std::uint32_t g_start = rem ? count - rem : count - 32;
     const bool first_valid = rem == 0 || static_cast<std::uint32_t>(lane) < rem;
     // Placement, software-pipelined one group ahead (ptxas sinks a row-scale load issued in the group that uses it
-    // next to its use, a global round trip per group). bf16: stepped without a branch; otherwise GroupPlacer.
+    // next to its use, a global round trip per group). bf16: GroupPlacer's branch-free step; otherwise its next().
     const bool step_rows = d.vecs_per_row >= 32;  // uniform per tensor
     GroupPlacer placer;
     Placement next{};

@@ -101,7 +101,6 @@ Result<Checked> validate(const DecodeJob& job) {
   return c;
 }
 
-// Entries for tables 1..16 (see decode_desc.h): packed 32-bit or wide 64-bit.
 // bf16: the CPU decoder clamps to the finite range; only needed where |p| * scale can pass it (B/2 + 1 bounds |p|,
 // B the rowwise gain's bound on the doubled lattice values).
 bool bf16_clamp_needed(const rans::LatticeRansStream& s) {
@@ -111,6 +110,7 @@ bool bf16_clamp_needed(const rans::LatticeRansStream& s) {
   return (static_cast<double>(g.bound) / 2 + 1) * max_scale >= 3.0e38;
 }
 
+// Entries for tables 1..16 (see decode_desc.h): packed 32-bit or wide 64-bit.
 void build_lut(const rans::LatticeRansStream& s, bool wide, std::byte* out) {
   const std::uint32_t pb = s.prob_bits;
   const std::uint32_t m = 1u << pb;

@@ -6,9 +6,10 @@
 // lean_store_general); its plain reference is codec/rans's decoder, which the tests in tests/codec/cuda compare it
 // against.
 //
-// Why: the lean kernel is bound by the state chain (about 115 cycles per symbol step, two shared-memory round trips)
-// and by issue, with only ~5 chains per scheduler (the stream's tile count). A warp issues in order, so in the lean
-// loop a group's placement and store (~14 instructions per symbol step) sit between two groups' chains. Split off,
+// Why: the lean kernel is bound by the state chain (about 175 cycles per symbol step even alone, two shared-memory
+// round trips; docs/NOTES.md) and by issue, with only ~5 chains per scheduler (the stream's tile count). A warp
+// issues in order, so in the lean loop a group's placement and store (~14 instructions per symbol step) sat between
+// two groups' chains. Split off,
 // the chains issue at their own latency and the reconstruction warps' work fills the slots they leave idle.
 // Measured (H200, docs/NOTES.md runs 8 and 9): bit-exact everywhere, but the hand-off and the un-stepped placement
 // cost 23% more warp instructions than the lean loop while issue efficiency rose only 62.5% -> 67.6%, so 10240x3840
