@@ -44,7 +44,11 @@ char g_cleanup_dir[256];  // the clients' result directory and the daemon's sock
 char g_cleanup_socket[256];
 
 void remember_child(pid_t pid) {
-  if (g_child_count < kMaxChildren) g_children[g_child_count++] = pid;
+  const int n = g_child_count;  // volatile: read and written once each (the signal handler reads it)
+  if (n < kMaxChildren) {
+    g_children[n] = pid;
+    g_child_count = n + 1;
+  }
 }
 
 void on_timeout(int) {

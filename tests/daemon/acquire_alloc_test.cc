@@ -63,6 +63,9 @@ void* operator new[](std::size_t n, std::align_val_t a) {
 }
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
 void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+// The replacements above allocate with malloc, so free is the matching release; GCC cannot see that through the
+// replacement and warns (-Wmismatched-new-delete) at each use.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
