@@ -178,6 +178,9 @@ Result<bool> covers(Tensor& t, const ModelSource& src, std::size_t tensor, shm::
   if (!shm::is_packed_int(layout)) return dense_layout(t, layout).has_value();
   const layouts::intq::IntHeader* h = src.intq_header(tensor);
   if (h == nullptr || !dense_type(t.scale)) return false;
+  const std::uint32_t layout_bit = 1u << static_cast<std::uint32_t>(layout);
+  static_assert(shm::kLayoutCount <= 32);
+  if ((t.refused & layout_bit) != 0) return false;
   Result<intq_serving::Plan> plan = intq_serving::packed_plan(*h, src.origin(), t.name, layout);
   if (!plan) return false;  // the CPU path answers with the same refusal
   const shm::PackedGeometry& g = plan->geometry;
@@ -195,7 +198,10 @@ Result<bool> covers(Tensor& t, const ModelSource& src, std::size_t tensor, shm::
     }
     // A layout the kernels refuse for this tensor (AWQ or Marlin of an act-order tensor, say) uploads nothing.
     const VariantTraits traits = traits_of(q);
-    if (!kernels_write(traits, layout, g)) return false;
+    if (!kernels_write(traits, layout, g)) {
+      t.refused |= layout_bit;  // the same tensor and layout give the same answer next time
+      return false;
+    }
     EPK_TRY_ASSIGN(std::unique_ptr<Variant> made, make_variant(t, q, traits, device, stream));
     *added = made->bytes;
     v = made.get();

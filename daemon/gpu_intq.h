@@ -28,7 +28,6 @@
 
 namespace epk::daemon::gpu_intq {
 
-// One padding of a tensor's logical form in device memory.
 // What decides which packed layouts the kernels write for one padding of a tensor (known from the host tensor, so a
 // refusal costs no upload).
 struct VariantTraits {
@@ -38,6 +37,7 @@ struct VariantTraits {
   bool padding_sorts_inside = false;  // sort_groups would refuse (Marlin act-order: CPU path, its error)
 };
 
+// One padding of a tensor's logical form in device memory.
 struct Variant : VariantTraits {
   shm::DeviceBuffer codes, scales, zeros, g_idx, perm, inv_perm, order;
   std::uint64_t bytes = 0;
@@ -50,6 +50,7 @@ struct Tensor {
   int bits = 4;
   std::int64_t rows = 0, cols = 0, group_size = 0;
   std::vector<std::unique_ptr<Variant>> variants;  // [0]: the stored padding. GPU thread only after add_model
+  std::uint32_t refused = 0;  // packed layouts the kernels refused (bit 1 << shm::Layout): not read and padded again
 };
 
 // Reads `tensor` of `src` and uploads its stored variant on `stream` (synchronised before it returns: the host copies

@@ -11,6 +11,11 @@
 #include <chrono>
 #include <ctime>
 
+// Linux 5.1's seal; older C libraries lack the name (the kernel then refuses the seal, and create() says so).
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
 namespace epk::shm {
 namespace {
 

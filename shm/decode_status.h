@@ -75,6 +75,8 @@ class StatusView {
                            std::chrono::milliseconds slice = std::chrono::milliseconds(10)) const;
 
  private:
+  // The mapping is read-only (the table is sealed): only loads and FUTEX_WAIT go through this pointer. It is not
+  // const because std::atomic_ref (before C++26) takes a non-const reference.
   std::uint64_t* words() const { return reinterpret_cast<std::uint64_t*>(map_.data()); }
 
   Mapping map_;

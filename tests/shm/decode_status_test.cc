@@ -117,9 +117,9 @@ TEST(DecodeStatus, BadTableSizesAreRefused) {
   }
 }
 
-// Only epkd writes the table: the fd a client receives maps read-only and cannot be written, resized or re-sealed
-// (each of these fails without the seals, which the unsealed memfd below shows), while epkd's own mapping still
-// publishes to the client's view.
+// Only epkd writes the table: the fd a client receives maps read-only and cannot be written, resized or re-sealed,
+// while epkd's own mapping still publishes to the client's view. The unsealed memfd below shows that the writable
+// mapping and the write are refused by the seals, not by the fd.
 TEST(DecodeStatus, AClientCannotWriteOrResizeTheTable) {
   auto t = StatusTable::create(8);
   ASSERT_TRUE(t) << t.error().to_string();
