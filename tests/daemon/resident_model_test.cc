@@ -80,7 +80,9 @@ TEST_F(ResidentTest, IoUringAndPreadFillTheSameMemory) {
   ASSERT_EQ((*u)->memory().size(), (*p)->memory().size());
   EXPECT_TRUE(std::equal((*u)->memory().begin(), (*u)->memory().end(), (*p)->memory().begin()));
   EXPECT_EQ((*u)->stats().sections, 4u);
-  if ((*u)->stats().io_uring) EXPECT_GT((*u)->stats().reads.direct_bytes, 301u * 1001 * 4 / 2);  // the embedding
+  if ((*u)->stats().io_uring) {
+    EXPECT_GT((*u)->stats().reads.direct_bytes, 301u * 1001 * 4 / 2);  // the embedding
+  }
   // Every buffer of the memory reader holds what the file holds.
   for (std::size_t t = 0; t < file->tensors().size(); ++t) {
     for (std::size_t i = 0; i < file->tensors()[t].buffers.size(); ++i) {
