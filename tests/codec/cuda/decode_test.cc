@@ -157,6 +157,24 @@ INSTANTIATE_TEST_SUITE_P(Committed, GpuVectors, ::testing::ValuesIn(testing::cud
 
 // The lean loop's variant lists above pass silently through a fallback if the plan never takes it: pin which kernel
 // each committed vector gets (prob_bits 11 -> lean; bf16 with cols % 8 == 0 -> its bf16 store; 8 bpp -> fallback).
+// A committed vector on the device with an output buffer for `format`, and the job that decodes all of it (for the
+// plan tests). Members in construction order: each one points into those before it, so it neither copies nor moves.
+struct VectorJob {
+  VectorJob(const char* name, OutputFormat format)
+      : raw(load(name)),
+        s(raw.view()),
+        dev(s),
+        out(std::size_t{s.rows} * s.cols * output_element_bytes(format), s.rows),
+        job{name, &s, dev.buffers(), 0, 0, format, out.values.get(), out.row_scales.get<float>()} {}
+  VectorJob(const VectorJob&) = delete;
+  VectorJob& operator=(const VectorJob&) = delete;
+  RawStream raw;
+  rans::LatticeRansStream s;
+  DeviceStream dev;
+  DeviceOutput out;
+  DecodeJob job;
+};
+
 TEST(GpuLean, PlanTakesTheLeanKernelWhereItApplies) {
   SKIP_WITHOUT_GPU();
   DecodeOptions lean;
@@ -173,11 +191,8 @@ TEST(GpuLean, PlanTakesTheLeanKernelWhereItApplies) {
                         {"gauss_13x100_4bpp", OutputFormat::kBf16, 11, false},  // cols % 8 != 0
                         {"gauss_29x520_8bpp", OutputFormat::kBf16, 0, false}};  // prob_bits 12: two-level tables
   for (const Case& c : cases) {
-    RawStream raw = load(c.name);
-    const rans::LatticeRansStream s = raw.view();
-    DeviceStream dev(s);
-    DeviceOutput out(std::size_t{s.rows} * s.cols * output_element_bytes(c.format), s.rows);
-    DecodeJob job{c.name, &s, dev.buffers(), 0, 0, c.format, out.values.get(), out.row_scales.get<float>()};
+    const VectorJob v(c.name, c.format);
+    const DecodeJob& job = v.job;
     auto plan = DecodePlan::create({&job, 1}, lean);
     ASSERT_TRUE(plan) << plan.error().to_string();
     EXPECT_EQ(plan->lean_pb(), c.pb) << c.name << " " << output_format_name(c.format);
@@ -204,11 +219,8 @@ TEST(GpuWarpSpecialised, PlanTakesItWhereTheLeanLoopApplies) {
                         {"studentt_16x1024_4bpp", OutputFormat::kFp16, 2, 1, 2, 1},
                         {"gauss_29x520_8bpp", OutputFormat::kBf16, 1, 0, 1, 0}};  // prob_bits 12: no lean loop
   for (const Case& c : cases) {
-    RawStream raw = load(c.name);
-    const rans::LatticeRansStream s = raw.view();
-    DeviceStream dev(s);
-    DeviceOutput out(std::size_t{s.rows} * s.cols * output_element_bytes(c.format), s.rows);
-    DecodeJob job{c.name, &s, dev.buffers(), 0, 0, c.format, out.values.get(), out.row_scales.get<float>()};
+    const VectorJob v(c.name, c.format);
+    const DecodeJob& job = v.job;
     DecodeOptions options = ws_options();
     options.min_tiles_per_block = c.min_tiles;
     options.ws_max_recon_warps = c.max_recon;
