@@ -22,6 +22,8 @@ int status_for(epk::ErrorCode code) {
     case epk::ErrorCode::kUnsupported: return EPK_E_UNSUPPORTED;
     case epk::ErrorCode::kNotFound: return EPK_E_NOT_FOUND;
     case epk::ErrorCode::kNoSpace: return EPK_E_NO_SPACE;
+    case epk::ErrorCode::kPermission: return EPK_E_DENIED;
+    case epk::ErrorCode::kQuota: return EPK_E_QUOTA;
     case epk::ErrorCode::kCorruptTile: return EPK_E_DECODE;
     case epk::ErrorCode::kInvalidArgument: return EPK_E_INVALID;
     default: return EPK_E_INTERNAL;

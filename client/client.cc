@@ -35,6 +35,8 @@ ErrorCode code_for(shm::WireStatus s) {
     case shm::WireStatus::kDecodeFailed: return ErrorCode::kCorruptTile;
     case shm::WireStatus::kBadMessage: return ErrorCode::kBadInput;
     case shm::WireStatus::kShuttingDown: return ErrorCode::kIo;
+    case shm::WireStatus::kDenied: return ErrorCode::kPermission;
+    case shm::WireStatus::kOverQuota: return ErrorCode::kQuota;
     default: return ErrorCode::kInternal;
   }
 }
@@ -52,6 +54,8 @@ struct Client::Impl {
   std::mutex mu;
   shm::UniqueFd sock;
   std::vector<shm::ImportedPool> pools;
+  // By pool id. The hello lists the pools of this client's trust domain only, so ids may have gaps: a gap's entry has
+  // size 0 (a real pool never does) and nothing mapped.
   std::vector<shm::PoolInfo> pool_info;  // as the hello reply announced them
   std::vector<std::uint64_t> device_base;  // device pools: the mapped base address (0 for host pools)
   std::unique_ptr<DeviceSide> device;      // device pools and events; null when the daemon serves host pools only
@@ -314,24 +318,27 @@ Result<Client> Client::connect(const std::string& socket_path, const ClientOptio
   std::uint32_t next_event = 0;
   impl->ring_length = ring;
   for (std::size_t i = 0; i < hello.pools.size(); ++i) {
-    if (hello.pools[i].pool_id != i) return make_error(ErrorCode::kBadInput, "epk client: pool ids out of order");
-    impl->ring_first.push_back(next_event);
-    if (hello.pools[i].kind == shm::PoolKind::kDevice) {
+    const shm::PoolInfo& p = hello.pools[i];
+    if (p.pool_id >= shm::kMaxPools || (i > 0 && p.pool_id <= hello.pools[i - 1].pool_id) || p.size == 0) {
+      return make_error(ErrorCode::kBadInput, "epk client: hello reply: pool ids out of order (or a pool of size 0)");
+    }
+    const std::size_t slots = std::size_t{p.pool_id} + 1;
+    impl->pools.resize(slots);
+    impl->pool_info.resize(slots);  // gaps: size 0
+    impl->device_base.resize(slots, 0);
+    impl->ring_first.resize(slots, 0);
+    impl->ring_first[p.pool_id] = next_event;
+    if (p.kind == shm::PoolKind::kDevice) {
       if (!impl->device) {
         EPK_TRY_ASSIGN(impl->device, DeviceSide::create(hello.events));
       }
-      EPK_TRY_ASSIGN(std::uint64_t base,
-                     impl->device->import_pool(static_cast<std::uint32_t>(i), std::move(fds[i]), hello.pools[i].size,
-                                               hello.pools[i].device, next_event, ring));
+      EPK_TRY_ASSIGN(impl->device_base[p.pool_id],
+                     impl->device->import_pool(p.pool_id, std::move(fds[i]), p.size, p.device, next_event, ring));
       next_event += ring;
-      impl->pools.emplace_back();  // no host mapping
-      impl->device_base.push_back(base);
     } else {
-      EPK_TRY_ASSIGN(shm::ImportedPool p, shm::ImportedPool::import_host(std::move(fds[i]), hello.pools[i].size));
-      impl->pools.push_back(std::move(p));
-      impl->device_base.push_back(0);
+      EPK_TRY_ASSIGN(impl->pools[p.pool_id], shm::ImportedPool::import_host(std::move(fds[i]), p.size));
     }
-    impl->pool_info.push_back(hello.pools[i]);
+    impl->pool_info[p.pool_id] = p;
   }
   return Client(std::move(impl));
 }
@@ -383,7 +390,7 @@ Status Client::acquire_into(const std::string& model, const std::string& tensor,
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kAcquire));
   shm::AcquireReply& r = impl_->acquire_reply;
   EPK_TRY(shm::decode_acquire_reply(f.payload, &r));
-  if (r.pool_id >= impl_->pools.size())
+  if (r.pool_id >= impl_->pools.size() || impl_->pool_info[r.pool_id].size == 0)
     return make_error(ErrorCode::kBadInput, "epk client: acquire reply: bad pool id");
   const shm::PoolInfo& info = impl_->pool_info[r.pool_id];
   if (r.offset > info.size || r.bytes > info.size - r.offset) {
@@ -614,7 +621,11 @@ Result<shm::ModelsReply> Client::models() {
 std::vector<shm::PoolInfo> Client::pools() const {
   if (impl_ == nullptr) return {};
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->pool_info;
+  std::vector<shm::PoolInfo> pools;
+  for (const shm::PoolInfo& p : impl_->pool_info) {
+    if (p.size != 0) pools.push_back(p);
+  }
+  return pools;
 }
 
 void Client::disconnect() {

@@ -26,7 +26,9 @@ enum epk_status {
   EPK_E_NO_SPACE = 5,      /* does not fit in the daemon's budget without evicting pinned slots */
   EPK_E_DECODE = 6,        /* the stored tensor is corrupt */
   EPK_E_INVALID = 7,       /* bad argument */
-  EPK_E_INTERNAL = 8
+  EPK_E_INTERNAL = 8,
+  EPK_E_DENIED = 9,        /* epkd's access rules refuse this client (its uid/gids) or this model to it */
+  EPK_E_QUOTA = 10         /* the client is over its own pin quota (pinned bytes, or pins of one tensor) */
 };
 
 #define EPK_MAX_DIMS 8

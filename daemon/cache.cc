@@ -49,8 +49,9 @@ void Cache::remove_slot(std::uint64_t slot_id) {
   for (const auto& [client, n] : s.pins) {
     auto c = by_client_.find(client);
     if (c != by_client_.end()) {
-      c->second.erase(slot_id);
-      if (c->second.empty()) by_client_.erase(c);
+      if (n > 0) c->second.pinned_bytes -= SlotAllocator::rounded(s.bytes);
+      c->second.slots.erase(slot_id);
+      if (c->second.slots.empty()) by_client_.erase(c);
     }
   }
   by_key_.erase(s.key);
@@ -75,21 +76,18 @@ Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, Cl
   Outcome outcome;
   if (found != by_key_.end()) {
     s = &slots_.at(found->second);
+    EPK_TRY(check_quota(client, s, s->bytes));
     outcome = s->state == SlotState::kReady ? Outcome::kHit : Outcome::kPending;
     if (client != kNoClient) ++(outcome == Outcome::kHit ? hits_ : misses_);
   } else {
+    EPK_TRY(check_quota(client, nullptr, bytes));
     if (SlotAllocator::rounded(bytes) > budget_) {
       return make_error(ErrorCode::kNoSpace, "no space: " + std::to_string(bytes) +
                                                  " bytes exceed the whole budget of " + std::to_string(budget_));
     }
     std::optional<std::uint64_t> offset = alloc_.allocate(bytes);
     while (!offset && evict_one()) offset = alloc_.allocate(bytes);
-    if (!offset) {
-      return make_error(ErrorCode::kNoSpace, "no space: " + std::to_string(bytes) +
-                                                 " bytes do not fit in the budget of " + std::to_string(budget_) +
-                                                 " without evicting pinned or in-use slots (" +
-                                                 std::to_string(alloc_.used()) + " bytes held)");
-    }
+    if (!offset) return make_error(ErrorCode::kNoSpace, space_report(bytes).describe());
     // The one place bytes are added: the budget holds by construction of the allocator, checked again here.
     if (alloc_.used() > budget_) return make_error(ErrorCode::kInternal, "cache: budget exceeded (bug)");
     const std::uint64_t id = next_id_++;
@@ -100,6 +98,7 @@ Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, Cl
     s->offset = *offset;
     s->bytes = bytes;
     s->state = SlotState::kDecoding;
+    s->prefetched = client == kNoClient;
     by_key_.emplace(key, s->id);
     outcome = Outcome::kMiss;
     if (client != kNoClient) ++misses_;
@@ -116,9 +115,34 @@ Slot* Cache::ready_slot(const SlotKey& key) {
   return it == slots_.end() || it->second.state != SlotState::kReady ? nullptr : &it->second;
 }
 
+Status Cache::check_quota(ClientId client, const Slot* s, std::uint64_t bytes) const {
+  if (client == kNoClient || (quota_.pins_per_slot == 0 && quota_.pinned_bytes == 0)) return {};
+  const std::uint32_t mine = s != nullptr ? s->pins_of(client) : 0;
+  if (quota_.pins_per_slot != 0 && mine >= quota_.pins_per_slot) {
+    return make_error(ErrorCode::kQuota, "quota: this client already holds " + std::to_string(mine) +
+                                             " pins on this tensor (max_pins_per_tensor = " +
+                                             std::to_string(quota_.pins_per_slot) + ")");
+  }
+  if (quota_.pinned_bytes != 0 && mine == 0) {
+    const std::uint64_t held = pinned_bytes_of(client);
+    if (held + SlotAllocator::rounded(bytes) > quota_.pinned_bytes) {
+      return make_error(ErrorCode::kQuota, "quota: this client holds " + std::to_string(held) + " pinned bytes, and " +
+                                               std::to_string(SlotAllocator::rounded(bytes)) +
+                                               " more would pass its quota of " +
+                                               std::to_string(quota_.pinned_bytes) + " (quota_pinned_mb)");
+    }
+  }
+  return {};
+}
+
+std::uint64_t Cache::pinned_bytes_of(ClientId client) const {
+  auto c = by_client_.find(client);
+  return c == by_client_.end() ? 0 : c->second.pinned_bytes;
+}
+
 Slot* Cache::acquire_ready(const SlotKey& key, ClientId client) {
   Slot* ready = ready_slot(key);
-  if (ready == nullptr) return nullptr;
+  if (ready == nullptr || !check_quota(client, ready, ready->bytes)) return nullptr;  // acquire() answers the quota
   Slot& s = *ready;
   pin(s, client);
   touch_lru(s);
@@ -131,12 +155,25 @@ Slot* Cache::pin_shared(const SlotKey& key, ClientId client) {
   Slot& s = *ready;
   auto p = s.pins.find(client);
   if (p == s.pins.end()) return nullptr;  // a first pin adds entries: exclusive
+  if (quota_.pins_per_slot != 0 && p->second >= quota_.pins_per_slot) return nullptr;  // acquire() refuses it
+  // A pin after this client's release of the slot adds its bytes to the client's own entry (see by_client_).
+  ClientEntry* mine = nullptr;
+  if (p->second == 0) {
+    auto c = by_client_.find(client);
+    if (c == by_client_.end()) return nullptr;
+    if (quota_.pinned_bytes != 0 &&
+        c->second.pinned_bytes + SlotAllocator::rounded(s.bytes) > quota_.pinned_bytes) {
+      return nullptr;  // acquire() refuses it
+    }
+    mine = &c->second;
+  }
   // Only from a total above zero: from zero the slot leaves the LRU list, which shared holders never touch.
   std::uint32_t total = s.pin_total.load(std::memory_order_relaxed);
   do {
     if (total == 0) return nullptr;
   } while (!s.pin_total.compare_exchange_weak(total, total + 1, std::memory_order_relaxed));
   ++p->second;  // this client's own entry: no other thread writes it while shared holders run
+  if (mine != nullptr) mine->pinned_bytes += SlotAllocator::rounded(s.bytes);
   return &s;
 }
 
@@ -146,19 +183,31 @@ bool Cache::unpin_shared(std::uint64_t slot_id, ClientId client) {
   Slot& s = it->second;
   auto p = s.pins.find(client);
   if (p == s.pins.end() || p->second == 0) return false;  // not pinned by this client: release() answers the error
+  ClientEntry* mine = nullptr;
+  if (p->second == 1) {  // its last pin here: the slot's bytes leave the client's own entry
+    auto c = by_client_.find(client);
+    if (c == by_client_.end()) return false;
+    mine = &c->second;
+  }
   // Only to a total above zero: at zero the slot joins the LRU list.
   std::uint32_t total = s.pin_total.load(std::memory_order_relaxed);
   do {
     if (total <= 1) return false;
   } while (!s.pin_total.compare_exchange_weak(total, total - 1, std::memory_order_relaxed));
   --p->second;
+  if (mine != nullptr) mine->pinned_bytes -= SlotAllocator::rounded(s.bytes);
   return true;
 }
 
 // Entries are created on a client's first pin of a slot and then kept at 0 (unpin_to): later pins allocate nothing.
 void Cache::pin(Slot& s, ClientId client) {
+  s.prefetched = false;
   auto [p, fresh] = s.pins.try_emplace(client, 0);
-  if (fresh) by_client_[client].insert(s.id);
+  if (fresh || p->second == 0) {
+    ClientEntry& e = by_client_[client];
+    if (fresh) e.slots.insert(s.id);
+    e.pinned_bytes += SlotAllocator::rounded(s.bytes);
+  }
   ++p->second;
   ++s.pin_total;
 }
@@ -180,6 +229,7 @@ void Cache::unpin_to(Slot& s, ClientId client, std::uint32_t count) {
   auto p = s.pins.find(client);
   if (p == s.pins.end()) return;
   count = std::min(count, p->second);
+  if (count != 0 && count == p->second) by_client_[client].pinned_bytes -= SlotAllocator::rounded(s.bytes);
   p->second -= count;
   s.pin_total -= count;
   touch_lru(s);
@@ -201,7 +251,7 @@ Status Cache::release(std::uint64_t slot_id, ClientId client, std::unique_ptr<sh
 void Cache::drop_client(ClientId client) {
   auto c = by_client_.find(client);
   if (c == by_client_.end()) return;
-  for (const std::uint64_t slot_id : c->second) {
+  for (const std::uint64_t slot_id : c->second.slots) {
     auto it = slots_.find(slot_id);
     if (it == slots_.end()) continue;
     Slot& s = it->second;
@@ -220,6 +270,46 @@ std::size_t Cache::fences_held() const {
   return n;
 }
 
+SpaceReport Cache::space_report(std::uint64_t bytes) const {
+  SpaceReport r;
+  r.request = SlotAllocator::rounded(bytes);
+  r.budget = budget_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> pinned;  // [begin, end) of pinned slots
+  for (const auto& [id, s] : slots_) {
+    const std::uint64_t held = SlotAllocator::rounded(s.bytes);
+    if (s.pin_total > 0) {
+      r.pinned += held;
+      pinned.emplace_back(s.offset, s.offset + held);
+    } else if (s.state == SlotState::kDecoding) {
+      r.decoding += held;
+    } else if (std::any_of(s.fences.begin(), s.fences.end(), [](const auto& f) { return !f->completed(); })) {
+      r.fenced += held;
+      ++r.fenced_slots;
+    }
+  }
+  std::sort(pinned.begin(), pinned.end());
+  std::uint64_t at = 0;
+  for (const auto& [begin, end] : pinned) {
+    if (begin > at) r.largest_gap = std::max(r.largest_gap, begin - at);
+    at = std::max(at, end);
+  }
+  if (budget_ > at) r.largest_gap = std::max(r.largest_gap, budget_ - at);
+  return r;
+}
+
+std::string SpaceReport::describe() const {
+  std::string s = "no space: " + std::to_string(request) + " bytes in a budget of " + std::to_string(budget) + ": " +
+                  std::to_string(pinned) + " pinned, " + std::to_string(fenced) + " released behind " +
+                  std::to_string(fenced_slots) + " pending fence(s), " + std::to_string(decoding) +
+                  " decoding for prefetches";
+  if (pinned + request > budget) return s + "; the pinned bytes plus the request exceed the budget";
+  if (largest_gap < request) {
+    return s + "; the pinned slots leave no free range that large (the largest is " + std::to_string(largest_gap) +
+           " bytes)";
+  }
+  return s;
+}
+
 Slot* Cache::find(std::uint64_t slot_id) {
   auto it = slots_.find(slot_id);
   return it == slots_.end() ? nullptr : &it->second;
@@ -235,7 +325,10 @@ CacheStats Cache::stats() const {
       ++st.pinned_slots;
       st.pinned_bytes += SlotAllocator::rounded(s.bytes);
       st.pins += s.pin_total;
+    } else if (std::any_of(s.fences.begin(), s.fences.end(), [](const auto& f) { return !f->completed(); })) {
+      st.fenced_bytes += SlotAllocator::rounded(s.bytes);
     }
+    if (s.prefetched) st.prefetched_bytes += SlotAllocator::rounded(s.bytes);
   }
   st.hits = hits_;
   st.misses = misses_;
@@ -257,7 +350,7 @@ Status Cache::verify() const {
     std::uint32_t total = 0;
     for (const auto& [client, n] : s.pins) {
       auto c = by_client_.find(client);
-      if (c == by_client_.end() || c->second.count(id) == 0) {
+      if (c == by_client_.end() || c->second.slots.count(id) == 0) {
         return bad("per-client pin index misses slot " + std::to_string(id));
       }
       total += n;
@@ -279,13 +372,16 @@ Status Cache::verify() const {
   }
   if (walked != lru_expected || lru_size_ != lru_expected) return bad("LRU list length");
   if (by_key_.size() != slots_.size()) return bad("key index size");
-  for (const auto& [client, ids] : by_client_) {
-    for (const std::uint64_t id : ids) {
+  for (const auto& [client, entry] : by_client_) {
+    std::uint64_t pinned = 0;
+    for (const std::uint64_t id : entry.slots) {
       auto it = slots_.find(id);
       if (it == slots_.end() || it->second.pins.count(client) == 0) {
         return bad("per-client pin index names slot " + std::to_string(id) + " without a pin entry there");
       }
+      if (it->second.pins.at(client) > 0) pinned += SlotAllocator::rounded(it->second.bytes);
     }
+    if (pinned != entry.pinned_bytes) return bad("pinned bytes of client " + std::to_string(client));
   }
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t i = 1; i < ranges.size(); ++i) {

@@ -46,6 +46,7 @@ struct Slot {
   std::uint64_t offset = 0;
   std::uint64_t bytes = 0;  // requested; the allocator holds SlotAllocator::rounded(bytes)
   SlotState state = SlotState::kDecoding;
+  bool prefetched = false;  // made by a prefetch and not pinned by any client since
   std::unordered_map<ClientId, std::uint32_t> pins;  // client -> pin count (0: released, entry kept for the next pin)
   // Every client's pins together. Atomic for the shared-lock path (pin_shared / unpin_shared), which moves it only
   // between values above zero; everything else changes it under the exclusive lock.
@@ -61,6 +62,31 @@ struct Slot {
   }
 };
 
+// Why a request does not fit now, and whether it will without anyone's help: the bytes of unpinned slots that are
+// still decoding (prefetches in flight) or whose release fences are pending (clients' kernels still reading) come
+// free on their own; pinned bytes do not, and neither does a pool that pinned slots split into gaps too small.
+struct SpaceReport {
+  std::uint64_t request = 0;  // rounded
+  std::uint64_t budget = 0;
+  std::uint64_t pinned = 0;       // pinned slots (ready or decoding)
+  std::uint64_t fenced = 0;       // unpinned, released behind fences still pending
+  std::size_t fenced_slots = 0;
+  std::uint64_t decoding = 0;     // unpinned and still decoding (prefetches)
+  std::uint64_t largest_gap = 0;  // the largest range no pinned slot touches
+  // Waiting can make it fit: the request fits beside the pinned slots, and fenced or decoding bytes are in the way.
+  bool can_wait() const { return largest_gap >= request && fenced + decoding > 0; }
+  // The refusal's numbers: what holds the budget, and why waiting would not help (or what is waited for).
+  std::string describe() const;
+};
+
+// Per-client limits (0: none), so that one client cannot take the budget from the others: the bytes of the slots it
+// holds pinned (a slot counts once however often it is pinned) and the pins it holds on one slot. An acquire over
+// either is refused with kQuota, naming the limit.
+struct ClientQuota {
+  std::uint64_t pinned_bytes = 0;
+  std::uint32_t pins_per_slot = 0;
+};
+
 struct CacheStats {
   std::uint64_t budget_bytes = 0;
   std::uint64_t used_bytes = 0;
@@ -71,6 +97,8 @@ struct CacheStats {
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
   std::uint64_t evictions = 0;
+  std::uint64_t fenced_bytes = 0;      // unpinned slots whose release fences are still pending
+  std::uint64_t prefetched_bytes = 0;  // slots a prefetch made that no client has acquired yet
 };
 
 class Cache {
@@ -123,6 +151,11 @@ class Cache {
   void drop_client(ClientId client);
   // Fences held on slots, completed or not (tests, status).
   std::size_t fences_held() const;
+  void set_quota(const ClientQuota& q) { quota_ = q; }
+  // The bytes of the slots `client` holds pinned now.
+  std::uint64_t pinned_bytes_of(ClientId client) const;
+  // After acquire() refused `bytes` for lack of space: what holds the budget and whether waiting can help.
+  SpaceReport space_report(std::uint64_t bytes) const;
 
   Slot* find(std::uint64_t slot_id);
   CacheStats stats() const;
@@ -138,6 +171,8 @@ class Cache {
  private:
   // The slot of `key` when it is ready (decoded), else null; no pin, no LRU touch.
   Slot* ready_slot(const SlotKey& key);
+  // Whether `client` may take one more pin on `s` (null: a new slot of `bytes`) within its quota.
+  Status check_quota(ClientId client, const Slot* s, std::uint64_t bytes) const;
   void pin(Slot& s, ClientId client);
   void unpin_to(Slot& s, ClientId client, std::uint32_t count);
   void touch_lru(Slot& s);
@@ -153,9 +188,17 @@ class Cache {
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Slot> slots_;
   std::unordered_map<SlotKey, std::uint64_t, SlotKeyHash> by_key_;
-  // client -> the slots whose pins map has an entry for it (at 0 too): what drop_client() visits. The counts live on
-  // the slots alone, so a pin or unpin of an entry that exists touches only the slot.
-  std::unordered_map<ClientId, std::unordered_set<std::uint64_t>> by_client_;
+  // client -> the slots whose pins map has an entry for it (at 0 too): what drop_client() visits, and the bytes of
+  // those it holds pinned (changed only when its count on a slot leaves or reaches 0). The counts live on the slots,
+  // so a pin or unpin of an entry that exists and stays above 0 touches only the slot. A client's entry is changed
+  // only by its own requests (one session thread) or under the exclusive lock, so the shared-lock paths may update
+  // their own client's bytes.
+  struct ClientEntry {
+    std::unordered_set<std::uint64_t> slots;
+    std::uint64_t pinned_bytes = 0;
+  };
+  std::unordered_map<ClientId, ClientEntry> by_client_;
+  ClientQuota quota_;
   Slot* lru_head_ = nullptr;  // least recently used
   Slot* lru_tail_ = nullptr;
   std::size_t lru_size_ = 0;

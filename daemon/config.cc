@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <toml++/toml.h>
 
+#include <grp.h>
+#include <pwd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -24,6 +27,41 @@ void merge_models(std::vector<ModelSpec>* into, const std::vector<ModelSpec>& fr
   }
 }
 
+// A list of user or group ids, each a number or a name (resolved now, through the system's user database).
+Result<std::vector<std::uint32_t>> read_id_list(const toml::table& t, const char* key, bool groups,
+                                                const std::string& path) {
+  std::vector<std::uint32_t> out;
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return out;
+  const toml::array* arr = n->as_array();
+  auto bad = [&](const std::string& why) {
+    return make_error(ErrorCode::kBadInput, path + ": '" + key + "': " + why);
+  };
+  if (arr == nullptr) return bad(std::string("must be an array of ") + (groups ? "group" : "user") + " ids or names");
+  for (const toml::node& e : *arr) {
+    if (auto id = e.as_integer()) {
+      if (id->get() < 0 || id->get() > 0xFFFFFFFEll) return bad(std::to_string(id->get()) + " is not an id");
+      out.push_back(static_cast<std::uint32_t>(id->get()));
+    } else if (auto name = e.as_string()) {
+      std::vector<char> buf(16384);
+      if (groups) {
+        group g{}, *found = nullptr;
+        ::getgrnam_r(name->get().c_str(), &g, buf.data(), buf.size(), &found);
+        if (found == nullptr) return bad("no group named '" + name->get() + "'");
+        out.push_back(found->gr_gid);
+      } else {
+        passwd p{}, *found = nullptr;
+        ::getpwnam_r(name->get().c_str(), &p, buf.data(), buf.size(), &found);
+        if (found == nullptr) return bad("no user named '" + name->get() + "'");
+        out.push_back(found->pw_uid);
+      }
+    } else {
+      return bad("each entry must be an id (integer) or a name (string)");
+    }
+  }
+  return out;
+}
+
 Result<std::vector<ModelSpec>> read_model_array(const toml::table& t, const char* key, const char* value_key,
                                                 const std::string& path) {
   std::vector<ModelSpec> out;
@@ -39,7 +77,11 @@ Result<std::vector<ModelSpec>> read_model_array(const toml::table& t, const char
       return make_error(ErrorCode::kBadInput,
                         path + ": each [[" + key + "]] needs string fields 'name' and '" + value_key + "'");
     }
-    out.push_back({name->get(), value->get()});
+    ModelSpec spec{name->get(), value->get(), {}};
+    const std::string where = path + ": [[" + key + "]] '" + spec.name + "'";
+    EPK_TRY_ASSIGN(spec.access.uids, read_id_list(*m, "uids", false, where));
+    EPK_TRY_ASSIGN(spec.access.gids, read_id_list(*m, "gids", true, where));
+    out.push_back(std::move(spec));
   }
   return out;
 }
@@ -130,6 +172,17 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   EPK_TRY(get_int("threads", 0, 1024, [&](std::int64_t v) { cfg->threads = static_cast<unsigned>(v); }));
   EPK_TRY(get_int("io_threads", 0, 64, [&](std::int64_t v) { cfg->io_threads = static_cast<unsigned>(v); }));
   EPK_TRY(get_int("read_timeout_ms", 1, 3600000, [&](std::int64_t v) { cfg->read_timeout_ms = static_cast<int>(v); }));
+  EPK_TRY(get_int("idle_timeout_ms", 0, (std::int64_t{1} << 31) - 1,
+                  [&](std::int64_t v) { cfg->idle_timeout_ms = static_cast<int>(v); }));
+  EPK_TRY(get_int("space_wait_ms", 0, 3600000, [&](std::int64_t v) { cfg->space_wait_ms = static_cast<int>(v); }));
+  EPK_TRY(get_int("quota_pinned_mb", 0, std::int64_t{1} << 30,
+                  [&](std::int64_t v) { cfg->quota_pinned_bytes = static_cast<std::uint64_t>(v) << 20; }));
+  EPK_TRY(get_int("max_pins_per_tensor", 0, std::int64_t{1} << 31,
+                  [&](std::int64_t v) { cfg->max_pins_per_tensor = static_cast<std::uint32_t>(v); }));
+  EPK_TRY(get_int("max_sessions_per_uid", 1, 1 << 20,
+                  [&](std::int64_t v) { cfg->max_sessions_per_uid = static_cast<std::uint32_t>(v); }));
+  EPK_TRY_ASSIGN(cfg->access.uids, read_id_list(t, "allowed_uids", false, path));
+  EPK_TRY_ASSIGN(cfg->access.gids, read_id_list(t, "allowed_gids", true, path));
   EPK_TRY(get_int("spin_us", 0, 1000000, [&](std::int64_t v) { cfg->spin_us = v; }));
   EPK_TRY(get_int("synthetic_delay_us", 0, 60000000,
                   [&](std::int64_t v) { cfg->synthetic_delay_us = static_cast<std::uint32_t>(v); }));
@@ -184,6 +237,35 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
     }
     cfg->device_budgets = std::move(budgets);
   }
+  if (const toml::node* n = t.get("domain")) {
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr) return make_error(ErrorCode::kBadInput, path + ": 'domain' must be an array of tables");
+    std::vector<DomainSpec> domains;
+    for (const toml::node& e : *arr) {
+      const toml::table* d = e.as_table();
+      auto name = d != nullptr ? d->get_as<std::string>("name") : nullptr;
+      if (name == nullptr || name->get().empty() || name->get() == "default") {
+        return make_error(ErrorCode::kBadInput, path + ": each [[domain]] needs a string 'name' other than 'default'");
+      }
+      DomainSpec spec{name->get(), {}, 0};
+      const std::string where = path + ": [[domain]] '" + spec.name + "'";
+      for (const DomainSpec& o : domains) {
+        if (o.name == spec.name) return make_error(ErrorCode::kBadInput, where + " is listed twice");
+      }
+      EPK_TRY_ASSIGN(spec.members.uids, read_id_list(*d, "uids", false, where));
+      EPK_TRY_ASSIGN(spec.members.gids, read_id_list(*d, "gids", true, where));
+      if (spec.members.open()) return make_error(ErrorCode::kBadInput, where + ": lists no uids and no gids");
+      if (const toml::node* b = d->get("budget_mb")) {
+        auto mb = b->value<std::int64_t>();
+        if (!mb || !b->is_integer() || *mb < 1 || *mb > (std::int64_t{1} << 30)) {
+          return make_error(ErrorCode::kBadInput, where + ": 'budget_mb' must be an integer in [1, 2^30]");
+        }
+        spec.budget_bytes = static_cast<std::uint64_t>(*mb) << 20;
+      }
+      domains.push_back(std::move(spec));
+    }
+    cfg->domains = std::move(domains);
+  }
   EPK_TRY_ASSIGN(auto models, read_model_array(t, "model", "path", path));
   EPK_TRY_ASSIGN(auto synthetic, read_model_array(t, "synthetic", "spec", path));
   merge_models(&cfg->models, models);
@@ -216,7 +298,34 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU decode threads (0: one per core)")->check(CLI::Range(0, 1024));
   app.add_option("--io-threads", io_threads, "socket threads (0: half the cores, 1 to 16)")
       ->check(CLI::Range(0, 64));
-  app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
+  app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive whole");
+  int idle_timeout_ms = -1;
+  app.add_option("--idle-timeout-ms", idle_timeout_ms,
+                 "close a session after this long without a message, dropping its pins (0: never; config: "
+                 "idle_timeout_ms)")
+      ->check(CLI::Range(0, 2147483647));
+  int space_wait_ms = -1;
+  app.add_option("--space-wait-ms", space_wait_ms,
+                 "how long an acquire that does not fit waits for slots still decoding or behind pending release "
+                 "fences to come free (default 10000; 0: refuse at once; config: space_wait_ms)")
+      ->check(CLI::Range(0, 3600000));
+  std::int64_t quota_pinned_mb = -1;
+  app.add_option("--quota-pinned-mb", quota_pinned_mb,
+                 "MiB one client may hold pinned in a pool (0: up to the budget; config: quota_pinned_mb)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  std::int64_t max_pins_per_tensor = -1;
+  app.add_option("--max-pins-per-tensor", max_pins_per_tensor,
+                 "pins one client may hold on one tensor (default 1024, 0: no limit; config: max_pins_per_tensor)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 31));
+  std::uint32_t max_sessions_per_uid = 0;
+  app.add_option("--max-sessions-per-uid", max_sessions_per_uid,
+                 "open sessions one uid may hold (default 1024; config: max_sessions_per_uid)")
+      ->check(CLI::Range(1, 1 << 20));
+  std::vector<std::uint32_t> allow_uids, allow_gids;
+  app.add_option("--allow-uid", allow_uids,
+                 "a uid that may connect (repeatable; config: allowed_uids). None given: whoever the socket's mode "
+                 "lets connect. epkd's own uid and root are always allowed");
+  app.add_option("--allow-gid", allow_gids, "a gid whose members may connect (repeatable; config: allowed_gids)");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   std::int64_t spin_us = -1;
@@ -267,6 +376,13 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (threads != 0) cfg.threads = threads;
   if (io_threads != 0) cfg.io_threads = io_threads;
   if (read_timeout_ms > 0) cfg.read_timeout_ms = read_timeout_ms;
+  if (idle_timeout_ms >= 0) cfg.idle_timeout_ms = idle_timeout_ms;
+  if (space_wait_ms >= 0) cfg.space_wait_ms = space_wait_ms;
+  if (quota_pinned_mb >= 0) cfg.quota_pinned_bytes = static_cast<std::uint64_t>(quota_pinned_mb) << 20;
+  if (max_pins_per_tensor >= 0) cfg.max_pins_per_tensor = static_cast<std::uint32_t>(max_pins_per_tensor);
+  if (max_sessions_per_uid != 0) cfg.max_sessions_per_uid = max_sessions_per_uid;
+  if (!allow_uids.empty()) cfg.access.uids = allow_uids;
+  if (!allow_gids.empty()) cfg.access.gids = allow_gids;
   if (synthetic_delay_us != 0) cfg.synthetic_delay_us = synthetic_delay_us;
   if (!log_level.empty()) cfg.log_level = log_level;
   if (spin_us >= 0) cfg.spin_us = spin_us;

@@ -3,11 +3,14 @@
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
 // io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, lane_locks = true|false,
 // shared_hits = true|false,
-// device_resident = true|false, read_timeout_ms = N,
+// device_resident = true|false, read_timeout_ms = N, idle_timeout_ms = N, max_sessions_per_uid = N, space_wait_ms = N,
+// allowed_uids = [1000, "alice"], allowed_gids = ["epk"] (numbers or names), quota_pinned_mb = N,
+// max_pins_per_tensor = N,
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
 // own budget instead of budget_mb),
 // synthetic_delay_us = N, log_level = "info", spin_us = N,
-// [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
+// [[domain]] name = "..." uids = [...] gids = [...] [budget_mb = N],
+// [[model]] name = "..." path = "FILE.epk" [uids = [...]] [gids = [...]], [[synthetic]] name = "..." spec = "...".
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "codec/common/result.h"
+#include "daemon/peer_access.h"
 #include "shm/spin.h"
 
 namespace epk::daemon {
@@ -32,6 +36,17 @@ const char* serving_mode_name(ServingMode m);  // "auto", "host"
 struct ModelSpec {
   std::string name;
   std::string path;  // .epk file, or the synthetic spec for SyntheticSpec
+  AccessRule access;  // who may open, list and acquire it (besides `DaemonConfig::access`); empty: every client
+};
+
+// A trust domain (docs/SECURITY.md): clients that may write each other's device slots. Each domain gets pools,
+// caches and budgets of its own on every lane (and, on devices, its own resident tier): a client never receives the
+// pool fd of another domain, and one domain's traffic never evicts another's slots. Clients listed by no domain are
+// in the default domain (domain 0, budget_mb).
+struct DomainSpec {
+  std::string name;
+  AccessRule members;  // uids and gids listed explicitly; a client belongs to the first domain that lists it
+  std::uint64_t budget_bytes = 0;  // per pool; 0: the default budget
 };
 
 struct DaemonConfig {
@@ -54,7 +69,19 @@ struct DaemonConfig {
   // client waits for (protocol version 4, shm/decode_status.h); off: the reply waits until the decode and its tile
   // status are done (the behaviour before, kept to measure against).
   bool early_reply = true;
-  int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive
+  int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive, whole
+  // Who may connect (SO_PEERCRED at accept; daemon/peer_access.h). Empty: whoever the socket's mode lets connect.
+  AccessRule access;
+  std::vector<DomainSpec> domains;  // beyond the default one ([[domain]] tables)
+  std::uint32_t max_sessions_per_uid = 1024;
+  // Per client and pool (daemon/cache.h, ClientQuota): the bytes it may hold pinned (0: up to the budget) and the pins
+  // it may hold on one tensor (0: no limit).
+  std::uint64_t quota_pinned_bytes = 0;
+  std::uint32_t max_pins_per_tensor = 1024;  // open sessions of one uid; more are refused at hello
+  // An acquire that does not fit while unpinned bytes are held by slots still decoding (prefetches) or by released
+  // slots whose fences are pending waits up to this long for them (0: refuse at once).
+  int space_wait_ms = 10000;
+  int idle_timeout_ms = 0;  // a session with no message for this long is closed (its pins go); 0: no limit
   // After its last handler ran, an io thread polls its io_context for this long before it blocks in epoll: a request
   // that arrives within it is picked up without the wake-up of a sleeping thread. Spins only right after activity,
   // so an idle daemon costs nothing. 0: block at once; negative: automatic (spin_us_for).

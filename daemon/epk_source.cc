@@ -53,10 +53,14 @@ class EpkSource final : public ModelSource {
       s->intq_.push_back(std::move(header));
       s->tensors_.push_back(std::move(m));
     }
+    if (s->reader_.damaged()) {
+      return make_error(ErrorCode::kIo, path + ": the file was truncated, replaced or unreadable while it was opened");
+    }
     return s;
   }
 
   const std::string& origin() const override { return origin_; }
+  bool damaged() const override { return reader_.damaged(); }
   const rans::LatticeRansStream* lattice_stream(std::size_t tensor) const override {
     return tensor < streams_.size() && streams_[tensor] ? &streams_[tensor]->stream : nullptr;
   }

@@ -57,6 +57,9 @@ class ModelSource {
   // Decodes or copies `tensor` in `layout` into dst (host memory of the pool, exactly served().bytes long) on the
   // calling thread. Errors name the tensor; a corrupt tile is an error, never served.
   virtual Status produce(std::size_t tensor, shm::Layout layout, std::span<std::uint8_t> dst) const = 0;
+  // Whether the bytes behind the source may have changed under it (a file truncated or unreadable under its map:
+  // codec/common/map_faults.h). Checked after every produce: what was read since cannot be trusted.
+  virtual bool damaged() const { return false; }
 
   // GPU path (daemon/gpu_backend.h): the validated view of a lattice-rans tensor (spans into the mapped file, or into
   // epkd's memory with the resident tier; valid while the source lives), or nullptr where the tensor has another

@@ -4,7 +4,8 @@ namespace epk::daemon {
 
 Registry::Registry() : table_(std::make_unique<const ModelEntry*[]>(kMaxModels)) {}
 
-Result<std::uint32_t> Registry::add(const std::string& name, std::shared_ptr<const ModelSource> source) {
+Result<std::uint32_t> Registry::add(const std::string& name, std::shared_ptr<const ModelSource> source,
+                                   AccessRule access) {
   if (name.empty()) return make_error(ErrorCode::kInvalidArgument, "model name is empty");
   if (by_name_.count(name) != 0) return make_error(ErrorCode::kInvalidArgument, "model '" + name + "' is already open");
   const std::uint32_t id = count_.load(std::memory_order_relaxed);
@@ -21,6 +22,7 @@ Result<std::uint32_t> Registry::add(const std::string& name, std::shared_ptr<con
     }
   }
   e->source = std::move(source);
+  e->access = std::move(access);
   table_[id] = e.get();
   owned_.push_back(std::move(e));
   by_name_.emplace(name, id);

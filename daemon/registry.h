@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/model_source.h"
+#include "daemon/peer_access.h"
 
 namespace epk::daemon {
 
@@ -23,6 +24,7 @@ struct ModelEntry {
   std::string name;
   std::shared_ptr<const ModelSource> source;
   std::unordered_map<std::string, std::size_t> tensor_index;
+  AccessRule access;  // who may open and acquire it, beyond who may connect (empty: every client)
 };
 
 class Registry {
@@ -32,7 +34,8 @@ class Registry {
 
   Registry();
   // Adds `source` as `name`; kInvalidArgument if the name is taken or a tensor name repeats, kNoSpace past kMaxModels.
-  Result<std::uint32_t> add(const std::string& name, std::shared_ptr<const ModelSource> source);
+  Result<std::uint32_t> add(const std::string& name, std::shared_ptr<const ModelSource> source,
+                            AccessRule access = {});
   std::optional<std::uint32_t> find(const std::string& name) const;
   // Lock-free: null for an id not (yet) added.
   const ModelEntry* get(std::uint32_t id) const {

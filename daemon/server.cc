@@ -17,6 +17,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <atomic>
@@ -32,6 +33,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "codec/common/map_faults.h"
 #include "daemon/cache.h"
 #include "daemon/decode_scheduler.h"
 #include "daemon/device_lanes.h"
@@ -40,6 +42,7 @@
 #include "daemon/handler_memory.h"
 #include "daemon/registry.h"
 #include "daemon/lane_lock.h"
+#include "daemon/peer_access.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
 #include "shm/decode_status.h"
@@ -78,6 +81,8 @@ shm::WireStatus wire_status_for(ErrorCode code) {
     case ErrorCode::kNotFound: return shm::WireStatus::kNotFound;
     case ErrorCode::kUnsupported: return shm::WireStatus::kUnsupported;
     case ErrorCode::kNoSpace: return shm::WireStatus::kNoSpace;
+    case ErrorCode::kPermission: return shm::WireStatus::kDenied;
+    case ErrorCode::kQuota: return shm::WireStatus::kOverQuota;
     case ErrorCode::kBadInput:
     case ErrorCode::kChecksum:
     case ErrorCode::kCorruptTile: return shm::WireStatus::kDecodeFailed;
@@ -91,20 +96,28 @@ class Service;
 // Replies not yet written to a client that does not read them: past this the session is dropped.
 constexpr std::size_t kMaxPendingReplyBytes = 8u << 20;
 
-// One connected client. Reads frames into a fixed buffer; a started frame (and the first hello) must arrive within
-// the read timeout, idle time between frames is unlimited (a client may hold pins while it computes). Replies are
+// One connected client. Reads frames into a fixed buffer; a started frame (and the first hello) must arrive whole
+// within the read timeout of its first byte (a client that trickles bytes does not extend it); idle time between
+// frames is unlimited unless idle_timeout_ms is set (a client may hold pins while it computes). Replies are
 // appended to one buffer and written in order by one write chain (what arrives while a write is out goes in the next).
 // A cache hit allocates nothing here: the acquire request, the reply being encoded and both output buffers are the
 // session's, reserved once.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Socket sock, Service& svc, ClientId id, std::size_t io_index, int read_timeout_ms)
+  // `refusal`: non-empty when the peer may not be served (its credentials, or too many sessions of its uid): the
+  // hello is answered with it (kDenied) and the session closes.
+  Session(Socket sock, Service& svc, ClientId id, std::size_t io_index, int read_timeout_ms, int idle_timeout_ms,
+          PeerCredentials peer, std::uint32_t domain, std::string refusal)
       : sock_(std::move(sock)),
         timer_(sock_.get_executor()),
         svc_(svc),
         id_(id),
         io_index_(io_index),
         read_timeout_ms_(read_timeout_ms),
+        idle_timeout_ms_(idle_timeout_ms),
+        peer_(std::move(peer)),
+        domain_(domain),
+        refusal_(std::move(refusal)),
         buf_(shm::kMaxMessage) {
     acquire_.tensor.reserve(shm::kMaxTensorName);
     reply_.shape.reserve(shm::kMaxDims);
@@ -116,6 +129,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   ClientId id() const { return id_; }
   std::size_t io_index() const { return io_index_; }  // its io_context's (and thread's) index
+  const PeerCredentials& peer() const { return peer_; }  // from the kernel at accept
+  std::uint32_t domain() const { return domain_; }        // its trust domain: the only lanes it is served from
   // Session state is touched only on its own io_context's thread: other threads post to this executor.
   Socket::executor_type executor() { return sock_.get_executor(); }
   bool open() const { return open_ && !closing_; }
@@ -188,7 +203,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_frame(const shm::FrameHeader& h, std::span<const std::uint8_t> payload);
   void do_write();
   void close_now();
-  void arm_timer();
+  // The read deadline after the bytes read so far: a message that began (or the hello awaited) must be whole by
+  // read_timeout_ms after it began; between messages, idle_timeout_ms when set. `consumed`: frames were handled.
+  void update_deadline(bool consumed);
+  void arm_timer(std::chrono::milliseconds after);
 
   Socket sock_;
   Timer timer_;
@@ -196,6 +214,11 @@ class Session : public std::enable_shared_from_this<Session> {
   ClientId id_;
   std::size_t io_index_;
   int read_timeout_ms_;
+  int idle_timeout_ms_;
+  PeerCredentials peer_;
+  std::uint32_t domain_;
+  std::string refusal_;
+  Clock::time_point message_deadline_{};  // while partial_: when the started message must be whole
   std::vector<std::uint8_t> buf_;
   std::size_t have_ = 0;
   shm::AcquireRequest acquire_;        // decoded into in place: its tensor name keeps its capacity
@@ -210,6 +233,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t read_gen_ = 0;
   bool timed_out_ = false;
   bool partial_ = false;  // the read in progress continues a started message (or waits for hello): timed
+  bool idle_timed_ = false;  // the armed timer is the idle timeout (not a started message's)
   bool gone_ = false;     // client_gone() has been called
   HandlerMemory read_memory_, write_memory_;  // the state of the read and of the write in progress
 };
@@ -246,8 +270,9 @@ class Service {
     }
   }
 
-  // Opens every configured model not yet in the registry; a model that fails is logged and skipped. Runs on the main
-  // context only (start, SIGHUP), so nothing else adds models meanwhile; the service lock is taken only to look a name
+  // Opens every configured model not yet in the registry; a model that fails is logged and skipped. Runs at start
+  // (before serving) and on the reload thread, one call at a time, so nothing else adds models meanwhile; it never
+  // runs on an io thread (a slow open must not stall sessions). The service lock is taken only to look a name
   // up and to publish the model: reading, checksumming and uploading a model must not stall the sessions' acquires.
   bool known(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -268,7 +293,7 @@ class Service {
         spdlog::info("model '{}': resident in memory, read and checksummed in {:.1f} ms", m.name,
                      std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
-      opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)));
+      opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)), m.access);
     }
     for (const ModelSpec& m : cfg.synthetic) {
       if (known(m.name)) continue;
@@ -279,7 +304,7 @@ class Service {
       }
       spdlog::warn("model '{}' is SYNTHETIC test data ({} tensors), not a checkpoint", m.name,
                    (*src)->tensors().size());
-      opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)));
+      opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)), m.access);
     }
     return opened;
   }
@@ -289,6 +314,22 @@ class Service {
     return registry_.size();
   }
   const DaemonConfig& config() const { return cfg_; }
+
+  // Whether `peer` may be served, checked at accept: why not (the hello's kDenied answer) or empty. Counts the
+  // session against its uid until client_gone, admitted or not (a refused session still lives until its answer).
+  std::string admit(const PeerCredentials& peer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::uint32_t& open = sessions_per_uid_[peer.uid];
+    ++open;
+    if (!allows(cfg_.access, peer)) {
+      return "access denied: " + describe(peer) + " is not allowed to connect (allowed_uids / allowed_gids)";
+    }
+    if (open > cfg_.max_sessions_per_uid) {
+      return "uid " + std::to_string(peer.uid) + " already has " + std::to_string(open - 1) +
+             " sessions open (max_sessions_per_uid = " + std::to_string(cfg_.max_sessions_per_uid) + ")";
+    }
+    return {};
+  }
 
   void add_session(const std::shared_ptr<Session>& s) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -309,9 +350,12 @@ class Service {
 
   bool invariant_broken() const { return invariant_broken_.load(); }
 
-  void client_gone(ClientId id) {
+  void client_gone(ClientId id, uid_t uid) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (auto u = sessions_per_uid_.find(uid); u != sessions_per_uid_.end() && --u->second == 0) {
+        sessions_per_uid_.erase(u);
+      }
       for (Lane& l : lanes_) {
         std::lock_guard<LaneLock> ll(lane_mu(l));
         l.cache->drop_client(id);
@@ -328,9 +372,11 @@ class Service {
     }
   }
 
-  shm::HelloReply hello_reply() const {
+  // The pools of `domain` only: a client never receives another domain's pool fds (docs/SECURITY.md).
+  shm::HelloReply hello_reply(std::uint32_t domain) const {
     shm::HelloReply r;
     for (const Lane& l : lanes_) {
+      if (l.domain != domain) continue;
       r.pools.push_back({l.pool_id, l.pool->kind(), l.pool->device(), l.pool->size()});
       if (l.gpu) r.events.insert(r.events.end(), l.gpu->event_handles().begin(), l.gpu->event_handles().end());
     }
@@ -338,9 +384,11 @@ class Service {
     return r;
   }
   // In pool order, as the hello reply lists them, then the status table's when there is one.
-  std::vector<int> pool_fds() const {
+  std::vector<int> pool_fds(std::uint32_t domain) const {
     std::vector<int> fds;
-    for (const Lane& l : lanes_) fds.push_back(l.pool->export_fd());
+    for (const Lane& l : lanes_) {
+      if (l.domain == domain) fds.push_back(l.pool->export_fd());
+    }
     if (status_.valid()) fds.push_back(status_.fd());
     return fds;
   }
@@ -353,6 +401,7 @@ class Service {
       send_error(s, req, shm::WireStatus::kNotFound, "model '" + m.model + "' is not served here");
       return;
     }
+    if (!may_use(s, *registry_.get(*id))) return deny_model(s, req, m.model);
     std::vector<std::uint8_t> out;
     shm::encode_open_model_reply(req, {*id, static_cast<std::uint32_t>(registry_.get(*id)->source->tensors().size())},
                                  &out);
@@ -364,7 +413,9 @@ class Service {
   // the slot and this client has pinned it before (shared_hits), else the exclusive side; a miss or a slot still
   // decoding takes the service lock and then the lane's (always in that order), as every acquire did before
   // (cfg.lane_locks = false).
-  void on_acquire(Session& s, std::uint32_t req, const shm::AcquireRequest& m) {
+  // `waiting_since`: set when this is the retry of an acquire that waited for space (wait_for_space), else epoch.
+  void on_acquire(Session& s, std::uint32_t req, const shm::AcquireRequest& m,
+                  Clock::time_point waiting_since = {}, unsigned attempt = 0) {
     // Hits read no clock and touch no reference count: the miss timeline's "read" time and the waiter's shared_ptr are
     // taken on the paths that need them (with lane locks the timeline starts after the failed hit attempt, before the
     // service lock).
@@ -374,12 +425,13 @@ class Service {
     if (shutting_down_) return send_error(s, req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
     const ModelEntry* model = registry_.get(m.model_id);
     if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "acquire: unknown model id");
+    if (!may_use(s, *model)) return deny_model(s, req, model->name);
     auto t = model->tensor_index.find(m.tensor);
     if (t == model->tensor_index.end()) {
       return send_error(s, req, shm::WireStatus::kNotFound,
                         "model '" + model->name + "': no tensor '" + m.tensor + "'");
     }
-    Lane* lane = lane_for_device(lanes_, m.device);
+    Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
     if (lane == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
     auto served = model->source->served(t->second, m.layout);
     if (!served) return send_error(s, req, wire_status_for(served.error().code), served.error().message);
@@ -415,9 +467,25 @@ class Service {
     }
     auto lookup = lane->cache->acquire(key, served->bytes, s.id());
     if (!lookup) {
+      std::string why = lookup.error().message;
+      if (lookup.error().code == ErrorCode::kNoSpace) {
+        const SpaceReport space = lane->cache->space_report(served->bytes);
+        const bool in_time = waiting_since == Clock::time_point{} ||
+                             Clock::now() - waiting_since < std::chrono::milliseconds(cfg_.space_wait_ms);
+        if (space.can_wait() && in_time && cfg_.space_wait_ms > 0) {
+          ll.unlock();
+          if (lock.owns_lock()) lock.unlock();
+          return wait_for_space(s, req, m, *lane, waiting_since, attempt);
+        }
+        if (space.can_wait()) {
+          why += "; waited " + std::to_string(cfg_.space_wait_ms) + " ms for them to come free (space_wait_ms)";
+        }
+      }
+      if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
       return send_error(s, req, wire_status_for(lookup.error().code),
-                        "model '" + model->name + "' tensor '" + m.tensor + "': " + lookup.error().message);
+                        "model '" + model->name + "' tensor '" + m.tensor + "': " + why);
     }
+    if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
     check(*lane);
     Slot* slot = lookup->slot;
     switch (lookup->outcome) {
@@ -446,6 +514,35 @@ class Service {
     }
   }
 
+  // An acquire that will fit once unpinned slots still decoding or behind pending release fences come free (the
+  // client's own kernels may still be reading what it released): retried on its session's thread after 50 us, then
+  // at doubling intervals up to 2 ms, until space_wait_ms has passed since its first refusal. While any acquire of a
+  // lane waits, prefetches to that lane are dropped (they would take the space it waits for).
+  void wait_for_space(Session& s, std::uint32_t req, const shm::AcquireRequest& m, const Lane& lane,
+                      Clock::time_point since, unsigned attempt) {
+    if (since == Clock::time_point{}) {
+      since = Clock::now();
+      space_waits_.fetch_add(1, std::memory_order_relaxed);
+    }
+    std::atomic<std::uint32_t>& waiters = space_waiters_[lane.pool_id];
+    waiters.fetch_add(1, std::memory_order_relaxed);
+    auto timer = std::make_shared<Timer>(s.executor());
+    timer->expires_after(std::chrono::microseconds(std::min(50u << std::min(attempt, 6u), 2000u)));
+    timer->async_wait([this, timer, &waiters, self = s.shared_from_this(), req, m, since, attempt](
+                          boost::system::error_code ec) {
+      waiters.fetch_sub(1, std::memory_order_relaxed);
+      if (ec || !self->open()) return end_space_wait(since);
+      try {  // outside the session's frame handling: nothing may escape into the io loop
+        on_acquire(*self, req, m, since, attempt + 1);
+      } catch (const std::exception& e) {
+        send_error(*self, req, shm::WireStatus::kInternal, std::string("acquire: ") + e.what());
+      }
+    });
+  }
+  void end_space_wait(Clock::time_point since) {
+    space_wait_ns_.fetch_add(static_cast<std::uint64_t>((Clock::now() - since).count()), std::memory_order_relaxed);
+  }
+
   void reply_hit(Session& s, std::uint32_t req, const Lane& lane, const Slot& slot, const ServedTensor& served) {
     encode_acquire_reply(req, lane, slot, served, &s.reply_scratch(), &s.scratch());
     s.send(s.scratch());
@@ -456,19 +553,28 @@ class Service {
     std::uint32_t queued = 0;
     const ModelEntry* model = registry_.get(m.model_id);
     if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
-    Lane* lane = lane_for_device(lanes_, m.device);
+    if (!may_use(s, *model)) return deny_model(s, req, model->name);
+    Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
     if (lane == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
     std::unique_lock<LaneLock> ll(lane_mu(*lane));
     if (!shutting_down_) {
-      for (const std::string& name : m.tensors) {
-        auto t = model->tensor_index.find(name);
+      for (std::size_t i = 0; i < m.tensors.size(); ++i) {
+        // Never take space an acquire waits for: the rest of the list is dropped (counted).
+        if (space_waiters_[lane->pool_id].load(std::memory_order_relaxed) != 0) {
+          prefetches_dropped_ += m.tensors.size() - i;
+          break;
+        }
+        auto t = model->tensor_index.find(m.tensors[i]);
         if (t == model->tensor_index.end()) continue;
         auto served = model->source->served(t->second, m.layout);
         if (!served) continue;
         auto lookup = lane->cache->acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout},
                                            served->bytes, kNoClient);
         check(*lane);
-        if (!lookup) break;  // no space: later names would not fit either
+        if (!lookup) {  // no space: later names would not fit either
+          prefetches_dropped_ += m.tensors.size() - i;
+          break;
+        }
         if (lookup->outcome == Cache::Outcome::kMiss) {
           start_decode(*lane, *lookup->slot, model->source, t->second, m.layout, std::move(*served),
                        Priority::kPrefetch);
@@ -488,7 +594,7 @@ class Service {
   // (GpuBackend::client_fence) without any lock, then takes the lane lock again for Cache::release.
   void on_release(Session& s, std::uint32_t req, const shm::ReleaseRequest& m) {
     const std::uint32_t pool = shm::handle_pool(m.handle);
-    if (pool >= lanes_.size()) {
+    if (pool >= lanes_.size() || lanes_[pool].domain != s.domain()) {
       return send_error(s, req, shm::WireStatus::kNotFound, "release: no pool " + std::to_string(pool) + " (handle)");
     }
     Lane& lane = lanes_[pool];
@@ -557,7 +663,7 @@ class Service {
       c.hits += lane_hits(l);
       shm::PoolStats ps{l.pool_id,      l.pool->device(), c.budget_bytes, c.used_bytes, c.pinned_bytes, c.slots,
                         c.pinned_slots, c.pins,           c.hits,         c.misses,     c.evictions,
-                        l.gpu ? l.gpu->resident_bytes() : 0};
+                        l.gpu ? l.gpu->resident_bytes() : 0, c.fenced_bytes, c.prefetched_bytes};
       r.budget_bytes += ps.budget_bytes;
       r.used_bytes += ps.used_bytes;
       r.pinned_bytes += ps.pinned_bytes;
@@ -575,6 +681,9 @@ class Service {
     r.clients = sessions_.size();
     r.models = registry_.size();
     r.prefetches = prefetches_;
+    r.prefetches_dropped = prefetches_dropped_;
+    r.space_waits = space_waits_.load(std::memory_order_relaxed);
+    r.space_wait_ns = space_wait_ns_.load(std::memory_order_relaxed);
     std::vector<std::uint8_t> out;
     shm::encode_stats_reply(req, r, &out);
     s.send(out);
@@ -583,17 +692,22 @@ class Service {
   void on_models(Session& s, std::uint32_t req) {
     std::lock_guard<std::mutex> lock(mu_);
     shm::ModelsReply r;
-    r.total = static_cast<std::uint32_t>(registry_.size());
-    r.models.resize(registry_.size());
+    // Only the models this client may use: the others' names and occupancy are not its business.
+    std::vector<std::int64_t> index(registry_.size(), -1);  // model id -> its entry in the reply
     for (std::uint32_t id = 0; id < registry_.size(); ++id) {
-      r.models[id].name = registry_.get(id)->name;
-      r.models[id].tensors = static_cast<std::uint32_t>(registry_.get(id)->source->tensors().size());
+      const ModelEntry& e = *registry_.get(id);
+      if (!may_use(s, e)) continue;
+      index[id] = static_cast<std::int64_t>(r.models.size());
+      r.models.emplace_back();
+      r.models.back().name = e.name;
+      r.models.back().tensors = static_cast<std::uint32_t>(e.source->tensors().size());
     }
+    r.total = static_cast<std::uint32_t>(r.models.size());
     for (const Lane& l : lanes_) {
       std::lock_guard<LaneLock> ll(lane_mu(l));
       l.cache->for_each_slot([&](const Slot& slot) {
-        if (slot.key.model >= r.models.size()) return;
-        shm::ModelInfo& m = r.models[slot.key.model];
+        if (slot.key.model >= index.size() || index[slot.key.model] < 0) return;
+        shm::ModelInfo& m = r.models[static_cast<std::size_t>(index[slot.key.model])];
         ++m.cached_slots;
         m.cached_bytes += slot.bytes;
         if (slot.pin_total > 0) ++m.pinned_slots;
@@ -602,6 +716,15 @@ class Service {
     std::vector<std::uint8_t> out;
     shm::encode_models_reply(req, r, &out);
     s.send(out);
+  }
+
+  static bool may_use(const Session& s, const ModelEntry& model) {
+    return model.access.open() || allows(model.access, s.peer());
+  }
+  static void deny_model(Session& s, std::uint32_t req, const std::string& model) {
+    spdlog::warn("client {} ({}): model '{}' refused by its uids/gids rule", s.id(), describe(s.peer()), model);
+    send_error(s, req, shm::WireStatus::kDenied,
+               "access denied: model '" + model + "' is not served to " + describe(s.peer()) + " (its uids/gids)");
   }
 
   static void send_error(Session& s, std::uint32_t req, shm::WireStatus status, const std::string& msg) {
@@ -717,13 +840,13 @@ class Service {
     return "device " + std::to_string(device) + " is not served by this epkd";
   }
 
-  std::size_t add_model(const std::string& name, std::shared_ptr<const ModelSource> src) {
+  std::size_t add_model(const std::string& name, std::shared_ptr<const ModelSource> src, const AccessRule& access) {
     std::string origin = src->origin();
     std::size_t n = src->tensors().size();
     std::shared_ptr<const ModelSource> kept = src;
     Result<std::uint32_t> id = [&] {
       std::lock_guard<std::mutex> lock(mu_);
-      return registry_.add(name, std::move(src));
+      return registry_.add(name, std::move(src), access);
     }();
     if (!id) {
       spdlog::error("model '{}' refused: {}", name, id.error().to_string());
@@ -761,6 +884,14 @@ class Service {
 
   DecodeScheduler& decode_scheduler(Lane& lane) { return lane.gpu_scheduler ? *lane.gpu_scheduler : scheduler_; }
 
+  // After a produce: a source whose file changed under its map (SIGBUS absorbed, codec/common/map_faults.h) may have
+  // produced from zeros. The slot is dropped; slots decoded before stay served; other models are untouched.
+  static Error source_damaged(const ModelSource& src) {
+    return make_error(ErrorCode::kIo, src.origin() + ": the file was truncated, replaced in place or unreadable under "
+                                      "epkd; this model's uncached tensors cannot be served until it is fixed and "
+                                      "epkd restarted (its cached tensors still are)");
+  }
+
   InFlight& start_decode(Lane& lane, const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
                          shm::Layout layout, ServedTensor desc, Priority prio) {
     const std::uint64_t slot_id = slot.id;
@@ -770,11 +901,15 @@ class Service {
     if (gpu != nullptr) {
       produce = [gpu, src = std::move(src), model = slot.key.model, tensor, layout, offset = slot.offset,
                  bytes = desc.bytes, slot_id](bool* on_device, const std::function<void()>& on_enqueued) {
-        return gpu->produce(model, *src, tensor, layout, offset, bytes, slot_id, on_device, on_enqueued);
+        Status st = gpu->produce(model, *src, tensor, layout, offset, bytes, slot_id, on_device, on_enqueued);
+        return src->damaged() ? source_damaged(*src) : st;
       };
     } else {
       produce = [src = std::move(src), tensor, layout, dst = lane.pool->host_span(slot.offset, desc.bytes)](
-                    bool*, const std::function<void()>&) { return src->produce(tensor, layout, dst); };
+                    bool*, const std::function<void()>&) {
+        Status st = src->produce(tensor, layout, dst);
+        return src->damaged() ? source_damaged(*src) : st;
+      };
     }
     const bool early = gpu != nullptr && status_.valid();
     const std::int64_t submit_ns = now_ns();
@@ -950,8 +1085,13 @@ class Service {
   Registry registry_;  // get() lock-free; add() and find() under mu_
   std::unordered_map<std::uint64_t, InFlight> inflight_;
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
+  std::unordered_map<uid_t, std::uint32_t> sessions_per_uid_;  // admitted or not, until client_gone
   std::atomic<ClientId> next_client_{1};
-  std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
+  std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0, prefetches_dropped_ = 0;  // under mu_
+  // Acquires that waited for space, and their waits' total; by pool id, the acquires waiting now (wait_for_space).
+  std::atomic<std::uint64_t> space_waits_{0}, space_wait_ns_{0};
+  std::unique_ptr<std::atomic<std::uint32_t>[]> space_waiters_ =
+      std::make_unique<std::atomic<std::uint32_t>[]>(shm::kMaxPools);
   std::atomic<bool> shutting_down_{false};  // set under mu_; read by hits without it
   std::atomic<bool> invariant_broken_{false};
   shm::StatusTable status_;  // early replies' decode status (device lanes; invalid when replies wait for the decode)
@@ -982,7 +1122,7 @@ void Session::end_after_exception(std::exception_ptr e) {
 }
 
 void Session::end() {
-  if (!gone_) svc_.client_gone(id_);
+  if (!gone_) svc_.client_gone(id_, peer_.uid);
   gone_ = true;
   closing_ = true;
   if (!writing_) close_now();
@@ -1018,9 +1158,9 @@ void Session::do_write() {
                     }));
 }
 
-void Session::arm_timer() {
+void Session::arm_timer(std::chrono::milliseconds after) {
   std::uint64_t gen = ++read_gen_;
-  timer_.expires_after(std::chrono::milliseconds(read_timeout_ms_));
+  timer_.expires_after(after);
   std::weak_ptr<Session> weak = weak_from_this();
   timer_.async_wait([weak, gen](boost::system::error_code ec) {
     auto self = weak.lock();
@@ -1044,11 +1184,12 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
       auto m = shm::decode_hello(payload);
       if (!m) return malformed(m.error());
       if (hello_done_) return fail(req, shm::WireStatus::kBadMessage, "hello sent twice");
+      if (!refusal_.empty()) return fail(req, shm::WireStatus::kDenied, refusal_);
       hello_done_ = true;
       std::vector<std::uint8_t> out;
-      shm::encode_hello_reply(req, svc_.hello_reply(), &out);
+      shm::encode_hello_reply(req, svc_.hello_reply(domain_), &out);
       // The pool fds ride on the reply. Nothing else is queued before the hello reply, so a direct send keeps order.
-      std::vector<int> fds = svc_.pool_fds();
+      std::vector<int> fds = svc_.pool_fds(domain_);
       Status st = shm::send_with_fds(sock_.native_handle(), out, fds, read_timeout_ms_);
       if (!st) {
         spdlog::warn("client {}: hello reply: {}", id_, st.error().to_string());
@@ -1056,7 +1197,7 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
         close_now();
         return;
       }
-      spdlog::debug("client {} (pid {}) connected", id_, m->client_pid);
+      spdlog::debug("client {} ({}) connected", id_, describe(peer_));
       return;
     }
     case MsgType::kOpenModel: {
@@ -1117,8 +1258,8 @@ void Session::read_more() {
     std::memmove(buf_.data(), buf_.data() + pos, have_ - pos);
     have_ -= pos;
   }
-  partial_ = have_ > 0 || !hello_done_;
-  if (partial_) arm_timer();
+  update_deadline(pos > 0);
+  if (!open()) return end();
   sock_.async_read_some(asio::buffer(buf_.data() + have_, buf_.size() - have_),
                         with_memory(read_memory_, [self = shared_from_this()](boost::system::error_code ec,
                                                                               std::size_t n) {
@@ -1126,13 +1267,45 @@ void Session::read_more() {
                         }));
 }
 
-void Session::on_read(boost::system::error_code ec, std::size_t n) {
-  ++read_gen_;  // disarms a timer that has not fired yet
-  if (partial_) timer_.cancel();
-  if (ec) {
-    if (timed_out_) {
+void Session::update_deadline(bool consumed) {
+  const bool partial = have_ > 0 || !hello_done_;
+  if (partial && (consumed || !partial_)) {
+    // A message began with the bytes just read (or the session did): its whole deadline starts now.
+    partial_ = true;
+    idle_timed_ = false;
+    message_deadline_ = Clock::now() + std::chrono::milliseconds(read_timeout_ms_);
+    arm_timer(std::chrono::milliseconds(read_timeout_ms_));
+  } else if (partial) {
+    // More bytes of the same message: the deadline stays. A timer that fired while these bytes were on their way
+    // found no read to cancel, so the deadline is checked here too.
+    if (Clock::now() >= message_deadline_) {
       fail(0, shm::WireStatus::kBadMessage,
-           have_ > 0 ? "timed out with " + std::to_string(have_) + " bytes of a message received"
+           have_ > 0 ? "timed out: " + std::to_string(have_) + " bytes of a message in " +
+                           std::to_string(read_timeout_ms_) + " ms"
+                     : "timed out waiting for hello");
+    }
+  } else if (consumed || partial_) {
+    partial_ = false;
+    if (idle_timeout_ms_ > 0) {
+      idle_timed_ = true;
+      arm_timer(std::chrono::milliseconds(idle_timeout_ms_));
+    } else {
+      ++read_gen_;  // disarms the message's timer
+      timer_.cancel();
+    }
+  }
+}
+
+void Session::on_read(boost::system::error_code ec, std::size_t n) {
+  if (!ec) timed_out_ = false;  // a timer that fired as these bytes arrived cancelled nothing: the deadline decides
+  if (ec) {
+    if (timed_out_ && idle_timed_) {
+      spdlog::info("client {} ({}): no message for {} ms (idle_timeout_ms); closing the session", id_,
+                   describe(peer_), idle_timeout_ms_);
+    } else if (timed_out_) {
+      fail(0, shm::WireStatus::kBadMessage,
+           have_ > 0 ? "timed out: " + std::to_string(have_) + " bytes of a message in " +
+                           std::to_string(read_timeout_ms_) + " ms"
                      : std::string("timed out waiting for hello"));
     } else if (have_ > 0 && ec == asio::error::eof) {
       fail(0, shm::WireStatus::kBadMessage,
@@ -1161,11 +1334,28 @@ Status listen_on(asio::local::stream_protocol::acceptor& acceptor, const DaemonC
   }
   boost::system::error_code ec;
   acceptor.open(asio::local::stream_protocol(), ec);
-  if (!ec) acceptor.bind(asio::local::stream_protocol::endpoint(path), ec);
-  if (!ec && ::chmod(path.c_str(), cfg.socket_mode) != 0) return make_errno_error(path + ": chmod", errno);
+  if (!ec) {
+    // bind() creates the socket file with 0777 & ~umask. The umask during bind adds the complement of the configured
+    // mode, so the file is born at most that wide (never wider, as a chmod after a plain bind would leave it for a
+    // moment); the chmod after it only widens to exactly the configured mode bits the old umask had removed. The
+    // umask is the process's: another thread creating a file meanwhile only gets a narrower mode.
+    const mode_t old = ::umask(0777);  // reading the umask sets it: the strictest value meanwhile
+    ::umask(old | static_cast<mode_t>(~cfg.socket_mode & 0777));
+    acceptor.bind(asio::local::stream_protocol::endpoint(path), ec);
+    ::umask(old);
+  }
+  if (!ec && ::chmod(path.c_str(), cfg.socket_mode & 0777) != 0) return make_errno_error(path + ": chmod", errno);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return make_error(ErrorCode::kIo, path + ": " + ec.message());
   return {};
+}
+
+// The trust domain of a peer: the first [[domain]] that lists it (1-based: lane domain ids), else the default (0).
+std::uint32_t domain_of(const DaemonConfig& cfg, const PeerCredentials& peer) {
+  for (std::size_t d = 0; d < cfg.domains.size(); ++d) {
+    if (lists(cfg.domains[d].members, peer)) return static_cast<std::uint32_t>(d + 1);
+  }
+  return 0;
 }
 
 // Sessions are spread round-robin over the io contexts, one thread each: a session's handlers never run concurrently.
@@ -1185,7 +1375,21 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
       co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    auto s = std::make_shared<Session>(std::move(sock), svc, svc.next_client_id(), index, svc.config().read_timeout_ms);
+    // The peer as the kernel saw it at connect(), never as the client describes itself.
+    PeerCredentials peer;
+    std::string refusal;
+    std::uint32_t domain = 0;
+    if (auto cred = peer_credentials(sock.native_handle())) {
+      peer = std::move(*cred);
+      refusal = svc.admit(peer);
+      domain = domain_of(svc.config(), peer);
+    } else {
+      refusal = "access denied: the peer's credentials are unknown (" + cred.error().message + ")";
+    }
+    const ClientId id = svc.next_client_id();
+    if (!refusal.empty()) spdlog::warn("client {} refused: {}", id, refusal);
+    auto s = std::make_shared<Session>(std::move(sock), svc, id, index, svc.config().read_timeout_ms,
+                                       svc.config().idle_timeout_ms, std::move(peer), domain, std::move(refusal));
     svc.add_session(s);
     Session::start(s);
   }
@@ -1217,6 +1421,8 @@ void run_io(asio::io_context& ctx, std::uint32_t spin_us) {
 }  // namespace
 
 int run_daemon(const DaemonConfig& cfg) {
+  // A model file truncated or unreadable under its map must fail that model's decodes, not kill epkd (SIGBUS).
+  map_faults::install_map_fault_handler();
   // A second run in one process (tests run epkd in-process) reuses the logger: spdlog refuses a name twice.
   auto logger = spdlog::get("epkd");
   spdlog::set_default_logger(logger != nullptr ? logger : spdlog::stderr_color_mt("epkd"));
@@ -1305,23 +1511,28 @@ int run_daemon(const DaemonConfig& cfg) {
       });
     });
   });
+  // Reloads run on a thread of their own, one at a time: opening a model reads and checksums files (and a path on a
+  // slow or failing disk can take long), which must never stall the sessions of io thread 0.
+  asio::thread_pool admin(1);
   std::function<void()> wait_hup = [&] {
     hup.async_wait([&](boost::system::error_code ec, int) {
       if (ec) return;
       if (cfg.config_file.empty()) {
         spdlog::info("SIGHUP: no config file to reload");
       } else {
-        notify("RELOADING=1");
-        DaemonConfig fresh = cfg;
-        fresh.models.clear();
-        fresh.synthetic.clear();
-        if (Status st = load_config_file(cfg.config_file, &fresh); !st) {
-          spdlog::error("SIGHUP: {}", st.error().to_string());
-        } else {
-          std::size_t added = svc.open_models(fresh);
-          spdlog::info("SIGHUP: {} model(s) added; models already open are kept as they are", added);
-        }
-        notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)");
+        asio::post(admin, [&] {
+          notify("RELOADING=1");
+          DaemonConfig fresh = cfg;
+          fresh.models.clear();
+          fresh.synthetic.clear();
+          if (Status st = load_config_file(cfg.config_file, &fresh); !st) {
+            spdlog::error("SIGHUP: {}", st.error().to_string());
+          } else {
+            std::size_t added = svc.open_models(fresh);
+            spdlog::info("SIGHUP: {} model(s) added; models already open are kept as they are", added);
+          }
+          notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)");
+        });
       }
       wait_hup();
     });
@@ -1337,6 +1548,7 @@ int run_daemon(const DaemonConfig& cfg) {
   run_io(io, spin_us);
   guards.clear();
   for (auto& t : threads) t.join();
+  admin.join();  // a reload in progress finishes before the service goes
   const int rc = svc.invariant_broken() ? 3 : 0;
   if (rc != 0) {
     spdlog::critical("stopped; a cache invariant was broken");

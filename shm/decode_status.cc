@@ -11,10 +11,8 @@
 #include <chrono>
 #include <ctime>
 
-// Linux 5.1's seal; older C libraries lack the name (the kernel then refuses the seal, and create() says so).
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
+#include "shm/memfd_seals.h"
+
 
 namespace epk::shm {
 namespace {
@@ -71,11 +69,8 @@ Result<StatusTable> StatusTable::create(std::uint32_t entries) {
     return make_errno_error("decode status table: ftruncate", errno);
   }
   EPK_TRY_ASSIGN(t.map_, Mapping::map_shared(t.fd_.get(), bytes, "decode status table"));
-  // Only epkd writes the table: after its own mapping, the size is fixed and no new writable mapping (or write())
-  // is possible, so a client cannot mark another client's decode "ok". F_SEAL_FUTURE_WRITE needs Linux 5.1.
-  if (::fcntl(t.fd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
-    return make_errno_error("decode status table: sealing the memfd", errno);
-  }
+  // Only epkd writes the table: a client cannot mark another client's decode "ok".
+  EPK_TRY(seal_after_mapping(t.fd_.get(), "decode status table"));
   t.entries_ = entries;
   t.next_ = std::make_unique<std::atomic<std::uint64_t>>(0);
   return t;

@@ -52,7 +52,6 @@ class DevicePool final : public Pool {
   std::uint64_t size() const override { return mapping_.size(); }
   int export_fd() const override { return fd_.get(); }
   std::span<std::uint8_t> host_span(std::uint64_t, std::uint64_t) override { return {}; }
-  void discard(std::uint64_t, std::uint64_t) override {}  // device memory stays committed
   std::uint64_t device_ptr() const { return mapping_.device_ptr(); }
 
  private:

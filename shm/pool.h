@@ -1,6 +1,7 @@
 // Buffer pools shared between epkd and its clients. A pool is one exportable allocation (a POSIX fd) that the daemon
-// carves into slots; clients receive the fd once (SCM_RIGHTS) and map it read-write. Host pools are memfd memory; a
-// device pool (CUDA VMM exported as a POSIX fd, shm/device_pool.h) implements the same interface on GPU machines.
+// carves into slots; clients receive the fd once (SCM_RIGHTS). Host pools are memfd memory that only epkd can write
+// (see HostPool); a device pool (CUDA VMM exported as a POSIX fd, shm/device_pool.h) implements the same interface on
+// GPU machines. docs/SECURITY.md says which client may write what.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +31,13 @@ class Pool {
   virtual int export_fd() const = 0;
   // A CPU-writable view of [offset, offset + len); empty for pools the CPU cannot address (device pools).
   virtual std::span<std::uint8_t> host_span(std::uint64_t offset, std::uint64_t len) = 0;
-  // Hands the pages of a freed range back to the OS where the pool can (host: MADV_REMOVE). Contents become zero.
-  virtual void discard(std::uint64_t offset, std::uint64_t len) = 0;
 };
 
-// A memfd of `size` bytes (sparse until touched), mapped shared by the daemon.
+// A memfd of `size` bytes (sparse until touched), mapped shared by the daemon. Once epkd has mapped it, the memfd is
+// sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_FUTURE_WRITE, F_SEAL_SEAL), as the decode status table is: whoever holds
+// the fd can no longer resize it (a truncation would SIGBUS epkd at its next decode), write() to it, punch holes in
+// it, map it writable or add seals; epkd's own mapping, made before the seal, is the only way to write the slots.
+// Clients map it read-only. Evicted ranges keep their pages: hole punching is sealed off too.
 class HostPool final : public Pool {
  public:
   static Result<std::unique_ptr<HostPool>> create(const std::string& name, std::uint64_t size);
@@ -44,7 +47,6 @@ class HostPool final : public Pool {
   std::uint64_t size() const override { return mapping_.size(); }
   int export_fd() const override { return fd_.get(); }
   std::span<std::uint8_t> host_span(std::uint64_t offset, std::uint64_t len) override;
-  void discard(std::uint64_t offset, std::uint64_t len) override;
 
  private:
   HostPool(UniqueFd fd, Mapping mapping) : fd_(std::move(fd)), mapping_(std::move(mapping)) {}
@@ -56,9 +58,11 @@ class HostPool final : public Pool {
 // Client side: a pool received from the daemon and mapped into this process.
 class ImportedPool {
  public:
-  // Maps a received host pool fd. `size` comes from the daemon's hello reply and is checked against the fd's size.
+  // Maps a received host pool fd, read-only. `size` comes from the daemon's hello reply and is checked against the
+  // fd's size.
   static Result<ImportedPool> import_host(UniqueFd fd, std::uint64_t size);
 
+  // Read-only memory: a store through it faults.
   std::uint8_t* data() const { return mapping_.data(); }
   std::uint64_t size() const { return mapping_.size(); }
 

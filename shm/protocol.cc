@@ -160,6 +160,8 @@ const char* wire_status_name(WireStatus s) {
     case WireStatus::kDecodeFailed: return "decode-failed";
     case WireStatus::kShuttingDown: return "shutting-down";
     case WireStatus::kInternal: return "internal";
+    case WireStatus::kDenied: return "denied";
+    case WireStatus::kOverQuota: return "over-quota";
   }
   return "unknown";
 }
@@ -290,7 +292,7 @@ void encode_stats_reply(std::uint32_t id, const StatsReply& m, std::vector<std::
   w.put(kStatsFields);
   for (std::uint64_t v : {m.budget_bytes, m.used_bytes, m.pinned_bytes, m.slots, m.pinned_slots, m.pins, m.hits,
                           m.misses, m.evictions, m.decodes, m.decode_ns, m.clients, m.models, m.prefetches,
-                          m.resident_bytes}) {
+                          m.resident_bytes, m.prefetches_dropped, m.space_waits, m.space_wait_ns}) {
     w.put(v);
   }
   auto pools = static_cast<std::uint32_t>(std::min<std::size_t>(m.pools.size(), kMaxPools));
@@ -300,7 +302,8 @@ void encode_stats_reply(std::uint32_t id, const StatsReply& m, std::vector<std::
     w.put(ps.pool_id);
     w.put(ps.device);
     for (std::uint64_t v : {ps.budget_bytes, ps.used_bytes, ps.pinned_bytes, ps.slots, ps.pinned_slots, ps.pins,
-                            ps.hits, ps.misses, ps.evictions, ps.resident_bytes}) {
+                            ps.hits, ps.misses, ps.evictions, ps.resident_bytes, ps.fenced_bytes,
+                            ps.prefetched_bytes}) {
       w.put(v);
     }
   }
@@ -584,7 +587,7 @@ Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p) {
   StatsReply m;
   for (std::uint64_t* f : {&m.budget_bytes, &m.used_bytes, &m.pinned_bytes, &m.slots, &m.pinned_slots, &m.pins, &m.hits,
                            &m.misses, &m.evictions, &m.decodes, &m.decode_ns, &m.clients, &m.models, &m.prefetches,
-                           &m.resident_bytes}) {
+                           &m.resident_bytes, &m.prefetches_dropped, &m.space_waits, &m.space_wait_ns}) {
     EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("stats"));
   }
   EPK_TRY_ASSIGN(std::uint32_t pools, r.get<std::uint32_t>("pool_count"));
@@ -594,7 +597,8 @@ Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p) {
     EPK_TRY_ASSIGN(ps.pool_id, r.get<std::uint32_t>("pool_id"));
     EPK_TRY_ASSIGN(ps.device, r.get<std::int32_t>("device"));
     for (std::uint64_t* f : {&ps.budget_bytes, &ps.used_bytes, &ps.pinned_bytes, &ps.slots, &ps.pinned_slots, &ps.pins,
-                             &ps.hits, &ps.misses, &ps.evictions, &ps.resident_bytes}) {
+                             &ps.hits, &ps.misses, &ps.evictions, &ps.resident_bytes, &ps.fenced_bytes,
+                             &ps.prefetched_bytes}) {
       EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("pool stats"));
     }
   }

@@ -38,7 +38,8 @@
 //      prefetch   u32 device after the tensor names (as acquire)
 //      stats      [after the fields: u32 pool_count (<= kMaxPools), pool_count x PoolStats: u32 pool_id, i32 device,
 //                  kPoolStatsFields x u64 (budget_bytes, used_bytes, pinned_bytes, slots, pinned_slots, pins, hits,
-//                  misses, evictions, resident_bytes); the fields before are the sums over the pools]
+//                  misses, evictions, resident_bytes, fenced_bytes, prefetched_bytes); the fields before are the
+//                  sums over the pools, then prefetches_dropped, space_waits, space_wait_ns]
 //    The hello's event ring is the concatenation of every device pool's ring (pool order); an acquire reply's
 //    done_event indexes it and belongs to the device of the reply's pool. A handle's top 8 bits are its pool id
 //    (kHandlePoolShift), so a release names its pool without another field. Version 2 and 3 do not talk (bad-version).
@@ -112,6 +113,8 @@ enum class WireStatus : std::uint32_t {
   kDecodeFailed = 6,  // the source refused to produce the tensor (corrupt data)
   kShuttingDown = 7,
   kInternal = 8,
+  kDenied = 9,     // the peer's credentials do not allow it (at hello: the session is closed after this reply)
+  kOverQuota = 10,  // the client is over its own pin quota (the budget may have room)
 };
 const char* wire_status_name(WireStatus s);
 
@@ -197,9 +200,11 @@ struct PoolStats {
   std::uint64_t misses = 0;
   std::uint64_t evictions = 0;
   std::uint64_t resident_bytes = 0;
+  std::uint64_t fenced_bytes = 0;      // unpinned slots released behind fences still pending
+  std::uint64_t prefetched_bytes = 0;  // slots a prefetch made that no client has acquired yet
   bool operator==(const PoolStats&) const = default;
 };
-inline constexpr std::uint32_t kPoolStatsFields = 10;
+inline constexpr std::uint32_t kPoolStatsFields = 12;
 struct StatsReply {
   std::uint64_t budget_bytes = 0;
   std::uint64_t used_bytes = 0;
@@ -216,9 +221,12 @@ struct StatsReply {
   std::uint64_t models = 0;
   std::uint64_t prefetches = 0;
   std::uint64_t resident_bytes = 0;  // the device-resident compressed tier (outside budget_bytes); 0 on host pools
+  std::uint64_t prefetches_dropped = 0;  // prefetched names not decoded: no space, or an acquire waiting for it
+  std::uint64_t space_waits = 0;         // acquires that waited for fenced or decoding slots to come free
+  std::uint64_t space_wait_ns = 0;       // their waits, in all
   std::vector<PoolStats> pools;      // version 3: per pool (<= kMaxPools)
 };
-inline constexpr std::uint32_t kStatsFields = 15;
+inline constexpr std::uint32_t kStatsFields = 18;
 struct ModelInfo {
   std::string name;
   std::uint32_t tensors = 0;

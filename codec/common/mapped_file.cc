@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <utility>
 
+#include "codec/common/map_faults.h"
+
 namespace epk {
 
 MappedFile::~MappedFile() { reset(); }
@@ -15,7 +17,8 @@ MappedFile::~MappedFile() { reset(); }
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      path_(std::move(other.path_)) {}
+      path_(std::move(other.path_)),
+      watch_(std::exchange(other.watch_, map_faults::kNoWatch)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -23,18 +26,25 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     path_ = std::move(other.path_);
+    watch_ = std::exchange(other.watch_, map_faults::kNoWatch);
   }
   return *this;
 }
 
+bool MappedFile::damaged() const { return map_faults::damaged(watch_); }
+
 void MappedFile::reset() {
+  map_faults::unwatch(watch_);  // before the range goes: a later map there is not this file
+  watch_ = map_faults::kNoWatch;
   if (data_ != nullptr && size_ > 0) ::munmap(const_cast<std::uint8_t*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
 }
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) would otherwise block until a writer comes, and the file type is only
+  // known once it is open. On a regular file the flag changes nothing.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return make_errno_error(path + ": open", errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -44,7 +54,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return make_error(ErrorCode::kBadInput, path + ": not a regular file");
+    return make_error(ErrorCode::kBadInput, path + ": not a regular file (a FIFO, device, socket or directory)");
   }
   MappedFile f;
   f.path_ = path;
@@ -58,6 +68,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
       return make_errno_error(path + ": mmap", e);
     }
     f.data_ = static_cast<const std::uint8_t*>(p);
+    f.watch_ = map_faults::watch(f.data_, f.size_);
   }
   ::close(fd);
   return f;

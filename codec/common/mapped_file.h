@@ -1,4 +1,6 @@
 // A read-only memory map of a whole file (move-only RAII). Large checkpoints are read through this, never copied.
+// Every live map is watched for SIGBUS (codec/common/map_faults.h): where the handler is installed (epkd), a file
+// truncated or unreadable under its map reads as zeros there and damaged() turns true.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +28,9 @@ class MappedFile {
   const std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Whether a read of this map hit a page the file no longer backs (truncated, replaced in place, an I/O error):
+  // bytes read from it since may be zeros. Only where the SIGBUS handler is installed; false otherwise.
+  bool damaged() const;
 
  private:
   void reset();
@@ -33,6 +38,7 @@ class MappedFile {
   const std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
   std::string path_;
+  int watch_ = -1;  // map_faults::kNoWatch
 };
 
 }  // namespace epk

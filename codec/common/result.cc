@@ -16,6 +16,8 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kCuda: return "cuda";
     case ErrorCode::kInternal: return "internal";
     case ErrorCode::kNoSpace: return "no-space";
+    case ErrorCode::kPermission: return "permission";
+    case ErrorCode::kQuota: return "over-quota";
   }
   return "unknown";
 }

@@ -21,6 +21,8 @@ enum class ErrorCode : std::uint8_t {
   kCuda,
   kInternal,
   kNoSpace,  // a request cannot fit in a byte budget (the daemon's cache) without breaking a rule
+  kPermission,  // the peer's credentials do not allow it (epkd's access rules)
+  kQuota,       // within the budget, but over the client's own quota
 };
 
 const char* error_code_name(ErrorCode code);

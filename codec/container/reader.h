@@ -55,6 +55,9 @@ class Reader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
   std::uint64_t file_size() const { return bytes_.size(); }  // over_memory: the size of the memory
+  // The file changed or failed under the map (MappedFile::damaged): bytes read since may be zeros. Never for
+  // over_memory.
+  bool damaged() const { return file_.damaged(); }
   // Bytes of the file that are neither header, buffer, index nor metadata: the cost of alignment (for `epk inspect`).
   std::uint64_t padding_bytes() const { return padding_bytes_; }
 

@@ -13,6 +13,13 @@
 //                                                device pools: acquire, wait for the decode-done event, copy the
 //                                                slot to host, print "hash XXH3 HANDLE", hold HOLD_MS (-1: until
 //                                                killed), release with a CUDA event fence, print "released"
+//   tamper SOCKET MODEL TENSOR LAYOUT UID         become UID (its own gid, no supplementary groups) before connecting;
+//                                                print "pools ID,..." (the pool ids the hello gave), acquire, then try
+//                                                to overwrite the slot with 0xEE: a device slot by a copy into this
+//                                                process's mapping of the pool, a host slot by making its pages
+//                                                writable; print "overwrote POOL" or "refused POOL", release
+#include <grp.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,6 +33,9 @@
 #include "client/client.h"
 #include "codec/common/checksum.h"
 #include "daemon/synthetic_source.h"
+#if EPK_HAVE_CUDA
+#include "shm/device_pool.h"
+#endif
 
 namespace {
 
@@ -88,9 +98,46 @@ bool wait_for_gate() {
 
 }  // namespace
 
+// `tamper`: what a client of another trust domain can do to the slot it is served (see the comment at the top).
+int tamper(int argc, char** argv) {
+  if (argc < 7) return die("usage: tamper SOCKET MODEL TENSOR LAYOUT UID");
+  const auto uid = static_cast<uid_t>(std::atol(argv[6]));
+  if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) return die("cannot become that uid");
+  auto layout = epk::shm::layout_from_name(argv[5]);
+  if (!layout) return die(std::string("unknown layout ") + argv[5]);
+  auto c = Client::connect(argv[2]);
+  if (!c) return die(c.error().to_string());
+  std::string ids;
+  for (const auto& p : c->pools()) ids += (ids.empty() ? "" : ",") + std::to_string(p.pool_id);
+  std::printf("pools %s\n", ids.c_str());
+  auto t = c->acquire(argv[3], argv[4], *layout);
+  if (!t) return die(t.error().to_string());
+  if (auto st = c->wait(*t, nullptr); !st) return die(st.error().to_string());
+  const auto pool = static_cast<unsigned>(epk::shm::handle_pool(t->handle));
+  std::vector<std::uint8_t> junk(t->bytes, 0xEE);
+  bool overwrote = false;
+  if (t->on_device) {
+#if EPK_HAVE_CUDA
+    overwrote = static_cast<bool>(
+        epk::shm::copy_to_device(reinterpret_cast<std::uint64_t>(t->data), junk.data(), junk.size(), t->device));
+#endif
+  } else {
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto at = reinterpret_cast<std::uintptr_t>(t->data);
+    const std::uintptr_t begin = at / page * page, end = (at + t->bytes + page - 1) / page * page;
+    overwrote = ::mprotect(reinterpret_cast<void*>(begin), end - begin, PROT_READ | PROT_WRITE) == 0;
+    if (overwrote) std::memcpy(t->data, junk.data(), junk.size());
+  }
+  std::printf("%s %u\n", overwrote ? "overwrote" : "refused", pool);
+  std::fflush(stdout);
+  if (auto st = c->release(t->handle); !st) return die(st.error().to_string());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) return die("usage: see the comment at the top of epk_test_client.cc");
   std::string cmd = argv[1];
+  if (cmd == "tamper") return tamper(argc, argv);
   auto c = Client::connect(argv[2]);
   if (!c) return die(c.error().to_string());
   if (cmd == "stats") {

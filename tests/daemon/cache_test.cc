@@ -279,6 +279,121 @@ TEST(Cache, SlotWithAnIncompleteFenceIsNotReused) {
   EXPECT_EQ(c.stats().evictions, 1u);
 }
 
+// What an acquire refused for space may wait for (issue 19): a fenced slot's bytes come free by themselves, and the
+// report says so with the numbers; once the fence completes the same acquire fits.
+TEST(Cache, ARefusalBehindAPendingFenceCanWaitAndFitsOnceItCompletes) {
+  Cache c(2 * kKiB);
+  bool done = false;
+  Slot* held = fill(c, 0, kKiB, 1);  // stays pinned
+  Slot* fenced = fill(c, 1, kKiB, 1);
+  ASSERT_TRUE(held && fenced);
+  ASSERT_TRUE(c.release(fenced->id, 1, std::make_unique<PendingFence>(&done)));
+  EXPECT_EQ(c.stats().fenced_bytes, kKiB);
+  ASSERT_FALSE(c.acquire(key(2), kKiB, 2));
+  const SpaceReport r = c.space_report(kKiB);
+  EXPECT_EQ(r.pinned, kKiB);
+  EXPECT_EQ(r.fenced, kKiB);
+  EXPECT_EQ(r.fenced_slots, 1u);
+  EXPECT_EQ(r.largest_gap, kKiB);
+  EXPECT_TRUE(r.can_wait());
+  EXPECT_NE(r.describe().find("1 pending fence"), std::string::npos) << r.describe();
+  done = true;
+  EXPECT_TRUE(c.acquire(key(2), kKiB, 2));
+  EXPECT_EQ(c.stats().fenced_bytes, 0u);
+  EXPECT_TRUE(c.verify());
+}
+
+TEST(Cache, PinnedBytesPlusTheRequestOverTheBudgetCannotWait) {
+  Cache c(2 * kKiB);
+  bool done = false;
+  ASSERT_TRUE(fill(c, 0, kKiB, 1));
+  Slot* fenced = fill(c, 1, kKiB, 1);
+  ASSERT_TRUE(c.release(fenced->id, 1, std::make_unique<PendingFence>(&done)));
+  ASSERT_FALSE(c.acquire(key(2), 2 * kKiB, 2));
+  const SpaceReport r = c.space_report(2 * kKiB);
+  EXPECT_FALSE(r.can_wait());
+  EXPECT_NE(r.describe().find("pinned bytes plus the request exceed the budget"), std::string::npos) << r.describe();
+}
+
+// Pinned slots that split the pool: enough bytes are free in all, but no range is large enough, and the refusal
+// says so (waiting would not help).
+TEST(Cache, PinnedSlotsThatSplitThePoolAreNamedInTheRefusal) {
+  Cache c(4 * kKiB);
+  Slot* s0 = fill(c, 0, kKiB, 1);
+  ASSERT_TRUE(fill(c, 1, kKiB, 1));
+  Slot* s2 = fill(c, 2, kKiB, 1);
+  ASSERT_TRUE(fill(c, 3, kKiB, 1));
+  ASSERT_TRUE(c.release(s0->id, 1, nullptr));
+  ASSERT_TRUE(c.release(s2->id, 1, nullptr));
+  auto refused = c.acquire(key(9), 2 * kKiB, 2);  // both free KiBs are evicted first; still no 2 KiB range
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("no free range that large (the largest is 1024 bytes)"), std::string::npos)
+      << refused.error().message;
+  EXPECT_FALSE(c.space_report(2 * kKiB).can_wait());
+}
+
+// A slot a prefetch made (no client) counts as prefetched until some client acquires it; while it decodes, an
+// acquire refused for its space can wait.
+TEST(Cache, PrefetchedSlotsAreCountedUntilAcquiredAndTheirDecodeCanBeWaitedFor) {
+  Cache c(kKiB);
+  auto p = c.acquire(key(0), kKiB, kNoClient);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(c.stats().prefetched_bytes, kKiB);
+  ASSERT_FALSE(c.acquire(key(1), kKiB, 1));
+  const SpaceReport r = c.space_report(kKiB);
+  EXPECT_EQ(r.decoding, kKiB);
+  EXPECT_TRUE(r.can_wait());
+  c.decoded(p->slot->id, true);
+  EXPECT_EQ(c.stats().prefetched_bytes, kKiB);
+  ASSERT_TRUE(c.acquire(key(0), kKiB, 1));  // now acquired: no longer an unused prefetch
+  EXPECT_EQ(c.stats().prefetched_bytes, 0u);
+  EXPECT_TRUE(c.verify());
+}
+
+// Issue 17's quotas: one client's pinned bytes (a slot counts once) and pins per slot, on the exclusive and the
+// shared-lock paths; the other clients keep their share.
+TEST(Cache, AClientOverItsQuotaIsRefusedAndOthersKeepTheirShare) {
+  Cache c(8 * kKiB);
+  c.set_quota({2 * kKiB, 3});
+  ASSERT_TRUE(fill(c, 0, kKiB, 1));
+  ASSERT_TRUE(fill(c, 1, kKiB, 1));
+  EXPECT_EQ(c.pinned_bytes_of(1), 2 * kKiB);
+  auto over = c.acquire(key(2), kKiB, 1);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, ErrorCode::kQuota);
+  EXPECT_NE(over.error().message.find("quota_pinned_mb"), std::string::npos) << over.error().message;
+  Slot* other = fill(c, 2, kKiB, 2);  // another client: its own quota
+  ASSERT_TRUE(other);
+  auto again = c.acquire(key(0), kKiB, 1);  // a slot it holds already counts once
+  ASSERT_TRUE(again);
+  EXPECT_EQ(c.pinned_bytes_of(1), 2 * kKiB);
+  ASSERT_TRUE(c.acquire(key(0), kKiB, 1));  // its third pin of t0
+  auto fourth = c.acquire(key(0), kKiB, 1);
+  ASSERT_FALSE(fourth);
+  EXPECT_NE(fourth.error().message.find("max_pins_per_tensor = 3"), std::string::npos) << fourth.error().message;
+  EXPECT_EQ(c.acquire_ready(key(0), 1), nullptr);  // the hit path refuses it too (acquire() says why)
+  EXPECT_TRUE(c.verify());
+  // Release t1: its bytes leave the client's count and t2 fits its quota (t2 is pinned by client 2: the shared path).
+  const std::uint64_t t1 = c.acquire(key(1), kKiB, 1)->slot->id;
+  ASSERT_TRUE(c.release(t1, 1, nullptr));
+  ASSERT_TRUE(c.release(t1, 1, nullptr));
+  EXPECT_EQ(c.pinned_bytes_of(1), kKiB);
+  ASSERT_TRUE(c.acquire(key(2), kKiB, 1));  // first pin of t2 by client 1: exclusive, within the quota
+  const std::uint64_t t2 = other->id;
+  ASSERT_TRUE(c.unpin_shared(t2, 1));  // back to 0 for client 1 while client 2 keeps the slot pinned
+  EXPECT_EQ(c.pinned_bytes_of(1), kKiB);
+  EXPECT_NE(c.pin_shared(key(2), 1), nullptr);  // 0 -> 1 on the shared path: counted again
+  EXPECT_EQ(c.pinned_bytes_of(1), 2 * kKiB);
+  EXPECT_TRUE(c.verify());
+  ASSERT_TRUE(c.unpin_shared(t2, 1));
+  ASSERT_TRUE(fill(c, 3, kKiB, 1));  // its second KiB again
+  EXPECT_EQ(c.pin_shared(key(2), 1), nullptr) << "the shared path let a client past its byte quota";
+  EXPECT_TRUE(c.verify());
+  c.drop_client(1);
+  EXPECT_EQ(c.pinned_bytes_of(1), 0u);
+  EXPECT_TRUE(c.verify());
+}
+
 // A fence that counts its own destruction (the cache drops completed fences).
 class CountedFence : public shm::Fence {
  public:

@@ -209,6 +209,47 @@ TEST(Config, TheExampleFileParses) {
   EXPECT_EQ(cfg.synthetic[0].path, "embed:1000x64,layers.0.w:64x64");
 }
 
+TEST(Config, AccessRulesDomainsAndLimits) {
+  std::string path = write_temp("epkd_trust",
+                                "socket = \"/s\"\nbudget_mb = 4\nallowed_uids = [1000, \"root\"]\n"
+                                "allowed_gids = [\"root\", 7]\nmax_sessions_per_uid = 3\nidle_timeout_ms = 250\n"
+                                "space_wait_ms = 0\n"
+                                "[[domain]]\nname = \"batch\"\nuids = [4242]\nbudget_mb = 2\n"
+                                "[[model]]\nname = \"m\"\npath = \"/m.epk\"\nuids = [4242]\ngids = [\"root\"]\n");
+  auto c = parse({"--config", path});
+  ASSERT_TRUE(c) << c.error().to_string();
+  const DaemonConfig& cfg = **c;
+  EXPECT_EQ(cfg.access.uids, (std::vector<std::uint32_t>{1000, 0}));
+  EXPECT_EQ(cfg.access.gids, (std::vector<std::uint32_t>{0, 7}));
+  EXPECT_EQ(cfg.max_sessions_per_uid, 3u);
+  EXPECT_EQ(cfg.idle_timeout_ms, 250);
+  EXPECT_EQ(cfg.space_wait_ms, 0);
+  ASSERT_EQ(cfg.domains.size(), 1u);
+  EXPECT_EQ(cfg.domains[0].name, "batch");
+  EXPECT_EQ(cfg.domains[0].members.uids, std::vector<std::uint32_t>{4242});
+  EXPECT_EQ(cfg.domains[0].budget_bytes, 2u << 20);
+  ASSERT_EQ(cfg.models.size(), 1u);
+  EXPECT_EQ(cfg.models[0].access.uids, std::vector<std::uint32_t>{4242});
+  EXPECT_EQ(cfg.models[0].access.gids, std::vector<std::uint32_t>{0});
+  std::filesystem::remove(path);
+  for (const char* bad : {"allowed_uids = [\"no-such-user-epk\"]\n", "allowed_gids = [-1]\n", "allowed_uids = 5\n",
+                          "[[domain]]\nname = \"x\"\n", "[[domain]]\nuids = [1]\n",
+                          "[[domain]]\nname = \"default\"\nuids = [1]\n"}) {
+    std::string p = write_temp("epkd_trust_bad", std::string("socket = \"/s\"\nbudget_mb = 4\n") + bad);
+    auto r = parse({"--config", p});
+    EXPECT_FALSE(r) << bad;
+    std::filesystem::remove(p);
+  }
+  auto flags = parse({"--socket", "/s", "--budget-mb", "4", "--allow-uid", "5", "--allow-uid", "6", "--allow-gid",
+                      "9", "--max-sessions-per-uid", "2", "--idle-timeout-ms", "10", "--space-wait-ms", "20"});
+  ASSERT_TRUE(flags) << flags.error().to_string();
+  EXPECT_EQ((*flags)->access.uids, (std::vector<std::uint32_t>{5, 6}));
+  EXPECT_EQ((*flags)->access.gids, std::vector<std::uint32_t>{9});
+  EXPECT_EQ((*flags)->max_sessions_per_uid, 2u);
+  EXPECT_EQ((*flags)->idle_timeout_ms, 10);
+  EXPECT_EQ((*flags)->space_wait_ms, 20);
+}
+
 TEST(Config, BadInputIsRefusedWithTheField) {
   std::string path = write_temp("epkd_bad", "budget_mb = -4\nsocket = \"/s\"\n");
   auto c = parse({"--config", path});

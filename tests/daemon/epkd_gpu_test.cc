@@ -2,6 +2,7 @@
 // release fences, real client processes. Every test skips without a usable device (CI); they compile everywhere.
 // Bytes are compared against the same file served by a --cpu epkd (the host path).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -330,6 +331,75 @@ TEST_F(EpkdGpu, EvictionUnderPressureWithCudaEventFences) {
   EXPECT_GT(s->evictions, evictions_before + 16);
   EXPECT_LE(s->used_bytes, s->budget_bytes);
   EXPECT_EQ(s->pins, 0u);
+}
+
+// Issue 19 on the device: every slot of the pool released behind a client event that its stream has not reached
+// (a kernel still reading), then an acquire that needs their space. It waits for the fences instead of failing.
+TEST_F(EpkdGpu, AnAcquireWaitsForFencedSlotsInsteadOfFailing) {
+  GpuEpkd gpu("m=" + path_, "2");  // four 480 KiB fp32 slots fill the 2 MiB pool
+  ASSERT_TRUE(gpu.running());
+  auto g = Client::connect(gpu.socket());
+  ASSERT_TRUE(g);
+  auto stream = shm::CudaStream::create(0);
+  ASSERT_TRUE(stream) << stream.error().to_string();
+  std::vector<client::Tensor> held;
+  for (int i = 1; i <= 4; ++i) {
+    auto t = g->acquire("m", "w" + std::to_string(i), shm::Layout::kDenseF32);
+    ASSERT_TRUE(t) << t.error().to_string();
+    ASSERT_TRUE(g->wait(*t, nullptr));
+    held.push_back(*t);
+  }
+  constexpr int kHoldMs = 400;
+  StreamHold hold(stream->get(), 0, 8000);
+  ASSERT_EQ(hold.error(), "");
+  for (const auto& t : held) ASSERT_TRUE(g->release_after(t.handle, stream->get()));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kHoldMs));
+    hold.release();
+  });
+  const auto t0 = Clock::now();
+  auto next = g->acquire("m", "w1", shm::Layout::kDenseBF16);  // 240 KiB: only the fenced slots' space can hold it
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  releaser.join();
+  ASSERT_TRUE(next) << "refused while only fenced slots held the pool: " << next.error().to_string();
+  EXPECT_GE(waited, kHoldMs - 50) << "it did not wait for the client's kernel";
+  ASSERT_TRUE(g->wait(*next, nullptr));
+  ASSERT_TRUE(g->release(next->handle));
+  ASSERT_TRUE(stream->synchronize());
+  auto s = g->stats();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->space_waits, 1u);
+  std::printf("[ figures ] acquire behind 4 fenced slots waited %lld ms (epkd: %.1f ms in space waits)\n",
+              static_cast<long long>(waited), static_cast<double>(s->space_wait_ns) / 1e6);
+}
+
+// Issue 17 on the device: a client of another trust domain is given its own domain's device pool only, can write the
+// slots of that pool (CUDA VMM has no read-only import), and what it writes never reaches the default domain.
+TEST_F(EpkdGpu, AnotherTrustDomainWritesOnlyItsOwnPool) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
+  const fs::path cfg = dir_ / "epkd.toml";
+  std::ofstream(cfg) << "socket_mode = \"0666\"\n[[domain]]\nname = \"other\"\nuids = [65534]\n";
+  DevEpkd gpu({"--config", cfg.string(), "--model", "m=" + path_, "--devices", "0"}, "2");
+  ASSERT_TRUE(gpu.running());
+  ::chmod(fs::path(gpu.socket()).parent_path().c_str(), 0755);
+  ::chmod(dir_.c_str(), 0755);
+  auto g = Client::connect(gpu.socket());
+  ASSERT_TRUE(g);
+  ASSERT_EQ(g->pools().size(), 1u);
+  auto first = g->acquire("m", "w2", shm::Layout::kDenseF32);
+  ASSERT_TRUE(first) << first.error().to_string();
+  ASSERT_TRUE(g->wait(*first, nullptr));
+  const std::uint64_t want = xxh3_64(host_bytes(*g, *first));
+  ASSERT_TRUE(g->release(first->handle));
+  Child k = gpu.client({"tamper", "m", "w2", "dense:fp32", "65534"});
+  EXPECT_EQ(read_line(k.out, 20000), "pools 1");
+  EXPECT_EQ(read_line(k.out, 20000), "overwrote 1");
+  EXPECT_EQ(wait_exit(k.pid, 20000), 0);
+  auto again = g->acquire("m", "w2", shm::Layout::kDenseF32);
+  ASSERT_TRUE(again);
+  ASSERT_TRUE(g->wait(*again, nullptr));
+  EXPECT_EQ(xxh3_64(host_bytes(*g, *again)), want) << "another domain's write reached this domain's slot";
+  ASSERT_TRUE(g->release(again->handle));
 }
 
 // SIGTERM while a client's release fence is held by its stream: epkd exits 0 within the harness's 5 s without waiting

@@ -24,6 +24,7 @@
 #include "client/client.h"
 #include "daemon/synthetic_source.h"
 #include "tests/daemon/epkd_harness.h"
+#include "tests/daemon/raw_wire.h"
 #include "codec/common/bytes.h"
 #include "shm/fd_passing.h"
 #include "shm/spin.h"
@@ -40,85 +41,6 @@ std::string spec(int n, const char* dims) {
   std::string s;
   for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string("t") + std::to_string(i) + ":" + dims;
   return s;
-}
-
-// ---- raw socket helpers for malformed traffic ----
-
-int raw_connect(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void raw_send(int fd, const std::vector<std::uint8_t>& bytes) {
-  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
-}
-
-struct RawReply {
-  bool got = false;
-  shm::FrameHeader header;
-  std::vector<std::uint8_t> payload;
-  bool eof_after = false;
-};
-
-// Reads one frame (fds, if any, are closed), then checks whether the daemon closed the stream after it.
-RawReply raw_read_reply(int fd, int timeout_ms, bool expect_close) {
-  RawReply r;
-  std::vector<std::uint8_t> buf;
-  std::vector<shm::UniqueFd> fds;
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (Clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 10) <= 0) continue;
-    std::uint8_t tmp[4096];
-    auto n = shm::recv_with_fds(fd, tmp, &fds);
-    if (!n || *n == 0) break;
-    buf.insert(buf.end(), tmp, tmp + *n);
-    if (buf.size() >= shm::kHeaderSize) {
-      auto h = shm::decode_header(buf);
-      if (h && buf.size() >= shm::kHeaderSize + h->payload_size) {
-        r.got = true;
-        r.header = *h;
-        r.payload.assign(buf.begin() + shm::kHeaderSize, buf.begin() + shm::kHeaderSize + h->payload_size);
-        break;
-      }
-    }
-  }
-  if (expect_close) {
-    auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (Clock::now() < until) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 10) <= 0) continue;
-      std::uint8_t tmp[256];
-      if (::recv(fd, tmp, sizeof(tmp), 0) <= 0) {
-        r.eof_after = true;
-        break;
-      }
-    }
-  }
-  return r;
-}
-
-shm::WireStatus error_status(const RawReply& r) {
-  EXPECT_EQ(r.header.type, static_cast<std::uint16_t>(shm::MsgType::kError));
-  auto e = shm::decode_error(r.payload);
-  EXPECT_TRUE(e);
-  return e ? e->status : shm::WireStatus::kInternal;
-}
-
-void raw_hello(int fd) {
-  std::vector<std::uint8_t> msg;
-  shm::encode_hello(1, {static_cast<std::uint32_t>(::getpid()), 0}, &msg);
-  raw_send(fd, msg);
-  RawReply r = raw_read_reply(fd, 2000, false);
-  ASSERT_TRUE(r.got);
-  ASSERT_EQ(r.header.type, static_cast<std::uint16_t>(shm::MsgType::kHello) | shm::kReplyBit);
 }
 
 // The daemon still serves a fresh client.

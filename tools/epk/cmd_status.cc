@@ -51,7 +51,9 @@ Status run_status(const StatusArgs& args) {
                             {"hits", ps.hits},
                             {"misses", ps.misses},
                             {"evictions", ps.evictions},
-                            {"resident_bytes", ps.resident_bytes}});
+                            {"resident_bytes", ps.resident_bytes},
+                            {"fenced_bytes", ps.fenced_bytes},
+                            {"prefetched_bytes", ps.prefetched_bytes}});
     }
     j["cache"] = {{"budget_bytes", s.budget_bytes},
                   {"used_bytes", s.used_bytes},
@@ -62,7 +64,10 @@ Status run_status(const StatusArgs& args) {
                   {"hits", s.hits},
                   {"misses", s.misses},
                   {"evictions", s.evictions},
-                  {"prefetches", s.prefetches}};
+                  {"prefetches", s.prefetches},
+                  {"prefetches_dropped", s.prefetches_dropped},
+                  {"space_waits", s.space_waits},
+                  {"space_wait_ns", s.space_wait_ns}};
     j["decode"] = {{"decodes", s.decodes}, {"decode_ns", s.decode_ns}};
     j["resident_bytes"] = s.resident_bytes;
     j["models"] = nlohmann::json::array();
@@ -91,6 +96,8 @@ Status run_status(const StatusArgs& args) {
                 human_bytes(ps.pinned_bytes).c_str(), static_cast<unsigned long long>(ps.pinned_slots),
                 static_cast<unsigned long long>(ps.pins), static_cast<unsigned long long>(ps.hits),
                 static_cast<unsigned long long>(ps.misses), static_cast<unsigned long long>(ps.evictions));
+    std::printf("  %s released behind pending fences, %s prefetched and not yet acquired\n",
+                human_bytes(ps.fenced_bytes).c_str(), human_bytes(ps.prefetched_bytes).c_str());
     if (ps.resident_bytes != 0) {
       std::printf("  resident compressed tier on device %d: %s (outside the budget)\n", p.device,
                   human_bytes(ps.resident_bytes).c_str());
@@ -98,11 +105,12 @@ Status run_status(const StatusArgs& args) {
   }
   std::printf(
       "cache: %llu tensor(s) cached, %llu pinned (%llu pins); hits %llu, misses %llu, evictions %llu, "
-      "prefetches %llu\n",
+      "prefetches %llu (%llu dropped); %llu acquire(s) waited for space, %.2f ms in total\n",
       static_cast<unsigned long long>(s.slots), static_cast<unsigned long long>(s.pinned_slots),
       static_cast<unsigned long long>(s.pins), static_cast<unsigned long long>(s.hits),
       static_cast<unsigned long long>(s.misses), static_cast<unsigned long long>(s.evictions),
-      static_cast<unsigned long long>(s.prefetches));
+      static_cast<unsigned long long>(s.prefetches), static_cast<unsigned long long>(s.prefetches_dropped),
+      static_cast<unsigned long long>(s.space_waits), static_cast<double>(s.space_wait_ns) / 1e6);
   std::printf("decode: %llu decode(s), %.2f ms in total", static_cast<unsigned long long>(s.decodes), ms);
   if (s.decodes) std::printf(", %.3f ms each", ms / static_cast<double>(s.decodes));
   std::printf("\n");

@@ -1,0 +1,375 @@
+// A client is not trusted: the real epkd (--cpu, host pools) against clients of the test's own that do what libepk
+// never would with what epkd hands them (the pool fd), connect as uids the config does not allow, trickle bytes, sit
+// idle, open too many sessions, or point a reload at a FIFO. Each case checks that epkd still serves everyone else
+// the same bytes. Loopback only; every wait is bounded. Cases that switch uid need root and skip otherwise.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <grp.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "codec/container/writer.h"
+#include "tests/daemon/epk_test_models.h"
+#include "tests/daemon/epkd_harness.h"
+#include "tests/daemon/raw_wire.h"
+
+namespace epk {
+namespace {
+
+using namespace epk::test_harness;  // NOLINT
+using client::Client;
+
+constexpr uid_t kNobody = 65534;
+
+std::vector<std::uint8_t> fetch(Client& c, const std::string& model, const std::string& tensor) {
+  auto t = c.acquire(model, tensor, shm::Layout::kDenseF32);
+  EXPECT_TRUE(t) << t.error().to_string();
+  if (!t) return {};
+  const auto* p = static_cast<const std::uint8_t*>(t->data);
+  std::vector<std::uint8_t> bytes(p, p + t->bytes);
+  EXPECT_TRUE(c.release(t->handle));
+  return bytes;
+}
+
+// The exit code of `fn` run in a child process under uid/gid `id` (fn returns 0 for what the test expects).
+int run_as(uid_t id, const std::function<int()>& fn) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) ::_exit(90);
+    ::_exit(fn());
+  }
+  return wait_exit(pid, 10000);
+}
+
+// A config file beside the test: socket mode 0666, so that the kernel lets any uid connect and epkd's own rules
+// decide.
+std::string write_config(const std::string& body) {
+  char tmpl[] = "/tmp/epkdtrust.XXXXXX";
+  std::string dir = ::mkdtemp(tmpl);
+  ::chmod(dir.c_str(), 0755);
+  std::string path = dir + "/epkd.toml";
+  std::ofstream(path) << "socket_mode = \"0666\"\n" << body;
+  return path;
+}
+
+// The harness's socket directory is private (0700): let other uids reach the socket, whose own mode then decides.
+void open_socket_dir(const std::string& socket) {
+  ::chmod(std::filesystem::path(socket).parent_path().c_str(), 0755);
+}
+
+// hello as the current process; returns the reply (the error frame when refused).
+RawReply hello_reply(const std::string& socket, std::vector<shm::UniqueFd>* fds = nullptr) {
+  RawReply r;
+  int fd = raw_connect(socket);
+  if (fd < 0) return r;
+  std::vector<std::uint8_t> msg;
+  shm::encode_hello(1, {static_cast<std::uint32_t>(::getpid()), 0}, &msg);
+  if (::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size())) {
+    r = raw_read_reply(fd, 3000, false, fds);
+  }
+  ::close(fd);
+  return r;
+}
+
+TEST(EpkdTrust, AClientCannotResizeOrWriteTheHostPoolItReceives) {
+  Epkd d({"--synthetic", "m=t0:64x64,t1:32x16"});
+  ASSERT_TRUE(d.running());
+  auto a = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(a) << a.error().to_string();
+  const std::vector<std::uint8_t> before = fetch(*a, "m", "t0");
+  ASSERT_EQ(before.size(), 64u * 64u * 4u);
+
+  std::vector<shm::UniqueFd> fds;
+  RawReply r = hello_reply(d.socket(), &fds);
+  ASSERT_TRUE(r.got);
+  ASSERT_EQ(r.header.type, static_cast<std::uint16_t>(shm::MsgType::kHello) | shm::kReplyBit);
+  ASSERT_FALSE(fds.empty());
+  const int pool = fds[0].get();
+  struct stat st {};
+  ASSERT_EQ(::fstat(pool, &st), 0);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  EXPECT_NE(::ftruncate(pool, 4096), 0) << "a client truncated epkd's host pool";
+  EXPECT_EQ(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, pool, 0), MAP_FAILED)
+      << "a client mapped epkd's host pool writable";
+  std::vector<std::uint8_t> junk(4096, 0xEE);
+  EXPECT_LT(::pwrite(pool, junk.data(), junk.size(), 0), 0) << "a client wrote into epkd's host pool";
+  EXPECT_NE(::fallocate(pool, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size)), 0)
+      << "a client punched a hole in epkd's host pool";
+  fds.clear();
+
+  // epkd survived (a truncated pool used to kill it with SIGBUS at its next decode) and serves the same bytes, on a
+  // hit and after a fresh decode.
+  auto b = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(b) << b.error().to_string();
+  EXPECT_EQ(fetch(*b, "m", "t0"), before);
+  EXPECT_EQ(fetch(*b, "m", "t1").size(), 32u * 16u * 4u);
+  EXPECT_EQ(fetch(*a, "m", "t0"), before);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtHello) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  const std::string cfg = write_config("allowed_uids = [4242]\n[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n");
+  Epkd d({"--config", cfg});
+  ASSERT_TRUE(d.running());
+  const std::string socket = d.socket();
+  open_socket_dir(socket);
+  EXPECT_EQ(run_as(kNobody, [&] {
+              RawReply r = hello_reply(socket);
+              if (!r.got || r.header.type != static_cast<std::uint16_t>(shm::MsgType::kError)) return 1;
+              auto e = shm::decode_error(r.payload);
+              if (!e || e->status != shm::WireStatus::kDenied) return 2;
+              return e->message.find("uid 65534") != std::string::npos ? 0 : 3;
+            }),
+            0);
+  // root is always allowed (and so is epkd's own uid).
+  auto c = Client::connect(socket, 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE(fetch(*c, "m", "t0").empty());
+  std::ifstream in(d.log_path());
+  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("uid 65534"), std::string::npos) << "the refusal is logged with the peer's uid";
+  EXPECT_EQ(d.terminate(), 0);
+  std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
+}
+
+TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  const std::string cfg = write_config(
+      "allowed_uids = [65534]\n"
+      "[[synthetic]]\nname = \"open\"\nspec = \"t0:8x8\"\n"
+      "[[synthetic]]\nname = \"secret\"\nspec = \"t0:8x8\"\nuids = [4242]\n");
+  Epkd d({"--config", cfg});
+  ASSERT_TRUE(d.running());
+  const std::string socket = d.socket();
+  open_socket_dir(socket);
+  EXPECT_EQ(run_as(kNobody, [&] {
+              auto c = Client::connect(socket, 5000);
+              if (!c) return 1;
+              auto t = c->acquire("open", "t0", shm::Layout::kDenseF32);
+              if (!t || t->bytes != 256 || !c->release(t->handle)) return 2;
+              auto denied = c->open_model("secret");
+              if (denied || denied.error().code != ErrorCode::kPermission) return 3;
+              auto listed = c->models();
+              if (!listed || listed->models.size() != 1 || listed->models[0].name != "open") return 4;
+              return 0;
+            }),
+            0);
+  auto root = Client::connect(socket, 5000);  // root passes every rule
+  ASSERT_TRUE(root);
+  EXPECT_FALSE(fetch(*root, "secret", "t0").empty());
+  auto listed = root->models();
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->models.size(), 2u);
+  EXPECT_EQ(d.terminate(), 0);
+  std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
+}
+
+TEST(EpkdTrust, ATrustDomainGetsPoolsOfItsOwnAndNeverAnothers) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  const std::string cfg = write_config(
+      "[[domain]]\nname = \"batch\"\nuids = [65534]\nbudget_mb = 2\n"
+      "[[synthetic]]\nname = \"m\"\nspec = \"t0:64x64\"\n");
+  Epkd d({"--config", cfg});
+  ASSERT_TRUE(d.running());
+  open_socket_dir(d.socket());
+  auto root = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(root);
+  ASSERT_EQ(root->pools().size(), 1u);
+  EXPECT_EQ(root->pools()[0].pool_id, 0u);
+  const std::vector<std::uint8_t> want = fetch(*root, "m", "t0");
+  // The domain's client is given pool 1 only, and cannot write the slot it is served.
+  Child k = d.client({"tamper", "m", "t0", "dense:fp32", std::to_string(kNobody)});
+  EXPECT_EQ(read_line(k.out, 5000), "pools 1");
+  EXPECT_EQ(read_line(k.out, 5000), "refused 1");
+  EXPECT_EQ(wait_exit(k.pid, 5000), 0);
+  EXPECT_EQ(fetch(*root, "m", "t0"), want);
+  auto stats = d.stats();
+  ASSERT_EQ(stats.pools.size(), 2u);
+  EXPECT_EQ(stats.pools[1].budget_bytes, 2u << 20);  // the domain's own budget
+  EXPECT_EQ(d.terminate(), 0);
+  std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
+}
+
+TEST(EpkdTrust, AClientOverItsPinQuotaIsRefusedAndTheNextClientGetsItsShare) {
+  Epkd d({"--synthetic", "m=t0:256x256,t1:256x256,t2:256x256,t3:256x256,t4:256x256,t5:256x256",
+          "--quota-pinned-mb", "1", "--max-pins-per-tensor", "4"},
+         "4");
+  ASSERT_TRUE(d.running());
+  auto a = Client::connect(d.socket(), 5000);
+  auto b = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(a && b);
+  for (const char* name : {"t0", "t1", "t2", "t3"}) {  // 256 KiB each: 1 MiB, the quota
+    ASSERT_TRUE(a->acquire("m", name, shm::Layout::kDenseF32));
+  }
+  auto over = a->acquire("m", "t4", shm::Layout::kDenseF32);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, ErrorCode::kQuota) << over.error().to_string();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(a->acquire("m", "t0", shm::Layout::kDenseF32));  // pins 2..4 of t0
+  auto fifth = a->acquire("m", "t0", shm::Layout::kDenseF32);
+  ASSERT_FALSE(fifth);
+  EXPECT_NE(fifth.error().message.find("max_pins_per_tensor"), std::string::npos) << fifth.error().message;
+  for (const char* name : {"t4", "t5", "t0", "t1"}) {  // the next client is not starved
+    auto t = b->acquire("m", name, shm::Layout::kDenseF32);
+    ASSERT_TRUE(t) << name << ": " << t.error().to_string();
+  }
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+// A served .epk file truncated under epkd (or a smaller file copied over it in place) used to kill epkd with SIGBUS at
+// its next read of the file: now the model's uncached tensors fail with an error naming the file, what was cached
+// stays served, and the other models serve on.
+TEST(EpkdTrust, AModelFileTruncatedUnderEpkdFailsOnlyThatModelsMisses) {
+  char tmpl[] = "/tmp/epkdtrunc.XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string path = dir + "/a.epk";
+  {
+    auto w = container::Writer::create(path, {{"source", "truncation test"}});
+    ASSERT_TRUE(w);
+    for (int i = 0; i < 2; ++i) {
+      auto e = test_models::encode_f32(test_models::gaussian(256, 256, 40 + i), 256, 256, 4.0);
+      ASSERT_TRUE(e) << e.error().to_string();
+      ASSERT_TRUE(test_models::write_lattice(*w, "w" + std::to_string(i), *e));
+    }
+    ASSERT_TRUE(w->finish());
+  }
+  ASSERT_GT(std::filesystem::file_size(path), 64u * 1024u);
+  Epkd d({"--model", "a=" + path, "--synthetic", "s=t0:8x8"}, "4");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(c);
+  auto held = c->acquire("a", "w0", shm::Layout::kDenseF32);
+  ASSERT_TRUE(held) << held.error().to_string();
+  const auto* p = static_cast<const std::uint8_t*>(held->data);
+  const std::vector<std::uint8_t> w0(p, p + held->bytes);
+  ASSERT_EQ(::truncate(path.c_str(), 4096), 0);
+  auto lost = c->acquire("a", "w1", shm::Layout::kDenseF32);
+  ASSERT_FALSE(lost) << "a tensor was served from a truncated file";
+  EXPECT_NE(lost.error().message.find("truncated"), std::string::npos) << lost.error().to_string();
+  EXPECT_NE(lost.error().message.find(path), std::string::npos) << lost.error().to_string();
+  EXPECT_EQ(fetch(*c, "a", "w0"), w0);  // cached before: still served
+  EXPECT_FALSE(fetch(*c, "s", "t0").empty());  // another model: untouched
+  auto fresh = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(fresh) << "epkd died: " << fresh.error().to_string();
+  EXPECT_TRUE(c->release(held->handle));
+  EXPECT_EQ(d.terminate(), 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(EpkdTrust, AHelloTrickledByteByByteTimesOutAsOneMessage) {
+  Epkd d({"--synthetic", "m=t0:8x8"});  // --read-timeout-ms 300 (the harness)
+  ASSERT_TRUE(d.running());
+  int fd = raw_connect(d.socket());
+  ASSERT_GE(fd, 0);
+  std::vector<std::uint8_t> msg;
+  shm::encode_hello(1, {static_cast<std::uint32_t>(::getpid()), 0}, &msg);
+  // One byte every 50 ms: each arrives well within the timeout, the whole message does not (~1.2 s for 24 bytes).
+  const auto t0 = Clock::now();
+  bool refused = false;
+  for (std::uint8_t byte : msg) {
+    if (::send(fd, &byte, 1, MSG_NOSIGNAL) != 1) {
+      refused = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) {
+      refused = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(refused) << "a hello sent over " << msg.size() * 50 << " ms was read to its end";
+  RawReply r = raw_read_reply(fd, 2000, true);
+  ASSERT_TRUE(r.got);
+  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(1000));
+  ::close(fd);
+  auto c = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_FALSE(fetch(*c, "m", "t0").empty());
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdTrust, AnIdleSessionIsClosedAndLosesItsPins) {
+  Epkd d({"--synthetic", "m=t0:8x8", "--idle-timeout-ms", "300"});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(c);
+  auto t = c->acquire("m", "t0", shm::Layout::kDenseF32);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(d.stats().pools.at(0).pins, 1u);
+  auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline && d.stats().pools.at(0).pins != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(d.stats().pools.at(0).pins, 0u);
+  EXPECT_FALSE(c->release(t->handle));  // the session is gone
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdTrust, SessionsPerUidAreBounded) {
+  Epkd d({"--synthetic", "m=t0:8x8", "--max-sessions-per-uid", "2"});
+  ASSERT_TRUE(d.running());  // the harness's readiness probe has closed its session
+  auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline && d.stats().clients > 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto a = Client::connect(d.socket(), 5000);
+  auto b = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(a && b);
+  auto c = Client::connect(d.socket(), 5000);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, ErrorCode::kPermission) << c.error().to_string();
+  EXPECT_NE(c.error().message.find("max_sessions_per_uid"), std::string::npos) << c.error().message;
+  EXPECT_FALSE(fetch(*a, "m", "t0").empty());
+  b->disconnect();
+  deadline = Clock::now() + std::chrono::seconds(3);
+  Result<Client> again = make_error(ErrorCode::kIo, "not tried");
+  while (Clock::now() < deadline && !(again = Client::connect(d.socket(), 5000))) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(again) << "a freed session slot is given again";
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+TEST(EpkdTrust, AFifoGivenOnReloadIsRefusedWithoutBlockingAnyone) {
+  const std::string cfg = write_config("[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n");
+  const std::string fifo = std::filesystem::path(cfg).parent_path() / "model.epk";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  Epkd d({"--config", cfg});
+  ASSERT_TRUE(d.running());
+  std::vector<Client> clients;
+  for (int i = 0; i < 3; ++i) {  // one session on each of the harness's three io threads
+    auto c = Client::connect(d.socket(), 2000);
+    ASSERT_TRUE(c);
+    clients.push_back(std::move(*c));
+  }
+  std::ofstream(cfg, std::ios::app) << "[[model]]\nname = \"pipe\"\npath = \"" << fifo << "\"\n";
+  ::kill(d.pid(), SIGHUP);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  std::string log;
+  while (Clock::now() < deadline && log.find("'pipe' refused") == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ifstream in(d.log_path());
+    log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  EXPECT_NE(log.find("not a regular file"), std::string::npos) << log;
+  for (Client& c : clients) EXPECT_FALSE(fetch(c, "m", "t0").empty());  // within the 2 s reply timeout each
+  EXPECT_EQ(d.terminate(), 0);
+  std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
+}
+
+}  // namespace
+}  // namespace epk
