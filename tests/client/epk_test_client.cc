@@ -13,7 +13,8 @@
 //                                                device pools: acquire, wait for the decode-done event, copy the
 //                                                slot to host, print "hash XXH3 HANDLE", hold HOLD_MS (-1: until
 //                                                killed), release with a CUDA event fence, print "released"
-//   tamper SOCKET MODEL TENSOR LAYOUT UID         become UID (its own gid, no supplementary groups) before connecting;
+//   tamper SOCKET MODEL TENSOR LAYOUT UID [GID]   become UID (and GID, by default the same; no supplementary groups)
+//                                                before connecting;
 //                                                print "pools ID,..." (the pool ids the hello gave), acquire, then try
 //                                                to overwrite the slot with 0xEE: a device slot by a copy into this
 //                                                process's mapping of the pool, a host slot by making its pages
@@ -100,9 +101,10 @@ bool wait_for_gate() {
 
 // `tamper`: what a client of another trust domain can do to the slot it is served (see the comment at the top).
 int tamper(int argc, char** argv) {
-  if (argc < 7) return die("usage: tamper SOCKET MODEL TENSOR LAYOUT UID");
+  if (argc < 7) return die("usage: tamper SOCKET MODEL TENSOR LAYOUT UID [GID]");
   const auto uid = static_cast<uid_t>(std::atol(argv[6]));
-  if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) return die("cannot become that uid");
+  const auto gid = static_cast<gid_t>(argc > 7 ? std::atol(argv[7]) : std::atol(argv[6]));
+  if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) return die("cannot become that uid");
   auto layout = epk::shm::layout_from_name(argv[5]);
   if (!layout) return die(std::string("unknown layout ") + argv[5]);
   auto c = Client::connect(argv[2]);
