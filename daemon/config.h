@@ -8,6 +8,7 @@
 // own budget instead of budget_mb),
 // synthetic_delay_us = N, log_level = "info", spin_us = N,
 // [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
+// Any other key is refused with its line (the keys are one table in config.cc, config_keys()).
 #pragma once
 
 #include <cstdint>
@@ -89,8 +90,15 @@ std::uint64_t budget_for_device(const DaemonConfig& cfg, int device);
 // Parses a device list "0,1" (--devices): distinct ids in [0, 64).
 Result<std::vector<int>> parse_device_list(const std::string& arg);
 
-// Reads a TOML config file into `cfg` (fields present in the file replace those in cfg).
+// Reads a TOML config file into `cfg` (fields present in the file replace those in cfg). Strict: a key epkd does not
+// know (top level, or inside a [[model]] / [[synthetic]] table), a value of the wrong type or out of range, and a
+// model name listed twice are refused with "FILE:LINE: ..." naming the key; every problem is reported (one line each,
+// in file order) and on any of them `cfg` is left as it was.
 Status load_config_file(const std::string& path, DaemonConfig* cfg);
+
+// `epkd --check-config FILE`: load_config_file into a default config, serving nothing. The summary line printed on
+// success ("FILE: ok: 2 model(s), ..."), or the problems.
+Result<std::string> check_config_file(const std::string& path);
 
 // Parses epkd's command line. nullopt when --help was printed (exit 0). Checks that a socket and a budget are set.
 Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv);

@@ -1315,13 +1315,16 @@ int run_daemon(const DaemonConfig& cfg) {
         DaemonConfig fresh = cfg;
         fresh.models.clear();
         fresh.synthetic.clear();
+        // A refused file changes nothing: the models and settings in force stay, and systemctl status says why.
+        std::string refused;
         if (Status st = load_config_file(cfg.config_file, &fresh); !st) {
-          spdlog::error("SIGHUP: {}", st.error().to_string());
+          spdlog::error("SIGHUP: config refused, the previous one stays in force: {}", st.error().to_string());
+          refused = "; reload refused: " + st.error().message.substr(0, st.error().message.find('\n'));
         } else {
           std::size_t added = svc.open_models(fresh);
           spdlog::info("SIGHUP: {} model(s) added; models already open are kept as they are", added);
         }
-        notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)");
+        notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)" + refused);
       }
       wait_hup();
     });

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "client/client.h"
@@ -274,6 +275,85 @@ TEST_F(EpkdSystemd, ReloadSendsReloadingThenReadyWithTheNewModelOpen) {
   c->disconnect();
   EXPECT_EQ(terminate(), 0);
   EXPECT_NE(log_text().find("none.epk"), std::string::npos);
+}
+
+
+TEST_F(EpkdSystemd, AReloadWithAnUnknownKeyIsRefusedAndTheConfigInForceKeepsServing) {
+  FakeNotifySocket notify((dir_ / "notify").string());
+  std::string sock = (dir_ / "epkd.sock").string();
+  std::string cfg = (dir_ / "epkd.toml").string();
+  const std::string head = "socket = \"" + sock + "\"\nbudget_mb = 1\ncpu = true\n";
+  const std::string good = head + "[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
+  std::ofstream(cfg) << good;
+  pid_ = spawn_epkd({"--config", cfg}, {"NOTIFY_SOCKET=" + notify.name()}, -1, 0, log_);
+  ASSERT_NE(notify.next(10000).find("READY=1"), std::string::npos);
+  auto c = Client::connect(sock, 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto held = c->acquire("m", "t0", shm::Layout::kStored);  // a lease held across both reloads
+  ASSERT_TRUE(held) << held.error().to_string();
+  // Line 4 has the typo; the new model listed after it must not be opened either.
+  std::ofstream(cfg) << head << "budgte_mb = 4\n" << good.substr(head.size())
+                     << "[[synthetic]]\nname = \"n\"\nspec = \"t1:4x4\"\n";
+  ::kill(pid_, SIGHUP);
+  EXPECT_NE(notify.next(5000).find("RELOADING=1"), std::string::npos);
+  std::string ready = notify.next(5000);
+  EXPECT_NE(ready.find("READY=1"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("serving 1 model(s); reload refused: " + cfg + ":4: unknown key 'budgte_mb'"),
+            std::string::npos)
+      << ready;
+  EXPECT_NE(log_text().find(cfg + ":4: unknown key 'budgte_mb' (did you mean 'budget_mb'?)"), std::string::npos)
+      << log_text();
+  auto missing = c->acquire("n", "t1", shm::Layout::kStored);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound) << missing.error().to_string();
+  auto again = c->acquire("m", "t0", shm::Layout::kStored);  // still served, still the same slot
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->data, held->data);
+  EXPECT_TRUE(c->release(again->handle));
+  // Fixed: the next reload opens the new model.
+  std::ofstream(cfg) << good << "[[synthetic]]\nname = \"n\"\nspec = \"t1:4x4\"\n";
+  ::kill(pid_, SIGHUP);
+  EXPECT_NE(notify.next(5000).find("RELOADING=1"), std::string::npos);
+  ready = notify.next(5000);
+  EXPECT_NE(ready.find("serving 2 model(s)"), std::string::npos) << ready;
+  EXPECT_EQ(ready.find("refused"), std::string::npos) << ready;
+  auto added = c->acquire("n", "t1", shm::Layout::kStored);
+  ASSERT_TRUE(added) << added.error().to_string();
+  EXPECT_TRUE(c->release(added->handle));
+  EXPECT_TRUE(c->release(held->handle));
+  c->disconnect();
+  EXPECT_EQ(terminate(), 0);
+}
+
+TEST_F(EpkdSystemd, AnUnknownKeyIsRefusedAtStartAndByCheckConfig) {
+  std::string cfg = (dir_ / "epkd.toml").string();
+  std::ofstream(cfg) << "socket = \"" << (dir_ / "epkd.sock").string() << "\"\nbudget_mb = 1\n\n[[synthetic]]\n"
+                     << "name = \"m\"\nspce = \"t0:8x8\"\n";
+  pid_ = spawn_epkd({"--config", cfg}, {}, -1, 0, log_);
+  EXPECT_EQ(wait_exit(pid_, 5000), 2);
+  pid_ = -1;
+  const std::string expected = cfg + ":6: unknown key 'spce' in [[synthetic]] (did you mean 'spec'?)";
+  EXPECT_NE(log_text().find(expected), std::string::npos) << log_text();
+  // --check-config: the same message and exit 1; nothing listens.
+  std::string out = (dir_ / "check.out").string();
+  auto check = [&](const std::string& file) {
+    test_harness::Child ch = test_harness::spawn({EPKD_PATH, "--check-config", file}, true, log_);
+    std::string line = test_harness::read_line(ch.out, 5000);
+    ::close(ch.out);
+    return std::make_pair(wait_exit(ch.pid, 5000), line);
+  };
+  auto [rc, line] = check(cfg);
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(line, "");
+  EXPECT_NE(log_text().rfind(expected), log_text().find(expected)) << log_text();  // printed a second time
+  EXPECT_FALSE(fs::exists(dir_ / "epkd.sock"));
+  std::ofstream(cfg) << "socket = \"/run/x.sock\"\nbudget_mb = 1\n[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
+  std::tie(rc, line) = check(cfg);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(line, cfg + ": ok: 0 model(s), 1 synthetic, budget 1 MiB per pool, socket /run/x.sock");
+  std::tie(rc, line) = check(std::string(EPK_SOURCE_DIR) + "/systemd/epkd.toml");  // the shipped file
+  EXPECT_EQ(rc, 0) << log_text();
+  EXPECT_NE(line.find(": ok: 2 model(s)"), std::string::npos) << line;
 }
 
 }  // namespace
