@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -547,6 +548,13 @@ class Service {
   }
 
   void on_stats(Session& s, std::uint32_t req) {
+    std::vector<std::uint8_t> out;
+    shm::encode_stats_reply(req, stats(), &out);
+    s.send(out);
+  }
+
+  // Every pool's cache counters and the service's, as the stats message carries them (also systemd's STATUS=).
+  shm::StatsReply stats() {
     std::lock_guard<std::mutex> lock(mu_);
     shm::StatsReply r;
     for (const Lane& l : lanes_) {
@@ -575,9 +583,7 @@ class Service {
     r.clients = sessions_.size();
     r.models = registry_.size();
     r.prefetches = prefetches_;
-    std::vector<std::uint8_t> out;
-    shm::encode_stats_reply(req, r, &out);
-    s.send(out);
+    return r;
   }
 
   void on_models(Session& s, std::uint32_t req) {
@@ -1279,6 +1285,31 @@ int run_daemon(const DaemonConfig& cfg) {
     if (auto r = sd_notify_send(state); !r) spdlog::warn("sd_notify: {}", r.error().to_string());
   };
 
+  // systemd: STATUS= with the pools' occupancy every status_period, and WATCHDOG=1 with it when the unit has
+  // WatchdogSec=. Sent from the main io context, the loop that accepts clients, handles signals and takes decode
+  // completions: when it wedges the pings stop and systemd restarts epkd.
+  std::string reload_note;  // why the last SIGHUP was refused, kept in STATUS= until a reload succeeds
+  std::optional<std::chrono::microseconds> watchdog;
+  if (auto w = watchdog_timeout(); !w) {
+    spdlog::warn("watchdog off: {}", w.error().to_string());
+  } else {
+    watchdog = *w;
+  }
+  asio::steady_timer beat(io);
+  bool beating = notify_socket_set();
+  std::function<void()> next_beat = [&] {
+    beat.expires_after(status_period(watchdog));
+    beat.async_wait([&](boost::system::error_code ec) {
+      if (ec || !beating) return;
+      notify(std::string(watchdog ? "WATCHDOG=1\n" : "") + "STATUS=" + status_text(svc.stats()) + reload_note);
+      next_beat();
+    });
+  };
+  auto stop_beat = [&] {
+    beating = false;
+    beat.cancel();
+  };
+
   asio::signal_set term(io, SIGTERM, SIGINT);
   asio::signal_set hup(io, SIGHUP);
   asio::steady_timer drain_deadline(io);
@@ -1301,6 +1332,7 @@ int run_daemon(const DaemonConfig& cfg) {
     svc.shutdown([&] {
       asio::post(io, [&] {
         drain_deadline.cancel();
+        stop_beat();
         guards.clear();
       });
     });
@@ -1316,15 +1348,15 @@ int run_daemon(const DaemonConfig& cfg) {
         fresh.models.clear();
         fresh.synthetic.clear();
         // A refused file changes nothing: the models and settings in force stay, and systemctl status says why.
-        std::string refused;
+        reload_note.clear();
         if (Status st = load_config_file(cfg.config_file, &fresh); !st) {
           spdlog::error("SIGHUP: config refused, the previous one stays in force: {}", st.error().to_string());
-          refused = "; reload refused: " + st.error().message.substr(0, st.error().message.find('\n'));
+          reload_note = "; reload refused: " + st.error().message.substr(0, st.error().message.find('\n'));
         } else {
           std::size_t added = svc.open_models(fresh);
           spdlog::info("SIGHUP: {} model(s) added; models already open are kept as they are", added);
         }
-        notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)" + refused);
+        notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)" + reload_note);
       }
       wait_hup();
     });
@@ -1334,6 +1366,7 @@ int run_daemon(const DaemonConfig& cfg) {
   // SIGTERM is handled (a stop right after READY=1 still drains and exits 0).
   notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)\nMAINPID=" +
          std::to_string(::getpid()));
+  if (beating) next_beat();
   asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { run_io(*contexts[i], spin_us); });
