@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include "daemon/metrics.h"
+
 #include <CLI/CLI.hpp>
 #include <toml++/toml.h>
 
@@ -288,6 +290,11 @@ const std::vector<ConfigKey>& config_keys() {
          c->log_level = v;
          return {};
        })},
+      {"metrics_listen", string([](DaemonConfig* c, const std::string& v, const Where& w) -> Status {
+         if (auto a = parse_metrics_listen(v); !a) return w.fail("must be 127.0.0.1:PORT or an absolute socket path");
+         c->metrics_listen = v;
+         return {};
+       })},
       {"model", model_list("model", "path", &DaemonConfig::models)},
       {"synthetic", model_list("synthetic", "spec", &DaemonConfig::synthetic)},
   };
@@ -375,6 +382,10 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--read-timeout-ms", read_timeout_ms, "time allowed for a started message to arrive");
   app.add_option("--synthetic-delay-us", synthetic_delay_us, "added to every synthetic decode (tests)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve Prometheus metrics (HTTP GET /metrics) on 127.0.0.1:PORT or a Unix socket path (config: "
+                 "metrics_listen)");
   std::int64_t spin_us = -1;
   app.add_option("--spin-us", spin_us,
                  "io threads poll for this many microseconds after their last request before blocking (config: "
@@ -433,6 +444,10 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (read_timeout_ms > 0) cfg.read_timeout_ms = read_timeout_ms;
   if (synthetic_delay_us != 0) cfg.synthetic_delay_us = synthetic_delay_us;
   if (!log_level.empty()) cfg.log_level = log_level;
+  if (!metrics_listen.empty()) {
+    EPK_TRY(parse_metrics_listen(metrics_listen));
+    cfg.metrics_listen = metrics_listen;
+  }
   if (spin_us >= 0) cfg.spin_us = spin_us;
   if (cpu) cfg.serving = ServingMode::kHost;
   if (!devices.empty()) {

@@ -6,7 +6,7 @@
 // device_resident = true|false, read_timeout_ms = N,
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
 // own budget instead of budget_mb),
-// synthetic_delay_us = N, log_level = "info", spin_us = N,
+// synthetic_delay_us = N, log_level = "info", spin_us = N, metrics_listen = "127.0.0.1:9464" | "/run/epkd/metrics.sock",
 // [[model]] name = "..." path = "FILE.epk", [[synthetic]] name = "..." spec = "[NAME:]RxC,...".
 // Any other key is refused with its line (the keys are one table in config.cc, config_keys()).
 #pragma once
@@ -71,6 +71,8 @@ struct DaemonConfig {
   // then run side by side. Off: every hit and release takes the lane lock exclusively.
   bool shared_hits = true;
   bool check_invariants = false;  // verify the whole cache after every change (tests); exit 3 if one broke
+  // Prometheus metrics endpoint (daemon/metrics.h): "127.0.0.1:PORT" or an absolute Unix socket path; empty: none.
+  std::string metrics_listen;
   std::string config_file;        // empty when none; SIGHUP re-reads the models from it
   std::vector<ModelSpec> models;
   std::vector<ModelSpec> synthetic;  // TEST MODELS: path holds a SyntheticSource spec

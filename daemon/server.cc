@@ -41,6 +41,7 @@
 #include "daemon/handler_memory.h"
 #include "daemon/registry.h"
 #include "daemon/lane_lock.h"
+#include "daemon/metrics.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
 #include "shm/decode_status.h"
@@ -587,6 +588,13 @@ class Service {
   }
 
   void on_models(Session& s, std::uint32_t req) {
+    std::vector<std::uint8_t> out;
+    shm::encode_models_reply(req, models_info(), &out);
+    s.send(out);
+  }
+
+  // Every model with its cached slots and bytes over the pools (a walk over each lane's slots under its lock).
+  shm::ModelsReply models_info() {
     std::lock_guard<std::mutex> lock(mu_);
     shm::ModelsReply r;
     r.total = static_cast<std::uint32_t>(registry_.size());
@@ -605,9 +613,12 @@ class Service {
         if (slot.pin_total > 0) ++m.pinned_slots;
       });
     }
-    std::vector<std::uint8_t> out;
-    shm::encode_models_reply(req, r, &out);
-    s.send(out);
+    return r;
+  }
+
+  DurationHistogram decode_histogram() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return decode_hist_;
   }
 
   static void send_error(Session& s, std::uint32_t req, shm::WireStatus status, const std::string& msg) {
@@ -879,6 +890,7 @@ class Service {
     std::lock_guard<std::mutex> lock(mu_);
     ++decodes_;
     decode_ns_ += ns;
+    decode_hist_.observe(ns);
     auto it = inflight_.find(slot_id);
     if (it == inflight_.end()) return;
     InFlight f = std::move(it->second);
@@ -958,6 +970,7 @@ class Service {
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
   std::atomic<ClientId> next_client_{1};
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0;
+  DurationHistogram decode_hist_;  // under mu_, with decodes_
   std::atomic<bool> shutting_down_{false};  // set under mu_; read by hits without it
   std::atomic<bool> invariant_broken_{false};
   shm::StatusTable status_;  // early replies' decode status (device lanes; invalid when replies wait for the decode)
@@ -1310,6 +1323,39 @@ int run_daemon(const DaemonConfig& cfg) {
     beat.cancel();
   };
 
+  // Prometheus metrics (daemon/metrics.h): the text rendered here once a second, scrapes served from it.
+  std::unique_ptr<MetricsServer> metrics;
+  asio::steady_timer metrics_timer(io);
+  auto publish_metrics = [&] {
+    metrics->publish(metrics_text({svc.stats(), svc.models_info(), svc.decode_histogram(), EPK_VERSION}));
+  };
+  std::function<void()> next_metrics = [&] {
+    metrics_timer.expires_after(std::chrono::seconds(1));
+    metrics_timer.async_wait([&](boost::system::error_code ec) {
+      if (ec || !metrics) return;
+      publish_metrics();
+      next_metrics();
+    });
+  };
+  if (!cfg.metrics_listen.empty()) {
+    auto m = parse_metrics_listen(cfg.metrics_listen);
+    if (m) {
+      auto server = MetricsServer::start(*m);
+      if (server) {
+        metrics = std::move(*server);
+        publish_metrics();
+        next_metrics();
+        spdlog::info("metrics on http://{}/metrics", metrics->where());
+      } else {
+        m = std::move(server).error();
+      }
+    }
+    if (!m) {
+      spdlog::critical("{}", m.error().to_string());
+      return 1;
+    }
+  }
+
   asio::signal_set term(io, SIGTERM, SIGINT);
   asio::signal_set hup(io, SIGHUP);
   asio::steady_timer drain_deadline(io);
@@ -1333,6 +1379,7 @@ int run_daemon(const DaemonConfig& cfg) {
       asio::post(io, [&] {
         drain_deadline.cancel();
         stop_beat();
+        metrics_timer.cancel();
         guards.clear();
       });
     });

@@ -24,6 +24,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Python packages for the tests, from PyPI into .venv: prometheus_client's parser reads epkd's metrics.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if ! "$root/.venv/bin/python3" -c "import prometheus_client" >/dev/null 2>&1; then
+  echo "setup: installing prometheus_client into .venv"
+  python3 -m venv "$root/.venv"
+  "$root/.venv/bin/pip" install -q prometheus_client
+fi
+
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: CUDA toolkit found ($(PATH=$PATH:/usr/local/cuda/bin nvcc --version | tail -n 1))"
 else

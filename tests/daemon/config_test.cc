@@ -280,8 +280,26 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"log_level", "socket = \"/s\"\nlog_level = \"verbose\"\n", "2: 'log_level' must be one of"},
         Refusal{"device_key", "socket = \"/s\"\ndevice_budget_mb = { \"x\" = 4 }\n",
                 "2: 'device_budget_mb' key 'x' is not a device number"},
+        Refusal{"metrics_host", "socket = \"/s\"\nmetrics_listen = \"0.0.0.0:9464\"\n",
+                "2: 'metrics_listen' must be 127.0.0.1:PORT or an absolute socket path"},
         Refusal{"syntax", "socket = \"/s\"\nbudget_mb = \n", "2: "}),
     [](const testing::TestParamInfo<Refusal>& i) { return std::string(i.param.name); });
+
+TEST(Config, MetricsListenFromFileThenFlag) {
+  std::string path =
+      write_temp("epkd_cfg_metrics", "socket = \"/s\"\nbudget_mb = 8\nmetrics_listen = \"127.0.0.1:9464\"\n");
+  auto c = parse({"--config", path});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->metrics_listen, "127.0.0.1:9464");
+  c = parse({"--config", path, "--metrics-listen", "/run/m.sock"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->metrics_listen, "/run/m.sock");
+  EXPECT_FALSE(parse({"--config", path, "--metrics-listen", "example.com:80"}));
+  auto none = parse({"--socket", "/s", "--budget-mb", "4"});
+  ASSERT_TRUE(none) << none.error().to_string();
+  EXPECT_TRUE((*none)->metrics_listen.empty());  // off unless asked
+  std::filesystem::remove(path);
+}
 
 TEST(Config, EveryProblemIsReportedInFileOrder) {
   std::string path = write_temp("epkd_cfg_many", "zz_last = 1\nsocket = \"/s\"\naa_first = 2\nbudget_mb = 0\n");
