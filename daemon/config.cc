@@ -176,7 +176,7 @@ std::string unknown_key(std::string_view key, const std::vector<std::string_view
 ApplyKey model_list(const char* table, const char* value_key, std::vector<ModelSpec> DaemonConfig::*into) {
   return [=](const toml::node& n, const Where& w, DaemonConfig* cfg) -> Status {
     const toml::array* arr = n.as_array();
-    if (arr == nullptr || !arr->is_array_of_tables()) {
+    if (arr == nullptr || (!arr->empty() && !arr->is_array_of_tables())) {  // `model = []`: none
       return w.fail(std::string("must be an array of tables ([[") + table + "]])");
     }
     const std::vector<std::string_view> fields = {"name", value_key};

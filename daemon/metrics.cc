@@ -19,9 +19,8 @@
 namespace epk::daemon {
 
 void DurationHistogram::observe(std::uint64_t ns) {
-  const double s = static_cast<double>(ns) * 1e-9;
   std::size_t i = 0;
-  while (i < kBoundsSeconds.size() && s > kBoundsSeconds[i]) ++i;  // le: a bucket holds values <= its bound
+  while (i < kBoundsNs.size() && ns > kBoundsNs[i]) ++i;  // le: a bucket holds values <= its bound
   ++counts[i];
   sum_ns += ns;
 }
@@ -202,6 +201,11 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const MetricsAddress
   shm::UniqueFd stop(::eventfd(0, EFD_CLOEXEC));
   if (!stop.valid()) return make_errno_error("metrics: eventfd", errno);
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(fd), std::move(stop), where, unlink_path));
+}
+
+Result<std::unique_ptr<MetricsServer>> start_metrics_server(const std::string& metrics_listen) {
+  EPK_TRY_ASSIGN(MetricsAddress a, parse_metrics_listen(metrics_listen));
+  return MetricsServer::start(a);
 }
 
 MetricsServer::MetricsServer(shm::UniqueFd listen, shm::UniqueFd stop, std::string where, std::string unlink_path)

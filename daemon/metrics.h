@@ -25,6 +25,10 @@ namespace epk::daemon {
 struct DurationHistogram {
   static constexpr std::array<double, 16> kBoundsSeconds = {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
                                                             5e-3, 1e-2, 2.5e-2, 5e-2, 0.1,  0.25,   0.5,  1.0};
+  // The same bounds in nanoseconds: observe() compares integers, so a value on a bound lands in that bucket exactly.
+  static constexpr std::array<std::uint64_t, 16> kBoundsNs = {
+      10'000,     25'000,     50'000,      100'000,     250'000,     500'000,      1'000'000,   2'500'000,
+      5'000'000,  10'000'000, 25'000'000,  50'000'000,  100'000'000, 250'000'000,  500'000'000, 1'000'000'000};
   std::array<std::uint64_t, kBoundsSeconds.size() + 1> counts{};  // per bucket, not cumulative; the last: > 1 s
   std::uint64_t sum_ns = 0;
   void observe(std::uint64_t ns);
@@ -76,5 +80,8 @@ class MetricsServer {
   std::shared_ptr<const std::string> text_;
   std::thread thread_;
 };
+
+// parse_metrics_listen, then MetricsServer::start: the server for a metrics_listen value, or what is wrong with it.
+Result<std::unique_ptr<MetricsServer>> start_metrics_server(const std::string& metrics_listen);
 
 }  // namespace epk::daemon

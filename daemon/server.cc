@@ -42,6 +42,7 @@
 #include "daemon/registry.h"
 #include "daemon/lane_lock.h"
 #include "daemon/metrics.h"
+#include "daemon/periodic.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
 #include "shm/decode_status.h"
@@ -1308,52 +1309,24 @@ int run_daemon(const DaemonConfig& cfg) {
   } else {
     watchdog = *w;
   }
-  asio::steady_timer beat(io);
-  bool beating = notify_socket_set();
-  std::function<void()> next_beat = [&] {
-    beat.expires_after(status_period(watchdog));
-    beat.async_wait([&](boost::system::error_code ec) {
-      if (ec || !beating) return;
-      notify(std::string(watchdog ? "WATCHDOG=1\n" : "") + "STATUS=" + status_text(svc.stats()) + reload_note);
-      next_beat();
-    });
-  };
-  auto stop_beat = [&] {
-    beating = false;
-    beat.cancel();
-  };
-
-  // Prometheus metrics (daemon/metrics.h): the text rendered here once a second, scrapes served from it.
+  Periodic beat(io, status_period(watchdog), [&] {
+    notify(std::string(watchdog ? "WATCHDOG=1\n" : "") + "STATUS=" + status_text(svc.stats()) + reload_note);
+  });
+  // Prometheus metrics (daemon/metrics.h): rendered here once a second, scrapes served from that copy.
   std::unique_ptr<MetricsServer> metrics;
-  asio::steady_timer metrics_timer(io);
-  auto publish_metrics = [&] {
+  Periodic metrics_refresh(io, std::chrono::seconds(1), [&] {
     metrics->publish(metrics_text({svc.stats(), svc.models_info(), svc.decode_histogram(), EPK_VERSION}));
-  };
-  std::function<void()> next_metrics = [&] {
-    metrics_timer.expires_after(std::chrono::seconds(1));
-    metrics_timer.async_wait([&](boost::system::error_code ec) {
-      if (ec || !metrics) return;
-      publish_metrics();
-      next_metrics();
-    });
-  };
+  });
   if (!cfg.metrics_listen.empty()) {
-    auto m = parse_metrics_listen(cfg.metrics_listen);
-    if (m) {
-      auto server = MetricsServer::start(*m);
-      if (server) {
-        metrics = std::move(*server);
-        publish_metrics();
-        next_metrics();
-        spdlog::info("metrics on http://{}/metrics", metrics->where());
-      } else {
-        m = std::move(server).error();
-      }
-    }
+    auto m = start_metrics_server(cfg.metrics_listen);
     if (!m) {
       spdlog::critical("{}", m.error().to_string());
       return 1;
     }
+    metrics = std::move(*m);
+    metrics->publish(metrics_text({svc.stats(), svc.models_info(), svc.decode_histogram(), EPK_VERSION}));
+    metrics_refresh.start();
+    spdlog::info("metrics on http://{}/metrics", metrics->where());
   }
 
   asio::signal_set term(io, SIGTERM, SIGINT);
@@ -1378,8 +1351,8 @@ int run_daemon(const DaemonConfig& cfg) {
     svc.shutdown([&] {
       asio::post(io, [&] {
         drain_deadline.cancel();
-        stop_beat();
-        metrics_timer.cancel();
+        beat.stop();
+        metrics_refresh.stop();
         guards.clear();
       });
     });
@@ -1413,7 +1386,7 @@ int run_daemon(const DaemonConfig& cfg) {
   // SIGTERM is handled (a stop right after READY=1 still drains and exits 0).
   notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)\nMAINPID=" +
          std::to_string(::getpid()));
-  if (beating) next_beat();
+  if (notify_socket_set()) beat.start();
   asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { run_io(*contexts[i], spin_us); });

@@ -301,6 +301,16 @@ TEST(Config, MetricsListenFromFileThenFlag) {
   std::filesystem::remove(path);
 }
 
+TEST(Config, AnEmptyModelListIsNone) {
+  std::string path = write_temp("epkd_cfg_nomodels", "socket = \"/s\"\nbudget_mb = 8\nmodel = []\nsynthetic = []\n");
+  DaemonConfig cfg;
+  Status st = load_config_file(path, &cfg);
+  ASSERT_TRUE(st) << st.error().to_string();
+  EXPECT_TRUE(cfg.models.empty());
+  EXPECT_TRUE(cfg.synthetic.empty());
+  std::filesystem::remove(path);
+}
+
 TEST(Config, EveryProblemIsReportedInFileOrder) {
   std::string path = write_temp("epkd_cfg_many", "zz_last = 1\nsocket = \"/s\"\naa_first = 2\nbudget_mb = 0\n");
   DaemonConfig cfg;

@@ -7,13 +7,20 @@
 namespace epk::daemon {
 namespace {
 
+TEST(Metrics, HistogramBoundsAgreeInBothUnits) {
+  for (std::size_t i = 0; i < DurationHistogram::kBoundsNs.size(); ++i) {
+    EXPECT_DOUBLE_EQ(static_cast<double>(DurationHistogram::kBoundsNs[i]) * 1e-9, DurationHistogram::kBoundsSeconds[i])
+        << i;
+  }
+}
+
 TEST(Metrics, HistogramBucketsHoldValuesUpToTheirBound) {
   DurationHistogram h;
-  h.observe(0);          // <= 10 us
-  h.observe(10'000);     // exactly 10 us: still the first bucket (le)
-  h.observe(10'001);     // just above: the second
-  h.observe(1'000'000'000);      // exactly 1 s: the last finite bucket
-  h.observe(1'000'000'001);      // above 1 s: +Inf only
+  h.observe(0);              // <= 10 us
+  h.observe(10'000);         // exactly 10 us: still the first bucket (le)
+  h.observe(10'001);         // just above: the second
+  h.observe(1'000'000'000);  // exactly 1 s: the last finite bucket
+  h.observe(1'000'000'001);  // above 1 s: +Inf only
   EXPECT_EQ(h.counts[0], 2u);
   EXPECT_EQ(h.counts[1], 1u);
   EXPECT_EQ(h.counts[DurationHistogram::kBoundsSeconds.size() - 1], 1u);
