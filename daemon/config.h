@@ -8,9 +8,10 @@
 // max_pins_per_tensor = N,
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
 // own budget instead of budget_mb),
-// synthetic_delay_us = N, log_level = "info", spin_us = N,
+// synthetic_delay_us = N, log_level = "info", spin_us = N, metrics_listen = "127.0.0.1:9464" | "/run/epkd/metrics.sock",
 // [[domain]] name = "..." uids = [...] gids = [...] [budget_mb = N],
 // [[model]] name = "..." path = "FILE.epk" [uids = [...]] [gids = [...]], [[synthetic]] name = "..." spec = "...".
+// Any other key is refused with its line (the keys are one table in config.cc, config_keys()).
 #pragma once
 
 #include <cstdint>
@@ -97,6 +98,8 @@ struct DaemonConfig {
   // then run side by side. Off: every hit and release takes the lane lock exclusively.
   bool shared_hits = true;
   bool check_invariants = false;  // verify the whole cache after every change (tests); exit 3 if one broke
+  // Prometheus metrics endpoint (daemon/metrics.h): "127.0.0.1:PORT" or an absolute Unix socket path; empty: none.
+  std::string metrics_listen;
   std::string config_file;        // empty when none; SIGHUP re-reads the models from it
   std::vector<ModelSpec> models;
   std::vector<ModelSpec> synthetic;  // TEST MODELS: path holds a SyntheticSource spec
@@ -116,8 +119,15 @@ std::uint64_t budget_for_device(const DaemonConfig& cfg, int device);
 // Parses a device list "0,1" (--devices): distinct ids in [0, 64).
 Result<std::vector<int>> parse_device_list(const std::string& arg);
 
-// Reads a TOML config file into `cfg` (fields present in the file replace those in cfg).
+// Reads a TOML config file into `cfg` (fields present in the file replace those in cfg). Strict: a key epkd does not
+// know (top level, or inside a [[model]] / [[synthetic]] table), a value of the wrong type or out of range, and a
+// model name listed twice are refused with "FILE:LINE: ..." naming the key; every problem is reported (one line each,
+// in file order) and on any of them `cfg` is left as it was.
 Status load_config_file(const std::string& path, DaemonConfig* cfg);
+
+// `epkd --check-config FILE`: load_config_file into a default config, serving nothing. The summary line printed on
+// success ("FILE: ok: 2 model(s), ..."), or the problems.
+Result<std::string> check_config_file(const std::string& path);
 
 // Parses epkd's command line. nullopt when --help was printed (exit 0). Checks that a socket and a budget are set.
 Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv);

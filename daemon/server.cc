@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -43,6 +44,8 @@
 #include "daemon/registry.h"
 #include "daemon/lane_lock.h"
 #include "daemon/peer_access.h"
+#include "daemon/metrics.h"
+#include "daemon/periodic.h"
 #include "daemon/synthetic_source.h"
 #include "daemon/systemd.h"
 #include "shm/decode_status.h"
@@ -653,6 +656,13 @@ class Service {
   }
 
   void on_stats(Session& s, std::uint32_t req) {
+    std::vector<std::uint8_t> out;
+    shm::encode_stats_reply(req, stats(), &out);
+    s.send(out);
+  }
+
+  // Every pool's cache counters and the service's, as the stats message carries them (also systemd's STATUS=).
+  shm::StatsReply stats() {
     std::lock_guard<std::mutex> lock(mu_);
     shm::StatsReply r;
     for (const Lane& l : lanes_) {
@@ -684,19 +694,25 @@ class Service {
     r.prefetches_dropped = prefetches_dropped_;
     r.space_waits = space_waits_.load(std::memory_order_relaxed);
     r.space_wait_ns = space_wait_ns_.load(std::memory_order_relaxed);
-    std::vector<std::uint8_t> out;
-    shm::encode_stats_reply(req, r, &out);
-    s.send(out);
+    return r;
   }
 
   void on_models(Session& s, std::uint32_t req) {
+    std::vector<std::uint8_t> out;
+    shm::encode_models_reply(req, models_info(&s.peer()), &out);
+    s.send(out);
+  }
+
+  // Every model with its cached slots and bytes over the pools (a walk over each lane's slots under its lock).
+  // `peer`: only the models it may use (a client's models list: the others' names and occupancy are not its
+  // business); null: every model (metrics).
+  shm::ModelsReply models_info(const PeerCredentials* peer = nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     shm::ModelsReply r;
-    // Only the models this client may use: the others' names and occupancy are not its business.
     std::vector<std::int64_t> index(registry_.size(), -1);  // model id -> its entry in the reply
     for (std::uint32_t id = 0; id < registry_.size(); ++id) {
       const ModelEntry& e = *registry_.get(id);
-      if (!may_use(s, e)) continue;
+      if (peer != nullptr && !may_use(*peer, e)) continue;
       index[id] = static_cast<std::int64_t>(r.models.size());
       r.models.emplace_back();
       r.models.back().name = e.name;
@@ -713,14 +729,18 @@ class Service {
         if (slot.pin_total > 0) ++m.pinned_slots;
       });
     }
-    std::vector<std::uint8_t> out;
-    shm::encode_models_reply(req, r, &out);
-    s.send(out);
+    return r;
   }
 
-  static bool may_use(const Session& s, const ModelEntry& model) {
-    return model.access.open() || allows(model.access, s.peer());
+  DurationHistogram decode_histogram() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return decode_hist_;
   }
+
+  static bool may_use(const PeerCredentials& peer, const ModelEntry& model) {
+    return model.access.open() || allows(model.access, peer);
+  }
+  static bool may_use(const Session& s, const ModelEntry& model) { return may_use(s.peer(), model); }
   static void deny_model(Session& s, std::uint32_t req, const std::string& model) {
     spdlog::warn("client {} ({}): model '{}' refused by its uids/gids rule", s.id(), describe(s.peer()), model);
     send_error(s, req, shm::WireStatus::kDenied,
@@ -1008,6 +1028,7 @@ class Service {
     std::lock_guard<std::mutex> lock(mu_);
     ++decodes_;
     decode_ns_ += ns;
+    decode_hist_.observe(ns);
     auto it = inflight_.find(slot_id);
     if (it == inflight_.end()) return;
     InFlight f = std::move(it->second);
@@ -1092,6 +1113,7 @@ class Service {
   std::atomic<std::uint64_t> space_waits_{0}, space_wait_ns_{0};
   std::unique_ptr<std::atomic<std::uint32_t>[]> space_waiters_ =
       std::make_unique<std::atomic<std::uint32_t>[]>(shm::kMaxPools);
+  DurationHistogram decode_hist_;  // under mu_, with decodes_
   std::atomic<bool> shutting_down_{false};  // set under mu_; read by hits without it
   std::atomic<bool> invariant_broken_{false};
   shm::StatusTable status_;  // early replies' decode status (device lanes; invalid when replies wait for the decode)
@@ -1485,6 +1507,36 @@ int run_daemon(const DaemonConfig& cfg) {
     if (auto r = sd_notify_send(state); !r) spdlog::warn("sd_notify: {}", r.error().to_string());
   };
 
+  // systemd: STATUS= with the pools' occupancy every status_period, and WATCHDOG=1 with it when the unit has
+  // WatchdogSec=. Sent from the main io context, the loop that accepts clients, handles signals and takes decode
+  // completions: when it wedges the pings stop and systemd restarts epkd.
+  std::string reload_note;  // why the last SIGHUP was refused, kept in STATUS= until a reload succeeds
+  std::optional<std::chrono::microseconds> watchdog;
+  if (auto w = watchdog_timeout(); !w) {
+    spdlog::warn("watchdog off: {}", w.error().to_string());
+  } else {
+    watchdog = *w;
+  }
+  Periodic beat(io, status_period(watchdog), [&] {
+    notify(std::string(watchdog ? "WATCHDOG=1\n" : "") + "STATUS=" + status_text(svc.stats()) + reload_note);
+  });
+  // Prometheus metrics (daemon/metrics.h): rendered here once a second, scrapes served from that copy.
+  std::unique_ptr<MetricsServer> metrics;
+  Periodic metrics_refresh(io, std::chrono::seconds(1), [&] {
+    metrics->publish(metrics_text({svc.stats(), svc.models_info(), svc.decode_histogram(), EPK_VERSION}));
+  });
+  if (!cfg.metrics_listen.empty()) {
+    auto m = start_metrics_server(cfg.metrics_listen);
+    if (!m) {
+      spdlog::critical("{}", m.error().to_string());
+      return 1;
+    }
+    metrics = std::move(*m);
+    metrics->publish(metrics_text({svc.stats(), svc.models_info(), svc.decode_histogram(), EPK_VERSION}));
+    metrics_refresh.start();
+    spdlog::info("metrics on http://{}/metrics", metrics->where());
+  }
+
   asio::signal_set term(io, SIGTERM, SIGINT);
   asio::signal_set hup(io, SIGHUP);
   asio::steady_timer drain_deadline(io);
@@ -1507,6 +1559,8 @@ int run_daemon(const DaemonConfig& cfg) {
     svc.shutdown([&] {
       asio::post(io, [&] {
         drain_deadline.cancel();
+        beat.stop();
+        metrics_refresh.stop();
         guards.clear();
       });
     });
@@ -1520,18 +1574,25 @@ int run_daemon(const DaemonConfig& cfg) {
       if (cfg.config_file.empty()) {
         spdlog::info("SIGHUP: no config file to reload");
       } else {
+        // Read and open on the reload thread; the outcome is published on the main context, which owns reload_note.
         asio::post(admin, [&] {
           notify("RELOADING=1");
           DaemonConfig fresh = cfg;
           fresh.models.clear();
           fresh.synthetic.clear();
+          // A refused file changes nothing: the models and settings in force stay, and systemctl status says why.
+          std::string note;
           if (Status st = load_config_file(cfg.config_file, &fresh); !st) {
-            spdlog::error("SIGHUP: {}", st.error().to_string());
+            spdlog::error("SIGHUP: config refused, the previous one stays in force: {}", st.error().to_string());
+            note = "; reload refused: " + st.error().message.substr(0, st.error().message.find('\n'));
           } else {
             std::size_t added = svc.open_models(fresh);
             spdlog::info("SIGHUP: {} model(s) added; models already open are kept as they are", added);
           }
-          notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)");
+          asio::post(io, [&, note] {
+            reload_note = note;
+            notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)" + reload_note);
+          });
         });
       }
       wait_hup();
@@ -1542,6 +1603,7 @@ int run_daemon(const DaemonConfig& cfg) {
   // SIGTERM is handled (a stop right after READY=1 still drains and exits 0).
   notify("READY=1\nSTATUS=serving " + std::to_string(svc.model_count()) + " model(s)\nMAINPID=" +
          std::to_string(::getpid()));
+  if (notify_socket_set()) beat.start();
   asio::co_spawn(io, accept_loop(acceptor, svc, contexts), asio::detached);
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&, i] { run_io(*contexts[i], spin_us); });

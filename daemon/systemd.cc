@@ -5,9 +5,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -53,6 +55,67 @@ Result<bool> sd_notify_send(std::string_view state) {
     return make_error(ErrorCode::kIo, "NOTIFY_SOCKET '" + path + "': short datagram");
   }
   return true;
+}
+
+bool notify_socket_set() {
+  const char* env = std::getenv("NOTIFY_SOCKET");
+  return env != nullptr && env[0] != '\0';
+}
+
+Result<std::optional<std::chrono::microseconds>> watchdog_timeout() {
+  const char* usec_env = std::getenv("WATCHDOG_USEC");
+  if (usec_env == nullptr) return std::optional<std::chrono::microseconds>();
+  if (const char* pid_env = std::getenv("WATCHDOG_PID")) {
+    auto pid = parse_long(pid_env);
+    if (!pid || *pid <= 0) {
+      return make_error(ErrorCode::kInvalidArgument, std::string("WATCHDOG_PID='") + pid_env + "' is not a pid");
+    }
+    if (*pid != static_cast<long>(::getpid())) return std::optional<std::chrono::microseconds>();
+  }
+  auto usec = parse_long(usec_env);
+  if (!usec || *usec <= 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      std::string("WATCHDOG_USEC='") + usec_env + "' is not a positive number of microseconds");
+  }
+  return std::optional<std::chrono::microseconds>(std::chrono::microseconds(*usec));
+}
+
+std::chrono::microseconds status_period(std::optional<std::chrono::microseconds> watchdog) {
+  std::chrono::microseconds p = kStatusPeriod;
+  if (watchdog) p = std::min<std::chrono::microseconds>(p, *watchdog / 2);
+  return std::max<std::chrono::microseconds>(p, std::chrono::milliseconds(1));
+}
+
+namespace {
+std::string size_text(std::uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  std::size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+}  // namespace
+
+std::string status_text(const shm::StatsReply& s) {
+  std::string t = "serving " + std::to_string(s.models) + " model(s), " + std::to_string(s.clients) + " client(s)";
+  for (const shm::PoolStats& p : s.pools) {
+    char pct[16];
+    std::snprintf(pct, sizeof pct, "%.1f%%",
+                  p.budget_bytes != 0 ? 100.0 * static_cast<double>(p.used_bytes) / static_cast<double>(p.budget_bytes)
+                                      : 0.0);
+    t += "; pool " + std::to_string(p.pool_id) +
+         (p.device >= 0 ? " device " + std::to_string(p.device) : std::string(" host")) + ": " +
+         size_text(p.used_bytes) + " of " + size_text(p.budget_bytes) + " (" + pct + "), " +
+         size_text(p.pinned_bytes) + " pinned, " + std::to_string(p.slots) + " slot(s), " + std::to_string(p.hits) +
+         " hit(s), " + std::to_string(p.misses) + " miss(es)";
+  }
+  return t;
 }
 
 Result<std::optional<shm::UniqueFd>> systemd_listen_fd() {

@@ -11,6 +11,7 @@ PACKAGES=(
   libboost-dev libspdlog-dev libfmt-dev liburing-dev libxxhash-dev
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsystemd-dev
   libgtest-dev libgmock-dev
+  systemd tmux   # the service tests: systemd-analyze verify, systemd-socket-activate; epk top under tmux
 )
 
 missing=()
@@ -21,6 +22,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python packages for the tests, from PyPI into .venv: prometheus_client's parser reads epkd's metrics.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if ! "$root/.venv/bin/python3" -c "import prometheus_client" >/dev/null 2>&1; then
+  echo "setup: installing prometheus_client into .venv"
+  python3 -m venv "$root/.venv"
+  "$root/.venv/bin/pip" install -q prometheus_client
 fi
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

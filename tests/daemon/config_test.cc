@@ -266,5 +266,135 @@ TEST(Config, BadInputIsRefusedWithTheField) {
   EXPECT_FALSE(parse({"--config", "/nonexistent/epkd.toml"}));
 }
 
+
+// Refused keys and values: the message names the file, the line and the key, and the config is left untouched.
+struct Refusal {
+  const char* name;
+  const char* text;      // the file; line 1 is "socket = ..."
+  const char* expected;  // in the message, after "FILE:"
+};
+
+class ConfigRefuses : public testing::TestWithParam<Refusal> {};
+
+TEST_P(ConfigRefuses, NamingTheKeyAndItsLine) {
+  const Refusal& r = GetParam();
+  std::string path = write_temp(std::string("epkd_refuse_") + r.name, r.text);
+  DaemonConfig cfg;
+  cfg.budget_bytes = 7;
+  cfg.models.push_back({"kept", "kept.epk"});
+  Status st = load_config_file(path, &cfg);
+  ASSERT_FALSE(st) << r.text;
+  EXPECT_NE(st.error().message.find(path + ":" + r.expected), std::string::npos) << st.error().message;
+  EXPECT_EQ(st.error().code, ErrorCode::kBadInput);
+  EXPECT_EQ(cfg.budget_bytes, 7u);  // nothing applied, not even the good keys before the bad one
+  ASSERT_EQ(cfg.models.size(), 1u);
+  EXPECT_EQ(cfg.models[0].name, "kept");
+  // At start too: epkd --config FILE refuses it.
+  auto c = parse({"--config", path});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find(path + ":" + r.expected), std::string::npos) << c.error().message;
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConfigRefuses,
+    testing::Values(
+        Refusal{"typo", "socket = \"/s\"\nbudget_mb = 8\nbudgte_mb = 16\n",
+                "3: unknown key 'budgte_mb' (did you mean 'budget_mb'?)"},
+        Refusal{"far_typo", "socket = \"/s\"\nbudget_mb = 8\n\nwhatever = 1\n", "4: unknown key 'whatever'"},
+        Refusal{"unknown_table", "socket = \"/s\"\nbudget_mb = 8\n[cache]\nsize = 3\n", "3: unknown key 'cache'"},
+        Refusal{"model_key", "socket = \"/s\"\nbudget_mb = 8\n[[model]]\nname = \"a\"\npth = \"/a.epk\"\n",
+                "5: unknown key 'pth' in [[model]] (did you mean 'path'?)"},
+        Refusal{"model_missing", "socket = \"/s\"\nbudget_mb = 8\n[[model]]\nname = \"a\"\n",
+                "3: '[[model]]' needs string fields 'name' (not empty) and 'path'"},
+        Refusal{"synthetic_key", "socket = \"/s\"\nbudget_mb = 8\n[[synthetic]]\nname = \"t\"\nspec = \"4x4\"\n"
+                "delay = 3\n", "6: unknown key 'delay' in [[synthetic]]"},
+        Refusal{"model_twice", "socket = \"/s\"\n[[model]]\nname = \"a\"\npath = \"/a\"\n[[model]]\nname = \"a\"\n"
+                "path = \"/b\"\n", "5: '[[model]]' name 'a' is listed twice (first at line 2)"},
+        Refusal{"model_not_tables", "socket = \"/s\"\nmodel = [\"a\"]\n", "2: 'model' must be an array of tables"},
+        Refusal{"int_as_string", "socket = \"/s\"\nbudget_mb = \"8\"\n", "2: 'budget_mb' must be an integer in [1, "},
+        Refusal{"int_as_float", "socket = \"/s\"\nthreads = 2.0\n", "2: 'threads' must be an integer in [0, 1024]"},
+        Refusal{"string_as_int", "socket = 5\n", "1: 'socket' must be a string"},
+        Refusal{"bool_as_int", "socket = \"/s\"\n\ncpu = 1\n", "3: 'cpu' must be true or false"},
+        Refusal{"mode_not_octal", "socket = \"/s\"\nsocket_mode = \"0698\"\n", "2: 'socket_mode' must be an octal"},
+        Refusal{"mode_too_big", "socket = \"/s\"\nsocket_mode = \"7777\"\n", "2: 'socket_mode' must be an octal"},
+        Refusal{"log_level", "socket = \"/s\"\nlog_level = \"verbose\"\n", "2: 'log_level' must be one of"},
+        Refusal{"device_key", "socket = \"/s\"\ndevice_budget_mb = { \"x\" = 4 }\n",
+                "2: 'device_budget_mb' key 'x' is not a device number"},
+        Refusal{"metrics_host", "socket = \"/s\"\nmetrics_listen = \"0.0.0.0:9464\"\n",
+                "2: 'metrics_listen' must be 127.0.0.1:PORT or an absolute socket path"},
+        Refusal{"syntax", "socket = \"/s\"\nbudget_mb = \n", "2: "}),
+    [](const testing::TestParamInfo<Refusal>& i) { return std::string(i.param.name); });
+
+TEST(Config, MetricsListenFromFileThenFlag) {
+  std::string path =
+      write_temp("epkd_cfg_metrics", "socket = \"/s\"\nbudget_mb = 8\nmetrics_listen = \"127.0.0.1:9464\"\n");
+  auto c = parse({"--config", path});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->metrics_listen, "127.0.0.1:9464");
+  c = parse({"--config", path, "--metrics-listen", "/run/m.sock"});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ((*c)->metrics_listen, "/run/m.sock");
+  EXPECT_FALSE(parse({"--config", path, "--metrics-listen", "example.com:80"}));
+  auto none = parse({"--socket", "/s", "--budget-mb", "4"});
+  ASSERT_TRUE(none) << none.error().to_string();
+  EXPECT_TRUE((*none)->metrics_listen.empty());  // off unless asked
+  std::filesystem::remove(path);
+}
+
+TEST(Config, AnEmptyModelListIsNone) {
+  std::string path = write_temp("epkd_cfg_nomodels", "socket = \"/s\"\nbudget_mb = 8\nmodel = []\nsynthetic = []\n");
+  DaemonConfig cfg;
+  Status st = load_config_file(path, &cfg);
+  ASSERT_TRUE(st) << st.error().to_string();
+  EXPECT_TRUE(cfg.models.empty());
+  EXPECT_TRUE(cfg.synthetic.empty());
+  std::filesystem::remove(path);
+}
+
+TEST(Config, EveryProblemIsReportedInFileOrder) {
+  std::string path = write_temp("epkd_cfg_many", "zz_last = 1\nsocket = \"/s\"\naa_first = 2\nbudget_mb = 0\n");
+  DaemonConfig cfg;
+  Status st = load_config_file(path, &cfg);
+  ASSERT_FALSE(st);
+  const std::string& m = st.error().message;
+  const auto a = m.find(path + ":1: unknown key 'zz_last'");
+  const auto b = m.find(path + ":3: unknown key 'aa_first'");
+  const auto c = m.find(path + ":4: 'budget_mb' must be an integer");
+  ASSERT_NE(a, std::string::npos) << m;
+  ASSERT_NE(b, std::string::npos) << m;
+  ASSERT_NE(c, std::string::npos) << m;
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  std::filesystem::remove(path);
+}
+
+TEST(Config, EveryKeyOfTheShippedFilesIsKnown) {
+  // The example and the systemd config list (or comment) the keys; both must load as they are shipped.
+  for (const char* f : {"/daemon/epkd.example.toml", "/systemd/epkd.toml"}) {
+    DaemonConfig cfg;
+    Status st = load_config_file(std::string(EPK_SOURCE_DIR) + f, &cfg);
+    EXPECT_TRUE(st) << f << ": " << st.error().to_string();
+    EXPECT_NE(cfg.budget_bytes, 0u) << f;
+  }
+}
+
+TEST(Config, CheckConfigSummarisesAGoodFile) {
+  std::string path = write_temp("epkd_cfg_check", "socket = \"/s\"\nbudget_mb = 8\n[[model]]\nname = \"a\"\n"
+                                                  "path = \"/a.epk\"\n");
+  auto r = check_config_file(path);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(*r, path + ": ok: 1 model(s), 0 synthetic, budget 8 MiB per pool, socket /s");
+  std::string bad = write_temp("epkd_cfg_check_bad", "socket = \"/s\"\nbudgte_mb = 8\n");
+  auto e = check_config_file(bad);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find(bad + ":2: unknown key 'budgte_mb'"), std::string::npos) << e.error().message;
+  // Flags may not ride along: --check-config validates the file alone.
+  EXPECT_FALSE(parse({"--check-config", path, "--cpu"}));
+  EXPECT_FALSE(parse({"--socket", "/s", "--budget-mb", "4", "--log-level", "loud"}));
+  std::filesystem::remove(path);
+  std::filesystem::remove(bad);
+}
+
 }  // namespace
 }  // namespace epk::daemon

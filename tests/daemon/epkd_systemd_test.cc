@@ -6,13 +6,19 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <tuple>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/client.h"
@@ -274,6 +280,245 @@ TEST_F(EpkdSystemd, ReloadSendsReloadingThenReadyWithTheNewModelOpen) {
   c->disconnect();
   EXPECT_EQ(terminate(), 0);
   EXPECT_NE(log_text().find("none.epk"), std::string::npos);
+}
+
+
+TEST_F(EpkdSystemd, AReloadWithAnUnknownKeyIsRefusedAndTheConfigInForceKeepsServing) {
+  FakeNotifySocket notify((dir_ / "notify").string());
+  std::string sock = (dir_ / "epkd.sock").string();
+  std::string cfg = (dir_ / "epkd.toml").string();
+  const std::string head = "socket = \"" + sock + "\"\nbudget_mb = 1\ncpu = true\n";
+  const std::string good = head + "[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
+  std::ofstream(cfg) << good;
+  pid_ = spawn_epkd({"--config", cfg}, {"NOTIFY_SOCKET=" + notify.name()}, -1, 0, log_);
+  ASSERT_NE(notify.next(10000).find("READY=1"), std::string::npos);
+  auto c = Client::connect(sock, 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto held = c->acquire("m", "t0", shm::Layout::kStored);  // a lease held across both reloads
+  ASSERT_TRUE(held) << held.error().to_string();
+  // Line 4 has the typo; the new model listed after it must not be opened either.
+  std::ofstream(cfg) << head << "budgte_mb = 4\n" << good.substr(head.size())
+                     << "[[synthetic]]\nname = \"n\"\nspec = \"t1:4x4\"\n";
+  ::kill(pid_, SIGHUP);
+  EXPECT_NE(notify.next(5000).find("RELOADING=1"), std::string::npos);
+  std::string ready = notify.next(5000);
+  EXPECT_NE(ready.find("READY=1"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("serving 1 model(s); reload refused: " + cfg + ":4: unknown key 'budgte_mb'"),
+            std::string::npos)
+      << ready;
+  EXPECT_NE(log_text().find(cfg + ":4: unknown key 'budgte_mb' (did you mean 'budget_mb'?)"), std::string::npos)
+      << log_text();
+  auto missing = c->acquire("n", "t1", shm::Layout::kStored);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound) << missing.error().to_string();
+  auto again = c->acquire("m", "t0", shm::Layout::kStored);  // still served, still the same slot
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(again->data, held->data);
+  EXPECT_TRUE(c->release(again->handle));
+  // Fixed: the next reload opens the new model.
+  std::ofstream(cfg) << good << "[[synthetic]]\nname = \"n\"\nspec = \"t1:4x4\"\n";
+  ::kill(pid_, SIGHUP);
+  EXPECT_NE(notify.next(5000).find("RELOADING=1"), std::string::npos);
+  ready = notify.next(5000);
+  EXPECT_NE(ready.find("serving 2 model(s)"), std::string::npos) << ready;
+  EXPECT_EQ(ready.find("refused"), std::string::npos) << ready;
+  auto added = c->acquire("n", "t1", shm::Layout::kStored);
+  ASSERT_TRUE(added) << added.error().to_string();
+  EXPECT_TRUE(c->release(added->handle));
+  EXPECT_TRUE(c->release(held->handle));
+  c->disconnect();
+  EXPECT_EQ(terminate(), 0);
+}
+
+TEST_F(EpkdSystemd, AnUnknownKeyIsRefusedAtStartAndByCheckConfig) {
+  std::string cfg = (dir_ / "epkd.toml").string();
+  std::ofstream(cfg) << "socket = \"" << (dir_ / "epkd.sock").string() << "\"\nbudget_mb = 1\n\n[[synthetic]]\n"
+                     << "name = \"m\"\nspce = \"t0:8x8\"\n";
+  pid_ = spawn_epkd({"--config", cfg}, {}, -1, 0, log_);
+  EXPECT_EQ(wait_exit(pid_, 5000), 2);
+  pid_ = -1;
+  const std::string expected = cfg + ":6: unknown key 'spce' in [[synthetic]] (did you mean 'spec'?)";
+  EXPECT_NE(log_text().find(expected), std::string::npos) << log_text();
+  // --check-config: the same message and exit 1; nothing listens.
+  std::string out = (dir_ / "check.out").string();
+  auto check = [&](const std::string& file) {
+    test_harness::Child ch = test_harness::spawn({EPKD_PATH, "--check-config", file}, true, log_);
+    std::string line = test_harness::read_line(ch.out, 5000);
+    ::close(ch.out);
+    return std::make_pair(wait_exit(ch.pid, 5000), line);
+  };
+  auto [rc, line] = check(cfg);
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(line, "");
+  EXPECT_NE(log_text().rfind(expected), log_text().find(expected)) << log_text();  // printed a second time
+  EXPECT_FALSE(fs::exists(dir_ / "epkd.sock"));
+  std::ofstream(cfg) << "socket = \"/run/x.sock\"\nbudget_mb = 1\n[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
+  std::tie(rc, line) = check(cfg);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(line, cfg + ": ok: 0 model(s), 1 synthetic, budget 1 MiB per pool, socket /run/x.sock");
+  std::tie(rc, line) = check(std::string(EPK_SOURCE_DIR) + "/systemd/epkd.toml");  // the shipped file
+  EXPECT_EQ(rc, 0) << log_text();
+  EXPECT_NE(line.find(": ok: 2 model(s)"), std::string::npos) << line;
+}
+
+
+TEST_F(EpkdSystemd, WatchdogPingsAtHalfItsTimeoutWithTheOccupancyInStatus) {
+  FakeNotifySocket notify((dir_ / "notify").string());
+  std::string sock = (dir_ / "epkd.sock").string();
+  std::vector<std::string> args = kServe;
+  args.insert(args.end(), {"--socket", sock});
+  pid_ = spawn_epkd(args, {"NOTIFY_SOCKET=" + notify.name(), "WATCHDOG_USEC=200000"}, -1, 0, log_);
+  ASSERT_NE(notify.next(10000).find("READY=1"), std::string::npos);
+  auto c = Client::connect(sock, 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto t = c->acquire("m", "t0", shm::Layout::kStored);  // 16x16 fp32, held: 1 KiB used and pinned
+  ASSERT_TRUE(t) << t.error().to_string();
+  // Every 100 ms; over a second at least 5 even on a loaded machine, and never more often than asked.
+  int pings = 0;
+  std::string last;
+  const auto end = test_harness::Clock::now() + std::chrono::seconds(1);
+  while (test_harness::Clock::now() < end) {
+    std::string d = notify.next(50);
+    if (d.find("WATCHDOG=1") != std::string::npos) {
+      ++pings;
+      last = d;
+    }
+  }
+  EXPECT_GE(pings, 5);
+  EXPECT_LE(pings, 11);
+  EXPECT_NE(last.find("STATUS=serving 1 model(s), 1 client(s); pool 0 host: 1.0 KiB of 1.0 MiB (0.1%), 1.0 KiB pinned, "
+                      "1 slot(s), 0 hit(s), 1 miss(es)"),
+            std::string::npos)
+      << last;
+  EXPECT_TRUE(c->release(t->handle));
+  c->disconnect();
+  ::kill(pid_, SIGTERM);
+  bool stopping = false;
+  for (int i = 0; i < 100 && !stopping; ++i) stopping = notify.next(100).find("STOPPING=1") != std::string::npos;
+  EXPECT_TRUE(stopping);
+  EXPECT_EQ(wait_exit(pid_, 5000), 0);
+  pid_ = -1;
+}
+
+TEST_F(EpkdSystemd, AWatchdogMeantForAnotherProcessIsNotPinged) {
+  FakeNotifySocket notify((dir_ / "notify").string());
+  std::vector<std::string> args = kServe;
+  args.insert(args.end(), {"--socket", (dir_ / "epkd.sock").string()});
+  pid_ = spawn_epkd(args, {"NOTIFY_SOCKET=" + notify.name(), "WATCHDOG_USEC=200000", "WATCHDOG_PID=1"}, -1, 0, log_);
+  ASSERT_NE(notify.next(10000).find("READY=1"), std::string::npos);
+  EXPECT_EQ(notify.next(700), "");  // no WATCHDOG=1, and STATUS= only every 5 s
+  EXPECT_EQ(terminate(), 0);
+}
+
+// A program on PATH, or "" when it is not installed.
+std::string find_program(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  for (std::size_t pos = 0; pos <= dirs.size();) {
+    std::size_t colon = std::min(dirs.find(':', pos), dirs.size());
+    fs::path p = fs::path(dirs.substr(pos, colon - pos)) / name;
+    if (::access(p.c_str(), X_OK) == 0) return p.string();
+    pos = colon + 1;
+  }
+  return "";
+}
+
+// Runs a shell command line; its exit code and its stdout and stderr together.
+std::pair<int, std::string> run_shell(const std::string& cmd) {
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (f == nullptr) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int st = ::pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// systemd-analyze verify reads the units as systemd would (directives, values, dependencies, that each command
+// exists). The units name their installed paths (/usr/local/bin/epkd, the MPS control binary): copies pointing at
+// the built epkd and /bin/true stand in, every other line as shipped. It exits 0 after mere warnings, so any output
+// fails the test too.
+TEST_F(EpkdSystemd, UnitFilesPassSystemdAnalyzeVerify) {
+  const std::string analyze = find_program("systemd-analyze");
+  if (analyze.empty()) GTEST_SKIP() << "systemd-analyze is not installed (Debian: apt-get install systemd)";
+  const fs::path units = dir_ / "units";
+  fs::create_directories(units);
+  std::vector<std::string> files;
+  for (const char* name : {"epkd.socket", "epkd.service", "nvidia-mps.service"}) {
+    std::ifstream in(std::string(EPK_SOURCE_DIR) + "/systemd/" + name);
+    ASSERT_TRUE(in) << name;
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (auto [from, to] : {std::pair<std::string, std::string>{"/usr/local/bin/epkd", EPKD_PATH},
+                            {"/usr/bin/nvidia-cuda-mps-control", "/bin/true"}}) {
+      for (std::size_t p; (p = text.find(from)) != std::string::npos;) text.replace(p, from.size(), to);
+    }
+    files.push_back((units / name).string());
+    std::ofstream(files.back()) << text;
+  }
+  std::string cmd = analyze + " verify";
+  for (const auto& f : files) cmd += " '" + f + "'";
+  auto [rc, out] = run_shell(cmd);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "");
+  // The check itself catches a bad directive value (a test that cannot fail proves nothing).
+  std::ofstream(files[1], std::ios::app) << "[Service]\nWatchdogSec=thirty\n";
+  std::tie(rc, out) = run_shell(cmd);
+  EXPECT_NE(out.find("thirty"), std::string::npos) << out;
+}
+
+// Socket activation by systemd's own tool (Debian's systemd package): systemd-socket-activate listens, and on the
+// first connection execs the command with the socket as fd 3. A gate (a FIFO the command reads before it execs epkd)
+// holds epkd back while clients connect: they queue on the socket before any epkd exists and are served once it runs.
+TEST_F(EpkdSystemd, SystemdSocketActivateQueuesClientsUntilEpkdStarts) {
+  const std::string activate = find_program("systemd-socket-activate");
+  if (activate.empty()) GTEST_SKIP() << "systemd-socket-activate is not installed (Debian: apt-get install systemd)";
+  FakeNotifySocket notify((dir_ / "notify").string());
+  const std::string sock = (dir_ / "activated.sock").string();
+  const std::string gate = (dir_ / "gate").string();
+  ASSERT_EQ(::mkfifo(gate.c_str(), 0600), 0);
+  std::string exec_epkd = "read go < '" + gate + "' && exec '" + std::string(EPKD_PATH) + "'";
+  for (const auto& a : kServe) exec_epkd += " '" + a + "'";
+  test_harness::Child ch = test_harness::spawn(
+      {activate, "-l", sock, "-E", "NOTIFY_SOCKET=" + notify.name(), "/bin/sh", "-c", exec_epkd}, false, log_);
+  pid_ = ch.pid;
+  auto deadline = test_harness::Clock::now() + std::chrono::seconds(10);
+  while (!fs::exists(sock) && test_harness::Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(sock)) << log_text();
+  auto exe = [&] {
+    std::error_code ec;
+    return fs::read_symlink("/proc/" + std::to_string(pid_) + "/exe", ec).string();
+  };
+  const std::string epkd_exe = fs::canonical(EPKD_PATH).string();
+  EXPECT_NE(exe(), epkd_exe);
+  constexpr int kClients = 3;
+  std::atomic<int> served{0}, done{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      auto c = Client::connect(sock, 20000);
+      if (c) {
+        auto t = c->acquire("m", "t0", shm::Layout::kDenseBF16);
+        if (t && t->bytes == 16u * 16 * 2 && c->release(t->handle)) ++served;
+      }
+      ++done;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(done.load(), 0);     // connected and waiting: nobody accepts yet
+  EXPECT_NE(exe(), epkd_exe);    // and epkd does not exist
+  EXPECT_EQ(notify.next(0), "");  // nor has anything reported ready
+  {
+    std::ofstream(gate) << "go\n";  // the command execs epkd, which takes fd 3 from systemd-socket-activate
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(served.load(), kClients) << log_text();
+  EXPECT_EQ(exe(), epkd_exe);  // the activated process became epkd: LISTEN_PID named it
+  EXPECT_NE(notify.next(5000).find("READY=1"), std::string::npos);
+  EXPECT_EQ(terminate(), 0);
+  EXPECT_NE(log_text().find("listening on the socket systemd passed"), std::string::npos) << log_text();
 }
 
 }  // namespace

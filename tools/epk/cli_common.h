@@ -41,6 +41,7 @@ void add_import_entropack_command(CLI::App& app, int* exit_code);
 void add_export_entropack_command(CLI::App& app, int* exit_code);
 void add_get_command(CLI::App& app, int* exit_code);
 void add_status_command(CLI::App& app, int* exit_code);
+void add_top_command(CLI::App& app, int* exit_code);
 void add_import_command(CLI::App& app, int* exit_code);
 void add_convert_command(CLI::App& app, int* exit_code);
 

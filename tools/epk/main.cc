@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   epk::cli::add_export_entropack_command(app, &exit_code);
   epk::cli::add_get_command(app, &exit_code);
   epk::cli::add_status_command(app, &exit_code);
+  epk::cli::add_top_command(app, &exit_code);
   epk::cli::add_import_command(app, &exit_code);
   epk::cli::add_convert_command(app, &exit_code);
   try {
