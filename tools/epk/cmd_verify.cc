@@ -1,6 +1,7 @@
 // epk verify IN.epk [--against SRC] [--json] [--device cpu|cuda]: every buffer checksum, every tile of every
-// lattice-rans tensor decoded (corrupt tiles named with tensor and tile), and with --against the stored rate and the
-// relative L2 error of each tensor against the source checkpoint. Exit 1 when anything is wrong.
+// lattice-rans tensor decoded (corrupt tiles named with tensor and tile), every intq tensor dequantized, and with
+// --against the stored rate and the relative L2 error of each tensor against the source checkpoint. Exit 1 when
+// anything is wrong.
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -116,12 +117,14 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
         check_stream(*stored, where, device, threads, rep, src ? &decoded : nullptr);
         have_decoded = src && !decoded.empty();
       }
-    } else if (src) {
+    } else if (src || t.encoding != container::Encoding::kRaw) {
+      // Every tensor that is not stored as plain bytes is decoded, source or not: a tensor reported ok must be one
+      // that decompress, convert and epkd can read.
       auto d = decode::decode_tensor_f32(reader, t);
       if (d) {
         decoded = std::move(*d);
-        have_decoded = true;
-      } else if (src->dtype == t.dtype && t.buffers.size() == 1) {
+        have_decoded = src != nullptr;
+      } else if (src && t.encoding == container::Encoding::kRaw && src->dtype == t.dtype && t.buffers.size() == 1) {
         // A raw tensor of a non-float dtype: compared byte for byte.
         auto bytes = reader.buffer(t, 0);
         const bool same = bytes.size() == src->data.size() && std::equal(bytes.begin(), bytes.end(), src->data.begin());
