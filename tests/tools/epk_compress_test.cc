@@ -150,7 +150,7 @@ TEST_F(EpkCompress, RdoStreamsVerifyAndLowerTheError) {
   EXPECT_LT(sq[1], sq[0]);
 }
 
-TEST_F(EpkCompress, DecompressDtypeAppliesToEncodedTensorsOnly) {
+TEST_F(EpkCompress, DecompressDtypeAppliesToEveryFloatTensor) {
   const std::string e = path("m.epk");
   ASSERT_EQ(epk("compress " + model() + " -o " + e + " --bpp 3").status, 0);
   auto r = epk("decompress " + e + " -o " + path("f32.safetensors") + " --dtype fp32 --device cpu");
@@ -162,7 +162,60 @@ TEST_F(EpkCompress, DecompressDtypeAppliesToEncodedTensorsOnly) {
   EXPECT_EQ(q->dtype, epk::DType::kF32);
   auto norm = back->find("model.norm.weight");
   ASSERT_NE(norm, nullptr);
-  EXPECT_EQ(norm->dtype, epk::DType::kBF16);  // raw tensors pass through
+  EXPECT_EQ(norm->dtype, epk::DType::kF32);  // raw floating-point tensors too (exact: bf16 -> f32)
+  auto src = epk::safetensors::Checkpoint::open(model());
+  ASSERT_TRUE(src);
+  const auto* norm_src = src->find("model.norm.weight");
+  ASSERT_NE(norm_src, nullptr);
+  ASSERT_EQ(norm->data.size(), 2 * norm_src->data.size());
+  for (std::size_t i = 0; i < norm_src->data.size() / 2; ++i) {
+    std::uint32_t f = 0;
+    std::memcpy(&f, norm->data.data() + 4 * i, 4);
+    const std::uint16_t b = std::uint16_t(norm_src->data[2 * i] | (norm_src->data[2 * i + 1] << 8));
+    ASSERT_EQ(f, std::uint32_t(b) << 16) << i;
+  }
+  // Without --dtype every tensor keeps its source dtype.
+  ASSERT_EQ(epk("decompress " + e + " -o " + path("same.safetensors") + " --device cpu").status, 0);
+  auto same = epk::safetensors::File::open(path("same.safetensors"));
+  ASSERT_TRUE(same);
+  EXPECT_EQ(same->find("model.norm.weight")->dtype, epk::DType::kBF16);
+  EXPECT_EQ(same->find("model.layers.1.self_attn.q_proj.weight")->dtype, epk::DType::kBF16);
+}
+
+// Decompress (and unpack) write the source's __metadata__ back (transformers refuses a file whose "format" is missing) and keeps
+// epk's own keys under "epk.".
+TEST_F(EpkCompress, DecompressKeepsTheSourceMetadata) {
+  const std::string src = path("meta.safetensors");
+  {
+    std::vector<std::uint16_t> w(64 * 256);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = std::uint16_t(0x3C00 + (i * 2654435761u) % 0x400);  // f16
+    std::vector<std::uint8_t> bytes(w.size() * 2);
+    std::memcpy(bytes.data(), w.data(), bytes.size());
+    std::vector<epk::safetensors::TensorSpec> decl{{"layer.weight", epk::DType::kF16, {64, 256}}};
+    auto wr = epk::safetensors::Writer::create(src, decl, {{"format", "pt"}, {"note", "keep \"this\" \u00e9"}});
+    ASSERT_TRUE(wr) << wr.error().message;
+    ASSERT_TRUE(wr->write("layer.weight", bytes));
+    ASSERT_TRUE(wr->finish());
+  }
+  for (const char* cmd : {"compress", "pack", "pack+unpack"}) {
+    const std::string c = cmd;
+    const std::string e = path(c + ".epk"), out = path(c + ".out.safetensors");
+    ASSERT_EQ(epk((c == "compress" ? "compress " : "pack ") + src + " -o " + e + (c == "compress" ? " --bpp 4" : ""))
+                  .status,
+              0);
+    auto r = epk((c == "pack+unpack" ? "unpack " : "decompress --device cpu ") + e + " -o " + out);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto a = epk::safetensors::File::open(src), b = epk::safetensors::File::open(out);
+    ASSERT_TRUE(a && b);
+    for (const auto& [k, v] : a->metadata()) {
+      auto it = b->metadata().find(k);
+      ASSERT_NE(it, b->metadata().end()) << cmd << " " << k;
+      EXPECT_EQ(it->second, v) << cmd << " " << k;  // byte for byte
+    }
+    EXPECT_EQ(b->metadata().at("epk.source"), src) << cmd;
+    EXPECT_EQ(b->metadata().count("epk_source"), 0u) << cmd;
+    EXPECT_EQ(b->metadata().size(), a->metadata().size() + 2) << cmd;  // epk.source, epk.tool
+  }
 }
 
 // Gaussian bf16 tensors (sigma 0.02, seeded by name) written as one safetensors file, in name order.

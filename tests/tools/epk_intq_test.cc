@@ -63,7 +63,15 @@ TEST(EpkIntqCli, ImportPrintsEffectiveBitsAndInspectShowsThem) {
     EXPECT_EQ(t["intq"]["codes"], "rans");
     EXPECT_LT(t["intq"]["code_bytes"].get<std::uint64_t>(), t["intq"]["packed_code_bytes"].get<std::uint64_t>());
     EXPECT_LT(t["intq"]["codes_bpw"].get<double>(), 4.0);
-    EXPECT_DOUBLE_EQ(t["intq"]["bits_per_weight"].get<double>(), t["bits_per_weight"].get<double>());
+    // The stored rate counts the index entry too (FORMAT.md 5.11); the intq split counts the buffers alone.
+    EXPECT_DOUBLE_EQ(t["stored_bpp"].get<double>(), t["bits_per_weight"].get<double>());
+    std::uint64_t buffers = 0, weights = 1;
+    for (const auto& b : t["buffers"]) buffers += b["size"].get<std::uint64_t>();
+    for (const auto& d : t["shape"]) weights *= d.get<std::uint64_t>();
+    const std::uint64_t stored = t["stored_bytes"].get<std::uint64_t>();
+    EXPECT_GT(stored, buffers);  // the index entry
+    EXPECT_DOUBLE_EQ(t["intq"]["bits_per_weight"].get<double>(), 8.0 * double(buffers) / double(weights));
+    EXPECT_DOUBLE_EQ(t["stored_bpp"].get<double>(), 8.0 * double(stored) / double(weights));
   }
   EXPECT_TRUE(seen);
 }

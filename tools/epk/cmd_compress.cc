@@ -238,7 +238,8 @@ Status run_compress(const CompressArgs& args) {
       {"include_embeddings", args.include_embeddings}};
   std::map<std::string, std::string> metadata = {{"source", args.input},
                                                  {"tool", "epk " + std::string(tool_version())},
-                                                 {"settings", "compress " + settings.dump()}};
+                                                 {"settings", "compress " + settings.dump()},
+                                                 {"source_metadata", source_metadata_json(checkpoint)}};
   EPK_TRY_ASSIGN(auto writer, container::Writer::create(args.output, std::move(metadata)));
 
   std::uint64_t total_work = 0, done_work = 0;
