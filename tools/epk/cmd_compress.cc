@@ -5,6 +5,7 @@
 #include <fnmatch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,8 +16,6 @@
 #include "codec/container/reader.h"
 #include "codec/container/writer.h"
 #include "codec/rans/container_io.h"
-#include "codec/rans/decoder.h"
-#include "codec/rans/reference_format.h"
 #include "codec/rate/budget.h"
 #include "codec/rate/choose.h"
 #include "codec/rate/encode.h"
@@ -174,7 +173,7 @@ Status run_compress(const CompressArgs& args) {
   // The budget covers every tensor planned for lattice-rans, counted at what it is stored as (a raw fallback at its
   // raw size); rule-fixed rates are spent first, the rest is allocated. The allocation is redone before each free
   // tensor over the free tensors still to come with the bits still left, so a fallback's extra bits are taken from
-  // the tensors after it (BudgetTracker).
+  // the tensors after it.
   std::vector<rate::LayerStats> stats(tensors.size());
   double budget_bits = 0, fixed_left_bits = 0;
   if (args.budget_bpp) {
