@@ -48,6 +48,8 @@ Footprint gguf_footprint(std::uint32_t type, std::uint64_t n_elements) {
     case gguf::GgmlType::kQ5_K: code_per_block = 160; break;
     case gguf::GgmlType::kQ6_K: code_per_block = 192; break;
     case gguf::GgmlType::kQ8_K: code_per_block = 256; break;
+    case gguf::GgmlType::kIQ4_NL: code_per_block = 16; break;
+    case gguf::GgmlType::kIQ4_XS: code_per_block = 128; break;
     default: break;
   }
   f.code_bytes = blocks * code_per_block;

@@ -27,10 +27,13 @@ enum class ValueType : std::uint32_t {
   kU64 = 10, kI64 = 11, kF64 = 12,
 };
 
-// ggml tensor types this build knows sizes for (others are refused with kUnsupported).
+// ggml tensor types this build knows sizes for, so a file holding any of them parses (File::parse refuses other
+// numbers with kUnsupported). Which of them dequantize() reads: dequantize_supported().
 enum class GgmlType : std::uint32_t {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9, kQ2_K = 10, kQ3_K = 11,
-  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15, kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27, kF64 = 28, kBF16 = 30,
+  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15, kIQ2_XXS = 16, kIQ2_XS = 17, kIQ3_XXS = 18, kIQ1_S = 19,
+  kIQ4_NL = 20, kIQ3_S = 21, kIQ2_S = 22, kIQ4_XS = 23, kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27, kF64 = 28,
+  kIQ1_M = 29, kBF16 = 30, kTQ1_0 = 34, kTQ2_0 = 35, kMXFP4 = 39, kNVFP4 = 40, kQ1_0 = 41,
 };
 
 struct TypeTraits {
@@ -104,9 +107,21 @@ class File {
   std::vector<TensorInfo> tensors_;
 };
 
-// Dequantizes n_elements (a multiple of the type's block size) of F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or
-// Q6_K into float32, in storage order. `data` must hold exactly the blocks. Bit-identical to gguf-py's dequantize.
+// Whether dequantize() reads this type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+// IQ4_NL and IQ4_XS. What `epk import` stores in kind `gguf` is limited to these, so every later step can read it.
+bool dequantize_supported(std::uint32_t ggml_type);
+
+// Dequantizes n_elements (a multiple of the type's block size) of a dequantize_supported type into float32, in
+// storage order. `data` must hold exactly the blocks. Bit-identical to gguf-py's dequantize. Other types:
+// kUnsupported; wrong sizes: kInvalidArgument. Non-finite block scales are not checked here (check_block_scales).
 Result<std::vector<float>> dequantize(std::uint32_t ggml_type, std::span<const std::uint8_t> data,
                                       std::uint64_t n_elements);
+
+// Every per-block float field (d, dmin, m) of a dequantize_supported block type is finite: a NaN or infinite scale
+// makes every weight of its block NaN or infinite, which no serving layout can carry. Plain types (F32, F16, BF16)
+// have no such fields and always pass. kBadInput "LABEL: block B (elements E..): field F is NaN (f16 0xXXXX)";
+// kUnsupported for a type dequantize() does not read; kInvalidArgument for a size mismatch.
+Status check_block_scales(std::uint32_t ggml_type, std::span<const std::uint8_t> data, std::uint64_t n_elements,
+                          std::string_view label);
 
 }  // namespace epk::layouts::gguf

@@ -294,7 +294,13 @@ Result<GgufStored> read_gguf_entry(const Where& w, const json& j) {
   EPK_TRY(only_buffers(w, {"blocks"}));
   EPK_TRY_ASSIGN(std::int64_t type, get_int(w, j, "ggml_type", 0, 1 << 16));
   auto traits = gguf::type_traits(static_cast<std::uint32_t>(type));
-  if (!traits) return w.bad("params.ggml_type", "unknown ggml type " + std::to_string(type));
+  if (!traits || !gguf::dequantize_supported(static_cast<std::uint32_t>(type))) {
+    // A well-formed entry of a block type this build cannot read (a newer writer's): unsupported, not corrupt.
+    return make_error(ErrorCode::kUnsupported, w.reader.path() + ": tensor '" + w.entry.name +
+                                                   "' intq params.ggml_type: " +
+                                                   (traits ? std::string(traits->name) : std::to_string(type)) +
+                                                   " is not supported by this build");
+  }
   GgufStored g;
   g.type = static_cast<std::uint32_t>(type);
   g.n = w.entry.element_count();
@@ -303,6 +309,9 @@ Result<GgufStored> read_gguf_entry(const Where& w, const json& j) {
     return w.bad("shape", "innermost extent not a multiple of the " + std::string(traits->name) + " block");
   }
   EPK_TRY_ASSIGN(g.blocks, need_buffer(w, "blocks", g.n / traits->block_size * traits->type_size));
+  if (auto st = gguf::check_block_scales(g.type, g.blocks, g.n, "blocks"); !st) {
+    return w.bad("buffers.blocks", st.error().message);
+  }
   return g;
 }
 
@@ -382,7 +391,20 @@ Result<Encoded> encode_int(const QuantTensor& t, std::string name, DType dense_d
     add_buffer(e, "codes", words_to_bytes(words));
   }
   e.spec.params_json = p.dump();
-  add_buffer(e, "scales", float_bytes(t.scales, t.scale_dtype));
+  std::vector<std::uint8_t> scale_bytes = float_bytes(t.scales, t.scale_dtype);
+  const std::size_t scale_width = static_cast<std::size_t>(dtype_bits(t.scale_dtype) / 8);
+  for (std::size_t i = 0; i < t.scales.size(); ++i) {
+    // read_int refuses a non-finite scale (every weight of its group would be NaN or infinite), so import must too;
+    // checked as stored, since a finite f32 scale can overflow the scale dtype.
+    if (!std::isfinite(load_float(scale_bytes.data() + i * scale_width, t.scale_dtype))) {
+      const std::size_t cols = static_cast<std::size_t>(std::max<std::int64_t>(t.padded_cols, 1));
+      return make_error(ErrorCode::kBadInput, "intq tensor '" + e.spec.name + "': scales entry " + std::to_string(i) +
+                                                  " (group " + std::to_string(i / cols) + ", column " +
+                                                  std::to_string(i % cols) + ") is not finite in " +
+                                                  std::string(dtype_name(t.scale_dtype)));
+    }
+  }
+  add_buffer(e, "scales", std::move(scale_bytes));
   if (!sym) {
     std::vector<std::uint8_t> z(t.zeros.size());
     for (std::size_t i = 0; i < z.size(); ++i) z[i] = static_cast<std::uint8_t>(t.zeros[i]);
@@ -398,9 +420,15 @@ Result<Encoded> encode_int(const QuantTensor& t, std::string name, DType dense_d
 Result<Encoded> encode_gguf(const gguf::TensorInfo& info, std::span<const std::uint8_t> bytes, std::string name) {
   auto traits = gguf::type_traits(info.type);
   if (!traits) return make_error(ErrorCode::kUnsupported, "gguf tensor '" + name + "': unknown ggml type");
+  if (!gguf::dequantize_supported(info.type)) {
+    // Stored blocks that no later step could read would pass import and fail decompress, convert and serving.
+    return make_error(ErrorCode::kUnsupported,
+                      "gguf tensor '" + name + "': " + traits->name + " is not supported by this build");
+  }
   if (bytes.size() != info.n_bytes || info.ne.empty() || info.ne[0] % traits->block_size != 0) {
     return make_error(ErrorCode::kInvalidArgument, "gguf tensor '" + name + "': bytes do not match its blocks");
   }
+  EPK_TRY(gguf::check_block_scales(info.type, bytes, info.n_elements, "gguf tensor '" + name + "'"));
   Encoded e;
   e.spec.name = std::move(name);
   for (auto d : info.torch_shape()) e.spec.shape.push_back(static_cast<std::uint64_t>(d));
@@ -630,6 +658,7 @@ Status dequantize_intq(const container::Reader& reader, const container::TensorE
     case Kind::kGguf: {
       EPK_TRY_ASSIGN(GgufStored g, read_gguf_entry(w, j));
       auto d = gguf::dequantize(g.type, g.blocks, g.n);
+      if (!d && d.error().code == ErrorCode::kUnsupported) return d.error();
       if (!d) return w.bad("buffers.blocks", d.error().message);
       dense = std::move(*d);
       break;

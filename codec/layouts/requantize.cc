@@ -75,6 +75,7 @@ Result<QuantTensor> gguf_to_quant_tensor(const gguf::TensorInfo& info, std::span
   if (info.ne.size() != 2 || info.ne[0] % 32 != 0 || bytes.size() != info.n_bytes) {
     return make_error(ErrorCode::kInvalidArgument, "gguf tensor '" + std::string(info.name) + "': not a 2-D [K, N]");
   }
+  EPK_TRY(gguf::check_block_scales(info.type, bytes, info.n_elements, "gguf tensor '" + std::string(info.name) + "'"));
   const bool q4 = type == gguf::GgmlType::kQ4_0;
   const std::int64_t k = static_cast<std::int64_t>(info.ne[0]), n = static_cast<std::int64_t>(info.ne[1]);
   QuantTensor t = make_quant_tensor(q4 ? 4 : 8, k, n, 32);

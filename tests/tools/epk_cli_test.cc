@@ -72,7 +72,14 @@ TEST_F(EpkCli, InspectJsonHasTheDocumentedFields) {
       EXPECT_TRUE(t.contains(field)) << field;
     EXPECT_EQ(t["encoding"], "raw");
     EXPECT_EQ(t["dtype"], "BF16");
-    EXPECT_DOUBLE_EQ(t["bits_per_weight"].get<double>(), 16.0);
+    // The stored rate (FORMAT.md 5.11): the buffers plus the tensor's index entry, per weight.
+    std::uint64_t buffers = 0, elements = 1;
+    for (const auto& b : t["buffers"]) buffers += b["size"].get<std::uint64_t>();
+    for (const auto& d : t["shape"]) elements *= d.get<std::uint64_t>();
+    EXPECT_EQ(buffers, 2 * elements);
+    EXPECT_GT(t["stored_bytes"].get<std::uint64_t>(), buffers);
+    EXPECT_DOUBLE_EQ(t["stored_bpp"].get<double>(), 8.0 * t["stored_bytes"].get<double>() / double(elements));
+    EXPECT_DOUBLE_EQ(t["bits_per_weight"].get<double>(), t["stored_bpp"].get<double>());
     sum += t["stored_bytes"].get<std::uint64_t>();
   }
   EXPECT_EQ(j["totals"]["stored_bytes"].get<std::uint64_t>(), sum);

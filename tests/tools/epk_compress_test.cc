@@ -9,13 +9,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 
+#include "codec/common/half.h"
+#include "codec/container/writer.h"
+#include "codec/rans/container_io.h"
+#include "codec/rate/encode.h"
 #include "codec/safetensors/checkpoint.h"
 #include "codec/safetensors/reader.h"
 #include "codec/safetensors/writer.h"
@@ -69,6 +75,7 @@ TEST_F(EpkCompress, RoundTripMeetsTheRateAndErrorFallsWithRate) {
     auto r = epk("compress " + model() + " -o " + e + " --bpp " + std::to_string(bpp) + " --threads 2");
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("total:"), std::string::npos) << r.out;
+    const std::string table = r.out;
     r = epk("verify " + e + " --against " + model() + " --json", false);
     ASSERT_EQ(r.status, 0) << r.out;
     auto j = parse(r.out);
@@ -77,17 +84,22 @@ TEST_F(EpkCompress, RoundTripMeetsTheRateAndErrorFallsWithRate) {
     int encoded = 0;
     for (const auto& t : j["tensors"]) {
       ASSERT_TRUE(t.contains("rel_l2")) << t.dump();
-      if (t["encoding"] != "lattice-rans") {
+      if (t["encoding"] != "lattice-rans") {  // raw: kept (1-D, embeddings) or a fallback (the 50x200 k/v at 6 bpp)
         EXPECT_EQ(t["rel_l2"].get<double>(), 0.0) << t["name"];
         continue;
       }
       ++encoded;
+      EXPECT_LE(t["rel_l2"].get<double>(), t["max_error"].get<double>()) << t["name"];
       const double stored = t["stored_bpp"].get<double>();
       EXPECT_NEAR(stored / bpp, 1.0, 0.01) << t["name"] << " at " << bpp;
       EXPECT_GT(t["tiles"].get<int>(), 0);
       err[t["name"]][bpp] = t["rel_l2"].get<double>();
     }
-    EXPECT_GE(encoded, 14);
+    // 14 weights; at 6 bpp the four 50x200 k/v projections (5.5% against a ceiling of 4.69%) are stored raw.
+    EXPECT_GE(encoded, bpp < 6 ? 14 : 10);
+    if (bpp == 6.0) {
+      EXPECT_NE(table.find("raw*"), std::string::npos) << table;
+    }
 
     const std::string out = path("d" + std::to_string(int(bpp)) + ".safetensors");
     r = epk("decompress " + e + " -o " + out + " --device cpu");
@@ -101,13 +113,16 @@ TEST_F(EpkCompress, RoundTripMeetsTheRateAndErrorFallsWithRate) {
       ASSERT_NE(b, nullptr) << t.name;
       EXPECT_EQ(b->dtype, t.dtype) << t.name;
       EXPECT_EQ(b->shape, t.shape) << t.name;
-      if (t.shape.size() == 1)  // raw: byte-identical
+      if (t.shape.size() == 1) {  // raw: byte-identical
         EXPECT_TRUE(std::equal(t.data.begin(), t.data.end(), b->data.begin(), b->data.end())) << t.name;
+      }
     }
   }
   for (const auto& [name, by_rate] : err) {
     EXPECT_GT(by_rate.at(2.0), by_rate.at(4.0)) << name;
-    EXPECT_GT(by_rate.at(4.0), by_rate.at(6.0)) << name;
+    if (by_rate.count(6.0)) {
+      EXPECT_GT(by_rate.at(4.0), by_rate.at(6.0)) << name;
+    }
     // 50x200 k/v projections carry their frequency tables on 10000 weights: about 15% at 4 bpp; large ones 7-9%.
     EXPECT_LT(by_rate.at(4.0), 0.2) << name;
   }
@@ -135,7 +150,7 @@ TEST_F(EpkCompress, RdoStreamsVerifyAndLowerTheError) {
   EXPECT_LT(sq[1], sq[0]);
 }
 
-TEST_F(EpkCompress, DecompressDtypeAppliesToEncodedTensorsOnly) {
+TEST_F(EpkCompress, DecompressDtypeAppliesToEveryFloatTensor) {
   const std::string e = path("m.epk");
   ASSERT_EQ(epk("compress " + model() + " -o " + e + " --bpp 3").status, 0);
   auto r = epk("decompress " + e + " -o " + path("f32.safetensors") + " --dtype fp32 --device cpu");
@@ -147,7 +162,163 @@ TEST_F(EpkCompress, DecompressDtypeAppliesToEncodedTensorsOnly) {
   EXPECT_EQ(q->dtype, epk::DType::kF32);
   auto norm = back->find("model.norm.weight");
   ASSERT_NE(norm, nullptr);
-  EXPECT_EQ(norm->dtype, epk::DType::kBF16);  // raw tensors pass through
+  EXPECT_EQ(norm->dtype, epk::DType::kF32);  // raw floating-point tensors too (exact: bf16 -> f32)
+  auto src = epk::safetensors::Checkpoint::open(model());
+  ASSERT_TRUE(src);
+  const auto* norm_src = src->find("model.norm.weight");
+  ASSERT_NE(norm_src, nullptr);
+  ASSERT_EQ(norm->data.size(), 2 * norm_src->data.size());
+  for (std::size_t i = 0; i < norm_src->data.size() / 2; ++i) {
+    std::uint32_t f = 0;
+    std::memcpy(&f, norm->data.data() + 4 * i, 4);
+    const std::uint16_t b = std::uint16_t(norm_src->data[2 * i] | (norm_src->data[2 * i + 1] << 8));
+    ASSERT_EQ(f, std::uint32_t(b) << 16) << i;
+  }
+  // Without --dtype every tensor keeps its source dtype.
+  ASSERT_EQ(epk("decompress " + e + " -o " + path("same.safetensors") + " --device cpu").status, 0);
+  auto same = epk::safetensors::File::open(path("same.safetensors"));
+  ASSERT_TRUE(same);
+  EXPECT_EQ(same->find("model.norm.weight")->dtype, epk::DType::kBF16);
+  EXPECT_EQ(same->find("model.layers.1.self_attn.q_proj.weight")->dtype, epk::DType::kBF16);
+}
+
+// Decompress (and unpack) write the source's __metadata__ back (transformers refuses a file whose "format" is missing) and keeps
+// epk's own keys under "epk.".
+TEST_F(EpkCompress, DecompressKeepsTheSourceMetadata) {
+  const std::string src = path("meta.safetensors");
+  {
+    std::vector<std::uint16_t> w(64 * 256);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = std::uint16_t(0x3C00 + (i * 2654435761u) % 0x400);  // f16
+    std::vector<std::uint8_t> bytes(w.size() * 2);
+    std::memcpy(bytes.data(), w.data(), bytes.size());
+    std::vector<epk::safetensors::TensorSpec> decl{{"layer.weight", epk::DType::kF16, {64, 256}}};
+    auto wr = epk::safetensors::Writer::create(src, decl, {{"format", "pt"}, {"note", "keep \"this\" \u00e9"}});
+    ASSERT_TRUE(wr) << wr.error().message;
+    ASSERT_TRUE(wr->write("layer.weight", bytes));
+    ASSERT_TRUE(wr->finish());
+  }
+  for (const char* cmd : {"compress", "pack", "pack+unpack"}) {
+    const std::string c = cmd;
+    const std::string e = path(c + ".epk"), out = path(c + ".out.safetensors");
+    ASSERT_EQ(epk((c == "compress" ? "compress " : "pack ") + src + " -o " + e + (c == "compress" ? " --bpp 4" : ""))
+                  .status,
+              0);
+    auto r = epk((c == "pack+unpack" ? "unpack " : "decompress --device cpu ") + e + " -o " + out);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto a = epk::safetensors::File::open(src), b = epk::safetensors::File::open(out);
+    ASSERT_TRUE(a && b);
+    for (const auto& [k, v] : a->metadata()) {
+      auto it = b->metadata().find(k);
+      ASSERT_NE(it, b->metadata().end()) << cmd << " " << k;
+      EXPECT_EQ(it->second, v) << cmd << " " << k;  // byte for byte
+    }
+    EXPECT_EQ(b->metadata().at("epk.source"), src) << cmd;
+    EXPECT_EQ(b->metadata().count("epk_source"), 0u) << cmd;
+    EXPECT_EQ(b->metadata().size(), a->metadata().size() + 2) << cmd;  // epk.source, epk.tool
+  }
+}
+
+// Gaussian bf16 tensors (sigma 0.02, seeded by name) written as one safetensors file, in name order.
+void write_gaussian(const std::string& file, const std::vector<std::pair<std::string, std::vector<std::uint64_t>>>& ts) {
+  std::vector<epk::safetensors::TensorSpec> decl;
+  for (const auto& [name, shape] : ts) decl.push_back({name, epk::DType::kBF16, shape});
+  auto wr = epk::safetensors::Writer::create(file, decl, {{"format", "pt"}});
+  ASSERT_TRUE(wr) << wr.error().message;
+  for (const auto& [name, shape] : ts) {
+    std::mt19937 rng(std::uint32_t(std::hash<std::string>{}(name)));
+    std::normal_distribution<float> g(0.0f, 0.02f);
+    std::vector<std::uint8_t> bytes(2 * shape[0] * shape[1]);
+    for (std::size_t i = 0; i < bytes.size() / 2; ++i) {
+      const std::uint16_t b = epk::f32_to_bf16(g(rng));
+      bytes[2 * i] = std::uint8_t(b & 0xFF);
+      bytes[2 * i + 1] = std::uint8_t(b >> 8);
+    }
+    ASSERT_TRUE(wr->write(name, bytes));
+  }
+  ASSERT_TRUE(wr->finish());
+}
+
+const std::vector<std::pair<std::string, std::vector<std::uint64_t>>> kSmallShapes = {
+    {"a_tiny.weight", {1, 8}}, {"b_type.weight", {2, 384}}, {"c_small.weight", {64, 64}}, {"d_big.weight", {256, 256}}};
+
+// Tensors lattice-rans cannot serve at 4 bpp (they decoded to all zeros or came back 40% wrong) are stored raw and
+// said so; verify --against passes; the large one stays encoded.
+TEST_F(EpkCompress, TinyTensorsAreStoredRawNotDestroyed) {
+  const std::string src = path("small.safetensors"), e = path("small.epk");
+  write_gaussian(src, kSmallShapes);
+  auto r = epk("compress " + src + " -o " + e + " --bpp 4");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* name : {"a_tiny.weight", "b_type.weight", "c_small.weight"}) {
+    const auto at = r.out.find(name);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    EXPECT_NE(r.out.substr(at, r.out.find('\n', at) - at).find("raw*"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.out.find("3 tensors stored raw instead of lattice-rans"), std::string::npos) << r.out;
+  auto v = epk("verify " + e + " --against " + src + " --json", false);
+  ASSERT_EQ(v.status, 0) << v.out;
+  auto j = parse(v.out);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ((*find_tensor(j, "d_big.weight"))["encoding"], "lattice-rans");
+  for (const char* name : {"a_tiny.weight", "b_type.weight", "c_small.weight"}) {
+    EXPECT_EQ((*find_tensor(j, name))["encoding"], "raw") << name;
+    EXPECT_EQ((*find_tensor(j, name))["rel_l2"].get<double>(), 0.0) << name;
+  }
+  // A looser ceiling keeps the 64x64 encoded (40% < 50%); the all-zero ones stay raw whatever the ceiling.
+  r = epk("compress " + src + " -o " + path("loose.epk") + " --bpp 4 --max-error 0.5");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("2 tensors stored raw"), std::string::npos) << r.out;
+  v = epk("verify " + path("loose.epk") + " --against " + src, false);
+  EXPECT_EQ(v.status, 0) << v.out;  // the recorded --max-error is the ceiling verify applies
+}
+
+// --budget-bpp counts a fallback at its raw size and takes the extra bits from the tensors after it.
+TEST_F(EpkCompress, BudgetAccountsForRawFallbacks) {
+  const std::string src = path("small.safetensors"), e = path("budget.epk");
+  write_gaussian(src, kSmallShapes);
+  auto r = epk("compress " + src + " -o " + e + " --budget-bpp 4");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("budget: 4.000 bpp asked"), std::string::npos) << r.out;
+  auto j = parse(epk("verify --json " + e, false).out);
+  ASSERT_FALSE(j.is_discarded());
+  double weights = 0, bits = 0;
+  for (const auto& t : j["tensors"]) {
+    weights += t["weights"].get<double>();
+    bits += 8.0 * t["stored_bytes"].get<double>();
+  }
+  EXPECT_NEAR(bits / weights / 4.0, 1.0, 0.01);
+  EXPECT_LT((*find_tensor(j, "d_big.weight"))["target_bpp"].get<double>(), 3.5);
+}
+
+// verify --against fails a lattice-rans tensor above the ceiling or decoded to zeros (as compress used to store them).
+TEST_F(EpkCompress, VerifyFailsTensorsAboveTheCeilingOrDecodedToZeros) {
+  const std::string src = path("small.safetensors"), e = path("bad.epk");
+  write_gaussian(src, {{"a_tiny.weight", {1, 8}}, {"c_small.weight", {64, 64}}});
+  auto ckpt = epk::safetensors::Checkpoint::open(src);
+  ASSERT_TRUE(ckpt);
+  {
+    auto w = epk::container::Writer::create(e, {});
+    ASSERT_TRUE(w);
+    for (const auto& t : ckpt->tensors()) {
+      epk::rate::EncodeOptions o;
+      o.target_bpp = 4;
+      auto enc = epk::rate::encode(std::as_bytes(std::span(t.data)), std::uint32_t(t.shape[0]),
+                                   std::uint32_t(t.shape[1]), t.dtype, o, t.name);
+      ASSERT_TRUE(enc) << enc.error().message;
+      epk::rans::EncodingInfo info;
+      info.target_bpp = 4;
+      auto form = epk::rans::to_container(*enc, t.name, info);
+      ASSERT_TRUE(w->add_tensor(form.spec, form.buffers));
+    }
+    ASSERT_TRUE(w->finish());
+  }
+  auto v = epk("verify " + e + " --against " + src);
+  EXPECT_EQ(v.status, 1) << v.out;
+  EXPECT_NE(v.out.find("'a_tiny.weight': decodes to all zeros where the source is not"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("'c_small.weight': relative L2 error"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("above the ceiling 18.7500%"), std::string::npos) << v.out;
+  v = epk("verify " + e + " --against " + src + " --max-error 0.9");
+  EXPECT_EQ(v.status, 1) << v.out;  // the zeros still fail
+  EXPECT_EQ(v.out.find("'c_small.weight': relative L2 error"), std::string::npos) << v.out;
 }
 
 TEST_F(EpkCompress, RulesFirstMatchWinsAndRawDefaults) {

@@ -14,6 +14,7 @@
 #include "codec/layouts/marlin.h"
 #include "codec/safetensors/reader.h"
 #include "tests/codec/layouts/checkpoint_fixture.h"
+#include "tests/codec/layouts/intq_test_util.h"
 
 namespace epk::layouts {
 namespace {
@@ -62,7 +63,15 @@ TEST(EpkIntqCli, ImportPrintsEffectiveBitsAndInspectShowsThem) {
     EXPECT_EQ(t["intq"]["codes"], "rans");
     EXPECT_LT(t["intq"]["code_bytes"].get<std::uint64_t>(), t["intq"]["packed_code_bytes"].get<std::uint64_t>());
     EXPECT_LT(t["intq"]["codes_bpw"].get<double>(), 4.0);
-    EXPECT_DOUBLE_EQ(t["intq"]["bits_per_weight"].get<double>(), t["bits_per_weight"].get<double>());
+    // The stored rate counts the index entry too (FORMAT.md 5.11); the intq split counts the buffers alone.
+    EXPECT_DOUBLE_EQ(t["stored_bpp"].get<double>(), t["bits_per_weight"].get<double>());
+    std::uint64_t buffers = 0, weights = 1;
+    for (const auto& b : t["buffers"]) buffers += b["size"].get<std::uint64_t>();
+    for (const auto& d : t["shape"]) weights *= d.get<std::uint64_t>();
+    const std::uint64_t stored = t["stored_bytes"].get<std::uint64_t>();
+    EXPECT_GT(stored, buffers);  // the index entry
+    EXPECT_DOUBLE_EQ(t["intq"]["bits_per_weight"].get<double>(), 8.0 * double(buffers) / double(weights));
+    EXPECT_DOUBLE_EQ(t["stored_bpp"].get<double>(), 8.0 * double(stored) / double(weights));
   }
   EXPECT_TRUE(seen);
 }
@@ -161,6 +170,54 @@ TEST(EpkIntqCli, BadConfigIsRefusedNamingTheFile) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("config.json"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir + "/m.epk"));
+}
+
+// Every GGUF block type import accepts, verify decodes and decompress writes as gguf-py dequantizes it (the vectors'
+// NAME.ref tensors, imported beside them as raw F32).
+TEST(EpkIntqCli, GgufTypesImportVerifyAndDecompressLikeGgufPy) {
+  const auto dir = testing::scratch_dir("cli_gguf_types");
+  const std::string src = std::string(EPK_SOURCE_DIR) + "/tests/data/gguf/gguf_types.gguf";
+  auto imp = run("import " + src + " -o " + dir.string() + "/m.epk");
+  ASSERT_EQ(imp.status, 0) << imp.out;
+  auto ver = run("verify " + dir.string() + "/m.epk --device cpu");
+  EXPECT_EQ(ver.status, 0) << ver.out;
+  auto dec = run("decompress " + dir.string() + "/m.epk -o " + dir.string() + "/d.safetensors --device cpu");
+  ASSERT_EQ(dec.status, 0) << dec.out;
+  auto f = safetensors::File::open(dir.string() + "/d.safetensors");
+  ASSERT_TRUE(f) << f.error().message;
+  int compared = 0;
+  for (const char* name : {"q5_0", "q5_1", "q5_0.rand", "q5_1.rand", "q2_k", "q3_k", "iq4_nl", "iq4_xs"}) {
+    const TensorView got = view_of(*f, name), want = view_of(*f, std::string(name) + ".ref");
+    ASSERT_EQ(got.dtype, DType::kF32) << name;
+    ASSERT_EQ(got.shape, want.shape) << name;
+    ASSERT_EQ(got.bytes.size(), want.bytes.size()) << name;
+    EXPECT_EQ(std::memcmp(got.bytes.data(), want.bytes.data(), got.bytes.size()), 0) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 8);
+  std::filesystem::remove_all(dir);
+}
+
+// A stored entry that no step can decode (here a block type without a dequantizer, as a newer writer could leave) is
+// not "ok" in verify, though its checksums are intact.
+TEST(EpkIntqCli, VerifyFailsATensorItCannotDecode) {
+  const auto dir = testing::scratch_dir("cli_verify_undecodable");
+  intq::Encoded e;
+  e.spec.name = "w";
+  e.spec.shape = {256};
+  e.spec.dtype = DType::kF32;
+  e.spec.encoding = container::Encoding::kIntq;
+  e.spec.params_json =
+      nlohmann::json{{"version", 1}, {"kind", "gguf"}, {"ggml_type", 15}, {"ggml_name", "Q8_K"}}.dump();
+  e.names = {"blocks"};
+  e.storage = {std::vector<std::uint8_t>(292, 0)};
+  std::vector<intq::Encoded> all{e};
+  ASSERT_TRUE(testing::write_and_open((dir / "x.epk").string(), all));
+  auto ver = run("verify " + (dir / "x.epk").string() + " --device cpu");
+  EXPECT_EQ(ver.status, 1) << ver.out;
+  EXPECT_NE(ver.out.find("BAD"), std::string::npos) << ver.out;
+  EXPECT_NE(ver.out.find("Q8_K is not supported"), std::string::npos) << ver.out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(EpkIntqCli, UnknownTargetIsRefused) {

@@ -1,9 +1,11 @@
-// epk compress IN -o OUT.epk --bpp R [--rdo N] [--rule PATTERN=R]... [--budget-bpp R] [--threads N]
-//   [--include-embeddings]: 2-D linear weights become lattice-rans tensors, the rest stays raw. One tensor at a time
-// is held in memory beyond the mapped input.
+// epk compress IN -o OUT.epk --bpp R [--rdo N] [--rule PATTERN=R]... [--budget-bpp R] [--max-error E] [--threads N]
+//   [--include-embeddings]: 2-D linear weights become lattice-rans tensors, the rest stays raw. A weight whose
+// lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor, codec/rate/
+// choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
 #include <fnmatch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,9 +16,8 @@
 #include "codec/container/reader.h"
 #include "codec/container/writer.h"
 #include "codec/rans/container_io.h"
-#include "codec/rans/decoder.h"
-#include "codec/rans/reference_format.h"
 #include "codec/rate/budget.h"
+#include "codec/rate/choose.h"
 #include "codec/rate/encode.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tools/epk/cli_common.h"
@@ -34,6 +35,7 @@ struct CompressArgs {
   int rdo = 0;
   std::vector<std::string> rules;
   std::optional<double> budget_bpp;
+  std::optional<double> max_error;
   int threads = 1;
   bool include_embeddings = false;
 };
@@ -98,7 +100,8 @@ Result<Plan> plan_tensor(const safetensors::TensorView& t, const std::vector<Rul
 
 struct Row {
   std::string name;
-  bool encoded = false;
+  bool encoded = false;   // stored lattice-rans
+  bool fallback = false;  // planned for lattice-rans, stored raw (note says why)
   double target = 0;
   double stored_bpp = 0;
   double rel_l2 = 0;
@@ -135,42 +138,6 @@ class Progress {
   Clock::time_point start_;
 };
 
-// Encodes one tensor; when the stored rate (our count: buffers + index entry) misses the target by more than 0.2%
-// because the encoder's calibration counts the reference's header instead of ours, encodes once more with the target
-// corrected by the difference.
-Result<rans::EncodedTensor> encode_to_target(const safetensors::TensorView& t, double target, const CompressArgs& args,
-                                             rate::EncodeReport* report, const rans::EncodingInfo& probe) {
-  const auto rows = std::uint32_t(t.shape[0]), cols = std::uint32_t(t.shape[1]);
-  const double n = double(rows) * double(cols);
-  rate::EncodeOptions o;
-  o.target_bpp = target;
-  o.rdo_sweeps = args.rdo;
-  // --rdo also turns on the encoder's other slower levers (docs/NOTES.md: each pays a little at the same rate).
-  o.ecvq = o.prune_tables = o.fine_rate = args.rdo > 0;
-  o.threads = args.threads;
-  auto weights = std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data.data()), t.data.size());
-  EPK_TRY_ASSIGN(auto enc, rate::encode(weights, rows, cols, t.dtype, o, t.name, report));
-  auto ours = [&](const rans::EncodedTensor& e) {
-    auto form = rans::to_container(e, t.name, probe);
-    std::uint64_t b = rans::index_entry_bytes(form.spec, form.buffers);
-    for (const auto& buf : form.buffers) b += buf.bytes.size();
-    return double(b);
-  };
-  const double cap = double(dtype_bits(t.dtype));
-  const double got = 8.0 * ours(enc) / n;
-  if (std::abs(got / target - 1.0) > 0.002 && target < cap) {
-    const double ref = 8.0 * double(rans::reference_quant_state_bytes(enc)) / n;
-    o.target_bpp = std::min(cap, std::max(0.01, target + (ref - got)));
-    rate::EncodeReport r2;
-    EPK_TRY_ASSIGN(auto again, rate::encode(weights, rows, cols, t.dtype, o, t.name, &r2));
-    if (std::abs(8.0 * ours(again) / n - target) < std::abs(got - target)) {
-      enc = std::move(again);
-      if (report) *report = r2;
-    }
-  }
-  return enc;
-}
-
 Status run_compress(const CompressArgs& args) {
   if (!args.bpp && !args.budget_bpp)
     return make_error(ErrorCode::kInvalidArgument, "give a rate: --bpp R (every encoded tensor) or --budget-bpp R");
@@ -179,6 +146,9 @@ Status run_compress(const CompressArgs& args) {
   if (args.budget_bpp && (!std::isfinite(*args.budget_bpp) || *args.budget_bpp < 1.0 || *args.budget_bpp > 8.0))
     return make_error(ErrorCode::kInvalidArgument,
                       "--budget-bpp " + std::to_string(*args.budget_bpp) + " is outside [1, 8]");
+  if (args.max_error && (!std::isfinite(*args.max_error) || *args.max_error <= 0.0 || *args.max_error > 1.0))
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--max-error " + std::to_string(*args.max_error) + " is outside (0, 1]");
   if (args.rdo < 0 || args.rdo > 8)
     return make_error(ErrorCode::kInvalidArgument, "--rdo " + std::to_string(args.rdo) + " is outside [0, 8]");
   if (args.threads < 1 || args.threads > 256)
@@ -200,37 +170,60 @@ Status run_compress(const CompressArgs& args) {
     total_bytes += t.data.size();
   }
 
-  // The budget covers every encoded tensor; rule-fixed rates are spent first, the rest is allocated.
+  // The budget covers every tensor planned for lattice-rans, counted at what it is stored as (a raw fallback at its
+  // raw size); rule-fixed rates are spent first, the rest is allocated. The allocation is redone before each free
+  // tensor over the free tensors still to come with the bits still left, so a fallback's extra bits are taken from
+  // the tensors after it.
+  std::vector<rate::LayerStats> stats(tensors.size());
+  double budget_bits = 0, fixed_left_bits = 0;
   if (args.budget_bpp) {
     std::vector<std::size_t> free;
-    std::vector<rate::LayerStats> stats;
-    double all_weights = 0, fixed_bits = 0, free_weights = 0;
+    double all_weights = 0, free_weights = 0;
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       if (!plans[i].encode) continue;
       const double n = double(element_count(tensors[i].shape));
       all_weights += n;
       if (plans[i].fixed) {
-        fixed_bits += plans[i].target * n;
+        fixed_left_bits += plans[i].target * n;
         continue;
       }
       EPK_TRY_ASSIGN(double e, energy(tensors[i]));
       free.push_back(i);
-      stats.push_back({element_count(tensors[i].shape), e});
+      stats[i] = {element_count(tensors[i].shape), e};
       free_weights += n;
     }
+    budget_bits = *args.budget_bpp * all_weights;
     if (!free.empty()) {
-      rate::BudgetOptions bo;
-      bo.budget_bpp = (*args.budget_bpp * all_weights - fixed_bits) / free_weights;
-      bo.min_bpp = 1.0;
-      bo.max_bpp = 8.0;
-      if (bo.budget_bpp < bo.min_bpp || bo.budget_bpp > bo.max_bpp)
+      const double left = (budget_bits - fixed_left_bits) / free_weights;
+      if (left < 1.0 || left > 8.0)
         return make_error(ErrorCode::kInvalidArgument,
                           "--budget-bpp " + std::to_string(*args.budget_bpp) + ": after the rule-fixed tensors, " +
-                              std::to_string(bo.budget_bpp) + " bpp are left for the others, outside [1, 8]");
-      EPK_TRY_ASSIGN(auto targets, rate::allocate_budget(stats, bo));
-      for (std::size_t k = 0; k < free.size(); ++k) plans[free[k]].target = targets[k];
+                              std::to_string(left) + " bpp are left for the others, outside [1, 8]");
     }
   }
+  // Targets of the free tensors from index `from` on, spending what is left of the budget.
+  double spent_bits = 0;
+  auto reallocate = [&](std::size_t from) -> Status {
+    std::vector<std::size_t> free;
+    std::vector<rate::LayerStats> st;
+    double free_weights = 0;
+    for (std::size_t i = from; i < tensors.size(); ++i) {
+      if (!plans[i].encode || plans[i].fixed) continue;
+      free.push_back(i);
+      st.push_back(stats[i]);
+      free_weights += double(stats[i].weights);
+    }
+    if (free.empty()) return {};
+    rate::BudgetOptions bo;
+    bo.min_bpp = 1.0;
+    bo.max_bpp = 8.0;
+    // Past fallbacks can leave less than the floor (or more than the ceiling): the rest is then clamped, and the
+    // closing line shows the total against the budget.
+    bo.budget_bpp = std::clamp((budget_bits - spent_bits - fixed_left_bits) / free_weights, bo.min_bpp, bo.max_bpp);
+    EPK_TRY_ASSIGN(auto targets, rate::allocate_budget(st, bo));
+    for (std::size_t k = 0; k < free.size(); ++k) plans[free[k]].target = targets[k];
+    return {};
+  };
 
   nlohmann::json settings = {
       {"bpp", args.bpp ? nlohmann::json(*args.bpp) : nlohmann::json(nullptr)},
@@ -240,10 +233,12 @@ Status run_compress(const CompressArgs& args) {
       {"encoder_levers", args.rdo > 0 ? nlohmann::json::array({"ecvq", "prune_tables", "fine_rate"})
                                       : nlohmann::json::array()},
       {"rules", args.rules},
+      {"max_error", args.max_error ? nlohmann::json(*args.max_error) : nlohmann::json("auto")},
       {"include_embeddings", args.include_embeddings}};
   std::map<std::string, std::string> metadata = {{"source", args.input},
                                                  {"tool", "epk " + std::string(tool_version())},
-                                                 {"settings", "compress " + settings.dump()}};
+                                                 {"settings", "compress " + settings.dump()},
+                                                 {"source_metadata", source_metadata_json(checkpoint)}};
   EPK_TRY_ASSIGN(auto writer, container::Writer::create(args.output, std::move(metadata)));
 
   std::uint64_t total_work = 0, done_work = 0;
@@ -260,41 +255,53 @@ Status run_compress(const CompressArgs& args) {
     Row row;
     row.name = t.name;
     row.weights = element_count(t.shape);
-    if (!plans[i].encode) {
+    if (plans[i].encode && !plans[i].fixed && args.budget_bpp) EPK_TRY(reallocate(i));
+    bool store_raw = !plans[i].encode;
+    if (plans[i].encode) {
+      rans::EncodingInfo info;
+      info.target_bpp = plans[i].target;
+      info.rdo_sweeps = args.rdo;
+      info.rdo_candidates = rate::EncodeOptions{}.rdo_candidates;
+      rate::EncodeOptions o;
+      o.target_bpp = plans[i].target;
+      o.rdo_sweeps = args.rdo;
+      // --rdo also turns on the encoder's other slower levers (docs/NOTES.md: each pays a little at the same rate).
+      o.ecvq = o.prune_tables = o.fine_rate = args.rdo > 0;
+      o.threads = args.threads;
+      rate::ChoicePolicy policy;
+      policy.max_rel_l2 = args.max_error;
+      const auto rows = std::uint32_t(t.shape[0]), cols = std::uint32_t(t.shape[1]);
+      auto weights = std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data.data()), t.data.size());
+      EPK_TRY_ASSIGN(auto packed, rate::pack_tensor(weights, rows, cols, t.dtype, o, policy, info, t.name));
+      row.target = plans[i].target;
+      if (packed.choice.form == rate::Form::kLatticeRans) {
+        info.scale = packed.report.scale;
+        info.coarsened = packed.report.coarsened;
+        auto form = rans::to_container(packed.lattice, t.name, info);
+        EPK_TRY(writer.add_tensor(form.spec, form.buffers));
+        row.stored = rans::index_entry_bytes(form.spec, form.buffers);
+        for (const auto& b : form.buffers) row.stored += b.bytes.size();
+        row.encoded = true;
+        row.rel_l2 = packed.rel_l2;
+        row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      } else {
+        store_raw = true;
+        row.fallback = true;
+        row.note = packed.choice.reason;
+      }
+    }
+    if (store_raw) {
       container::TensorSpec spec{t.name, t.shape, t.dtype, container::Encoding::kRaw, "{}"};
       container::BufferData data{"data", t.data};
       std::vector<container::BufferData> bufs{data};
       EPK_TRY(writer.add_tensor(spec, bufs));
       row.stored = t.data.size() + rans::index_entry_bytes(spec, bufs);
-      row.note = plans[i].why;
-    } else {
-      rans::EncodingInfo info;
-      info.target_bpp = plans[i].target;
-      info.rdo_sweeps = args.rdo;
-      info.rdo_candidates = rate::EncodeOptions{}.rdo_candidates;
-      // params_json's length before the scale is known: a scale printed at full precision.
-      rans::EncodingInfo probe_info = info;
-      probe_info.scale = 0.123456789012345;
-      rate::EncodeReport report;
-      EPK_TRY_ASSIGN(auto enc, encode_to_target(t, plans[i].target, args, &report, probe_info));
-      info.scale = report.scale;
-      info.coarsened = report.coarsened;
-      const double enc_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      auto form = rans::to_container(enc, t.name, info);
-      EPK_TRY(writer.add_tensor(form.spec, form.buffers));
-      row.stored = rans::index_entry_bytes(form.spec, form.buffers);
-      for (const auto& b : form.buffers) row.stored += b.bytes.size();
-      row.encoded = true;
-      row.target = plans[i].target;
-      row.stored_bpp = 8.0 * double(row.stored) / double(row.weights);
-      // Error against the source: decode what was stored.
-      std::vector<float> decoded(row.weights);
-      EPK_TRY(rans::decode(enc.view(), t.name, DType::kF32,
-                           std::span<std::byte>(reinterpret_cast<std::byte*>(decoded.data()), decoded.size() * 4),
-                           args.threads));
-      EPK_TRY_ASSIGN(auto src, source_f32(t));
-      row.rel_l2 = relative_l2(decoded, src);
-      row.seconds = enc_seconds;
+      if (!row.fallback) row.note = plans[i].why;
+    }
+    row.stored_bpp = 8.0 * double(row.stored) / double(std::max<std::uint64_t>(row.weights, 1));
+    if (plans[i].encode) {
+      spent_bits += 8.0 * double(row.stored);
+      if (plans[i].fixed) fixed_left_bits -= plans[i].target * double(row.weights);
     }
     if (!row.encoded) row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     done_bytes += t.data.size();
@@ -307,22 +314,43 @@ Status run_compress(const CompressArgs& args) {
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
   EPK_TRY_ASSIGN(auto written, container::Reader::open(args.output));
-  std::printf("%-48s %-8s %7s %8s %8s %8s\n", "tensor", "encoding", "target", "stored", "rel_l2", "time_s");
-  std::uint64_t enc_weights = 0, enc_stored = 0, all_weights = 0, all_stored = 0, encoded = 0;
+  // Stored rate: the tensor's buffers plus its index entry, per weight (docs/FORMAT.md 10.5), as inspect and verify
+  // print it. "raw*": planned for lattice-rans, kept raw (the reason follows).
+  std::printf("%-48s %-13s %7s %8s %8s %8s\n", "tensor", "encoding", "target", "stored", "rel_l2", "time_s");
+  std::uint64_t plan_weights = 0, plan_stored = 0, enc_weights = 0, enc_stored = 0, all_weights = 0, all_stored = 0,
+                encoded = 0, fallbacks = 0;
   for (const auto& r : table) {
     all_weights += r.weights;
     all_stored += r.stored;
+    if (r.encoded || r.fallback) {
+      plan_weights += r.weights;
+      plan_stored += r.stored;
+    }
     if (r.encoded) {
       ++encoded;
       enc_weights += r.weights;
       enc_stored += r.stored;
-      std::printf("%-48s %-8s %7.3f %8.3f %7.3f%% %8.2f\n", r.name.c_str(), "lattice", r.target, r.stored_bpp,
+      std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f\n", r.name.c_str(), "lattice-rans", r.target, r.stored_bpp,
                   100.0 * r.rel_l2, r.seconds);
+    } else if (r.fallback) {
+      ++fallbacks;
+      std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f  (%s)\n", r.name.c_str(), "raw*", r.target, r.stored_bpp,
+                  0.0, r.seconds, r.note.c_str());
     } else {
-      std::printf("%-48s %-8s %7s %8.3f %8s %8.2f  (%s)\n", r.name.c_str(), "raw", "-",
-                  8.0 * double(r.stored) / double(std::max<std::uint64_t>(r.weights, 1)), "-", r.seconds,
+      std::printf("%-48s %-13s %7s %8.3f %8s %8.2f  (%s)\n", r.name.c_str(), "raw", "-", r.stored_bpp, "-", r.seconds,
                   r.note.c_str());
     }
+  }
+  if (fallbacks > 0) {
+    std::printf("%llu tensor%s stored raw instead of lattice-rans (raw*): its lattice-rans form missed the rate or the "
+                "error ceiling (--max-error %s)\n",
+                static_cast<unsigned long long>(fallbacks), fallbacks == 1 ? "" : "s",
+                args.max_error ? std::to_string(*args.max_error).c_str() : "auto: min(0.9, max(0.01, 3 * 2^-target))");
+  }
+  if (args.budget_bpp && plan_weights > 0) {
+    std::printf("budget: %.3f bpp asked over the %llu weights planned for lattice-rans, %.3f bpp stored\n",
+                *args.budget_bpp, static_cast<unsigned long long>(plan_weights),
+                8.0 * double(plan_stored) / double(plan_weights));
   }
   std::printf(
       "total: %zu tensors (%llu encoded, %zu raw), %llu weights; encoded %llu weights in %s = %.3f bpp; "
@@ -352,6 +380,9 @@ void add_compress_command(CLI::App& app, int* exit_code) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--budget-bpp", args->budget_bpp,
                   "spend this many bits per weight over all encoded tensors, chosen per layer to minimise error");
+  cmd->add_option("--max-error", args->max_error,
+                  "ceiling on a tensor's relative L2 error (0, 1]: a weight whose lattice-rans form is worse, or "
+                  "misses the rate, is stored raw (default: min(0.9, max(0.01, 3 * 2^-R)) at target R)");
   cmd->add_option("--threads", args->threads, "encoder threads");
   cmd->add_flag("--include-embeddings", args->include_embeddings, "encode embedding tables too");
   cmd->callback([args, exit_code] {

@@ -1,6 +1,9 @@
 // epk decompress IN.epk -o OUT.safetensors [--dtype bf16|fp16|fp32|fp8_e4m3|fp8_e5m2|int8] [--device cpu|cuda]:
-// lattice-rans tensors reconstructed (by default in their source dtype), raw tensors passed through unchanged.
-// One tensor is held in memory at a time.
+// lattice-rans and intq tensors reconstructed (by default in their source dtype), raw tensors passed through
+// unchanged; --dtype applies to every tensor that can take it (raw floating-point tensors too, one RNE rounding;
+// integer tensors keep their dtype). The output's __metadata__ is the source checkpoint's, as compress recorded it
+// (docs/FORMAT.md 6.1: `source_metadata`), plus epk's own keys under "epk.", so the file is a drop-in replacement
+// (transformers checks __metadata__["format"]). One tensor is held in memory at a time.
 #include <algorithm>
 #include <cstdio>
 #include <thread>
@@ -11,6 +14,7 @@
 #include "codec/safetensors/writer.h"
 #include "tools/epk/cli_common.h"
 #include "tools/epk/device_decode.h"
+#include "tools/epk/weights.h"
 
 namespace epk::cli {
 namespace {
@@ -35,7 +39,9 @@ Status run_decompress(const DecompressArgs& args) {
   std::vector<safetensors::TensorSpec> decls;
   for (const auto& t : reader.tensors()) {
     DType d = t.dtype;
-    if (t.encoding != container::Encoding::kRaw) {
+    if (t.encoding == container::Encoding::kRaw) {
+      if (out_dtype && dtype_is_float(t.dtype) && decode::can_decode(t, *out_dtype)) d = *out_dtype;
+    } else {
       d = out_dtype.value_or(t.dtype);
       if (!decode::can_decode(t, d))
         return make_error(ErrorCode::kUnsupported, args.input + ": tensor '" + t.name + "' (" +
@@ -44,15 +50,14 @@ Status run_decompress(const DecompressArgs& args) {
     }
     decls.push_back({t.name, d, t.shape});
   }
-  std::map<std::string, std::string> metadata;
-  if (auto it = reader.metadata().find("source"); it != reader.metadata().end()) metadata["epk_source"] = it->second;
+  EPK_TRY_ASSIGN(auto metadata, safetensors_metadata(reader));
   EPK_TRY_ASSIGN(auto writer, safetensors::Writer::create(args.output, decls, metadata));
   std::vector<std::uint8_t> buf;
   std::size_t on_gpu = 0, on_cpu = 0;  // intq tensors decode on the CPU even with --device cuda
   for (const auto& spec : writer.tensors()) {
     const auto* t = reader.find(spec.name);
     EPK_TRY(reader.verify(*t));
-    if (t->encoding == container::Encoding::kRaw) {
+    if (t->encoding == container::Encoding::kRaw && spec.dtype == t->dtype) {
       EPK_TRY(writer.write(spec.name, reader.buffer(*t, 0)));
       continue;
     }
@@ -83,7 +88,8 @@ void add_decompress_command(CLI::App& app, int* exit_code) {
   cmd->add_option("input", args->input, "the .epk file")->required();
   cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
   cmd->add_option("--dtype", args->dtype,
-                  "element type of decoded tensors: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, int8 (default: source)");
+                  "element type of every decoded and floating-point raw tensor: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, "
+                  "int8 (default: each tensor's source dtype)");
   cmd->add_option("--device", args->device, "cpu or cuda (default: cuda when a GPU is present)");
   cmd->add_option("--threads", args->threads, "CPU decoder threads (default: all cores)");
   cmd->callback([args, exit_code] {

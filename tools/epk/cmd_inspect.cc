@@ -1,4 +1,5 @@
-// epk inspect FILE [--json]: per tensor name, shape, dtype, encoding, stored bytes, bits per weight; totals.
+// epk inspect FILE [--json]: per tensor name, shape, dtype, encoding, stored bytes and stored rate (docs/FORMAT.md
+// 5.11: buffers plus index entry, the figure compress and verify print too); totals.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -14,12 +15,6 @@ struct InspectArgs {
   std::string input;
   bool json = false;
 };
-
-std::uint64_t stored_bytes(const container::TensorEntry& t) {
-  std::uint64_t n = 0;
-  for (const auto& b : t.buffers) n += b.size;
-  return n;
-}
 
 double bits_per_weight(std::uint64_t bytes, std::uint64_t elements) {
   return elements ? 8.0 * static_cast<double>(bytes) / static_cast<double>(elements) : 0.0;
@@ -70,9 +65,9 @@ Status run_inspect(const InspectArgs& args) {
   std::uint64_t total_bytes = 0, total_elements = 0;
   nlohmann::json tensors = nlohmann::json::array();
   if (!args.json)
-    std::printf("%-48s %-18s %-8s %-13s %12s %8s\n", "tensor", "shape", "dtype", "encoding", "stored", "bpw");
+    std::printf("%-48s %-18s %-8s %-13s %12s %8s\n", "tensor", "shape", "dtype", "encoding", "stored", "stored_bpp");
   for (const auto& t : reader.tensors()) {
-    std::uint64_t bytes = stored_bytes(t);
+    const std::uint64_t bytes = rans::stored_bytes(t);
     std::uint64_t elements = element_count(t.shape);
     total_bytes += bytes;
     total_elements += elements;
@@ -87,6 +82,7 @@ Status run_inspect(const InspectArgs& args) {
                               {"encoding", std::string(container::encoding_name(t.encoding))},
                               {"params", nlohmann::json::parse(t.params_json, nullptr, false)},
                               {"stored_bytes", bytes},
+                              {"stored_bpp", bpw},
                               {"bits_per_weight", bpw},
                               {"buffers", buffers}};
       if (t.encoding == container::Encoding::kLatticeRans) {
@@ -108,18 +104,17 @@ Status run_inspect(const InspectArgs& args) {
         if (lr["target_bpp"].get<double>() > 0)
           std::snprintf(target, sizeof target, "%.3f", lr["target_bpp"].get<double>());
         std::printf(
-            "    target %s bpp, stored %.3f bpp (with the index entry), prob bits %u, %u tiles of %u symbols, "
-            "rdo %d, %s\n",
-            target, lr["stored_bpp"].get<double>(), lr["prob_bits"].get<unsigned>(), lr["tiles"].get<unsigned>(),
+            "    target %s bpp, prob bits %u, %u tiles of %u symbols, rdo %d, %s\n", target,
+            lr["prob_bits"].get<unsigned>(), lr["tiles"].get<unsigned>(),
             lr["tile_symbols"].get<unsigned>(), lr["rdo_sweeps"].get<int>(),
             lr["origin"].get<std::string>() == "entropack" ? "imported from entropack" : "encoded by epk");
       }
       if (t.encoding == container::Encoding::kIntq) {
         EPK_TRY_ASSIGN(auto iq, intq_json(reader, t));
-        std::printf("    intq %s, codes %s: effective %.3f bits per weight = codes %.3f + scales %.3f + zeros %.3f + "
-                    "indices %.3f\n",
+        // The split of the buffers alone (FORMAT.md 11.6); the tensor's stored rate is the column above.
+        std::printf("    intq %s, codes %s: buffers per weight = codes %.3f + scales %.3f + zeros %.3f + indices %.3f "
+                    "bits\n",
                     iq["kind"].get<std::string>().c_str(), iq["codes"].get<std::string>().c_str(),
-                    iq["bits_per_weight"].get<double>(),
                     iq["codes_bpw"].get<double>(), iq["scales_bpw"].get<double>(), iq["zeros_bpw"].get<double>(),
                     iq["indices_bpw"].get<double>());
       }
@@ -136,6 +131,7 @@ Status run_inspect(const InspectArgs& args) {
                            {{"tensors", reader.tensors().size()},
                             {"elements", total_elements},
                             {"stored_bytes", total_bytes},
+                            {"stored_bpp", total_bpw},
                             {"bits_per_weight", total_bpw}}}};
     std::printf("%s\n", out.dump(2).c_str());
   } else {

@@ -5,6 +5,7 @@
 #include "codec/container/writer.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tools/epk/cli_common.h"
+#include "tools/epk/weights.h"
 
 namespace epk::cli {
 namespace {
@@ -20,6 +21,7 @@ Status run_pack(const PackArgs& args) {
       {"source", args.input},
       {"tool", "epk " + std::string(tool_version())},
       {"settings", "pack: raw"},
+      {"source_metadata", source_metadata_json(checkpoint)},
   };
   EPK_TRY_ASSIGN(auto writer, container::Writer::create(args.output, std::move(metadata)));
   std::uint64_t bytes = 0;

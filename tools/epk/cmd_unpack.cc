@@ -4,6 +4,7 @@
 #include "codec/container/reader.h"
 #include "codec/safetensors/writer.h"
 #include "tools/epk/cli_common.h"
+#include "tools/epk/weights.h"
 
 namespace epk::cli {
 namespace {
@@ -27,8 +28,7 @@ Status run_unpack(const UnpackArgs& args) {
                                                   std::to_string(t.buffers.size()) + " buffers, expected 1");
     decls.push_back({t.name, t.dtype, t.shape});
   }
-  std::map<std::string, std::string> metadata;
-  if (auto it = reader.metadata().find("source"); it != reader.metadata().end()) metadata["epk_source"] = it->second;
+  EPK_TRY_ASSIGN(auto metadata, safetensors_metadata(reader));
   EPK_TRY_ASSIGN(auto writer, safetensors::Writer::create(args.output, decls, metadata));
   // The writer sorts tensors as the reference does; supply bytes in its order, each checked against its checksum.
   for (const auto& spec : writer.tensors()) {

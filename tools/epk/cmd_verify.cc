@@ -1,7 +1,10 @@
 // epk verify IN.epk [--against SRC] [--json] [--device cpu|cuda]: every buffer checksum, every tile of every
-// lattice-rans tensor decoded (corrupt tiles named with tensor and tile), and with --against the stored rate and the
-// relative L2 error of each tensor against the source checkpoint. Exit 1 when anything is wrong.
+// lattice-rans tensor decoded (corrupt tiles named with tensor and tile), every intq tensor dequantized, and with
+// --against the stored rate and the relative L2 error of each tensor against the source checkpoint, which must stay
+// under the error ceiling (codec/rate/choose.h: --max-error, else the ceiling compress recorded, else the default at
+// the tensor's target) and must not be all zero where the source is not. Exit 1 when anything is wrong.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -11,6 +14,7 @@
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
 #include "codec/rans/decoder.h"
+#include "codec/rate/choose.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tools/epk/cli_common.h"
 #include "tools/epk/device_decode.h"
@@ -24,8 +28,24 @@ struct VerifyArgs {
   std::string against;
   bool json = false;
   std::string device;
+  std::optional<double> max_error;
   int threads = 0;
 };
+
+// The --max-error compress applied, from the file's settings metadata ("compress {json}"); nullopt when it used the
+// default rule or the file was not written by compress.
+std::optional<double> recorded_max_error(const container::Reader& reader) {
+  auto it = reader.metadata().find("settings");
+  constexpr std::string_view kPrefix = "compress ";
+  if (it == reader.metadata().end() || it->second.rfind(kPrefix, 0) != 0) return std::nullopt;
+  auto j = nlohmann::json::parse(it->second.substr(kPrefix.size()), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("max_error") || !j["max_error"].is_number()) return std::nullopt;
+  return j["max_error"].get<double>();
+}
+
+bool all_zero(std::span<const float> v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
+}
 
 struct TensorReport {
   std::string name;
@@ -37,6 +57,7 @@ struct TensorReport {
   std::uint64_t stored = 0;
   double target = 0;
   std::optional<double> rel_l2;
+  std::optional<double> max_error;  // the ceiling rel_l2 was held to
 };
 
 // Decodes every tile of s; corrupt tiles into rep. With want_f32, also the reconstruction.
@@ -79,7 +100,11 @@ void check_stream(const rans::StoredStream& st, const std::string& where, Device
 Status run_verify(const VerifyArgs& args, int* exit_code) {
   EPK_TRY_ASSIGN(auto device, choose_device(args.device));
   const int threads = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  if (args.max_error && (!std::isfinite(*args.max_error) || *args.max_error <= 0.0 || *args.max_error > 1.0))
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--max-error " + std::to_string(*args.max_error) + " is outside (0, 1]");
   EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
+  const std::optional<double> max_error = args.max_error ? args.max_error : recorded_max_error(reader);
   std::optional<safetensors::Checkpoint> source;
   if (!args.against.empty()) {
     EPK_TRY_ASSIGN(auto c, safetensors::Checkpoint::open(args.against));
@@ -116,12 +141,14 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
         check_stream(*stored, where, device, threads, rep, src ? &decoded : nullptr);
         have_decoded = src && !decoded.empty();
       }
-    } else if (src) {
+    } else if (src || t.encoding != container::Encoding::kRaw) {
+      // Every tensor that is not stored as plain bytes is decoded, source or not: a tensor reported ok must be one
+      // that decompress, convert and epkd can read.
       auto d = decode::decode_tensor_f32(reader, t);
       if (d) {
         decoded = std::move(*d);
-        have_decoded = true;
-      } else if (src->dtype == t.dtype && t.buffers.size() == 1) {
+        have_decoded = src != nullptr;
+      } else if (src && t.encoding == container::Encoding::kRaw && src->dtype == t.dtype && t.buffers.size() == 1) {
         // A raw tensor of a non-float dtype: compared byte for byte.
         auto bytes = reader.buffer(t, 0);
         const bool same = bytes.size() == src->data.size() && std::equal(bytes.begin(), bytes.end(), src->data.begin());
@@ -133,10 +160,26 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
     }
     if (have_decoded) {
       auto ref = source_f32(*src);
-      if (ref)
+      if (ref) {
         rep.rel_l2 = relative_l2(decoded, *ref);
-      else
+        if (all_zero(decoded) && !all_zero(*ref)) {
+          rep.problems.push_back(where + ": decodes to all zeros where the source is not");
+        } else if (t.encoding == container::Encoding::kLatticeRans) {
+          // The ceiling at the tensor's target rate (its stored rate when no target was recorded, as for streams
+          // imported from the reference package).
+          const double rate = rep.target > 0 ? rep.target : 8.0 * double(rep.stored) / double(std::max<std::uint64_t>(rep.weights, 1));
+          const double ceiling = max_error.value_or(rate::default_max_rel_l2(rate));
+          rep.max_error = ceiling;
+          if (!(*rep.rel_l2 <= ceiling)) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, ": relative L2 error %.4f%% is above the ceiling %.4f%%", 100.0 * *rep.rel_l2,
+                          100.0 * ceiling);
+            rep.problems.push_back(where + buf);
+          }
+        }
+      } else {
         rep.problems.push_back(ref.error().message);
+      }
       if (t.encoding == container::Encoding::kRaw && rep.rel_l2 && *rep.rel_l2 != 0.0)
         rep.problems.push_back(where + ": raw tensor differs from the source");
     }
@@ -173,6 +216,7 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
       j["stored_bpp"] = r.weights ? 8.0 * double(r.stored) / double(r.weights) : 0.0;
       if (r.target > 0) j["target_bpp"] = r.target;
       if (r.rel_l2) j["rel_l2"] = *r.rel_l2;
+      if (r.max_error) j["max_error"] = *r.max_error;
       arr.push_back(std::move(j));
     }
     nlohmann::json out = {{"file", args.input},
@@ -219,6 +263,9 @@ void add_verify_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--against", args->against, "the source checkpoint: report rate and relative L2 error per tensor");
   cmd->add_flag("--json", args->json, "print JSON");
   cmd->add_option("--device", args->device, "cpu or cuda (default: cuda when a GPU is present)");
+  cmd->add_option("--max-error", args->max_error,
+                  "with --against: ceiling on a lattice-rans tensor's relative L2 error (default: the one compress "
+                  "applied, recorded in the file; else min(0.9, max(0.01, 3 * 2^-R)) at its target R)");
   cmd->add_option("--threads", args->threads, "CPU decoder threads (default: all cores)");
   cmd->callback([args, exit_code] {
     auto st = run_verify(*args, exit_code);

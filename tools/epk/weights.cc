@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "codec/decode/decode_tensor.h"
 
 namespace epk::cli {
@@ -45,6 +47,32 @@ Result<double> energy(const safetensors::TensorView& t) {
     for (std::size_t k = 0; k < m; ++k) sum += double(tmp[k]) * double(tmp[k]);
   }
   return sum;
+}
+
+std::string source_metadata_json(const safetensors::Checkpoint& c) {
+  nlohmann::json j = nlohmann::json::object();
+  if (!c.shards().empty())
+    for (const auto& [k, v] : c.shards().front().metadata()) j[k] = v;
+  return j.dump();
+}
+
+Result<std::map<std::string, std::string>> safetensors_metadata(const container::Reader& reader) {
+  std::map<std::string, std::string> out;
+  const auto& meta = reader.metadata();
+  if (auto it = meta.find("source_metadata"); it != meta.end()) {
+    auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+      return make_error(ErrorCode::kBadInput, reader.path() + ": metadata source_metadata: not a JSON object");
+    for (const auto& [k, v] : j.items()) {
+      if (!v.is_string())
+        return make_error(ErrorCode::kBadInput,
+                          reader.path() + ": metadata source_metadata: value of '" + k + "' is not a string");
+      out[k] = v.get<std::string>();
+    }
+  }
+  for (const char* key : {"source", "tool"})
+    if (auto it = meta.find(key); it != meta.end()) out.try_emplace(std::string("epk.") + key, it->second);
+  return out;
 }
 
 std::string clock_string(double seconds) {

@@ -1,0 +1,171 @@
+#include "codec/rate/choose.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <vector>
+
+#include "codec/decode/decode_tensor.h"
+#include "codec/rans/decoder.h"
+#include "codec/rans/reference_format.h"
+
+namespace epk::rate {
+namespace {
+
+std::string percent(double v) {
+  if (!std::isfinite(v)) return "inf%";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * v);
+  return buf;
+}
+
+std::string fixed3(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+// Buffers plus index entry of the lattice-rans form of e under info.
+std::uint64_t lattice_stored_bytes(const rans::EncodedTensor& e, std::string_view name, const rans::EncodingInfo& info) {
+  auto form = rans::to_container(e, std::string(name), info);
+  std::uint64_t b = rans::index_entry_bytes(form.spec, form.buffers);
+  for (const auto& buf : form.buffers) b += buf.bytes.size();
+  return b;
+}
+
+}  // namespace
+
+double default_max_rel_l2(double target_bpp) {
+  return std::min(kMaxRelL2Cap, std::max(kMaxRelL2Floor, kMaxRelL2Factor * std::exp2(-target_bpp)));
+}
+
+const char* form_name(Form f) { return f == Form::kRaw ? "raw" : "lattice-rans"; }
+
+Choice choose_form(const Candidate& c, const ChoicePolicy& policy) {
+  Choice out;
+  out.max_rel_l2 = policy.max_rel_l2.value_or(default_max_rel_l2(c.target_bpp));
+  auto raw = [&](std::string why) {
+    out.form = Form::kRaw;
+    out.reason = std::move(why);
+    return out;
+  };
+  if (c.lattice_zero && !c.source_zero) return raw("lattice-rans decodes to all zeros");
+  if (!(c.lattice_rel_l2 <= out.max_rel_l2)) {
+    return raw("lattice-rans error " + percent(c.lattice_rel_l2) + " above the ceiling " + percent(out.max_rel_l2));
+  }
+  if (c.lattice_bpp > policy.max_rate_ratio * c.target_bpp) {
+    return raw("lattice-rans stores " + fixed3(c.lattice_bpp) + " bpp, over " + fixed3(policy.max_rate_ratio) +
+               "x the target " + fixed3(c.target_bpp));
+  }
+  if (c.lattice_bpp >= c.raw_bpp) {
+    return raw("lattice-rans stores " + fixed3(c.lattice_bpp) + " bpp, raw " + fixed3(c.raw_bpp));
+  }
+  return out;
+}
+
+std::uint64_t raw_stored_bytes(std::string_view name, std::uint32_t rows, std::uint32_t cols, DType dtype) {
+  const std::uint64_t n = std::uint64_t(rows) * cols;
+  container::TensorSpec spec{std::string(name), {rows, cols}, dtype, container::Encoding::kRaw, "{}"};
+  const std::vector<std::uint8_t> none;
+  std::vector<container::BufferData> bufs{{"data", none}};
+  // index_entry_bytes counts the buffer table, not the buffers' contents: an empty view stands in for the bytes.
+  return n * std::uint64_t(dtype_bits(dtype)) / 8 + rans::index_entry_bytes(spec, bufs);
+}
+
+namespace {
+
+struct Trial {
+  rans::EncodedTensor lattice;
+  EncodeReport report;
+  Candidate candidate;  // target_bpp: the user's target, not the trial's
+  std::uint64_t lattice_bytes = 0;
+};
+
+// Encodes at `trial_target` (with the container-overhead correction) and measures the result against `source`.
+Result<Trial> try_lattice(std::span<const std::byte> weights, std::span<const float> source, std::uint32_t rows,
+                          std::uint32_t cols, DType dtype, EncodeOptions options, double trial_target,
+                          const rans::EncodingInfo& info, std::string_view name) {
+  const double n = double(rows) * double(cols);
+  Trial t;
+  options.target_bpp = trial_target;
+  EPK_TRY_ASSIGN(t.lattice, encode(weights, rows, cols, dtype, options, name, &t.report));
+  // params_json's length before the scale is known: a scale printed at full precision.
+  rans::EncodingInfo probe = info;
+  probe.target_bpp = trial_target;
+  probe.scale = 0.123456789012345;
+  const double cap = double(dtype_bits(dtype));
+  double got = 8.0 * double(lattice_stored_bytes(t.lattice, name, probe)) / n;
+  if (std::abs(got / trial_target - 1.0) > 0.002 && trial_target < cap) {
+    const double ref = 8.0 * double(rans::reference_quant_state_bytes(t.lattice)) / n;
+    EncodeOptions o = options;
+    o.target_bpp = std::min(cap, std::max(0.01, trial_target + (ref - got)));
+    EncodeReport r2;
+    EPK_TRY_ASSIGN(auto again, encode(weights, rows, cols, dtype, o, name, &r2));
+    const double got2 = 8.0 * double(lattice_stored_bytes(again, name, probe)) / n;
+    if (std::abs(got2 - trial_target) < std::abs(got - trial_target)) {
+      t.lattice = std::move(again);
+      t.report = r2;
+    }
+  }
+  rans::EncodingInfo final_info = info;
+  final_info.target_bpp = trial_target;
+  final_info.scale = t.report.scale;
+  final_info.coarsened = t.report.coarsened;
+  t.lattice_bytes = lattice_stored_bytes(t.lattice, name, final_info);
+
+  std::vector<float> decoded(std::size_t(rows) * cols);
+  EPK_TRY(rans::decode(t.lattice.view(), name, DType::kF32,
+                       std::span<std::byte>(reinterpret_cast<std::byte*>(decoded.data()), decoded.size() * 4),
+                       std::max(1, options.threads)));
+  double num = 0, den = 0;
+  bool dec_zero = true, src_zero = true;
+  for (std::size_t i = 0; i < decoded.size(); ++i) {
+    const double d = double(decoded[i]) - double(source[i]);
+    num += d * d;
+    den += double(source[i]) * double(source[i]);
+    dec_zero = dec_zero && decoded[i] == 0.0f;
+    src_zero = src_zero && source[i] == 0.0f;
+  }
+  Candidate& c = t.candidate;
+  c.lattice_bpp = 8.0 * double(t.lattice_bytes) / n;
+  c.lattice_rel_l2 = den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : std::numeric_limits<double>::infinity());
+  c.lattice_zero = dec_zero;
+  c.source_zero = src_zero;
+  return t;
+}
+
+}  // namespace
+
+Result<Packed> pack_tensor(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols, DType dtype,
+                           const EncodeOptions& options, const ChoicePolicy& policy, const rans::EncodingInfo& info,
+                           std::string_view name) {
+  const double n = double(rows) * double(cols);
+  const double target = options.target_bpp;
+  std::vector<float> source(std::size_t(rows) * cols);
+  if (!decode::raw_to_f32(dtype, std::span(reinterpret_cast<const std::uint8_t*>(weights.data()), weights.size()),
+                          source)) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) + "': dtype " +
+                                                       std::string(dtype_name(dtype)) + " is not a float dtype");
+  }
+  EPK_TRY_ASSIGN(Trial t, try_lattice(weights, source, rows, cols, dtype, options, target, info, name));
+  const std::uint64_t raw_bytes = raw_stored_bytes(name, rows, cols, dtype);
+  Packed p;
+  p.candidate = t.candidate;
+  p.candidate.target_bpp = target;
+  p.candidate.raw_bpp = 8.0 * double(raw_bytes) / n;
+  p.report = t.report;
+  p.choice = choose_form(p.candidate, policy);
+  if (p.choice.form == Form::kRaw) {
+    p.stored_bytes = raw_bytes;
+    p.rel_l2 = 0.0;
+  } else {
+    p.lattice = std::move(t.lattice);
+    p.stored_bytes = t.lattice_bytes;
+    p.rel_l2 = p.candidate.lattice_rel_l2;
+  }
+  p.stored_bpp = 8.0 * double(p.stored_bytes) / n;
+  return p;
+}
+
+}  // namespace epk::rate

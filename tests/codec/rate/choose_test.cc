@@ -1,0 +1,137 @@
+// rate::choose_form and pack_tensor: no tensor of any shape comes back worse than the error ceiling or the rate the
+// user asked for would allow; what lattice-rans cannot serve is stored raw (exact).
+#include "codec/rate/choose.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "codec/common/half.h"
+
+namespace epk::rate {
+namespace {
+
+Candidate good(double target) {
+  Candidate c;
+  c.target_bpp = target;
+  c.lattice_bpp = target;
+  c.lattice_rel_l2 = 1.2 * std::exp2(-target);
+  c.raw_bpp = 16.1;
+  return c;
+}
+
+TEST(ChooseForm, DefaultCeilingFollowsTheRateBetweenFloorAndCap) {
+  EXPECT_DOUBLE_EQ(default_max_rel_l2(0.5), 0.9);
+  EXPECT_DOUBLE_EQ(default_max_rel_l2(2.0), 0.75);
+  EXPECT_DOUBLE_EQ(default_max_rel_l2(4.0), 0.1875);
+  EXPECT_DOUBLE_EQ(default_max_rel_l2(8.0), 3.0 / 256.0);
+  EXPECT_DOUBLE_EQ(default_max_rel_l2(11.0), 0.01);
+}
+
+TEST(ChooseForm, KeepsANormalLayerAtEveryRate) {
+  for (double r : {1.0, 2.0, 3.0, 4.0, 6.0, 8.0}) {
+    const Choice ch = choose_form(good(r), {});
+    EXPECT_EQ(ch.form, Form::kLatticeRans) << r << ": " << ch.reason;
+    EXPECT_TRUE(ch.reason.empty());
+    EXPECT_DOUBLE_EQ(ch.max_rel_l2, default_max_rel_l2(r));
+  }
+}
+
+TEST(ChooseForm, EachRuleSendsTheTensorRaw) {
+  Candidate c = good(4);
+  c.lattice_zero = true;
+  EXPECT_EQ(choose_form(c, {}).form, Form::kRaw);
+  c.source_zero = true;  // an all-zero source reconstructed as zeros is exact
+  c.lattice_rel_l2 = 0;
+  EXPECT_EQ(choose_form(c, {}).form, Form::kLatticeRans);
+
+  c = good(4);
+  c.lattice_rel_l2 = 0.39;  // 64x64 at 4 bpp before this rule
+  Choice ch = choose_form(c, {});
+  EXPECT_EQ(ch.form, Form::kRaw);
+  EXPECT_NE(ch.reason.find("39.00%"), std::string::npos) << ch.reason;
+  EXPECT_NE(ch.reason.find("ceiling 18.75%"), std::string::npos) << ch.reason;
+  ChoicePolicy loose;
+  loose.max_rel_l2 = 0.4;  // --max-error 0.4 accepts it
+  EXPECT_EQ(choose_form(c, loose).form, Form::kLatticeRans);
+
+  c = good(4);
+  c.lattice_rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(choose_form(c, {}).form, Form::kRaw);
+
+  c = good(4);
+  c.lattice_bpp = 6.5;  // over 1.5x the target
+  ch = choose_form(c, {});
+  EXPECT_EQ(ch.form, Form::kRaw);
+  EXPECT_NE(ch.reason.find("6.500 bpp"), std::string::npos) << ch.reason;
+
+  c = good(8);
+  c.raw_bpp = 8.0;  // an 8-bit source: lattice at 8 bpp is no smaller than raw
+  c.lattice_bpp = 8.01;
+  EXPECT_EQ(choose_form(c, {}).form, Form::kRaw);
+}
+
+// Gaussian bf16 weights (sigma 0.02) of rows x cols, seeded by the shape.
+std::vector<std::uint16_t> gaussian(std::uint32_t rows, std::uint32_t cols) {
+  std::mt19937 rng(rows * 7919u + cols);
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  std::vector<std::uint16_t> w(std::size_t(rows) * cols);
+  for (auto& v : w) v = f32_to_bf16(g(rng));
+  return w;
+}
+
+struct Shape {
+  std::uint32_t rows, cols;
+};
+
+class PackShapes : public ::testing::TestWithParam<std::tuple<Shape, double>> {};
+
+TEST_P(PackShapes, NoTensorComesBackWorseThanTheCeilingOrTheRateAllows) {
+  const auto [shape, bpp] = GetParam();
+  const auto w = gaussian(shape.rows, shape.cols);
+  EncodeOptions o;
+  o.target_bpp = bpp;
+  rans::EncodingInfo info;
+  info.target_bpp = bpp;
+  auto p = pack_tensor(std::as_bytes(std::span(w)), shape.rows, shape.cols, DType::kBF16, o, {}, info, "w");
+  ASSERT_TRUE(p) << p.error().to_string();
+  const double ceiling = default_max_rel_l2(bpp);
+  const double raw_bpp = 8.0 * double(raw_stored_bytes("w", shape.rows, shape.cols, DType::kBF16)) /
+                         (double(shape.rows) * shape.cols);
+  EXPECT_DOUBLE_EQ(p->candidate.raw_bpp, raw_bpp);
+  EXPECT_LE(p->rel_l2, ceiling) << p->choice.reason;
+  // The stored rate meets the request, or the tensor is raw (exact): never more than raw, never a lossy form above
+  // 1.5x the target.
+  if (p->choice.form == Form::kRaw) {
+    EXPECT_EQ(p->rel_l2, 0.0);
+    EXPECT_DOUBLE_EQ(p->stored_bpp, raw_bpp);
+    EXPECT_FALSE(p->choice.reason.empty());
+  } else {
+    EXPECT_LT(p->stored_bpp, raw_bpp);
+    EXPECT_LE(p->stored_bpp, kMaxRateRatio * bpp);
+    EXPECT_GT(p->rel_l2, 0.0);
+    EXPECT_DOUBLE_EQ(p->stored_bpp, p->candidate.lattice_bpp);
+  }
+  // Large layers stay lattice-rans at every rate (the rule must not throw away what the codec does well).
+  if (std::uint64_t(shape.rows) * shape.cols >= 256 * 256) {
+    EXPECT_EQ(p->choice.form, Form::kLatticeRans) << p->choice.reason;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Gaussian, PackShapes,
+    ::testing::Combine(::testing::Values(Shape{1, 8}, Shape{1, 64}, Shape{8, 8}, Shape{2, 384}, Shape{16, 16},
+                                         Shape{32, 64}, Shape{16, 256}, Shape{64, 64}, Shape{128, 128},
+                                         Shape{256, 256}),
+                       ::testing::Values(2.0, 4.0, 8.0)),
+    [](const auto& param_info) {
+      const Shape s = std::get<0>(param_info.param);
+      return std::to_string(s.rows) + "x" + std::to_string(s.cols) + "_" +
+             std::to_string(int(std::get<1>(param_info.param))) + "bpp";
+    });
+
+}  // namespace
+}  // namespace epk::rate
