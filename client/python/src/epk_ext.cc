@@ -41,8 +41,9 @@ constexpr const char* kDefaultSocket = "/run/epkd/epkd.sock";  // systemd/epkd.s
 // ---- errors: the classes live in epk/_errors.py (docstrings, hierarchy); looked up once.
 
 nb::object error_class(const char* name) {
-  static nb::object mod = nb::module_::import_("epk._errors");
-  return mod.attr(name);
+  // Kept for the process's life on purpose: a static nb::object would be released after the interpreter is gone.
+  static PyObject* mod = nb::module_::import_("epk._errors").release().ptr();
+  return nb::handle(mod).attr(name);
 }
 
 [[noreturn]] void raise_as(const char* cls_name, const std::string& message, const char* code) {
@@ -502,6 +503,8 @@ constexpr const char* kDlpackDoc =
 NB_MODULE(_epk, m) {
   using namespace epk::py;
   m.doc() = "epk's extension module: the Client and Lease classes (import them from epk).";
+  // Leases alive at exit are normal (an array made from one holds it); nanobind would report each as a leak.
+  nb::set_leak_warnings(false);
   m.attr("DEFAULT_SOCKET") = kDefaultSocket;
 #if EPK_PY_CUDA
   m.attr("HAS_CUDA") = true;

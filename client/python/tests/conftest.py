@@ -1,0 +1,114 @@
+"""Fixtures for the epk package's tests: the repository's binaries (epkd, epk), a small Llama-shaped model compressed
+by `epk compress`, its `epk decompress` outputs (the references), and a real `epkd --cpu` on a temporary socket.
+
+The binaries come from $EPK_BUILD_DIR, else the repository's build/default (scripts/test.sh builds it first)."""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import epk_testdata
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _build_dir():
+    return Path(os.environ.get("EPK_BUILD_DIR", REPO / "build" / "default"))
+
+
+@pytest.fixture(scope="session")
+def bins():
+    b = _build_dir()
+    out = {"epkd": b / "daemon" / "epkd", "epk": b / "tools" / "epk" / "epk"}
+    for name, p in out.items():
+        if not p.is_file():
+            pytest.fail(f"{name} not found at {p}: build the repository first (scripts/build.sh) or set EPK_BUILD_DIR")
+    return out
+
+
+def run(args, **kw):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise AssertionError(f"{args[0]} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+# Reference outputs of `epk decompress`, per layout name.
+DECOMPRESS_ARGS = {
+    "dense:bf16": ["--dtype", "bf16"],
+    "dense:fp16": ["--dtype", "fp16"],
+    "dense:fp32": ["--dtype", "fp32"],
+    "rowwise:int8": ["--rowwise", "int8"],
+    "rowwise:fp8_e4m3": ["--rowwise", "fp8_e4m3"],
+}
+
+
+@pytest.fixture(scope="session")
+def model(bins, tmp_path_factory):
+    """{'epk': the .epk path, 'source': {name: entry}, 'ref': {layout: {name: entry}}} (entries as read_safetensors)."""
+    d = tmp_path_factory.mktemp("model")
+    src = d / "model.safetensors"
+    epk_testdata.write_llama_bf16(src)
+    path = d / "model.epk"
+    run([bins["epk"], "compress", src, "-o", path, "--bpp", "4", "--threads", "2"])
+    ref = {}
+    for layout, extra in DECOMPRESS_ARGS.items():
+        out = d / (layout.replace(":", "_") + ".safetensors")
+        run([bins["epk"], "decompress", path, "-o", out, "--device", "cpu", *extra])
+        ref[layout] = epk_testdata.read_safetensors(out)
+    return {"epk": path, "source": epk_testdata.read_safetensors(src), "ref": ref}
+
+
+class Daemon:
+    """An `epkd --cpu` serving the test model as "test", on a socket in a temporary folder."""
+
+    def __init__(self, bins, model_path, budget_mb=16):
+        self.bins = bins
+        self.model_path = model_path
+        self.budget_mb = budget_mb
+        self.dir = tempfile.mkdtemp(prefix="epkpy")  # short: a socket path has at most 107 bytes
+        self.socket = os.path.join(self.dir, "epkd.sock")
+        self.log = os.path.join(self.dir, "epkd.log")
+        self.proc = None
+        self.start()
+
+    def start(self):
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(self.bins["epkd"]), "--cpu", "--socket", self.socket, "--model", f"test={self.model_path}",
+                 "--budget-mb", str(self.budget_mb), "--threads", "2", "--io-threads", "1", "--log-level", "warn"],
+                stdout=log, stderr=log)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"epkd exited with {self.proc.returncode}:\n{open(self.log).read()}")
+            if time.monotonic() > deadline:
+                raise AssertionError("epkd did not listen within 30 s:\n" + open(self.log).read())
+            time.sleep(0.02)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            rc = self.proc.wait(timeout=30)
+            if sig == signal.SIGTERM:
+                assert rc == 0, f"epkd exited with {rc} after SIGTERM:\n{open(self.log).read()}"
+        self.proc = None
+
+    def close(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(bins, model):
+    d = Daemon(bins, model["epk"])
+    yield d
+    d.close()
