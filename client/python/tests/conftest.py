@@ -1,7 +1,8 @@
 """Fixtures for the epk package's tests: the repository's binaries (epkd, epk), a small Llama-shaped model compressed
 by `epk compress`, its `epk decompress` outputs (the references), and a real `epkd --cpu` on a temporary socket.
 
-The binaries come from $EPK_BUILD_DIR, else the repository's build/default (scripts/test.sh builds it first)."""
+The binaries come from $EPK_BUILD_DIR, else the repository's build/default (scripts/test.sh builds it first), or
+from $EPK_EPKD and $EPK_CLI."""
 
 import os
 import shutil
@@ -25,7 +26,9 @@ def _build_dir():
 @pytest.fixture(scope="session")
 def bins():
     b = _build_dir()
-    out = {"epkd": b / "daemon" / "epkd", "epk": b / "tools" / "epk" / "epk"}
+    # EPK_EPKD / EPK_CLI: staged binaries (scripts/gpu/python_run.sh) instead of a build folder's.
+    out = {"epkd": Path(os.environ.get("EPK_EPKD", b / "daemon" / "epkd")),
+           "epk": Path(os.environ.get("EPK_CLI", b / "tools" / "epk" / "epk"))}
     for name, p in out.items():
         if not p.is_file():
             pytest.fail(f"{name} not found at {p}: build the repository first (scripts/build.sh) or set EPK_BUILD_DIR")
@@ -66,12 +69,16 @@ def model(bins, tmp_path_factory):
 
 
 class Daemon:
-    """An `epkd --cpu` serving the test model as "test", on a socket in a temporary folder."""
+    """An epkd serving the test model as "test" (and `extra` NAME=FILE.epk models), on a socket in a temporary
+    folder: host pools (--cpu) unless cpu=False (then a device pool on every GPU)."""
 
-    def __init__(self, bins, model_path, budget_mb=16):
+    def __init__(self, bins, model_path, budget_mb=16, cpu=True, extra=(), args=()):
         self.bins = bins
         self.model_path = model_path
         self.budget_mb = budget_mb
+        self.cpu = cpu
+        self.extra = list(extra)
+        self.args = list(args)
         self.dir = tempfile.mkdtemp(prefix="epkpy")  # short: a socket path has at most 107 bytes
         self.socket = os.path.join(self.dir, "epkd.sock")
         self.log = os.path.join(self.dir, "epkd.log")
@@ -82,10 +89,12 @@ class Daemon:
         if os.path.exists(self.socket):
             os.unlink(self.socket)
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [str(self.bins["epkd"]), "--cpu", "--socket", self.socket, "--model", f"test={self.model_path}",
-                 "--budget-mb", str(self.budget_mb), "--threads", "2", "--io-threads", "1", "--log-level", "warn"],
-                stdout=log, stderr=log)
+            cmd = [str(self.bins["epkd"]), "--socket", self.socket, "--model", f"test={self.model_path}",
+                   "--budget-mb", str(self.budget_mb), "--threads", "2", "--io-threads", "1", "--log-level", "warn"]
+            cmd += ["--cpu"] if self.cpu else []
+            for m in self.extra:
+                cmd += ["--model", m]
+            self.proc = subprocess.Popen(cmd + self.args, stdout=log, stderr=log)
         deadline = time.monotonic() + 30
         while not os.path.exists(self.socket):
             if self.proc.poll() is not None:
