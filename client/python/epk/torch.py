@@ -9,11 +9,11 @@
 Blocks are the model's decoder layers (the classes named by ``_no_split_modules``; for a diffusers transformer
 without it, the modules of its ``transformer_blocks`` / ``single_transformer_blocks`` / ``blocks`` / ``layers``
 lists). Inside a block, every parameter of two or more dimensions is *streamed*: it leaves the module at attach (a
-meta placeholder takes its place), a forward pre-hook acquires it from epkd (prefetching the next ``prefetch``
-blocks' weights, wrapping around to the first blocks for the next forward), swaps it in as a zero-copy view, and a
-forward hook releases it with a fence recorded on the compute stream (torch's current stream), so that epkd reuses
-the bytes only after the block's kernels are done. Everything else (norms, biases, embeddings, the LM head) is
-acquired once and kept, pinned, for the attachment's life.
+placeholder takes its place: one zero element on the device, expanded to the shape), a forward pre-hook acquires
+it from epkd (prefetching the next ``prefetch`` blocks' weights, wrapping around to the first blocks for the next
+forward), swaps it in as a zero-copy view, and a forward hook releases it with a fence recorded on the compute
+stream (torch's current stream), so that epkd reuses the bytes only after the block's kernels are done. Everything
+else (norms, biases, embeddings, the LM head) is acquired once and kept, pinned, for the attachment's life.
 
 Every parameter is matched to the epkd tensor of the same name (or ``rename(name)``) by shape and dtype at attach;
 a missing or mismatched tensor is an error naming both sides. epkd's protocol has no tensor listing, so attach
@@ -74,12 +74,15 @@ class _Stream:
 
     __slots__ = ("holders", "tensor", "shape", "dtype", "placeholder")
 
-    def __init__(self, holders, tensor, shape, dtype):
+    def __init__(self, holders, tensor, shape, dtype, device):
         self.holders = holders  # [(module, attribute)]
         self.tensor = tensor  # the epkd tensor name
         self.shape = shape
         self.dtype = dtype
-        self.placeholder = torch.nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"), requires_grad=False)
+        # Between forwards: one zero element on the model's device, expanded to the shape (strides 0). Not meta:
+        # transformers and sentence-transformers take a model's device from its first parameter.
+        self.placeholder = torch.nn.Parameter(torch.zeros(1, dtype=dtype, device=device).expand(shape),
+                                              requires_grad=False)
 
 
 def _set(holders, value):
@@ -88,7 +91,7 @@ def _set(holders, value):
 
 
 class Attachment:
-    """What attach() did to a model: its hooks and the leases it keeps. close() puts meta placeholders back,
+    """What attach() did to a model: its hooks and the leases it keeps. close() puts the placeholders back,
     removes the hooks and releases every lease (the model is unusable afterwards)."""
 
     def __init__(self, model, client, model_name, layout, prefetch, device, blocks):
@@ -227,7 +230,8 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
         for bi, qname, pid in streamed:
             holders = owners[pid]
             p = holders[0][0]._parameters[holders[0][1]]
-            att.streams[bi].append(_Stream([(m, a) for m, a, _ in holders], rename(qname), tuple(p.shape), p.dtype))
+            att.streams[bi].append(
+                _Stream([(m, a) for m, a, _ in holders], rename(qname), tuple(p.shape), p.dtype, target))
         # Check every streamed tensor once (a block at a time, the next one prefetched), then let the weights go.
         for bi in range(len(blocks)):
             if bi + 1 < len(blocks):

@@ -206,8 +206,10 @@ def test_llama_attach_gives_the_decompressed_models_logits(bins, model, where):
             m = build_llama(config).to(dev)  # random weights: attach replaces every one
             att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", prefetch=1)
             assert [n for n in att.block_names] == [f"model.layers.{i}" for i in range(epk_testdata.LAYERS)]
-            assert m.model.layers[0].mlp.up_proj.weight.is_meta  # streamed: not in the module between forwards
-            assert not m.model.norm.weight.is_meta  # kept
+            up = m.model.layers[0].mlp.up_proj.weight  # streamed: a one-element placeholder between forwards
+            assert up.shape == (epk_testdata.INTERMEDIATE, epk_testdata.HIDDEN) and up.stride() == (0, 0)
+            assert up.device == dev and m.device == dev
+            assert m.model.norm.weight.stride() == (1,) and m.model.norm.weight.device == dev  # kept
             assert c.stats()["pins"] == len(att.kept)
             with torch.no_grad():
                 first = m(ids).logits
