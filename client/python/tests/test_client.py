@@ -16,7 +16,7 @@ import pytest
 
 import epk
 import epk_testdata
-from conftest import DECOMPRESS_ARGS, Daemon, run
+from conftest import DECOMPRESS_ARGS, REPO, Daemon, run
 
 MODEL = "test"
 UP = "model.layers.0.mlp.up_proj.weight"
@@ -346,3 +346,52 @@ def test_default_socket(daemon, monkeypatch):
         with pytest.raises(epk.Unavailable) as e:
             epk.Client()
         assert epk.DEFAULT_SOCKET in str(e.value)
+
+
+# ---- packed integer layouts
+
+
+@pytest.fixture(scope="module")
+def intq_model(bins, tmp_path_factory):
+    """An imported GPTQ checkpoint (one 4-bit asymmetric layer, from the repository's layout vectors) and
+    `epk convert`'s output for each packed layout it can take (gptq, gptq-v2, awq; marlin is symmetric only)."""
+    d = tmp_path_factory.mktemp("intq")
+    src = epk_testdata.read_safetensors(REPO / "tests" / "data" / "layouts" / "gptq_4bit_v1_asym.safetensors")
+    ckpt = d / "ckpt"
+    ckpt.mkdir()
+    epk_testdata.write_safetensors(ckpt / "model.safetensors", {
+        "proj." + k: (src[k][0], epk_testdata.as_array(src[k])) for k in ("qweight", "qzeros", "scales", "g_idx")})
+    (ckpt / "config.json").write_text(json.dumps({"quantization_config": {
+        "quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": False,
+        "checkpoint_format": "gptq"}}))
+    run([bins["epk"], "import", ckpt, "-o", d / "q.epk"])
+    ref = {}
+    for layout in ("gptq", "gptq-v2", "awq"):
+        run([bins["epk"], "convert", d / "q.epk", "--to", layout, "-o", d / f"{layout}.safetensors"])
+        ref[layout] = epk_testdata.read_safetensors(d / f"{layout}.safetensors")
+    return {"epk": d / "q.epk", "ref": ref}
+
+
+def test_packed_layouts_give_their_parts(bins, model, intq_model):
+    d = Daemon(bins, model["epk"], extra=[f"q={intq_model['epk']}"])
+    try:
+        with epk.Client(d.socket) as c:
+            for layout, ref in intq_model["ref"].items():
+                with c.acquire("q", "proj.weight", layout) as lease:
+                    parts = lease.parts
+                    assert sorted(parts) == sorted(n[len("proj."):] for n in ref), layout
+                    for name, part in parts.items():
+                        want = epk_testdata.as_array(ref["proj." + name])
+                        got = np.from_dlpack(part)
+                        assert part.name == name and got.shape == want.shape and got.dtype == want.dtype
+                        assert got.ctypes.data == part.data_ptr
+                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{layout} {name}"
+                    with pytest.raises(epk.Unsupported):
+                        lease.__dlpack__()  # several arrays: the parts, not the lease
+                    del parts, part, got
+            with pytest.raises(epk.Unsupported) as e:
+                c.acquire("q", "proj.weight", "marlin")  # asymmetric: marlin cannot carry it
+            assert "proj.weight" in str(e.value)
+            assert c.stats()["pins"] == 0
+    finally:
+        d.close()
