@@ -8,7 +8,6 @@ preset="${1:-default}"
 build="build/$preset"
 venv="$build/pyvenv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q nanobind scikit-build-core numpy pytest
 "$venv/bin/python" -m pip install -q ./client/python
 # From the repository root, so that `import epk` is the installed package, not client/python/epk. pytest exits 5
