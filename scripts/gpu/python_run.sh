@@ -16,14 +16,17 @@ export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -2 || true
-  "$py" -c 'import sys, torch, transformers; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)'
-  command -v cmake >/dev/null && cmake --version | head -1 || "$py" -c 'import cmake; print("cmake (PyPI)", cmake.__version__)'
+  "$py" -c 'import sys, torch, transformers as t; print(sys.version.split()[0], "torch", torch.__version__,
+            "cuda", torch.version.cuda, "transformers", t.__version__)' || true
+  cmake --version 2>/dev/null | head -1 || "$py" -c 'import cmake; print("cmake (PyPI)", cmake.__version__)' || true
 } 2>&1 | tee "$out/machine.txt"
 # cuda.h (types only; the driver is loaded at run time): the toolkit's, CUDA_HOME's, the nvidia-* wheels' beside
 # torch, or the copy stage.sh puts in STAGE/include. EPK_PY_CUDA=ON makes a missing header an error.
 if [ -z "${CUDA_HOME:-}" ] && [ ! -f /usr/local/cuda/include/cuda.h ] && [ -f "$stage/include/cuda.h" ]; then
   export CUDA_HOME="$stage"
 fi
+"$py" -c 'import nanobind, scikit_build_core, numpy, pytest' || {
+  echo "python_run: $py needs nanobind, scikit-build-core, numpy and pytest installed (no network here)" >&2; exit 1; }
 venv=/tmp/epk-pyvenv
 rm -rf "$venv"
 "$py" -m venv --system-site-packages "$venv"
