@@ -40,4 +40,7 @@ cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$ro
   "$root/scripts/gpu/run_common.sh" "$dest/"
 # Debug info is not needed there and would overrun the 64 MiB the device tool carries.
 if compgen -G "$dest/bin/*" >/dev/null; then strip "$dest"/bin/*; fi
+# The Python package builds on the GPU machine from the copied tree (scripts/gpu/python_run.sh); cuda.h (types only)
+# travels in case that machine has no toolkit headers.
+if [[ -f /usr/local/cuda/include/cuda.h ]]; then mkdir -p "$dest/include" && cp /usr/local/cuda/include/cuda.h "$dest/include/"; fi
 du -sh "$dest"

@@ -1,8 +1,11 @@
-// epk decompress IN.epk -o OUT.safetensors [--dtype bf16|fp16|fp32|fp8_e4m3|fp8_e5m2|int8] [--device cpu|cuda]:
+// epk decompress IN.epk -o OUT.safetensors [--dtype bf16|fp16|fp32|fp8_e4m3|fp8_e5m2|int8] [--device cpu|cuda]
+//                [--rowwise int8|fp8_e4m3]:
 // lattice-rans and intq tensors reconstructed (by default in their source dtype), raw tensors passed through
 // unchanged; --dtype applies to every tensor that can take it (raw floating-point tensors too, one RNE rounding;
-// integer tensors keep their dtype). The output's __metadata__ is the source checkpoint's, as compress recorded it
-// (docs/FORMAT.md 6.1: `source_metadata`), plus epk's own keys under "epk.", so the file is a drop-in replacement
+// integer tensors keep their dtype). --rowwise: 2-D lattice-rans tensors in epkd's rowwise layout instead (on the
+// CPU), written as NAME (one-byte values) and NAME.row_scales (fp32, one per row): the reference for clients that
+// acquire rowwise:int8 / rowwise:fp8_e4m3. The output's __metadata__ is the source checkpoint's, as compress recorded
+// it (docs/FORMAT.md 6.1: `source_metadata`), plus epk's own keys under "epk.", so the file is a drop-in replacement
 // (transformers checks __metadata__["format"]). One tensor is held in memory at a time.
 #include <algorithm>
 #include <cstdio>
@@ -24,8 +27,11 @@ struct DecompressArgs {
   std::string output;
   std::string dtype;
   std::string device;
+  std::string rowwise;
   int threads = 0;
 };
+
+constexpr std::string_view kRowScalesSuffix = ".row_scales";
 
 Status run_decompress(const DecompressArgs& args) {
   std::optional<DType> out_dtype;
@@ -34,10 +40,24 @@ Status run_decompress(const DecompressArgs& args) {
     out_dtype = d;
   }
   EPK_TRY_ASSIGN(auto device, choose_device(args.device));
+  std::optional<rans::RowwiseType> rowwise;
+  if (args.rowwise == "int8") {
+    rowwise = rans::RowwiseType::kInt8;
+  } else if (args.rowwise == "fp8_e4m3") {
+    rowwise = rans::RowwiseType::kF8E4M3;
+  } else if (!args.rowwise.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "--rowwise: '" + args.rowwise + "' (expected int8 or fp8_e4m3)");
+  }
+  const DType rowwise_dtype = rowwise == rans::RowwiseType::kInt8 ? DType::kI8 : DType::kF8E4M3;
   const int threads = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
   std::vector<safetensors::TensorSpec> decls;
   for (const auto& t : reader.tensors()) {
+    if (rowwise && decode::can_decode_rowwise(t)) {
+      decls.push_back({t.name, rowwise_dtype, t.shape});
+      decls.push_back({t.name + std::string(kRowScalesSuffix), DType::kF32, {t.shape[0]}});
+      continue;
+    }
     DType d = t.dtype;
     if (t.encoding == container::Encoding::kRaw) {
       if (out_dtype && dtype_is_float(t.dtype) && decode::can_decode(t, *out_dtype)) d = *out_dtype;
@@ -51,12 +71,30 @@ Status run_decompress(const DecompressArgs& args) {
     decls.push_back({t.name, d, t.shape});
   }
   EPK_TRY_ASSIGN(auto metadata, safetensors_metadata(reader));
-  EPK_TRY_ASSIGN(auto writer, safetensors::Writer::create(args.output, decls, metadata));
+  // Rowwise output keeps the declared order: each NAME.row_scales right after its NAME, written together.
+  EPK_TRY_ASSIGN(auto writer,
+                 safetensors::Writer::create(args.output, decls, metadata,
+                                             rowwise ? safetensors::Order::kAsDeclared : safetensors::Order::kReference));
   std::vector<std::uint8_t> buf;
   std::size_t on_gpu = 0, on_cpu = 0;  // intq tensors decode on the CPU even with --device cuda
+  std::vector<float> scales;
   for (const auto& spec : writer.tensors()) {
     const auto* t = reader.find(spec.name);
+    if (t == nullptr) continue;  // NAME.row_scales: written right after NAME
     EPK_TRY(reader.verify(*t));
+    if (rowwise && decode::can_decode_rowwise(*t)) {
+      buf.resize(t->shape[0] * t->shape[1]);
+      scales.resize(t->shape[0]);
+      decode::DecodeTensorOptions o;
+      o.threads = threads;
+      EPK_TRY(decode::decode_tensor_rowwise(reader, *t, *rowwise, buf, scales, o));
+      EPK_TRY(writer.write(spec.name, buf));
+      EPK_TRY(writer.write(spec.name + std::string(kRowScalesSuffix),
+                           std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(scales.data()),
+                                                         scales.size() * sizeof(float))));
+      ++on_cpu;
+      continue;
+    }
     if (t->encoding == container::Encoding::kRaw && spec.dtype == t->dtype) {
       EPK_TRY(writer.write(spec.name, reader.buffer(*t, 0)));
       continue;
@@ -91,6 +129,8 @@ void add_decompress_command(CLI::App& app, int* exit_code) {
                   "element type of every decoded and floating-point raw tensor: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, "
                   "int8 (default: each tensor's source dtype)");
   cmd->add_option("--device", args->device, "cpu or cuda (default: cuda when a GPU is present)");
+  cmd->add_option("--rowwise", args->rowwise,
+                  "int8 or fp8_e4m3: 2-D lattice-rans tensors as epkd's rowwise layout (NAME and NAME.row_scales)");
   cmd->add_option("--threads", args->threads, "CPU decoder threads (default: all cores)");
   cmd->callback([args, exit_code] {
     auto st = run_decompress(*args);

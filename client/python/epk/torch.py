@@ -1,0 +1,302 @@
+"""epk.torch: a transformers (or diffusers) model whose weights epkd serves.
+
+    import epk, epk.torch
+    client = epk.Client()
+    model = epk.torch.load("path/to/config_dir", client, "llama")        # no BF16 copy of the weights ever exists
+    # or, for a model already built: epk.torch.attach(model, client, "llama")
+    logits = model(input_ids.cuda()).logits
+
+Blocks are the model's decoder layers (the classes named by ``_no_split_modules``; for a diffusers transformer
+without it, the modules of its ``transformer_blocks`` / ``single_transformer_blocks`` / ``blocks`` / ``layers``
+lists). Inside a block, every parameter of two or more dimensions is *streamed*: it leaves the module at attach (a
+placeholder takes its place: one zero element on the device, expanded to the shape), a forward pre-hook acquires
+it from epkd (prefetching the next ``prefetch`` blocks' weights, wrapping around to the first blocks for the next
+forward), swaps it in as a zero-copy view, and a forward hook releases it with a fence recorded on the compute
+stream (torch's current stream), so that epkd reuses the bytes only after the block's kernels are done. Everything
+else (norms, biases, embeddings, the LM head) is acquired once and kept, pinned, for the attachment's life.
+
+Every parameter is matched to the epkd tensor of the same name (or ``rename(name)``) by shape and dtype at attach;
+a missing or mismatched tensor is an error naming both sides. epkd's protocol has no tensor listing, so attach
+acquires each streamed tensor once to check it (this decodes the model once, block by block, with prefetch).
+
+Not built yet: the static-slot mode (weights at fixed addresses for CUDA graphs and torch.compile); with hooks that
+swap tensors, do not capture the attached blocks in a graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _errors
+from ._epk import Client, Lease
+
+__all__ = ["attach", "load", "Attachment", "find_blocks"]
+
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_DENSE = {"dense:bf16": torch.bfloat16, "dense:fp16": torch.float16, "dense:fp32": torch.float32}
+_BLOCK_LISTS = ("transformer_blocks", "single_transformer_blocks", "blocks", "layers")
+
+
+def find_blocks(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
+    """The model's blocks in forward order: (qualified name, module)."""
+    classes = set(getattr(model, "_no_split_modules", None) or ())
+    if classes:
+        found = [(n, m) for n, m in model.named_modules() if type(m).__name__ in classes and n]
+        if found:
+            # An outer block class containing an inner one (rare): keep the outermost.
+            outer = [(n, m) for n, m in found if not any(n.startswith(o + ".") for o, _ in found if o != n)]
+            return outer
+    for n, m in model.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and n.split(".")[-1] in _BLOCK_LISTS and len(m) > 0:
+            lists = [(n2, m2) for n2, m2 in model.named_modules()
+                     if isinstance(m2, torch.nn.ModuleList) and n2.split(".")[-1] in _BLOCK_LISTS]
+            return [(f"{ln}.{i}", b) for ln, lst in lists for i, b in enumerate(lst)]
+    raise _errors.InvalidArgument(
+        f"epk.torch: {type(model).__name__} names no blocks (_no_split_modules is empty and it has no "
+        f"{'/'.join(_BLOCK_LISTS)} list)")
+
+
+def _owners(model: torch.nn.Module) -> Dict[int, List[Tuple[torch.nn.Module, str, str]]]:
+    """id(parameter) -> every (module, attribute, qualified name) holding it (tied weights appear more than once)."""
+    out: Dict[int, List[Tuple[torch.nn.Module, str, str]]] = {}
+    for mname, mod in model.named_modules(remove_duplicate=False):
+        for pname, p in mod._parameters.items():
+            if p is not None:
+                out.setdefault(id(p), []).append((mod, pname, f"{mname}.{pname}" if mname else pname))
+    return out
+
+
+class _Stream:
+    """One streamed parameter of a block."""
+
+    __slots__ = ("holders", "tensor", "shape", "dtype", "placeholder")
+
+    def __init__(self, holders, tensor, shape, dtype, device):
+        self.holders = holders  # [(module, attribute)]
+        self.tensor = tensor  # the epkd tensor name
+        self.shape = shape
+        self.dtype = dtype
+        # Between forwards: one zero element on the model's device, expanded to the shape (strides 0). Not meta:
+        # transformers and sentence-transformers take a model's device from its first parameter.
+        self.placeholder = torch.nn.Parameter(torch.zeros(1, dtype=dtype, device=device).expand(shape),
+                                              requires_grad=False)
+
+
+def _set(holders, value):
+    for mod, attr in holders:
+        mod._parameters[attr] = value
+
+
+class Attachment:
+    """What attach() did to a model: its hooks and the leases it keeps. close() puts the placeholders back,
+    removes the hooks and releases every lease (the model is unusable afterwards)."""
+
+    def __init__(self, model, client, model_name, layout, prefetch, device, blocks):
+        self.model = model
+        self.client = client
+        self.model_name = model_name
+        self.layout = layout
+        self.prefetch_depth = prefetch
+        self.device = device  # CUDA ordinal, or None for host pools (CPU tensors)
+        self.block_names = [n for n, _ in blocks]
+        self.streams: List[List[_Stream]] = [[] for _ in blocks]
+        self.kept: List[Lease] = []
+        self._held: Dict[int, List[Lease]] = {}
+        self._hooks = []
+
+    # ---- DLPack to torch
+
+    def _tensor(self, lease: Lease) -> torch.Tensor:
+        if lease.on_device:
+            return torch.from_dlpack(lease)  # torch passes its current stream: it waits for the decode
+        # Host pools are mapped read-only; the legacy capsule carries no read-only flag, which torch may refuse.
+        return torch.utils.dlpack.from_dlpack(lease.__dlpack__())
+
+    def _acquire(self, tensor: str, param_name: str, shape, dtype) -> Tuple[Lease, torch.Tensor]:
+        try:
+            lease = self.client.acquire(self.model_name, tensor, self.layout, self.device or 0)
+        except _errors.NotFound as e:
+            raise _errors.NotFound(
+                f"epk.torch: parameter '{param_name}' {list(shape)} of {type(self.model).__name__} has no tensor "
+                f"'{tensor}' in epkd model '{self.model_name}': {e}") from e
+        t = self._tensor(lease)
+        if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+            lease.release()
+            raise _errors.InvalidArgument(
+                f"epk.torch: parameter '{param_name}' is {list(shape)} {dtype} but epkd model '{self.model_name}' "
+                f"serves '{tensor}' as {list(t.shape)} {t.dtype} ({self.layout})")
+        return lease, t
+
+    # ---- hooks
+
+    def _names(self, i: int) -> List[str]:
+        return [s.tensor for s in self.streams[i]]
+
+    def _prefetch_after(self, i: int, first: bool) -> None:
+        # Block 0 asks for blocks 1..depth; every later block i for block i + depth: each block is asked for once
+        # per forward, `depth` blocks ahead. Past the last block this wraps to the first (the next forward).
+        n = len(self.streams)
+        ahead = range(1, self.prefetch_depth + 1) if first else (self.prefetch_depth,)
+        names: List[str] = []
+        for j in sorted({(i + k) % n for k in ahead} - {i}):
+            names += self._names(j)
+        if names:
+            self.client.prefetch(self.model_name, names, self.layout, self.device or 0)
+
+    def _pre(self, i: int):
+        def hook(module, args):
+            if self.prefetch_depth > 0:
+                self._prefetch_after(i, first=(i == 0))
+            held = []
+            try:
+                for s in self.streams[i]:
+                    lease, t = self._acquire(s.tensor, s.tensor, s.shape, s.dtype)
+                    held.append(lease)
+                    _set(s.holders, torch.nn.Parameter(t, requires_grad=False))
+            except BaseException:
+                self._drop(i, held)
+                raise
+            self._held[i] = held
+
+        return hook
+
+    def _post(self, i: int):
+        def hook(module, args, output):
+            self._drop(i, self._held.pop(i, []))
+
+        return hook
+
+    def _drop(self, i: int, held: Sequence[Lease]) -> None:
+        for s in self.streams[i]:
+            _set(s.holders, s.placeholder)
+        stream = torch.cuda.current_stream(self.device) if self.device is not None else None
+        for lease in held:
+            lease.release(after=stream)  # the fence: after the block's kernels on the compute stream
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        for i, held in list(self._held.items()):
+            self._drop(i, held)
+        self._held = {}
+        stream = torch.cuda.current_stream(self.device) if self.device is not None else None
+        for lease in self.kept:
+            lease.release(after=stream)
+        self.kept = []
+
+
+def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: str = "dense:bf16",
+           prefetch: int = 2, device: Optional[int] = None,
+           rename: Optional[Callable[[str], str]] = None) -> Attachment:
+    """Serves `model`'s weights from epkd model `model_name` (see the module's docstring).
+
+    layout: dense:bf16, dense:fp16 or dense:fp32, matching the model's parameter dtypes. device: the CUDA device
+    whose pool serves the weights (default: torch's current device when the daemon serves device pools; with host
+    pools the weights are CPU tensors). rename: parameter name -> epkd tensor name (default: the same name).
+    Buffers are moved to the device. Returns an Attachment; keep it (or the model) alive while the model runs.
+    """
+    if layout not in _DENSE:
+        raise _errors.InvalidArgument(f"epk.torch: layout '{layout}': attach serves dense layouts "
+                                      f"({', '.join(_DENSE)})")
+    if prefetch < 0:
+        raise _errors.InvalidArgument("epk.torch: prefetch must be >= 0")
+    if device is None and client.has_device_pools:
+        device = torch.cuda.current_device()
+    rename = rename or (lambda n: n)
+    blocks = find_blocks(model)
+    att = Attachment(model, client, model_name, layout, prefetch, device, blocks)
+    block_of: Dict[int, int] = {}
+    for bi, (_, b) in enumerate(blocks):
+        for p in b.parameters():
+            block_of.setdefault(id(p), bi)
+    target = torch.device("cuda", device) if device is not None else torch.device("cpu")
+    owners = _owners(model)
+    streamed: List[Tuple[int, str, int]] = []  # (block, qualified name, id(param))
+    try:
+        for pid, holders in owners.items():
+            mod0, attr0, qname = holders[0]
+            p = mod0._parameters[attr0]
+            bi = block_of.get(pid)
+            if bi is not None and p.dim() >= 2:
+                streamed.append((bi, qname, pid))
+                continue
+            lease, t = att._acquire(rename(qname), qname, p.shape, p.dtype)
+            att.kept.append(lease)
+            _set([(m, a) for m, a, _ in holders], torch.nn.Parameter(t, requires_grad=False))
+        for bi, qname, pid in streamed:
+            holders = owners[pid]
+            p = holders[0][0]._parameters[holders[0][1]]
+            att.streams[bi].append(
+                _Stream([(m, a) for m, a, _ in holders], rename(qname), tuple(p.shape), p.dtype, target))
+        # Check every streamed tensor once (a block at a time, the next one prefetched), then let the weights go.
+        for bi in range(len(blocks)):
+            if bi + 1 < len(blocks):
+                client.prefetch(model_name, att._names(bi + 1), layout, device or 0)
+            for s in att.streams[bi]:
+                lease, _ = att._acquire(s.tensor, s.tensor, s.shape, s.dtype)
+                lease.release(after=torch.cuda.current_stream(device) if device is not None else None)
+                _set(s.holders, s.placeholder)
+        for mod in model.modules():
+            for bname, buf in list(mod._buffers.items()):
+                if buf is not None and buf.device != target:
+                    mod._buffers[bname] = buf.to(target)
+    except BaseException:
+        att.close()
+        raise
+    for bi, (_, b) in enumerate(blocks):
+        att._hooks.append(b.register_forward_pre_hook(att._pre(bi)))
+        att._hooks.append(b.register_forward_hook(att._post(bi)))
+    model._epk_attachment = att  # the model keeps its attachment (hooks and kept leases) alive
+    return att
+
+
+@contextlib.contextmanager
+def _parameters_on_meta():
+    """Parameters created inside go to the meta device; buffers (rotary tables, position ids) are built normally."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(self, name, param):
+        register(self, name, param)
+        if param is not None:
+            cls = type(self._parameters[name])
+            self._parameters[name] = cls(self._parameters[name].to("meta"), requires_grad=param.requires_grad)
+
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense:bf16", prefetch: int = 2,
+         device: Optional[int] = None, model_class=None, rename: Optional[Callable[[str], str]] = None):
+    """Builds a transformers model from its config (a PretrainedConfig or a directory / hub name holding
+    config.json) with its parameters on the meta device, then attaches it: no copy of the weights is ever made in
+    this process. model_class: the transformers class (default: the config's architectures[0], else AutoModel).
+    Returns the model (its Attachment is model._epk_attachment). The model is in eval mode."""
+    import transformers
+
+    config = config_or_dir
+    if not isinstance(config, transformers.PretrainedConfig):
+        config = transformers.AutoConfig.from_pretrained(config_or_dir)
+    if model_class is None:
+        arch = (getattr(config, "architectures", None) or [None])[0]
+        model_class = getattr(transformers, arch, None) if arch else None
+    dtype = _DENSE.get(layout, torch.bfloat16)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with _parameters_on_meta():
+            if model_class is None:
+                model = transformers.AutoModel.from_config(config)
+            else:
+                model = model_class(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.eval()
+    attach(model, client, model_name, layout=layout, prefetch=prefetch, device=device, rename=rename)
+    return model

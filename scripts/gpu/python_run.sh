@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root of the copied tree: builds and installs the epk Python package from
+# the tree without network (nanobind and scikit-build-core already installed there), then runs the package's tests
+# against the staged epkd and epk (scripts/gpu/stage.sh STAGE here first): the CUDA ones (zero-copy device leases,
+# the decode wait in __dlpack__, the release fence) and the transformers ones (a Llama-shaped model through
+# epk.torch.attach / load, sentence-transformers all-MiniLM-L6-v2), with their printed figures.
+# Usage: bash scripts/gpu/python_run.sh STAGE [OUT]   (STAGE: the staged folder, e.g. .gpu; OUT: logs, default $OUT)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+stage="$(cd "$1" && pwd)"
+out="${2:-${OUT:-/tmp/epk-python-run}}"
+mkdir -p "$out"
+py="${PYTHON:-python3.12}"
+export LD_LIBRARY_PATH="$stage/epkd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk"
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -2 || true
+  "$py" -c 'import sys, torch, transformers as t; print(sys.version.split()[0], "torch", torch.__version__,
+            "cuda", torch.version.cuda, "transformers", t.__version__)' || true
+  cmake --version 2>/dev/null | head -1 || "$py" -c 'import cmake; print("cmake (PyPI)", cmake.__version__)' || true
+} 2>&1 | tee "$out/machine.txt"
+# cuda.h (types only; the driver is loaded at run time): the toolkit's, CUDA_HOME's, the nvidia-* wheels' beside
+# torch, or the copy stage.sh puts in STAGE/include. EPK_PY_CUDA=ON makes a missing header an error.
+if [ -z "${CUDA_HOME:-}" ] && [ ! -f /usr/local/cuda/include/cuda.h ] && [ -f "$stage/include/cuda.h" ]; then
+  export CUDA_HOME="$stage"
+fi
+"$py" -c 'import nanobind, scikit_build_core, numpy, pytest' || {
+  echo "python_run: $py needs nanobind, scikit-build-core, numpy and pytest installed (no network here)" >&2; exit 1; }
+venv=/tmp/epk-pyvenv
+rm -rf "$venv"
+"$py" -m venv --system-site-packages "$venv"
+EPK_PY_CUDA=ON "$venv/bin/python" -m pip install --no-build-isolation --no-deps --no-index -v ./client/python \
+  > "$out/pip_install.log" 2>&1 || { tail -40 "$out/pip_install.log"; exit 1; }
+grep -E 'epk: ' "$out/pip_install.log" || true
+"$venv/bin/python" -c 'import epk; assert epk.HAS_CUDA, "the package was built without device support"; print("epk", epk.__version__, "HAS_CUDA", epk.HAS_CUDA)'
+# -s: the tests print their figures (MiniLM cosine, NF4 where bitsandbytes is installed).
+"$venv/bin/python" -m pytest -v -s -rs client/python/tests 2>&1 | tee "$out/pytest.log"
+rc=${PIPESTATUS[0]}
+grep -E 'passed|failed|skipped|cosine' "$out/pytest.log" | tail -5
+exit "$rc"
