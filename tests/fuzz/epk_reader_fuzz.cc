@@ -52,7 +52,7 @@ void read_tensor(const container::Reader& r, const container::TensorEntry& t) {
     case container::Encoding::kLatticeRans: {
       rans::LatticeRansStream s;
       rans::EncodingInfo info;
-      (void)rans::parse_params(t.params_json, t.name, &s, &info);
+      (void)rans::parse_entry_params(r, t, &s, &info);
       auto stored = rans::from_container(r, t);
       if (stored && t.element_count() <= kMaxDecodedElements) (void)rans::check_tiles(stored->stream, t.name);
       break;
