@@ -25,9 +25,13 @@ done
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 [ ${#limit[@]} -gt 0 ] || limit=(-max_total_time=25)
 
-if ! command -v clang++-14 >/dev/null; then
-  echo "fuzz.sh: clang++-14 not found (apt-get install clang-14 libclang-rt-14-dev)" >&2
-  exit 2
+# clang and its libFuzzer/sanitizer runtimes from Debian, as scripts/setup.sh installs the rest.
+if ! dpkg -s clang-14 libclang-rt-14-dev >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "fuzz.sh: installing clang-14 libclang-rt-14-dev"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang-14 libclang-rt-14-dev
 fi
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j "$(nproc)" --target $(printf '%s_fuzz ' "${targets[@]}")

@@ -489,7 +489,6 @@ Status decode_rowwise(const LatticeRansStream& s, std::string_view name, Rowwise
 Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads) {
   EPK_TRY(validate_stream(s, name));
   const Luts luts = build_luts(s);
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
   const std::uint64_t scratch = tile_scratch_vectors(s);
   const std::uint32_t tiles = s.tiles();
   std::vector<TileFault> status(tiles, TileFault::kNone);
