@@ -57,8 +57,8 @@ Status run_decompress(const DecompressArgs& args) {
       EPK_TRY(writer.write(spec.name, reader.buffer(*t, 0)));
       continue;
     }
-    // Buffers and params are checked before the output is sized by the shape (from_container for lattice-rans,
-    // decode_tensor's own checks for intq); a size this machine cannot allocate is an error naming the tensor.
+    // A lattice-rans stream is checked whole (from_container) before the output is sized by its shape; a size this
+    // machine cannot allocate is an error naming the tensor.
     std::optional<rans::StoredStream> stored;
     if (t->encoding == container::Encoding::kLatticeRans) {
       EPK_TRY_ASSIGN(auto s, rans::from_container(reader, *t));
