@@ -4,7 +4,14 @@ target_compile_options(epk_options INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-missing-field-initializers>)
 target_include_directories(epk_options INTERFACE ${PROJECT_SOURCE_DIR})
 
-if(EPK_SANITIZE STREQUAL "address")
+if(EPK_FUZZ)
+  # libFuzzer builds (tests/fuzz): every library instrumented for coverage and checked by ASan + UBSan; the fuzz
+  # targets themselves link -fsanitize=fuzzer (tests/fuzz/CMakeLists.txt).
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "EPK_FUZZ needs clang (libFuzzer): configure with the 'fuzz' preset")
+  endif()
+  set(_epk_san -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+elseif(EPK_SANITIZE STREQUAL "address")
   set(_epk_san -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 elseif(EPK_SANITIZE STREQUAL "thread")
   set(_epk_san -fsanitize=thread -fno-omit-frame-pointer)

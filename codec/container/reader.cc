@@ -8,6 +8,7 @@
 
 #include "codec/common/bytes.h"
 #include "codec/common/checksum.h"
+#include "codec/container/shape_rules.h"
 
 namespace epk::container {
 namespace {
@@ -164,7 +165,7 @@ Result<TensorEntry> parse_tensor(Cursor& c, std::uint64_t i, std::uint64_t index
   auto tf = [&](const char* f) { return [&, f] { return tname(f); }; };
   auto bname = [&](std::uint64_t j, std::string_view f) { return tname("buffers[" + num(j) + "]." + std::string(f)); };
   auto bf = [&](std::uint32_t j, const char* f) { return [&, j, f] { return bname(j, f); }; };
-  auto bad = [&](const char* field, const std::string& detail) {
+  auto bad = [&](std::string_view field, const std::string& detail) {
     return c.fail(ErrorCode::kBadInput, tname(field), detail);
   };
 
@@ -173,7 +174,7 @@ Result<TensorEntry> parse_tensor(Cursor& c, std::uint64_t i, std::uint64_t index
   EPK_TRY_ASSIGN(auto dtype_code, c.read<std::uint8_t>(tf("dtype")));
   EPK_TRY_ASSIGN(auto encoding_code, c.read<std::uint8_t>(tf("encoding")));
   EPK_TRY_ASSIGN(auto reserved, c.read<std::uint8_t>(tf("reserved")));
-  if (rank > kMaxRank) return bad("rank", num(rank) + " exceeds " + num(kMaxRank));
+  if (rank > kMaxRank) return bad("rank", num(rank) + " exceeds " + num(kMaxRank));  // before reading the shape
   auto dtype = dtype_from_code(dtype_code);
   if (!dtype) return c.fail(ErrorCode::kUnsupported, tname("dtype"), "unknown code " + num(dtype_code));
   auto encoding = encoding_from_code(encoding_code);
@@ -182,16 +183,13 @@ Result<TensorEntry> parse_tensor(Cursor& c, std::uint64_t i, std::uint64_t index
   e.dtype = *dtype;
   e.encoding = *encoding;
 
-  std::uint64_t count = 1;
   e.shape.reserve(rank);
   for (unsigned d = 0; d < rank; ++d) {
     EPK_TRY_ASSIGN(auto dim, c.read<std::uint64_t>(tf("shape")));
     e.shape.push_back(dim);
-    if (!checked_mul(count, dim, &count)) return bad("shape", "element count overflows 64 bits");
   }
-  std::uint64_t bits;
-  if (!checked_mul(count, static_cast<std::uint64_t>(dtype_bits(e.dtype)), &bits))
-    return bad("shape", "element count * dtype bits overflows 64 bits");
+  if (auto fault = check_shape(e.encoding, e.dtype, e.shape)) return bad(fault->field, fault->detail);
+  const std::uint64_t bits = e.element_count() * static_cast<std::uint64_t>(dtype_bits(e.dtype));  // checked above
 
   EPK_TRY_ASSIGN(e.params_json, c.read_str32(tf("params"), kMaxParamsLen, /*is_name=*/false));
 

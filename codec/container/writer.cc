@@ -6,6 +6,7 @@
 
 #include "codec/common/bytes.h"
 #include "codec/common/checksum.h"
+#include "codec/container/shape_rules.h"
 
 namespace epk::container {
 namespace {
@@ -75,15 +76,13 @@ Status Writer::validate(const TensorSpec& spec, std::span<const BufferData> buff
   const std::string t = "tensor '" + spec.name + "'";
   if (names_.contains(spec.name)) return invalid(p, t + ": duplicate name");
   if (entries_.size() >= kMaxTensors) return invalid(p, t + ": the file already holds the most tensors (2^24)");
-  if (spec.shape.size() > kMaxRank) return invalid(p, t + ": rank " + std::to_string(spec.shape.size()) + " > 8");
   if (!dtype_from_code(static_cast<std::uint32_t>(spec.dtype))) return invalid(p, t + ": unknown dtype");
   if (!encoding_from_code(static_cast<std::uint32_t>(spec.encoding))) return invalid(p, t + ": unknown encoding");
+  if (auto fault = check_shape(spec.encoding, spec.dtype, spec.shape))
+    return invalid(p, t + ": " + fault->field + ": " + fault->detail);
   std::uint64_t count = 1;
-  for (auto d : spec.shape)
-    if (!checked_mul(count, d, &count)) return invalid(p, t + ": shape element count overflows");
-  std::uint64_t bits;
-  if (!checked_mul(count, static_cast<std::uint64_t>(dtype_bits(spec.dtype)), &bits))
-    return invalid(p, t + ": shape bit count overflows");
+  for (auto d : spec.shape) count *= d;  // checked above
+  const std::uint64_t bits = count * static_cast<std::uint64_t>(dtype_bits(spec.dtype));
   const std::string& params = spec.params_json.empty() ? std::string("{}") : spec.params_json;
   if (params.size() > kMaxParamsLen) return invalid(p, t + ": params longer than 1 MiB");
   if (!is_valid_utf8(params)) return invalid(p, t + ": params not UTF-8");

@@ -1,13 +1,13 @@
 #include "codec/decode/decode_tensor.h"
 
-#include "codec/layouts/intq_io.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "codec/common/alloc.h"
 #include "codec/common/bytes.h"
 #include "codec/common/half.h"
+#include "codec/layouts/intq_io.h"
 #include "codec/rans/container_io.h"
 
 namespace epk::decode {
@@ -167,7 +167,8 @@ Status decode_tensor_rowwise(const container::Reader& r, const container::Tensor
 
 Result<std::vector<float>> decode_tensor_f32(const container::Reader& r, const container::TensorEntry& e,
                                              const DecodeTensorOptions& options) {
-  std::vector<float> out(e.element_count());
+  std::vector<float> out;
+  EPK_TRY(resize_for_tensor(out, e.element_count(), where_of(r, e) + ": float32 weights"));
   EPK_TRY(decode_tensor(r, e, DType::kF32,
                         std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4), options));
   return out;

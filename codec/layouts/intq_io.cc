@@ -7,6 +7,7 @@
 #include <optional>
 #include <string_view>
 
+#include "codec/common/alloc.h"
 #include "codec/common/bytes.h"
 #include "codec/common/half.h"
 #include "codec/layouts/pack_bits.h"
@@ -566,8 +567,9 @@ Result<QuantTensor> read_int(const container::Reader& reader, const container::T
     v.freqs = *freqs;
     v.tile_bytes = *tiles;
     v.payload = *codes;
-    t.codes.assign(n_codes, 0);
     const std::string what = reader.path() + ": tensor '" + entry.name + "' intq buffers.codes (rans)";
+    // A few bytes of a skewed table may code up to 2^40 codes (FORMAT.md 11.2): the allocation is the bound.
+    EPK_TRY(resize_for_tensor(t.codes, n_codes, what));
     EPK_TRY(rans::symbols::decode(v, t.codes, what));
   } else {
     EPK_TRY_ASSIGN(auto codes, need_buffer(w, "codes", packed_words(n_codes, t.bits) * 4));

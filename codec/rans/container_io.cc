@@ -153,6 +153,16 @@ Status parse_params(std::string_view json, std::string_view where, LatticeRansSt
   return {};
 }
 
+Status parse_entry_params(const container::Reader& r, const container::TensorEntry& e, LatticeRansStream* s,
+                          EncodingInfo* info) {
+  const std::string where = where_of(r, e);
+  EPK_TRY(parse_params(e.params_json, where, s, info));
+  if (e.shape.size() != 2 || e.shape[0] != s->rows || e.shape[1] != s->cols)
+    return bad(where, "shape",
+               "does not match params rows x cols (" + std::to_string(s->rows) + " x " + std::to_string(s->cols) + ")");
+  return {};
+}
+
 Result<StoredStream> from_container(const container::Reader& r, const container::TensorEntry& e) {
   const std::string where = where_of(r, e);
   if (e.encoding != container::Encoding::kLatticeRans)
@@ -165,10 +175,7 @@ Result<StoredStream> from_container(const container::Reader& r, const container:
   StoredStream out;
   out.dtype = e.dtype;
   LatticeRansStream& s = out.stream;
-  EPK_TRY(parse_params(e.params_json, where, &s, &out.info));
-  if (e.shape.size() != 2 || e.shape[0] != s.rows || e.shape[1] != s.cols)
-    return bad(where, "shape",
-               "does not match params rows x cols (" + std::to_string(s.rows) + " x " + std::to_string(s.cols) + ")");
+  EPK_TRY(parse_entry_params(r, e, &s, &out.info));
   if (e.buffers.size() != kStoredBuffers)
     return bad(where, "buffers", "count is " + std::to_string(e.buffers.size()) + ", expected 6");
   EPK_TRY_ASSIGN(s.payload, typed<std::uint16_t>(r, e, kPayloadBuffer, kAny, where));

@@ -60,8 +60,13 @@ std::string params_json(const LatticeRansStream& s, const EncodingInfo& info);
 // or an unsupported source dtype. Does not hash the buffers (Reader::verify does).
 Result<StoredStream> from_container(const container::Reader& r, const container::TensorEntry& e);
 
-// Parses params_json alone (for inspect): geometry into s (no buffers), the rest into info. where prefixes errors.
+// Parses params_json alone: geometry into s (no buffers), the rest into info. where prefixes errors.
 Status parse_params(std::string_view json, std::string_view where, LatticeRansStream* s, EncodingInfo* info);
+
+// parse_params of entry e, then rule 10.3's rows and cols against e's shape (kBadInput naming `shape`): what inspect
+// checks without reading a buffer, and what from_container checks first.
+Status parse_entry_params(const container::Reader& r, const container::TensorEntry& e, LatticeRansStream* s,
+                          EncodingInfo* info);
 
 // An owning copy of a stored stream (for export, which re-serialises the reference's blob).
 EncodedTensor to_owned(const StoredStream& s);

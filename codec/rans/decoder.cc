@@ -82,7 +82,13 @@ Luts build_luts(const LatticeRansStream& s) {
   return l;
 }
 
-// Decodes tile t into coset[n] and fields[8n] (tile-local vector order).
+// Vectors of one tile's scratch (coset[n], fields[8n]): no tile holds more than the tensor's vectors, whatever
+// tile_symbols says (a stream of a few vectors may declare up to 2^32 - 1 symbols per tile).
+std::uint64_t tile_scratch_vectors(const LatticeRansStream& s) {
+  return std::min<std::uint64_t>(std::max<std::uint32_t>(32, s.tile_symbols / 9), s.vectors());
+}
+
+// Decodes tile t into coset[n] and fields[8n] (tile-local vector order), n <= tile_scratch_vectors(s).
 TileFault decode_tile(const LatticeRansStream& s, const Luts& luts, std::uint32_t t, std::uint8_t* coset,
                       std::int32_t* fields) {
   const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
@@ -250,7 +256,13 @@ Status validate_stream(const LatticeRansStream& s, std::string_view name) {
     }
     if ((m.n_symbols == 0) != (m.alphabet == 0)) return bad(name, which + "empty table inconsistent");
     if (m.alphabet > table_size) return bad(name, which + "alphabet exceeds 2^prob_bits");
-    if (std::int64_t(m.sym_min) + m.alphabet - 1 > std::int64_t(INT32_MAX)) return bad(name, which + "symbol range");
+    // Decoders form 2 * (2 * z8 + parity) + coset in int32 (CPU and GPU alike): every symbol's magnitude stays within
+    // kMaxSymbolMagnitude so that never overflows. Real tables are far inside it (an alphabet is at most 2^15 wide).
+    const std::int64_t sym_max = std::int64_t(m.sym_min) + m.alphabet - 1;
+    if (m.alphabet && (m.sym_min < -kMaxSymbolMagnitude || sym_max > kMaxSymbolMagnitude)) {
+      return bad(name, which + "symbols [" + std::to_string(m.sym_min) + ", " + std::to_string(sym_max) +
+                           "] outside [-2^28, 2^28]");
+    }
     if (m.alphabet) {
       std::int64_t sum = 0;
       for (std::int32_t i = 0; i < m.alphabet; ++i) sum += s.freq_tables[std::size_t(m.freq_offset + i)];
@@ -338,10 +350,11 @@ Status decode_range(const LatticeRansStream& s, std::string_view name, const Lut
   const std::uint64_t v1 = std::uint64_t(row_end) * vpr;
   const std::uint64_t t0 = v0 / tile_vectors;
   const std::uint64_t t1 = (v1 + tile_vectors - 1) / tile_vectors;
+  const std::uint64_t scratch = tile_scratch_vectors(s);
   std::vector<TileFault> status(t1 - t0, TileFault::kNone);
   parallel_for_blocks(t1 - t0, 4, threads, [&](std::size_t b0, std::size_t b1) {
-    std::vector<std::uint8_t> coset(tile_vectors);
-    std::vector<std::int32_t> fields(tile_vectors * lattice::kFields);
+    std::vector<std::uint8_t> coset(scratch);
+    std::vector<std::int32_t> fields(scratch * lattice::kFields);
     for (std::size_t i = b0; i < b1; ++i) {
       const std::uint32_t t = std::uint32_t(t0 + i);
       const TileFault f = decode_tile(s, luts, t, coset.data(), fields.data());
@@ -476,12 +489,12 @@ Status decode_rowwise(const LatticeRansStream& s, std::string_view name, Rowwise
 Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads) {
   EPK_TRY(validate_stream(s, name));
   const Luts luts = build_luts(s);
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
+  const std::uint64_t scratch = tile_scratch_vectors(s);
   const std::uint32_t tiles = s.tiles();
   std::vector<TileFault> status(tiles, TileFault::kNone);
   parallel_for_blocks(tiles, 4, threads, [&](std::size_t b0, std::size_t b1) {
-    std::vector<std::uint8_t> coset(tile_vectors);
-    std::vector<std::int32_t> fields(tile_vectors * lattice::kFields);
+    std::vector<std::uint8_t> coset(scratch);
+    std::vector<std::int32_t> fields(scratch * lattice::kFields);
     for (std::size_t t = b0; t < b1; ++t) status[t] = decode_tile(s, luts, std::uint32_t(t), coset.data(), fields.data());
   });
   std::vector<TileStatus> out;

@@ -39,7 +39,8 @@ bool decode_output_supported(DType t);
 
 // Checks everything about the stream that does not need decoding: shape and layout, tile count against offsets and
 // states, monotone offsets ending at the payload size, table metadata (contiguous, alphabets within 2^pb, each table's
-// frequencies summing to 2^pb, symbol counts consistent across tables), row scales finite and positive.
+// frequencies summing to 2^pb, symbols within +-kMaxSymbolMagnitude, symbol counts consistent across tables), row
+// scales finite and positive.
 // name (the tensor) prefixes every message.
 Status validate_stream(const LatticeRansStream& s, std::string_view name);
 

@@ -12,6 +12,7 @@ inline constexpr int kLanes = 32;         // interleaved rANS states per tile
 inline constexpr int kTables = 17;        // table 0: coset; table 1 + 2*field + c: field (z1..z7, m) under coset c
 inline constexpr int kFieldsPerVector = 9;  // coset + z1..z7 + m
 inline constexpr std::uint32_t kStateLow = 1u << 15;  // initial and final state of every lane
+inline constexpr std::int32_t kMaxSymbolMagnitude = 1 << 28;  // |every table symbol| (validate_stream, FORMAT.md 10.4)
 
 // One row of stream_meta i32[17,4].
 struct TableMeta {

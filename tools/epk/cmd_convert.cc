@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "codec/common/alloc.h"
 #include "codec/container/reader.h"
 #include "codec/layouts/bnb.h"
 #include "codec/layouts/convert.h"
@@ -158,7 +159,8 @@ Status convert_epk(const ConvertArgs& args, Converter& conv) {
       EPK_TRY_ASSIGN(auto t, layouts::intq::read_int(reader, e));
       EPK_TRY(conv.add_exact(e.name, t, "intq"));
     } else {
-      std::vector<float> dense(e.element_count());
+      std::vector<float> dense;
+      EPK_TRY(resize_for_tensor(dense, e.element_count(), args.input + ": tensor '" + e.name + "': float32 weights"));
       EPK_TRY(layouts::intq::dequantize_intq(
           reader, e, DType::kF32,
           std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(dense.data()), dense.size() * 4)));

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "codec/common/alloc.h"
 #include "codec/container/reader.h"
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
@@ -99,10 +100,17 @@ Status run_decompress(const DecompressArgs& args) {
       EPK_TRY(writer.write(spec.name, reader.buffer(*t, 0)));
       continue;
     }
-    buf.resize(decode::decoded_bytes(*t, spec.dtype));
-    if (device == Device::kCuda && t->encoding == container::Encoding::kLatticeRans) {
-      EPK_TRY_ASSIGN(auto stored, rans::from_container(reader, *t));
-      EPK_TRY(gpu_decode(stored.stream, t->name, spec.dtype, buf));
+    // A lattice-rans stream is checked whole (from_container) before the output is sized by its shape; a size this
+    // machine cannot allocate is an error naming the tensor.
+    std::optional<rans::StoredStream> stored;
+    if (t->encoding == container::Encoding::kLatticeRans) {
+      EPK_TRY_ASSIGN(auto s, rans::from_container(reader, *t));
+      stored = std::move(s);
+    }
+    EPK_TRY(resize_for_tensor(buf, decode::decoded_bytes(*t, spec.dtype),
+                              args.input + ": tensor '" + t->name + "' decoded to " + std::string(dtype_name(spec.dtype))));
+    if (device == Device::kCuda && stored) {
+      EPK_TRY(gpu_decode(stored->stream, t->name, spec.dtype, buf));
       ++on_gpu;
     } else {
       decode::DecodeTensorOptions o;

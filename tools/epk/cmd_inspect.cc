@@ -20,11 +20,12 @@ double bits_per_weight(std::uint64_t bytes, std::uint64_t elements) {
   return elements ? 8.0 * static_cast<double>(bytes) / static_cast<double>(elements) : 0.0;
 }
 
-// The encoding parameters of a lattice-rans tensor (params_json checked by codec/rans/container_io).
+// The encoding parameters of a lattice-rans tensor (params_json and its rows and cols against the shape checked by
+// codec/rans/container_io; the shape's own rules by the reader at open).
 Result<nlohmann::json> lattice_rans_json(const container::Reader& reader, const container::TensorEntry& t) {
   rans::LatticeRansStream s;
   rans::EncodingInfo info;
-  EPK_TRY(rans::parse_params(t.params_json, reader.path() + ": tensor '" + t.name + "'", &s, &info));
+  EPK_TRY(rans::parse_entry_params(reader, t, &s, &info));
   const std::uint64_t stored = rans::stored_bytes(t);
   const std::uint64_t n = t.element_count();
   std::uint32_t tiles = 0;

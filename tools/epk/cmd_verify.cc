@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "codec/common/alloc.h"
 #include "codec/container/reader.h"
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
@@ -68,7 +69,10 @@ void check_stream(const rans::StoredStream& st, const std::string& where, Device
   if (device == Device::kCuda) {
     std::vector<float> local;
     auto& out = f32 ? *f32 : local;
-    out.resize(std::uint64_t(s.rows) * s.cols);
+    if (auto st = resize_for_tensor(out, std::uint64_t(s.rows) * s.cols, where + ": float32 weights"); !st) {
+      rep.problems.push_back(st.error().message);
+      return;
+    }
     std::vector<GpuTileFault> faults;
     auto stat =
         gpu_decode(s, where, DType::kF32,
@@ -79,7 +83,10 @@ void check_stream(const rans::StoredStream& st, const std::string& where, Device
     return;
   }
   if (f32) {
-    f32->resize(std::uint64_t(s.rows) * s.cols);
+    if (auto st = resize_for_tensor(*f32, std::uint64_t(s.rows) * s.cols, where + ": float32 weights"); !st) {
+      rep.problems.push_back(st.error().message);
+      return;
+    }
     std::vector<rans::TileStatus> faults;
     auto stat = rans::decode(s, where, DType::kF32,
                              std::span<std::byte>(reinterpret_cast<std::byte*>(f32->data()), f32->size() * 4), threads,

@@ -230,6 +230,17 @@ std::vector<Row> rows() {
          put64(f, l.tensors[1].shape + 8, 1);
        },
        ErrorCode::kBadInput, "'t1' shape: element count * dtype bits"},
+      {"lattice_cols_2_32", [](Bytes& f, L l) { put64(f, l.tensors[1].shape + 8, 1ull << 32); },  // rule 10.1
+       ErrorCode::kBadInput, "'t1' shape[1]: 4294967296 outside [1, 2^32)"},
+      {"lattice_rows_zero", [](Bytes& f, L l) { put64(f, l.tensors[1].shape, 0); }, ErrorCode::kBadInput,
+       "'t1' shape[0]: 0 outside [1, 2^32)"},
+      {"decoded_f32_size_overflows",  // 2^60 U8 elements: the bits fit, 32-bit decoded elements do not (rule 5.3)
+       [](Bytes& f, L l) {
+         put64(f, l.tensors[3].shape, 1ull << 30);
+         put64(f, l.tensors[3].shape + 8, 1ull << 30);
+         f[l.tensors[3].dtype] = static_cast<std::uint8_t>(DType::kU8);
+       },
+       ErrorCode::kBadInput, "'t3' shape: element count * 32 overflows"},
       {"params_len_past_end", [](Bytes& f, L l) { put32(f, l.tensors[1].params_len, 100000); }, ErrorCode::kBadInput,
        "params_len"},
       {"params_len_over_limit", [](Bytes& f, L l) { put32(f, l.tensors[1].params_len, kMaxParamsLen + 1); },

@@ -81,6 +81,7 @@ TEST(ContainerRoundTrip, ManyTensorsOfEveryEncoding) {
       e.data = {random_bytes(raw_bytes(e.spec.shape, e.spec.dtype), static_cast<std::uint32_t>(i))};
     } else {
       e.spec.encoding = i % 3 == 1 ? Encoding::kLatticeRans : Encoding::kIntq;
+      if (e.spec.encoding == Encoding::kLatticeRans) e.spec.shape = {std::uint64_t(1 + rank), std::uint64_t(1 + i % 37)};
       e.spec.params_json = R"({"bits":)" + std::to_string(2 + i % 6) + "}";
       int nb = static_cast<int>(rng() % 6);
       for (int b = 0; b < nb; ++b) {
@@ -118,7 +119,7 @@ TEST(ContainerRoundTrip, EmptyScalarAndBufferlessTensors) {
   Expected scalar{{"scalar", {}, DType::kF64, Encoding::kRaw, "{}"}, {"data"}, {random_bytes(8, 5)}};
   Expected f4{{"f4.odd", {3}, DType::kF4, Encoding::kRaw, "{}"}, {"data"}, {random_bytes(2, 6)}};  // 12 bits -> 2 bytes
   Expected none{{"nobuffers", {4, 4}, DType::kF16, Encoding::kIntq, R"({"group_size":128})"}, {}, {}};
-  Expected empty_bufs{{"emptybufs", {2}, DType::kF32, Encoding::kLatticeRans, "{}"}, {"a", "b"}, {{}, {}}};
+  Expected empty_bufs{{"emptybufs", {1, 2}, DType::kF32, Encoding::kLatticeRans, "{}"}, {"a", "b"}, {{}, {}}};
   {
     auto w = Writer::create(path, {});
     ASSERT_TRUE(w);
@@ -164,7 +165,7 @@ TEST(ContainerRoundTrip, LargeSectionsStartAt4096SmallAt64) {
               {"data"},
               {random_bytes(kLargeSectionThreshold, 4)}};
   // Buffers of 524289 and 524287 bytes: the 64-byte gap between them pushes the section over 1 MiB.
-  Expected crossing{{"crossing", {8}, DType::kBF16, Encoding::kLatticeRans, "{}"},
+  Expected crossing{{"crossing", {1, 8}, DType::kBF16, Encoding::kLatticeRans, "{}"},
                     {"payload", "offsets"},
                     {random_bytes(524289, 5), random_bytes(524287, 6)}};
   {
@@ -448,6 +449,8 @@ TEST(ContainerWriter, RefusesWhatAReaderWouldRefuseAndStaysUsable) {
       {"rank 9", {"r", {1, 1, 1, 1, 1, 1, 1, 1, 4}, DType::kF32, Encoding::kRaw, "{}"}, {{"data", d16}}},
       {"shape overflow", {"o", {1ull << 32, 1ull << 32}, DType::kF32, Encoding::kLatticeRans, "{}"}, {}},
       {"bit overflow", {"o", {1ull << 62}, DType::kF32, Encoding::kLatticeRans, "{}"}, {}},
+      {"lattice cols 2^32", {"c", {1, 1ull << 32}, DType::kF32, Encoding::kLatticeRans, "{}"}, {}},
+      {"lattice rank 1", {"c", {16}, DType::kF32, Encoding::kLatticeRans, "{}"}, {}},
       {"unknown dtype", {"d", {4}, static_cast<DType>(99), Encoding::kIntq, "{}"}, {}},
       {"unknown encoding", {"e", {4}, DType::kF32, static_cast<Encoding>(9), "{}"}, {}},
       {"raw size", {"s", {5}, DType::kF32, Encoding::kRaw, "{}"}, {{"data", d16}}},

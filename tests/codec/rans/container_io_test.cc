@@ -190,7 +190,8 @@ TEST_F(ContainerIo, MalformedFieldsAreRefusedNamingFileTensorAndField) {
        },
        "blk.0.w"},
       {"a dtype the encoder never takes", [](auto& f) { f.spec.dtype = DType::kU8; }, "dtype", ErrorCode::kUnsupported},
-      {"a 1-D shape", [](auto& f) { f.spec.shape = {37 * 61}; }, "shape"},
+      {"a shape other than params rows x cols", [](auto& f) { f.spec.shape = {f.spec.shape[1], f.spec.shape[0]}; },
+       "shape"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
@@ -206,6 +207,18 @@ TEST_F(ContainerIo, MalformedFieldsAreRefusedNamingFileTensorAndField) {
       EXPECT_EQ(s.error().code, c.code) << msg;
     }
   }
+}
+
+// Rule 10.1 is the container's (codec/container/shape_rules.h): a 1-D lattice-rans entry never reaches a file.
+TEST_F(ContainerIo, AOneDimensionalShapeIsRefusedByTheWriter) {
+  auto form = to_container(tensor_, "blk.0.w", {});
+  form.spec.shape = {37 * 61};
+  auto w = container::Writer::create(path_, {});
+  ASSERT_TRUE(w);
+  auto st = w->add_tensor(form.spec, form.buffers);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("'blk.0.w': rank: 1, but a lattice-rans tensor has rank 2"), std::string::npos)
+      << st.error().message;
 }
 
 TEST_F(ContainerIo, ARawTensorIsNotALatticeRansOne) {
