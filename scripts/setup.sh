@@ -11,6 +11,7 @@ PACKAGES=(
   libboost-dev libspdlog-dev libfmt-dev liburing-dev libxxhash-dev
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libsystemd-dev
   libgtest-dev libgmock-dev
+  ccache         # scripts/build.sh compiles through it where present
   systemd tmux   # the service tests: systemd-analyze verify, systemd-socket-activate; epk top under tmux
 )
 

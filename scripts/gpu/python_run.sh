@@ -27,15 +27,17 @@ if [ -z "${CUDA_HOME:-}" ] && [ ! -f /usr/local/cuda/include/cuda.h ] && [ -f "$
 fi
 "$py" -c 'import nanobind, scikit_build_core, numpy, pytest' || {
   echo "python_run: $py needs nanobind, scikit-build-core, numpy and pytest installed (no network here)" >&2; exit 1; }
-venv=/tmp/epk-pyvenv
-rm -rf "$venv"
-"$py" -m venv --system-site-packages "$venv"
-EPK_PY_CUDA=ON "$venv/bin/python" -m pip install --no-build-isolation --no-deps --no-index -v ./client/python \
+# Into a folder of its own on PYTHONPATH, with the machine's python itself: a venv would not see packages installed in
+# the user's site (scikit-build-core is one there), and the build runs without isolation (no network).
+site=/tmp/epk-pysite
+rm -rf "$site"
+EPK_PY_CUDA=ON "$py" -m pip install --no-build-isolation --no-deps --no-index --target "$site" -v ./client/python \
   > "$out/pip_install.log" 2>&1 || { tail -40 "$out/pip_install.log"; exit 1; }
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 grep -E 'epk: ' "$out/pip_install.log" || true
-"$venv/bin/python" -c 'import epk; assert epk.HAS_CUDA, "the package was built without device support"; print("epk", epk.__version__, "HAS_CUDA", epk.HAS_CUDA)'
+"$py" -c 'import epk; assert epk.HAS_CUDA, "the package was built without device support"; print("epk", epk.__version__, "HAS_CUDA", epk.HAS_CUDA)'
 # -s: the tests print their figures (MiniLM cosine, NF4 where bitsandbytes is installed).
-"$venv/bin/python" -m pytest -v -s -rs client/python/tests 2>&1 | tee "$out/pytest.log"
+"$py" -m pytest -v -s -rs client/python/tests 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
 grep -E 'passed|failed|skipped|cosine' "$out/pytest.log" | tail -5
 exit "$rc"

@@ -141,9 +141,16 @@ void* stream_from_int(long long v) {
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(v));
 }
 
+// A CUstream / cudaStream_t handle as the stream objects and the driver name it: 0 is the legacy default stream.
+void* stream_from_handle(long long v) {
+  if (v < 0) raise_as("InvalidArgument", "epk: negative stream " + std::to_string(v), "invalid-argument");
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(v));  // libepk: null is the legacy default stream
+}
+
 // The stream a release fence is recorded on: a torch.cuda.Stream (.cuda_stream), a CuPy stream (.ptr), a stream
-// pointer, or None: torch's current stream on `device` when torch is loaded with CUDA initialised, else the legacy
-// default stream.
+// handle (an integer, 0: the legacy default stream, as torch's default stream reports itself), or None: torch's
+// current stream on `device` when torch is loaded with CUDA initialised, else the legacy default stream. Not the
+// DLPack stream rule: that one is __dlpack__'s.
 void* release_stream(nb::handle after, int device) {
   if (after.is_none()) {
     nb::object modules = nb::module_::import_("sys").attr("modules");
@@ -153,9 +160,9 @@ void* release_stream(nb::handle after, int device) {
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(
         nb::cast<long long>(torch.attr("cuda").attr("current_stream")(device).attr("cuda_stream"))));
   }
-  if (nb::hasattr(after, "cuda_stream")) return stream_from_int(nb::cast<long long>(after.attr("cuda_stream")));
-  if (nb::hasattr(after, "ptr")) return stream_from_int(nb::cast<long long>(after.attr("ptr")));
-  if (nb::isinstance<nb::int_>(after)) return stream_from_int(nb::cast<long long>(after));
+  if (nb::hasattr(after, "cuda_stream")) return stream_from_handle(nb::cast<long long>(after.attr("cuda_stream")));
+  if (nb::hasattr(after, "ptr")) return stream_from_handle(nb::cast<long long>(after.attr("ptr")));
+  if (nb::isinstance<nb::int_>(after)) return stream_from_handle(nb::cast<long long>(after));
   raise_as("InvalidArgument", "epk: release(after=...) takes a torch.cuda.Stream, a CuPy stream, a stream pointer "
            "or None", "invalid-argument");
 }
