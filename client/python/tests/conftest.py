@@ -43,6 +43,15 @@ def run(args, **kw):
     return r
 
 
+def wait_until(pred, what, timeout=10.0):
+    """Polls pred() until it holds; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
 # Reference outputs of `epk decompress`, per layout name.
 DECOMPRESS_ARGS = {
     "dense:bf16": ["--dtype", "bf16"],

@@ -6,14 +6,13 @@ build time). scripts/gpu/python_run.sh runs them on the GPU machine."""
 
 import gc
 import shutil
-import time
 
 import numpy as np
 import pytest
 
 import epk
 import epk_testdata
-from conftest import Daemon, run
+from conftest import Daemon, run, wait_until
 
 torch = pytest.importorskip("torch")
 import epk.torch as epk_torch  # noqa: E402  (needs torch)
@@ -23,14 +22,6 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU and the packa
 MODEL = "test"
 UP = "model.layers.0.mlp.up_proj.weight"
 _TORCH_DT = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
-
-
-def wait_until(pred, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def ref_tensor(entry):
