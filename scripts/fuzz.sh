@@ -33,6 +33,7 @@ if ! dpkg -s clang-14 libclang-rt-14-dev >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang-14 libclang-rt-14-dev
 fi
+source scripts/ccache_env.sh
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j "$(nproc)" --target $(printf '%s_fuzz ' "${targets[@]}")
 
