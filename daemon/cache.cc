@@ -13,6 +13,10 @@ Cache::Cache(std::uint64_t budget_bytes, DiscardFn discard, void* discard_ctx, s
 // completed ones from the front and stops at the first still pending. A slot released again and again while its
 // oldest fence is pending costs one query per release, not one per fence held (on the H200, querying every fence
 // held made Cache::release 26 us on average with hundreds of markers pending; docs/NOTES.md).
+bool Cache::has_pending_fence(const Slot& s) {
+  return std::any_of(s.fences.begin(), s.fences.end(), [](const auto& f) { return !f->completed(); });
+}
+
 bool Cache::fences_done(Slot& s) {
   auto pending = std::find_if(s.fences.begin(), s.fences.end(),
                               [](const std::unique_ptr<shm::Fence>& f) { return !f->completed(); });
@@ -282,7 +286,7 @@ SpaceReport Cache::space_report(std::uint64_t bytes) const {
       pinned.emplace_back(s.offset, s.offset + held);
     } else if (s.state == SlotState::kDecoding) {
       r.decoding += held;
-    } else if (std::any_of(s.fences.begin(), s.fences.end(), [](const auto& f) { return !f->completed(); })) {
+    } else if (has_pending_fence(s)) {
       r.fenced += held;
       ++r.fenced_slots;
     }
@@ -325,7 +329,7 @@ CacheStats Cache::stats() const {
       ++st.pinned_slots;
       st.pinned_bytes += SlotAllocator::rounded(s.bytes);
       st.pins += s.pin_total;
-    } else if (std::any_of(s.fences.begin(), s.fences.end(), [](const auto& f) { return !f->completed(); })) {
+    } else if (has_pending_fence(s)) {
       st.fenced_bytes += SlotAllocator::rounded(s.bytes);
     }
     if (s.prefetched) st.prefetched_bytes += SlotAllocator::rounded(s.bytes);

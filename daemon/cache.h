@@ -180,6 +180,8 @@ class Cache {
   bool evict_one();
   void remove_slot(std::uint64_t slot_id);
   static bool fences_done(Slot& s);
+  // Whether a released use of the slot may still be running (a fence not yet complete); changes nothing.
+  static bool has_pending_fence(const Slot& s);
 
   std::uint64_t budget_;
   SlotAllocator alloc_;

@@ -22,6 +22,13 @@ std::vector<int> wanted_devices(const DaemonConfig& cfg) {
   return all;
 }
 
+// A lane's cache: the pool's size as its budget, handles in the pool's range, the configured per-client quota.
+std::unique_ptr<Cache> make_cache(const DaemonConfig& cfg, const Lane& lane) {
+  auto cache = std::make_unique<Cache>(lane.pool->size(), nullptr, nullptr, first_handle_of_pool(lane.pool_id));
+  cache->set_quota({cfg.quota_pinned_bytes, cfg.max_pins_per_tensor});
+  return cache;
+}
+
 // One domain's lanes, appended to `lanes` (pool ids continue from lanes.size()). `budget_override`: the domain's own
 // budget per pool, 0 for the configured ones.
 Status add_domain_lanes(const DaemonConfig& cfg, std::uint32_t domain, std::uint64_t budget_override,
@@ -56,8 +63,7 @@ Status add_domain_lanes(const DaemonConfig& cfg, std::uint32_t domain, std::uint
       lane.first_event = events;
       events += static_cast<std::uint32_t>(lane.gpu->event_handles().size());
       // Evicted ranges keep their pages (see Service): no discard hook.
-      lane.cache = std::make_unique<Cache>(lane.pool->size(), nullptr, nullptr, first_handle_of_pool(lane.pool_id));
-      lane.cache->set_quota({cfg.quota_pinned_bytes, cfg.max_pins_per_tensor});
+      lane.cache = make_cache(cfg, lane);
       // One worker issues everything to the device's one stream, acquire before prefetch.
       // It polls for the next job as long as the io threads do (spin_us) before it sleeps.
       lane.gpu_scheduler =
@@ -79,8 +85,7 @@ Status add_domain_lanes(const DaemonConfig& cfg, std::uint32_t domain, std::uint
     lane.pool_id = pool_id;
     lane.domain = domain;
     lane.pool = std::move(host);
-    lane.cache = std::make_unique<Cache>(lane.pool->size(), nullptr, nullptr, first_handle_of_pool(pool_id));
-    lane.cache->set_quota({cfg.quota_pinned_bytes, cfg.max_pins_per_tensor});
+    lane.cache = make_cache(cfg, lane);
     lanes.push_back(std::move(lane));
   }
   return {};

@@ -433,6 +433,9 @@ struct PyClient {
     d["models"] = s.models;
     d["prefetches"] = s.prefetches;
     d["resident_bytes"] = s.resident_bytes;
+    d["prefetches_dropped"] = s.prefetches_dropped;
+    d["space_waits"] = s.space_waits;
+    d["space_wait_ns"] = s.space_wait_ns;
     nb::list pools;
     for (const auto& p : s.pools) {
       nb::dict q;
@@ -448,6 +451,8 @@ struct PyClient {
       q["misses"] = p.misses;
       q["evictions"] = p.evictions;
       q["resident_bytes"] = p.resident_bytes;
+      q["fenced_bytes"] = p.fenced_bytes;
+      q["prefetched_bytes"] = p.prefetched_bytes;
       pools.append(q);
     }
     d["pools"] = pools;

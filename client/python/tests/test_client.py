@@ -158,6 +158,10 @@ def test_prefetch_stats_models_pools(client, model):
         client.acquire(MODEL, n, "dense:fp16").release()
     assert client.stats()["hits"] == hits + len(names)
     assert client.stats()["prefetches"] >= 2
+    s1 = client.stats()
+    assert s1["space_waits"] == 0 and s1["prefetches_dropped"] == 0  # the budget held every prefetch
+    assert s1["pools"][0]["prefetched_bytes"] == 0  # every prefetched slot was then acquired
+    assert s1["pools"][0]["fenced_bytes"] == 0
     models = client.models()
     assert [m["name"] for m in models] == [MODEL]
     assert models[0]["tensors"] == len(model["source"]) and models[0]["cached_slots"] >= len(names)
