@@ -1,13 +1,22 @@
 // The C ABI over Client: every entry point catches everything, so no exception crosses it.
 #include <cstring>
+#include <memory>
 #include <new>
+#include <vector>
 #include <string>
 
 #include "client/client.h"
 #include "client/epk.h"
+#include "client/stored_tier.h"
 
 struct epk_client {
   epk::client::Client client;
+};
+struct epk_stored {
+  std::unique_ptr<epk::client::StoredTier> tier;
+};
+struct epk_batch {
+  std::unique_ptr<epk::client::DecodeBatch> batch;
 };
 
 namespace {
@@ -261,5 +270,85 @@ void epk_disconnect(epk_client* c) {
 }
 
 const char* epk_last_error(void) { return g_last_error.c_str(); }
+
+int epk_stored_open(epk_client* c, const char* model, uint32_t device, epk_stored** out) {
+  if (out == nullptr) return invalid("epk_stored_open: out is NULL");
+  *out = nullptr;
+  if (c == nullptr || model == nullptr) return invalid("epk_stored_open: client or model is NULL");
+  return guarded([&]() -> int {
+    auto t = epk::client::StoredTier::open(c->client, model, device);
+    if (!t) return fail(t.error());
+    *out = new epk_stored{std::move(*t)};
+    return EPK_OK;
+  });
+}
+
+int epk_stored_decoded_bytes(const epk_stored* s, const char* tensor, const char* layout, uint64_t* bytes) {
+  if (s == nullptr || tensor == nullptr || bytes == nullptr) return invalid("epk_stored_decoded_bytes: NULL argument");
+  epk::shm::Layout l;
+  if (!parse_layout(layout, &l)) return invalid("epk_stored_decoded_bytes: unknown layout");
+  return guarded([&]() -> int {
+    auto b = s->tier->decoded_bytes(tensor, l);
+    if (!b) return fail(b.error());
+    *bytes = *b;
+    return EPK_OK;
+  });
+}
+
+int epk_stored_shape(const epk_stored* s, const char* tensor, uint64_t* dims, uint32_t capacity, uint32_t* ndim) {
+  if (s == nullptr || tensor == nullptr || ndim == nullptr || (dims == nullptr && capacity != 0)) {
+    return invalid("epk_stored_shape: NULL argument");
+  }
+  return guarded([&]() -> int {
+    auto shape = s->tier->shape(tensor);
+    if (!shape) return fail(shape.error());
+    *ndim = static_cast<uint32_t>(shape->size());
+    for (uint32_t i = 0; i < capacity && i < shape->size(); ++i) dims[i] = (*shape)[i];
+    return EPK_OK;
+  });
+}
+
+uint64_t epk_stored_tier_bytes(const epk_stored* s) { return s == nullptr ? 0 : s->tier->tier_bytes(); }
+
+void epk_stored_close(epk_stored* s) { delete s; }
+
+int epk_batch_create(const epk_stored* s, const epk_decode_job* jobs, size_t count, epk_batch** out) {
+  if (out == nullptr) return invalid("epk_batch_create: out is NULL");
+  *out = nullptr;
+  if (s == nullptr || (jobs == nullptr && count != 0)) return invalid("epk_batch_create: NULL argument");
+  return guarded([&]() -> int {
+    std::vector<epk::client::StoredTier::Job> js(count);
+    for (size_t i = 0; i < count; ++i) {
+      if (jobs[i].tensor == nullptr) return invalid("epk_batch_create: a job's tensor is NULL");
+      if (!parse_layout(jobs[i].layout, &js[i].layout)) return invalid("epk_batch_create: unknown layout");
+      js[i].tensor = jobs[i].tensor;
+      js[i].out_dev = reinterpret_cast<std::uint64_t>(jobs[i].out);
+    }
+    auto b = s->tier->plan(js);
+    if (!b) return fail(b.error());
+    *out = new epk_batch{std::move(*b)};
+    return EPK_OK;
+  });
+}
+
+int epk_batch_enqueue(epk_batch* b, void* stream) {
+  if (b == nullptr) return invalid("epk_batch_enqueue: batch is NULL");
+  return guarded([&]() -> int {
+    epk::Status st = b->batch->enqueue(stream);
+    return st ? EPK_OK : fail(st.error());
+  });
+}
+
+int epk_batch_check(epk_batch* b, void* stream) {
+  if (b == nullptr) return invalid("epk_batch_check: batch is NULL");
+  return guarded([&]() -> int {
+    epk::Status st = b->batch->check(stream);
+    return st ? EPK_OK : fail(st.error());
+  });
+}
+
+uint64_t epk_batch_scratch_bytes(const epk_batch* b) { return b == nullptr ? 0 : b->batch->scratch_bytes(); }
+
+void epk_batch_free(epk_batch* b) { delete b; }
 
 }  // extern "C"

@@ -609,6 +609,21 @@ Result<Stats> Client::stats() {
   return shm::decode_stats_reply(f.payload);
 }
 
+Result<Client::StoredFds> Client::open_stored(const std::string& model, std::uint32_t device) {
+  EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const std::uint32_t id = impl_->next_id++;
+  shm::encode_open_stored(id, {model_id, device}, &impl_->tx);
+  std::vector<shm::UniqueFd> fds;
+  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kOpenStored, &fds));
+  EPK_TRY_ASSIGN(shm::OpenStoredReply r, shm::decode_open_stored_reply(f.payload));
+  if (fds.size() != 2) {
+    return make_error(ErrorCode::kBadInput, "epk client: open_stored reply carried " + std::to_string(fds.size()) +
+                                                " fds, not 2");
+  }
+  return StoredFds{std::move(fds[0]), std::move(fds[1]), r.tier_bytes};
+}
+
 Result<shm::ModelsReply> Client::models() {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);

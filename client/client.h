@@ -120,6 +120,16 @@ class Client {
   Result<Stats> stats();
   // The models the daemon serves, with what of each is in its cache (for `epk status`).
   Result<shm::ModelsReply> models();
+  // Client-side decode (client/stored_tier.h builds on this): the model file, open read-only, and the model's
+  // compressed tier on `device` (a device pool fd of tier_bytes bytes). kPermission unless epkd lets this client
+  // decode itself (root, epkd's uid, client_decode_uids / client_decode_gids); kUnsupported where the model has no
+  // tier on that device.
+  struct StoredFds {
+    shm::UniqueFd file;
+    shm::UniqueFd tier;
+    std::uint64_t tier_bytes = 0;
+  };
+  Result<StoredFds> open_stored(const std::string& model, std::uint32_t device);
   // The daemon's pools (kind, device, size) as announced at connect.
   std::vector<shm::PoolInfo> pools() const;
   // Says close, waits for the daemon's answer (bounded by the reply timeout) and drops the connection (the daemon

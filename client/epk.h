@@ -115,6 +115,32 @@ int epk_copy_to_host(epk_client* c, const epk_tensor* t, void* dst);
  * left releases as epk_release does. Host pools: epk_release. */
 int epk_release_after(epk_client* c, uint64_t handle, void* stream);
 /* Closes the connection and frees c (NULL is ignored). Pins still held are dropped by the daemon. */
+/* Client-side decode (client/stored_tier.h): this process decodes lattice-rans tensors on its own CUDA streams from
+ * the compressed tier epkd keeps on `device`, into device memory it owns, bit for bit what epkd would serve.
+ * epk_stored_open: EPK_E_DENIED unless epkd lets this client decode itself (root, epkd's uid, client_decode_uids /
+ * client_decode_gids), EPK_E_UNSUPPORTED where the model has no tier on the device or this libepk has no CUDA. The
+ * tier stays valid after the client disconnects; free batches before their tier. */
+typedef struct epk_stored epk_stored;
+typedef struct epk_batch epk_batch;
+typedef struct epk_decode_job {
+  const char* tensor;
+  const char* layout; /* dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8e4m3 or stored; NULL: stored */
+  void* out;          /* device address, 16-byte aligned, epk_stored_decoded_bytes long */
+} epk_decode_job;
+int epk_stored_open(epk_client* c, const char* model, uint32_t device, epk_stored** out);
+/* The bytes `tensor` takes in `layout`; EPK_E_UNSUPPORTED for a tensor that is not in the tier (acquire it). */
+int epk_stored_decoded_bytes(const epk_stored* s, const char* tensor, const char* layout, uint64_t* bytes);
+/* A tensor's stored shape: its rank into *ndim and up to `capacity` extents into dims. */
+int epk_stored_shape(const epk_stored* s, const char* tensor, uint64_t* dims, uint32_t capacity, uint32_t* ndim);
+uint64_t epk_stored_tier_bytes(const epk_stored* s);
+void epk_stored_close(epk_stored* s);
+/* One plan for `count` jobs (descriptors and tables uploaded once); every enqueue is one kernel launch on `stream`. */
+int epk_batch_create(const epk_stored* s, const epk_decode_job* jobs, size_t count, epk_batch** out);
+int epk_batch_enqueue(epk_batch* b, void* stream);
+/* Waits for `stream`; EPK_E_DECODE naming the first corrupt tile of the last enqueue, if any. */
+int epk_batch_check(epk_batch* b, void* stream);
+uint64_t epk_batch_scratch_bytes(const epk_batch* b);
+void epk_batch_free(epk_batch* b);
 void epk_disconnect(epk_client* c);
 /* The message of the calling thread's last failed call ("" if none). Valid until the next call on this thread. */
 const char* epk_last_error(void);

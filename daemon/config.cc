@@ -204,9 +204,9 @@ Result<std::vector<std::uint32_t>> id_list(const toml::node& n, const Where& w, 
   return out;
 }
 
-ApplyKey ids(bool groups, std::vector<std::uint32_t> AccessRule::*field) {
+ApplyKey ids(bool groups, AccessRule DaemonConfig::*rule, std::vector<std::uint32_t> AccessRule::*field) {
   return [=](const toml::node& n, const Where& w, DaemonConfig* cfg) -> Status {
-    EPK_TRY_ASSIGN(cfg->access.*field, id_list(n, w, groups));
+    EPK_TRY_ASSIGN((cfg->*rule).*field, id_list(n, w, groups));
     return {};
   };
 }
@@ -402,8 +402,10 @@ const std::vector<ConfigKey>& config_keys() {
       {"max_pins_per_tensor", integer(0, std::int64_t{1} << 31, [](DaemonConfig* c, std::int64_t v) {
          c->max_pins_per_tensor = static_cast<std::uint32_t>(v);
        })},
-      {"allowed_uids", ids(false, &AccessRule::uids)},
-      {"allowed_gids", ids(true, &AccessRule::gids)},
+      {"allowed_uids", ids(false, &DaemonConfig::access, &AccessRule::uids)},
+      {"allowed_gids", ids(true, &DaemonConfig::access, &AccessRule::gids)},
+      {"client_decode_uids", ids(false, &DaemonConfig::client_decode, &AccessRule::uids)},
+      {"client_decode_gids", ids(true, &DaemonConfig::client_decode, &AccessRule::gids)},
       {"domain", parse_domains},
       {"model", model_list("model", "path", &DaemonConfig::models)},
       {"synthetic", model_list("synthetic", "spec", &DaemonConfig::synthetic)},

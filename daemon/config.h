@@ -5,7 +5,7 @@
 // shared_hits = true|false,
 // device_resident = true|false, read_timeout_ms = N, idle_timeout_ms = N, max_sessions_per_uid = N, space_wait_ms = N,
 // allowed_uids = [1000, "alice"], allowed_gids = ["epk"] (numbers or names), quota_pinned_mb = N,
-// max_pins_per_tensor = N,
+// max_pins_per_tensor = N, client_decode_uids = [...], client_decode_gids = [...],
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
 // own budget instead of budget_mb),
 // synthetic_delay_us = N, log_level = "info", spin_us = N, metrics_listen = "127.0.0.1:9464" | "/run/epkd/metrics.sock",
@@ -73,6 +73,10 @@ struct DaemonConfig {
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive, whole
   // Who may connect (SO_PEERCRED at accept; daemon/peer_access.h). Empty: whoever the socket's mode lets connect.
   AccessRule access;
+  // Who may decode in its own CUDA context from a model's compressed tier (open_stored), besides root and epkd's own
+  // uid. Such a client gets the tier's device pool mapped writable (CUDA VMM has no read-only device mapping), so it
+  // must be trusted with what every client of its domain decodes from (docs/SECURITY.md).
+  AccessRule client_decode;
   std::vector<DomainSpec> domains;  // beyond the default one ([[domain]] tables)
   std::uint32_t max_sessions_per_uid = 1024;
   // Per client and pool (daemon/cache.h, ClientQuota): the bytes it may hold pinned (0: up to the budget) and the pins

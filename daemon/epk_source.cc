@@ -1,12 +1,16 @@
 #include "daemon/epk_source.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <optional>
 
 #include "codec/container/reader.h"
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
 #include "daemon/intq_serving.h"
+#include "shm/unique_fd.h"
 
 namespace epk::daemon {
 namespace {
@@ -31,7 +35,11 @@ class EpkSource final : public ModelSource {
  public:
   static Result<std::unique_ptr<EpkSource>> open(const std::string& path, const EpkSourceOptions& options) {
     std::unique_ptr<EpkSource> s(new EpkSource());
-    EPK_TRY_ASSIGN(s->reader_, container::Reader::open(path));
+    // One open file for epkd's map and for the read-only fd clients that decode themselves receive (open_stored):
+    // both are the same file, whatever happens to the path afterwards. O_NONBLOCK: a FIFO must not block the open.
+    s->fd_ = shm::UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+    if (!s->fd_.valid()) return make_errno_error(path + ": open", errno);
+    EPK_TRY_ASSIGN(s->reader_, container::Reader::open_fd(s->fd_.get(), path));
     if (options.resident) {  // from here on every read is from memory; the map goes with the file's reader
       EPK_TRY_ASSIGN(s->resident_, ResidentModel::load(s->reader_, options.resident_options));
       s->reader_ = s->resident_->take_reader();
@@ -60,6 +68,7 @@ class EpkSource final : public ModelSource {
   }
 
   const std::string& origin() const override { return origin_; }
+  int file_fd() const override { return fd_.get(); }
   bool damaged() const override { return reader_.damaged(); }
   const rans::LatticeRansStream* lattice_stream(std::size_t tensor) const override {
     return tensor < streams_.size() && streams_[tensor] ? &streams_[tensor]->stream : nullptr;
@@ -143,6 +152,7 @@ class EpkSource final : public ModelSource {
   EpkSource() = default;
 
   std::string origin_;
+  shm::UniqueFd fd_;  // the model file, read-only
   // The memory reader_ reads from when resident (declared first: it outlives reader_).
   std::unique_ptr<ResidentModel> resident_;
   container::Reader reader_;

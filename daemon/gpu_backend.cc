@@ -15,39 +15,17 @@
 
 #include "codec/cuda/decode.h"
 #include "codec/cuda/decode_desc.h"
+#include "codec/cuda/tier_layout.h"
 #include "codec/rans/stream.h"
 #include "daemon/fence_pool.h"
 #include "daemon/gpu_intq.h"
 #include "shm/cuda_event.h"
+#include "shm/decode_format.h"
 #include "shm/device_pool.h"
 #include "shm/layout.h"
 
 namespace epk::daemon {
 namespace {
-
-std::optional<cuda::OutputFormat> dense_format(DType t) {
-  switch (t) {
-    case DType::kBF16: return cuda::OutputFormat::kBf16;
-    case DType::kF16: return cuda::OutputFormat::kFp16;
-    case DType::kF32: return cuda::OutputFormat::kFp32;
-    case DType::kF8E4M3: return cuda::OutputFormat::kFp8E4M3;
-    case DType::kF8E5M2: return cuda::OutputFormat::kFp8E5M2;
-    default: return std::nullopt;
-  }
-}
-
-// The codec/cuda output format that writes `layout` for a tensor of source dtype `source`; nullopt: CPU fallback.
-std::optional<cuda::OutputFormat> gpu_format(shm::Layout layout, DType source) {
-  switch (layout) {
-    case shm::Layout::kStored: return dense_format(source);
-    case shm::Layout::kDenseBF16: return cuda::OutputFormat::kBf16;
-    case shm::Layout::kDenseF16: return cuda::OutputFormat::kFp16;
-    case shm::Layout::kDenseF32: return cuda::OutputFormat::kFp32;
-    case shm::Layout::kRowwiseI8: return cuda::OutputFormat::kInt8Rowwise;
-    case shm::Layout::kRowwiseF8E4M3: return cuda::OutputFormat::kFp8E4M3Rowwise;
-    default: return std::nullopt;
-  }
-}
 
 // One tensor's decode inputs on the device, and the plans built for it (one per output format, scratch uploaded).
 struct Resident {
@@ -59,18 +37,10 @@ struct Resident {
   std::shared_ptr<const ModelSource> source_model;  // keeps `stream` valid: plan_for() reads it on a first use
   const rans::LatticeRansStream* stream = nullptr;
   DType source = DType::kF32;
-  shm::DeviceBuffer payload, offsets, states, scales;
+  std::shared_ptr<const shm::DevicePool> tier;  // the model's compressed tier, which `dev` points into
+  cuda::DeviceBuffers dev;
   std::map<cuda::OutputFormat, Plan> plans;  // touched by the GPU thread only (and add_model before publication)
-  std::uint64_t bytes = 0;
 };
-
-template <class T>
-Result<shm::DeviceBuffer> upload(std::span<const T> s, std::size_t pad, int device, void* stream) {
-  EPK_TRY_ASSIGN(shm::DeviceBuffer b, shm::DeviceBuffer::alloc(s.size_bytes() + pad, device));
-  if (pad != 0) EPK_TRY(shm::fill_device_async(b.ptr(), 0, s.size_bytes() + pad, stream, device));
-  if (!s.empty()) EPK_TRY(shm::copy_to_device_async(b.ptr(), s.data(), s.size_bytes(), stream, device));
-  return b;
-}
 
 // The release fences' markers: plain (non-interprocess, untimed) events on the lane's device, made on first use. The
 // array is sized once, so record() on an index the pool handed out never races with make() of a later one.
@@ -178,9 +148,22 @@ class CudaBackend final : public GpuBackend {
         }
         added += (*q)->variants[0]->bytes;
         made_intq[i] = std::move(*q);
-        continue;
       }
-      const rans::LatticeRansStream* s = src->lattice_stream(i);
+    }
+    // Lattice-rans tensors: their stored buffers in one shareable region, placed by the rule libepk's client-side
+    // decode reads them by (codec/cuda/tier_layout.h). Bytes outside the buffers are zero.
+    std::vector<const rans::LatticeRansStream*> streams(src->tensors().size(), nullptr);
+    for (std::size_t i = 0; i < streams.size(); ++i) streams[i] = src->lattice_stream(i);
+    const cuda::TierLayout layout = cuda::tier_layout(streams);
+    std::shared_ptr<shm::DevicePool> tier;
+    if (layout.bytes != 0) {
+      EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, layout.bytes));
+      tier = std::move(pool);
+      EPK_TRY(shm::fill_device_async(tier->device_ptr(), 0, tier->size(), stream_.get(), device_));
+      added += tier->size();
+    }
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      const rans::LatticeRansStream* s = streams[i];
       if (s == nullptr) continue;
       // Resident bytes are decoded without produce()'s after-decode checksum: check them once here.
       EPK_TRY(src->verify_stored(i));
@@ -189,22 +172,24 @@ class CudaBackend final : public GpuBackend {
       r->source_model = src;
       r->stream = s;
       r->source = src->tensors()[i].dtype;
-      // The decoder reads the payload in 16-byte chunks up to 8 words past its end.
-      EPK_TRY_ASSIGN(r->payload, upload(s->payload, 32, device_, stream_.get()));
-      EPK_TRY_ASSIGN(r->offsets, upload(s->offsets, 0, device_, stream_.get()));
-      EPK_TRY_ASSIGN(r->states, upload(s->states, 0, device_, stream_.get()));
-      EPK_TRY_ASSIGN(r->scales, upload(s->scales, 0, device_, stream_.get()));
-      r->bytes = r->payload.size() + r->offsets.size() + r->states.size() + r->scales.size();
+      r->tier = tier;
+      const cuda::TierPlacement& at = *layout.tensors[i];
+      const std::uint64_t base = tier->device_ptr();
+      EPK_TRY(copy_in(base + at.payload, s->payload));
+      EPK_TRY(copy_in(base + at.offsets, s->offsets));
+      EPK_TRY(copy_in(base + at.states, s->states));
+      EPK_TRY(copy_in(base + at.scales, s->scales));
+      r->dev = cuda::tier_buffers(base, at);
       // bf16 is the common serving layout: its plan is ready before the first acquire.
       EPK_TRY(plan_for(*r, cuda::OutputFormat::kBf16));
-      for (const auto& [f, p] : r->plans) r->bytes += p.scratch.size();
-      added += r->bytes;
+      for (const auto& [f, p] : r->plans) added += p.scratch.size();
       made[i] = std::move(r);
     }
     EPK_TRY(stream_.synchronize());  // the uploads read host memory owned by the source and the plans
     std::lock_guard<std::mutex> lock(mu_);
     models_[model_id] = std::move(made);
     intq_[model_id] = std::move(made_intq);
+    if (tier) tiers_[model_id] = std::move(tier);
     resident_bytes_ += added;
     return added;
   }
@@ -225,7 +210,7 @@ class CudaBackend final : public GpuBackend {
     }
     EPK_TRY(shm::make_device_current(device_));
     const std::uint64_t dst = pool_base_ + slot_offset;
-    std::optional<cuda::OutputFormat> fmt = r ? gpu_format(layout, r->source) : std::nullopt;
+    std::optional<cuda::OutputFormat> fmt = r ? shm::decode_format(layout, r->source) : std::nullopt;
     Status enqueued = [&]() -> Status {
       bool intq_kernels = false;
       if (q && !force_host_intq_) {
@@ -388,14 +373,25 @@ class CudaBackend final : public GpuBackend {
     }
   };
 
+  template <class T>
+  Status copy_in(std::uint64_t dst, std::span<const T> src) {
+    if (src.empty()) return {};
+    return shm::copy_to_device_async(dst, src.data(), src.size_bytes(), stream_.get(), device_);
+  }
+
+  std::optional<TierExport> tier(std::uint32_t model_id) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto t = tiers_.find(model_id);
+    if (t == tiers_.end()) return std::nullopt;
+    return TierExport{t->second->export_fd(), t->second->size()};
+  }
+
   Status plan_for(Resident& r, cuda::OutputFormat fmt) {
     if (r.plans.count(fmt) != 0) return {};
     cuda::DecodeJob job;
     job.name = r.name;
     job.stream = r.stream;
-    job.dev = {reinterpret_cast<const std::uint16_t*>(r.payload.ptr()),
-               reinterpret_cast<const std::uint32_t*>(r.offsets.ptr()),
-               reinterpret_cast<const std::uint32_t*>(r.states.ptr()), reinterpret_cast<const float*>(r.scales.ptr())};
+    job.dev = r.dev;
     job.row_begin = 0;
     job.row_end = r.stream->rows;
     job.format = fmt;
@@ -485,6 +481,7 @@ class CudaBackend final : public GpuBackend {
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
   mutable std::mutex mu_;      // models_, resident_bytes_, clients_, retired_
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
+  std::unordered_map<std::uint32_t, std::shared_ptr<const shm::DevicePool>> tiers_;  // per model with lattice tensors
   // intq "int" tensors' device forms, per model (null where a tensor has none). Variants are added on the GPU thread.
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_intq::Tensor>>> intq_;
   bool force_host_intq_ = false;  // EPK_INTQ_CPU=1: intq layouts take the CPU path although their kernels exist

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "codec/common/result.h"
@@ -58,6 +59,14 @@ class GpuBackend {
   // added.
   virtual Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) = 0;
   virtual std::uint64_t resident_bytes() const = 0;
+  // The model's compressed tier on this device, for clients that decode in their own context: the region's fd (owned
+  // by the backend, valid while it lives) and size. nullopt when the model has no lattice-rans tensor here. The
+  // region holds every lattice-rans tensor's stored buffers at codec/cuda/tier_layout.h's places, checksummed.
+  struct TierExport {
+    int fd = -1;
+    std::uint64_t bytes = 0;
+  };
+  virtual std::optional<TierExport> tier(std::uint32_t model_id) const = 0;
 
   // Fills [slot_offset, slot_offset + bytes) of the device pool with `tensor` of `model_id` in `layout` and records
   // event_for(slot_id). Called from one thread (the GPU scheduler's). `*on_device` says whether the kernel ran.

@@ -51,6 +51,9 @@ class ModelSource {
   // Where the model came from, for log and error messages ("model.epk", "synthetic:...").
   virtual const std::string& origin() const = 0;
   virtual const std::vector<TensorMeta>& tensors() const = 0;
+  // The model file, open read-only (-1 for a source without one): what a client that decodes in its own context maps
+  // to read the streams' tables (open_stored).
+  virtual int file_fd() const { return -1; }
   // The slot size, dtype, shape and strides of `tensor` in `layout`; kUnsupported if the layout is not servable or the
   // rank exceeds shm::kMaxDims. Called on every acquire: must not allocate when it succeeds.
   virtual Result<ServedTensor> served(std::size_t tensor, shm::Layout layout) const = 0;

@@ -173,6 +173,30 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!writing_) do_write();
   }
 
+  // A reply that carries fds (SCM_RIGHTS): sent at once when nothing is queued, else after the queued replies, so
+  // replies keep their order. One at a time: a second while one waits is refused (libepk waits for each reply).
+  void send_with_fds(std::vector<std::uint8_t> msg, std::vector<int> fds) {
+    if (!open_) return;
+    if (writing_ || !pending_.empty()) {
+      if (!fd_reply_.empty()) {
+        std::vector<std::uint8_t> err;
+        shm::encode_error(0, {shm::WireStatus::kBadMessage, "a reply with fds is already waiting"}, &err);
+        send(err);
+        closing_ = true;
+        return;
+      }
+      fd_reply_ = std::move(msg);
+      fd_reply_fds_ = std::move(fds);
+      return;
+    }
+    Status st = shm::send_with_fds(sock_.native_handle(), msg, fds, read_timeout_ms_);
+    if (!st) {
+      spdlog::warn("client {}: reply with fds: {}", id_, st.error().to_string());
+      closing_ = true;
+      close_now();
+    }
+  }
+
   // The session's own buffers for encoding a reply on its thread (reused: no allocation per message).
   shm::AcquireReply& reply_scratch() { return reply_; }
   std::vector<std::uint8_t>& scratch() { return scratch_; }
@@ -230,6 +254,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::uint8_t> pending_;  // replies waiting for the write in progress
   std::vector<std::uint8_t> out_;      // the bytes being written
   bool writing_ = false;
+  std::vector<std::uint8_t> fd_reply_;  // a reply with fds waiting for the queue to drain (send_with_fds)
+  std::vector<int> fd_reply_fds_;       // its fds (owned elsewhere: the lane's tier, the model's file)
   bool closing_ = false;  // stop reading, close after the queue drains
   bool open_ = true;
   bool hello_done_ = false;
@@ -409,6 +435,36 @@ class Service {
     shm::encode_open_model_reply(req, {*id, static_cast<std::uint32_t>(registry_.get(*id)->source->tensors().size())},
                                  &out);
     s.send(out);
+  }
+
+  // Client-side decode: the model file (read-only) and the model's compressed tier on the device, for a client that
+  // decodes in its own CUDA context. Only root, epkd's own uid and cfg.client_decode get them: the tier is mapped
+  // writable (docs/SECURITY.md).
+  void on_open_stored(Session& s, std::uint32_t req, const shm::OpenStoredRequest& m) {
+    const PeerCredentials& peer = s.peer();
+    if (peer.uid != 0 && peer.uid != ::geteuid() && !lists(cfg_.client_decode, peer)) {
+      spdlog::warn("client {} ({}): open_stored refused (client_decode_uids / client_decode_gids)", s.id(),
+                   describe(peer));
+      return send_error(s, req, shm::WireStatus::kDenied,
+                        "access denied: " + describe(peer) +
+                            " may not decode in its own context (client_decode_uids / client_decode_gids); acquire "
+                            "the tensors instead");
+    }
+    const ModelEntry* model = registry_.get(m.model_id);
+    if (model == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, "open_stored: unknown model id");
+    if (!may_use(s, *model)) return deny_model(s, req, model->name);
+    Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
+    if (lane == nullptr) return send_error(s, req, shm::WireStatus::kNotFound, device_not_served(m.device));
+    std::optional<GpuBackend::TierExport> tier = lane->gpu ? lane->gpu->tier(m.model_id) : std::nullopt;
+    const int file = model->source->file_fd();
+    if (!tier || file < 0) {
+      return send_error(s, req, shm::WireStatus::kUnsupported,
+                        "model '" + model->name + "' has no compressed tier on device " + std::to_string(m.device) +
+                            (lane->gpu ? " (no lattice-rans tensor, or not an .epk file)" : " (a host pool serves it)"));
+    }
+    std::vector<std::uint8_t> out;
+    shm::encode_open_stored_reply(req, {tier->bytes}, &out);
+    s.send_with_fds(std::move(out), {file, tier->fd});
   }
 
   // The registry lookup and served() take no lock (Registry::get is lock-free, sources are const). With lane locks
@@ -1160,6 +1216,14 @@ void Session::close_now() {
 }
 
 void Session::do_write() {
+  if (pending_.empty() && !fd_reply_.empty()) {
+    writing_ = false;
+    std::vector<std::uint8_t> msg = std::move(fd_reply_);
+    std::vector<int> fds = std::move(fd_reply_fds_);
+    fd_reply_.clear();
+    fd_reply_fds_.clear();
+    send_with_fds(std::move(msg), std::move(fds));
+  }
   if (pending_.empty()) {
     writing_ = false;
     if (closing_) close_now();
@@ -1248,6 +1312,11 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
     case MsgType::kModels: {
       if (Status st = shm::decode_empty(payload, "models"); !st) return malformed(st.error());
       return svc_.on_models(*this, req);
+    }
+    case MsgType::kOpenStored: {
+      auto m = shm::decode_open_stored(payload);
+      if (!m) return malformed(m.error());
+      return svc_.on_open_stored(*this, req, *m);
     }
     case MsgType::kClose: {
       if (Status st = shm::decode_empty(payload, "close"); !st) return malformed(st.error());

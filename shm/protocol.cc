@@ -145,6 +145,7 @@ const char* msg_type_name(std::uint16_t type) {
     case MsgType::kStats: return "stats";
     case MsgType::kClose: return "close";
     case MsgType::kModels: return "models";
+    case MsgType::kOpenStored: return "open_stored";
     default: break;
   }
   return type == static_cast<std::uint16_t>(MsgType::kError) ? "error" : "unknown";
@@ -257,6 +258,17 @@ void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::
     for (std::uint8_t b : m.events[i]) w.put(b);
   }
   w.put(m.status_entries);
+}
+
+void encode_open_stored(std::uint32_t id, const OpenStoredRequest& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kOpenStored));
+  w.put(m.model_id);
+  w.put(m.device);
+}
+
+void encode_open_stored_reply(std::uint32_t id, const OpenStoredReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, reply(MsgType::kOpenStored));
+  w.put(m.tier_bytes);
 }
 
 void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out) {
@@ -458,6 +470,23 @@ Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p) {
   if (m.status_entries > kMaxStatusEntries) {
     return r.bad("status_entries", std::to_string(m.status_entries) + " exceeds " + std::to_string(kMaxStatusEntries));
   }
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<OpenStoredRequest> decode_open_stored(std::span<const std::uint8_t> p) {
+  Reader r(p, "open_stored");
+  OpenStoredRequest m;
+  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
+  EPK_TRY_ASSIGN(m.device, r.get<std::uint32_t>("device"));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<OpenStoredReply> decode_open_stored_reply(std::span<const std::uint8_t> p) {
+  Reader r(p, "open_stored reply");
+  OpenStoredReply m;
+  EPK_TRY_ASSIGN(m.tier_bytes, r.get<std::uint64_t>("tier_bytes"));
   EPK_TRY(r.finish());
   return m;
 }

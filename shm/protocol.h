@@ -29,6 +29,11 @@
 //                            str name (<= kMaxModelName), u32 tensors, u64 cached_slots, u64 cached_bytes,
 //                            u64 pinned_slots]   (added in version 1 after the others: a daemon that predates it
 //                            answers bad-message and closes the session)
+//      open_stored u32 model_id, u32 device   [u64 tier_bytes; two fds ride on the reply (SCM_RIGHTS): the model
+//                 file, open read-only, then the model's compressed tier on that device (a device pool fd of tier_bytes
+//                 bytes, laid out by codec/cuda/tier_layout.h)]   (added in version 4 after the others, for
+//                 client-side decode: a daemon that predates it answers bad-message and closes the session; a client
+//                 that may not decode itself gets denied, a model without a tier on the device unsupported)
 //      error      [u32 status (WireStatus), str message (<= kMaxErrorText)]
 // 4. Version 2 (the GPU path) appended the hello's event ring, the acquire reply's done_event, the release's event
 //    handle and the stats' resident_bytes; versions 1 and 2 do not talk to each other (bad-version).
@@ -99,6 +104,7 @@ enum class MsgType : std::uint16_t {
   kStats = 6,
   kClose = 7,
   kModels = 8,
+  kOpenStored = 9,
   kError = 0xFFFF,
 };
 const char* msg_type_name(std::uint16_t type);
@@ -238,6 +244,13 @@ struct ModelsReply {
   std::uint32_t total = 0;  // models served; models.size() may be smaller when the list did not fit one message
   std::vector<ModelInfo> models;
 };
+struct OpenStoredRequest {
+  std::uint32_t model_id = 0;
+  std::uint32_t device = 0;
+};
+struct OpenStoredReply {
+  std::uint64_t tier_bytes = 0;
+};
 struct ErrorReply {
   WireStatus status = WireStatus::kInternal;
   std::string message;
@@ -250,6 +263,8 @@ void encode_acquire(std::uint32_t id, const AcquireRequest& m, std::vector<std::
 void encode_prefetch(std::uint32_t id, const PrefetchRequest& m, std::vector<std::uint8_t>* out);
 void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::uint8_t>* out);
 void encode_empty(std::uint32_t id, MsgType type, std::vector<std::uint8_t>* out);  // stats, close, empty replies
+void encode_open_stored(std::uint32_t id, const OpenStoredRequest& m, std::vector<std::uint8_t>* out);
+void encode_open_stored_reply(std::uint32_t id, const OpenStoredReply& m, std::vector<std::uint8_t>* out);
 void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::uint8_t>* out);
 void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out);
 void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<std::uint8_t>* out);
@@ -286,5 +301,7 @@ Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p);
 Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p);
 Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p);
 Result<ErrorReply> decode_error(std::span<const std::uint8_t> p);
+Result<OpenStoredRequest> decode_open_stored(std::span<const std::uint8_t> p);
+Result<OpenStoredReply> decode_open_stored_reply(std::span<const std::uint8_t> p);
 
 }  // namespace epk::shm

@@ -46,31 +46,29 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   // known once it is open. On a regular file the flag changes nothing.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return make_errno_error(path + ": open", errno);
+  auto f = map_fd(fd, path);
+  ::close(fd);
+  return f;
+}
+
+Result<MappedFile> MappedFile::map_fd(int fd, const std::string& name) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return make_errno_error(path + ": fstat", e);
-  }
+  if (::fstat(fd, &st) != 0) return make_errno_error(name + ": fstat", errno);
   if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return make_error(ErrorCode::kBadInput, path + ": not a regular file (a FIFO, device, socket or directory)");
+    return make_error(ErrorCode::kBadInput, name + ": not a regular file (a FIFO, device, socket or directory)");
   }
   MappedFile f;
-  f.path_ = path;
+  f.path_ = name;
   f.size_ = static_cast<std::size_t>(st.st_size);
   if (f.size_ > 0) {
     void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
       f.size_ = 0;
-      return make_errno_error(path + ": mmap", e);
+      return make_errno_error(name + ": mmap", errno);
     }
     f.data_ = static_cast<const std::uint8_t*>(p);
     f.watch_ = map_faults::watch(f.data_, f.size_);
   }
-  ::close(fd);
   return f;
 }
 

@@ -23,6 +23,8 @@ class MappedFile {
 
   // Maps `path` read-only. An empty file maps to an empty span.
   static Result<MappedFile> open(const std::string& path);
+  // Maps the file open on `fd` (not consumed: the map outlives it); `name` names it in errors and path().
+  static Result<MappedFile> map_fd(int fd, const std::string& name);
 
   std::span<const std::uint8_t> bytes() const { return {data_, size_}; }
   const std::uint8_t* data() const { return data_; }

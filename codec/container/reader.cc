@@ -279,8 +279,19 @@ Result<std::map<std::string, std::string>> parse_metadata(Cursor& c) {
 }  // namespace
 
 Result<Reader> Reader::open(const std::string& path) {
+  EPK_TRY_ASSIGN(MappedFile file, MappedFile::open(path));
+  return over_file(std::move(file));
+}
+
+Result<Reader> Reader::open_fd(int fd, const std::string& name) {
+  EPK_TRY_ASSIGN(MappedFile file, MappedFile::map_fd(fd, name));
+  return over_file(std::move(file));
+}
+
+Result<Reader> Reader::over_file(MappedFile mapped) {
   Reader r;
-  EPK_TRY_ASSIGN(r.file_, MappedFile::open(path));
+  r.file_ = std::move(mapped);
+  const std::string path = r.file_.path();
   auto file = r.file_.bytes();
   r.bytes_ = file;
   r.path_ = path;

@@ -29,6 +29,8 @@ class Reader {
   // Errors name the file and the field: kBadInput for malformed data, kUnsupported for an unknown version, flag, dtype
   // or encoding, kChecksum for a header, index or metadata checksum mismatch, kIo when the file cannot be mapped.
   static Result<Reader> open(const std::string& path);
+  // The same over the file open on `fd` (not consumed; a libepk client reads the model file epkd passed it this way).
+  static Result<Reader> open_fd(int fd, const std::string& name);
 
   // A reader over tensor bytes already in memory (epkd's resident tier reads a file's sections into its own memory
   // once, and decodes from there): `tensors` are the entries of a reader opened from `path` with their section and
@@ -62,6 +64,8 @@ class Reader {
   std::uint64_t padding_bytes() const { return padding_bytes_; }
 
  private:
+  static Result<Reader> over_file(MappedFile mapped);  // open() and open_fd(): parses and validates the map
+
   MappedFile file_;                     // empty for over_memory
   std::span<const std::uint8_t> bytes_;  // the map, or the memory of over_memory (a mapping keeps its address on move)
   std::string path_;

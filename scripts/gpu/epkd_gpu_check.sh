@@ -13,6 +13,10 @@ export EPK_CLI="${EPK_CLI:-$bin/../cli/epk}"  # stage.sh puts the CLI there; the
 echo "== epkd device path: tests"
 timeout 240 "$bin/epkd_gpu_test" --gtest_brief=1 2>&1 | tail -60
 test_rc=${PIPESTATUS[0]}
+if [[ -x "$bin/client_decode_gpu_test" ]]; then  # client-side decode against the device path's bytes
+  timeout 100 "$bin/client_decode_gpu_test" --gtest_brief=1 2>&1 | tail -10
+  [[ ${PIPESTATUS[0]} == 0 ]] || test_rc=1
+fi
 if [[ -x "$bin/epkd_multigpu_test" ]]; then  # its second-device cases skip on a one-GPU machine
   timeout 100 "$bin/epkd_multigpu_test" --gtest_brief=1 2>&1 | tail -10
   [[ ${PIPESTATUS[0]} == 0 ]] || test_rc=1

@@ -12,7 +12,7 @@ out="${2:-${OUT:-/tmp/epk-python-run}}"
 mkdir -p "$out"
 py="${PYTHON:-python3.12}"
 export LD_LIBRARY_PATH="$stage/epkd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk"
+export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk" EPK_LIBEPK="$stage/epkd/libepk.so.2"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -2 || true

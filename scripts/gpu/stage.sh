@@ -31,10 +31,13 @@ fi
 # the one shared library epkd needs beyond libc/libstdc++ (the device image may lack it).
 mkdir -p "$dest/epkd/lib"
 for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tests/daemon/epkd_multigpu_test \
-  tests/shm/shm_cuda_event_test bench/gpu_acquire_bench bench/gpu_intq_acquire_bench bench/epk_bench_rtt; do
+  tests/daemon/client_decode_gpu_test tests/shm/shm_cuda_event_test bench/gpu_acquire_bench \
+  bench/gpu_intq_acquire_bench bench/epk_bench_rtt; do
   strip -o "$dest/epkd/$(basename "$b")" "$build/$b"
 done
 cp -L "$(ldd "$build/daemon/epkd" | awk '/libtomlplusplus/ {print $3}')" "$dest/epkd/lib/"
+# libepk.so.2 with client-side decode, for the Python package's epk.stored (EPK_LIBEPK) and epk.torch decode="client".
+strip -o "$dest/epkd/libepk.so.2" "$build/client/libepk.so.2"
 cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$root/scripts/gpu/multigpu_check.sh" \
   "$root/scripts/gpu/uncached_run.sh" "$root/scripts/gpu/uncached_matrix.sh" "$root/scripts/gpu/rtt_compare.sh" \
   "$root/scripts/gpu/run_common.sh" "$dest/"

@@ -179,6 +179,41 @@ TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
   std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
 }
 
+// open_stored hands out the model file and a writable mapping of the compressed tier: only root, epkd's own uid and
+// client_decode_uids get past the rule (then a host pool has no tier: unsupported, naming why).
+TEST(EpkdTrust, OnlyTrustedUidsMayDecodeInTheirOwnContext) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  for (bool listed : {false, true}) {
+    const std::string cfg = write_config(std::string(listed ? "client_decode_uids = [65534]\n" : "") +
+                                         "[[synthetic]]\nname = \"open\"\nspec = \"t0:8x8\"\n");
+    Epkd d({"--config", cfg});
+    ASSERT_TRUE(d.running());
+    const std::string socket = d.socket();
+    open_socket_dir(socket);
+    EXPECT_EQ(run_as(kNobody, [&] {
+                auto c = Client::connect(socket, 5000);
+                if (!c) return 1;
+                auto s = c->open_stored("open", 0);
+                if (s) return 2;
+                const ErrorCode want = listed ? ErrorCode::kUnsupported : ErrorCode::kPermission;
+                if (s.error().code != want) return 3;
+                auto t = c->acquire("open", "t0", shm::Layout::kDenseF32);  // the session goes on
+                if (!t || !c->release(t->handle)) return 4;
+                return 0;
+              }),
+              0)
+        << "listed " << listed;
+    auto root = Client::connect(socket, 5000);
+    ASSERT_TRUE(root);
+    auto s = root->open_stored("open", 0);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error().code, ErrorCode::kUnsupported);
+    EXPECT_NE(s.error().message.find("host pool"), std::string::npos) << s.error().message;
+    EXPECT_EQ(d.terminate(), 0);
+    std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
+  }
+}
+
 TEST(EpkdTrust, ATrustDomainGetsPoolsOfItsOwnAndNeverAnothers) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
   const std::string cfg = write_config(

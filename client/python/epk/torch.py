@@ -106,6 +106,17 @@ class Attachment:
         self.kept: List[Lease] = []
         self._held: Dict[int, List[Lease]] = {}
         self._hooks = []
+        self.client_decode = None  # decode="client": the ClientDecode state (epk/_torch_client_decode.py)
+
+    def memory(self) -> Dict[str, int]:
+        """GPU memory this attachment uses, in bytes: kept_bytes (weights acquired once and pinned in epkd's pool)
+        and, with client-side decode, tier_bytes (epkd's compressed tier, mapped here, not this process's),
+        decoded_ring_bytes and outer_buffer_bytes (this process's decode buffers), plan_scratch_bytes, ring_slots and
+        prefetch_depth."""
+        out = {"kept_bytes": sum(lease.nbytes for lease in self.kept)}
+        if self.client_decode is not None:
+            out.update(self.client_decode.memory())
+        return out
 
     # ---- DLPack to torch
 
@@ -180,6 +191,9 @@ class Attachment:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self.client_decode is not None:
+            self.client_decode.close()
+            self.client_decode = None
         for i, held in list(self._held.items()):
             self._drop(i, held)
         self._held = {}
@@ -190,22 +204,38 @@ class Attachment:
 
 
 def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: str = "dense:bf16",
-           prefetch: int = 2, device: Optional[int] = None,
-           rename: Optional[Callable[[str], str]] = None) -> Attachment:
+           prefetch: Optional[int] = 2, device: Optional[int] = None,
+           rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
+           max_decoded_gb: Optional[float] = None) -> Attachment:
     """Serves `model`'s weights from epkd model `model_name` (see the module's docstring).
 
     layout: dense:bf16, dense:fp16 or dense:fp32, matching the model's parameter dtypes. device: the CUDA device
     whose pool serves the weights (default: torch's current device when the daemon serves device pools; with host
     pools the weights are CPU tensors). rename: parameter name -> epkd tensor name (default: the same name).
     Buffers are moved to the device. Returns an Attachment; keep it (or the model) alive while the model runs.
+
+    decode: "daemon" (epkd decodes into its slots; prefetch is the number of blocks epkd decodes ahead) or "client"
+    (this process decodes the lattice-rans weights itself from epkd's compressed tier on the GPU, on a side stream,
+    `prefetch` units ahead of the compute stream, into decode buffers it owns: epk.stored; needs libepk.so.2 with CUDA
+    (EPK_LIBEPK) and epkd's leave (same user by default: client_decode_uids)). In client mode the token embedding and
+    the LM head are decoded at every forward too when they are compressed; everything not in the tier is acquired
+    from epkd as in daemon mode. prefetch=None picks the depth from the decode time measured at attach and one block's
+    compute time measured in the first forward. max_decoded_gb bounds the decode buffers (the block ring plus the
+    outer buffer); the ring then holds fewer blocks. Attachment.memory() says what the buffers take.
     """
     if layout not in _DENSE:
         raise _errors.InvalidArgument(f"epk.torch: layout '{layout}': attach serves dense layouts "
                                       f"({', '.join(_DENSE)})")
-    if prefetch < 0:
+    if decode not in ("daemon", "client"):
+        raise _errors.InvalidArgument(f"epk.torch: decode='{decode}': 'daemon' or 'client'")
+    if prefetch is None and decode == "daemon":
+        prefetch = 2
+    if prefetch is not None and prefetch < 0:
         raise _errors.InvalidArgument("epk.torch: prefetch must be >= 0")
     if device is None and client.has_device_pools:
         device = torch.cuda.current_device()
+    if decode == "client" and device is None:
+        raise _errors.Unsupported("epk.torch: decode='client' needs epkd serving a device pool (a CUDA device)")
     rename = rename or (lambda n: n)
     blocks = find_blocks(model)
     att = Attachment(model, client, model_name, layout, prefetch, device, blocks)
@@ -216,10 +246,29 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     target = torch.device("cuda", device) if device is not None else torch.device("cpu")
     owners = _owners(model)
     streamed: List[Tuple[int, str, int]] = []  # (block, qualified name, id(param))
+    tier = None
+    client_params: Dict[int, Tuple[str, str]] = {}  # id(param) -> (unit module name, qualified name)
+    if decode == "client":
+        from .stored import StoredTier
+        tier = StoredTier(client.socket, model_name, device)
+        module_names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
+        block_name = {bi: n for bi, (n, _) in enumerate(blocks)}
+        for pid, holders in owners.items():
+            mod0, attr0, qname = holders[0]
+            p = mod0._parameters[attr0]
+            if p.dim() < 2 or not tier.holds(rename(qname), layout):
+                continue
+            bi = block_of.get(pid)
+            if bi is not None:
+                client_params[pid] = (block_name[bi], qname)
+            elif len({id(m) for m, _, _ in holders}) == 1:  # one module outside the blocks (a tied weight is kept)
+                client_params[pid] = (module_names[id(mod0)], qname)
     try:
         for pid, holders in owners.items():
             mod0, attr0, qname = holders[0]
             p = mod0._parameters[attr0]
+            if pid in client_params:
+                continue
             bi = block_of.get(pid)
             if bi is not None and p.dim() >= 2:
                 streamed.append((bi, qname, pid))
@@ -244,14 +293,58 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
             for bname, buf in list(mod._buffers.items()):
                 if buf is not None and buf.device != target:
                     mod._buffers[bname] = buf.to(target)
+        if tier is not None:
+            att.client_decode = _client_decode(model, att, tier, owners, client_params, layout, rename, target,
+                                               prefetch, max_decoded_gb)
+            tier = None  # the ClientDecode owns it now
     except BaseException:
+        if tier is not None:
+            tier.close()
         att.close()
         raise
     for bi, (_, b) in enumerate(blocks):
-        att._hooks.append(b.register_forward_pre_hook(att._pre(bi)))
-        att._hooks.append(b.register_forward_hook(att._post(bi)))
+        if att.streams[bi]:
+            att._hooks.append(b.register_forward_pre_hook(att._pre(bi)))
+            att._hooks.append(b.register_forward_hook(att._post(bi)))
+    if att.client_decode is not None:
+        cd = att.client_decode
+        modules = dict(model.named_modules(remove_duplicate=False))
+        for ui, u in enumerate(cd.units):
+            m = modules[u.name]
+            att._hooks.append(m.register_forward_pre_hook(lambda mod, args, ui=ui: cd.pre(ui)))
+            att._hooks.append(m.register_forward_hook(lambda mod, args, out, ui=ui: cd.post(ui)))
     model._epk_attachment = att  # the model keeps its attachment (hooks and kept leases) alive
     return att
+
+
+def _client_decode(model, att, tier, owners, client_params, layout, rename, target, prefetch, max_decoded_gb):
+    """The units of client-side decode, in module order (forward order for transformers models), and their state."""
+    from ._torch_client_decode import ClientDecode, _Unit, _aligned
+
+    by_unit: Dict[str, "_Unit"] = {}
+    block_names = set(att.block_names)
+    for pid, (unit_name, qname) in client_params.items():
+        holders = owners[pid]
+        p = holders[0][0]._parameters[holders[0][1]]
+        tensor = rename(qname)
+        stored = tier.shape(tensor)
+        want = tier.decoded_bytes(tensor, layout)
+        if tuple(stored) != tuple(p.shape) or want != p.numel() * p.element_size():
+            raise _errors.InvalidArgument(
+                f"epk.torch: parameter '{qname}' is {list(p.shape)} {p.dtype} but epkd model '{att.model_name}' "
+                f"stores '{tensor}' as {list(stored)} ({want} bytes in {layout})")
+        u = by_unit.setdefault(unit_name, _Unit(unit_name))
+        u.ring = "block" if unit_name in block_names else "outer"
+        placeholder = torch.nn.Parameter(torch.zeros(1, dtype=p.dtype, device=target).expand(p.shape),
+                                         requires_grad=False)
+        hs = [(m, a) for m, a, _ in holders]
+        u.params.append((hs, tensor, tuple(p.shape), p.dtype, placeholder))
+        u.bytes += _aligned(want)
+        _set(hs, placeholder)
+    order = [n for n, _ in model.named_modules(remove_duplicate=False) if n in by_unit]
+    units = [by_unit[n] for n in order]
+    limit = None if max_decoded_gb is None else int(max_decoded_gb * 2**30)
+    return ClientDecode(att, tier, units, layout, _DENSE[layout], prefetch, limit)
 
 
 @contextlib.contextmanager
@@ -272,8 +365,10 @@ def _parameters_on_meta():
         torch.nn.Module.register_parameter = register
 
 
-def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense:bf16", prefetch: int = 2,
-         device: Optional[int] = None, model_class=None, rename: Optional[Callable[[str], str]] = None):
+def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense:bf16",
+         prefetch: Optional[int] = 2, device: Optional[int] = None, model_class=None,
+         rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
+         max_decoded_gb: Optional[float] = None):
     """Builds a transformers model from its config (a PretrainedConfig or a directory / hub name holding
     config.json) with its parameters on the meta device, then attaches it: no copy of the weights is ever made in
     this process. model_class: the transformers class (default: the config's architectures[0], else AutoModel).
@@ -298,5 +393,6 @@ def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense
     finally:
         torch.set_default_dtype(previous)
     model.eval()
-    attach(model, client, model_name, layout=layout, prefetch=prefetch, device=device, rename=rename)
+    attach(model, client, model_name, layout=layout, prefetch=prefetch, device=device, rename=rename, decode=decode,
+           max_decoded_gb=max_decoded_gb)
     return model

@@ -219,6 +219,85 @@ def test_llama_attach_gives_the_decompressed_models_logits(bins, model, where):
         d.close()
 
 
+def _libepk():
+    import os
+    from conftest import _build_dir
+    path = os.environ.get("EPK_LIBEPK") or str(_build_dir() / "client" / "libepk.so.2")
+    os.environ["EPK_LIBEPK"] = path
+    import epk.stored
+    return epk.stored.available()
+
+
+@needs_cuda
+def test_client_side_decode_gives_epkds_bytes_and_the_decompressed_models_logits(bins, model):
+    if not _libepk():
+        pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
+    import epk.stored
+    config = llama_config()
+    dev = torch.device("cuda", 0)
+    reference = build_llama(config)
+    reference.load_state_dict({n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}, strict=True)
+    reference.to(dev)
+    ids = torch.tensor([[1, 5, 9, 33, 96, 0, 42, 17]], device=dev)
+    with torch.no_grad():
+        want = reference(ids).logits
+    d = Daemon(bins, model["epk"], budget_mb=64, cpu=False)
+    try:
+        with epk.Client(d.socket) as c:
+            # The tier's bytes against epkd's, every dense and rowwise layout, one batch per layout.
+            tier = epk.stored.StoredTier(d.socket, MODEL, 0)
+            assert tier.tier_bytes > 0 and tier.holds(UP) and not tier.holds("model.norm.weight")
+            names = [UP, "model.layers.1.self_attn.k_proj.weight"]
+            for layout in ("dense:bf16", "dense:fp16", "dense:fp32", "rowwise:int8", "rowwise:fp8_e4m3"):
+                outs = [torch.full((tier.decoded_bytes(n, layout),), 0xA5, dtype=torch.uint8, device=dev)
+                        for n in names]
+                batch = tier.plan([(n, layout, o.data_ptr()) for n, o in zip(names, outs)])
+                stream = torch.cuda.current_stream(dev)
+                batch.enqueue(stream.cuda_stream)
+                batch.check(stream.cuda_stream)
+                for n, o in zip(names, outs):
+                    got = o.cpu()
+                    with c.acquire(MODEL, n, layout, device=0) as lease:
+                        values = as_bits(torch.from_dlpack(lease)).reshape(-1)
+                        assert np.array_equal(got[:values.size].numpy(), values), f"{n} {layout}"
+                        if layout.startswith("rowwise:"):
+                            scales = as_bits(torch.from_dlpack(lease.row_scales)).reshape(-1)
+                            at = (values.size + 63) // 64 * 64  # shm/layout.h: scales 64-byte aligned
+                            assert np.array_equal(got[at:at + scales.size].numpy(), scales), f"{n} {layout}"
+                            assert not got[values.size:at].any()
+                            assert at + scales.size == got.numel()
+                        else:
+                            assert values.size == got.numel()
+                batch.close()
+            tier.close()
+
+            m = build_llama(config).to(dev)
+            att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", decode="client", prefetch=1)
+            mem = att.memory()
+            assert mem["tier_bytes"] > 0 and mem["ring_slots"] == 2 and mem["prefetch_depth"] == 1
+            assert mem["decoded_ring_bytes"] > 0
+            up = m.model.layers[0].mlp.up_proj.weight  # a placeholder between forwards
+            assert up.stride() == (0, 0)
+            with torch.no_grad():
+                first = m(ids).logits
+                second = m(ids).logits
+            assert torch.equal(first, want) and torch.equal(second, want)
+            assert m.model.layers[0].mlp.up_proj.weight.stride() == (0, 0)
+            block = mem["decoded_ring_bytes"] // mem["ring_slots"]
+            limit = (block * 1.5 + mem["outer_buffer_bytes"]) / 2**30  # room for one block, not two
+            att.close()
+            # load(): the automatic depth, a ring bounded by max_decoded_gb to one block.
+            loaded = epk_torch.load(config, c, MODEL, layout="dense:bf16", decode="client", prefetch=None,
+                                    max_decoded_gb=limit)
+            assert loaded._epk_attachment.memory()["ring_slots"] == 1
+            with torch.no_grad():
+                for _ in range(3):
+                    assert torch.equal(loaded(ids).logits, want)
+            loaded._epk_attachment.close()
+    finally:
+        d.close()
+
+
 def test_attach_names_both_sides_of_a_mismatch(bins, model):
     config = llama_config()
     d = Daemon(bins, model["epk"], budget_mb=64)

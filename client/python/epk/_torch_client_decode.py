@@ -1,0 +1,216 @@
+"""epk.torch's client-side decode (attach(..., decode="client")): this process decodes the model's lattice-rans
+weights from epkd's compressed tier on a side stream, a few units ahead of the compute stream, into a ring of decode
+buffers it owns (epk.stored). See attach()'s docstring for what a user sets.
+
+Units are what the hooks stream, in forward order: the modules outside the blocks that hold a tier tensor (the
+token embedding, the LM head: each decoded once per forward into the "outer" buffer), and the blocks (each decoded
+into one slot of the block ring). A unit's weights are decoded by one batch (one kernel launch) into fixed addresses,
+so its parameters are views made once; the pre-hook swaps them in, the post-hook puts the placeholders back.
+
+Ordering (all stream-ordered, the CPU never waits):
+- unit u's decode runs on the side stream after the compute stream has finished the previous user of u's slot (the
+  slot's free event, recorded by that user's post-hook), so a decode never overwrites weights still being read;
+- the compute stream waits on u's ready event (recorded after its decode) before u's kernels.
+A decode is issued only once its slot's previous user has posted its free event: waiting on an event not yet recorded
+would wait for nothing. So at most ring-size units are in flight; the prefetch depth is what runs ahead of compute.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from . import _errors
+from .stored import StoredTier
+
+_ALIGN = 256  # each tensor of a unit starts 256-byte aligned in its buffer (the decoder needs 16)
+
+
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class _Unit:
+    __slots__ = ("name", "params", "bytes", "ring", "slot", "batch", "views", "ready", "issued")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.params: List[Tuple[list, str, tuple, torch.dtype, torch.nn.Parameter]] = []  # holders, tensor, ...
+        self.bytes = 0
+        self.ring = ""  # "block" or "outer"
+        self.slot = 0
+        self.batch = None
+        self.views: List[torch.nn.Parameter] = []
+        self.ready: Optional[torch.cuda.Event] = None
+        self.issued = False  # decode enqueued for the coming use, not yet consumed by the pre-hook
+
+
+class ClientDecode:
+    """The client-side decode state of one Attachment."""
+
+    def __init__(self, att, tier: StoredTier, units: List[_Unit], layout: str, dtype: torch.dtype,
+                 prefetch: Optional[int], max_decoded_bytes: Optional[int]):
+        self.att = att
+        self.tier = tier
+        self.units = units
+        self.layout = layout
+        self.device = torch.device("cuda", att.device)
+        self.side = torch.cuda.Stream(device=self.device)
+        blocks = [u for u in units if u.ring == "block"]
+        outer = [u for u in units if u.ring == "outer"]
+        block_bytes = max((u.bytes for u in blocks), default=0)
+        outer_bytes = max((u.bytes for u in outer), default=0)
+        # The ring: prefetch + 1 block slots (the block computing and those decoding ahead), fewer if the user's
+        # limit says so (one slot still works: each decode then waits for the previous block's kernels).
+        want = (prefetch if prefetch is not None else 2) + 1
+        if max_decoded_bytes is not None:
+            fit = (max_decoded_bytes - outer_bytes) // block_bytes if block_bytes else want
+            if fit < 1:
+                raise _errors.NoSpace(
+                    f"epk.torch: max_decoded_gb={max_decoded_bytes / 2**30:.3f} cannot hold one block "
+                    f"({block_bytes / 2**30:.3f} GiB) and the outer weights ({outer_bytes / 2**30:.3f} GiB)")
+            want = min(want, int(fit))
+        self.ring_slots = max(1, min(want, len(blocks))) if blocks else 0
+        self.auto_depth = prefetch is None
+        self.depth = min(self.ring_slots - 1, 2) if prefetch is None else min(prefetch, max(self.ring_slots - 1, 0))
+        self.buffers = {"block": [torch.empty(block_bytes, dtype=torch.uint8, device=self.device)
+                                  for _ in range(self.ring_slots)],
+                        "outer": [torch.empty(outer_bytes, dtype=torch.uint8, device=self.device)] if outer else []}
+        # Per (ring, slot): the unit that used it last and the event its post-hook recorded (None: never used).
+        self.last_user: Dict[Tuple[str, int], Optional[int]] = {}
+        self.free: Dict[Tuple[str, int], Optional[torch.cuda.Event]] = {}
+        bi = 0
+        for u in units:
+            if u.ring == "block":
+                u.slot = bi % self.ring_slots
+                bi += 1
+            self.last_user[(u.ring, u.slot)] = None
+            self.free[(u.ring, u.slot)] = None
+            self._plan(u, dtype)
+        self.posted = set()  # units whose post-hook ran since their last decode
+        self.timing = {"decode_ms": None, "compute_ms": None}
+        self._measure_decode()
+        self._t0: Optional[torch.cuda.Event] = None
+        self._t1: Optional[torch.cuda.Event] = None
+
+    # ---- set-up
+
+    def _plan(self, u: _Unit, dtype: torch.dtype) -> None:
+        buf = self.buffers[u.ring][u.slot]
+        jobs, at = [], 0
+        for holders, tensor, shape, pdtype, _ in u.params:
+            n = self.tier.decoded_bytes(tensor, self.layout)
+            jobs.append((tensor, self.layout, buf.data_ptr() + at))
+            view = buf[at:at + n].view(pdtype).view(shape)
+            u.views.append(torch.nn.Parameter(view, requires_grad=False))
+            at += _aligned(n)
+        u.batch = self.tier.plan(jobs)
+
+    def _measure_decode(self) -> None:
+        """The largest block's decode time on the side stream (median of 3), for the automatic depth."""
+        blocks = [u for u in self.units if u.ring == "block"]
+        if not blocks:
+            return
+        u = max(blocks, key=lambda x: x.bytes)
+        times = []
+        for _ in range(3):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(self.side)
+            u.batch.enqueue(self.side.cuda_stream)
+            b.record(self.side)
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        u.batch.check(self.side.cuda_stream)  # a corrupt tile fails attach, not a forward
+        self.timing["decode_ms"] = sorted(times)[1]
+
+    # ---- the hooks' work
+
+    def _issue(self, i: int) -> bool:
+        """Enqueues unit i's decode if its slot's previous user has posted; returns whether it is issued."""
+        u = self.units[i]
+        if u.issued:
+            return True
+        key = (u.ring, u.slot)
+        prev = self.last_user[key]
+        if prev is not None and prev not in self.posted:
+            return False  # the slot is still in use (by unit i itself too): its free event is not recorded yet
+        ev = self.free[key]
+        if ev is not None:
+            self.side.wait_event(ev)
+        u.batch.enqueue(self.side.cuda_stream)
+        u.ready = torch.cuda.Event()
+        u.ready.record(self.side)
+        u.issued = True
+        self.last_user[key] = i
+        self.posted.discard(i)
+        return True
+
+    def _issue_ahead(self, i: int) -> None:
+        n = len(self.units)
+        for k in range(1, self.depth + 1):
+            if not self._issue((i + k) % n):
+                break  # keep order: a later unit never overtakes an earlier one
+
+    def pre(self, i: int) -> None:
+        u = self.units[i]
+        compute = torch.cuda.current_stream(self.device)
+        if self.auto_depth:
+            self._auto_depth(i, compute)
+        if not self._issue(i):
+            raise _errors.Error(f"epk.torch: unit '{u.name}' ran while its decode buffer was still in use by "
+                                f"'{self.units[self.last_user[(u.ring, u.slot)]].name}' (modules ran out of the "
+                                f"order attach assumed)")
+        compute.wait_event(u.ready)
+        u.issued = False
+        for (holders, _, _, _, _), view in zip(u.params, u.views):
+            for mod, attr in holders:
+                mod._parameters[attr] = view
+        self._issue_ahead(i)
+
+    def post(self, i: int) -> None:
+        u = self.units[i]
+        for holders, _, _, _, placeholder in u.params:
+            for mod, attr in holders:
+                mod._parameters[attr] = placeholder
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.device))
+        self.free[(u.ring, u.slot)] = ev
+        self.posted.add(i)
+        self._issue_ahead(i)  # decodes that waited for this slot
+
+    def _auto_depth(self, i: int, compute) -> None:
+        """Times one block's compute in the first forward (events between the first two blocks' pre-hooks) and, once
+        done, sets the depth to the decodes needed to stay ahead: ceil(decode / compute), within the ring."""
+        bi = [j for j, u in enumerate(self.units) if u.ring == "block"]
+        if len(bi) < 2:
+            self.auto_depth = False
+            return
+        if i == bi[0] and self._t0 is None:
+            self._t0 = torch.cuda.Event(enable_timing=True)
+            self._t0.record(compute)
+        elif i == bi[1] and self._t1 is None and self._t0 is not None:
+            self._t1 = torch.cuda.Event(enable_timing=True)
+            self._t1.record(compute)
+        elif self._t1 is not None and self._t1.query():
+            comp = self._t0.elapsed_time(self._t1)
+            self.timing["compute_ms"] = comp
+            dec = self.timing["decode_ms"] or 0.0
+            self.depth = max(1, min(self.ring_slots - 1, math.ceil(dec / max(comp, 1e-3))))
+            self.auto_depth = False
+
+    def memory(self) -> Dict[str, int]:
+        ring = sum(b.numel() for b in self.buffers["block"])
+        outer = sum(b.numel() for b in self.buffers["outer"])
+        scratch = sum(u.batch.scratch_bytes for u in self.units)
+        return {"tier_bytes": self.tier.tier_bytes, "decoded_ring_bytes": ring, "outer_buffer_bytes": outer,
+                "plan_scratch_bytes": scratch, "ring_slots": self.ring_slots, "prefetch_depth": self.depth}
+
+    def close(self) -> None:
+        torch.cuda.synchronize(self.device)
+        for u in self.units:
+            if u.batch is not None:
+                u.batch.close()
+                u.batch = None
+        self.tier.close()

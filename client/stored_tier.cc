@@ -1,0 +1,174 @@
+#include "client/stored_tier.h"
+
+#include <optional>
+#include <unordered_map>
+
+#include "codec/container/reader.h"
+#include "codec/cuda/decode.h"
+#include "codec/cuda/tier_layout.h"
+#include "codec/rans/container_io.h"
+#include "shm/cuda_event.h"
+#include "shm/decode_format.h"
+#include "shm/device_pool.h"
+
+namespace epk::client {
+namespace {
+
+class CudaDecodeBatch final : public DecodeBatch {
+ public:
+  CudaDecodeBatch(cuda::DecodePlan plan, shm::DeviceBuffer scratch, int device,
+                  std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges)
+      : plan_(std::move(plan)), scratch_(std::move(scratch)), device_(device), zero_ranges_(std::move(zero_ranges)) {}
+
+  Status enqueue(void* stream) override {
+    EPK_TRY(shm::make_device_current(device_));
+    // Rowwise outputs: the gap between values and scales holds zeros, as in epkd's slots.
+    for (const auto& [at, bytes] : zero_ranges_) EPK_TRY(shm::fill_device_async(at, 0, bytes, stream, device_));
+    return cuda::decode(plan_, reinterpret_cast<void*>(scratch_.ptr()), static_cast<cuda::Stream>(stream));
+  }
+  Status check(void* stream) override {
+    EPK_TRY(shm::make_device_current(device_));
+    return cuda::read_status(plan_, reinterpret_cast<const void*>(scratch_.ptr()), static_cast<cuda::Stream>(stream));
+  }
+  std::uint64_t scratch_bytes() const override { return scratch_.size(); }
+  std::uint64_t output_bytes() const override { return plan_.output_bytes(); }
+
+ private:
+  cuda::DecodePlan plan_;
+  shm::DeviceBuffer scratch_;
+  int device_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges_;
+};
+
+class CudaStoredTier final : public StoredTier {
+ public:
+  static Result<std::unique_ptr<StoredTier>> open(Client& client, const std::string& model, std::uint32_t device) {
+    EPK_TRY_ASSIGN(Client::StoredFds fds, client.open_stored(model, device));
+    std::unique_ptr<CudaStoredTier> t(new CudaStoredTier());
+    t->device_ = static_cast<int>(device);
+    EPK_TRY_ASSIGN(t->reader_, container::Reader::open_fd(fds.file.get(), "model '" + model + "' (epkd's file)"));
+    const auto& entries = t->reader_.tensors();
+    t->streams_.resize(entries.size());
+    std::vector<const rans::LatticeRansStream*> views(entries.size(), nullptr);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const container::TensorEntry& e = entries[i];
+      if (e.encoding != container::Encoding::kLatticeRans) continue;
+      // The tables and offsets come from this map: they must be the bytes epkd checked and uploaded.
+      EPK_TRY(t->reader_.verify(e));
+      EPK_TRY_ASSIGN(t->streams_[i], rans::from_container(t->reader_, e));
+      views[i] = &t->streams_[i]->stream;
+      t->index_.emplace(e.name, i);
+    }
+    t->layout_ = cuda::tier_layout(views);
+    if (t->layout_.bytes > fds.tier_bytes) {
+      return make_error(ErrorCode::kBadInput, "model '" + model + "': its streams need a " +
+                                                  std::to_string(t->layout_.bytes) + "-byte tier but epkd's is " +
+                                                  std::to_string(fds.tier_bytes) + " bytes (the file changed?)");
+    }
+    EPK_TRY_ASSIGN(t->tier_, shm::import_device_pool(std::move(fds.tier), fds.tier_bytes, t->device_));
+    t->model_ = model;
+    return std::unique_ptr<StoredTier>(std::move(t));
+  }
+
+  Result<std::uint64_t> decoded_bytes(std::string_view tensor, shm::Layout layout) const override {
+    EPK_TRY_ASSIGN(Found f, find(tensor, layout));
+    return f.bytes;
+  }
+  bool holds(std::string_view tensor) const override { return index_.count(std::string(tensor)) != 0; }
+  Result<std::vector<std::uint64_t>> shape(std::string_view tensor) const override {
+    const container::TensorEntry* e = reader_.find(tensor);
+    if (e == nullptr) {
+      return make_error(ErrorCode::kNotFound, "model '" + model_ + "': no tensor '" + std::string(tensor) + "'");
+    }
+    return e->shape;
+  }
+
+  Result<std::unique_ptr<DecodeBatch>> plan(std::span<const Job> jobs) const override {
+    if (jobs.empty()) return make_error(ErrorCode::kInvalidArgument, "client-side decode: a batch with no tensor");
+    std::vector<cuda::DecodeJob> decode_jobs;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges;
+    for (const Job& j : jobs) {
+      EPK_TRY_ASSIGN(Found f, find(j.tensor, j.layout));
+      if (j.out_dev == 0 || j.out_dev % 16 != 0) {
+        return make_error(ErrorCode::kInvalidArgument, "client-side decode: tensor '" + j.tensor +
+                                                           "': the output address must be a 16-byte aligned device "
+                                                           "address");
+      }
+      const rans::LatticeRansStream& s = streams_[f.index]->stream;
+      cuda::DecodeJob d;
+      d.name = j.tensor;
+      d.stream = &s;
+      d.dev = cuda::tier_buffers(tier_.device_ptr(), *layout_.tensors[f.index]);
+      d.row_begin = 0;
+      d.row_end = s.rows;
+      d.format = f.format;
+      d.out_dev = reinterpret_cast<void*>(j.out_dev);
+      if (cuda::is_rowwise(f.format)) {
+        const std::uint64_t values = std::uint64_t{s.rows} * s.cols;
+        const std::uint64_t at = shm::rowwise_scales_offset(s.rows, s.cols);
+        d.row_scales_dev = reinterpret_cast<float*>(j.out_dev + at);
+        if (at > values) zero_ranges.emplace_back(j.out_dev + values, at - values);
+      }
+      decode_jobs.push_back(std::move(d));
+    }
+    EPK_TRY(shm::make_device_current(device_));
+    cuda::DecodeOptions options;
+    options.device = device_;
+    EPK_TRY_ASSIGN(cuda::DecodePlan plan, cuda::DecodePlan::create(decode_jobs, options));
+    EPK_TRY_ASSIGN(shm::DeviceBuffer scratch, shm::DeviceBuffer::alloc(plan.scratch_bytes(), device_));
+    // upload() waits for its copy (the plan's host image must outlive it), so the null stream serves.
+    EPK_TRY(cuda::upload(plan, reinterpret_cast<void*>(scratch.ptr()), plan.scratch_bytes(), nullptr));
+    return std::unique_ptr<DecodeBatch>(
+        new CudaDecodeBatch(std::move(plan), std::move(scratch), device_, std::move(zero_ranges)));
+  }
+
+  std::uint64_t tier_bytes() const override { return tier_.size(); }
+  int device() const override { return device_; }
+
+ private:
+  CudaStoredTier() = default;
+
+  struct Found {
+    std::size_t index = 0;
+    cuda::OutputFormat format = cuda::OutputFormat::kBf16;
+    std::uint64_t bytes = 0;
+  };
+  Result<Found> find(std::string_view tensor, shm::Layout layout) const {
+    auto it = index_.find(std::string(tensor));
+    if (it == index_.end()) {
+      if (reader_.find(tensor) == nullptr) {
+        return make_error(ErrorCode::kNotFound, "model '" + model_ + "': no tensor '" + std::string(tensor) + "'");
+      }
+      return make_error(ErrorCode::kUnsupported, "model '" + model_ + "': tensor '" + std::string(tensor) +
+                                                     "' is not lattice-rans: acquire it from epkd instead");
+    }
+    const rans::StoredStream& st = *streams_[it->second];
+    std::optional<cuda::OutputFormat> fmt = shm::decode_format(layout, st.dtype);
+    if (!fmt) {
+      return make_error(ErrorCode::kUnsupported, "model '" + model_ + "': tensor '" + std::string(tensor) +
+                                                     "': the GPU decoder does not write layout " +
+                                                     std::string(shm::layout_name(layout)));
+    }
+    Found f{it->second, *fmt, 0};
+    const std::uint64_t rows = st.stream.rows, cols = st.stream.cols;
+    f.bytes = cuda::is_rowwise(*fmt) ? shm::rowwise_scales_offset(rows, cols) + rows * 4
+                                     : rows * cols * cuda::output_element_bytes(*fmt);
+    return f;
+  }
+
+  std::string model_;
+  int device_ = 0;
+  container::Reader reader_;
+  std::vector<std::optional<rans::StoredStream>> streams_;
+  std::unordered_map<std::string, std::size_t> index_;  // lattice-rans tensors by name
+  cuda::TierLayout layout_;
+  shm::DeviceMapping tier_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<StoredTier>> StoredTier::open(Client& client, const std::string& model, std::uint32_t device) {
+  return CudaStoredTier::open(client, model, device);
+}
+
+}  // namespace epk::client

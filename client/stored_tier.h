@@ -1,0 +1,69 @@
+// Client-side decode: this process decodes a model's lattice-rans tensors on its own CUDA streams (in its own context,
+// so the decode overlaps its own kernels instead of time-slicing with epkd's context), from the compressed tier epkd
+// keeps on the device, into device memory this process owns.
+//
+//   auto tier = StoredTier::open(client, "llama", 0);       // epkd's tier mapped, the model file's streams read here
+//   auto batch = (*tier)->plan(jobs);                        // one plan for many tensors; scratch uploaded once
+//   (*batch)->enqueue(stream);                               // one kernel launch, as often as wanted
+//   (*batch)->check(stream);                                 // waits; names the first corrupt tile, if any
+//
+// What epkd shares (open_stored): the model file, read-only, from which the tables and tile offsets are read and
+// checksummed here, and the tier: every lattice-rans tensor's stored buffers, checksummed by epkd, at the places
+// codec/cuda/tier_layout.h gives. The output is bit for bit what epkd writes for the same tensor and layout (both
+// run codec/cuda's decoder with the format shm/decode_format.h picks). The decoded bytes are the caller's: epkd's
+// budget, cache and pins cover only what it decodes itself. Built with the CUDA toolkit only (stored_tier_none.cc
+// answers kUnsupported elsewhere).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/client.h"
+#include "codec/common/result.h"
+#include "shm/layout.h"
+
+namespace epk::client {
+
+class DecodeBatch {
+ public:
+  virtual ~DecodeBatch() = default;
+  // Launches the decode of every job on `stream` (a CUstream / cudaStream_t; null: the legacy default stream).
+  // Stream-ordered: the output is complete when the stream reaches this point. Launch errors only.
+  virtual Status enqueue(void* stream) = 0;
+  // Waits for `stream`, then kCorruptTile naming the first corrupt tensor and tile of the last decode, if any.
+  virtual Status check(void* stream) = 0;
+  virtual std::uint64_t scratch_bytes() const = 0;  // device memory this batch holds (descriptors, tables)
+  virtual std::uint64_t output_bytes() const = 0;   // what one enqueue writes
+};
+
+class StoredTier {
+ public:
+  virtual ~StoredTier() = default;
+  // Asks epkd for `model`'s tier on `device` (Client::open_stored) and reads the model file's streams. kPermission
+  // when epkd does not let this client decode itself; kChecksum when the file no longer matches its index.
+  static Result<std::unique_ptr<StoredTier>> open(Client& client, const std::string& model, std::uint32_t device);
+
+  struct Job {
+    std::string tensor;
+    shm::Layout layout = shm::Layout::kDenseBF16;
+    std::uint64_t out_dev = 0;  // device address, 16-byte aligned, decoded_bytes(tensor, layout) long
+  };
+  // The bytes `tensor` takes in `layout` (rowwise layouts: values, padding, then per-row scales, as shm/layout.h
+  // says); kNotFound for an unknown tensor, kUnsupported for a tensor not in the tier or a layout the decoder does
+  // not write.
+  virtual Result<std::uint64_t> decoded_bytes(std::string_view tensor, shm::Layout layout) const = 0;
+  // Whether `tensor` is in the tier (a lattice-rans tensor).
+  virtual bool holds(std::string_view tensor) const = 0;
+  // A tensor's shape as stored (any tensor of the model); kNotFound when absent.
+  virtual Result<std::vector<std::uint64_t>> shape(std::string_view tensor) const = 0;
+  virtual Result<std::unique_ptr<DecodeBatch>> plan(std::span<const Job> jobs) const = 0;
+
+  virtual std::uint64_t tier_bytes() const = 0;  // the mapped region (epkd's memory, not this process's)
+  virtual int device() const = 0;
+};
+
+}  // namespace epk::client
