@@ -277,9 +277,9 @@ def _status_note(res: dict) -> str:
 
 def format_tables(results: Dict[str, dict], lengths: Sequence[int]) -> str:
     """The prefill table, the generation table and the issue's targets, as markdown."""
-    rows = ["| setup | tokens | median ms | runs ms (min-max) | x resident | client MiB | epkd MiB | client+epkd MiB "
-            "| device used MiB | logits at check length |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| setup | tokens | median ms | runs ms (min-max) | x resident | torch peak MiB | client MiB | epkd MiB "
+            "| client+epkd MiB | device used MiB | logits at check length |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     resident = results.get("resident")
     for setup in SETUPS:
         res = results.get(setup)
@@ -290,22 +290,25 @@ def format_tables(results: Dict[str, dict], lengths: Sequence[int]) -> str:
                    f"{_mib(mem.get('sum_bytes'))} | {_mib(mem.get('device_delta_bytes'))}")
         note = _status_note(res)
         if setup == "decompressed":
-            rows.append(f"| {setup} | {res.get('check_len', '')} | - | - | - | {memcols} | {_logits_text(res)}"
+            rows.append(f"| {setup} | {res.get('check_len', '')} | - | - | - | - | {memcols} | {_logits_text(res)}"
                         f"{' (' + note + ')' if note else ''} |")
             continue
         measured = [int(k) for k in (res.get("prefill") or {})]
         shown = [n for n in lengths if n in measured] + sorted(n for n in measured if n not in lengths)
         if not shown:
-            rows.append(f"| {setup} | - | {note or 'no prefill measured'} | - | - | {memcols} | {_logits_text(res)} |")
+            rows.append(f"| {setup} | - | {note or 'no prefill measured'} | - | - | - | {memcols} | "
+                        f"{_logits_text(res)} |")
             continue
         for n in shown:
             e = res["prefill"][str(n)]
             base = prefill_median(resident, n)
             ratio = f"{e['median_ms'] / base:.2f}x" if base else "n/a"
             spread = f"{_ms(min(e['times_ms']))}-{_ms(max(e['times_ms']))}"
-            rows.append(f"| {setup} | {n} | {_ms(e['median_ms'])} | {spread} | {ratio} | {memcols} | "
+            rows.append(f"| {setup} | {n} | {_ms(e['median_ms'])} | {spread} | {ratio} | "
+                        f"{_mib(e.get('torch_max_allocated_bytes'))} | {memcols} | "
                         f"{_logits_text(res)}{' (' + note + ')' if note else ''} |")
-    out = ["## Prefill (batch 1, no KV cache, sdpa; memory: peaks over the whole setup, load included)", ""] + rows
+    out = ["## Prefill (batch 1, no KV cache, sdpa; torch peak: the client's max_memory_allocated at that length; "
+           "NVML columns: peaks over the whole setup, load included)", ""] + rows
 
     gen = ["| setup | prompt | new tokens | median total ms | ms/token (total/N) | decode ms/token "
            "((total - prefill)/(N-1)) | runs |", "|---|---|---|---|---|---|---|"]
@@ -925,7 +928,6 @@ def _load_model(p: dict, work: Work, res: dict):
             raise RuntimeError(f"accelerate put {counts['disk']} modules on disk: more CPU memory is needed")
         model = dispatch_model(model, device_map=device_map,
                                skip_keys=list(getattr(model, "_skip_keys_device_placement", None) or []))
-        model.hf_device_map = device_map
         return model, None
     # epk setups
     import epk
@@ -937,6 +939,8 @@ def _load_model(p: dict, work: Work, res: dict):
         if not lib or not os.path.isfile(lib):
             raise RuntimeError(f"client-side decode needs EPK_LIBEPK = the path of libepk.so (now: {lib!r})")
     client = epk.Client(p["socket"])
+    if not client.has_device_pools:
+        raise RuntimeError("epkd serves host pools, not device 0's: it found no usable GPU (see its log)")
     config = transformers.AutoConfig.from_pretrained(work.src)
     config._attn_implementation = "sdpa"
     model = epk.torch.load(config, client, MODEL_NAME, decode=p["decode"], prefetch=p["prefetch"],
@@ -959,6 +963,7 @@ def setup_main(params_path: str) -> int:
     result_path = Path(p["result"])
     res = load_json(result_path) or {}
     res.update(setup=p["setup"], status="running", params=p, check_len=p["check_len"])
+    res.pop("error", None)
     try:
         return _setup_body(p, work, res, result_path)
     except BaseException as e:  # noqa: BLE001 - recorded, then the process fails
@@ -1001,8 +1006,10 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
     save()
     vocab = model.config.vocab_size
     seed = p["seed"]
-    grad = {"inference": torch.inference_mode, "no_grad": torch.no_grad}[p["grad_mode"]]
-    res["grad_mode"] = p["grad_mode"]
+    # An earlier attempt that fell back to no_grad (below) keeps it, so that every figure of a setup is under one mode.
+    if not str(res.get("grad_mode", "")).startswith("no_grad"):
+        res["grad_mode"] = p["grad_mode"]
+    grad = torch.inference_mode if res["grad_mode"] == "inference" else torch.no_grad
 
     def forward(ids, keep):
         out = model(input_ids=ids, use_cache=False, logits_to_keep=keep)
@@ -1015,7 +1022,7 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
             with grad():
                 logits = forward(ids, 0)
         except RuntimeError as e:
-            if p["grad_mode"] != "inference" or "nference" not in str(e):
+            if res["grad_mode"] != "inference" or "nference" not in str(e):
                 raise
             # Hooks that make tensors outside inference mode and use them inside it (or the reverse) can refuse
             # inference tensors; no_grad measures the same kernels.
@@ -1040,8 +1047,6 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
         res["logits"] = lg
         log(f"logits: {json.dumps({k: v for k, v in lg.items() if k.startswith('vs_')}, default=str)}")
         save()
-    elif str(res.get("grad_mode", "")).startswith("no_grad"):
-        grad = torch.no_grad
 
     def sync_time(fn) -> float:
         torch.cuda.synchronize()
@@ -1097,8 +1102,12 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
     if mem is not None:
         print("attachment memory at the end:", mem, flush=True)
         res["attachment_memory_at_end"] = mem
-    res["torch_at_end"] = {"max_allocated_bytes": torch.cuda.max_memory_allocated(),
-                           "reserved_bytes": torch.cuda.memory_reserved()}
+    # The peak statistics were reset before each measurement: the process's peak is the largest of the parts.
+    parts = [res["torch_after_load"]["max_allocated_bytes"], torch.cuda.max_memory_allocated()]
+    parts += [e.get("torch_max_allocated_bytes", 0) for e in (res.get("prefill") or {}).values()]
+    parts.append((res.get("generate") or {}).get("torch_max_allocated_bytes", 0))
+    res["torch_max_allocated_bytes"] = max(parts)
+    res["torch_reserved_bytes_at_end"] = torch.cuda.memory_reserved()
     att = getattr(model, "_epk_attachment", None)
     if att is not None:
         att.close()

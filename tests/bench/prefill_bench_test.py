@@ -103,7 +103,8 @@ class Summaries(unittest.TestCase):
 
 def result(setup, prefill=None, memory=None, logits=None, generate=None, status="done", **extra):
     r = {"setup": setup, "status": status, "check_len": 1024,
-         "prefill": {str(n): {"times_ms": [v, v * 1.1, v * 0.9], "median_ms": v} for n, v in (prefill or {}).items()},
+         "prefill": {str(n): {"times_ms": [v, v * 1.1, v * 0.9], "median_ms": v,
+                              "torch_max_allocated_bytes": 1900 * MIB} for n, v in (prefill or {}).items()},
          "memory": {k: None for k in pb.MEMORY_KEYS} | (memory or {}), "logits": logits or {}}
     if generate:
         r["generate"] = generate
@@ -132,7 +133,7 @@ class Tables(unittest.TestCase):
 
     def test_rows_ratios_and_notes(self):
         t = pb.format_tables(self.results(), [1024, 4096, 16384])
-        self.assertIn("| epk-client | 4096 | 124.0 | 111.6-136.4 | 1.03x | 2500 | 3500 | 5900 | n/a | "
+        self.assertIn("| epk-client | 4096 | 124.0 | 111.6-136.4 | 1.03x | 1900 | 2500 | 3500 | 5900 | n/a | "
                       "bit-equal to decompressed |", t)
         self.assertIn("| resident | 16384 | 580.0 |", t)
         self.assertIn("max abs diff 0.5 vs decompressed", t)
@@ -339,7 +340,7 @@ class Driver(unittest.TestCase):
         self.assertEqual(mps["status"], "failed")
         self.assertIn("nvidia-cuda-mps-control", mps["error"])
         self.assertEqual(self.result("accelerate")["params"]["gpu_bytes"], 100 * MIB)
-        self.assertIn("| epk-client | 32 | 11.0 | 10.0-12.0 | 1.00x |", out)
+        self.assertIn("| epk-client | 32 | 11.0 | 10.0-12.0 | 1.00x | n/a |", out)
         self.assertIn("| epk-daemon-mps | - | failed: RuntimeError: nvidia-cuda-mps-control is not on PATH", out)
         table = (self.out / "prefill_table.md").read_text()
         self.assertIn("## Targets (issue 14)", table)
