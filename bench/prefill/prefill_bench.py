@@ -330,7 +330,9 @@ def format_tables(results: Dict[str, dict], lengths: Sequence[int]) -> str:
     out += ["", "## Targets (issue 14)", ""] + targets(results)
     mps = (results.get("epk-daemon-mps") or {}).get("mps")
     if mps is not None:
-        out.append(f"- MPS servers during epk-daemon-mps: {mps.get('servers') or 'none seen (MPS not in use)'}")
+        held = ((results["epk-daemon-mps"].get("memory") or {}).get("mps_server_bytes"))
+        out.append(f"- MPS servers during epk-daemon-mps: {mps.get('servers') or 'none seen (MPS not in use)'}; "
+                   f"the server's own GPU memory {_mib(held)} MiB (in the device column, not in client+epkd)")
     acc = (results.get("accelerate") or {}).get("device_map_counts")
     if acc:
         out.append(f"- accelerate: max_memory GPU {_mib((results['accelerate'].get('params') or {}).get('gpu_bytes'))}"
@@ -1168,6 +1170,7 @@ def make_model(args) -> int:
     partial = out.with_name(out.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
+    model.to("cpu")  # save_pretrained writes host tensors; this is one copy of the weights at PCIe speed
     model.save_pretrained(partial, max_shard_size="5GB")
     os.replace(partial, out)
     t_save = time.perf_counter() - t0 - t_build

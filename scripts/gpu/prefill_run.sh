@@ -55,7 +55,8 @@ stamp() { echo "$(date -u +%H:%M:%S) +${SECONDS}s"; }
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader 2>&1 | head -2 || true
   "$py" -c 'import sys, torch, transformers, accelerate; print(sys.version.split()[0], "torch", torch.__version__,
-            "cuda", torch.version.cuda, "transformers", transformers.__version__, "accelerate", accelerate.__version__)'
+            "cuda", torch.version.cuda, "transformers", transformers.__version__, "accelerate", accelerate.__version__)' \
+    || true
   echo "nproc $(nproc); free disk in /tmp: $(df -h --output=avail /tmp | tail -1)"
 } 2>&1 | tee "$out/machine.txt"
 

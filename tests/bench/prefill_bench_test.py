@@ -157,6 +157,14 @@ class Tables(unittest.TestCase):
         self.assertIn("- epk-client logits bit-equal to the decompressed model's: yes", lines)
         self.assertIn("- epk-daemon logits bit-equal to the decompressed model's: NO (max abs diff 0.5)", lines)
 
+    def test_the_mps_server_is_reported_apart(self):
+        r = {"epk-daemon-mps": result("epk-daemon-mps", {1024: 40.0}, {"mps_server_bytes": 300 * MIB},
+                                      mps={"servers": "12345"})}
+        t = pb.format_tables(r, [1024])
+        self.assertIn("- MPS servers during epk-daemon-mps: 12345; the server's own GPU memory 300 MiB", t)
+        r["epk-daemon-mps"]["mps"] = {"servers": ""}
+        self.assertIn("none seen (MPS not in use)", pb.format_tables(r, [1024]))
+
     def test_missing_figures_are_na(self):
         lines = pb.targets({"resident": result("resident", {4096: 120.0})})
         self.assertTrue(all(line.endswith(": n/a") for line in lines), lines)
