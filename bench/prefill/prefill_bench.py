@@ -945,8 +945,13 @@ def _load_model(p: dict, work: Work, res: dict):
         raise RuntimeError("epkd serves host pools, not device 0's: it found no usable GPU (see its log)")
     config = transformers.AutoConfig.from_pretrained(work.src)
     config._attn_implementation = "sdpa"
-    model = epk.torch.load(config, client, MODEL_NAME, decode=p["decode"], prefetch=p["prefetch"],
-                           max_decoded_gb=p["max_decoded_gb"])
+    # None (automatic prefetch depth, no limit on decoded blocks) is load()'s default: left out, not passed.
+    kw = {"decode": p["decode"]}
+    for k in ("prefetch", "max_decoded_gb"):
+        if p[k] is not None:
+            kw[k] = p[k]
+    res["load_kwargs"] = kw
+    model = epk.torch.load(config, client, MODEL_NAME, **kw)
     return model, client
 
 
