@@ -24,12 +24,13 @@ Each: the logits at --check-len tokens (all positions) against the references; p
 use_cache=False, sdpa, torch.inference_mode, random ids from a fixed seed, only the last position's logits as a
 prefill for generation computes them), --warmup untimed runs then the median of --runs (torch.cuda.synchronize
 around each); for resident, epk-client and accelerate, greedy generation of --gen-tokens tokens after a
---gen-prompt-token prompt with a KV cache. GPU memory: NVML's per-process figures, sampled every --sample-ms by the
+prompt of --gen-prompt tokens, with a KV cache. GPU memory: NVML's per-process figures, sampled every --sample-ms by the
 driver (which never creates a CUDA context), for the client and epkd, their largest sum, and the device's used memory
 above what it was before the setup started; torch's peak allocation of the client per length.
 
 Only the standard library is imported at module level: the pure parts (attribution of NVML processes, summaries,
-tables, epkd's config) are tested without torch or a GPU (tests/bench/prefill_bench_test.py).
+tables, epkd's config) and the driver (with a real epkd and a stand-in setup process) are tested without torch or a
+GPU (tests/bench/prefill_bench_test.py).
 """
 
 from __future__ import annotations
