@@ -204,7 +204,7 @@ class Attachment:
 
 
 def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: str = "dense:bf16",
-           prefetch: Optional[int] = 2, device: Optional[int] = None,
+           prefetch: Optional[int] = None, device: Optional[int] = None,
            rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
            max_decoded_gb: Optional[float] = None) -> Attachment:
     """Serves `model`'s weights from epkd model `model_name` (see the module's docstring).
@@ -214,7 +214,8 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     pools the weights are CPU tensors). rename: parameter name -> epkd tensor name (default: the same name).
     Buffers are moved to the device. Returns an Attachment; keep it (or the model) alive while the model runs.
 
-    decode: "daemon" (epkd decodes into its slots; prefetch is the number of blocks epkd decodes ahead) or "client"
+    decode: "daemon" (epkd decodes into its slots; prefetch, default 2, is the number of blocks epkd decodes ahead) or
+    "client"
     (this process decodes the lattice-rans weights itself from epkd's compressed tier on the GPU, on a side stream,
     `prefetch` units ahead of the compute stream, into decode buffers it owns: epk.stored; needs libepk.so.2 with CUDA
     (EPK_LIBEPK) and epkd's leave (same user by default: client_decode_uids)). In client mode the token embedding and
@@ -238,7 +239,8 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
         raise _errors.Unsupported("epk.torch: decode='client' needs epkd serving a device pool (a CUDA device)")
     rename = rename or (lambda n: n)
     blocks = find_blocks(model)
-    att = Attachment(model, client, model_name, layout, prefetch, device, blocks)
+    # prefetch_depth: what epkd decodes ahead for the blocks' daemon-served weights (all of them with decode="daemon").
+    att = Attachment(model, client, model_name, layout, 2 if prefetch is None else prefetch, device, blocks)
     block_of: Dict[int, int] = {}
     for bi, (_, b) in enumerate(blocks):
         for p in b.parameters():
@@ -366,7 +368,7 @@ def _parameters_on_meta():
 
 
 def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense:bf16",
-         prefetch: Optional[int] = 2, device: Optional[int] = None, model_class=None,
+         prefetch: Optional[int] = None, device: Optional[int] = None, model_class=None,
          rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
          max_decoded_gb: Optional[float] = None):
     """Builds a transformers model from its config (a PretrainedConfig or a directory / hub name holding

@@ -1,4 +1,4 @@
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -9,16 +9,19 @@ class Attachment:
     client: Client
     model_name: str
     layout: str
-    prefetch_depth: int
+    prefetch_depth: Optional[int]
     device: Optional[int]
     block_names: List[str]
     kept: List[Lease]
+    def memory(self) -> Dict[str, int]: ...
     def close(self) -> None: ...
 
 def find_blocks(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]: ...
 def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: str = "dense:bf16",
-           prefetch: int = 2, device: Optional[int] = None,
-           rename: Optional[Callable[[str], str]] = None) -> Attachment: ...
-def load(config_or_dir: object, client: Client, model_name: str, *, layout: str = "dense:bf16", prefetch: int = 2,
-         device: Optional[int] = None, model_class: Optional[type] = None,
-         rename: Optional[Callable[[str], str]] = None) -> torch.nn.Module: ...
+           prefetch: Optional[int] = None, device: Optional[int] = None,
+           rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
+           max_decoded_gb: Optional[float] = None) -> Attachment: ...
+def load(config_or_dir: object, client: Client, model_name: str, *, layout: str = "dense:bf16",
+         prefetch: Optional[int] = None, device: Optional[int] = None, model_class: Optional[type] = None,
+         rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
+         max_decoded_gb: Optional[float] = None) -> torch.nn.Module: ...

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root of the copied tree: issue 14's prefill benchmark
+# (bench/prefill/prefill_bench.py) against the staged epkd, epk and libepk (scripts/gpu/stage.sh STAGE here first).
+#   prepare: the random Llama-3-8B-shaped model (make-model, on the GPU) in /tmp/epk-prefill/src, `epk compress --bpp 4
+#            --include-embeddings` into model.epk, `epk decompress` into decompressed/ (with src's config.json)
+#   run:     every setup in a process of its own, then the tables (results and logs also under OUT)
+#   all:     prepare, then run with the time left (the default)
+# Work already done in /tmp/epk-prefill (a finished model, .epk, decompressed folder, setup results) is skipped, so a
+# call cut off by the time limit is resumed by the same command (/tmp survives between calls made while the machine
+# stays warm). --quick: a 4-layer model in /tmp/epk-prefill/quick, 1024 tokens only, 1 warm-up + 3 runs.
+# Usage: bash scripts/gpu/prefill_run.sh STAGE [OUT] [prepare|run|all] [--quick] [DRIVER ARGS...]
+#   (STAGE: the staged folder, e.g. .gpu; OUT: default $OUT; DRIVER ARGS go to `prefill_bench.py drive`, e.g.
+#    --setups resident,epk-client --force)
+# LIMIT (seconds, default 590): this call's time; the driver gets what prepare leaves of it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[[ $# -ge 1 ]] || { sed -n '2,15p' "$0"; exit 2; }
+stage="$(cd "$1" && pwd)"
+shift
+out="${OUT:-/tmp/epk-prefill-out}"
+phase=all
+quick=0
+if [[ $# -ge 1 && "$1" != prepare && "$1" != run && "$1" != all && "$1" != --* ]]; then
+  out="$1"
+  shift
+fi
+if [[ $# -ge 1 && ( "$1" == prepare || "$1" == run || "$1" == all ) ]]; then
+  phase="$1"
+  shift
+fi
+if [[ $# -ge 1 && "$1" == --quick ]]; then
+  quick=1
+  shift
+fi
+limit="${LIMIT:-590}"
+mkdir -p "$out"
+py="${PYTHON:-python3.12}"
+root=/tmp/epk-prefill
+work="$root"
+layers=32
+driver_args=()
+if [[ $quick == 1 ]]; then
+  work="$root/quick"
+  layers=4
+  driver_args=(--lengths 1024 --warmup 1 --runs 3 --slow-runs 3 --gen-runs 1)
+fi
+mkdir -p "$work"
+export LD_LIBRARY_PATH="$stage/epkd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk" EPK_LIBEPK="$stage/epkd/libepk.so.2"
+for f in "$EPK_EPKD" "$EPK_CLI"; do [[ -x "$f" ]] || { echo "prefill_run: $f is missing (stage.sh)" >&2; exit 1; }; done
+[[ -f "$EPK_LIBEPK" ]] || echo "prefill_run: $EPK_LIBEPK is missing: epk-client (client-side decode) will fail" >&2
+
+stamp() { echo "$(date -u +%H:%M:%S) +${SECONDS}s"; }
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader 2>&1 | head -2 || true
+  "$py" -c 'import sys, torch, transformers, accelerate; print(sys.version.split()[0], "torch", torch.__version__,
+            "cuda", torch.version.cuda, "transformers", transformers.__version__, "accelerate", accelerate.__version__)' \
+    || true
+  echo "nproc $(nproc); free disk in /tmp: $(df -h --output=avail /tmp | tail -1)"
+} 2>&1 | tee "$out/machine.txt"
+
+# The epk package, built from this tree as scripts/gpu/python_run.sh does; kept between calls while its sources are
+# unchanged (a hash of the sources it compiles).
+if [[ -z "${CUDA_HOME:-}" && ! -f /usr/local/cuda/include/cuda.h && -f "$stage/include/cuda.h" ]]; then
+  export CUDA_HOME="$stage"
+fi
+site="$root/pysite"
+src_hash="$(find client codec shm daemon cmake CMakeLists.txt -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' \
+  -o -name '*.cuh' -o -name '*.py' -o -name '*.pyi' -o -name '*.txt' -o -name '*.toml' -o -name '*.cmake' \) \
+  -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+if [[ "$(cat "$site/.stamp" 2>/dev/null || true)" != "$src_hash" ]]; then
+  t0=$SECONDS
+  rm -rf "$site"
+  EPK_PY_CUDA=ON "$py" -m pip install --no-build-isolation --no-deps --no-index --target "$site" -v ./client/python \
+    > "$out/pip_install.log" 2>&1 || { tail -40 "$out/pip_install.log"; exit 1; }
+  echo "$src_hash" > "$site/.stamp"
+  echo "== epk package built in $((SECONDS - t0)) s"
+else
+  echo "== epk package: built earlier from the same sources ($site)"
+fi
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+"$py" -c 'import epk; assert epk.HAS_CUDA, "the package was built without device support"; print("epk", epk.__version__)'
+
+bench=bench/prefill/prefill_bench.py
+prepare() {
+  local t0
+  if [[ ! -f "$work/src/.complete" ]]; then
+    t0=$SECONDS
+    # GB: 0.44 a layer and 2.2 for the embeddings and the head in bf16, held as src/ and decompressed/ (and about a
+    # quarter of that as model.epk), plus room for the reference logits and the logs.
+    local need=$(((layers * 44 + 220) * 23 / 1000 + 2))
+    local avail
+    avail=$(df --output=avail -BG /tmp | tail -1 | tr -dc 0-9)
+    [[ $avail -ge $need ]] || { echo "prefill_run: $avail GB free in /tmp, about $need GB needed" >&2; exit 1; }
+    "$py" "$bench" make-model --out "$work/src" --layers "$layers"
+    echo "== make-model: $((SECONDS - t0)) s ($(stamp))"
+  else
+    echo "== make-model: $work/src done earlier"
+  fi
+  if [[ ! -f "$work/model.epk" ]]; then
+    t0=$SECONDS
+    rm -f "$work/model.epk.partial"
+    "$EPK_CLI" compress "$work/src" -o "$work/model.epk.partial" --bpp 4 --threads 16 --include-embeddings \
+      > "$out/compress.log" 2>&1 || { tail -30 "$out/compress.log"; exit 1; }
+    mv "$work/model.epk.partial" "$work/model.epk"
+    tail -6 "$out/compress.log"
+    echo "== compress: $((SECONDS - t0)) s ($(stamp)), $(du -h "$work/model.epk" | cut -f1)"
+  else
+    echo "== compress: $work/model.epk done earlier"
+  fi
+  if [[ ! -f "$work/decompressed/.complete" ]]; then
+    t0=$SECONDS
+    rm -rf "$work/decompressed"
+    mkdir -p "$work/decompressed"
+    "$EPK_CLI" decompress "$work/model.epk" -o "$work/decompressed/model.safetensors" --device cuda \
+      > "$out/decompress.log" 2>&1 || { tail -30 "$out/decompress.log"; exit 1; }
+    cp "$work/src/config.json" "$work/decompressed/"
+    if [[ -f "$work/src/generation_config.json" ]]; then cp "$work/src/generation_config.json" "$work/decompressed/"; fi
+    touch "$work/decompressed/.complete"
+    tail -2 "$out/decompress.log"
+    echo "== decompress: $((SECONDS - t0)) s ($(stamp))"
+  else
+    echo "== decompress: $work/decompressed done earlier"
+  fi
+}
+
+rc=0
+if [[ $phase == prepare || $phase == all ]]; then
+  t_prep=$SECONDS
+  prepare
+  echo "== prepare phase: $((SECONDS - t_prep)) s"
+fi
+if [[ $phase == run || $phase == all ]]; then
+  t_run=$SECONDS
+  left=$((limit - SECONDS - 10))
+  "$py" "$bench" drive --workdir "$work" --out "$out" --deadline-s "$left" ${driver_args[@]+"${driver_args[@]}"} "$@" \
+    || rc=$?
+  echo "== run phase: $((SECONDS - t_run)) s (driver exit $rc: 0 all done, 2 setups left for another call)"
+fi
+exit "$rc"
