@@ -400,7 +400,7 @@ class Sampler(threading.Thread):
         self.samples: List[Tuple[float, Dict[int, Optional[int]], Optional[int]]] = []
         self.seen: Dict[int, dict] = {}
         self.errors: Dict[str, str] = {}
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         procs = self._procs()
         self.baseline_pids = set(procs)
         self.baseline_used = self._used()
@@ -456,7 +456,7 @@ class Sampler(threading.Thread):
         self.samples.append((t, {pid: u for pid, (u, _) in procs.items()}, self._used()))
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._halt.wait(self.interval_s):
             self._record(self._procs())
 
     def wait_new_pid(self, timeout_s: float) -> bool:
@@ -469,7 +469,7 @@ class Sampler(threading.Thread):
         return False
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
         self._record(self._procs())
         try:
@@ -958,6 +958,56 @@ def _load_model(p: dict, work: Work, res: dict):
     return model, client
 
 
+def _client_decode_timeline(torch, cd, forward, grad, ids, log) -> dict:
+    """Where epk-client's time goes: every unit's decode run back to back on the side stream with nothing else
+    (the decode's own GPU time per forward), and one forward at ids' length under torch.profiler: the decode kernels'
+    time and how much of it ran while a kernel of the compute stream was running too."""
+    out = {"timing": dict(cd.timing)}
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(cd.side)
+    for u in cd.units:
+        u.batch.enqueue(cd.side.cuda_stream)
+    b.record(cd.side)
+    b.synchronize()
+    out["decode_alone_ms"] = a.elapsed_time(b)  # the ring's contents are garbage now; the next forward re-decodes
+    out["units"] = len(cd.units)
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with grad():
+            forward(ids, 1)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                forward(ids, 1)
+                torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and e.time_range.elapsed_us() > 0]
+        dec = [e for e in kernels if "lattice_decode" in e.name]  # codec/cuda's decode kernels
+        other = sorted(((e.time_range.start, e.time_range.end) for e in kernels if e not in dec))
+        overlap = 0
+        for e in dec:
+            s0, e0 = e.time_range.start, e.time_range.end
+            covered = 0
+            cur = s0
+            for os_, oe in other:
+                if oe <= cur or os_ >= e0:
+                    continue
+                lo, hi = max(os_, cur), min(oe, e0)
+                if hi > lo:
+                    covered += hi - lo
+                    cur = hi
+            overlap += covered
+        span = (max(e.time_range.end for e in kernels) - min(e.time_range.start for e in kernels)) if kernels else 0
+        out["profile"] = {"tokens": int(ids.shape[1]), "decode_kernels": len(dec),
+                          "decode_kernel_us": sum(e.time_range.elapsed_us() for e in dec),
+                          "decode_us_overlapping_compute": overlap,
+                          "other_kernel_us": sum(e.time_range.elapsed_us() for e in kernels if e not in dec),
+                          "gpu_span_us": span, "decode_kernel_names": sorted({e.name for e in dec})[:4]}
+    except Exception as e:  # noqa: BLE001 - the profiler may not run on every machine; the rest stands
+        out["profile_error"] = f"{type(e).__name__}: {e}"[:300]
+    log(f"where the time goes: {json.dumps(out, default=str)}")
+    return out
+
+
 def _attachment_memory(model):
     att = getattr(model, "_epk_attachment", None)
     fn = getattr(att, "memory", None)
@@ -1082,6 +1132,11 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
             log(f"prefill {n}: median {median(times):.1f} ms of {[round(x, 1) for x in times]}, warm-up "
                 f"{[round(x, 1) for x in warm]}")
             save()
+
+    cd = getattr(getattr(model, "_epk_attachment", None), "client_decode", None)
+    if cd is not None and p["timing"] and "where_time_goes" not in res:
+        res["where_time_goes"] = _client_decode_timeline(torch, cd, forward, grad, _ids(4096, vocab, seed), log)
+        save()
 
     if p["generate"] and not res.get("generate"):
         ids = _ids(p["gen_prompt"], vocab, seed)
@@ -1251,7 +1306,7 @@ def parser() -> argparse.ArgumentParser:
                     help="positions whose logits a timed prefill computes (1: the last, as generate does; 0: all)")
     dr.add_argument("--grad-mode", choices=("inference", "no_grad"), default="inference")
     dr.add_argument("--budget-mb", type=int, default=4096, help="epkd's device pool budget (daemon-side setups)")
-    dr.add_argument("--client-budget-mb", type=int, default=256,
+    dr.add_argument("--client-budget-mb", type=int, default=64,
                     help="epkd's device pool budget for epk-client (only the raw tensors: norms)")
     dr.add_argument("--epkd-setting", action="append", default=[], metavar="'KEY = VALUE'",
                     help="a further top-level line of epkd's TOML config (repeatable)")

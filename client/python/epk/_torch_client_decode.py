@@ -3,9 +3,11 @@ weights from epkd's compressed tier on a side stream, a few units ahead of the c
 buffers it owns (epk.stored). See attach()'s docstring for what a user sets.
 
 Units are what the hooks stream, in forward order: the modules outside the blocks that hold a tier tensor (the
-token embedding, the LM head: each decoded once per forward into the "outer" buffer), and the blocks (each decoded
-into one slot of the block ring). A unit's weights are decoded by one batch (one kernel launch) into fixed addresses,
-so its parameters are views made once; the pre-hook swaps them in, the post-hook puts the placeholders back.
+token embedding, the LM head: each decoded once per forward) and the blocks. The decode buffer is one allocation cut
+into ring slots of one block's size; a block takes one slot (block i: slot i % slots), an outer unit takes the whole
+buffer (the buffer is at least as large as the largest outer unit), so the embedding and the LM head cost no memory
+beyond the ring. A unit's weights are decoded by one batch (one kernel launch) into fixed addresses, so its
+parameters are views made once; the pre-hook swaps them in, the post-hook puts the placeholders back.
 
 Ordering (all stream-ordered, the CPU never waits):
 - unit u's decode runs on the side stream after the compute stream has finished the previous user of u's slot (the
@@ -18,6 +20,7 @@ would wait for nothing. So at most ring-size units are in flight; the prefetch d
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -33,14 +36,14 @@ def _aligned(n: int) -> int:
 
 
 class _Unit:
-    __slots__ = ("name", "params", "bytes", "ring", "slot", "batch", "views", "ready", "issued")
+    __slots__ = ("name", "params", "bytes", "ring", "slots", "batch", "views", "ready", "issued")
 
     def __init__(self, name: str):
         self.name = name
         self.params: List[Tuple[list, str, tuple, torch.dtype, torch.nn.Parameter]] = []  # holders, tensor, ...
         self.bytes = 0
         self.ring = ""  # "block" or "outer"
-        self.slot = 0
+        self.slots: List[int] = []  # the ring slots it occupies (an outer unit: all of them)
         self.batch = None
         self.views: List[torch.nn.Parameter] = []
         self.ready: Optional[torch.cuda.Event] = None
@@ -50,7 +53,7 @@ class _Unit:
 class ClientDecode:
     """The client-side decode state of one Attachment."""
 
-    def __init__(self, att, tier: StoredTier, units: List[_Unit], layout: str, dtype: torch.dtype,
+    def __init__(self, att, tier: StoredTier, units: List[_Unit], layout: str,
                  prefetch: Optional[int], max_decoded_bytes: Optional[int]):
         self.att = att
         self.tier = tier
@@ -62,43 +65,44 @@ class ClientDecode:
         outer = [u for u in units if u.ring == "outer"]
         block_bytes = max((u.bytes for u in blocks), default=0)
         outer_bytes = max((u.bytes for u in outer), default=0)
-        # The ring: prefetch + 1 block slots (the block computing and those decoding ahead), fewer if the user's
-        # limit says so (one slot still works: each decode then waits for the previous block's kernels).
-        want = (prefetch if prefetch is not None else 2) + 1
+        # The ring: prefetch + 1 block slots (the block computing and those decoding ahead; automatic depth: 2), fewer
+        # if the user's limit says so (one slot still works: each decode then waits for the previous block's kernels).
+        want = (prefetch if prefetch is not None else 1) + 1
         if max_decoded_bytes is not None:
-            fit = (max_decoded_bytes - outer_bytes) // block_bytes if block_bytes else want
-            if fit < 1:
+            fit = max_decoded_bytes // block_bytes if block_bytes else want
+            if fit < 1 or max_decoded_bytes < outer_bytes:
                 raise _errors.NoSpace(
                     f"epk.torch: max_decoded_gb={max_decoded_bytes / 2**30:.3f} cannot hold one block "
-                    f"({block_bytes / 2**30:.3f} GiB) and the outer weights ({outer_bytes / 2**30:.3f} GiB)")
+                    f"({block_bytes / 2**30:.3f} GiB) or the largest outer weight ({outer_bytes / 2**30:.3f} GiB)")
             want = min(want, int(fit))
-        self.ring_slots = max(1, min(want, len(blocks))) if blocks else 0
+        self.ring_slots = max(1, min(want, len(blocks))) if blocks else 1
         self.auto_depth = prefetch is None
-        self.depth = min(self.ring_slots - 1, 2) if prefetch is None else min(prefetch, max(self.ring_slots - 1, 0))
-        self.buffers = {"block": [torch.empty(block_bytes, dtype=torch.uint8, device=self.device)
-                                  for _ in range(self.ring_slots)],
-                        "outer": [torch.empty(outer_bytes, dtype=torch.uint8, device=self.device)] if outer else []}
-        # Per (ring, slot): the unit that used it last and the event its post-hook recorded (None: never used).
-        self.last_user: Dict[Tuple[str, int], Optional[int]] = {}
-        self.free: Dict[Tuple[str, int], Optional[torch.cuda.Event]] = {}
+        self.depth = self.ring_slots - 1 if prefetch is None else min(prefetch, self.ring_slots - 1)
+        self.slot_bytes = block_bytes
+        self.buffer = torch.empty(max(self.ring_slots * block_bytes, outer_bytes), dtype=torch.uint8,
+                                  device=self.device)
+        # Per slot: the unit that used it last and the event its post-hook recorded (None: never used).
+        self.last_user: List[Optional[int]] = [None] * self.ring_slots
+        self.free: List[Optional[torch.cuda.Event]] = [None] * self.ring_slots
         bi = 0
         for u in units:
             if u.ring == "block":
-                u.slot = bi % self.ring_slots
+                u.slots = [bi % self.ring_slots]
                 bi += 1
-            self.last_user[(u.ring, u.slot)] = None
-            self.free[(u.ring, u.slot)] = None
-            self._plan(u, dtype)
+            else:
+                u.slots = list(range(self.ring_slots))
+            self._plan(u)
         self.posted = set()  # units whose post-hook ran since their last decode
-        self.timing = {"decode_ms": None, "compute_ms": None}
+        self.timing = {"decode_ms": None, "compute_ms": None, "wanted_depth": None}
         self._measure_decode()
         self._t0: Optional[torch.cuda.Event] = None
         self._t1: Optional[torch.cuda.Event] = None
 
     # ---- set-up
 
-    def _plan(self, u: _Unit, dtype: torch.dtype) -> None:
-        buf = self.buffers[u.ring][u.slot]
+    def _plan(self, u: _Unit) -> None:
+        base = u.slots[0] * self.slot_bytes if u.ring == "block" else 0
+        buf = self.buffer[base:base + u.bytes]
         jobs, at = [], 0
         for holders, tensor, shape, pdtype, _ in u.params:
             n = self.tier.decoded_bytes(tensor, self.layout)
@@ -128,22 +132,23 @@ class ClientDecode:
     # ---- the hooks' work
 
     def _issue(self, i: int) -> bool:
-        """Enqueues unit i's decode if its slot's previous user has posted; returns whether it is issued."""
+        """Enqueues unit i's decode if the previous users of its slots have posted; returns whether it is issued."""
         u = self.units[i]
         if u.issued:
             return True
-        key = (u.ring, u.slot)
-        prev = self.last_user[key]
-        if prev is not None and prev not in self.posted:
-            return False  # the slot is still in use (by unit i itself too): its free event is not recorded yet
-        ev = self.free[key]
-        if ev is not None:
-            self.side.wait_event(ev)
+        for s in u.slots:
+            prev = self.last_user[s]
+            if prev is not None and prev not in self.posted:
+                return False  # the slot is still in use (by unit i itself too): its free event is not recorded yet
+        for s in u.slots:
+            if self.free[s] is not None:
+                self.side.wait_event(self.free[s])
         u.batch.enqueue(self.side.cuda_stream)
         u.ready = torch.cuda.Event()
         u.ready.record(self.side)
         u.issued = True
-        self.last_user[key] = i
+        for s in u.slots:
+            self.last_user[s] = i
         self.posted.discard(i)
         return True
 
@@ -159,9 +164,10 @@ class ClientDecode:
         if self.auto_depth:
             self._auto_depth(i, compute)
         if not self._issue(i):
+            busy = [self.units[self.last_user[s]].name for s in u.slots
+                    if self.last_user[s] is not None and self.last_user[s] not in self.posted]
             raise _errors.Error(f"epk.torch: unit '{u.name}' ran while its decode buffer was still in use by "
-                                f"'{self.units[self.last_user[(u.ring, u.slot)]].name}' (modules ran out of the "
-                                f"order attach assumed)")
+                                f"{busy} (modules ran out of the order attach assumed)")
         compute.wait_event(u.ready)
         u.issued = False
         for (holders, _, _, _, _), view in zip(u.params, u.views):
@@ -176,7 +182,8 @@ class ClientDecode:
                 mod._parameters[attr] = placeholder
         ev = torch.cuda.Event()
         ev.record(torch.cuda.current_stream(self.device))
-        self.free[(u.ring, u.slot)] = ev
+        for s in u.slots:
+            self.free[s] = ev
         self.posted.add(i)
         self._issue_ahead(i)  # decodes that waited for this slot
 
@@ -197,15 +204,19 @@ class ClientDecode:
             comp = self._t0.elapsed_time(self._t1)
             self.timing["compute_ms"] = comp
             dec = self.timing["decode_ms"] or 0.0
-            self.depth = max(1, min(self.ring_slots - 1, math.ceil(dec / max(comp, 1e-3))))
+            wanted = max(1, math.ceil(dec / max(comp, 1e-3)))
+            self.timing["wanted_depth"] = wanted
+            if wanted > self.ring_slots - 1:
+                warnings.warn(f"epk.torch: a block decodes in {dec:.2f} ms and computes in {comp:.2f} ms: "
+                              f"prefetch={wanted} would keep the decode ahead (the ring holds {self.ring_slots})")
+            self.depth = max(min(wanted, self.ring_slots - 1), 0)
             self.auto_depth = False
 
     def memory(self) -> Dict[str, int]:
-        ring = sum(b.numel() for b in self.buffers["block"])
-        outer = sum(b.numel() for b in self.buffers["outer"])
-        scratch = sum(u.batch.scratch_bytes for u in self.units)
-        return {"tier_bytes": self.tier.tier_bytes, "decoded_ring_bytes": ring, "outer_buffer_bytes": outer,
-                "plan_scratch_bytes": scratch, "ring_slots": self.ring_slots, "prefetch_depth": self.depth}
+        scratch = sum(u.batch.scratch_bytes for u in self.units if u.batch is not None)
+        return {"tier_bytes": self.tier.tier_bytes, "decode_buffer_bytes": self.buffer.numel(),
+                "slot_bytes": self.slot_bytes, "plan_scratch_bytes": scratch, "ring_slots": self.ring_slots,
+                "prefetch_depth": self.depth}
 
     def close(self) -> None:
         torch.cuda.synchronize(self.device)

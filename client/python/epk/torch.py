@@ -111,8 +111,8 @@ class Attachment:
     def memory(self) -> Dict[str, int]:
         """GPU memory this attachment uses, in bytes: kept_bytes (weights acquired once and pinned in epkd's pool)
         and, with client-side decode, tier_bytes (epkd's compressed tier, mapped here, not this process's),
-        decoded_ring_bytes and outer_buffer_bytes (this process's decode buffers), plan_scratch_bytes, ring_slots and
-        prefetch_depth."""
+        decode_buffer_bytes (this process's decode ring: ring_slots slots of slot_bytes, at least the largest outer
+        weight), plan_scratch_bytes and prefetch_depth."""
         out = {"kept_bytes": sum(lease.nbytes for lease in self.kept)}
         if self.client_decode is not None:
             out.update(self.client_decode.memory())
@@ -214,15 +214,16 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     pools the weights are CPU tensors). rename: parameter name -> epkd tensor name (default: the same name).
     Buffers are moved to the device. Returns an Attachment; keep it (or the model) alive while the model runs.
 
-    decode: "daemon" (epkd decodes into its slots; prefetch, default 2, is the number of blocks epkd decodes ahead) or
-    "client"
-    (this process decodes the lattice-rans weights itself from epkd's compressed tier on the GPU, on a side stream,
-    `prefetch` units ahead of the compute stream, into decode buffers it owns: epk.stored; needs libepk.so.2 with CUDA
-    (EPK_LIBEPK) and epkd's leave (same user by default: client_decode_uids)). In client mode the token embedding and
-    the LM head are decoded at every forward too when they are compressed; everything not in the tier is acquired
-    from epkd as in daemon mode. prefetch=None picks the depth from the decode time measured at attach and one block's
-    compute time measured in the first forward. max_decoded_gb bounds the decode buffers (the block ring plus the
-    outer buffer); the ring then holds fewer blocks. Attachment.memory() says what the buffers take.
+    decode: "daemon" (epkd decodes into its slots; prefetch, default 2, is the number of blocks epkd decodes ahead)
+    or "client" (this process decodes the lattice-rans weights itself from epkd's compressed tier on the GPU, on a
+    side stream, `prefetch` units ahead of the compute stream, into a decode buffer it owns: epk.stored; needs
+    libepk.so.2 with CUDA (EPK_LIBEPK) and epkd's leave (same user by default: client_decode_uids)). In client mode
+    the token embedding and the LM head are decoded at every forward too when they are compressed; everything not in
+    the tier is acquired from epkd as in daemon mode. prefetch=None: a ring of two blocks, the depth checked against
+    the decode time measured at attach and one block's compute time measured in the first forward (a warning says
+    when a deeper prefetch would keep the decode ahead). max_decoded_gb bounds the decode buffer (the block ring,
+    which also holds the largest outer weight); the ring then holds fewer blocks. Attachment.memory() says what the
+    buffers take.
     """
     if layout not in _DENSE:
         raise _errors.InvalidArgument(f"epk.torch: layout '{layout}': attach serves dense layouts "
@@ -346,7 +347,7 @@ def _client_decode(model, att, tier, owners, client_params, layout, rename, targ
     order = [n for n, _ in model.named_modules(remove_duplicate=False) if n in by_unit]
     units = [by_unit[n] for n in order]
     limit = None if max_decoded_gb is None else int(max_decoded_gb * 2**30)
-    return ClientDecode(att, tier, units, layout, _DENSE[layout], prefetch, limit)
+    return ClientDecode(att, tier, units, layout, prefetch, limit)
 
 
 @contextlib.contextmanager
