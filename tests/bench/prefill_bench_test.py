@@ -338,12 +338,12 @@ class Driver(unittest.TestCase):
         self.assertEqual(rc, 2, out)  # epk-daemon-mps cannot run here
         for s in ("decompressed", "resident", "epk-client", "epk-daemon", "accelerate"):
             self.assertEqual(self.result(s)["status"], "done", (s, out))
-        for s in ("epk-client", "epk-daemon"):
+        for s, budget in (("epk-client", 64), ("epk-daemon", 4096)):
             r = self.result(s)
             self.assertTrue(r["socket_ok"])
             self.assertEqual(r["attempts"][-1]["epkd_rc"], 0, "epkd did not exit 0 after SIGTERM")
             log = (self.work.logs / f"epkd-{s}.log").read_text()
-            self.assertIn("budget 4096 MiB", log)  # epkd's start line: it read the config the driver wrote
+            self.assertIn(f"budget {budget} MiB", log)  # epkd's start line: it read the config the driver wrote
         mps = self.result("epk-daemon-mps")
         self.assertEqual(mps["status"], "failed")
         self.assertIn("nvidia-cuda-mps-control", mps["error"])
