@@ -90,16 +90,17 @@ Status run(std::span<const DecodeJob> jobs, const PlanOverrides& overrides = {})
   return read_status(plan, scratch.get(), nullptr);
 }
 
-PlanOverrides general_loop(int lut_mode = -1, std::uint32_t max_warps = 32) {
+PlanOverrides general_loop(int lut_mode = -1) {
   PlanOverrides o;
   o.lut_mode = lut_mode;
   o.lean = false;
-  o.max_warps_per_block = max_warps;
   return o;
 }
-PlanOverrides at_most_warps(std::uint32_t max_warps) {
-  PlanOverrides o;
-  o.max_warps_per_block = max_warps;
+// Up to 5 tiles (all of a committed vector's) in one block of at most `warps` warps: several warps per block, and
+// tiles from the block's counter after each warp's first.
+PlanOverrides few_warps(PlanOverrides o, std::uint32_t warps) {
+  o.max_warps_per_block = warps;
+  o.min_tiles_per_block = 5;
   return o;
 }
 std::string describe(const PlanOverrides& o) {
@@ -108,17 +109,17 @@ std::string describe(const PlanOverrides& o) {
 }
 
 // The kept kernels on the same stream: the default plan (the lean kernel at prob_bits 11, the general one with
-// two-level tables at 8 bpp), the general kernel in each table placement, and each with two warps per block or
-// three (several rounds of tiles per warp on these small vectors).
+// two-level tables at 8 bpp), the general kernel in each table placement, and each with a vector's tiles in one block
+// of two or three warps.
 const PlanOverrides kVariants[] = {
     {},
-    at_most_warps(2),
+    few_warps({}, 2),
     general_loop(),
-    general_loop(-1, 2),
+    few_warps(general_loop(), 2),
     general_loop(detail::kTwoLevelShared),
-    general_loop(detail::kTwoLevelShared, 3),
+    few_warps(general_loop(detail::kTwoLevelShared), 3),
     general_loop(detail::kWideGlobal),
-    general_loop(detail::kWideGlobal, 3),
+    few_warps(general_loop(detail::kWideGlobal), 3),
 };
 // The default, the general kernel and the global placement, for the tests that do not run every variant.
 const PlanOverrides kDefaultGeneralWide[] = {{}, general_loop(), general_loop(detail::kWideGlobal)};
