@@ -497,14 +497,14 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
 template <int kMode, class Block>
 struct GeneralPolicy {
   static constexpr int kLutMode = kMode;
-  using BlockShape = Block;
+  using Shape = Block;  // a BlockShape
   static_assert(kMode >= 0 && kMode < kLutModes);
 };
 
 // Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
 // memory: [tables (the shared placements)][pad to 2 KiB][one 2 KiB word ring per warp][descriptor][tile counter].
 template <class Policy>
-__global__ void __launch_bounds__(Policy::BlockShape::kThreads, 1)
+__global__ void __launch_bounds__(Policy::Shape::kThreads, 1)
     lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,
                           std::uint64_t status_offset, std::uint64_t tile_status_offset) {
   constexpr int kMode = Policy::kLutMode;

@@ -299,12 +299,12 @@ template <int kPb, bool kBf16, class Block>
 struct LeanPolicy {
   static constexpr int kProbBits = kPb;
   static constexpr bool kBf16Store = kBf16;
-  using BlockShape = Block;
+  using Shape = Block;  // a BlockShape
 };
 
 // The general kernel's shared-memory layout and work items with packed shared tables, and the lean group loop.
 template <class Policy>
-__global__ void __launch_bounds__(Policy::BlockShape::kThreads, 1)
+__global__ void __launch_bounds__(Policy::Shape::kThreads, 1)
     lattice_decode_lean_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset,
                                std::uint64_t items_offset, std::uint64_t status_offset,
                                std::uint64_t tile_status_offset) {
