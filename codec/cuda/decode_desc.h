@@ -12,6 +12,8 @@ inline constexpr int kRingWords = kRingChunks * 8;
 inline constexpr int kRingBytes = kRingWords * 2;
 inline constexpr int kMaxWarpsPerBlock = 32;
 inline constexpr int kLutTables = 16;
+// The prob_bits the lean kernel is built for: the encoder's and the reference package's 2 and 4 bpp streams.
+inline constexpr int kLeanProbBits = 11;
 
 // A kernel's block shape: compiled for blocks of at most kMaxWarps warps and one block per SM, so ptxas fits each
 // thread into 65536 / (32 kMaxWarps) registers. Every kernel has the 32-warp form (64 registers per thread: any plan

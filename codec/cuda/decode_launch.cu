@@ -21,21 +21,17 @@ using KernelFn = void (*)(std::uint8_t*, std::uint64_t, std::uint64_t, std::uint
 using detail::Block24;
 using detail::Block32;
 
-// The lean kernels exist for prob_bits 11 (the 2 and 4 bpp streams of the encoder and the reference package).
-KernelFn lean_kernel(int lean_pb, bool bf16, int warps) {
+// The lean kernels exist for detail::kLeanProbBits only (the plan takes them for nothing else).
+KernelFn lean_kernel(bool bf16, int warps) {
   using detail::lattice_decode_lean_kernel;
   using detail::LeanPolicy;
-  const bool narrow = warps <= Block24::kMaxWarps;
-  switch (lean_pb) {
-    case 11:
-      if (narrow) {
-        return bf16 ? lattice_decode_lean_kernel<LeanPolicy<11, true, Block24>>
-                    : lattice_decode_lean_kernel<LeanPolicy<11, false, Block24>>;
-      }
-      return bf16 ? lattice_decode_lean_kernel<LeanPolicy<11, true, Block32>>
-                  : lattice_decode_lean_kernel<LeanPolicy<11, false, Block32>>;
-    default: return nullptr;
+  constexpr int kPb = detail::kLeanProbBits;
+  if (warps <= Block24::kMaxWarps) {
+    return bf16 ? lattice_decode_lean_kernel<LeanPolicy<kPb, true, Block24>>
+                : lattice_decode_lean_kernel<LeanPolicy<kPb, false, Block24>>;
   }
+  return bf16 ? lattice_decode_lean_kernel<LeanPolicy<kPb, true, Block32>>
+              : lattice_decode_lean_kernel<LeanPolicy<kPb, false, Block32>>;
 }
 
 // The shared placements serve real tensors (8 bpp, and everything the lean loop does not take) and have both block
@@ -56,7 +52,7 @@ KernelFn general_kernel(int lut_mode, int warps) {
 }
 
 KernelFn kernel_for(const detail::KernelChoice& k) {
-  if (k.lean_pb != 0) return lean_kernel(k.lean_pb, k.lean_bf16, k.warps);
+  if (k.lean_pb != 0) return lean_kernel(k.lean_bf16, k.warps);
   return general_kernel(k.lut_mode, k.warps);
 }
 
@@ -89,8 +85,6 @@ Result<DeviceLimits> query_limits(int device) {
   limits.max_shared_per_sm = static_cast<std::size_t>(v);
   return limits;
 }
-
-bool lean_supported(int prob_bits) { return lean_kernel(prob_bits, false, 1) != nullptr; }
 
 Result<int> blocks_per_sm(const KernelChoice& kernel, std::size_t dynamic_shared) {
   KernelFn fn = kernel_for(kernel);

@@ -1,4 +1,5 @@
-// Internal: the CUDA-runtime side of the decoder that the host planner needs (device limits, occupancy).
+// Internal: the CUDA-runtime side of the decoder that the host planner needs (device limits, occupancy). Defined in
+// decode_launch.cu; tests/codec/cuda/plan_host_test.cc gives the planner a device of its own instead.
 #pragma once
 
 #include <cstddef>
@@ -14,8 +15,9 @@ struct DeviceLimits {
 };
 
 Result<DeviceLimits> query_limits(int device);
-// The kernel that decodes a plan: the lean kernel where lean_pb != 0 (lean_bf16 its bf16-only store), else the
-// general kernel for lut_mode (a LutMode); each in the block shape that holds `warps` warps per block.
+// The kernel that decodes a plan: the lean kernel where lean_pb != 0 (it is kLeanProbBits then; lean_bf16: its
+// bf16-only store), else the general kernel for lut_mode (a LutMode); each in the block shape that holds `warps`
+// warps per block.
 struct KernelChoice {
   int lut_mode = 0;
   int lean_pb = 0;
@@ -24,7 +26,5 @@ struct KernelChoice {
 };
 // Resident blocks per SM of that kernel with `dynamic_shared` bytes of dynamic shared memory (0 if it cannot run).
 Result<int> blocks_per_sm(const KernelChoice& kernel, std::size_t dynamic_shared);
-// Whether a lean kernel is built for this prob_bits.
-bool lean_supported(int prob_bits);
 
 }  // namespace epk::cuda::detail

@@ -368,7 +368,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
         bf16 = v == 0.0f || !std::isfinite(v) || std::fabs(v) >= 0x1p-115f;
       }
     }
-    if (same_pb && detail::lean_supported(static_cast<int>(pb))) {
+    if (same_pb && pb == static_cast<std::uint32_t>(detail::kLeanProbBits)) {
       plan.lean_pb_ = static_cast<int>(pb);
       plan.lean_bf16_ = bf16;
     }

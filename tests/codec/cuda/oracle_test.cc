@@ -184,9 +184,9 @@ TEST(GpuOracle, EveryProbBitsTheEncoderWritesTakesItsKernelAndDecodesBitExact) {
   }
 }
 
-// A batch takes the one kernel that serves all of its tensors: prob_bits 10 and 11 together the general kernel with
-// packed shared tables, 11 and 12 two-level tables, 11 and 13 the global tables, 11 alone the lean kernel. Every
-// tensor of each batch bit-exact, in a different format each.
+// A batch takes the one kernel that serves all of its tensors: prob_bits 10 and 11 together (either first) the
+// general kernel with packed shared tables, 11 and 12 two-level tables, 11 and 13 the global tables, 11 alone the
+// lean kernel. Every tensor of each batch bit-exact, in a different format each.
 TEST(GpuOracle, MixedProbBitsBatchesTakeTheKernelThatServesEveryTensor) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   struct Batch {
@@ -195,6 +195,7 @@ TEST(GpuOracle, MixedProbBitsBatchesTakeTheKernelThatServesEveryTensor) {
     int lean_pb;
   };
   const Batch batches[] = {{{10, 11}, detail::kPackedShared, 0},
+                           {{11, 10}, detail::kPackedShared, 0},
                            {{11, 12}, detail::kTwoLevelShared, 0},
                            {{11, 13}, detail::kWideGlobal, 0},
                            {{11, 11}, detail::kPackedShared, 11}};
