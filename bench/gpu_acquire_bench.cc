@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
     }
     if (auto st = epk::cuda::read_status(*plan, reinterpret_cast<void*>(scratch.ptr()), cs); !st)
       return die(st.error().to_string());
-    std::printf("plan: lean_pb %d, lut mode %d, %zu blocks; payload %.2f MiB\n", plan->lean_pb(), plan->lut_mode(),
-                plan->blocks(), static_cast<double>(s.payload.size_bytes()) / 1048576.0);
+    std::printf("plan: %s, %zu blocks of %u warps; payload %.2f MiB\n", plan->kernel_name().c_str(), plan->blocks(),
+                plan->warps_per_block(), static_cast<double>(s.payload.size_bytes()) / 1048576.0);
   }
 
   const std::string budget = std::to_string((out_bytes * std::uint64_t(n) >> 20) + 64);

@@ -1,11 +1,11 @@
-// GPU decode benchmark: the fused decoder on reference-compressed tensors (.epkraw files made on the GPU machine by
-// scripts/gpu/make_bench_streams.py), checked bit for bit against the reference package's own output, timed with CUDA
-// events (median of many runs after warm-up, rotating over copies of inputs and outputs larger than L2), next to a
-// device-to-device copy of the output size and the reference decoder's time (ref_times.txt from the same script).
-// Also a 32-layer 8B-class stack decoded layer by layer.
+// GPU decode benchmark: the decoder's plan for each reference-compressed tensor (.epkraw files made on the GPU machine
+// by scripts/gpu/make_bench_streams.py; the kernel it takes is named in each row), checked bit for bit against the
+// reference package's own output, timed with CUDA events (median of many runs after warm-up, rotating over copies of
+// inputs and outputs larger than L2), next to a device-to-device copy of the output size and the reference decoder's
+// time (ref_times.txt from the same script). Also a 32-layer 8B-class stack decoded layer by layer.
 //
-// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick]
-//            [--only TENSOR [--fast LEVEL] [--lean 0|1] [--ws 0|1] [--ws-recon N]]
+// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR]
+//   --quick: a shorter stack; --only: that tensor in bf16, no stack (for profilers).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -26,16 +26,14 @@
 namespace {
 
 using epk::cuda::DecodeJob;
-using epk::cuda::DecodeOptions;
 using epk::cuda::DecodePlan;
-using epk::cuda::LutPlacement;
 using epk::cuda::OutputFormat;
 using epk::testing::DeviceBuffer;
 using epk::testing::DeviceStream;
 using epk::testing::RawStream;
 
 struct Row {
-  std::string name, variant;
+  std::string name, variant;  // variant: the output format and the kernel the plan took
   double us = 0, min_us = 0, out_gbs = 0, ref_us = 0, copy_us = 0, bpp = 0;
   std::string exact;
 };
@@ -109,11 +107,9 @@ double stored_bpp(const RawStream& r) {
   return bytes * 8.0 / (double(r.rows) * r.cols);
 }
 
-// One tensor, several copies (rotated so inputs + outputs exceed L2), one variant.
-void bench_tensor(const std::string& name, const RawStream& raw,
-                  const std::vector<std::pair<std::string, DecodeOptions>>& variants,
-                  const std::vector<OutputFormat>& formats, int runs, double ref_us, std::size_t l2,
-                  cudaStream_t stream) {
+// One tensor, several copies (rotated so inputs + outputs exceed L2), each output format.
+void bench_tensor(const std::string& name, const RawStream& raw, const std::vector<OutputFormat>& formats, int runs,
+                  double ref_us, std::size_t l2, cudaStream_t stream) {
   const epk::rans::LatticeRansStream s = raw.view();
   const std::size_t in_bytes = raw.payload.size() * 2 + raw.states.size() * 4;
   const std::size_t out_max = std::size_t{s.rows} * s.cols * 4;
@@ -127,74 +123,59 @@ void bench_tensor(const std::string& name, const RawStream& raw,
   }
   const double copy = copy_us(std::size_t{s.rows} * s.cols * 2, copies, runs, stream);
   for (OutputFormat format : formats) {
-    for (const auto& [vname, options] : variants) {
-      if (format != OutputFormat::kBf16 && vname != "default") continue;
-      std::vector<DecodePlan> plans;
-      std::vector<DeviceBuffer> scratch;
-      for (int c = 0; c < copies; ++c) {
-        DecodeJob job{name, &s, devs[c]->buffers(), 0, 0, format, outs[c].get(), scales[c].get<float>()};
-        auto plan = DecodePlan::create({&job, 1}, options);
-        if (!plan && plan.error().code == epk::ErrorCode::kUnsupported) {
-          std::printf("%-22s %-12s skipped: %s\n", name.c_str(), vname.c_str(), plan.error().message.c_str());
+    std::vector<DecodePlan> plans;
+    std::vector<DeviceBuffer> scratch;
+    for (int c = 0; c < copies; ++c) {
+      DecodeJob job{name, &s, devs[c]->buffers(), 0, 0, format, outs[c].get(), scales[c].get<float>()};
+      auto plan = DecodePlan::create({&job, 1});
+      if (!plan) die(plan.error());
+      scratch.emplace_back(plan->scratch_bytes());
+      if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) {
+        die(st.error());
+      }
+      plans.push_back(std::move(*plan));
+    }
+    // Correctness first: poison, decode, status, compare with the reference package's output where stored.
+    EPK_CUDA_CHECK(cudaMemset(outs[0].get(), 0xAB, out_max));
+    if (auto st = epk::cuda::decode(plans[0], scratch[0].get(), stream); !st) die(st.error());
+    std::string exact = "-";
+    if (auto st = epk::cuda::read_status(plans[0], scratch[0].get(), stream); !st) {
+      exact = "CORRUPT " + st.error().message;
+    } else if (auto it = raw.outputs.find(static_cast<std::uint32_t>(format)); it != raw.outputs.end()) {
+      std::vector<std::uint8_t> got(it->second.size());
+      EPK_CUDA_CHECK(cudaMemcpy(got.data(), outs[0].get(), got.size(), cudaMemcpyDeviceToHost));
+      std::size_t diff = got.size();
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (got[i] != it->second[i]) {
+          diff = i;
           break;
         }
-        if (!plan) die(plan.error());
-        scratch.emplace_back(plan->scratch_bytes());
-        if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) {
-          die(st.error());
-        }
-        plans.push_back(std::move(*plan));
       }
-      if (plans.size() != static_cast<std::size_t>(copies)) continue;
-      // Correctness first: poison, decode, status, compare with the reference package's output where stored.
-      EPK_CUDA_CHECK(cudaMemset(outs[0].get(), 0xAB, out_max));
-      if (auto st = epk::cuda::decode(plans[0], scratch[0].get(), stream); !st) die(st.error());
-      std::string exact = "-";
-      if (auto st = epk::cuda::read_status(plans[0], scratch[0].get(), stream); !st) {
-        exact = "CORRUPT " + st.error().message;
-      } else if (auto it = raw.outputs.find(static_cast<std::uint32_t>(format)); it != raw.outputs.end()) {
-        std::vector<std::uint8_t> got(it->second.size());
-        EPK_CUDA_CHECK(cudaMemcpy(got.data(), outs[0].get(), got.size(), cudaMemcpyDeviceToHost));
-        std::size_t diff = got.size();
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          if (got[i] != it->second[i]) {
-            diff = i;
-            break;
-          }
-        }
-        exact = diff == got.size() ? "yes" : "NO@" + std::to_string(diff);
-      }
-      auto us = time_runs(10, runs, stream, [&](int i) {
-        if (auto st = epk::cuda::decode(plans[i % copies], scratch[i % copies].get(), stream); !st) die(st.error());
-      });
-      Row r;
-      r.name = name;
-      static const char* kModes[] = {" shLUT", " glLUT", " wideLUT", " 2lvLUT"};
-      r.variant = std::string(vname) + "/" + std::string(epk::cuda::output_format_name(format)) + " w" +
-                  std::to_string(plans[0].warps_per_block()) + kModes[plans[0].lut_mode()] +
-                  (plans[0].stage_words() ? (plans[0].shuffle_words() ? " shfl" : " staged") : " direct") +
-                  (plans[0].fast_level() ? " fast" + std::to_string(plans[0].fast_level()) : "") +
-                  (plans[0].lean_pb() ? std::string(plans[0].lean_bf16() ? " lean-bf16" : " lean") : "") +
-                  (plans[0].ws_recon_warps() ? " ws+" + std::to_string(plans[0].ws_recon_warps()) : "") + " b" +
-                  std::to_string(plans[0].blocks());
-      r.us = median(us);
-      r.min_us = *std::min_element(us.begin(), us.end());
-      r.out_gbs = double(plans[0].output_bytes()) / (r.us * 1e3);
-      r.ref_us = ref_us;
-      r.copy_us = copy;
-      r.bpp = stored_bpp(raw);
-      r.exact = exact;
-      std::printf("%-22s %-44s median %8.1f us  min %8.1f  %7.1f GB/s out  exact %s\n", r.name.c_str(),
-                  r.variant.c_str(), r.us, r.min_us, r.out_gbs, exact.c_str());
-      std::fflush(stdout);
-      g_rows.push_back(r);
+      exact = diff == got.size() ? "yes" : "NO@" + std::to_string(diff);
     }
+    auto us = time_runs(10, runs, stream, [&](int i) {
+      if (auto st = epk::cuda::decode(plans[i % copies], scratch[i % copies].get(), stream); !st) die(st.error());
+    });
+    Row r;
+    r.name = name;
+    r.variant = std::string(epk::cuda::output_format_name(format)) + " " + plans[0].kernel_name() + " w" +
+                std::to_string(plans[0].warps_per_block()) + " b" + std::to_string(plans[0].blocks());
+    r.us = median(us);
+    r.min_us = *std::min_element(us.begin(), us.end());
+    r.out_gbs = double(plans[0].output_bytes()) / (r.us * 1e3);
+    r.ref_us = ref_us;
+    r.copy_us = copy;
+    r.bpp = stored_bpp(raw);
+    r.exact = exact;
+    std::printf("%-22s %-44s median %8.1f us  min %8.1f  %7.1f GB/s out  exact %s\n", r.name.c_str(),
+                r.variant.c_str(), r.us, r.min_us, r.out_gbs, exact.c_str());
+    std::fflush(stdout);
+    g_rows.push_back(r);
   }
 }
 
 // 32 layers x 7 linear weights, each layer's copy in its own device buffers, decoded one layer per launch.
-void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cudaStream_t stream,
-                 const DecodeOptions& options, const std::string& variant) {
+void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cudaStream_t stream) {
   const char* names[] = {"q4096x4096_4bpp", "k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp",
                          "gate14336x4096_4bpp", "up14336x4096_4bpp", "down4096x14336_4bpp"};
   std::vector<epk::rans::LatticeRansStream> views;
@@ -219,7 +200,7 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
       jobs.push_back({"layers." + std::to_string(l) + "." + names[t], &views[t], devs.back()->buffers(), 0, 0,
                       OutputFormat::kBf16, outs.back().get(), nullptr});
     }
-    auto plan = DecodePlan::create(jobs, options);
+    auto plan = DecodePlan::create(jobs);
     if (!plan) die(plan.error());
     scratch.emplace_back(plan->scratch_bytes());
     if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) die(st.error());
@@ -245,15 +226,14 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
     }
   }
   const double total = median(whole);
-  std::printf("stack 32x7 (8B-class, 4 bpp, %s): %.3f ms total (median of %d passes), %.1f GB/s bf16 out, %.1f GB/s "
+  std::printf("stack 32x7 (8B-class, 4 bpp): %.3f ms total (median of %d passes), %.1f GB/s bf16 out, %.1f GB/s "
               "compressed in, per layer median %.1f us (%d tiles/layer, %zu blocks, w%u, %s)\n",
-              variant.c_str(), total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3),
-              median(per_layer),
+              total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3), median(per_layer),
               static_cast<int>(plans[0].tiles()), plans[0].blocks(), plans[0].warps_per_block(),
-              plans[0].lut_mode() == 0 ? "shared LUT" : "global LUT");
+              plans[0].kernel_name().c_str());
   Row r;
   r.name = "stack32x7_4bpp";
-  r.variant = variant + ", per layer" + (plans[0].lean_pb() ? " (lean)" : "");
+  r.variant = "bf16 " + plans[0].kernel_name() + ", per layer";
   r.us = median(per_layer);
   r.out_gbs = out_bytes / (total * 1e3);
   r.exact = "total " + std::to_string(total / 1000.0) + " ms";
@@ -264,26 +244,24 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DATA_DIR [--runs N] [--quick]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR]\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int runs = 100;
   bool quick = false;
-  std::string only;  // --only NAME: just that tensor, default variant, bf16, no stack (for profilers)
-  DecodeOptions only_options;  // --fast LEVEL: DecodeOptions::fast_groups for --only (default 2)
+  std::string only;  // --only NAME: just that tensor, bf16, no stack (for profilers)
   for (int i = 2; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::atoi(argv[++i]);
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
-    if (std::strcmp(argv[i], "--fast") == 0 && i + 1 < argc) {  // a fast_groups loop, not the lean one
-      only_options.fast_groups = std::atoi(argv[++i]);
-      only_options.lean = false;
-    }
-    if (std::strcmp(argv[i], "--lean") == 0 && i + 1 < argc) only_options.lean = std::atoi(argv[++i]) != 0;
-    if (std::strcmp(argv[i], "--ws") == 0 && i + 1 < argc) only_options.warp_specialised = std::atoi(argv[++i]) != 0;
-    if (std::strcmp(argv[i], "--ws-recon") == 0 && i + 1 < argc) {
-      only_options.ws_max_recon_warps = static_cast<std::uint32_t>(std::atoi(argv[++i]));
+    if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+      runs = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      std::fprintf(stderr, "unknown argument %s\nusage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR]\n", argv[i],
+                   argv[0]);
+      return 2;
     }
   }
   if (epk::cuda::device_count() == 0) {
@@ -312,40 +290,18 @@ int main(int argc, char** argv) {
     return &(loaded[n] = std::move(*r));
   };
 
-  // {lut, max warps per block, staged words, device, shuffled words, fast group loop, lean group loop}
-  const std::vector<std::pair<std::string, DecodeOptions>> all_variants = {
-      {"default", {}},
-      {"fast2", {LutPlacement::kAuto, 32, true, -1, false, 2, false}},
-      {"loop0", {LutPlacement::kAuto, 32, true, -1, false, 0, false}},
-      {"fast1", {LutPlacement::kAuto, 32, true, -1, false, 1, false}},
-      {"lean", {LutPlacement::kAuto, 32, true, -1, false, 2, true}},
-      {"ws", {LutPlacement::kAuto, 32, true, -1, false, 2, true, true}},
-      {"ws_r7", {LutPlacement::kAuto, 32, true, -1, false, 2, true, true, 7}},  // 3 decode warps per recon warp
-      {"globalLUT", {LutPlacement::kGlobal, 32, true, -1, false, 0, false}},
-      {"direct", {LutPlacement::kAuto, 32, false, -1, false, 0, false}},
-      {"w16", {LutPlacement::kAuto, 16, true, -1, false, 0, false}},
-      {"wide", {LutPlacement::kWide, 32, true, -1, false, 0, false}},
-      {"twolevel", {LutPlacement::kTwoLevel, 32, true, -1, false, 0, false}},
-      {"twolevel_fast2", {LutPlacement::kTwoLevel, 32, true, -1, false, 2, false}},
-      {"shfl", {LutPlacement::kAuto, 32, true, -1, true, 0, false}},
-  };
-  const std::vector<std::pair<std::string, DecodeOptions>> default_only = {{"default", {}}};
-  const std::vector<std::pair<std::string, DecodeOptions>> default_and_lean = {
-      {"default", {}},
-      {"fast2", {LutPlacement::kAuto, 32, true, -1, false, 2, false}},
-      {"ws", {LutPlacement::kAuto, 32, true, -1, false, 2, true, true}}};
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
 
   if (!only.empty()) {
     if (const RawStream* r = load(only)) {
-      bench_tensor(only, *r, {{"default", only_options}}, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream);
+      bench_tensor(only, *r, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream);
     }
     return 0;
   }
   for (const char* n : {"l10240x3840_4bpp", "l10240x3840_2bpp", "l10240x3840_8bpp"}) {
     if (const RawStream* r = load(n)) {
       const bool main_case = std::string(n) == "l10240x3840_4bpp";
-      bench_tensor(n, *r, quick ? default_only : all_variants,
+      bench_tensor(n, *r,
                    main_case ? std::vector<OutputFormat>{OutputFormat::kBf16, OutputFormat::kFp16, OutputFormat::kFp32,
                                                          OutputFormat::kFp8E4M3, OutputFormat::kInt8Rowwise,
                                                          OutputFormat::kFp8E4M3Rowwise}
@@ -356,23 +312,17 @@ int main(int argc, char** argv) {
   }
   for (const char* n : {"q4096x4096_4bpp", "up14336x4096_4bpp"}) {
     if (const RawStream* r = load(n)) {
-      bench_tensor(n, *r, quick ? default_only : default_and_lean, {OutputFormat::kBf16}, runs, ref_of(n), l2,
-                   stream);
+      bench_tensor(n, *r, {OutputFormat::kBf16}, runs, ref_of(n), l2, stream);
     }
   }
   for (const char* n : {"k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp", "gate14336x4096_4bpp",
                         "down4096x14336_4bpp"}) {
     load(n);
   }
-  bench_stack(loaded, quick ? 3 : 10, stream, {}, "default");
-  if (!quick) {
-    DecodeOptions fast2;
-    fast2.lean = false;
-    bench_stack(loaded, 10, stream, fast2, "fast2");
-  }
+  bench_stack(loaded, quick ? 3 : 10, stream);
 
-  std::printf("\n%-20s %-40s %9s %9s %8s %9s %9s %6s %s\n", "tensor", "variant", "ours_us", "ref_us", "speedup",
-              "copy_us", "GB/s_out", "bpp", "bit-exact");
+  std::printf("\n%-20s %-40s %9s %9s %8s %9s %9s %6s %s\n", "tensor", "format and kernel", "ours_us", "ref_us",
+              "speedup", "copy_us", "GB/s_out", "bpp", "bit-exact");
   for (const Row& r : g_rows) {
     std::printf("%-20s %-40s %9.1f %9.1f %8.2f %9.1f %9.1f %6.2f %s\n", r.name.c_str(), r.variant.c_str(), r.us,
                 r.ref_us, r.ref_us > 0 ? r.ref_us / r.us : 0.0, r.copy_us, r.out_gbs, r.bpp, r.exact.c_str());

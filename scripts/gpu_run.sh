@@ -3,7 +3,7 @@
 # streams and reference decode timings with the entropack wheel, runs bench/gpu_decode_bench, and prints a short table
 # last. Binaries are built elsewhere and carried (scripts/gpu/stage.sh puts them, this script, the Python helpers and
 # the committed test vectors into one folder). Results also go to $OUT when it is set.
-#   bash .gpu/gpu_run.sh [--quick | --no-sanitizer]   (--quick: no sanitizer, default variant only)
+#   bash .gpu/gpu_run.sh [--quick | --no-sanitizer]   (--quick: no sanitizer, a shorter bench)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${EPK_GPU_BIN:-$here/bin}"

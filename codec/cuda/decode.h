@@ -75,52 +75,13 @@ struct DecodeJob {
   float* row_scales_dev = nullptr;                   // rowwise formats only: row_end - row_begin floats
 };
 
-// Where the lookup tables live while decoding. kShared: 32-bit entries (16 << prob_bits per tensor) in shared memory,
-// which needs prob_bits <= 11 and values within 31 - 2 prob_bits signed bits; kTwoLevel: a 16-bit symbol index per
-// slot plus a per-symbol (freq, cdf) table in shared memory (prob_bits 12 fits); kGlobal: the packed entries read
-// through L1; kWide: 64-bit entries through L1, for any prob_bits and symbol range. kAuto takes the first that fits
-// in the order kShared, kTwoLevel, kGlobal, kWide (all four verified bit-exact on the H200, docs/NOTES.md).
-enum class LutPlacement : std::uint8_t { kAuto, kShared, kGlobal, kWide, kTwoLevel };
-
 struct DecodeOptions {
-  LutPlacement lut = LutPlacement::kAuto;
-  std::uint32_t max_warps_per_block = 32;  // one warp decodes one tile at a time
-  bool stage_words = true;                 // stage each tile's words in shared memory (cp.async) before decoding
-  int device = -1;                         // -1: the current device
-  // Staged words only: every lane loads a word speculatively before the renormalisation vote and needing lanes take
-  // theirs with a shuffle (shorter state chain, one more instruction per symbol). Bit-exact, but measured no faster
-  // on the H200 (95.2 vs 95.2 us at 4 bpp, 136.4 vs 137.7 us at 2 bpp; docs/NOTES.md), so off by default.
-  bool shuffle_words = false;
-  // Staged words with shared tables (packed or two-level) only. 1: the group loop with less per-group work
-  // (placement stepped from the previous group, ring refilled 16 chunks at a time); 2: that, and 80 registers per
-  // thread instead of 64 where a block has at most 24 warps. 0: the run-2 loop. Same output bit for bit; 2 measured
-  // fastest on the H200 (10240x3840: 95.8 -> 93.3 us at 4 bpp, 138.3 -> 130.8 us at 2 bpp; docs/NOTES.md).
-  int fast_groups = 2;
-  // The lean group loop (decode_lean.cuh): fewer instructions per symbol and per group. Taken where the plan has
-  // packed shared tables, staged words without shuffling and every tensor at prob_bits 11 (80 registers per thread
-  // for blocks of at most 24 warps, else 64); with a bf16-only store where every job is bf16 with cols % 8 == 0 and
-  // cols >= 256, every row scale is 0, NaN or at least 2^-115 and no value can reach the bf16 clamp. Elsewhere
-  // the plan falls back to the loop fast_groups picks (DecodePlan::lean_pb() says which ran).
-  // Bit-exact in every GPU test; H200, 10240x3840 to bf16: 93.9 -> 80.6 us at 4 bpp, 131.5 -> 116.2 us at 2 bpp,
-  // 14336x4096 114.1 -> 95.7 us (docs/NOTES.md, runs 6 and 7), so on by default; 73-75 us at 4 bpp since the fourth
-  // session's changes (tables by cp.async, branch-free groups with the store deferred into the next group's chain).
-  bool lean = true;
-  // Where the lean loop is taken: split each block into decode warps (one tile each, the symbol chain only) and
-  // reconstruction warps (placement, scale, conversion, store), handing groups over through shared memory
-  // (decode_ws.cuh). Needs the decode warps plus at least a third as many reconstruction warps within 32 warps and
-  // two 1.2 KiB slots per decode warp in shared memory; elsewhere the lean loop runs as it is
-  // (DecodePlan::ws_recon_warps() says which ran). Bit-exact in every GPU test; H200 (docs/NOTES.md, runs 8 and 9):
-  // slower than the lean loop at 10240x3840 (4 bpp 84.8-87.2 vs 79.2-80.0 us, 2 bpp 122.8 vs 115.9 us: 23% more
-  // instructions), 3% faster at 4096x4096 (68.4-70.4 vs 70.6-72.4 us), so off by default. Since the lean loop's
-  // groups lost their branches (fourth session) it is slower everywhere: 84.1-86.1 vs 73.6 us and 64.2-65.2 vs 56.2.
-  bool warp_specialised = false;
-  // Reconstruction warps per block at most (0: as many as fit, up to one per decode warp). Tests set it low so that
-  // one reconstruction warp serves several decode warps on small tensors.
-  std::uint32_t ws_max_recon_warps = 0;
-  // Tiles per block at least (the work split otherwise spreads the tiles over every SM, one per block for small
-  // tensors). Tests use it to run many warps per block on small tensors; no effect on results.
-  std::uint32_t min_tiles_per_block = 1;
+  int device = -1;  // the device the plan is made for (its SM count and shared memory size); -1: the current one
 };
+
+namespace detail {
+struct PlanOverrides;  // codec/cuda/plan_overrides.h
+}
 
 // Written by the kernel into scratch; copy it back to read it (read_status does).
 struct DecodeStatus {
@@ -140,25 +101,30 @@ enum class TileFault : std::uint8_t {
 };
 std::string_view tile_fault_name(TileFault fault);
 
+// Which kernel decodes a plan (the first that serves every job of the batch, in this order):
+// - the lean kernel: every tensor at prob_bits 11 with packed tables in shared memory (the 2 and 4 bpp streams), with
+//   a bf16-only store where every job is bf16, cols % 8 == 0 and cols >= 256, every row scale is 0, NaN or at least
+//   2^-115 and no value can reach the bf16 clamp, else the general store of every format;
+// - the general kernel with packed shared tables (prob_bits 9 and 10, or a batch of mixed prob_bits), two-level
+//   shared tables (8 bpp's prob_bits 12, or values too wide to pack), or 64-bit tables read through L1 (prob_bits
+//   13..15, or anything too large for shared memory).
+// Each has a form for blocks of at most 24 warps (80 registers per thread) and one for up to 32 (64 registers).
 class DecodePlan {
  public:
   static Result<DecodePlan> create(std::span<const DecodeJob> jobs, const DecodeOptions& options = {});
+  // Tests only: force a placement, loop or work split (codec/cuda/plan_overrides.h). Same validation and output.
+  static Result<DecodePlan> create(std::span<const DecodeJob> jobs, const DecodeOptions& options,
+                                   const detail::PlanOverrides& overrides);
 
   std::size_t scratch_bytes() const { return scratch_bytes_; }
   std::size_t tensors() const { return job_names_.size(); }
   std::size_t tiles() const { return total_tiles_; }
   std::size_t blocks() const { return blocks_; }
   std::uint32_t warps_per_block() const { return warps_per_block_; }
-  bool shared_lut() const { return lut_mode_ == 0; }
-  int lut_mode() const { return lut_mode_; }  // detail::LutMode
-  bool stage_words() const { return stage_words_; }
-  bool shuffle_words() const { return shuffle_words_; }
-  int fast_level() const { return fast_level_; }  // 0: off; 1: fast groups; 2: fast groups, 80 registers
-  int lean_pb() const { return lean_pb_; }        // prob_bits of the lean kernel in use; 0: not lean
+  int lut_mode() const { return lut_mode_; }      // detail::LutMode
+  int lean_pb() const { return lean_pb_; }        // prob_bits of the lean kernel in use; 0: the general kernel
   bool lean_bf16() const { return lean_bf16_; }   // the lean kernel's bf16-only store
-  // Warp-specialised lean kernel: its reconstruction warps per block (0: not taken); the block then has
-  // warps_per_block() decode warps plus these.
-  std::uint32_t ws_recon_warps() const { return ws_recon_warps_; }
+  std::string kernel_name() const;                // e.g. "lean pb11 bf16", "general two-level" (for reports)
   std::size_t shared_bytes_per_block() const { return shared_bytes_; }
   std::uint64_t output_bytes() const { return output_bytes_; }
   std::uint64_t compressed_bytes() const { return compressed_bytes_; }
@@ -184,12 +150,8 @@ class DecodePlan {
   std::uint64_t output_bytes_ = 0, compressed_bytes_ = 0;
   std::uint32_t warps_per_block_ = 0;
   int lut_mode_ = 0;
-  bool stage_words_ = true;
-  bool shuffle_words_ = false;
-  int fast_level_ = 0;
   int lean_pb_ = 0;
   bool lean_bf16_ = false;
-  std::uint32_t ws_recon_warps_ = 0;
 };
 
 // Copies the plan's image into scratch (stream-ordered; the plan must outlive the copy: upload waits for it).

@@ -1,5 +1,6 @@
-// POD records shared by the host planner (decode_plan.cc) and the kernel (decode_kernel.cuh): one per tensor and one
-// per thread block, laid out in scratch by the plan. Both compilers include this header.
+// What the host planner (decode_plan.cc) and the kernels (decode_kernel.cuh, decode_lean.cuh) share: the POD records
+// laid out in scratch by the plan (one per tensor and one per thread block), the table placements and the kernels'
+// block shapes. Both compilers include this header.
 #pragma once
 
 #include <cstdint>
@@ -10,25 +11,39 @@ inline constexpr int kRingChunks = 128;              // 16-byte chunks of staged
 inline constexpr int kRingWords = kRingChunks * 8;
 inline constexpr int kRingBytes = kRingWords * 2;
 inline constexpr int kMaxWarpsPerBlock = 32;
-inline constexpr int kFastRegsMaxWarps = 24;         // the kFast == 2 kernels (80 registers per thread)
 inline constexpr int kLutTables = 16;
-// Warp-specialised kernel (decode_ws.cuh): a slot holds one group's entries 0..3 of each lane (uint4 per lane),
-// entries 4..7, the coset per lane (u32), then {tile, group start, valid lanes, 0}; two slots and four 8-byte
-// mbarriers (full and empty per slot) per decode warp; a reconstruction warp serves at most kWsMaxServed decode warps.
-inline constexpr std::uint32_t kWsSlotBytes = 32 * 16 * 2 + 32 * 4 + 16;
-inline constexpr std::uint32_t kWsBytesPerDecodeWarp = 2 * kWsSlotBytes + 4 * 8;
-inline constexpr std::uint32_t kWsEndOfWork = 0xffffffffu;  // tile field of the slot after a warp's last group
-inline constexpr int kWsMaxServed = 3;                // tables 1..16; the coset (table 0) decodes arithmetically
+// The prob_bits the lean kernel is built for: the encoder's and the reference package's 2 and 4 bpp streams.
+inline constexpr int kLeanProbBits = 11;
 
-// How the field tables are held (one kernel variant each).
-enum LutMode : int {
-  kPackedShared = 0,  // 32-bit entries staged in shared memory
-  kPackedGlobal = 1,  // 32-bit entries read through L1
-  kWideGlobal = 2,    // 64-bit entries read through L1: any prob_bits and symbol range
-  kTwoLevelShared = 3,  // slot -> u16 symbol index, symbol -> (freq << 16 | cdf), in shared memory (prob_bits 12..)
+// A kernel's block shape: compiled for blocks of at most kMaxWarps warps and one block per SM, so ptxas fits each
+// thread into 65536 / (32 kMaxWarps) registers. Every kernel has the 32-warp form (64 registers per thread: any plan
+// fits); the shared-table kernels also have a 24-warp form (80 registers), which the plan takes where its blocks
+// have at most 24 warps: faster on the H200 (docs/NOTES.md, GPU decoder).
+template <int kMaxWarps_>
+struct BlockShape {
+  static constexpr int kMaxWarps = kMaxWarps_;
+  static constexpr int kThreads = kMaxWarps * 32;
+  static_assert(kMaxWarps >= 1 && kMaxWarps <= kMaxWarpsPerBlock);
 };
+using Block24 = BlockShape<24>;
+using Block32 = BlockShape<kMaxWarpsPerBlock>;
 
-inline constexpr bool lut_in_shared(int mode) { return mode == kPackedShared || mode == kTwoLevelShared; }
+// How the field tables are held. Each placement serves streams the others cannot hold (the encoder and the
+// reference package pick prob_bits 11 up to 7 bpp, 12 above, raised up to 15 while an alphabet overflows; the
+// decoder accepts 9..15):
+enum LutMode : int {
+  // 32-bit packed entries in shared memory (16 << prob_bits entries): prob_bits <= 11 and every value within
+  // 31 - 2 prob_bits signed bits, i.e. the 2 and 4 bpp streams. The fastest; the lean loop needs it.
+  kPackedShared = 0,
+  // slot -> u16 symbol index, symbol -> (freq << 16 | cdf), in shared memory: prob_bits 12 (8 bpp) and streams of
+  // lower prob_bits whose values do not pack, while fewer than 65535 symbols and the region fit.
+  kTwoLevelShared = 1,
+  // 64-bit entries read through L1: any prob_bits and symbol range (prob_bits 13..15, whose tables no shared
+  // region holds, and anything the shared placements refuse).
+  kWideGlobal = 2,
+};
+inline constexpr int kLutModes = 3;
+inline constexpr bool lut_in_shared(int mode) { return mode != kWideGlobal; }
 
 struct TensorDesc {
   const std::uint16_t* payload;
@@ -67,12 +82,12 @@ struct WorkItem {
   std::uint32_t tensor;
   std::uint32_t tile_begin;
   std::uint32_t tile_end;
-  std::uint32_t pad;
+  std::uint32_t pad;  // 0
 };
 static_assert(sizeof(WorkItem) == 16);
 
-// Packed 32-bit entry for slot s of a field table (kPacked*): bits [0, pb) slot - cdf(sym); [pb, 31 - pb) the decoded
-// value (sym_min + sym) as a signed (31 - 2pb)-bit integer; [31 - pb, 32) freq(sym) (1..2^pb). Decode step:
+// Packed 32-bit entry for slot s of a field table (kPackedShared): bits [0, pb) slot - cdf(sym); [pb, 31 - pb) the
+// decoded value (sym_min + sym) as a signed (31 - 2pb)-bit integer; [31 - pb, 32) freq(sym) (1..2^pb). Decode step:
 // x = (e >> (31 - pb)) * (x >> pb) + (e & (2^pb - 1)); value = (int)(e << (pb + 1)) >> (2pb + 1).
 inline constexpr bool packed_value_fits(std::int64_t value, std::uint32_t prob_bits) {
   const int bits = 31 - 2 * static_cast<int>(prob_bits);

@@ -1,6 +1,8 @@
-// The fused lattice-rans decode kernel. One warp decodes one tile at a time: 32 interleaved rANS states (lane i owns
-// vectors i, i+32, ... of the tile), 9 symbols per vector (the coset, then z1..z7 and m under that coset's tables),
-// then the E8 inverse, the row scale and the output conversion, stored as one 16-byte (or 8/32-byte) write per lane.
+// The fused lattice-rans decode kernel's building blocks and its general group loop. One warp decodes one tile at a
+// time: 32 interleaved rANS states (lane i owns vectors i, i+32, ... of the tile), 9 symbols per vector (the coset,
+// then z1..z7 and m under that coset's tables), then the E8 inverse, the row scale and the output conversion, stored
+// as one 16-byte (or 8/32-byte) write per lane. Two loops use them: the lean loop (decode_lean.cuh: packed shared
+// tables at prob_bits 11, the 2 and 4 bpp streams) and the general loop here (everything else, 8 bpp included).
 //
 // Why it looks like this (docs/NOTES.md has the measurements):
 // - Each renormalisation reads at most one 16-bit word; a ballot and a popcount of the lower lanes give every lane
@@ -10,8 +12,9 @@
 //   so a state update never waits on a global load.
 // - The 16 field tables are packed into one 32-bit entry per slot (delta, signed value, frequency on top so the
 //   update is one shift and one multiply-add after the load); with prob_bits <= 11 they sit in shared memory
-//   (128 KiB per block). Wider symbol ranges use 64-bit entries through L1. The coset table has two symbols and is
-//   decoded arithmetically from the frequency of coset 0.
+//   (128 KiB per block). Where values do not pack (8 bpp) a two-level table (u16 symbol index per slot) still fits in
+//   shared memory; only what neither holds reads 64-bit entries through L1 (decode_desc.h, LutMode). The coset table
+//   has two symbols and is decoded arithmetically from the frequency of coset 0.
 // - Full groups are a separate instantiation from the one partial group (count % 32 vectors) at the tile's end, which
 //   is decoded first as the encoder emitted it last; full groups carry no per-lane validity predicate.
 // - Row, column and scale of the next group are fetched while the current group decodes (software pipelined).
@@ -216,11 +219,6 @@ __device__ __forceinline__ void vector_row_col(const TensorDesc& d, std::uint64_
                             : static_cast<std::uint32_t>(__umul64hi(vec, d.row_magic));
   col = static_cast<std::uint32_t>(vec - static_cast<std::uint64_t>(row) * d.vecs_per_row) * 8;
 }
-__device__ __forceinline__ Placement place_vector(const TensorDesc& d, std::uint64_t vec, bool lane_valid) {
-  std::uint32_t row, col;
-  vector_row_col(d, vec, row, col);
-  return finish_placement(d, row, col, lane_valid);
-}
 // The placement of each group in decode order: stepped from the previous group where rows have at least 32 vectors
 // (this group's vectors are the previous group's minus 32, so a row is crossed at most once), else computed.
 // start/step: the branch-free form the lean loop's bf16 store takes (the plan gives it rows of >= 32 vectors only).
@@ -269,9 +267,8 @@ __device__ __forceinline__ void record_tile(const TensorDesc& d, std::uint32_t t
 }
 
 // The block's shared-memory layout and its prologue, shared by the kernels: [tables][pad to 2 KiB][ring_warps word
-// rings of 2 KiB][descriptor][tile counter]. Copies the descriptor and (with_luts) the tables, sets the counter to
-// the first tile after the `static_tiles` the caller hands out itself; the caller adds anything else and then calls
-// __syncthreads().
+// rings of 2 KiB][descriptor][tile counter]. Copies the descriptor and (with_luts) the tables and sets the counter to
+// the first tile after the `static_tiles` the caller hands out itself; the caller then joins the block's barrier.
 // The tables (up to 128 KiB, the same for every block) go by cp.async, all in flight at once: a copy loop through
 // registers waited one L2 round trip per 16 bytes per thread, and took ~10% of the lean kernel's warp samples (ncu,
 // H200, docs/NOTES.md). defer_lut_wait: the caller waits (cp.async.wait_all) before its __syncthreads(), after it has
@@ -279,7 +276,6 @@ __device__ __forceinline__ void record_tile(const TensorDesc& d, std::uint32_t t
 struct BlockSetup {
   std::uint32_t smem0;   // shared address of the dynamic shared memory
   std::uint32_t ring0;   // first word ring
-  std::uint32_t after;   // first 16-byte aligned shared address after the tile counter
   std::uint32_t* desc_words;
   std::uint32_t* next_tile;
   const void* lut;       // the tensor's tables in scratch
@@ -296,7 +292,6 @@ __device__ __forceinline__ BlockSetup block_setup(uint4* dynamic_smem, std::uint
   const std::uint32_t lut_bytes = with_luts ? gdesc->lut_bytes : 0;
   b.ring0 = (b.smem0 + lut_bytes + kRingBytes - 1) & ~static_cast<std::uint32_t>(kRingBytes - 1);
   const std::uint32_t desc_s = b.ring0 + ring_warps * kRingBytes;
-  b.after = desc_s + ((kDescWords + 1) * 4 + 15) / 16 * 16;
   b.desc_words = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uint8_t*>(dynamic_smem) + (desc_s - b.smem0));
   b.next_tile = b.desc_words + kDescWords;
   for (std::uint32_t i = threadIdx.x; i < static_cast<std::uint32_t>(kDescWords); i += blockDim.x) {
@@ -329,9 +324,8 @@ __device__ __forceinline__ std::uint32_t next_block_tile(std::uint32_t* next_til
   return __shfl_sync(kFull, tile, 0);
 }
 
-// One field symbol: looks up slot x & mask of table `table_index` (already offset by the coset), updates x, returns
-// the decoded value.
-// table_s: shared byte address of the table (kPackedShared); table: its first entry otherwise.
+// One field symbol: looks up slot x & mask of the table (already offset by the coset), updates x, returns the
+// decoded value. table_s: shared byte address of the table (kPackedShared); table: its first entry (kWideGlobal).
 template <int kMode>
 __device__ __forceinline__ int decode_field(std::uint32_t& x, std::uint32_t pb, std::uint32_t mask,
                                             const void* __restrict__ table, std::uint32_t table_s) {
@@ -342,28 +336,23 @@ __device__ __forceinline__ int decode_field(std::uint32_t& x, std::uint32_t pb, 
     x = (e.x >> 16) * q + (e.x & 0xffffu);
     return static_cast<int>(e.y);
   } else {
-    std::uint32_t e;
-    if constexpr (kMode == kPackedShared) {
-      e = ld_shared_u32(table_s + slot * 4);
-    } else {
-      e = __ldg(static_cast<const std::uint32_t*>(table) + slot);
-    }
+    static_assert(kMode == kPackedShared);
+    const std::uint32_t e = ld_shared_u32(table_s + slot * 4);
     x = (e >> (31 - pb)) * q + (e & mask);
     return static_cast<int>(e << (pb + 1)) >> (2 * pb + 1);
   }
 }
 
-// kFast (0: the run-2 kernel; 1 and 2: the same decode with less per-group work, 2 also with a register budget of
-// 80 per thread for blocks of at most 24 warps): placement stepped from the previous group (vectors go down by 32 per
-// group, so a row of at least 32 vectors is crossed at most once: no 64-bit division per group) and the word ring
-// refilled once 16 chunks are free instead of every group.
-template <int kMode, bool kStaged, bool kShfl, int kFast>
+// The general group loop: every table placement, prob_bits and output format (the lean loop of decode_lean.cuh
+// covers packed shared tables at prob_bits 11 only). prob_bits is a runtime value; the placement is stepped from the
+// previous group where rows have at least 32 vectors (vectors go down by 32 per group, so a row is crossed at most
+// once: no 64-bit division per group); the word ring is refilled once kRefillChunks chunks are free.
+template <int kMode>
 __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                             const void* __restrict__ lut, std::uint32_t lut_s, std::uint32_t ring_s,
                                             DecodeStatus* status, std::uint8_t* tile_status) {
   const int lane = threadIdx.x & 31;
   const std::uint32_t ge = lanemask_ge();
-  const std::uint32_t gt = ge & ~(1u << lane);
   const std::uint32_t pb = d.prob_bits;
   const std::uint32_t mask = (1u << pb) - 1u;
   const std::uint32_t f0 = d.coset_f0;
@@ -391,9 +380,8 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
     // Loads the chunks between the lowest one staged and the lowest one the ring can hold without overwriting words
     // still needed, once at least kRefillChunks are free. Safety: a group reads at most 288 words; with
     // wait_group(1) a group may only read chunks issued two groups earlier, which stay at least
-    // 8 * (kRingChunks - kRefillChunks) - 7 >= 2 * 288 + 288 words deep. 1 (refill whenever a chunk is free) is the
-    // setting measured on the H200; 16 (fewer refill passes) is reasoned safe but has not run there yet.
-    constexpr int kRefillChunks = kFast ? 16 : 1;
+    // 8 * (kRingChunks - kRefillChunks) - 7 >= 2 * 288 + 288 words deep.
+    constexpr int kRefillChunks = 16;
     static_assert(8 * (kRingChunks - kRefillChunks) - 7 >= 3 * 288);
     auto refill = [&](int min_chunks) {
       const int top = static_cast<int>(((p2 >> 1) + 7) / 8);
@@ -408,17 +396,15 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       }
       cp_async_commit();
     };
-    if constexpr (kStaged) {
-      refill(1);
-      cp_async_wait_all();
-      __syncwarp();
-    }
+    refill(1);
+    cp_async_wait_all();
+    __syncwarp();
 
     const std::uint32_t rem = count & 31u;
     std::uint32_t g_start = rem ? count - rem : count - 32;
     const std::uint32_t row_begin = d.row_begin;
 
-    const bool step_rows = kFast && d.vecs_per_row >= 32;  // uniform per tensor
+    const bool step_rows = d.vecs_per_row >= 32;  // uniform per tensor
     GroupPlacer placer;
     auto place = [&](std::uint32_t group_start, bool lane_valid) {
       return placer.next(d, step_rows, v0, group_start, lane_valid);
@@ -428,11 +414,9 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
     // One group of up to 32 vectors; kPartial only for the tile's last (first decoded) group of rem vectors.
     auto group = [&](auto partial_tag, std::uint32_t n_valid) {
       constexpr bool kPartial = decltype(partial_tag)::value;
-      if constexpr (kStaged) {
-        cp_async_wait_one();  // the words this group reads were issued two groups ago or earlier
-        __syncwarp();
-        refill(kRefillChunks);
-      }
+      cp_async_wait_one();  // the words this group reads were issued two groups ago or earlier
+      __syncwarp();
+      refill(kRefillChunks);
       const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
       // This group's placement comes from the previous group (software-pipelined scale load); fetch the next one's
       // now, so its load latency hides behind this group's symbol chain.
@@ -443,34 +427,14 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       const float scale = here.scale;
 
       auto renorm = [&]() {
-        if constexpr (kStaged && kShfl) {
-          // Every lane reads the word the lane k-th from the top among the needing lanes would take (k = its lane
-          // number) before the vote is known (the address depends only on p2); after the vote a needing lane fetches
-          // its word from lane popc(vote & gt) with one shuffle. Takes the address arithmetic and the shared load off
-          // the state chain (vote -> popc -> shuffle -> merge).
-          const std::uint32_t spec = ld_shared_u16(ring_s | ((p2 - 2u - 2u * static_cast<std::uint32_t>(lane)) &
-                                                             static_cast<std::uint32_t>(kRingBytes - 2)));
-          const bool need = valid && x < kStateLow;
-          const std::uint32_t vote = __ballot_sync(kFull, need);
-          const std::uint32_t word = __shfl_sync(kFull, spec, __popc(vote & gt));
-          if (need) x = __byte_perm(word, x, 0x5410);  // (x << 16) | word; x < 2^15 here
-          p2 -= 2 * __popc(vote);
-        } else {
-          const bool need = valid && x < kStateLow;
-          const std::uint32_t vote = __ballot_sync(kFull, need);
-          if (need) {
-            const std::uint32_t pre = __popc(vote & ge);
-            std::uint32_t word;
-            if constexpr (kStaged) {
-              word = ld_shared_u16(ring_s | ((p2 - 2 * pre) & (kRingBytes - 2)));
-            } else {
-              const std::uint32_t pos = (p2 >> 1) - pre;
-              word = (pos - wb < we - wb) ? __ldg(payload + pos) : 0u;
-            }
-            x = __byte_perm(word, x, 0x5410);  // (x << 16) | word in one PRMT; x < 2^15 here
-          }
-          p2 -= 2 * __popc(vote);
+        const bool need = valid && x < kStateLow;
+        const std::uint32_t vote = __ballot_sync(kFull, need);
+        if (need) {
+          const std::uint32_t pre = __popc(vote & ge);
+          const std::uint32_t word = ld_shared_u16(ring_s | ((p2 - 2 * pre) & (kRingBytes - 2)));
+          x = __byte_perm(word, x, 0x5410);  // (x << 16) | word in one PRMT; x < 2^15 here
         }
+        p2 -= 2 * __popc(vote);
       };
 
       int c = 0;
@@ -523,23 +487,30 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       g_start -= 32;
       group(std::false_type{}, 32);
     }
-    if constexpr (kStaged) cp_async_wait_all();
+    cp_async_wait_all();
     fault = tile_end_fault(p2, x, wb, we);
   }
   record_tile(d, tensor, tile, fault, status, tile_status);
 }
 
+// The general kernel's compile-time choices: the table placement and the block shape (decode_desc.h).
+template <int kMode, class Block>
+struct GeneralPolicy {
+  static constexpr int kLutMode = kMode;
+  using Shape = Block;  // a BlockShape
+  static_assert(kMode >= 0 && kMode < kLutModes);
+};
+
 // Scratch holds the descriptors, work items and tables at the plan's offsets; the status after them. Dynamic shared
-// memory: [tables (kPackedShared, kTwoLevelShared)][pad to 2 KiB][one 2 KiB word ring per warp (staged)]
-// [descriptor][tile counter].
-template <int kMode, bool kStaged, bool kShfl, int kFast>
-__global__ void __launch_bounds__(kFast == 2 ? kFastRegsMaxWarps * 32 : kMaxWarpsPerBlock * 32, 1)
+// memory: [tables (the shared placements)][pad to 2 KiB][one 2 KiB word ring per warp][descriptor][tile counter].
+template <class Policy>
+__global__ void __launch_bounds__(Policy::Shape::kThreads, 1)
     lattice_decode_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset, std::uint64_t items_offset,
                           std::uint64_t status_offset, std::uint64_t tile_status_offset) {
+  constexpr int kMode = Policy::kLutMode;
   extern __shared__ uint4 dynamic_smem[];
   const WorkItem item = reinterpret_cast<const WorkItem*>(scratch + items_offset)[blockIdx.x];
-  const BlockSetup b =
-      block_setup(dynamic_smem, scratch, descs_offset, item, kStaged ? blockDim.x / 32 : 0, lut_in_shared(kMode));
+  const BlockSetup b = block_setup(dynamic_smem, scratch, descs_offset, item, blockDim.x / 32, lut_in_shared(kMode));
   __syncthreads();
   const TensorDesc d = *reinterpret_cast<const TensorDesc*>(b.desc_words);  // into registers
   auto* status = reinterpret_cast<DecodeStatus*>(scratch + status_offset);
@@ -548,7 +519,7 @@ __global__ void __launch_bounds__(kFast == 2 ? kFastRegsMaxWarps * 32 : kMaxWarp
   for (;;) {
     const std::uint32_t tile = next_block_tile(b.next_tile);
     if (tile >= item.tile_end) break;
-    decode_tile<kMode, kStaged, kShfl, kFast>(d, item.tensor, tile, b.lut, b.smem0, ring_s, status, tile_status);
+    decode_tile<kMode>(d, item.tensor, tile, b.lut, b.smem0, ring_s, status, tile_status);
   }
 }
 

@@ -1,5 +1,5 @@
-// Launch side of the fused decoder: instantiates the four kernel variants (shared/global tables x staged/direct
-// words), uploads plans, launches, and reads back the status.
+// Launch side of the fused decoder: instantiates the kernels (the lean kernel at prob_bits 11 and the general one for
+// each table placement, each in its block shapes), uploads plans, launches, and reads back the status.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -7,7 +7,6 @@
 #include "codec/cuda/decode.h"
 #include "codec/cuda/decode_kernel.cuh"
 #include "codec/cuda/decode_lean.cuh"
-#include "codec/cuda/decode_ws.cuh"
 #include "codec/cuda/decode_launch.h"
 
 namespace epk::cuda {
@@ -19,45 +18,46 @@ Error cuda_error(const char* what, cudaError_t err) {
 }
 
 using KernelFn = void (*)(std::uint8_t*, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t);
+using detail::Block24;
+using detail::Block32;
 
-template <int kMode>
-KernelFn kernel_for_mode(bool staged, bool shfl, int fast) {
-  using detail::lattice_decode_kernel;
-  if (!staged) return lattice_decode_kernel<kMode, false, false, 0>;
-  if (shfl) return lattice_decode_kernel<kMode, true, true, 0>;
-  if constexpr (detail::lut_in_shared(kMode)) {  // the fast variants exist for the shared-table modes
-    if (fast == 2) return lattice_decode_kernel<kMode, true, false, 2>;
-    if (fast == 1) return lattice_decode_kernel<kMode, true, false, 1>;
-  }
-  return lattice_decode_kernel<kMode, true, false, 0>;
-}
-
-// The lean kernels (DecodeOptions::lean) exist for prob_bits 11 (2 and 4 bpp streams of the reference encoder).
-// wide: blocks of more than kFastRegsMaxWarps warps (the 64-register form).
-KernelFn lean_kernel(int lean_pb, bool bf16, bool wide, bool ws = false) {
+// The lean kernels exist for detail::kLeanProbBits only (the plan takes them for nothing else).
+KernelFn lean_kernel(bool bf16, int warps) {
   using detail::lattice_decode_lean_kernel;
-  using detail::lattice_decode_ws_kernel;
-  switch (lean_pb) {
-    case 11:
-      if (ws) return bf16 ? lattice_decode_ws_kernel<11, true> : lattice_decode_ws_kernel<11, false>;
-      if (wide) return bf16 ? lattice_decode_lean_kernel<11, true, true> : lattice_decode_lean_kernel<11, false, true>;
-      return bf16 ? lattice_decode_lean_kernel<11, true, false> : lattice_decode_lean_kernel<11, false, false>;
-    default: return nullptr;
+  using detail::LeanPolicy;
+  constexpr int kPb = detail::kLeanProbBits;
+  if (warps <= Block24::kMaxWarps) {
+    return bf16 ? lattice_decode_lean_kernel<LeanPolicy<kPb, true, Block24>>
+                : lattice_decode_lean_kernel<LeanPolicy<kPb, false, Block24>>;
+  }
+  return bf16 ? lattice_decode_lean_kernel<LeanPolicy<kPb, true, Block32>>
+              : lattice_decode_lean_kernel<LeanPolicy<kPb, false, Block32>>;
+}
+
+// The shared placements serve real tensors (8 bpp, and everything the lean loop does not take) and have both block
+// shapes; the global one serves only streams that no shared table holds, in the 32-warp shape alone.
+KernelFn general_kernel(int lut_mode, int warps) {
+  using detail::GeneralPolicy;
+  using detail::lattice_decode_kernel;
+  const bool narrow = warps <= Block24::kMaxWarps;
+  switch (lut_mode) {
+    case detail::kPackedShared:
+      return narrow ? lattice_decode_kernel<GeneralPolicy<detail::kPackedShared, Block24>>
+                    : lattice_decode_kernel<GeneralPolicy<detail::kPackedShared, Block32>>;
+    case detail::kTwoLevelShared:
+      return narrow ? lattice_decode_kernel<GeneralPolicy<detail::kTwoLevelShared, Block24>>
+                    : lattice_decode_kernel<GeneralPolicy<detail::kTwoLevelShared, Block32>>;
+    default: return lattice_decode_kernel<GeneralPolicy<detail::kWideGlobal, Block32>>;
   }
 }
 
-bool lean_wide(int threads) { return threads > detail::kFastRegsMaxWarps * 32; }
+KernelFn kernel_for(const detail::KernelChoice& k) {
+  if (k.lean_pb != 0) return lean_kernel(k.lean_bf16, k.warps);
+  return general_kernel(k.lut_mode, k.warps);
+}
 
-KernelFn kernel_for(int lut_mode, bool staged, bool shfl, int fast, int lean_pb = 0, bool lean_bf16 = false,
-                    int threads = 0, bool ws = false) {
-  using namespace detail;
-  if (lean_pb != 0) return lean_kernel(lean_pb, lean_bf16, lean_wide(threads), ws);
-  switch (lut_mode) {
-    case kPackedShared: return kernel_for_mode<kPackedShared>(staged, shfl, fast);
-    case kPackedGlobal: return kernel_for_mode<kPackedGlobal>(staged, shfl, fast);
-    case kTwoLevelShared: return kernel_for_mode<kTwoLevelShared>(staged, shfl, fast);
-    default: return kernel_for_mode<kWideGlobal>(staged, shfl, fast);
-  }
+detail::KernelChoice kernel_of(const DecodePlan& plan) {
+  return {plan.lut_mode(), plan.lean_pb(), plan.lean_bf16(), static_cast<int>(plan.warps_per_block())};
 }
 
 }  // namespace
@@ -86,11 +86,8 @@ Result<DeviceLimits> query_limits(int device) {
   return limits;
 }
 
-bool lean_supported(int prob_bits) { return lean_kernel(prob_bits, false, false) != nullptr; }
-
-Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int threads, std::size_t dynamic_shared,
-                          int lean_pb, bool lean_bf16, bool ws) {
-  KernelFn fn = kernel_for(lut_mode, staged, shfl, fast, lean_pb, lean_bf16, threads, ws);
+Result<int> blocks_per_sm(const KernelChoice& kernel, std::size_t dynamic_shared) {
+  KernelFn fn = kernel_for(kernel);
   // Raise the dynamic limit to the device maximum (not to this plan's need) so plans of different sizes coexist.
   cudaFuncAttributes attrs{};
   if (cudaError_t e = cudaFuncGetAttributes(&attrs, fn); e != cudaSuccess) {
@@ -109,7 +106,7 @@ Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int th
     return cuda_error("cudaFuncSetAttribute(max dynamic shared memory)", e);
   }
   int blocks = 0;
-  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, threads, dynamic_shared);
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, kernel.warps * 32, dynamic_shared);
       e != cudaSuccess) {
     return cuda_error("cudaOccupancyMaxActiveBlocksPerMultiprocessor", e);
   }
@@ -155,11 +152,9 @@ Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream) {
       e != cudaSuccess) {
     return cuda_error("decode: cudaMemsetAsync(status)", e);
   }
-  const bool ws = plan.ws_recon_warps() != 0;
-  KernelFn fn = kernel_for(plan.lut_mode(), plan.stage_words(), plan.shuffle_words(), plan.fast_level(), plan.lean_pb(),
-                           plan.lean_bf16(), static_cast<int>(plan.warps_per_block() * 32), ws);
+  KernelFn fn = kernel_for(kernel_of(plan));
   const dim3 grid(static_cast<unsigned>(plan.blocks()));
-  const dim3 block((plan.warps_per_block() + plan.ws_recon_warps()) * 32);
+  const dim3 block(plan.warps_per_block() * 32);
   fn<<<grid, block, plan.shared_bytes_per_block(), stream>>>(scratch, plan.descs_offset(), plan.items_offset(),
                                                              plan.status_offset(), plan.tile_status_offset());
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_error("decode: kernel launch", e);

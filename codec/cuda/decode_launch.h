@@ -1,4 +1,5 @@
-// Internal: the CUDA-runtime side of the decoder that the host planner needs (device limits, occupancy).
+// Internal: the CUDA-runtime side of the decoder that the host planner needs (device limits, occupancy). Defined in
+// decode_launch.cu; tests/codec/cuda/plan_host_test.cc gives the planner a device of its own instead.
 #pragma once
 
 #include <cstddef>
@@ -14,13 +15,16 @@ struct DeviceLimits {
 };
 
 Result<DeviceLimits> query_limits(int device);
-// Resident blocks per SM for the kernel variant at this block size and dynamic shared memory (0 if it cannot run).
-// fast: the kFast kernel level (0, 1, 2; see decode_kernel.cuh), as DecodePlan::fast_level.
-// lean_pb: the lean kernel for that prob_bits (0: not lean), lean_bf16 its bf16-only form (DecodePlan::lean_pb);
-// ws: its warp-specialised form (threads then counts decode and reconstruction warps).
-Result<int> blocks_per_sm(int lut_mode, bool staged, bool shfl, int fast, int threads, std::size_t dynamic_shared,
-                          int lean_pb = 0, bool lean_bf16 = false, bool ws = false);
-// Whether a lean kernel is built for this prob_bits.
-bool lean_supported(int prob_bits);
+// The kernel that decodes a plan: the lean kernel where lean_pb != 0 (it is kLeanProbBits then; lean_bf16: its
+// bf16-only store), else the general kernel for lut_mode (a LutMode); each in the block shape that holds `warps`
+// warps per block.
+struct KernelChoice {
+  int lut_mode = 0;
+  int lean_pb = 0;
+  bool lean_bf16 = false;
+  int warps = 1;
+};
+// Resident blocks per SM of that kernel with `dynamic_shared` bytes of dynamic shared memory (0 if it cannot run).
+Result<int> blocks_per_sm(const KernelChoice& kernel, std::size_t dynamic_shared);
 
 }  // namespace epk::cuda::detail

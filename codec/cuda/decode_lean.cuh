@@ -1,9 +1,9 @@
-// The lean group loop (DecodeOptions::lean): the fast group loop of decode_kernel.cuh (packed tables in shared
-// memory, staged words, placement stepped from the previous group) with fewer instructions per symbol and per group,
-// and groups without branches. Same output bit for bit; its plain reference is codec/rans's decoder, which
-// the tests in tests/codec/cuda compare it against.
+// The lean group loop: the general loop of decode_kernel.cuh specialised for what serves the 2 and 4 bpp streams
+// (packed tables in shared memory, prob_bits a template parameter, 11 being the only one built), with fewer
+// instructions per symbol and per group, and groups without branches. Same output bit for bit; its plain reference is
+// codec/rans's decoder, which the tests in tests/codec/cuda compare it against.
 //
-// Why it looks like this (SASS of the fast loop, docs/NOTES.md):
+// Why it looks like this (SASS of the general loop, docs/NOTES.md):
 // - prob_bits is a template parameter, so the eight field tables of a coset sit at compile-time offsets from one
 //   per-lane base: each lookup is slot = x & mask, one LEA and an LDS with an immediate offset (no table pointer
 //   recomputed per symbol).
@@ -38,10 +38,9 @@ __device__ __forceinline__ std::uint32_t and_xor(std::uint32_t a, std::uint32_t 
   return r;
 }
 
-// One decoded vector from its eight packed entries e (value fields) and coset c: the lean loop's output, also made
-// by the reconstruction warps of the warp-specialised kernel (decode_ws.cuh). lean_bf16_vector gives the 16 bytes of
-// a bf16 vector (the plan takes it only where rows are vector-aligned and at least 32 vectors long, every scale is 0,
-// NaN or >= 2^-115 and no value can need the bf16 clamp); lean_store_general stores any format at (row, col).
+// One decoded vector from its eight packed entries e (value fields) and coset c. lean_bf16_vector gives the 16 bytes
+// of a bf16 vector (the plan takes it only where rows are vector-aligned and at least 32 vectors long, every scale is
+// 0, NaN or >= 2^-115 and no value can need the bf16 clamp); lean_store_general stores any format at (row, col).
 template <int kPb>
 __device__ __forceinline__ uint4 lean_bf16_vector(const std::uint32_t* e, std::uint32_t c, float scale) {
   constexpr int kVb = 31 - 2 * kPb;
@@ -86,77 +85,16 @@ __device__ __forceinline__ void lean_store_general(const TensorDesc& d, const st
   }
 }
 
-// The warp-specialised kernel's hand-off (decode_ws.cuh): a decode warp's two slots in shared memory, each with
-// its "full" and "empty" mbarrier, and the count of groups it has posted.
-struct WsSlots {
-  std::uint32_t slots_s;  // slot 0; slot 1 at + kWsSlotBytes
-  std::uint32_t mbar_s;   // (full, empty) of slot 0, then of slot 1: 8 bytes each
-  std::uint32_t posted;
-};
-
-__device__ __forceinline__ void mbar_init(std::uint32_t addr, std::uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(addr), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(std::uint32_t addr) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
-}
-// Waits until the phase of the given parity has completed. try_wait suspends the thread until then or until a time
-// limit; kSuspendHintNs asks for a long limit so that empty polls do not take issue slots from the decode warps (on
-// the H200 the instruction count was the same with and without it: 51.86M vs 51.85M, docs/NOTES.md run 9).
-template <std::uint32_t kSuspendHintNs = 1000000>
-__device__ __forceinline__ void mbar_wait(std::uint32_t addr, std::uint32_t parity) {
-  std::uint32_t done;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity), "n"(kSuspendHintNs)
-        : "memory");
-  } while (done == 0);
-}
-__device__ __forceinline__ void st_shared_v4(std::uint32_t addr, std::uint32_t a, std::uint32_t b, std::uint32_t c,
-                                             std::uint32_t e) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(e) : "memory");
-}
-__device__ __forceinline__ uint4 ld_shared_v4(std::uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-// A decode warp hands one group (eight entries and the coset per lane) to its reconstruction warp: waits for the
-// slot to be free, writes it and arrives on its "full" barrier (release: the writes are seen by the waiter).
-__device__ __forceinline__ void ws_post(WsSlots& ws, const std::uint32_t* e, std::uint32_t c, std::uint32_t tile,
-                                        std::uint32_t group_start, std::uint32_t n_valid) {
-  const std::uint32_t lane = threadIdx.x & 31;
-  const std::uint32_t s = ws.posted & 1u;
-  const std::uint32_t slot = ws.slots_s + s * kWsSlotBytes;
-  const std::uint32_t full = ws.mbar_s + s * 16;
-  mbar_wait(full + 8, ((ws.posted >> 1) & 1u) ^ 1u);  // the first use of each slot passes at once
-  st_shared_v4(slot + lane * 16, e[0], e[1], e[2], e[3]);
-  st_shared_v4(slot + 512 + lane * 16, e[4], e[5], e[6], e[7]);
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(slot + 1024 + lane * 4), "r"(c) : "memory");
-  if (lane == 0) st_shared_v4(slot + 1152, tile, group_start, n_valid, 0);
-  mbar_arrive(full);
-  ++ws.posted;
-}
-
-// kWs: the decode warp of the warp-specialised kernel: the symbol chain only, each group's entries posted to ws
-// (no placement, no store).
-// bf16 (not kWs): each group's vector is converted and stored during the next group, in the same basic block as that
+// bf16: each group's vector is converted and stored during the next group, in the same basic block as that
 // group's symbol chain, so its ~40 instructions need not sit between two chains (a warp issues in order; ptxas puts
 // them beside the coset step and the refill). It holds one pending vector in registers, yet ptxas fits the
 // 64-register form in 56.
 // syncs_block: this is the warp's first tile, started while the block's tables are still arriving (block_setup's
 // defer_lut_wait); the tile waits for them and joins the block's barrier once its own first loads are in flight.
-template <int kPb, bool kBf16, bool kWs = false>
+template <int kPb, bool kBf16>
 __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
                                                  std::uint32_t lut_s, std::uint32_t ring_s, DecodeStatus* status,
-                                                 std::uint8_t* tile_status, WsSlots* ws = nullptr,
-                                                 bool syncs_block = false) {
-  constexpr bool kDefer = kBf16 && !kWs;
+                                                 std::uint8_t* tile_status, bool syncs_block) {
   constexpr std::uint32_t kMask = (1u << kPb) - 1u;
   constexpr int kVb = 31 - 2 * kPb;  // value bits in a packed entry
   static_assert(kVb >= 2);
@@ -220,10 +158,10 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
     GroupPlacer placer;
     Placement next{};
     std::uint64_t dst = 0;  // bf16: this lane's 16-byte destination in the current group, 512 bytes lower each group
-    if constexpr (kDefer) {
+    if constexpr (kBf16) {
       next = placer.start(d, v0 + g_start + lane, first_valid);
       dst = bf16_vector_dst(d, next.row, next.col);
-    } else if constexpr (!kWs) {
+    } else {
       next = placer.next(d, step_rows, v0, g_start, first_valid);
     }
     struct Pending {
@@ -245,15 +183,15 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       refill(std::integral_constant<int, kRefillPerLane>{});
       cp_async_commit();
       const bool valid = !kPartial || static_cast<std::uint32_t>(lane) < n_valid;
-      [[maybe_unused]] Placement here{};
-      if constexpr (kDefer) {
+      Placement here{};
+      if constexpr (kBf16) {
         here = next;
         next = placer.step(d, true);  // past the tile's last group: not used
-      } else if constexpr (!kWs) {
+      } else {
         here = next;
         if (g_start != 0) next = placer.next(d, step_rows, v0, g_start - 32, true);
       }
-      if constexpr (kDefer) flush();  // the previous group's vector, scheduled into this group's chain
+      if constexpr (kBf16) flush();  // the previous group's vector, scheduled into this group's chain
 
       // One predicate for the vote, the word load and the merge (the C++ form compiles to two compares), the
       // prefix count of the needing lanes at or above this one, the ring address and the pointer step. The step
@@ -319,21 +257,17 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
         (field(std::integral_constant<int, kF>{}), ...);
       }(std::make_integer_sequence<int, 8>{});
 
-      if constexpr (kWs) {
-        ws_post(*ws, e, c, tile, g_start, n_valid);
-      } else {
-        if constexpr (kDefer) {
+      if constexpr (kBf16) {
 #pragma unroll
-          for (int j = 0; j < 8; ++j) pending.e[j] = e[j];
-          pending.c = c;
-          pending.scale = here.scale;
-          pending.dst = dst;
-          pending.store = here.store;
-        } else if (here.store) {
-          lean_store_general<kPb>(d, e, c, here.row, here.col, here.scale);
-        }
-        dst -= 512;
+        for (int j = 0; j < 8; ++j) pending.e[j] = e[j];
+        pending.c = c;
+        pending.scale = here.scale;
+        pending.dst = dst;
+        pending.store = here.store;
+      } else if (here.store) {
+        lean_store_general<kPb>(d, e, c, here.row, here.col, here.scale);
       }
+      dst -= 512;
     };
 
     if (rem) {
@@ -342,7 +276,7 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       group(std::false_type{}, 32);
     }
     // Two groups per iteration: the pipelined placement then alternates between two sets of registers instead of
-    // being copied (10 moves a group in the SASS of the one-group loop before commit ccb50e4).
+    // being copied (a one-group loop spends about 10 moves a group on it).
     while (g_start >= 64) {
       g_start -= 32;
       group(std::false_type{}, 32);
@@ -353,21 +287,29 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       g_start -= 32;
       group(std::false_type{}, 32);
     }
-    if constexpr (kDefer) flush();
+    if constexpr (kBf16) flush();
     cp_async_wait_all();
     fault = tile_end_fault(p2, x, wb, we);
   }
   record_tile(d, tensor, tile, fault, status, tile_status);
 }
 
-// As lattice_decode_kernel<kPackedShared, true, false, 2> (same shared-memory layout and work items), with the lean
-// group loop. kWide: up to kMaxWarpsPerBlock warps per block (64 registers per thread); otherwise at most
-// kFastRegsMaxWarps (80 registers).
-template <int kPb, bool kBf16, bool kWide>
-__global__ void __launch_bounds__(kWide ? kMaxWarpsPerBlock * 32 : kFastRegsMaxWarps * 32, 1)
+// The lean kernel's compile-time choices: prob_bits, the bf16-only store and the block shape (decode_desc.h).
+template <int kPb, bool kBf16, class Block>
+struct LeanPolicy {
+  static constexpr int kProbBits = kPb;
+  static constexpr bool kBf16Store = kBf16;
+  using Shape = Block;  // a BlockShape
+};
+
+// The general kernel's shared-memory layout and work items with packed shared tables, and the lean group loop.
+template <class Policy>
+__global__ void __launch_bounds__(Policy::Shape::kThreads, 1)
     lattice_decode_lean_kernel(std::uint8_t* __restrict__ scratch, std::uint64_t descs_offset,
                                std::uint64_t items_offset, std::uint64_t status_offset,
                                std::uint64_t tile_status_offset) {
+  constexpr int kPb = Policy::kProbBits;
+  constexpr bool kBf16 = Policy::kBf16Store;
   extern __shared__ uint4 dynamic_smem[];
   const WorkItem item = reinterpret_cast<const WorkItem*>(scratch + items_offset)[blockIdx.x];
   // Warp w's first tile is tile_begin + w, started before the tables have arrived; later ones come from the counter.
@@ -385,7 +327,7 @@ __global__ void __launch_bounds__(kWide ? kMaxWarpsPerBlock * 32 : kFastRegsMaxW
       if (first) join_block_after_tables();
       break;
     }
-    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status, nullptr, first);
+    decode_tile_lean<kPb, kBf16>(d, item.tensor, tile, b.smem0, ring_s, status, tile_status, first);
     tile = next_block_tile(b.next_tile);
   }
 }

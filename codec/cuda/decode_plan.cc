@@ -10,6 +10,7 @@
 #include "codec/cuda/decode.h"
 #include "codec/cuda/decode_desc.h"
 #include "codec/cuda/decode_launch.h"
+#include "codec/cuda/plan_overrides.h"
 #include "codec/rans/decoder.h"
 
 namespace epk::cuda {
@@ -219,10 +220,22 @@ Int8Gain int8_gain(const rans::LatticeRansStream& s) {
   return Int8Gain{g.gain, g.half_over_gain};
 }
 
+std::string DecodePlan::kernel_name() const {
+  if (lean_pb_ != 0) return "lean pb" + std::to_string(lean_pb_) + (lean_bf16_ ? " bf16" : "");
+  switch (lut_mode_) {
+    case detail::kPackedShared: return "general packed-shared";
+    case detail::kTwoLevelShared: return "general two-level";
+    default: return "general wide-global";
+  }
+}
+
 Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
+  return create(jobs, options, detail::PlanOverrides{});
+}
+
+Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const DecodeOptions& options,
+                                      const detail::PlanOverrides& overrides) {
   DecodePlan plan;
-  plan.stage_words_ = options.stage_words;
-  plan.shuffle_words_ = options.stage_words && options.shuffle_words;
   std::vector<Checked> checked;
   std::uint32_t max_pb = 0;
   std::uint64_t total_tiles = 0;
@@ -274,7 +287,8 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
 
   EPK_TRY_ASSIGN(detail::DeviceLimits limits, detail::query_limits(options.device));
   const std::size_t lut_bytes_max = (static_cast<std::size_t>(kLutTables) << max_pb) * 4;
-  const std::uint32_t max_warps = std::clamp<std::uint32_t>(options.max_warps_per_block, 1, detail::kMaxWarpsPerBlock);
+  const std::uint32_t max_warps =
+      std::clamp<std::uint32_t>(overrides.max_warps_per_block, 1, detail::kMaxWarpsPerBlock);
   // Work split: one block per SM (a block's tables fill the shared memory or its registers the register file), each
   // block one chunk of one tensor's tiles, tables loaded once per block. Chunks are sized so that every tensor's
   // chunks together fit one wave (a block left for a second wave would double the time), and the warps per block so
@@ -295,10 +309,10 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   std::uint64_t per_block = std::max<std::uint64_t>(1, (total_tiles + sms - 1) / sms);
   while (per_block < max_tensor_tiles && blocks_for(per_block) > sms) ++per_block;
   per_block =
-      std::max<std::uint64_t>(per_block, std::min<std::uint64_t>(options.min_tiles_per_block, max_tensor_tiles));
+      std::max<std::uint64_t>(per_block, std::min<std::uint64_t>(overrides.min_tiles_per_block, max_tensor_tiles));
   const std::uint64_t rounds = (per_block + max_warps - 1) / max_warps;
   plan.warps_per_block_ = static_cast<std::uint32_t>((per_block + rounds - 1) / rounds);
-  const std::size_t ring_bytes = options.stage_words ? std::size_t{plan.warps_per_block_} * detail::kRingBytes : 0;
+  const std::size_t ring_bytes = std::size_t{plan.warps_per_block_} * detail::kRingBytes;
   // Dynamic shared memory: tables, 2 KiB alignment slack, the rings, the descriptor and the tile counter.
   const std::size_t fixed_shared = detail::kRingBytes + ring_bytes + 256;
   const bool shared_fits = all_pack && lut_bytes_max + fixed_shared + 1024 <= limits.max_shared_per_block;
@@ -309,15 +323,18 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     two_level_ok = two_level_ok && checked[t].total_symbols < 65535 && jobs[t].stream->prob_bits <= 15;
   }
   const bool two_level_fits = two_level_ok && two_level_max + fixed_shared + 1024 <= limits.max_shared_per_block;
-  switch (options.lut) {
-    case LutPlacement::kShared:
+  // The first placement that holds the whole batch, fastest first (H200, docs/NOTES.md: packed shared 95 us vs
+  // two-level 99 us at 4 bpp; where packed entries do not fit, two-level 96 us vs 64-bit entries through L1 252 us,
+  // 10240x3840 at 8 bpp).
+  switch (overrides.lut_mode) {
+    case detail::kPackedShared:
       if (!shared_fits) {
         return make_error(ErrorCode::kUnsupported, "decode plan: packed tables of " + std::to_string(lut_bytes_max) +
                                                        " bytes do not fit in shared memory (or do not pack)");
       }
       plan.lut_mode_ = detail::kPackedShared;
       break;
-    case LutPlacement::kTwoLevel:
+    case detail::kTwoLevelShared:
       if (!two_level_fits) {
         return make_error(ErrorCode::kUnsupported, "decode plan: two-level tables of " +
                                                        std::to_string(two_level_max) +
@@ -325,35 +342,23 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
       }
       plan.lut_mode_ = detail::kTwoLevelShared;
       break;
-    case LutPlacement::kGlobal: plan.lut_mode_ = all_pack ? detail::kPackedGlobal : detail::kWideGlobal; break;
-    case LutPlacement::kWide: plan.lut_mode_ = detail::kWideGlobal; break;
-    case LutPlacement::kAuto:
-      // Measured on the H200 (docs/NOTES.md): packed shared 95 us vs two-level 99 us at 4 bpp; where the packed
-      // entries do not fit, two-level 96 us vs 64-bit entries through L1 252 us (10240x3840 at 8 bpp).
-      plan.lut_mode_ = shared_fits       ? detail::kPackedShared
-                       : two_level_fits ? detail::kTwoLevelShared
-                       : all_pack       ? detail::kPackedGlobal
-                                        : detail::kWideGlobal;
+    case detail::kWideGlobal: plan.lut_mode_ = detail::kWideGlobal; break;
+    default:
+      plan.lut_mode_ = shared_fits ? detail::kPackedShared : two_level_fits ? detail::kTwoLevelShared
+                                                                            : detail::kWideGlobal;
       break;
   }
   plan.shared_bytes_ = (plan.lut_mode_ == detail::kPackedShared     ? lut_bytes_max
                         : plan.lut_mode_ == detail::kTwoLevelShared ? two_level_max
                                                                     : 0) +
                        fixed_shared;
-  if (options.fast_groups > 0 && plan.stage_words_ && !plan.shuffle_words_ && detail::lut_in_shared(plan.lut_mode_)) {
-    plan.fast_level_ =
-        options.fast_groups >= 2 && plan.warps_per_block_ <= static_cast<std::uint32_t>(detail::kFastRegsMaxWarps)
-            ? 2
-            : 1;
-  }
-  if (options.lean && plan.fast_level_ > 0 && plan.lut_mode_ == detail::kPackedShared) {
+  if (overrides.lean && plan.lut_mode_ == detail::kPackedShared) {
     const std::uint32_t pb = jobs[0].stream->prob_bits;
     bool same_pb = true, bf16 = true;
     for (const DecodeJob& job : jobs) {
       same_pb = same_pb && job.stream->prob_bits == pb;
       // The bf16 store: rows vector-aligned and at least 32 vectors long (the lean loop's placement steps across at
-      // most one row per group; the warp-specialised kernel, which places without stepping, shares the rule), and no
-      // value can reach the bf16 clamp (it has none).
+      // most one row per group), and no value can reach the bf16 clamp (it has none).
       bf16 = bf16 && job.format == OutputFormat::kBf16 && job.stream->cols % 8 == 0 && job.stream->cols >= 256 &&
              !bf16_clamp_needed(*job.stream);
       // The bf16 store multiplies by scale * 2^-pb: exact only where that is a normal float (or 0 or NaN; an infinite
@@ -363,32 +368,15 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
         bf16 = v == 0.0f || !std::isfinite(v) || std::fabs(v) >= 0x1p-115f;
       }
     }
-    if (same_pb && detail::lean_supported(static_cast<int>(pb))) {
+    if (same_pb && pb == static_cast<std::uint32_t>(detail::kLeanProbBits)) {
       plan.lean_pb_ = static_cast<int>(pb);
       plan.lean_bf16_ = bf16;
     }
   }
-  // Warp-specialised lean kernel: as many reconstruction warps as fit beside the decode warps (at most one per
-  // decode warp, at least one per kWsMaxServed), plus the slots and barriers of the hand-off in shared memory.
-  if (options.warp_specialised && plan.lean_pb_ != 0) {
-    const std::uint32_t decode_warps = plan.warps_per_block_;
-    std::uint32_t recon = decode_warps < static_cast<std::uint32_t>(detail::kMaxWarpsPerBlock)
-                              ? std::min<std::uint32_t>(decode_warps, detail::kMaxWarpsPerBlock - decode_warps)
-                              : 0;
-    if (options.ws_max_recon_warps > 0) recon = std::min(recon, options.ws_max_recon_warps);
-    const std::size_t ws_shared = plan.shared_bytes_ + std::size_t{decode_warps} * detail::kWsBytesPerDecodeWarp;
-    if (recon > 0 && decode_warps + recon <= static_cast<std::uint32_t>(detail::kMaxWarpsPerBlock) &&
-        recon * detail::kWsMaxServed >= decode_warps && ws_shared + 1024 <= limits.max_shared_per_block) {
-      plan.ws_recon_warps_ = recon;
-      plan.shared_bytes_ = ws_shared;
-    }
-  }
-  EPK_TRY_ASSIGN(int resident, detail::blocks_per_sm(plan.lut_mode_, plan.stage_words_, plan.shuffle_words_,
-                                                     plan.fast_level_,
-                                                     static_cast<int>((plan.warps_per_block_ + plan.ws_recon_warps_) *
-                                                                      32),
-                                                     plan.shared_bytes_, plan.lean_pb_, plan.lean_bf16_,
-                                                     plan.ws_recon_warps_ != 0));
+  EPK_TRY_ASSIGN(int resident,
+                 detail::blocks_per_sm({plan.lut_mode_, plan.lean_pb_, plan.lean_bf16_,
+                                        static_cast<int>(plan.warps_per_block_)},
+                                       plan.shared_bytes_));
   if (resident <= 0) return make_error(ErrorCode::kUnsupported, "decode plan: the kernel cannot be resident");
 
   // Work items: a block decodes its chunk with its warps pulling tiles from a shared counter.
@@ -401,10 +389,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     for (std::uint64_t k = 0; k < chunks; ++k) {
       const auto b = static_cast<std::uint32_t>(t0 + n * k / chunks);
       const auto e = static_cast<std::uint32_t>(t0 + n * (k + 1) / chunks);
-      // pad: the warp-specialised kernel's decode warps per block.
-      if (e > b) {
-        items.push_back({static_cast<std::uint32_t>(t), b, e, plan.ws_recon_warps_ ? plan.warps_per_block_ : 0});
-      }
+      if (e > b) items.push_back({static_cast<std::uint32_t>(t), b, e, 0});
     }
   }
   plan.blocks_ = items.size();

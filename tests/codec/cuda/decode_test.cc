@@ -1,6 +1,6 @@
 // The GPU decoder against the project's CPU decoder (codec/rans/decoder.h, the oracle; the reference package's outputs
-// stored with the vectors are checked against it too), bit for bit, for every output format (dense and rowwise), table
-// placement and word staging; row ranges; batches; corrupt tiles.
+// stored with the vectors are checked against it too), bit for bit, for every output format (dense and rowwise), each
+// kernel (lean and general) and table placement; row ranges; batches; corrupt tiles.
 // Tests that need a GPU skip where none is present; plan validation tests run everywhere.
 #include "codec/cuda/decode.h"
 
@@ -8,9 +8,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <memory>
 #include <random>
 
+#include "codec/cuda/decode_desc.h"
+#include "codec/cuda/plan_overrides.h"
 #include "tests/codec/cuda/cpu_oracle.h"
 #include "tests/codec/cuda/device_stream.h"
 #include "tests/codec/cuda/raw_stream_file.h"
@@ -76,46 +79,50 @@ rans::TileFault as_oracle_fault(TileFault f) {
   return rans::TileFault::kBadInitialState;  // no counterpart: never equal to a CPU fault of a valid-offsets stream
 }
 
+using detail::PlanOverrides;
+
 // Plans, uploads, decodes and checks the status; returns the plan's status.
-Status run(std::span<const DecodeJob> jobs, const DecodeOptions& options) {
-  EPK_TRY_ASSIGN(DecodePlan plan, DecodePlan::create(jobs, options));
+Status run(std::span<const DecodeJob> jobs, const PlanOverrides& overrides = {}) {
+  EPK_TRY_ASSIGN(DecodePlan plan, DecodePlan::create(jobs, {}, overrides));
   DeviceBuffer scratch(plan.scratch_bytes());
   EPK_TRY(upload(plan, scratch.get(), scratch.bytes(), nullptr));
   EPK_TRY(decode(plan, scratch.get(), nullptr));
   return read_status(plan, scratch.get(), nullptr);
 }
 
-// {lut, max warps per block, staged words, device, shuffled words, fast group loop, lean group loop}
-const DecodeOptions kVariants[] = {
-    {LutPlacement::kAuto, 32, true, -1, false, 0, false},  // the run-2 group loop
-    {LutPlacement::kGlobal, 32, true, -1, false, 0, false},
-    {LutPlacement::kWide, 32, true, -1, false, 0, false},
-    {LutPlacement::kTwoLevel, 32, true, -1, false, 0, false},
-    {LutPlacement::kAuto, 32, false, -1, false, 0, false},
-    {LutPlacement::kWide, 4, false, -1, false, 0, false},
-    {LutPlacement::kAuto, 32, true, -1, true, 0, false},  // shuffled words
-    {LutPlacement::kTwoLevel, 32, true, -1, true, 0, false},
-    {LutPlacement::kWide, 3, true, -1, true, 0, false},
-    {LutPlacement::kAuto, 32, true, -1, false, 1, false},  // fast group loop
-    {LutPlacement::kAuto, 32, true, -1, false, 2, false},  // the default before the lean loop
-    {LutPlacement::kTwoLevel, 32, true, -1, false, 2, false},
-    {LutPlacement::kAuto, 2, true, -1, false, 2, false},  // two rounds of tiles per warp
-    {LutPlacement::kAuto, 32, true, -1, false, 2, true},  // the lean group loop, the default (prob_bits 11; others
-                                                          // fall back to fast_groups 2)
-    {LutPlacement::kAuto, 2, true, -1, false, 2, true},
-    // The warp-specialised lean kernel (one decode and one reconstruction warp per tile on these small vectors);
-    // the last one puts both tiles of a two-tile vector in one block with one reconstruction warp for both.
-    {LutPlacement::kAuto, 32, true, -1, false, 2, true, true},
-    {LutPlacement::kAuto, 2, true, -1, false, 2, true, true},
-    {LutPlacement::kAuto, 32, true, -1, false, 2, true, true, 1, 2},
-};
-// The default and the warp-specialised lean kernel, for the tests that do not run every variant.
-DecodeOptions ws_options() {
-  DecodeOptions o;
-  o.warp_specialised = true;
+PlanOverrides general_loop(int lut_mode = -1) {
+  PlanOverrides o;
+  o.lut_mode = lut_mode;
+  o.lean = false;
   return o;
 }
-const DecodeOptions kDefaultAndWs[] = {DecodeOptions{}, ws_options()};
+// Up to 5 tiles (all of a committed vector's) in one block of at most `warps` warps: several warps per block, and
+// tiles from the block's counter after each warp's first.
+PlanOverrides few_warps(PlanOverrides o, std::uint32_t warps) {
+  o.max_warps_per_block = warps;
+  o.min_tiles_per_block = 5;
+  return o;
+}
+std::string describe(const PlanOverrides& o) {
+  return "lut " + std::to_string(o.lut_mode) + " lean " + std::to_string(o.lean) + " max warps " +
+         std::to_string(o.max_warps_per_block) + " tiles/block " + std::to_string(o.min_tiles_per_block);
+}
+
+// The kept kernels on the same stream: the default plan (the lean kernel at prob_bits 11, the general one with
+// two-level tables at 8 bpp), the general kernel in each table placement, and each with a vector's tiles in one block
+// of two or three warps.
+const PlanOverrides kVariants[] = {
+    {},
+    few_warps({}, 2),
+    general_loop(),
+    few_warps(general_loop(), 2),
+    general_loop(detail::kTwoLevelShared),
+    few_warps(general_loop(detail::kTwoLevelShared), 3),
+    general_loop(detail::kWideGlobal),
+    few_warps(general_loop(detail::kWideGlobal), 3),
+};
+// The default, the general kernel and the global placement, for the tests that do not run every variant.
+const PlanOverrides kDefaultGeneralWide[] = {{}, general_loop(), general_loop(detail::kWideGlobal)};
 
 class GpuVectors : public ::testing::TestWithParam<std::string> {};
 
@@ -131,20 +138,13 @@ TEST_P(GpuVectors, EveryFormatAndVariantMatchesTheReference) {
       ASSERT_EQ(first_difference(want.values, it->second), want.values.size())
           << "CPU reference vs reference package, " << output_format_name(format);
     }
-    for (const DecodeOptions& options : kVariants) {
+    for (const PlanOverrides& variant : kVariants) {
       DeviceOutput out(want.values.size(), s.rows);
       DecodeJob job{GetParam(), &s, dev.buffers(), 0, 0, format, out.values.get(), out.row_scales.get<float>()};
-      const Status st = run({&job, 1}, options);
+      const Status st = run({&job, 1}, variant);
       ASSERT_TRUE(st) << st.error().to_string();
       const HostResult got = out.fetch();
-      const std::string what = std::string(output_format_name(format)) + " lut " +
-                               std::to_string(static_cast<int>(options.lut)) + " staged " +
-                               std::to_string(options.stage_words) + " shfl " +
-                               std::to_string(options.shuffle_words) + " fast " +
-                               std::to_string(options.fast_groups) + " lean " +
-                               std::to_string(options.lean) + " ws " + std::to_string(options.warp_specialised) +
-                               " tiles/block " + std::to_string(options.min_tiles_per_block) + " warps " +
-                               std::to_string(options.max_warps_per_block);
+      const std::string what = std::string(output_format_name(format)) + " " + describe(variant);
       EXPECT_EQ(first_difference(got.values, want.values), want.values.size()) << what;
       if (is_rowwise(format)) {
         EXPECT_EQ(got.row_scales, want.row_scales) << what;
@@ -155,8 +155,6 @@ TEST_P(GpuVectors, EveryFormatAndVariantMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Committed, GpuVectors, ::testing::ValuesIn(testing::cuda_vector_names()));
 
-// The lean loop's variant lists above pass silently through a fallback if the plan never takes it: pin which kernel
-// each committed vector gets (prob_bits 11 -> lean; bf16 with cols % 8 == 0 -> its bf16 store; 8 bpp -> fallback).
 // A committed vector on the device with an output buffer for `format`, and the job that decodes all of it (for the
 // plan tests). Members in construction order: each one points into those before it, so it neither copies nor moves.
 struct VectorJob {
@@ -175,64 +173,49 @@ struct VectorJob {
   DecodeJob job;
 };
 
+// The variant lists above pass silently through the general kernel if the plan never takes the lean one: pin which
+// kernel each committed vector gets (prob_bits 11 -> lean; bf16 with cols % 8 == 0 and cols >= 256 -> its bf16 store;
+// 8 bpp, prob_bits 12 -> the general kernel with two-level tables), and what each override forces.
 TEST(GpuLean, PlanTakesTheLeanKernelWhereItApplies) {
   SKIP_WITHOUT_GPU();
-  DecodeOptions lean;
-  lean.lean = true;
   struct Case {
     const char* name;
     OutputFormat format;
     int pb;
     bool bf16;
+    int lut_mode;
   };
-  const Case cases[] = {{"gauss_29x520_4bpp", OutputFormat::kBf16, 11, true},
-                        {"gauss_29x520_4bpp", OutputFormat::kFp16, 11, false},
-                        {"gauss_29x520_2bpp", OutputFormat::kInt8Rowwise, 11, false},
-                        {"gauss_13x100_4bpp", OutputFormat::kBf16, 11, false},  // cols % 8 != 0
-                        {"gauss_29x520_8bpp", OutputFormat::kBf16, 0, false}};  // prob_bits 12: two-level tables
+  const Case cases[] = {{"gauss_29x520_4bpp", OutputFormat::kBf16, 11, true, detail::kPackedShared},
+                        {"gauss_29x520_4bpp", OutputFormat::kFp16, 11, false, detail::kPackedShared},
+                        {"gauss_29x520_2bpp", OutputFormat::kInt8Rowwise, 11, false, detail::kPackedShared},
+                        {"gauss_13x100_4bpp", OutputFormat::kBf16, 11, false, detail::kPackedShared},  // cols % 8
+                        {"gauss_bf16_31x264_4bpp", OutputFormat::kBf16, 11, true, detail::kPackedShared},
+                        {"gauss_29x520_8bpp", OutputFormat::kBf16, 0, false, detail::kTwoLevelShared}};
   for (const Case& c : cases) {
     const VectorJob v(c.name, c.format);
     const DecodeJob& job = v.job;
-    auto plan = DecodePlan::create({&job, 1}, lean);
+    const std::string what = std::string(c.name) + " " + std::string(output_format_name(c.format));
+    auto plan = DecodePlan::create({&job, 1});
     ASSERT_TRUE(plan) << plan.error().to_string();
-    EXPECT_EQ(plan->lean_pb(), c.pb) << c.name << " " << output_format_name(c.format);
-    EXPECT_EQ(plan->lean_bf16(), c.bf16) << c.name << " " << output_format_name(c.format);
-    auto off = DecodePlan::create({&job, 1}, {});
-    ASSERT_TRUE(off);
-    EXPECT_EQ(off->lean_pb(), DecodeOptions{}.lean ? c.pb : 0);
+    EXPECT_EQ(plan->lean_pb(), c.pb) << what;
+    EXPECT_EQ(plan->lean_bf16(), c.bf16) << what;
+    EXPECT_EQ(plan->lut_mode(), c.lut_mode) << what;
+    auto general = DecodePlan::create({&job, 1}, {}, general_loop());
+    ASSERT_TRUE(general) << general.error().to_string();
+    EXPECT_EQ(general->lean_pb(), 0) << what;
+    EXPECT_EQ(general->lut_mode(), c.lut_mode) << what;
+    for (const int mode : {detail::kTwoLevelShared, detail::kWideGlobal}) {
+      auto forced = DecodePlan::create({&job, 1}, {}, general_loop(mode));
+      ASSERT_TRUE(forced) << forced.error().to_string();
+      EXPECT_EQ(forced->lut_mode(), mode) << what;
+      EXPECT_EQ(forced->lean_pb(), 0) << what;
+    }
   }
-}
-
-// Same for the warp-specialised kernel: taken wherever the lean loop is, with the decode warps of the lean plan plus
-// reconstruction warps (at most one per decode warp, at least one per three), never elsewhere.
-TEST(GpuWarpSpecialised, PlanTakesItWhereTheLeanLoopApplies) {
-  SKIP_WITHOUT_GPU();
-  struct Case {
-    const char* name;
-    OutputFormat format;
-    std::uint32_t min_tiles, max_recon;
-    std::uint32_t decode_warps, recon_warps;  // recon 0: not taken
-  };
-  const Case cases[] = {{"gauss_29x520_4bpp", OutputFormat::kBf16, 1, 0, 1, 1},
-                        {"gauss_29x520_4bpp", OutputFormat::kFp8E4M3Rowwise, 1, 0, 1, 1},
-                        {"gauss_13x100_4bpp", OutputFormat::kBf16, 1, 0, 1, 1},
-                        {"studentt_16x1024_4bpp", OutputFormat::kFp16, 2, 1, 2, 1},
-                        {"gauss_29x520_8bpp", OutputFormat::kBf16, 1, 0, 1, 0}};  // prob_bits 12: no lean loop
-  for (const Case& c : cases) {
-    const VectorJob v(c.name, c.format);
-    const DecodeJob& job = v.job;
-    DecodeOptions options = ws_options();
-    options.min_tiles_per_block = c.min_tiles;
-    options.ws_max_recon_warps = c.max_recon;
-    auto plan = DecodePlan::create({&job, 1}, options);
-    ASSERT_TRUE(plan) << plan.error().to_string();
-    EXPECT_EQ(plan->warps_per_block(), c.decode_warps) << c.name;
-    EXPECT_EQ(plan->ws_recon_warps(), c.recon_warps) << c.name << " " << output_format_name(c.format);
-    EXPECT_EQ(plan->lean_pb(), c.recon_warps ? 11 : 0) << c.name;
-    auto plain = DecodePlan::create({&job, 1}, {});
-    ASSERT_TRUE(plain);
-    EXPECT_EQ(plain->ws_recon_warps() != 0, DecodeOptions{}.warp_specialised && c.recon_warps != 0);
-  }
+  // At prob_bits 12 the packed tables (256 KiB) do not fit in shared memory: they cannot be forced.
+  const VectorJob v("gauss_29x520_8bpp", OutputFormat::kBf16);
+  auto packed = DecodePlan::create({&v.job, 1}, {}, general_loop(detail::kPackedShared));
+  ASSERT_FALSE(packed);
+  EXPECT_EQ(packed.error().code, ErrorCode::kUnsupported);
 }
 
 // The bf16 store multiplies by scale * 2^-11 and has no clamp: a row scale below 2^-115 (subnormal product factor)
@@ -242,8 +225,6 @@ TEST(GpuLean, TinyHugeAndSpecialRowScalesStayBitExact) {
   SKIP_WITHOUT_GPU();
   RawStream raw = load("gauss_29x520_4bpp");
   rans::LatticeRansStream s = raw.view();
-  DecodeOptions lean;
-  lean.lean = true;
   const std::vector<float> original(s.scales.begin(), s.scales.end());
   enum class Case { kEdge, kTiny, kHuge };
   for (const Case c : {Case::kEdge, Case::kTiny, Case::kHuge}) {
@@ -262,18 +243,18 @@ TEST(GpuLean, TinyHugeAndSpecialRowScalesStayBitExact) {
     const HostResult want = reference(s, OutputFormat::kBf16, 0, 0);
     DeviceOutput out(want.values.size(), s.rows);
     DecodeJob job{"scales", &s, dev.buffers(), 0, 0, OutputFormat::kBf16, out.values.get(), nullptr};
-    auto plan = DecodePlan::create({&job, 1}, lean);
+    auto plan = DecodePlan::create({&job, 1});
     ASSERT_TRUE(plan) << plan.error().to_string();
     EXPECT_EQ(plan->lean_pb(), 11);
     EXPECT_EQ(plan->lean_bf16(), c == Case::kEdge);
-    ASSERT_TRUE(run({&job, 1}, lean));
+    ASSERT_TRUE(run({&job, 1}));
     EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size()) << "case " << int(c);
-    DecodeOptions ws = lean;
-    ws.warp_specialised = true;
-    DeviceOutput ws_out(want.values.size(), s.rows);
-    job.out_dev = ws_out.values.get();
-    ASSERT_TRUE(run({&job, 1}, ws));
-    EXPECT_EQ(first_difference(ws_out.fetch().values, want.values), want.values.size()) << "ws, case " << int(c);
+    // The general kernel's store (its clamp where the huge scale needs it) on the same scales.
+    DeviceOutput general_out(want.values.size(), s.rows);
+    job.out_dev = general_out.values.get();
+    ASSERT_TRUE(run({&job, 1}, general_loop()));
+    EXPECT_EQ(first_difference(general_out.fetch().values, want.values), want.values.size())
+        << "general, case " << int(c);
   }
 }
 
@@ -286,21 +267,30 @@ TEST(GpuRowRange, EachRangeMatchesTheReference) {
     const std::pair<std::uint32_t, std::uint32_t> ranges[] = {{0, 1}, {5, 12}, {s.rows - 1, s.rows}, {3, s.rows}};
     for (auto [b, e] : ranges) {
       const HostResult want = reference(s, OutputFormat::kBf16, b, e);
-      for (const DecodeOptions& options : kDefaultAndWs) {
+      for (const PlanOverrides& variant : kDefaultGeneralWide) {
         DeviceOutput out(want.values.size(), e - b);
         DecodeJob job{name, &s, dev.buffers(), b, e, OutputFormat::kBf16, out.values.get(), nullptr};
-        ASSERT_TRUE(run({&job, 1}, options));
+        ASSERT_TRUE(run({&job, 1}, variant));
         EXPECT_EQ(first_difference(out.fetch().values, want.values), want.values.size())
-            << name << " rows [" << b << ", " << e << ") ws " << options.warp_specialised;
+            << name << " rows [" << b << ", " << e << ") " << describe(variant);
       }
     }
   }
 }
 
-TEST(GpuBatch, ManyTensorsInOneLaunchMatchTheirReferences) {
-  SKIP_WITHOUT_GPU();
+// Several jobs per committed vector in one launch, with different formats and row ranges; `keep` picks the vectors.
+// With every vector the batch mixes prob_bits 11 and 12 (the general kernel, two-level tables); with the prob_bits 11
+// ones only, the default plan takes the lean kernel for the whole batch.
+void expect_batch_matches(const std::function<bool(const rans::LatticeRansStream&)>& keep, int default_lean_pb) {
   std::vector<RawStream> raws;
-  for (const std::string& n : testing::cuda_vector_names()) raws.push_back(load(n));
+  std::vector<std::string> names;
+  for (const std::string& n : testing::cuda_vector_names()) {
+    RawStream r = load(n);
+    if (!keep(r.view())) continue;
+    raws.push_back(std::move(r));
+    names.push_back(n);
+  }
+  ASSERT_GE(raws.size(), 2u);
   std::vector<rans::LatticeRansStream> views;
   for (const RawStream& r : raws) views.push_back(r.view());
   std::vector<std::unique_ptr<DeviceStream>> devs;
@@ -316,27 +306,39 @@ TEST(GpuBatch, ManyTensorsInOneLaunchMatchTheirReferences) {
       devs.push_back(std::make_unique<DeviceStream>(views[i]));
       wants.push_back(reference(views[i], format, b, e));
       outs.push_back(std::make_unique<DeviceOutput>(wants.back().values.size(), e - b));
-      jobs.push_back({testing::cuda_vector_names()[i] + "#" + std::to_string(copy), &views[i],
-                      devs.back()->buffers(), b, e, format, outs.back()->values.get(),
-                      outs.back()->row_scales.get<float>()});
+      jobs.push_back({names[i] + "#" + std::to_string(copy), &views[i], devs.back()->buffers(), b, e, format,
+                      outs.back()->values.get(), outs.back()->row_scales.get<float>()});
     }
   }
-  for (const DecodeOptions& options : kDefaultAndWs) {
+  auto plan = DecodePlan::create(jobs);
+  ASSERT_TRUE(plan) << plan.error().to_string();
+  EXPECT_EQ(plan->lean_pb(), default_lean_pb) << plan->kernel_name();
+  for (const PlanOverrides& variant : kDefaultGeneralWide) {
     for (auto& out : outs) {
       EPK_CUDA_CHECK(cudaMemset(out->values.get(), 0xAB, out->values.bytes()));
       EPK_CUDA_CHECK(cudaMemset(out->row_scales.get(), 0xAB, out->row_scales.bytes()));
     }
-    const Status st = run(jobs, options);
+    const Status st = run(jobs, variant);
     ASSERT_TRUE(st) << st.error().to_string();
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       const HostResult got = outs[j]->fetch();
       EXPECT_EQ(first_difference(got.values, wants[j].values), wants[j].values.size())
-          << "job " << j << " ws " << options.warp_specialised;
+          << jobs[j].name << " " << describe(variant);
       if (is_rowwise(jobs[j].format)) {
-        EXPECT_EQ(got.row_scales, wants[j].row_scales) << "job " << j << " ws " << options.warp_specialised;
+        EXPECT_EQ(got.row_scales, wants[j].row_scales) << jobs[j].name << " " << describe(variant);
       }
     }
   }
+}
+
+TEST(GpuBatch, ManyTensorsInOneLaunchMatchTheirReferences) {
+  SKIP_WITHOUT_GPU();
+  expect_batch_matches([](const rans::LatticeRansStream&) { return true; }, 0);
+}
+
+TEST(GpuBatch, PlanOfProbBits11TensorsTakesTheLeanKernelAndMatches) {
+  SKIP_WITHOUT_GPU();
+  expect_batch_matches([](const rans::LatticeRansStream& s) { return s.prob_bits == 11; }, 11);
 }
 
 TEST(GpuCorruption, AFlippedWordIsReportedWithTensorAndTileAndOthersStayCorrect) {
@@ -353,8 +355,8 @@ TEST(GpuCorruption, AFlippedWordIsReportedWithTensorAndTileAndOthersStayCorrect)
       {"good", &gs, gd.buffers(), 0, 0, OutputFormat::kBf16, go.values.get(), nullptr},
       {"model.layers.0.mlp.up_proj", &bs, bd.buffers(), 0, 0, OutputFormat::kBf16, bo.values.get(), nullptr},
   };
-  for (const DecodeOptions& options : kVariants) {
-    auto plan = DecodePlan::create(jobs, options);
+  for (const PlanOverrides& variant : kVariants) {
+    auto plan = DecodePlan::create(jobs, {}, variant);
     ASSERT_TRUE(plan);
     DeviceBuffer scratch(plan->scratch_bytes());
     ASSERT_TRUE(upload(*plan, scratch.get(), scratch.bytes(), nullptr));
@@ -421,9 +423,9 @@ TEST(GpuLean, CorruptTilesAreReportedLikeTheCpuDecoder) {
       DeviceStream dev(s);
       DeviceOutput out(std::size_t{s.rows} * s.cols * 2, s.rows);
       DecodeJob job{"w", &s, dev.buffers(), 0, 0, OutputFormat::kBf16, out.values.get(), nullptr};
-      DecodeOptions options;
-      options.min_tiles_per_block = tiles_per_block;
-      auto plan = DecodePlan::create({&job, 1}, options);
+      PlanOverrides split;
+      split.min_tiles_per_block = tiles_per_block;
+      auto plan = DecodePlan::create({&job, 1}, {}, split);
       ASSERT_TRUE(plan) << plan.error().to_string();
       ASSERT_EQ(plan->lean_pb(), 11);
       ASSERT_EQ(plan->warps_per_block(), tiles_per_block);

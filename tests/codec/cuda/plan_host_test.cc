@@ -1,0 +1,229 @@
+// The GPU decoder's planner (codec/cuda/decode_plan.cc) on the host, against a device of the test's own (the H200's
+// 132 SMs and 227 KiB of shared memory per block) instead of the CUDA runtime: which kernel and table placement each
+// stream and batch gets, what the overrides force and refuse, and the work split. No GPU and no nvcc needed, so CI
+// checks the kernel choice; the GPU tests (decode_test.cc, oracle_test.cc) check the same choices on the device and
+// the outputs of each kernel bit for bit.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/cuda/decode.h"
+#include "codec/cuda/decode_desc.h"
+#include "codec/cuda/decode_launch.h"
+#include "codec/cuda/plan_overrides.h"
+#include "codec/rate/encode.h"
+#include "tests/codec/cuda/raw_stream_file.h"
+#include "tests/codec/cuda/test_data.h"
+
+namespace epk::cuda {
+namespace detail {
+
+// The test's device. A kernel is resident where its block's dynamic shared memory fits (the decode kernels have no
+// static shared memory) and it has at most 32 warps.
+constexpr std::size_t kSharedPerBlock = 232448;
+Result<DeviceLimits> query_limits(int) { return DeviceLimits{132, kSharedPerBlock, 233472}; }
+Result<int> blocks_per_sm(const KernelChoice& kernel, std::size_t dynamic_shared) {
+  return dynamic_shared <= kSharedPerBlock && kernel.warps >= 1 && kernel.warps <= kMaxWarpsPerBlock ? 1 : 0;
+}
+
+}  // namespace detail
+namespace {
+
+using detail::PlanOverrides;
+
+// Never dereferenced: planning reads only the host view of the stream.
+DecodeJob job_for(const rans::LatticeRansStream& s, OutputFormat format, const std::string& name = "t") {
+  DecodeJob job;
+  job.name = name;
+  job.stream = &s;
+  job.dev = {reinterpret_cast<const std::uint16_t*>(std::uintptr_t{0x1000}),
+             reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x2000}),
+             reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x3000}),
+             reinterpret_cast<const float*>(std::uintptr_t{0x4000})};
+  job.out_dev = reinterpret_cast<void*>(std::uintptr_t{0x5000});
+  job.row_scales_dev = reinterpret_cast<float*>(std::uintptr_t{0x6000});
+  job.format = format;
+  return job;
+}
+
+rans::EncodedTensor encode_random(std::uint32_t rows, std::uint32_t cols, double bpp, std::uint32_t seed,
+                                  int prob_bits) {
+  std::mt19937 rng(seed);
+  std::student_t_distribution<float> heavy(4.0f);
+  std::vector<float> w(std::size_t{rows} * cols);
+  for (float& v : w) v = 0.02f * heavy(rng);
+  rate::EncodeOptions options;
+  options.target_bpp = bpp;
+  options.prob_bits = prob_bits;
+  auto enc = rate::encode(std::as_bytes(std::span(w)), rows, cols, DType::kF32, options, "random");
+  EXPECT_TRUE(enc) << enc.error().to_string();
+  return enc ? std::move(*enc) : rans::EncodedTensor{};
+}
+
+PlanOverrides general_loop(int lut_mode = -1) {
+  PlanOverrides o;
+  o.lut_mode = lut_mode;
+  o.lean = false;
+  return o;
+}
+
+TEST(DecodePlanChoice, EveryProbBitsTheEncoderWritesGetsItsPlacement) {
+  struct Case {
+    int prob_bits;
+    int lut_mode;
+    int lean_pb;
+  };
+  const Case cases[] = {{9, detail::kPackedShared, 0},   {10, detail::kPackedShared, 0},
+                        {11, detail::kPackedShared, 11}, {12, detail::kTwoLevelShared, 0},
+                        {13, detail::kWideGlobal, 0},    {14, detail::kWideGlobal, 0},
+                        {15, detail::kWideGlobal, 0}};
+  std::uint32_t seed = 151;
+  for (const Case& c : cases) {
+    const rans::EncodedTensor enc = encode_random(43, 264, 3.0, seed++, c.prob_bits);
+    const rans::LatticeRansStream s = enc.view();
+    ASSERT_EQ(s.prob_bits, static_cast<std::uint32_t>(c.prob_bits));
+    const DecodeJob job = job_for(s, OutputFormat::kBf16);
+    auto plan = DecodePlan::create({&job, 1});
+    ASSERT_TRUE(plan) << plan.error().to_string();
+    EXPECT_EQ(plan->lut_mode(), c.lut_mode) << "prob_bits " << c.prob_bits << ": " << plan->kernel_name();
+    EXPECT_EQ(plan->lean_pb(), c.lean_pb) << "prob_bits " << c.prob_bits << ": " << plan->kernel_name();
+  }
+}
+
+TEST(DecodePlanChoice, ABatchTakesTheKernelThatServesEveryTensor) {
+  struct Batch {
+    std::vector<int> prob_bits;
+    int lut_mode;
+    int lean_pb;
+  };
+  const Batch batches[] = {{{10, 11}, detail::kPackedShared, 0},
+                           {{11, 10}, detail::kPackedShared, 0},
+                           {{11, 12}, detail::kTwoLevelShared, 0},
+                           {{11, 13}, detail::kWideGlobal, 0},
+                           {{11, 11}, detail::kPackedShared, 11}};
+  std::uint32_t seed = 171;
+  for (const Batch& batch : batches) {
+    std::vector<rans::EncodedTensor> encs;
+    for (const int pb : batch.prob_bits) {
+      encs.push_back(encode_random(29 + static_cast<std::uint32_t>(pb), 1000, 4.0, seed++, pb));
+    }
+    std::vector<rans::LatticeRansStream> views;
+    for (const auto& e : encs) views.push_back(e.view());
+    std::vector<DecodeJob> jobs;
+    for (const auto& s : views) jobs.push_back(job_for(s, OutputFormat::kFp16));
+    auto plan = DecodePlan::create(jobs);
+    ASSERT_TRUE(plan) << plan.error().to_string();
+    const std::string what = "prob_bits " + std::to_string(batch.prob_bits[0]) + " and " +
+                             std::to_string(batch.prob_bits[1]) + ": " + plan->kernel_name();
+    EXPECT_EQ(plan->lut_mode(), batch.lut_mode) << what;
+    EXPECT_EQ(plan->lean_pb(), batch.lean_pb) << what;
+  }
+}
+
+// The committed reference-package vectors: the lean kernel at prob_bits 11 (its bf16 store only for bf16 rows of at
+// least 32 vectors), two-level tables at 8 bpp; the general kernel keeps the placement; the two-level and global
+// placements can be forced on any of them, packed tables not on prob_bits 12 (256 KiB).
+TEST(DecodePlanChoice, CommittedVectorsGetTheLeanKernelAtProbBits11AndOverridesForceTheRest) {
+  struct Case {
+    const char* name;
+    OutputFormat format;
+    int lean_pb;
+    bool bf16;
+    int lut_mode;
+  };
+  const Case cases[] = {{"gauss_29x520_4bpp", OutputFormat::kBf16, 11, true, detail::kPackedShared},
+                        {"gauss_29x520_4bpp", OutputFormat::kFp16, 11, false, detail::kPackedShared},
+                        {"gauss_29x520_2bpp", OutputFormat::kInt8Rowwise, 11, false, detail::kPackedShared},
+                        {"gauss_13x100_4bpp", OutputFormat::kBf16, 11, false, detail::kPackedShared},  // cols % 8
+                        {"gauss_bf16_31x264_4bpp", OutputFormat::kBf16, 11, true, detail::kPackedShared},
+                        {"studentt_16x1024_4bpp", OutputFormat::kFp8E4M3Rowwise, 11, false, detail::kPackedShared},
+                        {"gauss_29x520_8bpp", OutputFormat::kBf16, 0, false, detail::kTwoLevelShared},
+                        {"studentt_16x1024_8bpp", OutputFormat::kFp32, 0, false, detail::kTwoLevelShared}};
+  for (const Case& c : cases) {
+    auto raw = testing::read_raw_stream(testing::cuda_data_dir() + "/" + c.name + ".epkraw");
+    ASSERT_TRUE(raw) << raw.error().to_string();
+    const rans::LatticeRansStream s = raw->view();
+    const DecodeJob job = job_for(s, c.format);
+    const std::string what = std::string(c.name) + " " + std::string(output_format_name(c.format));
+    auto plan = DecodePlan::create({&job, 1});
+    ASSERT_TRUE(plan) << plan.error().to_string();
+    EXPECT_EQ(plan->lean_pb(), c.lean_pb) << what;
+    EXPECT_EQ(plan->lean_bf16(), c.bf16) << what;
+    EXPECT_EQ(plan->lut_mode(), c.lut_mode) << what;
+    auto general = DecodePlan::create({&job, 1}, {}, general_loop());
+    ASSERT_TRUE(general) << general.error().to_string();
+    EXPECT_EQ(general->lean_pb(), 0) << what;
+    EXPECT_EQ(general->lut_mode(), c.lut_mode) << what;
+    for (const int mode : {detail::kTwoLevelShared, detail::kWideGlobal}) {
+      auto forced = DecodePlan::create({&job, 1}, {}, general_loop(mode));
+      ASSERT_TRUE(forced) << forced.error().to_string();
+      EXPECT_EQ(forced->lut_mode(), mode) << what;
+      EXPECT_EQ(forced->lean_pb(), 0) << what;
+    }
+    auto packed = DecodePlan::create({&job, 1}, {}, general_loop(detail::kPackedShared));
+    if (s.prob_bits == 12) {
+      ASSERT_FALSE(packed) << what;
+      EXPECT_EQ(packed.error().code, ErrorCode::kUnsupported) << what;
+    } else {
+      ASSERT_TRUE(packed) << packed.error().to_string();
+      EXPECT_EQ(packed->lut_mode(), detail::kPackedShared) << what;
+    }
+  }
+}
+
+// The bf16 store steps its placement across at most one row per group and multiplies by scale * 2^-11: the plan
+// gives it rows of at least 32 vectors and row scales of 0, NaN or at least 2^-115 only, and nothing that can reach
+// the bf16 clamp.
+TEST(DecodePlanChoice, LeanBf16StoreOnlyWhereItIsExact) {
+  std::uint32_t seed = 71;
+  for (const auto& [cols, bf16_store] : {std::pair{200u, false}, {256u, true}, {264u, true}}) {
+    const rans::EncodedTensor enc = encode_random(45, cols, 4.0, seed++, 0);
+    rans::LatticeRansStream s = enc.view();
+    const DecodeJob job = job_for(s, OutputFormat::kBf16);
+    auto plan = DecodePlan::create({&job, 1});
+    ASSERT_TRUE(plan) << plan.error().to_string();
+    EXPECT_EQ(plan->lean_pb(), 11) << cols;
+    EXPECT_EQ(plan->lean_bf16(), bf16_store) << cols;
+    if (!bf16_store) continue;
+    std::vector<float> scales(s.scales.begin(), s.scales.end());
+    s.scales = scales;
+    for (const float edge : {0x1p-115f, 0x1p-116f, 3.0e38f}) {
+      scales[1] = edge;
+      auto p = DecodePlan::create({&job, 1});
+      ASSERT_TRUE(p) << p.error().to_string();
+      EXPECT_EQ(p->lean_pb(), 11) << edge;
+      EXPECT_EQ(p->lean_bf16(), edge == 0x1p-115f) << edge;
+    }
+  }
+}
+
+// The work split the GPU tests rely on: tiles per block at least min_tiles_per_block, warps per block dividing them
+// into whole rounds of at most max_warps_per_block.
+TEST(DecodePlanChoice, WorkSplitFollowsTheOverrides) {
+  const rans::EncodedTensor enc = encode_random(301, 1024, 4.0, 131, 0);  // 22 tiles
+  const rans::LatticeRansStream s = enc.view();
+  ASSERT_EQ(s.offsets.size(), 23u);
+  const DecodeJob job = job_for(s, OutputFormat::kBf16);
+  struct Split {
+    std::uint32_t min_tiles, max_warps, warps;
+    std::size_t blocks;
+  };
+  for (const Split& split : {Split{1, 32, 1, 22}, Split{7, 32, 7, 4}, Split{21, 32, 21, 2}, Split{7, 3, 3, 4}}) {
+    for (const PlanOverrides& kernel : {PlanOverrides{}, general_loop(), general_loop(detail::kWideGlobal)}) {
+      PlanOverrides o = kernel;
+      o.min_tiles_per_block = split.min_tiles;
+      o.max_warps_per_block = split.max_warps;
+      auto plan = DecodePlan::create({&job, 1}, {}, o);
+      ASSERT_TRUE(plan) << plan.error().to_string();
+      EXPECT_EQ(plan->warps_per_block(), split.warps) << split.min_tiles << "/" << split.max_warps;
+      EXPECT_EQ(plan->blocks(), split.blocks) << split.min_tiles << "/" << split.max_warps;
+      EXPECT_EQ(plan->tiles(), 22u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace epk::cuda
