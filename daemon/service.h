@@ -9,10 +9,10 @@
 // Lock order: mu_, then a lane's lock; the shared side of a lane lock is taken by io threads alone (reader slot =
 // Session::io_index) and never with mu_ or the exclusive side held. mu_ guards the in-flight table, the sessions,
 // the counters marked "under mu_" and the registry's writer side. A lane's lock guards that lane's cache. Cache hits
-// and host-fence releases take only their lane's lock (its shared side when other pins keep the slot pinned); misses,
-// decodes done, a client's end and stats take mu_ and then the lane's lock. Acquire and release never wait for a
-// decode: misses are queued to a scheduler, whose worker completes them and posts the replies to the sessions'
-// threads.
+// and releases take only their lane's lock (a hit or host-fence release its shared side when other pins keep the slot
+// pinned); misses, prefetches, decodes done, a client's end and stats take mu_ and then the lane's lock. Acquire and
+// release never wait for a decode: misses are queued to a scheduler, whose worker completes them and posts the
+// replies to the sessions' threads.
 #pragma once
 
 #include <sys/types.h>
