@@ -1,4 +1,4 @@
-// The device path of epkd (issue 6's H200 targets), in one run:
+// The device path of epkd (the uncached and cache-hit acquire targets), in one run:
 //   - bare decode: codec/cuda's one kernel on the same tensor in this process (decode + stream sync, wall clock);
 //   - one socket round trip (a stats request);
 //   - uncached acquire of a tensor until its decode-done event completes, the target's measure: acquire, wait()

@@ -100,7 +100,7 @@ INSTANTIATE_TEST_SUITE_P(
         BoolSetting{"device_resident", "--no-device-resident", true, &DaemonConfig::device_resident}),
     [](const testing::TestParamInfo<BoolSetting>& i) { return std::string(i.param.key); });
 
-// Flags epkd no longer has are refused by name, not ignored.
+// Flags epkd does not have (these were measurement switches) are refused by name, not ignored.
 TEST(Config, RemovedFlagsAreRefused) {
   for (const char* flag : {"--no-early-reply", "--no-lane-locks", "--no-shared-hits"}) {
     auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64", flag});
@@ -331,7 +331,7 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"metrics_host", "socket = \"/s\"\nmetrics_listen = \"0.0.0.0:9464\"\n",
                 "2: 'metrics_listen' must be 127.0.0.1:PORT or an absolute socket path"},
         Refusal{"syntax", "socket = \"/s\"\nbudget_mb = \n", "2: "},
-        // Settings epkd no longer has: an old file that sets one is refused rather than silently ignored.
+        // Keys epkd does not have (these were measurement switches): a file that sets one is refused, not ignored.
         Refusal{"early_reply", "socket = \"/s\"\nbudget_mb = 8\nearly_reply = false\n", "3: unknown key 'early_reply'"},
         Refusal{"lane_locks", "socket = \"/s\"\nbudget_mb = 8\nlane_locks = false\n", "3: unknown key 'lane_locks'"},
         Refusal{"shared_hits", "socket = \"/s\"\nbudget_mb = 8\nshared_hits = false\n",

@@ -205,7 +205,7 @@ TEST_F(EpkdGpu, RacingClientsDecodeOnce) {
   EXPECT_EQ(s->pins, 0u);
 }
 
-// Per-slot release fences (issue 6): w1's slot is released with a CUDA event fence recorded behind a kernel that holds
+// Per-slot release fences: w1's slot is released with a CUDA event fence recorded behind a kernel that holds
 // this process's stream. While the stream is held, other tensors still decode and evict (the lane's decode stream
 // does not wait on the client) and w1's slot is passed over (its handle and bytes survive the pressure); once the
 // stream is let go, the slot is reused. Against a daemon whose decode stream waits on the client's event, the first

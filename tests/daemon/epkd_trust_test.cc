@@ -111,8 +111,8 @@ TEST(EpkdTrust, AClientCannotResizeOrWriteTheHostPoolItReceives) {
       << "a client punched a hole in epkd's host pool";
   fds.clear();
 
-  // epkd survived (a truncated pool used to kill it with SIGBUS at its next decode) and serves the same bytes, on a
-  // hit and after a fresh decode.
+  // epkd survived (a truncated pool would raise SIGBUS at its next decode were the pool not sealed) and serves the
+  // same bytes, on a hit and after a fresh decode.
   auto b = Client::connect(d.socket(), 5000);
   ASSERT_TRUE(b) << b.error().to_string();
   EXPECT_EQ(fetch(*b, "m", "t0"), before);
@@ -265,9 +265,9 @@ TEST(EpkdTrust, AClientOverItsPinQuotaIsRefusedAndTheNextClientGetsItsShare) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
-// A served .epk file truncated under epkd (or a smaller file copied over it in place) used to kill epkd with SIGBUS at
-// its next read of the file: now the model's uncached tensors fail with an error naming the file, what was cached
-// stays served, and the other models serve on.
+// A served .epk file truncated under epkd (or a smaller file copied over it in place) raises SIGBUS at epkd's next
+// read of the mapped file: that model's uncached tensors fail with an error naming the file, what was cached stays
+// served, and the other models serve on.
 TEST(EpkdTrust, AModelFileTruncatedUnderEpkdFailsOnlyThatModelsMisses) {
   char tmpl[] = "/tmp/epkdtrunc.XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
