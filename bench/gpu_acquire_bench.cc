@@ -1,16 +1,15 @@
-// The device path of epkd (issue 6's H200 targets), in one run:
+// The device path of epkd (the uncached and cache-hit acquire targets), in one run:
 //   - bare decode: codec/cuda's one kernel on the same tensor in this process (decode + stream sync, wall clock);
 //   - one socket round trip (a stats request);
 //   - uncached acquire of a tensor until its decode-done event completes, the target's measure: acquire, wait()
-//     (with an early reply, epkd's status ticket on the CPU), then cuEventSynchronize on the opened event; against
-//     bare + round trip. Beside it, on the other half of the tensors, what a stream-ordered consumer sees: acquire,
-//     wait() on a stream of this process, synchronise that stream (the figure this bench reported before);
+//     (epkd's status ticket, read on the CPU), then cuEventSynchronize on the opened event; against bare + round
+//     trip. Beside it, on the other half of the tensors, what a stream-ordered consumer sees: acquire, wait() on a
+//     stream of this process, synchronise that stream;
 //   - cache-hit acquire + release (CUDA event fence) p50/p99 with 1 and 16 client threads (one Client each).
 //
 //   gpu_acquire_bench --epkd PATH [--rows 10240 --cols 3840 --bpp 4 --n 6 --iters 2000] [--spin-us N]
-//     [--client-spin-us N] [--io-threads N] [--timeline] [--no-early-reply] [--miss-release event|host]
-//   --no-early-reply: epkd answers a miss after its decode (the behaviour before protocol version 4);
-//   --miss-release: how each miss is released (event: release_after, a CUDA event fence, as before; host: release).
+//     [--client-spin-us N] [--io-threads N] [--timeline] [--miss-release event|host]
+//   --miss-release: how each miss is released (event: release_after, a CUDA event fence; host: release).
 //   --timeline runs epkd at debug level: it logs each uncached acquire's way through it ("timeline slot ...", on
 //   stderr, steady_clock ns) and the bench prints the client's side of each (same clock) to match them.
 #include <signal.h>
@@ -69,9 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--io-threads", io_threads, "epkd's --io-threads (0: its default, half the cores)");
   app.add_option("--status-spin-us", copts.status_spin_us, "ClientOptions::status_spin_us (decode status polling)");
   app.add_flag("--timeline", timeline, "epkd at debug level: per-miss timeline lines on stderr");
-  bool no_early = false;
   std::string miss_release = "event";
-  app.add_flag("--no-early-reply", no_early, "epkd --no-early-reply: misses answered after their decode");
   app.add_option("--miss-release", miss_release, "event (release_after) or host (release)")
       ->check(CLI::IsMember({"event", "host"}));
   CLI11_PARSE(app, argc, argv);
@@ -147,7 +144,6 @@ int main(int argc, char** argv) {
       args.push_back("--spin-us");
       args.push_back(spin.c_str());
     }
-    if (no_early) args.push_back("--no-early-reply");
     args.push_back(nullptr);
     ::execv(epkd.c_str(), const_cast<char* const*>(args.data()));
     ::_exit(127);
@@ -262,9 +258,9 @@ int main(int argc, char** argv) {
   std::printf("uncached acquire + wait(stream) + stream sync p50 %.1f us  min %.1f us  (stream wait, %zu; acquire "
               "reply p50 %.1f us)\n",
               pct(smiss, 0.5), pct(smiss, 0.0), smiss.size(), pct(smiss_reply, 0.5));
-  std::printf("settings: epkd --spin-us %d --io-threads %d%s, client spin %d us, status spin %d us, misses released "
+  std::printf("settings: epkd --spin-us %d --io-threads %d, client spin %d us, status spin %d us, misses released "
               "with %s\n",
-              spin_us, io_threads, no_early ? " --no-early-reply" : " (early reply)", client_spin, copts.status_spin_us,
+              spin_us, io_threads, client_spin, copts.status_spin_us,
               miss_release == "event" ? "release_after (event fence)" : "release (host fence)");
   std::printf("cache-hit acquire+release_after (event fence), 1 client    p50 %7.1f us  p99 %7.1f us\n",
               pct(hit1, 0.5), pct(hit1, 0.99));

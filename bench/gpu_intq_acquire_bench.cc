@@ -1,5 +1,4 @@
-// Uncached acquire of intq "int" tensors from epkd's device lane: the device kernels (daemon/gpu_intq.h) against the
-// CPU path (EPK_INTQ_CPU=1 in epkd's environment: the CPU writers into pinned memory, then a copy to the slot).
+// Uncached acquire of intq "int" tensors from epkd's device lane, produced by the device kernels (daemon/gpu_intq.h).
 // Each of --n tensors is acquired once per layout (every acquire a miss), measured from the acquire request until
 // the slot's decode-done event has completed (acquire, wait(t, nullptr), cuEventSynchronize), then released.
 //
@@ -117,51 +116,51 @@ int main(int argc, char** argv) {
   const std::uint64_t per = static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) * 2;
   const std::string budget = std::to_string((per * std::uint64_t(n) * layouts.size() >> 20) + 256);
 
-  for (const bool cpu : {false, true}) {
-    const std::string sock = (dir / (cpu ? "cpu.sock" : "gpu.sock")).string();
-    Epkd d;
-    d.pid = ::fork();
-    if (d.pid == 0) {
-      if (cpu) ::setenv("EPK_INTQ_CPU", "1", 1);
-      const std::string model_arg = "q=" + path;
-      std::vector<const char*> args = {epkd.c_str(), "--socket", sock.c_str(), "--budget-mb", budget.c_str(),
-                                       "--log-level", "info", "--model", model_arg.c_str(), nullptr};
-      ::execv(epkd.c_str(), const_cast<char* const*>(args.data()));
-      ::_exit(127);
-    }
-    auto t_up = Clock::now();
-    epk::Result<epk::client::Client> c = epk::make_error(epk::ErrorCode::kIo, "not connected");
-    for (int i = 0; i < 6000 && !c; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      c = epk::client::Client::connect(sock);
-    }
-    if (!c) return die("epkd did not come up: " + c.error().to_string());
-    if (c->pools().empty() || c->pools()[0].kind != epk::shm::PoolKind::kDevice) return die("no device pool");
-    auto st = c->stats();
-    std::printf("%s path: epkd up in %.2f s, resident %.1f MiB\n", cpu ? "cpu" : "kernel", us_since(t_up) / 1e6,
-                st ? static_cast<double>(st->resident_bytes) / 1048576.0 : -1.0);
-    for (epk::shm::Layout l : layouts) {
-      std::vector<double> total, reply;
-      std::uint64_t bytes = 0;
-      for (int i = 0; i < n; ++i) {
-        auto t0 = Clock::now();
-        auto t = c->acquire("q", "t" + std::to_string(i), l);
-        if (!t) return die(t.error().to_string());
-        const double r = us_since(t0);
-        if (auto s = c->wait(*t, nullptr); !s) return die(s.error().to_string());
-        if (auto s = epk::shm::event_synchronize(t->event); !s) return die(s.error().to_string());
-        total.push_back(us_since(t0));
-        reply.push_back(r);
-        bytes = t->bytes;
-        if (auto s = c->release(t->handle); !s) return die(s.error().to_string());
-      }
-      std::printf("  %-5s %-11s slot %.1f MiB: uncached acquire until event p50 %.1f us (min %.1f, max %.1f); "
-                  "reply p50 %.1f us; n %d\n",
-                  cpu ? "cpu" : "gpu", std::string(epk::shm::layout_name(l)).c_str(),
-                  static_cast<double>(bytes) / 1048576.0, pct(total, 0.5), pct(total, 0.0), pct(total, 1.0),
-                  pct(reply, 0.5), n);
-    }
+  const std::string sock = (dir / "epkd.sock").string();
+  Epkd d;
+  d.pid = ::fork();
+  if (d.pid == 0) {
+    const std::string model_arg = "q=" + path;
+    std::vector<const char*> args = {epkd.c_str(), "--socket", sock.c_str(), "--budget-mb", budget.c_str(),
+                                     "--log-level", "info", "--model", model_arg.c_str(), nullptr};
+    ::execv(epkd.c_str(), const_cast<char* const*>(args.data()));
+    ::_exit(127);
   }
+  auto t_up = Clock::now();
+  epk::Result<epk::client::Client> c = epk::make_error(epk::ErrorCode::kIo, "not connected");
+  for (int i = 0; i < 6000 && !c; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    c = epk::client::Client::connect(sock);
+  }
+  if (!c) return die("epkd did not come up: " + c.error().to_string());
+  if (c->pools().empty() || c->pools()[0].kind != epk::shm::PoolKind::kDevice) return die("no device pool");
+  auto st = c->stats();
+  std::printf("epkd up in %.2f s, resident %.1f MiB\n", us_since(t_up) / 1e6,
+              st ? static_cast<double>(st->resident_bytes) / 1048576.0 : -1.0);
+  for (epk::shm::Layout l : layouts) {
+    std::vector<double> total, reply;
+    std::uint64_t bytes = 0;
+    for (int i = 0; i < n; ++i) {
+      auto t0 = Clock::now();
+      auto t = c->acquire("q", "t" + std::to_string(i), l);
+      if (!t) return die(t.error().to_string());
+      const double r = us_since(t0);
+      if (auto s = c->wait(*t, nullptr); !s) return die(s.error().to_string());
+      if (auto s = epk::shm::event_synchronize(t->event); !s) return die(s.error().to_string());
+      total.push_back(us_since(t0));
+      reply.push_back(r);
+      bytes = t->bytes;
+      if (auto s = c->release(t->handle); !s) return die(s.error().to_string());
+    }
+    std::printf("  %-11s slot %.1f MiB: uncached acquire until event p50 %.1f us (min %.1f, max %.1f); "
+                "reply p50 %.1f us; n %d\n",
+                std::string(epk::shm::layout_name(l)).c_str(), static_cast<double>(bytes) / 1048576.0,
+                pct(total, 0.5), pct(total, 0.0), pct(total, 1.0), pct(reply, 0.5), n);
+  }
+  c = epk::make_error(epk::ErrorCode::kIo, "done");  // the client goes, then epkd, then their files
+  ::kill(d.pid, SIGTERM);
+  ::waitpid(d.pid, nullptr, 0);
+  d.pid = -1;
   std::filesystem::remove_all(dir);
   return 0;
 }

@@ -5,9 +5,9 @@
 //   epk_bench_rtt --socket S --model M --tensor T [--layout L] --clients 16
 //     against a running one. `--io-threads N` is passed to the epkd it starts. Each client process connects, acquires
 //     once (a miss that fills the cache), then times `iters` acquire+release pairs of the same tensor after all clients
-//     are ready. `--epkd-flag F` (repeatable) adds F to that epkd's command line (`--epkd-flag=--no-lane-locks`: the
-//     earlier locking, for a side-by-side run). The timed loop uses Client::acquire_into with one kept Tensor (no
-//     allocation in libepk); `--by-value` times Client::acquire (a new Tensor per call) instead.
+//     are ready. `--epkd-flag F` (repeatable) adds F to that epkd's command line (`--epkd-flag=--spin-us=0`, say).
+//     The timed loop uses Client::acquire_into with one kept Tensor (no allocation in libepk); `--by-value` times
+//     Client::acquire (a new Tensor per call) instead.
 //   Unattended runs: `--timeout-s N` kills every process it started and exits 124 after N seconds; the last line is
 //   one summary (`summary: ... c1 p50 .. p99 .. | c16 ... | load a b c`) with the load average before and after.
 #include <signal.h>

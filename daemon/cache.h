@@ -1,6 +1,6 @@
 // The slot cache: slots of one pool keyed by (model, tensor, layout), a byte budget that is never exceeded, LRU
 // eviction over unpinned ready slots, pins counted per client, and release fences that must complete before a slot's
-// bytes are reused. Not thread-safe: epkd calls it under its lane's lock (daemon/server.cc); decode workers only write
+// bytes are reused. Not thread-safe: epkd calls it under its lane's lock (daemon/service.h); decode workers only write
 // into slots that are in state kDecoding, which are never evicted.
 //
 // A cache hit (acquire of a ready slot, then its release) allocates nothing: the LRU list is threaded through the

@@ -1,9 +1,8 @@
 // epkd's settings: from a TOML file (--config) and from flags, flags overriding the file.
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
-// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, lane_locks = true|false,
-// shared_hits = true|false,
-// device_resident = true|false, read_timeout_ms = N, idle_timeout_ms = N, max_sessions_per_uid = N, space_wait_ms = N,
+// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, device_resident = true|false,
+// read_timeout_ms = N, idle_timeout_ms = N, max_sessions_per_uid = N, space_wait_ms = N,
 // allowed_uids = [1000, "alice"], allowed_gids = ["epk"] (numbers or names), quota_pinned_mb = N,
 // max_pins_per_tensor = N, client_decode_uids = [...], client_decode_gids = [...],
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
@@ -66,10 +65,6 @@ struct DaemonConfig {
   // served device from model open, outside the slot budget, so an uncached acquire is one kernel. Off: those tensors
   // decode on the CPU and are copied into the slot (much slower misses, no device memory beyond the pools).
   bool device_resident = true;
-  // Device lanes answer an uncached acquire as soon as its decode is on the stream, with a decode status ticket the
-  // client waits for (protocol version 4, shm/decode_status.h); off: the reply waits until the decode and its tile
-  // status are done (the behaviour before, kept to measure against).
-  bool early_reply = true;
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive, whole
   // Who may connect (SO_PEERCRED at accept; daemon/peer_access.h). Empty: whoever the socket's mode lets connect.
   AccessRule access;
@@ -93,14 +88,6 @@ struct DaemonConfig {
   std::int64_t spin_us = -1;
   std::uint32_t synthetic_delay_us = 0;
   std::string log_level = "info";
-  // Cache hits and host-fence releases take only their pool's lane lock (a spinning lock, daemon/spin_mutex.h); the
-  // registry lookup, served() and the reply's encoding run under no lock. Off: the earlier structure, where the
-  // service lock (std::mutex) is held for the whole acquire and release (kept to measure one against the other).
-  bool lane_locks = true;
-  // With lane_locks: a hit on a slot that other clients hold pinned (and this client has pinned before), and a release
-  // that leaves it pinned, take the shared side of the lane lock (daemon/lane_lock.h): hits on different io threads
-  // then run side by side. Off: every hit and release takes the lane lock exclusively.
-  bool shared_hits = true;
   bool check_invariants = false;  // verify the whole cache after every change (tests); exit 3 if one broke
   // Prometheus metrics endpoint (daemon/metrics.h): "127.0.0.1:PORT" or an absolute Unix socket path; empty: none.
   std::string metrics_listen;
@@ -110,9 +97,9 @@ struct DaemonConfig {
 };
 
 // The io threads' poll window for a configured spin_us: as given when >= 0; automatic otherwise: kAutoSpinUs on a
-// machine of at least kAutoSpinMinCores cores, else 0. Measured (docs/NOTES.md, "latency branch"): on the 16-core
-// H200 host 50 us cut the 1-client cache-hit pair from 32.7 to 22.4 us p50 and the 16-client p99 from 290 to 131 us;
-// on a 2-core VM it made both worse (the polling thread takes the core the client needs).
+// machine of at least kAutoSpinMinCores cores, else 0. Measured (docs/NOTES.md, polling before blocking): on the
+// 16-core H200 host 50 us cut the 1-client cache-hit pair from 32.7 to 22.4 us p50 and the 16-client p99 from 290 to
+// 131 us; on a 2-core VM it made both worse (the polling thread takes the core the client needs).
 using shm::kAutoSpinMinCores;
 using shm::kAutoSpinUs;
 std::uint32_t spin_us_for(std::int64_t configured, unsigned cores);

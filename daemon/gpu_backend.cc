@@ -94,10 +94,6 @@ class CudaBackend final : public GpuBackend {
         ring_(std::move(ring)),
         handles_(std::move(handles)),
         patch_(std::move(patch)) {
-    const char* no_shortcut = std::getenv("EPK_FENCE_NO_SHORTCUT");  // a diagnostic: measure the marker path
-    shortcut_ = no_shortcut == nullptr || std::string_view(no_shortcut) != "1";
-    const char* host_intq = std::getenv("EPK_INTQ_CPU");  // a diagnostic: measure intq layouts on the CPU path
-    force_host_intq_ = host_intq != nullptr && std::string_view(host_intq) == "1";
     auto markers = std::make_unique<CudaMarkers>(device_, kFenceMarkers);
     markers_ = markers.get();
     fences_ = FencePool::create(std::move(markers), kFenceMarkers, "CUDA device " + std::to_string(device_));
@@ -213,7 +209,7 @@ class CudaBackend final : public GpuBackend {
     std::optional<cuda::OutputFormat> fmt = r ? shm::decode_format(layout, r->source) : std::nullopt;
     Status enqueued = [&]() -> Status {
       bool intq_kernels = false;
-      if (q && !force_host_intq_) {
+      if (q) {
         std::uint64_t added = 0;
         // A layout the kernels cannot be set up for (its padded variant does not fit the device, say) goes to the
         // CPU path like any layout they do not cover.
@@ -289,11 +285,9 @@ class CudaBackend final : public GpuBackend {
     // A client whose work is over already (its stream idle by the time the release is read, as in a cache-hit loop)
     // needs no fence: a query now reads the same snapshot (the event's latest record) that the wait below would take,
     // and nothing is queued on the device. A failed query falls through: the wait reports a bad event.
-    if (shortcut_) {
-      if (Result<bool> done = it->second.event.poll(); done && *done) {
-        fence_done_at_release_.fetch_add(1, std::memory_order_relaxed);
-        return std::unique_ptr<shm::Fence>();
-      }
+    if (Result<bool> done = it->second.event.poll(); done && *done) {
+      fence_done_at_release_.fetch_add(1, std::memory_order_relaxed);
+      return std::unique_ptr<shm::Fence>();
     }
     // The wait snapshots the client's latest record now; the marker after it answers for exactly this release.
     const auto t0 = std::chrono::steady_clock::now();
@@ -484,7 +478,6 @@ class CudaBackend final : public GpuBackend {
   std::unordered_map<std::uint32_t, std::shared_ptr<const shm::DevicePool>> tiers_;  // per model with lattice tensors
   // intq "int" tensors' device forms, per model (null where a tensor has none). Variants are added on the GPU thread.
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_intq::Tensor>>> intq_;
-  bool force_host_intq_ = false;  // EPK_INTQ_CPU=1: intq layouts take the CPU path although their kernels exist
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::uint64_t resident_bytes_ = 0;
   // A client's release events, each opened once, with the side stream that waits on it.
@@ -499,7 +492,6 @@ class CudaBackend final : public GpuBackend {
   std::unordered_map<ClientId, std::shared_ptr<ClientLinks>> clients_;
   std::vector<std::shared_ptr<ClientLinks>> retired_;  // links of clients gone, until their side streams are idle
   CudaMarkers* markers_ = nullptr;  // owned by fences_
-  bool shortcut_ = true;            // a client event complete on arrival needs no fence
   // The exit log's figures.
   std::atomic<std::uint64_t> fence_calls_{0}, fence_wait_ns_{0}, fence_marker_ns_{0}, fence_done_at_release_{0};
   std::shared_ptr<FencePool> fences_;  // fences in the cache keep it (and the markers) alive

@@ -1,4 +1,4 @@
-// epkd's GPU serving path (issue 6), one per served device: a device pool, one CUDA stream, a ring of interprocess
+// epkd's GPU serving path, one per served device: a device pool, one CUDA stream, a ring of interprocess
 // "decode-done" events, and the resident compressed tier.
 //
 // - Resident tier: when a model is added, every lattice-rans tensor's stored buffers are checksummed
@@ -10,21 +10,21 @@
 //   prefetch, promote as on the CPU path). Lattice-rans tensors in dense and rowwise layouts decode on the device into
 //   the slot; intq "int" tensors (uploaded at add_model too: daemon/gpu_intq.h) are dequantized (dense bf16/fp16) or
 //   repacked (gptq, gptq-v2, awq, marlin) by codec/cuda's intq kernels; everything else (raw tensors, fp32 dense intq,
-//   layouts codec/cuda does not write; every intq layout with EPK_INTQ_CPU=1 in epkd's environment, to measure) is
-//   produced by the CPU decoder into a pinned host buffer and copied to the slot on the stream. Either way the ring event slot_id % ring is recorded
-//   after the work, then `on_enqueued` runs (epkd answers the acquire there, with a decode status ticket: protocol
-//   version 4), and produce() waits for the stream before returning: its result is the tile status, which epkd
-//   publishes in the status table before the slot is marked ready (shm/decode_status.h).
+//   layouts codec/cuda does not write) is produced by the CPU decoder into a pinned host buffer and copied to the
+//   slot on the stream. Either way the ring event slot_id % ring is recorded after the work, then `on_enqueued` runs
+//   (epkd answers the acquire there, with a decode status ticket: protocol version 4), and produce() waits for the
+//   stream before returning: its result is the tile status, which epkd publishes in the status table before the slot
+//   is marked ready (shm/decode_status.h).
 // - Release fences (kCudaEvent), per slot: client_fence() opens the client's event once per (client, event handle)
 //   together with a daemon side stream for it, makes that side stream wait on the event (cuStreamWaitEvent snapshots
 //   the client's latest record), records a daemon marker event from a bounded pool (daemon/fence_pool.h) after the
 //   wait and returns a Fence that completes with the marker. The cache holds only the released slot until it does;
 //   the decode stream never waits on a client, so a client whose kernels run long (or hang) holds its own slots and
 //   nothing else. A client event already complete when the release is read needs none of this: the query reads the
-//   same snapshot the wait would take, and the release completes at once (EPK_FENCE_NO_SHORTCUT=1 in epkd's
-//   environment turns this off, to measure the marker path). One side stream per client event: a hung client cannot
-//   delay another client's fences. A client that goes (drop_client): its event and side stream are destroyed (CUDA
-//   finishes the queued wait and marker first), its fences stay on their slots until their markers complete.
+//   same snapshot the wait would take, and the release completes at once. One side stream per client event: a hung
+//   client cannot delay another client's fences. A client that goes (drop_client): its event and side stream are
+//   destroyed (CUDA finishes the queued wait and marker first), its fences stay on their slots until their markers
+//   complete.
 #pragma once
 
 #include <cstdint>

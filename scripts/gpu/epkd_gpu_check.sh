@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# On the GPU machine: epkd's device path (issue 6). Runs the device integration test against the staged epkd and
-# test client, then the acquire bench (uncached 10240x3840 4 bpp acquire until its event, bare kernel, round trip,
-# cache-hit p50/p99 for 1 and 16 clients), each with early replies (the default, protocol version 4) and with
-# --no-early-reply (replies after the decode, as before) side by side. BIN holds epkd, epk_test_client, epkd_gpu_test, gpu_acquire_bench and
-# lib/ (shared libraries the device image may lack). Exit status: the test's, or the bench's if the test passed.
+# On the GPU machine: epkd's device path. Runs the device integration tests against the staged epkd and test client,
+# then the acquire bench (uncached 10240x3840 4 bpp acquire until its event, bare kernel, round trip, cache-hit
+# p50/p99 for 1 and 16 clients), without and (as root, where MPS is installed) with CUDA MPS. BIN holds epkd,
+# epk_test_client, epkd_gpu_test, gpu_acquire_bench and lib/ (shared libraries the device image may lack). Exit
+# status: the tests', or the bench's if the tests passed.
 #   bash epkd_gpu_check.sh BIN [--no-bench]
 set -uo pipefail
 bin="$1"
@@ -36,7 +36,6 @@ if [[ "${2:-}" != "--no-bench" ]]; then
   }
   bench_rc=0
   bench
-  bench --no-early-reply
   # The same bench under CUDA MPS (DESIGN.md "Where decode runs": without it the GPU time-slices between epkd's and
   # the client's contexts). Needs root; MPS is stopped again afterwards whatever happens.
   if [[ $(id -u) == 0 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
@@ -46,7 +45,6 @@ if [[ "${2:-}" != "--no-bench" ]]; then
     if nvidia-cuda-mps-control -d; then
       echo "(under MPS)"
       bench
-      bench --no-early-reply
       echo quit | nvidia-cuda-mps-control
       sleep 1
     fi

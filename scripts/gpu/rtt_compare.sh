@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU host (rtt branch): cache-hit acquire+release round trips, 1/4/16 clients, epkd in its three hit-path
-# modes, run alternately so that all see the same machine: shared (the default: lane locks with a shared side),
-# excl (--no-shared-hits: the lane lock exclusive on every hit) and svc (--no-lane-locks: the service lock held for
-# the whole hit, as before the rtt branch). BIN holds epkd, epk_bench_rtt and lib/; every output goes to OUT (one tar),
-# the summary lines to stdout.
+# On the GPU host: cache-hit acquire+release round trips, 1/4/16 clients, over epkd's io threads and poll window
+# (--io-threads, --spin-us), each setting run twice, alternately, so that all see the same machine. BIN holds epkd,
+# epk_bench_rtt and lib/; every output goes to OUT (one tar), the summary lines to stdout.
 #   LIMIT=150 bash rtt_compare.sh BIN [OUT]
 set -uo pipefail
 default_out=/tmp/epk_rtt
@@ -27,9 +25,7 @@ rtt() {  # NAME ARGS...: one epk_bench_rtt run
 for rep in 1 2; do
   for s in "50 16" "50 8" "0 16" "50 4"; do
     set -- $s
-    rtt "shared_s$1_io$2_r$rep" --spin-us "$1" --client-spin-us "$1" --io-threads "$2"
-    rtt "excl_s$1_io$2_r$rep" --spin-us "$1" --client-spin-us "$1" --io-threads "$2" --epkd-flag=--no-shared-hits
-    rtt "svc_s$1_io$2_r$rep" --spin-us "$1" --client-spin-us "$1" --io-threads "$2" --epkd-flag=--no-lane-locks
+    rtt "s$1_io$2_r$rep" --spin-us "$1" --client-spin-us "$1" --io-threads "$2"
   done
 done
 echo "done in $SECONDS s; $(uptime)"

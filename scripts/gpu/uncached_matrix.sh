@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: gpu_acquire_bench (10240x3840 4 bpp, uncached acquire until its event) over the settings that
-# matter for issue 6's uncached target, early replies and --no-early-reply side by side, without and with MPS; then
+# matter for the uncached target (spin, client spin, status spin, how misses are released), without and with MPS; then
 # the device tests. One summary on stdout; every bench's whole output in OUT/matrix.txt, epkd's timelines in
 # OUT/timeline.txt.  bash uncached_matrix.sh BIN [OUT]   (LIMIT seconds, default 240; N tensors per run, default 20)
 set -uo pipefail
@@ -26,23 +26,17 @@ acq() {  # NAME ARGS...
 }
 # No MPS. "def": epkd's default spin (50 us on 16 cores); client spin 0 (its default).
 acq A_early_def_event
-acq B_old_def_event --no-early-reply
 acq C_early_def_host --miss-release host
-acq D_old_def_host --no-early-reply --miss-release host
 acq E_early_def_host_nostatusspin --miss-release host --status-spin-us 0
 acq F_early_spin0_host --miss-release host --spin-us 0
-acq G_old_spin0_host --no-early-reply --miss-release host --spin-us 0
 acq H_early_spin50_c50_host --miss-release host --spin-us 50 --client-spin-us 50
-acq I_old_spin50_c50_host --no-early-reply --miss-release host --spin-us 50 --client-spin-us 50
 if [[ $(id -u) == 0 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/epk_mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/epk_mps_log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
     echo "== MPS on"
     acq M_early_def_event
-    acq N_old_def_event --no-early-reply
     acq O_early_def_host --miss-release host
-    acq P_old_def_host --no-early-reply --miss-release host
     echo quit | nvidia-cuda-mps-control
     sleep 1
   fi

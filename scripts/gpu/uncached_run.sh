@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# On the GPU machine: issue 6's uncached device acquire (uncached branch) in one call. BIN is the staged epkd folder
-# (stage.sh's .gpu_NAME/epkd); logs go to OUT (default $OUT, else /tmp/epk_uncached), a summary to stdout.
-#   1. epkd_gpu_check.sh BIN: the device tests, then gpu_acquire_bench with early replies and with --no-early-reply,
-#      without and with MPS;
-#   2. gpu_acquire_bench --timeline (epkd's per-miss timeline): early replies vs --no-early-reply at spin 0 (the GPU
-#      worker and io threads sleep at once), early replies at spin 50 with a spinning client, and early replies with
-#      host-fence releases of the misses.
+# On the GPU machine: the uncached device acquire in one call. BIN is the staged epkd folder (stage.sh's
+# .gpu_NAME/epkd); logs go to OUT (default $OUT, else /tmp/epk_uncached), a summary to stdout.
+#   1. epkd_gpu_check.sh BIN: the device tests, then gpu_acquire_bench without and with MPS;
+#   2. gpu_acquire_bench --timeline (epkd's per-miss timeline): at spin 0 (the GPU worker and io threads sleep at
+#      once), at spin 50 with a spinning client, and at spin 50 with host-fence releases of the misses.
 # Every step has its own timeout and the whole stays under LIMIT seconds (default 240).
 #   bash uncached_run.sh BIN [OUT]
 set -uo pipefail
@@ -15,7 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/run_common.sh" "$@"
 machine | tee "$out/machine.txt"
 
-echo "== epkd_gpu_check.sh (tests + bench, early and --no-early-reply, without and with MPS)"
+echo "== epkd_gpu_check.sh (tests + bench, without and with MPS)"
 timeout $(( $(left) - 60 )) bash "$here/epkd_gpu_check.sh" "$bin" >"$out/gpu_check.txt" 2>&1
 echo "rc $?"
 grep -vE '^\[ +(RUN|OK) ' "$out/gpu_check.txt" | grep -vE '^$' | tail -90
@@ -33,7 +31,6 @@ acq() {  # NAME ARGS...: one gpu_acquire_bench run with epkd's timeline
   grep -h 'timeline slot' "$out/acq_$name.err" | tail -4 | sed 's/.*timeline slot/timeline slot/'
 }
 acq early0 --spin-us 0 --client-spin-us 0
-acq old0 --spin-us 0 --client-spin-us 0 --no-early-reply
 acq early50 --spin-us 50 --client-spin-us 50
 acq early50_hostrel --spin-us 50 --client-spin-us 50 --miss-release host
 echo "== done in $SECONDS s"

@@ -97,11 +97,18 @@ INSTANTIATE_TEST_SUITE_P(
     Settings, ConfigBool,
     testing::Values(
         BoolSetting{"resident_compressed", "--resident-compressed", false, &DaemonConfig::resident_compressed},
-        BoolSetting{"device_resident", "--no-device-resident", true, &DaemonConfig::device_resident},
-        BoolSetting{"early_reply", "--no-early-reply", true, &DaemonConfig::early_reply},
-        BoolSetting{"lane_locks", "--no-lane-locks", true, &DaemonConfig::lane_locks},
-        BoolSetting{"shared_hits", "--no-shared-hits", true, &DaemonConfig::shared_hits}),
+        BoolSetting{"device_resident", "--no-device-resident", true, &DaemonConfig::device_resident}),
     [](const testing::TestParamInfo<BoolSetting>& i) { return std::string(i.param.key); });
+
+// Flags epkd does not have (these were measurement switches) are refused by name, not ignored.
+TEST(Config, RemovedFlagsAreRefused) {
+  for (const char* flag : {"--no-early-reply", "--no-lane-locks", "--no-shared-hits"}) {
+    auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64", flag});
+    ASSERT_FALSE(c) << flag;
+    EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(c.error().message.find(flag), std::string::npos) << c.error().message;
+  }
+}
 
 TEST(Config, SpinFromFileThenFlag) {
   auto c = parse({"--socket", "/tmp/s", "--budget-mb", "64"});
@@ -323,7 +330,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "2: 'device_budget_mb' key 'x' is not a device number"},
         Refusal{"metrics_host", "socket = \"/s\"\nmetrics_listen = \"0.0.0.0:9464\"\n",
                 "2: 'metrics_listen' must be 127.0.0.1:PORT or an absolute socket path"},
-        Refusal{"syntax", "socket = \"/s\"\nbudget_mb = \n", "2: "}),
+        Refusal{"syntax", "socket = \"/s\"\nbudget_mb = \n", "2: "},
+        // Keys epkd does not have (these were measurement switches): a file that sets one is refused, not ignored.
+        Refusal{"early_reply", "socket = \"/s\"\nbudget_mb = 8\nearly_reply = false\n", "3: unknown key 'early_reply'"},
+        Refusal{"lane_locks", "socket = \"/s\"\nbudget_mb = 8\nlane_locks = false\n", "3: unknown key 'lane_locks'"},
+        Refusal{"shared_hits", "socket = \"/s\"\nbudget_mb = 8\nshared_hits = false\n",
+                "3: unknown key 'shared_hits'"}),
     [](const testing::TestParamInfo<Refusal>& i) { return std::string(i.param.name); });
 
 TEST(Config, MetricsListenFromFileThenFlag) {
