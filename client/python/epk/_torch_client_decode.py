@@ -97,6 +97,7 @@ class ClientDecode:
         self._measure_decode()
         self._t0: Optional[torch.cuda.Event] = None
         self._t1: Optional[torch.cuda.Event] = None
+        self._forwards = 0  # forwards begun (unit 0's pre-hooks), for the automatic depth
 
     # ---- set-up
 
@@ -188,11 +189,16 @@ class ClientDecode:
         self._issue_ahead(i)  # decodes that waited for this slot
 
     def _auto_depth(self, i: int, compute) -> None:
-        """Times one block's compute in the first forward (events between the first two blocks' pre-hooks) and, once
-        done, sets the depth to the decodes needed to stay ahead: ceil(decode / compute), within the ring."""
+        """Times one block's compute in the second forward (events between the first two blocks' pre-hooks; the
+        first forward pays one-time costs such as kernel selection) and, once done, sets the depth to the decodes
+        needed to stay ahead: ceil(decode / compute), within the ring."""
         bi = [j for j, u in enumerate(self.units) if u.ring == "block"]
         if len(bi) < 2:
             self.auto_depth = False
+            return
+        if i == 0:
+            self._forwards += 1
+        if self._forwards < 2:
             return
         if i == bi[0] and self._t0 is None:
             self._t0 = torch.cuda.Event(enable_timing=True)

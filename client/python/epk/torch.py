@@ -220,7 +220,7 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     libepk.so.2 with CUDA (EPK_LIBEPK) and epkd's leave (same user by default: client_decode_uids)). In client mode
     the token embedding and the LM head are decoded at every forward too when they are compressed; everything not in
     the tier is acquired from epkd as in daemon mode. prefetch=None: a ring of two blocks, the depth checked against
-    the decode time measured at attach and one block's compute time measured in the first forward (a warning says
+    the decode time measured at attach and one block's compute time measured in the second forward (a warning says
     when a deeper prefetch would keep the decode ahead). max_decoded_gb bounds the decode buffer (the block ring,
     which also holds the largest outer weight); the ring then holds fewer blocks. Attachment.memory() says what the
     buffers take.
