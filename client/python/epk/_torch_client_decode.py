@@ -65,7 +65,7 @@ class ClientDecode:
         outer = [u for u in units if u.ring == "outer"]
         block_bytes = max((u.bytes for u in blocks), default=0)
         outer_bytes = max((u.bytes for u in outer), default=0)
-        # The ring: prefetch + 1 block slots (the block computing and those decoding ahead; automatic depth: 2), fewer
+        # The ring: prefetch + 1 block slots (the block computing and those decoding ahead; automatic: 2), fewer
         # if the user's limit says so (one slot still works: each decode then waits for the previous block's kernels).
         want = (prefetch if prefetch is not None else 1) + 1
         if max_decoded_bytes is not None:
@@ -114,7 +114,12 @@ class ClientDecode:
         u.batch = self.tier.plan(jobs)
 
     def _measure_decode(self) -> None:
-        """The largest block's decode time on the side stream (median of 3), for the automatic depth."""
+        """Decodes every unit once and checks its tiles (a corrupt tile fails attach: forwards do not read the
+        status, which would wait for the stream), then times the largest block's decode on the side stream (median
+        of 3), for the automatic depth."""
+        for u in self.units:
+            u.batch.enqueue(self.side.cuda_stream)
+            u.batch.check(self.side.cuda_stream)
         blocks = [u for u in self.units if u.ring == "block"]
         if not blocks:
             return
@@ -127,7 +132,6 @@ class ClientDecode:
             b.record(self.side)
             b.synchronize()
             times.append(a.elapsed_time(b))
-        u.batch.check(self.side.cuda_stream)  # a corrupt tile fails attach, not a forward
         self.timing["decode_ms"] = sorted(times)[1]
 
     # ---- the hooks' work
