@@ -624,6 +624,24 @@ Result<Client::StoredFds> Client::open_stored(const std::string& model, std::uin
   return StoredFds{std::move(fds[0]), std::move(fds[1]), r.tier_bytes};
 }
 
+Result<std::vector<shm::TensorInfo>> Client::tensors(const std::string& model) {
+  EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<shm::TensorInfo> all;
+  for (;;) {
+    const std::uint32_t id = impl_->next_id++;
+    shm::encode_tensors(id, {model_id, static_cast<std::uint32_t>(all.size())}, &impl_->tx);
+    EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kTensors));
+    EPK_TRY_ASSIGN(shm::TensorsReply r, shm::decode_tensors_reply(f.payload));
+    if (r.tensors.empty() && all.size() < r.total) {
+      return make_error(ErrorCode::kBadInput, "epk client: tensors reply made no progress at " +
+                                                  std::to_string(all.size()) + " of " + std::to_string(r.total));
+    }
+    for (shm::TensorInfo& t : r.tensors) all.push_back(std::move(t));
+    if (all.size() >= r.total) return all;
+  }
+}
+
 Result<shm::ModelsReply> Client::models() {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -118,6 +118,8 @@ class Client {
   Status release_nowait(std::uint64_t handle);
   std::uint64_t deferred_release_errors() const;
   Result<Stats> stats();
+  // `model`'s tensors in file order: name, dtype, encoding, shape, stored bytes (as many messages as it takes).
+  Result<std::vector<shm::TensorInfo>> tensors(const std::string& model);
   // The models the daemon serves, with what of each is in its cache (for `epk status`).
   Result<shm::ModelsReply> models();
   // Client-side decode (client/stored_tier.h builds on this): the model file, open read-only, and the model's

@@ -184,6 +184,25 @@ void Service::on_models(Session& s, std::uint32_t req) {
   s.send(out);
 }
 
+// One page of a model's tensor list, from index m.first (the sources are const: no lock).
+void Service::on_tensors(Session& s, std::uint32_t req, const shm::TensorsRequest& m) {
+  const ModelEntry* model = registry_.get(m.model_id);
+  if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "tensors: unknown model id");
+  if (!may_use(s, *model)) return deny_model(s, req, model->name);
+  const std::vector<TensorMeta>& all = model->source->tensors();
+  shm::TensorsReply r;
+  r.total = static_cast<std::uint32_t>(all.size());
+  // More than one message holds is cut by the encoder; a page of kMaxPayload / 16 entries is more than fits.
+  const std::size_t end = std::min(all.size(), std::size_t{m.first} + shm::kMaxPayload / 16);
+  for (std::size_t i = m.first; i < end; ++i) {
+    r.tensors.push_back({all[i].name, static_cast<std::uint32_t>(all[i].dtype), all[i].encoding, all[i].shape,
+                         all[i].stored_bytes});
+  }
+  std::vector<std::uint8_t> out;
+  shm::encode_tensors_reply(req, r, &out);
+  s.send(out);
+}
+
 // A walk over each lane's slots under its lock. A client's list holds only the models it may use: the others' names
 // and occupancy are not its business.
 shm::ModelsReply Service::models_info(const PeerCredentials* peer) {

@@ -50,6 +50,7 @@ class EpkSource final : public ModelSource {
       m.name = e.name;
       m.shape = e.shape;
       m.dtype = e.dtype;
+      m.encoding = std::string(container::encoding_name(e.encoding));
       for (const auto& b : e.buffers) m.stored_bytes += b.size;  // disjoint ranges of the file: cannot overflow
       if (e.encoding == container::Encoding::kLatticeRans) {
         // Validated here once, so a malformed stream refuses the model instead of failing its first acquire.

@@ -34,6 +34,7 @@ struct TensorMeta {
   std::vector<std::uint64_t> shape;
   DType dtype = DType::kF32;  // as stored (source dtype)
   std::uint64_t stored_bytes = 0;
+  std::string encoding;  // as stored: "raw", "lattice-rans", "intq", ... ("synthetic" for SyntheticSource)
 };
 
 // What a client receives for a tensor in a layout: the slot size and how to read it. Fixed-size (no heap): served()

@@ -97,6 +97,7 @@ class Service {
   void on_open_stored(Session& s, std::uint32_t req, const shm::OpenStoredRequest& m);
   void on_stats(Session& s, std::uint32_t req);
   void on_models(Session& s, std::uint32_t req);
+  void on_tensors(Session& s, std::uint32_t req, const shm::TensorsRequest& m);
 
   // Models and figures (admin.cc). open_models: opens every configured model not yet in the registry; a model that
   // fails is logged and skipped. Runs at start (before serving) and on the reload thread, one call at a time, never on

@@ -238,6 +238,11 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
       if (Status st = shm::decode_empty(payload, "models"); !st) return malformed(st.error());
       return svc_.on_models(*this, req);
     }
+    case MsgType::kTensors: {
+      auto m = shm::decode_tensors(payload);
+      if (!m) return malformed(m.error());
+      return svc_.on_tensors(*this, req, *m);
+    }
     case MsgType::kOpenStored: {
       auto m = shm::decode_open_stored(payload);
       if (!m) return malformed(m.error());

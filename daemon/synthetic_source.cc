@@ -106,6 +106,7 @@ Result<std::unique_ptr<SyntheticSource>> SyntheticSource::create(const std::stri
       parts.pop_back();
     }
     TensorMeta t;
+    t.encoding = "synthetic";
     std::string_view dims;
     if (parts.size() == 1) {
       t.name = "t" + std::to_string(s->tensors_.size());

@@ -146,6 +146,7 @@ const char* msg_type_name(std::uint16_t type) {
     case MsgType::kClose: return "close";
     case MsgType::kModels: return "models";
     case MsgType::kOpenStored: return "open_stored";
+    case MsgType::kTensors: return "tensors";
     default: break;
   }
   return type == static_cast<std::uint16_t>(MsgType::kError) ? "error" : "unknown";
@@ -269,6 +270,34 @@ void encode_open_stored(std::uint32_t id, const OpenStoredRequest& m, std::vecto
 void encode_open_stored_reply(std::uint32_t id, const OpenStoredReply& m, std::vector<std::uint8_t>* out) {
   Writer w(out, id, reply(MsgType::kOpenStored));
   w.put(m.tier_bytes);
+}
+
+void encode_tensors(std::uint32_t id, const TensorsRequest& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kTensors));
+  w.put(m.model_id);
+  w.put(m.first);
+}
+
+void encode_tensors_reply(std::uint32_t id, const TensorsReply& m, std::vector<std::uint8_t>* out) {
+  Writer w(out, id, reply(MsgType::kTensors));
+  w.put<std::uint32_t>(m.total);
+  const std::size_t count_at = out->size();
+  w.put<std::uint32_t>(0);
+  std::uint32_t count = 0;
+  for (const TensorInfo& t : m.tensors) {
+    const std::size_t name = std::min(t.name.size(), kMaxTensorName);
+    const std::size_t enc = std::min(t.encoding.size(), kMaxEncodingName);
+    const std::size_t ndim = std::min<std::size_t>(t.shape.size(), kMaxDims);
+    if (out->size() - kHeaderSize + 2 + name + 4 + 2 + enc + 4 + 8 * ndim + 8 > kMaxPayload) break;
+    w.put_str(t.name, kMaxTensorName);
+    w.put<std::uint32_t>(t.dtype);
+    w.put_str(t.encoding, kMaxEncodingName);
+    w.put<std::uint32_t>(static_cast<std::uint32_t>(ndim));
+    for (std::size_t i = 0; i < ndim; ++i) w.put<std::uint64_t>(t.shape[i]);
+    w.put<std::uint64_t>(t.stored_bytes);
+    ++count;
+  }
+  store_le<std::uint32_t>(out->data() + count_at, count);
 }
 
 void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out) {
@@ -487,6 +516,41 @@ Result<OpenStoredReply> decode_open_stored_reply(std::span<const std::uint8_t> p
   Reader r(p, "open_stored reply");
   OpenStoredReply m;
   EPK_TRY_ASSIGN(m.tier_bytes, r.get<std::uint64_t>("tier_bytes"));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<TensorsRequest> decode_tensors(std::span<const std::uint8_t> p) {
+  Reader r(p, "tensors");
+  TensorsRequest m;
+  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
+  EPK_TRY_ASSIGN(m.first, r.get<std::uint32_t>("first"));
+  EPK_TRY(r.finish());
+  return m;
+}
+
+Result<TensorsReply> decode_tensors_reply(std::span<const std::uint8_t> p) {
+  Reader r(p, "tensors reply");
+  TensorsReply m;
+  EPK_TRY_ASSIGN(m.total, r.get<std::uint32_t>("total"));
+  EPK_TRY_ASSIGN(std::uint32_t count, r.get<std::uint32_t>("count"));
+  constexpr std::size_t kMinEntry = 2 + 4 + 2 + 4 + 8;
+  if (count > m.total || count > r.left() / kMinEntry) {
+    return r.bad("count", std::to_string(count) + " exceeds the total or the bytes left");
+  }
+  m.tensors.resize(count);
+  for (TensorInfo& t : m.tensors) {
+    EPK_TRY_ASSIGN(t.name, r.get_str("name", kMaxTensorName));
+    EPK_TRY_ASSIGN(t.dtype, r.get<std::uint32_t>("dtype"));
+    EPK_TRY_ASSIGN(t.encoding, r.get_str("encoding", kMaxEncodingName));
+    EPK_TRY_ASSIGN(std::uint32_t ndim, r.get<std::uint32_t>("ndim"));
+    if (ndim > kMaxDims) return r.bad("ndim", std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
+    t.shape.resize(ndim);
+    for (std::uint64_t& d : t.shape) {
+      EPK_TRY_ASSIGN(d, r.get<std::uint64_t>("shape"));
+    }
+    EPK_TRY_ASSIGN(t.stored_bytes, r.get<std::uint64_t>("stored_bytes"));
+  }
   EPK_TRY(r.finish());
   return m;
 }

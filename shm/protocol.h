@@ -34,6 +34,10 @@
 //                 bytes, laid out by codec/cuda/tier_layout.h)]   (added in version 4 after the others, for
 //                 client-side decode: a daemon that predates it answers bad-message and closes the session; a client
 //                 that may not decode itself gets denied, a model without a tier on the device unsupported)
+//      tensors    u32 model_id, u32 first   [u32 total, u32 count (as many from index `first` on as fit in
+//                 kMaxPayload), count x TensorInfo: str name (<= kMaxTensorName), u32 dtype (epk::DType code),
+//                 str encoding (<= kMaxEncodingName), u32 ndim (<= kMaxDims), ndim x u64 shape, u64 stored_bytes]
+//                 (added in version 4 after open_stored: a daemon that predates it answers bad-message)
 //      error      [u32 status (WireStatus), str message (<= kMaxErrorText)]
 // 4. Version 2 (the GPU path) appended the hello's event ring, the acquire reply's done_event, the release's event
 //    handle and the stats' resident_bytes; versions 1 and 2 do not talk to each other (bad-version).
@@ -82,6 +86,7 @@ inline constexpr std::size_t kMaxMessage = kHeaderSize + kMaxPayload;
 inline constexpr std::size_t kMaxModelName = 256;
 inline constexpr std::size_t kMaxTensorName = 1024;
 inline constexpr std::size_t kMaxErrorText = 1024;
+inline constexpr std::size_t kMaxEncodingName = 64;
 inline constexpr std::uint32_t kMaxDims = 8;
 inline constexpr std::uint32_t kMaxPrefetch = 256;
 inline constexpr std::uint32_t kMaxPools = 16;
@@ -105,6 +110,7 @@ enum class MsgType : std::uint16_t {
   kClose = 7,
   kModels = 8,
   kOpenStored = 9,
+  kTensors = 10,
   kError = 0xFFFF,
 };
 const char* msg_type_name(std::uint16_t type);
@@ -251,6 +257,22 @@ struct OpenStoredRequest {
 struct OpenStoredReply {
   std::uint64_t tier_bytes = 0;
 };
+struct TensorsRequest {
+  std::uint32_t model_id = 0;
+  std::uint32_t first = 0;  // the index of the first tensor to list (the model's file order)
+};
+struct TensorInfo {
+  std::string name;
+  std::uint32_t dtype = 0;  // epk::DType code, as stored
+  std::string encoding;     // "raw", "lattice-rans", "intq", ...
+  std::vector<std::uint64_t> shape;
+  std::uint64_t stored_bytes = 0;
+  bool operator==(const TensorInfo&) const = default;
+};
+struct TensorsReply {
+  std::uint32_t total = 0;  // the model's tensors; tensors.size() may be smaller (ask again from first + size)
+  std::vector<TensorInfo> tensors;
+};
 struct ErrorReply {
   WireStatus status = WireStatus::kInternal;
   std::string message;
@@ -265,6 +287,9 @@ void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::
 void encode_empty(std::uint32_t id, MsgType type, std::vector<std::uint8_t>* out);  // stats, close, empty replies
 void encode_open_stored(std::uint32_t id, const OpenStoredRequest& m, std::vector<std::uint8_t>* out);
 void encode_open_stored_reply(std::uint32_t id, const OpenStoredReply& m, std::vector<std::uint8_t>* out);
+void encode_tensors(std::uint32_t id, const TensorsRequest& m, std::vector<std::uint8_t>* out);
+// Writes as many of m.tensors as fit in kMaxPayload (at least none); total is written as given.
+void encode_tensors_reply(std::uint32_t id, const TensorsReply& m, std::vector<std::uint8_t>* out);
 void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::uint8_t>* out);
 void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out);
 void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<std::uint8_t>* out);
@@ -303,5 +328,7 @@ Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p);
 Result<ErrorReply> decode_error(std::span<const std::uint8_t> p);
 Result<OpenStoredRequest> decode_open_stored(std::span<const std::uint8_t> p);
 Result<OpenStoredReply> decode_open_stored_reply(std::span<const std::uint8_t> p);
+Result<TensorsRequest> decode_tensors(std::span<const std::uint8_t> p);
+Result<TensorsReply> decode_tensors_reply(std::span<const std::uint8_t> p);
 
 }  // namespace epk::shm

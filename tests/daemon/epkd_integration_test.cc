@@ -114,6 +114,28 @@ TEST(Epkd, ConcurrentHitsOnEveryIoThread) {
 }
 
 
+// The tensor list arrives in file order over as many messages as it takes (3000 entries are more than one holds).
+TEST(Epkd, TheTensorListComesInPages) {
+  Epkd d({"--synthetic", "m=" + spec(3000, "3x5") + ",last:7x2"});
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket(), 5000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto ts = c->tensors("m");
+  ASSERT_TRUE(ts) << ts.error().to_string();
+  ASSERT_EQ(ts->size(), 3001u);
+  for (std::size_t i = 0; i < 3000; ++i) {
+    ASSERT_EQ((*ts)[i].name, "t" + std::to_string(i));
+    ASSERT_EQ((*ts)[i].shape, (std::vector<std::uint64_t>{3, 5}));
+    ASSERT_EQ((*ts)[i].encoding, "synthetic");
+  }
+  EXPECT_EQ(ts->back().name, "last");
+  EXPECT_EQ(ts->back().shape, (std::vector<std::uint64_t>{7, 2}));
+  auto none = c->tensors("nope");
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, ErrorCode::kNotFound);
+  expect_serving(d);
+}
+
 TEST(Epkd, EvictionUnderPressureStaysInTheBudget) {
   Epkd d({"--synthetic", "m=" + spec(8, "256x256")});  // 8 x 256 KiB against 1 MiB
   ASSERT_TRUE(d.running());

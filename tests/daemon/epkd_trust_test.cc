@@ -164,6 +164,8 @@ TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
               if (!t || t->bytes != 256 || !c->release(t->handle)) return 2;
               auto denied = c->open_model("secret");
               if (denied || denied.error().code != ErrorCode::kPermission) return 3;
+              auto hidden = c->tensors("secret");
+              if (hidden || hidden.error().code != ErrorCode::kPermission) return 5;
               auto listed = c->models();
               if (!listed || listed->models.size() != 1 || listed->models[0].name != "open") return 4;
               return 0;

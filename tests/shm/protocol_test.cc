@@ -491,6 +491,55 @@ TEST(Protocol, ModelsReplyKeepsToOneMessage) {
   EXPECT_LT(r->models.size(), 1000u);
 }
 
+TEST(Protocol, TensorsRoundTripAndPages) {
+  std::vector<std::uint8_t> msg;
+  encode_tensors(4, {7, 300}, &msg);
+  auto q = decode_tensors(payload_of(msg));
+  ASSERT_TRUE(q) << q.error().to_string();
+  EXPECT_EQ(q->model_id, 7u);
+  EXPECT_EQ(q->first, 300u);
+  TensorsReply m;
+  m.total = 3;
+  m.tensors = {{"model.layers.0.mlp.up_proj.weight", 13, "lattice-rans", {14336, 4096}, 29360128},
+               {"norm", 6, "raw", {5}, 20},
+               {"", 0, "", {}, 0}};
+  encode_tensors_reply(5, m, &msg);
+  EXPECT_EQ(header_of(msg).type, static_cast<std::uint16_t>(MsgType::kTensors) | kReplyBit);
+  auto r = decode_tensors_reply(payload_of(msg));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->total, 3u);
+  EXPECT_EQ(r->tensors, m.tensors);
+  // Names at their limit: one message holds some, the total says how many more to ask for.
+  m.total = 1000;
+  m.tensors.assign(1000, TensorInfo{std::string(kMaxTensorName, 'x'), 1, "lattice-rans", {1, 2, 3, 4, 5, 6, 7, 8}, 9});
+  encode_tensors_reply(6, m, &msg);
+  ASSERT_LE(msg.size(), kMaxMessage);
+  r = decode_tensors_reply(payload_of(msg));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_GT(r->tensors.size(), 10u);
+  EXPECT_LT(r->tensors.size(), 1000u);
+  EXPECT_EQ(r->tensors.back(), m.tensors.back());
+}
+
+TEST(ProtocolMalformed, TensorsReplyBadCountOrRank) {
+  std::vector<std::uint8_t> p(8);
+  store_le<std::uint32_t>(p.data(), 1);
+  store_le<std::uint32_t>(p.data() + 4, 2);  // more than total
+  EXPECT_FALSE(decode_tensors_reply(p));
+  TensorsReply m;
+  m.total = 1;
+  m.tensors = {{"t", 1, "raw", {2, 3}, 24}};
+  std::vector<std::uint8_t> msg;
+  encode_tensors_reply(1, m, &msg);
+  std::vector<std::uint8_t> bad(payload_of(msg).begin(), payload_of(msg).end());
+  // ndim sits after total, count, the name (2 + 1 bytes), dtype and the encoding (2 + 3 bytes).
+  store_le<std::uint32_t>(bad.data() + 8 + 3 + 4 + 5, kMaxDims + 1);
+  auto r = decode_tensors_reply(bad);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("ndim"), std::string::npos) << r.error().message;
+  EXPECT_FALSE(decode_tensors(std::vector<std::uint8_t>(7)));  // truncated request
+}
+
 TEST(ProtocolMalformed, ModelsReplyCountBeyondTotalOrBytes) {
   std::vector<std::uint8_t> p(8);
   store_le<std::uint32_t>(p.data(), 1);

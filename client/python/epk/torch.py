@@ -16,8 +16,9 @@ stream (torch's current stream), so that epkd reuses the bytes only after the bl
 else (norms, biases, embeddings, the LM head) is acquired once and kept, pinned, for the attachment's life.
 
 Every parameter is matched to the epkd tensor of the same name (or ``rename(name)``) by shape and dtype at attach;
-a missing or mismatched tensor is an error naming both sides. epkd's protocol has no tensor listing, so attach
-acquires each streamed tensor once to check it (this decodes the model once, block by block, with prefetch).
+a missing or mismatched tensor is an error naming both sides. attach acquires each streamed
+tensor once to check it (this decodes the model once, block by block, with prefetch; Client.tensors() now lists
+names, shapes and dtypes without a decode, which attach does not use yet).
 
 Not built yet: the static-slot mode (weights at fixed addresses for CUDA graphs and torch.compile); with hooks that
 swap tensors, do not capture the attached blocks in a graph.

@@ -474,6 +474,25 @@ struct PyClient {
     return out;
   }
 
+  nb::list tensors(const std::string& model) {
+    auto ts = call(c(), [&](client::Client& cl) { return cl.tensors(model); }).value();
+    nb::list out;
+    for (const auto& t : ts) {
+      nb::dict d;
+      d["name"] = t.name;
+      d["dtype"] = t.dtype < static_cast<std::uint32_t>(epk::kDTypeCount)
+                       ? std::string(epk::dtype_name(static_cast<epk::DType>(t.dtype)))
+                       : std::to_string(t.dtype);
+      d["encoding"] = t.encoding;
+      nb::list shape;
+      for (std::uint64_t v : t.shape) shape.append(v);
+      d["shape"] = nb::tuple(shape);
+      d["stored_bytes"] = t.stored_bytes;
+      out.append(d);
+    }
+    return out;
+  }
+
   nb::list pools() {
     std::vector<shm::PoolInfo> p;
     {
@@ -682,6 +701,9 @@ NB_MODULE(_epk, m) {
            "list of per-pool dicts).")
       .def("models", &PyClient::models,
            "The models epkd serves: a list of dicts (name, tensors, cached_slots, cached_bytes, pinned_slots).")
+      .def("tensors", &PyClient::tensors, nb::arg("model"),
+           "`model`'s tensors in file order: a list of dicts (name, dtype as stored such as 'BF16', encoding such\n"
+           "as 'raw' or 'lattice-rans', shape tuple, stored_bytes). NotFound for an unknown model.")
       .def("pools", &PyClient::pools,
            "The daemon's pools as announced at connect: a list of dicts (pool_id, kind 'host' or 'device',\n"
            "device, size).")

@@ -162,6 +162,15 @@ def test_prefetch_stats_models_pools(client, model):
     assert s1["space_waits"] == 0 and s1["prefetches_dropped"] == 0  # the budget held every prefetch
     assert s1["pools"][0]["prefetched_bytes"] == 0  # every prefetched slot was then acquired
     assert s1["pools"][0]["fenced_bytes"] == 0
+    tensors = client.tensors(MODEL)
+    assert sorted(t["name"] for t in tensors) == sorted(model["source"])
+    for t in tensors:
+        dtype, shape, raw = model["source"][t["name"]]
+        assert t["shape"] == tuple(shape) and t["dtype"] == dtype, t
+        assert t["encoding"] == ("lattice-rans" if t["name"] in names else "raw"), t
+        assert t["stored_bytes"] > 0
+    with pytest.raises(epk.NotFound):
+        client.tensors("no-such-model")
     models = client.models()
     assert [m["name"] for m in models] == [MODEL]
     assert models[0]["tensors"] == len(model["source"]) and models[0]["cached_slots"] >= len(names)
