@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 
+#include "daemon/log_format.h"
 #include "daemon/epk_source.h"
 #include "daemon/service.h"
 #include "daemon/synthetic_source.h"
@@ -27,11 +28,11 @@ std::size_t Service::open_models(const DaemonConfig& cfg) {
     auto t0 = Clock::now();
     auto src = open_epk_source(m.path, {cfg.resident_compressed, {}});
     if (!src) {
-      spdlog::error("model '{}' refused: {}", m.name, src.error().to_string());
+      spdlog::error("model_refused model={} path={} error={}", kv(m.name), kv(m.path), kv(src.error().to_string()));
       continue;
     }
     if (cfg.resident_compressed) {
-      spdlog::info("model '{}': resident in memory, read and checksummed in {:.1f} ms", m.name,
+      spdlog::info("model_resident model={} where=host ms={:.1f}", kv(m.name),
                    std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
     opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)), m.access);
@@ -40,10 +41,10 @@ std::size_t Service::open_models(const DaemonConfig& cfg) {
     if (known(m.name)) continue;
     auto src = SyntheticSource::create(m.path, std::chrono::microseconds(cfg.synthetic_delay_us));
     if (!src) {
-      spdlog::error("synthetic model '{}' refused: {}", m.name, src.error().to_string());
+      spdlog::error("model_refused model={} synthetic=true error={}", kv(m.name), kv(src.error().to_string()));
       continue;
     }
-    spdlog::warn("model '{}' is SYNTHETIC test data ({} tensors), not a checkpoint", m.name,
+    spdlog::warn("model_synthetic model={} tensors={} note=\"test data, not a checkpoint\"", kv(m.name),
                  (*src)->tensors().size());
     opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)), m.access);
   }
@@ -60,7 +61,7 @@ std::size_t Service::add_model(const std::string& name, std::shared_ptr<const Mo
     return registry_.add(name, std::move(src), access);
   }();
   if (!id) {
-    spdlog::error("model '{}' refused: {}", name, id.error().to_string());
+    spdlog::error("model_refused model={} error={}", kv(name), kv(id.error().to_string()));
     return 0;
   }
   // Outside the service lock: until a device's tier is published, its acquires of this model take the CPU fallback.
@@ -70,13 +71,13 @@ std::size_t Service::add_model(const std::string& name, std::shared_ptr<const Mo
     // kernel). A model whose tensors cannot be made resident there still serves (CPU decoder and a copy), but says so.
     auto added = l.gpu->add_model(*id, kept);
     if (!added) {
-      spdlog::error("model '{}': resident tier on device {} failed ({}); its tensors decode on the CPU there", name,
-                    l.gpu->device(), added.error().to_string());
+      spdlog::error("model_resident model={} where=device device={} ok=false fallback=cpu error={}", kv(name),
+                    l.gpu->device(), kv(added.error().to_string()));
     } else {
-      spdlog::info("model '{}': {} MiB resident on device {}", name, *added >> 20, l.gpu->device());
+      spdlog::info("model_resident model={} where=device device={} bytes={}", kv(name), l.gpu->device(), *added);
     }
   }
-  spdlog::info("model '{}' (id {}) from {}: {} tensors", name, *id, origin, n);
+  spdlog::info("model_opened model={} id={} origin={} tensors={}", kv(name), *id, kv(origin), n);
   return 1;
 }
 
@@ -86,7 +87,7 @@ std::size_t Service::model_count() {
 }
 
 void Service::deny_model(Session& s, std::uint32_t req, const std::string& model) {
-  spdlog::warn("client {} ({}): model '{}' refused by its uids/gids rule", s.id(), describe(s.peer()), model);
+  spdlog::warn("access_denied client={} {} model={} rule=model_uids_gids", s.id(), peer_kv(s.peer()), kv(model));
   s.send_error(req, shm::WireStatus::kDenied,
                "access denied: model '" + model + "' is not served to " + describe(s.peer()) + " (its uids/gids)");
 }
@@ -112,8 +113,8 @@ void Service::on_open_model(Session& s, std::uint32_t req, const shm::OpenModelR
 void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStoredRequest& m) {
   const PeerCredentials& peer = s.peer();
   if (peer.uid != 0 && peer.uid != ::geteuid() && !lists(cfg_.client_decode, peer)) {
-    spdlog::warn("client {} ({}): open_stored refused (client_decode_uids / client_decode_gids)", s.id(),
-                 describe(peer));
+    spdlog::warn("access_denied client={} {} request=open_stored rule=client_decode_uids_gids", s.id(),
+                 peer_kv(peer));
     return s.send_error(req, shm::WireStatus::kDenied,
                         "access denied: " + describe(peer) +
                             " may not decode in its own context (client_decode_uids / client_decode_gids); acquire "

@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <exception>
 
+#include "daemon/log_format.h"
 #include "daemon/service.h"
 
 namespace epk::daemon::server {
@@ -162,6 +163,27 @@ void Service::reply_early(std::uint64_t slot_id, const Timeline& worker_tl, std:
   f.read_ns = 0;
 }
 
+// One line per decode: at debug when it succeeded (a per-request line), at error when it failed.
+void Service::log_decode(const Lane& lane, std::uint64_t slot_id, const Slot* slot, const InFlight& f, const Status& st,
+                         std::uint64_t ns) {
+  std::string what = "slot=" + std::to_string(slot_id);  // the slot is gone when the decode failed
+  if (slot != nullptr) {
+    const ModelEntry* model = registry_.get(slot->key.model);
+    const auto& tensors = model != nullptr ? model->source->tensors() : std::vector<TensorMeta>{};
+    what = "model=" + kv(model != nullptr ? model->name : "?") +
+           " tensor=" + kv(slot->key.tensor < tensors.size() ? tensors[slot->key.tensor].name : "?") +
+           " layout=" + std::string(shm::layout_name(slot->key.layout)) + " slot=" + std::to_string(slot_id);
+  }
+  const bool prefetch = f.read_ns == 0;
+  if (st) {
+    spdlog::debug("decoded {} pool={} device={} bytes={} us={:.1f} waiters={} prefetch={}", what, lane.pool_id,
+                  lane.on_device() ? static_cast<int>(lane.served_device()) : -1, f.desc.bytes, ns / 1e3, f.waiters.size(), prefetch);
+  } else {
+    spdlog::error("decode_failed {} pool={} bytes={} us={:.1f} waiters={} prefetch={} error={}", what, lane.pool_id,
+                  f.desc.bytes, ns / 1e3, f.waiters.size(), prefetch, kv(st.error().to_string()));
+  }
+}
+
 // Runs on the decode worker that produced the slot; the replies go to their sessions' threads.
 void Service::on_decoded(std::uint64_t slot_id, Status st, std::uint64_t ns, Timeline tl) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -175,10 +197,10 @@ void Service::on_decoded(std::uint64_t slot_id, Status st, std::uint64_t ns, Tim
   tl.read = f.read_ns;
   tl.submit = f.submit_ns;
   const bool timeline = tl.read != 0 && spdlog::should_log(spdlog::level::debug);
-  if (!st) spdlog::error("decode failed: {}", st.error().to_string());
   Lane& lane = lanes_[shm::handle_pool(slot_id)];  // slot ids carry their pool (first_handle_of_pool)
   std::lock_guard<LaneLock> ll(lane_mu(lane));
   Slot* slot = lane.cache->find(slot_id);
+  if (!st || spdlog::should_log(spdlog::level::debug)) log_decode(lane, slot_id, slot, f, st, ns);
   lane.cache->decoded(slot_id, static_cast<bool>(st));
   check(lane);
   for (const Waiter& w : f.waiters) {

@@ -1,6 +1,7 @@
 // epkd's process (daemon/server.h): logging, the lanes, the listening socket (systemd's or its own), the io threads
 // and their accept loop, signals (SIGTERM drains, SIGHUP reloads the models), systemd's notifications and watchdog,
 // and the metrics endpoint. What a connection does is daemon/session.h's; what the requests do, daemon/service.h's.
+#include "daemon/log_format.h"
 #include "daemon/server.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -117,7 +118,7 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
       refusal = "access denied: the peer's credentials are unknown (" + cred.error().message + ")";
     }
     const ClientId id = svc.next_client_id();
-    if (!refusal.empty()) spdlog::warn("client {} refused: {}", id, refusal);
+    if (!refusal.empty()) spdlog::warn("access_denied client={} {} at=connect reason={}", id, peer_kv(peer), kv(refusal));
     auto s = std::make_shared<Session>(std::move(sock), svc, id, index, svc.config().read_timeout_ms,
                                        svc.config().idle_timeout_ms, std::move(peer), domain, std::move(refusal));
     svc.add_session(s);
@@ -156,6 +157,7 @@ int run_daemon(const DaemonConfig& cfg) {
   // A second run in one process (tests run epkd in-process) reuses the logger: spdlog refuses a name twice.
   auto logger = spdlog::get("epkd");
   spdlog::set_default_logger(logger != nullptr ? logger : spdlog::stderr_color_mt("epkd"));
+  configure_log_pattern(*spdlog::default_logger(), stderr_is_journal());
   if (auto lvl = spdlog::level::from_str(cfg.log_level); lvl != spdlog::level::off || cfg.log_level == "off") {
     spdlog::set_level(lvl);
   }

@@ -78,7 +78,7 @@ void Service::client_gone(ClientId id, uid_t uid) {
       check(l);
     }
     sessions_.erase(id);
-    spdlog::debug("client {} gone; its pins dropped", id);
+    spdlog::debug("client_gone client={} pins=dropped", id);
     if (shutting_down_ && sessions_.empty() && on_drained_) on_drained_();
   }
   // Its opened events and side streams (GpuBackend guards its own maps): destroying them must not stall the hits of

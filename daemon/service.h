@@ -157,6 +157,8 @@ class Service {
                          shm::Layout layout, ServedTensor desc, Priority prio);
   void reply_early(std::uint64_t slot_id, const Timeline& worker_tl, std::uint64_t* ticket_out);
   void on_decoded(std::uint64_t slot_id, Status st, std::uint64_t ns, Timeline tl);
+  void log_decode(const Lane& lane, std::uint64_t slot_id, const Slot* slot, const InFlight& f, const Status& st,
+                  std::uint64_t ns);
   DecodeScheduler& decode_scheduler(Lane& lane) { return lane.gpu_scheduler ? *lane.gpu_scheduler : scheduler_; }
 
   // admin.cc

@@ -1,3 +1,4 @@
+#include "daemon/log_format.h"
 #include "daemon/session.h"
 
 #include <spdlog/spdlog.h>
@@ -62,7 +63,7 @@ void Session::send(std::span<const std::uint8_t> msg) {
   }
   if (pending_.size() + msg.size() > kMaxPendingReplyBytes) {
     // A client that sends without reading its replies: drop it rather than buffer without bound.
-    spdlog::warn("client {}: {} bytes of replies unread; closing the session", id_, pending_.size());
+    spdlog::warn("session_closed client={} {} reason=replies_unread bytes={}", id_, peer_kv(peer_), pending_.size());
     closing_ = true;
     close_now();
     return;
@@ -87,7 +88,8 @@ void Session::send_with_fds(std::vector<std::uint8_t> msg, std::vector<int> fds)
   }
   Status st = shm::send_with_fds(sock_.native_handle(), msg, fds, read_timeout_ms_);
   if (!st) {
-    spdlog::warn("client {}: reply with fds: {}", id_, st.error().to_string());
+    spdlog::warn("session_closed client={} {} reason=send_failed error={}", id_, peer_kv(peer_),
+                 kv(st.error().to_string()));
     closing_ = true;
     close_now();
   }
@@ -100,7 +102,10 @@ void Session::send_error(std::uint32_t request_id, shm::WireStatus status, const
 }
 
 void Session::fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message) {
-  spdlog::warn("client {}: {}; closing the session", id_, message);
+  // A refused peer was logged once at accept (server.cc), with its credentials.
+  if (status != shm::WireStatus::kDenied) {
+    spdlog::warn("session_closed client={} {} reason=bad_message error={}", id_, peer_kv(peer_), kv(message));
+  }
   send_error(request_id, status, message);
   closing_ = true;
   if (!writing_) close_now();
@@ -116,9 +121,9 @@ void Session::end_after_exception(std::exception_ptr e) {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
-    spdlog::error("client {}: session failed: {}", id_, ex.what());
+    spdlog::error("session_failed client={} {} error={}", id_, peer_kv(peer_), kv(ex.what()));
   } catch (...) {
-    spdlog::error("client {}: session failed", id_);
+    spdlog::error("session_failed client={} {} error=unknown", id_, peer_kv(peer_));
   }
   end();
 }
@@ -193,12 +198,13 @@ void Session::on_hello(std::uint32_t req, std::span<const std::uint8_t> payload)
   std::vector<int> fds = svc_.pool_fds(domain_);
   Status st = shm::send_with_fds(sock_.native_handle(), out, fds, read_timeout_ms_);
   if (!st) {
-    spdlog::warn("client {}: hello reply: {}", id_, st.error().to_string());
+    spdlog::warn("session_closed client={} {} reason=hello_reply_failed error={}", id_, peer_kv(peer_),
+                 kv(st.error().to_string()));
     closing_ = true;
     close_now();
     return;
   }
-  spdlog::debug("client {} ({}) connected", id_, describe(peer_));
+  spdlog::debug("client_connected client={} {} domain={}", id_, peer_kv(peer_), domain_);
 }
 
 void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8_t> payload) {
@@ -322,8 +328,8 @@ void Session::on_read(boost::system::error_code ec, std::size_t n) {
   if (!ec) timed_out_ = false;  // a timer that fired as these bytes arrived cancelled nothing: the deadline decides
   if (ec) {
     if (timed_out_ && idle_timed_) {
-      spdlog::info("client {} ({}): no message for {} ms (idle_timeout_ms); closing the session", id_,
-                   describe(peer_), idle_timeout_ms_);
+      spdlog::info("session_closed client={} {} reason=idle_timeout idle_timeout_ms={}", id_, peer_kv(peer_),
+                   idle_timeout_ms_);
     } else if (timed_out_) {
       fail(0, shm::WireStatus::kBadMessage, timeout_message());
     } else if (have_ > 0 && ec == asio::error::eof) {
