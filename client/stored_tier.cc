@@ -31,7 +31,6 @@ class CudaDecodeBatch final : public DecodeBatch {
     return cuda::read_status(plan_, reinterpret_cast<const void*>(scratch_.ptr()), static_cast<cuda::Stream>(stream));
   }
   std::uint64_t scratch_bytes() const override { return scratch_.size(); }
-  std::uint64_t output_bytes() const override { return plan_.output_bytes(); }
 
  private:
   cuda::DecodePlan plan_;
@@ -53,8 +52,11 @@ class CudaStoredTier final : public StoredTier {
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const container::TensorEntry& e = entries[i];
       if (e.encoding != container::Encoding::kLatticeRans) continue;
-      // The tables and offsets come from this map: they must be the bytes epkd checked and uploaded.
-      EPK_TRY(t->reader_.verify(e));
+      // The tables, offsets and scales come from this map: they must be the bytes epkd checked and uploaded. The
+      // payload is read only from epkd's tier (checksummed there), so its pages here are not read at all.
+      for (std::size_t b = 0; b < e.buffers.size(); ++b) {
+        if (e.buffers[b].name != rans::kPayloadBuffer) EPK_TRY(t->reader_.verify_buffer(e, b));
+      }
       EPK_TRY_ASSIGN(t->streams_[i], rans::from_container(t->reader_, e));
       views[i] = &t->streams_[i]->stream;
       t->index_.emplace(e.name, i);

@@ -37,7 +37,6 @@ class DecodeBatch {
   // Waits for `stream`, then kCorruptTile naming the first corrupt tensor and tile of the last decode, if any.
   virtual Status check(void* stream) = 0;
   virtual std::uint64_t scratch_bytes() const = 0;  // device memory this batch holds (descriptors, tables)
-  virtual std::uint64_t output_bytes() const = 0;   // what one enqueue writes
 };
 
 class StoredTier {

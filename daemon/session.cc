@@ -102,10 +102,11 @@ void Session::send_error(std::uint32_t request_id, shm::WireStatus status, const
 }
 
 void Session::fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message) {
-  // A refused peer was logged once at accept (server.cc), with its credentials.
-  if (status != shm::WireStatus::kDenied) {
-    spdlog::warn("session_closed client={} {} reason=bad_message error={}", id_, peer_kv(peer_), kv(message));
-  }
+  spdlog::warn("session_closed client={} {} reason=bad_message error={}", id_, peer_kv(peer_), kv(message));
+  close_with_error(request_id, status, message);
+}
+
+void Session::close_with_error(std::uint32_t request_id, shm::WireStatus status, const std::string& message) {
   send_error(request_id, status, message);
   closing_ = true;
   if (!writing_) close_now();
@@ -190,7 +191,8 @@ void Session::on_hello(std::uint32_t req, std::span<const std::uint8_t> payload)
   auto m = shm::decode_hello(payload);
   if (!m) return fail(req, shm::WireStatus::kBadMessage, m.error().message);
   if (hello_done_) return fail(req, shm::WireStatus::kBadMessage, "hello sent twice");
-  if (!refusal_.empty()) return fail(req, shm::WireStatus::kDenied, refusal_);
+  // A refused peer was logged once at accept (server.cc), with its credentials.
+  if (!refusal_.empty()) return close_with_error(req, shm::WireStatus::kDenied, refusal_);
   hello_done_ = true;
   std::vector<std::uint8_t> out;
   shm::encode_hello_reply(req, svc_.hello_reply(domain_), &out);

@@ -76,8 +76,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void send_with_fds(std::vector<std::uint8_t> msg, std::vector<int> fds);
   // An error reply to request `request_id`; the session stays open.
   void send_error(std::uint32_t request_id, shm::WireStatus status, const std::string& message);
-  // An error reply, then the session closes once its queued replies are written.
+  // An error reply, then the session closes once its queued replies are written; fail() logs it first.
   void fail(std::uint32_t request_id, shm::WireStatus status, const std::string& message);
+  void close_with_error(std::uint32_t request_id, shm::WireStatus status, const std::string& message);
 
   // The session's own buffers for encoding a reply on its thread (reused: no allocation per message).
   shm::AcquireReply& reply_scratch() { return reply_; }

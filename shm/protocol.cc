@@ -4,127 +4,13 @@
 #include <cstring>
 
 #include "codec/common/bytes.h"
+#include "shm/wire_codec.h"
 
 namespace epk::shm {
 namespace {
 
-// Appends little-endian fields to a message; finish() patches the payload size into the header.
-class Writer {
- public:
-  Writer(std::vector<std::uint8_t>* out, std::uint32_t id, std::uint16_t type) : out_(out) {
-    out_->assign(kHeaderSize, 0);
-    FrameHeader h;
-    h.type = type;
-    h.request_id = id;
-    encode_header(h, out_->data());
-  }
-  // Appended as bytes: a resize would value-initialise (memset) each field before storing it, and the encoders
-  // run on every request and reply.
-  template <class T>
-  void put(T v) {
-    std::uint8_t b[sizeof(T)];
-    store_le<T>(b, v);
-    out_->insert(out_->end(), b, b + sizeof(T));
-  }
-  void put_str(std::string_view s, std::size_t limit) {
-    s = s.substr(0, std::min(s.size(), limit));
-    put<std::uint16_t>(static_cast<std::uint16_t>(s.size()));
-    out_->insert(out_->end(), s.begin(), s.end());
-  }
-  ~Writer() { store_le<std::uint32_t>(out_->data() + 12, static_cast<std::uint32_t>(out_->size() - kHeaderSize)); }
+using namespace wire;  // NOLINT
 
- private:
-  std::vector<std::uint8_t>* out_;
-};
-
-// The hit path's messages (acquire, release, acquire reply) have a size known before encoding: the message is sized
-// once and its fields stored in place, with no per-field growth of the vector. Same bytes as Writer would give.
-class SizedWriter {
- public:
-  SizedWriter(std::vector<std::uint8_t>* out, std::uint32_t id, std::uint16_t type, std::size_t payload) {
-    out->resize(kHeaderSize + payload);
-    FrameHeader h;
-    h.type = type;
-    h.request_id = id;
-    h.payload_size = static_cast<std::uint32_t>(payload);
-    encode_header(h, out->data());
-    at_ = out->data() + kHeaderSize;
-  }
-  template <class T>
-  void put(T v) {
-    store_le<T>(at_, v);
-    at_ += sizeof(T);
-  }
-  void put_bytes(const void* p, std::size_t n) {
-    if (n != 0) std::memcpy(at_, p, n);
-    at_ += n;
-  }
-
- private:
-  std::uint8_t* at_;
-};
-
-// Reads fields from an untrusted payload; every read is checked against the bytes left, and errors name the message
-// and the field.
-class Reader {
- public:
-  Reader(std::span<const std::uint8_t> p, const char* msg) : p_(p), msg_(msg) {}
-
-  template <class T>
-  Result<T> get(const char* field) {
-    if (p_.size() - pos_ < sizeof(T)) return short_error(field, sizeof(T));
-    T v = load_le<T>(p_.data() + pos_);
-    pos_ += sizeof(T);
-    return v;
-  }
-  Result<std::string> get_str(const char* field, std::size_t limit) {
-    EPK_TRY_ASSIGN(std::uint16_t n, get<std::uint16_t>(field));
-    if (n > limit) {
-      return make_error(ErrorCode::kBadInput, std::string(msg_) + ": field '" + field + "' length " +
-                                                  std::to_string(n) + " exceeds the limit " + std::to_string(limit));
-    }
-    if (p_.size() - pos_ < n) return short_error(field, n);
-    std::string s(reinterpret_cast<const char*>(p_.data() + pos_), n);
-    pos_ += n;
-    return s;
-  }
-  // Into an existing string: no allocation while n fits its capacity.
-  Status get_str_into(const char* field, std::size_t limit, std::string* out) {
-    EPK_TRY_ASSIGN(std::uint16_t n, get<std::uint16_t>(field));
-    if (n > limit) {
-      return make_error(ErrorCode::kBadInput, std::string(msg_) + ": field '" + field + "' length " +
-                                                  std::to_string(n) + " exceeds the limit " + std::to_string(limit));
-    }
-    if (p_.size() - pos_ < n) return short_error(field, n);
-    out->assign(reinterpret_cast<const char*>(p_.data() + pos_), n);
-    pos_ += n;
-    return {};
-  }
-  std::size_t left() const { return p_.size() - pos_; }
-  Status finish() const {
-    if (pos_ != p_.size()) {
-      return make_error(ErrorCode::kBadInput, std::string(msg_) + ": " + std::to_string(p_.size() - pos_) +
-                                                  " trailing bytes after the last field");
-    }
-    return {};
-  }
-  Error bad(const char* field, const std::string& why) const {
-    return make_error(ErrorCode::kBadInput, std::string(msg_) + ": field '" + field + "' " + why);
-  }
-
- private:
-  Error short_error(const char* field, std::size_t need) const {
-    return make_error(ErrorCode::kBadInput, std::string(msg_) + ": field '" + field + "' needs " +
-                                                std::to_string(need) + " bytes, " + std::to_string(p_.size() - pos_) +
-                                                " left");
-  }
-
-  std::span<const std::uint8_t> p_;
-  std::size_t pos_ = 0;
-  const char* msg_;
-};
-
-std::uint16_t reply(MsgType t) { return static_cast<std::uint16_t>(static_cast<std::uint16_t>(t) | kReplyBit); }
 
 Result<Layout> read_layout(Reader& r) {
   EPK_TRY_ASSIGN(std::uint32_t code, r.get<std::uint32_t>("layout"));
@@ -261,45 +147,6 @@ void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::
   w.put(m.status_entries);
 }
 
-void encode_open_stored(std::uint32_t id, const OpenStoredRequest& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kOpenStored));
-  w.put(m.model_id);
-  w.put(m.device);
-}
-
-void encode_open_stored_reply(std::uint32_t id, const OpenStoredReply& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, reply(MsgType::kOpenStored));
-  w.put(m.tier_bytes);
-}
-
-void encode_tensors(std::uint32_t id, const TensorsRequest& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, static_cast<std::uint16_t>(MsgType::kTensors));
-  w.put(m.model_id);
-  w.put(m.first);
-}
-
-void encode_tensors_reply(std::uint32_t id, const TensorsReply& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, reply(MsgType::kTensors));
-  w.put<std::uint32_t>(m.total);
-  const std::size_t count_at = out->size();
-  w.put<std::uint32_t>(0);
-  std::uint32_t count = 0;
-  for (const TensorInfo& t : m.tensors) {
-    const std::size_t name = std::min(t.name.size(), kMaxTensorName);
-    const std::size_t enc = std::min(t.encoding.size(), kMaxEncodingName);
-    const std::size_t ndim = std::min<std::size_t>(t.shape.size(), kMaxDims);
-    if (out->size() - kHeaderSize + 2 + name + 4 + 2 + enc + 4 + 8 * ndim + 8 > kMaxPayload) break;
-    w.put_str(t.name, kMaxTensorName);
-    w.put<std::uint32_t>(t.dtype);
-    w.put_str(t.encoding, kMaxEncodingName);
-    w.put<std::uint32_t>(static_cast<std::uint32_t>(ndim));
-    for (std::size_t i = 0; i < ndim; ++i) w.put<std::uint64_t>(t.shape[i]);
-    w.put<std::uint64_t>(t.stored_bytes);
-    ++count;
-  }
-  store_le<std::uint32_t>(out->data() + count_at, count);
-}
-
 void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out) {
   Writer w(out, id, reply(MsgType::kOpenModel));
   w.put(m.model_id);
@@ -326,28 +173,6 @@ void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<s
 void encode_prefetch_reply(std::uint32_t id, const PrefetchReply& m, std::vector<std::uint8_t>* out) {
   Writer w(out, id, reply(MsgType::kPrefetch));
   w.put(m.queued);
-}
-
-void encode_stats_reply(std::uint32_t id, const StatsReply& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, reply(MsgType::kStats));
-  w.put(kStatsFields);
-  for (std::uint64_t v : {m.budget_bytes, m.used_bytes, m.pinned_bytes, m.slots, m.pinned_slots, m.pins, m.hits,
-                          m.misses, m.evictions, m.decodes, m.decode_ns, m.clients, m.models, m.prefetches,
-                          m.resident_bytes, m.prefetches_dropped, m.space_waits, m.space_wait_ns}) {
-    w.put(v);
-  }
-  auto pools = static_cast<std::uint32_t>(std::min<std::size_t>(m.pools.size(), kMaxPools));
-  w.put(pools);
-  for (std::uint32_t i = 0; i < pools; ++i) {
-    const PoolStats& ps = m.pools[i];
-    w.put(ps.pool_id);
-    w.put(ps.device);
-    for (std::uint64_t v : {ps.budget_bytes, ps.used_bytes, ps.pinned_bytes, ps.slots, ps.pinned_slots, ps.pins,
-                            ps.hits, ps.misses, ps.evictions, ps.resident_bytes, ps.fenced_bytes,
-                            ps.prefetched_bytes}) {
-      w.put(v);
-    }
-  }
 }
 
 void encode_error(std::uint32_t id, const ErrorReply& m, std::vector<std::uint8_t>* out) {
@@ -503,58 +328,6 @@ Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p) {
   return m;
 }
 
-Result<OpenStoredRequest> decode_open_stored(std::span<const std::uint8_t> p) {
-  Reader r(p, "open_stored");
-  OpenStoredRequest m;
-  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
-  EPK_TRY_ASSIGN(m.device, r.get<std::uint32_t>("device"));
-  EPK_TRY(r.finish());
-  return m;
-}
-
-Result<OpenStoredReply> decode_open_stored_reply(std::span<const std::uint8_t> p) {
-  Reader r(p, "open_stored reply");
-  OpenStoredReply m;
-  EPK_TRY_ASSIGN(m.tier_bytes, r.get<std::uint64_t>("tier_bytes"));
-  EPK_TRY(r.finish());
-  return m;
-}
-
-Result<TensorsRequest> decode_tensors(std::span<const std::uint8_t> p) {
-  Reader r(p, "tensors");
-  TensorsRequest m;
-  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
-  EPK_TRY_ASSIGN(m.first, r.get<std::uint32_t>("first"));
-  EPK_TRY(r.finish());
-  return m;
-}
-
-Result<TensorsReply> decode_tensors_reply(std::span<const std::uint8_t> p) {
-  Reader r(p, "tensors reply");
-  TensorsReply m;
-  EPK_TRY_ASSIGN(m.total, r.get<std::uint32_t>("total"));
-  EPK_TRY_ASSIGN(std::uint32_t count, r.get<std::uint32_t>("count"));
-  constexpr std::size_t kMinEntry = 2 + 4 + 2 + 4 + 8;
-  if (count > m.total || count > r.left() / kMinEntry) {
-    return r.bad("count", std::to_string(count) + " exceeds the total or the bytes left");
-  }
-  m.tensors.resize(count);
-  for (TensorInfo& t : m.tensors) {
-    EPK_TRY_ASSIGN(t.name, r.get_str("name", kMaxTensorName));
-    EPK_TRY_ASSIGN(t.dtype, r.get<std::uint32_t>("dtype"));
-    EPK_TRY_ASSIGN(t.encoding, r.get_str("encoding", kMaxEncodingName));
-    EPK_TRY_ASSIGN(std::uint32_t ndim, r.get<std::uint32_t>("ndim"));
-    if (ndim > kMaxDims) return r.bad("ndim", std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
-    t.shape.resize(ndim);
-    for (std::uint64_t& d : t.shape) {
-      EPK_TRY_ASSIGN(d, r.get<std::uint64_t>("shape"));
-    }
-    EPK_TRY_ASSIGN(t.stored_bytes, r.get<std::uint64_t>("stored_bytes"));
-  }
-  EPK_TRY(r.finish());
-  return m;
-}
-
 Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p) {
   Reader r(p, "open_model reply");
   OpenModelReply m;
@@ -629,72 +402,6 @@ Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p) {
   Reader r(p, "prefetch reply");
   PrefetchReply m;
   EPK_TRY_ASSIGN(m.queued, r.get<std::uint32_t>("queued"));
-  EPK_TRY(r.finish());
-  return m;
-}
-
-void encode_models_reply(std::uint32_t id, const ModelsReply& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, reply(MsgType::kModels));
-  w.put<std::uint32_t>(m.total);
-  const std::size_t count_at = out->size();
-  w.put<std::uint32_t>(0);
-  std::uint32_t count = 0;
-  for (const ModelInfo& info : m.models) {
-    const std::size_t name = std::min(info.name.size(), kMaxModelName);
-    if (out->size() - kHeaderSize + 2 + name + 4 + 3 * 8 > kMaxPayload) break;
-    w.put_str(info.name, kMaxModelName);
-    w.put<std::uint32_t>(info.tensors);
-    w.put<std::uint64_t>(info.cached_slots);
-    w.put<std::uint64_t>(info.cached_bytes);
-    w.put<std::uint64_t>(info.pinned_slots);
-    ++count;
-  }
-  store_le<std::uint32_t>(out->data() + count_at, count);
-}
-
-Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p) {
-  Reader r(p, "models reply");
-  ModelsReply m;
-  EPK_TRY_ASSIGN(m.total, r.get<std::uint32_t>("total"));
-  EPK_TRY_ASSIGN(std::uint32_t count, r.get<std::uint32_t>("count"));
-  constexpr std::size_t kMinEntry = 2 + 4 + 3 * 8;
-  if (count > m.total || count > r.left() / kMinEntry) {
-    return r.bad("count", std::to_string(count) + " exceeds the total or the bytes left");
-  }
-  m.models.resize(count);
-  for (ModelInfo& info : m.models) {
-    EPK_TRY_ASSIGN(info.name, r.get_str("name", kMaxModelName));
-    EPK_TRY_ASSIGN(info.tensors, r.get<std::uint32_t>("tensors"));
-    EPK_TRY_ASSIGN(info.cached_slots, r.get<std::uint64_t>("cached_slots"));
-    EPK_TRY_ASSIGN(info.cached_bytes, r.get<std::uint64_t>("cached_bytes"));
-    EPK_TRY_ASSIGN(info.pinned_slots, r.get<std::uint64_t>("pinned_slots"));
-  }
-  EPK_TRY(r.finish());
-  return m;
-}
-
-Result<StatsReply> decode_stats_reply(std::span<const std::uint8_t> p) {
-  Reader r(p, "stats reply");
-  EPK_TRY_ASSIGN(std::uint32_t n, r.get<std::uint32_t>("field_count"));
-  if (n != kStatsFields) return r.bad("field_count", std::to_string(n) + ", expected " + std::to_string(kStatsFields));
-  StatsReply m;
-  for (std::uint64_t* f : {&m.budget_bytes, &m.used_bytes, &m.pinned_bytes, &m.slots, &m.pinned_slots, &m.pins, &m.hits,
-                           &m.misses, &m.evictions, &m.decodes, &m.decode_ns, &m.clients, &m.models, &m.prefetches,
-                           &m.resident_bytes, &m.prefetches_dropped, &m.space_waits, &m.space_wait_ns}) {
-    EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("stats"));
-  }
-  EPK_TRY_ASSIGN(std::uint32_t pools, r.get<std::uint32_t>("pool_count"));
-  if (pools > kMaxPools) return r.bad("pool_count", std::to_string(pools) + " exceeds " + std::to_string(kMaxPools));
-  m.pools.resize(pools);
-  for (PoolStats& ps : m.pools) {
-    EPK_TRY_ASSIGN(ps.pool_id, r.get<std::uint32_t>("pool_id"));
-    EPK_TRY_ASSIGN(ps.device, r.get<std::int32_t>("device"));
-    for (std::uint64_t* f : {&ps.budget_bytes, &ps.used_bytes, &ps.pinned_bytes, &ps.slots, &ps.pinned_slots, &ps.pins,
-                             &ps.hits, &ps.misses, &ps.evictions, &ps.resident_bytes, &ps.fenced_bytes,
-                             &ps.prefetched_bytes}) {
-      EPK_TRY_ASSIGN(*f, r.get<std::uint64_t>("pool stats"));
-    }
-  }
   EPK_TRY(r.finish());
   return m;
 }

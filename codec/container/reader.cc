@@ -400,13 +400,16 @@ Result<std::span<const std::uint8_t>> Reader::buffer(const TensorEntry& t, std::
 }
 
 Status Reader::verify(const TensorEntry& t) const {
-  for (std::size_t i = 0; i < t.buffers.size(); ++i) {
-    const auto& b = t.buffers[i];
-    auto got = xxh3_64(buffer(t, i));
-    if (got != b.xxh3)
-      return make_error(ErrorCode::kChecksum, path() + ": tensor '" + t.name + "' buffers[" + num(i) + "] '" + b.name +
-                                                  "' checksum: stored " + hex(b.xxh3) + ", computed " + hex(got));
-  }
+  for (std::size_t i = 0; i < t.buffers.size(); ++i) EPK_TRY(verify_buffer(t, i));
+  return {};
+}
+
+Status Reader::verify_buffer(const TensorEntry& t, std::size_t i) const {
+  const auto& b = t.buffers[i];
+  auto got = xxh3_64(buffer(t, i));
+  if (got != b.xxh3)
+    return make_error(ErrorCode::kChecksum, path() + ": tensor '" + t.name + "' buffers[" + num(i) + "] '" + b.name +
+                                                "' checksum: stored " + hex(b.xxh3) + ", computed " + hex(got));
   return {};
 }
 

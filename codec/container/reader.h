@@ -52,6 +52,8 @@ class Reader {
 
   // XXH3-64 of each of t's buffers against the index; kChecksum naming the file, tensor and buffer.
   Status verify(const TensorEntry& t) const;
+  // The same for buffer i of t alone (i < t.buffers.size()).
+  Status verify_buffer(const TensorEntry& t, std::size_t i) const;
   Status verify_all() const;
 
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

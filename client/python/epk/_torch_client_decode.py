@@ -40,7 +40,8 @@ class _Unit:
 
     def __init__(self, name: str):
         self.name = name
-        self.params: List[Tuple[list, str, tuple, torch.dtype, torch.nn.Parameter]] = []  # holders, tensor, ...
+        # (holders, tensor, shape, dtype, placeholder, decoded bytes) per parameter
+        self.params: List[Tuple[list, str, tuple, torch.dtype, torch.nn.Parameter, int]] = []
         self.bytes = 0
         self.ring = ""  # "block" or "outer"
         self.slots: List[int] = []  # the ring slots it occupies (an outer unit: all of them)
@@ -53,13 +54,12 @@ class _Unit:
 class ClientDecode:
     """The client-side decode state of one Attachment."""
 
-    def __init__(self, att, tier: StoredTier, units: List[_Unit], layout: str,
+    def __init__(self, device: int, tier: StoredTier, units: List[_Unit], layout: str,
                  prefetch: Optional[int], max_decoded_bytes: Optional[int]):
-        self.att = att
         self.tier = tier
         self.units = units
         self.layout = layout
-        self.device = torch.device("cuda", att.device)
+        self.device = torch.device("cuda", device)
         self.side = torch.cuda.Stream(device=self.device)
         blocks = [u for u in units if u.ring == "block"]
         outer = [u for u in units if u.ring == "outer"]
@@ -105,8 +105,7 @@ class ClientDecode:
         base = u.slots[0] * self.slot_bytes if u.ring == "block" else 0
         buf = self.buffer[base:base + u.bytes]
         jobs, at = [], 0
-        for holders, tensor, shape, pdtype, _ in u.params:
-            n = self.tier.decoded_bytes(tensor, self.layout)
+        for holders, tensor, shape, pdtype, _, n in u.params:
             jobs.append((tensor, self.layout, buf.data_ptr() + at))
             view = buf[at:at + n].view(pdtype).view(shape)
             u.views.append(torch.nn.Parameter(view, requires_grad=False))
@@ -175,14 +174,14 @@ class ClientDecode:
                                 f"{busy} (modules ran out of the order attach assumed)")
         compute.wait_event(u.ready)
         u.issued = False
-        for (holders, _, _, _, _), view in zip(u.params, u.views):
+        for (holders, *_), view in zip(u.params, u.views):
             for mod, attr in holders:
                 mod._parameters[attr] = view
         self._issue_ahead(i)
 
     def post(self, i: int) -> None:
         u = self.units[i]
-        for holders, _, _, _, placeholder in u.params:
+        for holders, _, _, _, placeholder, _ in u.params:
             for mod, attr in holders:
                 mod._parameters[attr] = placeholder
         ev = torch.cuda.Event()

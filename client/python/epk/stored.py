@@ -94,36 +94,19 @@ def _check(lib: ctypes.CDLL, rc: int, what: str) -> None:
         raise _CODES.get(rc, _errors.Error)(f"{what}: {msg}")
 
 
-class DecodeBatch:
-    """A decode plan for several tensors into fixed device addresses (see the module's docstring)."""
+class _Owned:
+    """An object of libepk's C ABI that close() frees (and collection, when close() was not called)."""
 
-    def __init__(self, tier: "StoredTier", handle: int, output_bytes: int):
-        self._tier = tier  # the batch reads the tier: keep it alive
-        self._lib = tier._lib
-        self._h = ctypes.c_void_p(handle)
-        self.output_bytes = output_bytes
+    _free = ""  # the C function that frees it
 
-    @property
-    def scratch_bytes(self) -> int:
-        """Device memory the plan holds (descriptors, lookup tables)."""
-        return int(self._lib.epk_batch_scratch_bytes(self._h)) if self._h else 0
-
-    def enqueue(self, stream: int = 0) -> None:
-        """One kernel launch on `stream` (a cudaStream_t as an int, e.g. torch's ``stream.cuda_stream``; 0: the
-        legacy default stream). Stream-ordered: later work on the stream sees the output."""
+    def _live(self, what: str) -> ctypes.c_void_p:
         if not self._h:
-            raise _errors.Closed("epk.stored: batch is closed")
-        _check(self._lib, self._lib.epk_batch_enqueue(self._h, ctypes.c_void_p(stream)), "epk.stored: enqueue")
-
-    def check(self, stream: int = 0) -> None:
-        """Waits for `stream`; raises DecodeError naming the first corrupt tile of the last decode."""
-        if not self._h:
-            raise _errors.Closed("epk.stored: batch is closed")
-        _check(self._lib, self._lib.epk_batch_check(self._h, ctypes.c_void_p(stream)), "epk.stored: check")
+            raise _errors.Closed(f"epk.stored: {what} is closed")
+        return self._h
 
     def close(self) -> None:
         if self._h:
-            self._lib.epk_batch_free(self._h)
+            getattr(self._lib, self._free)(self._h)
             self._h = ctypes.c_void_p()
 
     def __del__(self):
@@ -133,14 +116,43 @@ class DecodeBatch:
             pass
 
 
-class StoredTier:
+class DecodeBatch(_Owned):
+    """A decode plan for several tensors into fixed device addresses (see the module's docstring)."""
+
+    _free = "epk_batch_free"
+
+    def __init__(self, tier: "StoredTier", handle: int):
+        self._tier = tier  # the batch reads the tier: keep it alive
+        self._lib = tier._lib
+        self._h = ctypes.c_void_p(handle)
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Device memory the plan holds (descriptors, lookup tables)."""
+        return int(self._lib.epk_batch_scratch_bytes(self._h)) if self._h else 0
+
+    def enqueue(self, stream: int = 0) -> None:
+        """One kernel launch on `stream` (a cudaStream_t as an int, e.g. torch's ``stream.cuda_stream``; 0: the
+        legacy default stream). Stream-ordered: later work on the stream sees the output."""
+        h = self._live("batch")
+        _check(self._lib, self._lib.epk_batch_enqueue(h, ctypes.c_void_p(stream)), "epk.stored: enqueue")
+
+    def check(self, stream: int = 0) -> None:
+        """Waits for `stream`; raises DecodeError naming the first corrupt tile of the last decode."""
+        h = self._live("batch")
+        _check(self._lib, self._lib.epk_batch_check(h, ctypes.c_void_p(stream)), "epk.stored: check")
+
+
+class StoredTier(_Owned):
     """epkd's compressed tier of `model` on CUDA device `device`, mapped into this process."""
+
+    _free = "epk_stored_close"
 
     def __init__(self, socket: str, model: str, device: int = 0):
         self._lib = lib = _load()
+        self._h = ctypes.c_void_p()
         client = ctypes.c_void_p()
         _check(lib, lib.epk_connect(socket.encode(), ctypes.byref(client)), f"epk.stored: connect {socket}")
-        self._h = ctypes.c_void_p()
         try:
             _check(lib, lib.epk_stored_open(client, model.encode(), device, ctypes.byref(self._h)),
                    f"epk.stored: model '{model}' on device {device}")
@@ -158,15 +170,15 @@ class StoredTier:
     def decoded_bytes(self, tensor: str, layout: str = "dense:bf16") -> int:
         """The bytes `tensor` takes in `layout`; Unsupported for a tensor not in the tier (acquire it from epkd)."""
         n = ctypes.c_uint64()
-        _check(self._lib, self._lib.epk_stored_decoded_bytes(self._h, tensor.encode(), layout.encode(),
+        _check(self._lib, self._lib.epk_stored_decoded_bytes(self._live("tier"), tensor.encode(), layout.encode(),
                                                              ctypes.byref(n)), f"epk.stored: '{tensor}'")
         return int(n.value)
 
     def shape(self, tensor: str) -> Tuple[int, ...]:
         """`tensor`'s shape as stored (any tensor of the model); NotFound when absent."""
         dims, ndim = (ctypes.c_uint64 * 8)(), ctypes.c_uint32()
-        _check(self._lib, self._lib.epk_stored_shape(self._h, tensor.encode(), dims, 8, ctypes.byref(ndim)),
-               f"epk.stored: '{tensor}'")
+        _check(self._lib, self._lib.epk_stored_shape(self._live("tier"), tensor.encode(), dims, 8,
+                                                     ctypes.byref(ndim)), f"epk.stored: '{tensor}'")
         return tuple(int(dims[i]) for i in range(min(ndim.value, 8)))
 
     def holds(self, tensor: str, layout: str = "dense:bf16") -> bool:
@@ -179,19 +191,13 @@ class StoredTier:
     def plan(self, jobs: Sequence[Tuple[str, str, int]]) -> DecodeBatch:
         """One plan for `jobs`: (tensor, layout, device address) each, the address 16-byte aligned and
         decoded_bytes(tensor, layout) long. The plan keeps writing to those addresses at every enqueue."""
-        if not self._h:
-            raise _errors.Closed("epk.stored: tier is closed")
         arr = (_Job * len(jobs))()
-        keep = []
-        total = 0
-        for i, (tensor, layout, ptr) in enumerate(jobs):
-            t, l = tensor.encode(), layout.encode()
-            keep += [t, l]
-            arr[i].tensor, arr[i].layout, arr[i].out = t, l, ptr
-            total += self.decoded_bytes(tensor, layout)
+        for i, (tensor, layout, ptr) in enumerate(jobs):  # the array keeps the encoded strings alive
+            arr[i].tensor, arr[i].layout, arr[i].out = tensor.encode(), layout.encode(), ptr
         h = ctypes.c_void_p()
-        _check(self._lib, self._lib.epk_batch_create(self._h, arr, len(jobs), ctypes.byref(h)), "epk.stored: plan")
-        batch = DecodeBatch(self, h.value, total)
+        _check(self._lib, self._lib.epk_batch_create(self._live("tier"), arr, len(jobs), ctypes.byref(h)),
+               "epk.stored: plan")
+        batch = DecodeBatch(self, h.value)
         self._batches.add(batch)
         return batch
 
@@ -199,12 +205,4 @@ class StoredTier:
         """Frees the tier (and closes its batches first: they read it)."""
         for b in list(self._batches):
             b.close()
-        if self._h:
-            self._lib.epk_stored_close(self._h)
-            self._h = ctypes.c_void_p()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        super().close()

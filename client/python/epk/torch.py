@@ -342,13 +342,13 @@ def _client_decode(model, att, tier, owners, client_params, layout, rename, targ
         placeholder = torch.nn.Parameter(torch.zeros(1, dtype=p.dtype, device=target).expand(p.shape),
                                          requires_grad=False)
         hs = [(m, a) for m, a, _ in holders]
-        u.params.append((hs, tensor, tuple(p.shape), p.dtype, placeholder))
+        u.params.append((hs, tensor, tuple(p.shape), p.dtype, placeholder, want))
         u.bytes += _aligned(want)
         _set(hs, placeholder)
     order = [n for n, _ in model.named_modules(remove_duplicate=False) if n in by_unit]
     units = [by_unit[n] for n in order]
     limit = None if max_decoded_gb is None else int(max_decoded_gb * 2**30)
-    return ClientDecode(att, tier, units, layout, prefetch, limit)
+    return ClientDecode(att.device, tier, units, layout, prefetch, limit)
 
 
 @contextlib.contextmanager

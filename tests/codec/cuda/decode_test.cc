@@ -16,6 +16,7 @@
 #include "codec/cuda/plan_overrides.h"
 #include "tests/codec/cuda/cpu_oracle.h"
 #include "tests/codec/cuda/device_stream.h"
+#include "tests/codec/cuda/plan_cases.h"
 #include "tests/codec/cuda/raw_stream_file.h"
 #include "tests/codec/cuda/test_data.h"
 
@@ -80,6 +81,7 @@ rans::TileFault as_oracle_fault(TileFault f) {
 }
 
 using detail::PlanOverrides;
+using testing::general_loop;
 
 // Plans, uploads, decodes and checks the status; returns the plan's status.
 Status run(std::span<const DecodeJob> jobs, const PlanOverrides& overrides = {}) {
@@ -90,12 +92,6 @@ Status run(std::span<const DecodeJob> jobs, const PlanOverrides& overrides = {})
   return read_status(plan, scratch.get(), nullptr);
 }
 
-PlanOverrides general_loop(int lut_mode = -1) {
-  PlanOverrides o;
-  o.lut_mode = lut_mode;
-  o.lean = false;
-  return o;
-}
 // Up to 5 tiles (all of a committed vector's) in one block of at most `warps` warps: several warps per block, and
 // tiles from the block's counter after each warp's first.
 PlanOverrides few_warps(PlanOverrides o, std::uint32_t warps) {
@@ -178,44 +174,10 @@ struct VectorJob {
 // 8 bpp, prob_bits 12 -> the general kernel with two-level tables), and what each override forces.
 TEST(GpuLean, PlanTakesTheLeanKernelWhereItApplies) {
   SKIP_WITHOUT_GPU();
-  struct Case {
-    const char* name;
-    OutputFormat format;
-    int pb;
-    bool bf16;
-    int lut_mode;
-  };
-  const Case cases[] = {{"gauss_29x520_4bpp", OutputFormat::kBf16, 11, true, detail::kPackedShared},
-                        {"gauss_29x520_4bpp", OutputFormat::kFp16, 11, false, detail::kPackedShared},
-                        {"gauss_29x520_2bpp", OutputFormat::kInt8Rowwise, 11, false, detail::kPackedShared},
-                        {"gauss_13x100_4bpp", OutputFormat::kBf16, 11, false, detail::kPackedShared},  // cols % 8
-                        {"gauss_bf16_31x264_4bpp", OutputFormat::kBf16, 11, true, detail::kPackedShared},
-                        {"gauss_29x520_8bpp", OutputFormat::kBf16, 0, false, detail::kTwoLevelShared}};
-  for (const Case& c : cases) {
+  for (const testing::VectorPlan& c : testing::committed_vector_plans()) {
     const VectorJob v(c.name, c.format);
-    const DecodeJob& job = v.job;
-    const std::string what = std::string(c.name) + " " + std::string(output_format_name(c.format));
-    auto plan = DecodePlan::create({&job, 1});
-    ASSERT_TRUE(plan) << plan.error().to_string();
-    EXPECT_EQ(plan->lean_pb(), c.pb) << what;
-    EXPECT_EQ(plan->lean_bf16(), c.bf16) << what;
-    EXPECT_EQ(plan->lut_mode(), c.lut_mode) << what;
-    auto general = DecodePlan::create({&job, 1}, {}, general_loop());
-    ASSERT_TRUE(general) << general.error().to_string();
-    EXPECT_EQ(general->lean_pb(), 0) << what;
-    EXPECT_EQ(general->lut_mode(), c.lut_mode) << what;
-    for (const int mode : {detail::kTwoLevelShared, detail::kWideGlobal}) {
-      auto forced = DecodePlan::create({&job, 1}, {}, general_loop(mode));
-      ASSERT_TRUE(forced) << forced.error().to_string();
-      EXPECT_EQ(forced->lut_mode(), mode) << what;
-      EXPECT_EQ(forced->lean_pb(), 0) << what;
-    }
+    testing::expect_vector_plan(v.job, c);
   }
-  // At prob_bits 12 the packed tables (256 KiB) do not fit in shared memory: they cannot be forced.
-  const VectorJob v("gauss_29x520_8bpp", OutputFormat::kBf16);
-  auto packed = DecodePlan::create({&v.job, 1}, {}, general_loop(detail::kPackedShared));
-  ASSERT_FALSE(packed);
-  EXPECT_EQ(packed.error().code, ErrorCode::kUnsupported);
 }
 
 // The bf16 store multiplies by scale * 2^-11 and has no clamp: a row scale below 2^-115 (subnormal product factor)

@@ -19,6 +19,7 @@
 #include "tests/codec/cuda/cpu_oracle.h"
 #include "tests/codec/cuda/device_buffer.h"
 #include "tests/codec/cuda/device_stream.h"
+#include "tests/codec/cuda/plan_cases.h"
 #include "tests/codec/cuda/raw_stream_file.h"
 #include "tests/codec/cuda/test_data.h"
 
@@ -26,14 +27,8 @@ namespace epk::cuda {
 namespace {
 
 using detail::PlanOverrides;
+using testing::general_loop;
 using testing::cpu_oracle;
-
-PlanOverrides general_loop(int lut_mode = -1) {
-  PlanOverrides o;
-  o.lut_mode = lut_mode;
-  o.lean = false;
-  return o;
-}
 
 class OracleVectors : public ::testing::TestWithParam<std::string> {};
 
@@ -189,18 +184,8 @@ TEST(GpuOracle, EveryProbBitsTheEncoderWritesTakesItsKernelAndDecodesBitExact) {
 // lean kernel. Every tensor of each batch bit-exact, in a different format each.
 TEST(GpuOracle, MixedProbBitsBatchesTakeTheKernelThatServesEveryTensor) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  struct Batch {
-    std::vector<int> prob_bits;
-    int lut_mode;
-    int lean_pb;
-  };
-  const Batch batches[] = {{{10, 11}, detail::kPackedShared, 0},
-                           {{11, 10}, detail::kPackedShared, 0},
-                           {{11, 12}, detail::kTwoLevelShared, 0},
-                           {{11, 13}, detail::kWideGlobal, 0},
-                           {{11, 11}, detail::kPackedShared, 11}};
   std::uint32_t seed = 171;
-  for (const Batch& batch : batches) {
+  for (const testing::MixedBatch& batch : testing::mixed_prob_bits_batches()) {
     std::vector<rans::EncodedTensor> encs;
     for (const int pb : batch.prob_bits) {
       encs.push_back(encode_random({29 + static_cast<std::uint32_t>(pb), 1000, 4.0}, seed++, pb));

@@ -15,6 +15,7 @@
 #include "codec/cuda/decode_launch.h"
 #include "codec/cuda/plan_overrides.h"
 #include "codec/rate/encode.h"
+#include "tests/codec/cuda/plan_cases.h"
 #include "tests/codec/cuda/raw_stream_file.h"
 #include "tests/codec/cuda/test_data.h"
 
@@ -33,6 +34,7 @@ Result<int> blocks_per_sm(const KernelChoice& kernel, std::size_t dynamic_shared
 namespace {
 
 using detail::PlanOverrides;
+using testing::general_loop;
 
 // Never dereferenced: planning reads only the host view of the stream.
 DecodeJob job_for(const rans::LatticeRansStream& s, OutputFormat format, const std::string& name = "t") {
@@ -63,13 +65,6 @@ rans::EncodedTensor encode_random(std::uint32_t rows, std::uint32_t cols, double
   return enc ? std::move(*enc) : rans::EncodedTensor{};
 }
 
-PlanOverrides general_loop(int lut_mode = -1) {
-  PlanOverrides o;
-  o.lut_mode = lut_mode;
-  o.lean = false;
-  return o;
-}
-
 TEST(DecodePlanChoice, EveryProbBitsTheEncoderWritesGetsItsPlacement) {
   struct Case {
     int prob_bits;
@@ -94,18 +89,8 @@ TEST(DecodePlanChoice, EveryProbBitsTheEncoderWritesGetsItsPlacement) {
 }
 
 TEST(DecodePlanChoice, ABatchTakesTheKernelThatServesEveryTensor) {
-  struct Batch {
-    std::vector<int> prob_bits;
-    int lut_mode;
-    int lean_pb;
-  };
-  const Batch batches[] = {{{10, 11}, detail::kPackedShared, 0},
-                           {{11, 10}, detail::kPackedShared, 0},
-                           {{11, 12}, detail::kTwoLevelShared, 0},
-                           {{11, 13}, detail::kWideGlobal, 0},
-                           {{11, 11}, detail::kPackedShared, 11}};
   std::uint32_t seed = 171;
-  for (const Batch& batch : batches) {
+  for (const testing::MixedBatch& batch : testing::mixed_prob_bits_batches()) {
     std::vector<rans::EncodedTensor> encs;
     for (const int pb : batch.prob_bits) {
       encs.push_back(encode_random(29 + static_cast<std::uint32_t>(pb), 1000, 4.0, seed++, pb));
@@ -127,50 +112,11 @@ TEST(DecodePlanChoice, ABatchTakesTheKernelThatServesEveryTensor) {
 // least 32 vectors), two-level tables at 8 bpp; the general kernel keeps the placement; the two-level and global
 // placements can be forced on any of them, packed tables not on prob_bits 12 (256 KiB).
 TEST(DecodePlanChoice, CommittedVectorsGetTheLeanKernelAtProbBits11AndOverridesForceTheRest) {
-  struct Case {
-    const char* name;
-    OutputFormat format;
-    int lean_pb;
-    bool bf16;
-    int lut_mode;
-  };
-  const Case cases[] = {{"gauss_29x520_4bpp", OutputFormat::kBf16, 11, true, detail::kPackedShared},
-                        {"gauss_29x520_4bpp", OutputFormat::kFp16, 11, false, detail::kPackedShared},
-                        {"gauss_29x520_2bpp", OutputFormat::kInt8Rowwise, 11, false, detail::kPackedShared},
-                        {"gauss_13x100_4bpp", OutputFormat::kBf16, 11, false, detail::kPackedShared},  // cols % 8
-                        {"gauss_bf16_31x264_4bpp", OutputFormat::kBf16, 11, true, detail::kPackedShared},
-                        {"studentt_16x1024_4bpp", OutputFormat::kFp8E4M3Rowwise, 11, false, detail::kPackedShared},
-                        {"gauss_29x520_8bpp", OutputFormat::kBf16, 0, false, detail::kTwoLevelShared},
-                        {"studentt_16x1024_8bpp", OutputFormat::kFp32, 0, false, detail::kTwoLevelShared}};
-  for (const Case& c : cases) {
+  for (const testing::VectorPlan& c : testing::committed_vector_plans()) {
     auto raw = testing::read_raw_stream(testing::cuda_data_dir() + "/" + c.name + ".epkraw");
     ASSERT_TRUE(raw) << raw.error().to_string();
     const rans::LatticeRansStream s = raw->view();
-    const DecodeJob job = job_for(s, c.format);
-    const std::string what = std::string(c.name) + " " + std::string(output_format_name(c.format));
-    auto plan = DecodePlan::create({&job, 1});
-    ASSERT_TRUE(plan) << plan.error().to_string();
-    EXPECT_EQ(plan->lean_pb(), c.lean_pb) << what;
-    EXPECT_EQ(plan->lean_bf16(), c.bf16) << what;
-    EXPECT_EQ(plan->lut_mode(), c.lut_mode) << what;
-    auto general = DecodePlan::create({&job, 1}, {}, general_loop());
-    ASSERT_TRUE(general) << general.error().to_string();
-    EXPECT_EQ(general->lean_pb(), 0) << what;
-    EXPECT_EQ(general->lut_mode(), c.lut_mode) << what;
-    for (const int mode : {detail::kTwoLevelShared, detail::kWideGlobal}) {
-      auto forced = DecodePlan::create({&job, 1}, {}, general_loop(mode));
-      ASSERT_TRUE(forced) << forced.error().to_string();
-      EXPECT_EQ(forced->lut_mode(), mode) << what;
-      EXPECT_EQ(forced->lean_pb(), 0) << what;
-    }
-    auto packed = DecodePlan::create({&job, 1}, {}, general_loop(detail::kPackedShared));
-    if (s.prob_bits == 12) {
-      ASSERT_FALSE(packed) << what;
-      EXPECT_EQ(packed.error().code, ErrorCode::kUnsupported) << what;
-    } else {
-      ASSERT_TRUE(packed) << packed.error().to_string();
-      EXPECT_EQ(packed->lut_mode(), detail::kPackedShared) << what;
-    }
+    testing::expect_vector_plan(job_for(s, c.format), c);
   }
 }
 
