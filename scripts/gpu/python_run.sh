@@ -2,9 +2,11 @@
 # On the GPU machine, from the repository root of the copied tree: builds and installs the epk Python package from
 # the tree without network (nanobind and scikit-build-core already installed there), then runs the package's tests
 # against the staged epkd and epk (scripts/gpu/stage.sh STAGE here first): the CUDA ones (zero-copy device leases,
-# the decode wait in __dlpack__, the release fence) and the transformers ones (a Llama-shaped model through
-# epk.torch.attach / load, sentence-transformers all-MiniLM-L6-v2), with their printed figures.
-# Usage: bash scripts/gpu/python_run.sh STAGE [OUT]   (STAGE: the staged folder, e.g. .gpu; OUT: logs, default $OUT)
+# the decode wait in __dlpack__, the release fence) and the model ones (a Llama-shaped model through
+# epk.torch.attach / load, a diffusers transformer, sentence-transformers all-MiniLM-L6-v2, CUDA-graph capture), with
+# their printed figures.
+# Usage: bash scripts/gpu/python_run.sh STAGE [OUT]   (STAGE: the staged folder, e.g. .gpu; OUT: logs, default $OUT;
+# STAGE/wheels/*.whl, if any, are installed first: stage.sh copies the repository's .whl/ there)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage="$(cd "$1" && pwd)"
@@ -33,6 +35,11 @@ site=/tmp/epk-pysite
 rm -rf "$site"
 EPK_PY_CUDA=ON "$py" -m pip install --no-build-isolation --no-deps --no-index --target "$site" -v ./client/python \
   > "$out/pip_install.log" 2>&1 || { tail -40 "$out/pip_install.log"; exit 1; }
+# Wheels the GPU machine lacks (pure-Python ones such as diffusers), carried in STAGE/wheels, go beside the package.
+if compgen -G "$stage/wheels/*.whl" > /dev/null; then
+  "$py" -m pip install --no-deps --no-index --target "$site" "$stage"/wheels/*.whl > "$out/pip_wheels.log" 2>&1 ||
+    { tail -20 "$out/pip_wheels.log"; exit 1; }
+fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 grep -E 'epk: ' "$out/pip_install.log" || true
 "$py" -c 'import epk; assert epk.HAS_CUDA, "the package was built without device support"; print("epk", epk.__version__, "HAS_CUDA", epk.HAS_CUDA)'

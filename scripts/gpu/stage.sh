@@ -41,6 +41,9 @@ strip -o "$dest/epkd/libepk.so.2" "$build/client/libepk.so.2"
 cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$root/scripts/gpu/multigpu_check.sh" \
   "$root/scripts/gpu/uncached_run.sh" "$root/scripts/gpu/uncached_matrix.sh" "$root/scripts/gpu/rtt_compare.sh" \
   "$root/scripts/gpu/run_common.sh" "$dest/"
+# Wheels the GPU machine lacks (it has no package registry): whatever the repository's ignored .whl/ holds, e.g.
+# `pip download --no-deps -d .whl diffusers` for the diffusers test of scripts/gpu/python_run.sh.
+if compgen -G "$root/.whl/*.whl" > /dev/null; then mkdir -p "$dest/wheels" && cp "$root"/.whl/*.whl "$dest/wheels/"; fi
 # Debug info is not needed there and would overrun the 64 MiB the device tool carries.
 if compgen -G "$dest/bin/*" >/dev/null; then strip "$dest"/bin/*; fi
 # The Python package builds on the GPU machine from the copied tree (scripts/gpu/python_run.sh); cuda.h (types only)

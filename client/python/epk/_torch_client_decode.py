@@ -15,6 +15,15 @@ Ordering (all stream-ordered, the CPU never waits):
 - the compute stream waits on u's ready event (recorded after its decode) before u's kernels.
 A decode is issued only once its slot's previous user has posted its free event: waiting on an event not yet recorded
 would wait for nothing. So at most ring-size units are in flight; the prefetch depth is what runs ahead of compute.
+
+Static mode (attach(..., static=True), for CUDA graphs): a forward's decodes all belong to that forward, so that a
+graph captured from one forward holds its decodes too. The first unit's pre-hook forks the side stream from the
+compute stream (an event recorded there and waited on the side: everything before the forward, the previous
+forward's reads of every slot included, is ordered before the first decode), the decodes ahead never wrap around to
+the next forward's first units, and every decode issued in a forward is waited on by the compute stream in the same
+forward, which joins the side stream back before the forward ends. The depth is fixed (ring slots - 1): the
+automatic depth times with events, which a capture does not allow. Addresses never change: a unit's views are made
+once, into the unit's fixed slot.
 """
 
 from __future__ import annotations
@@ -55,8 +64,9 @@ class ClientDecode:
     """The client-side decode state of one Attachment."""
 
     def __init__(self, device: int, tier: StoredTier, units: List[_Unit], layout: str,
-                 prefetch: Optional[int], max_decoded_bytes: Optional[int]):
+                 prefetch: Optional[int], max_decoded_bytes: Optional[int], static: bool = False):
         self.tier = tier
+        self.static = static
         self.units = units
         self.layout = layout
         self.device = torch.device("cuda", device)
@@ -76,7 +86,7 @@ class ClientDecode:
                     f"({block_bytes / 2**30:.3f} GiB) or the largest outer weight ({outer_bytes / 2**30:.3f} GiB)")
             want = min(want, int(fit))
         self.ring_slots = max(1, min(want, len(blocks))) if blocks else 1
-        self.auto_depth = prefetch is None
+        self.auto_depth = prefetch is None and not static
         self.depth = self.ring_slots - 1 if prefetch is None else min(prefetch, self.ring_slots - 1)
         self.slot_bytes = block_bytes
         self.buffer = torch.empty(max(self.ring_slots * block_bytes, outer_bytes), dtype=torch.uint8,
@@ -159,14 +169,33 @@ class ClientDecode:
     def _issue_ahead(self, i: int) -> None:
         n = len(self.units)
         for k in range(1, self.depth + 1):
+            if self.static and i + k >= n:
+                break  # the next forward issues its own decodes (static mode)
             if not self._issue((i + k) % n):
                 break  # keep order: a later unit never overtakes an earlier one
+
+    def _fork(self, compute) -> None:
+        """Static mode, at the first unit: the side stream continues after all the compute stream's work so far,
+        so every slot is free (its previous readers are ordered before) and the free events need not be waited on."""
+        fork = torch.cuda.Event()
+        fork.record(compute)
+        self.side.wait_event(fork)
+        for s in range(self.ring_slots):
+            self.free[s] = None
+            if self.last_user[s] is not None:
+                self.posted.add(self.last_user[s])
+        # Decodes a forward left unconsumed (it raised) were ordered after their slots' readers; they are decoded
+        # again after the fork, in this forward.
+        for u in self.units:
+            u.issued = False
 
     def pre(self, i: int) -> None:
         u = self.units[i]
         compute = torch.cuda.current_stream(self.device)
         if self.auto_depth:
             self._auto_depth(i, compute)
+        if self.static and i == 0:
+            self._fork(compute)
         if not self._issue(i):
             busy = [self.units[self.last_user[s]].name for s in u.slots
                     if self.last_user[s] is not None and self.last_user[s] not in self.posted]

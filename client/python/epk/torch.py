@@ -16,12 +16,13 @@ stream (torch's current stream), so that epkd reuses the bytes only after the bl
 else (norms, biases, embeddings, the LM head) is acquired once and kept, pinned, for the attachment's life.
 
 Every parameter is matched to the epkd tensor of the same name (or ``rename(name)``) by shape and dtype at attach;
-a missing or mismatched tensor is an error naming both sides. attach acquires each streamed
-tensor once to check it (this decodes the model once, block by block, with prefetch; Client.tensors() now lists
-names, shapes and dtypes without a decode, which attach does not use yet).
+a missing or mismatched tensor is an error naming both sides. Streamed tensors are checked against epkd's tensor
+listing (Client.tensors: no decode at attach; a corrupt tile is a DecodeError at the forward that first needs it);
+kept tensors are acquired at attach and checked as served.
 
-Not built yet: the static-slot mode (weights at fixed addresses for CUDA graphs and torch.compile); with hooks that
-swap tensors, do not capture the attached blocks in a graph.
+CUDA graphs: attach(..., decode="client", static=True) keeps every weight at one address and makes each forward
+enqueue and wait for its own decodes, so a forward captured with torch.cuda.graph replays with its decodes (see
+_torch_client_decode). The other modes swap tensors between epkd's slots: do not capture them in a graph.
 """
 
 from __future__ import annotations
@@ -142,6 +143,19 @@ class Attachment:
                 f"serves '{tensor}' as {list(t.shape)} {t.dtype} ({self.layout})")
         return lease, t
 
+    def _check_listed(self, listed: Dict[str, Dict], tensor: str, param_name: str, shape, dtype) -> None:
+        """What _acquire checks, from epkd's tensor listing: the name exists, the shape and the layout's dtype match."""
+        entry = listed.get(tensor)
+        if entry is None:
+            raise _errors.NotFound(
+                f"epk.torch: parameter '{param_name}' {list(shape)} of {type(self.model).__name__} has no tensor "
+                f"'{tensor}' in epkd model '{self.model_name}'")
+        served = _DENSE[self.layout]
+        if tuple(entry["shape"]) != tuple(shape) or served != dtype:
+            raise _errors.InvalidArgument(
+                f"epk.torch: parameter '{param_name}' is {list(shape)} {dtype} but epkd model '{self.model_name}' "
+                f"serves '{tensor}' as {list(entry['shape'])} {served} ({self.layout})")
+
     # ---- hooks
 
     def _names(self, i: int) -> List[str]:
@@ -207,7 +221,7 @@ class Attachment:
 def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: str = "dense:bf16",
            prefetch: Optional[int] = None, device: Optional[int] = None,
            rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
-           max_decoded_gb: Optional[float] = None) -> Attachment:
+           max_decoded_gb: Optional[float] = None, static: bool = False) -> Attachment:
     """Serves `model`'s weights from epkd model `model_name` (see the module's docstring).
 
     layout: dense:bf16, dense:fp16 or dense:fp32, matching the model's parameter dtypes. device: the CUDA device
@@ -225,6 +239,12 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     when a deeper prefetch would keep the decode ahead). max_decoded_gb bounds the decode buffer (the block ring,
     which also holds the largest outer weight); the ring then holds fewer blocks. Attachment.memory() says what the
     buffers take.
+
+    static=True (decode="client" only): every weight stays at one address for the attachment's life and a forward's
+    decodes are all enqueued, and waited on, within that forward, so a forward can be captured in a CUDA graph
+    (torch.cuda.graph) and replayed: the replay decodes the weights again into the same slots. Block weights that
+    are not in the tier are acquired once and kept (as norms are). The prefetch depth is fixed (prefetch, default
+    ring slots - 1). Between replays the inputs are the graph's static tensors, as with any CUDA graph.
     """
     if layout not in _DENSE:
         raise _errors.InvalidArgument(f"epk.torch: layout '{layout}': attach serves dense layouts "
@@ -239,6 +259,9 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
         device = torch.cuda.current_device()
     if decode == "client" and device is None:
         raise _errors.Unsupported("epk.torch: decode='client' needs epkd serving a device pool (a CUDA device)")
+    if static and decode != "client":
+        raise _errors.InvalidArgument("epk.torch: static=True needs decode='client' (epkd's slots move between "
+                                      "acquires; the client's ring does not)")
     rename = rename or (lambda n: n)
     blocks = find_blocks(model)
     # prefetch_depth: what epkd decodes ahead for the blocks' daemon-served weights (all of them with decode="daemon").
@@ -274,7 +297,7 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
             if pid in client_params:
                 continue
             bi = block_of.get(pid)
-            if bi is not None and p.dim() >= 2:
+            if bi is not None and p.dim() >= 2 and not static:
                 streamed.append((bi, qname, pid))
                 continue
             lease, t = att._acquire(rename(qname), qname, p.shape, p.dtype)
@@ -285,13 +308,13 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
             p = holders[0][0]._parameters[holders[0][1]]
             att.streams[bi].append(
                 _Stream([(m, a) for m, a, _ in holders], rename(qname), tuple(p.shape), p.dtype, target))
-        # Check every streamed tensor once (a block at a time, the next one prefetched), then let the weights go.
+        # Every streamed tensor is matched against epkd's listing (no decode), then its weight leaves the module.
+        listed = {t["name"]: t for t in client.tensors(model_name)}
+        for bi, qname, pid in streamed:
+            p = owners[pid][0][0]._parameters[owners[pid][0][1]]
+            att._check_listed(listed, rename(qname), qname, p.shape, p.dtype)
         for bi in range(len(blocks)):
-            if bi + 1 < len(blocks):
-                client.prefetch(model_name, att._names(bi + 1), layout, device or 0)
             for s in att.streams[bi]:
-                lease, _ = att._acquire(s.tensor, s.tensor, s.shape, s.dtype)
-                lease.release(after=torch.cuda.current_stream(device) if device is not None else None)
                 _set(s.holders, s.placeholder)
         for mod in model.modules():
             for bname, buf in list(mod._buffers.items()):
@@ -299,7 +322,7 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
                     mod._buffers[bname] = buf.to(target)
         if tier is not None:
             att.client_decode = _client_decode(model, att, tier, owners, client_params, layout, rename, target,
-                                               prefetch, max_decoded_gb)
+                                               prefetch, max_decoded_gb, static)
             tier = None  # the ClientDecode owns it now
     except BaseException:
         if tier is not None:
@@ -321,7 +344,8 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     return att
 
 
-def _client_decode(model, att, tier, owners, client_params, layout, rename, target, prefetch, max_decoded_gb):
+def _client_decode(model, att, tier, owners, client_params, layout, rename, target, prefetch, max_decoded_gb,
+                   static):
     """The units of client-side decode, in module order (forward order for transformers models), and their state."""
     from ._torch_client_decode import ClientDecode, _Unit, _aligned
 
@@ -348,7 +372,7 @@ def _client_decode(model, att, tier, owners, client_params, layout, rename, targ
     order = [n for n, _ in model.named_modules(remove_duplicate=False) if n in by_unit]
     units = [by_unit[n] for n in order]
     limit = None if max_decoded_gb is None else int(max_decoded_gb * 2**30)
-    return ClientDecode(att.device, tier, units, layout, prefetch, limit)
+    return ClientDecode(att.device, tier, units, layout, prefetch, limit, static)
 
 
 @contextlib.contextmanager
@@ -372,7 +396,7 @@ def _parameters_on_meta():
 def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense:bf16",
          prefetch: Optional[int] = None, device: Optional[int] = None, model_class=None,
          rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
-         max_decoded_gb: Optional[float] = None):
+         max_decoded_gb: Optional[float] = None, static: bool = False):
     """Builds a transformers model from its config (a PretrainedConfig or a directory / hub name holding
     config.json) with its parameters on the meta device, then attaches it: no copy of the weights is ever made in
     this process. model_class: the transformers class (default: the config's architectures[0], else AutoModel).
@@ -398,5 +422,5 @@ def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense
         torch.set_default_dtype(previous)
     model.eval()
     attach(model, client, model_name, layout=layout, prefetch=prefetch, device=device, rename=rename, decode=decode,
-           max_decoded_gb=max_decoded_gb)
+           max_decoded_gb=max_decoded_gb, static=static)
     return model
