@@ -88,7 +88,10 @@ def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
     # Uncached acquires are answered while the decode still runs on epkd's stream (protocol version 4). A copy
     # launched at once on torch's stream is exact through __dlpack__'s wait; with stream=-1 (no synchronisation),
     # the same copy races the decode, which is what shows that the wait is needed (and that this test can tell).
+    # Every tensor is prefetched first and the last-queued one acquired first, so its decode waits behind the
+    # others' and the window is several decodes wide, not one.
     torch.cuda.synchronize()
+    order = list(reversed(big_model["ref"]))
     raced = 0
     for attempt in range(3):
         d = Daemon(bins, model["epk"], budget_mb=1024, cpu=False, extra=[f"big={big_model['epk']}"])
@@ -96,7 +99,9 @@ def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
             with epk.Client(d.socket) as c:
                 s = torch.cuda.Stream()
                 with torch.cuda.stream(s):
-                    for n, want in big_model["ref"].items():
+                    c.prefetch("big", order, "dense:bf16")
+                    for n in order:
+                        want = big_model["ref"][n]
                         lease = c.acquire("big", n, "dense:bf16")  # uncached: the decode was just queued
                         got = torch.from_dlpack(lease).clone()  # __dlpack__(stream=s): s waits for the decode
                         lease.release(after=s)
@@ -107,7 +112,9 @@ def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
             with epk.Client(d.socket) as c:
                 s = torch.cuda.Stream()
                 with torch.cuda.stream(s):
-                    for n, want in big_model["ref"].items():
+                    c.prefetch("big", order, "dense:bf16")
+                    for n in order:
+                        want = big_model["ref"][n]
                         lease = c.acquire("big", n, "dense:bf16")
                         got = torch.utils.dlpack.from_dlpack(lease.__dlpack__(stream=-1)).clone()
                         s.synchronize()
@@ -119,8 +126,9 @@ def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
         if raced:
             break
     if raced == 0:  # the exact copies above were still checked; what cannot be shown is that they needed the wait
-        pytest.skip("without the wait every copy still saw the finished decode: the decode (about 55 us for 4096x4096 "
-                    "on an H200) ends before a copy launched from Python starts, so this GPU cannot show the race")
+        pytest.skip("without the wait every copy still saw the finished decode: four queued decodes (about 55 us each "
+                    "for 4096x4096 on an H200) ended before a copy launched from Python started, so this GPU cannot "
+                    "show the race")
 
 
 @needs_cuda
@@ -399,8 +407,12 @@ def test_static_slots_capture_a_transformers_forward(bins, model):
     reference.load_state_dict({n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}, strict=True)
     reference.to(dev)
     ids = torch.tensor([[1, 5, 9, 33, 96, 0, 42, 17]], device=dev)
+    # The reference is captured too: a captured forward may pick other kernels than an eager one (the logits then
+    # differ in the last bits), so graph is compared with graph.
     with torch.no_grad():
-        want = reference(ids, use_cache=False).logits
+        ref_graph, want = _capture(lambda i: reference(i, use_cache=False).logits, ids)
+    ref_graph.replay()
+    torch.cuda.synchronize()
     d = Daemon(bins, model["epk"], budget_mb=64, cpu=False)
     try:
         with epk.Client(d.socket) as c:
@@ -412,7 +424,7 @@ def test_static_slots_capture_a_transformers_forward(bins, model):
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(out, want)
-            del graph
+            del graph, ref_graph
             att.close()
     finally:
         d.close()
