@@ -398,6 +398,34 @@ def test_static_slots_replay_in_a_cuda_graph_with_their_decodes(bins, model):
 
 
 @needs_cuda
+def test_static_slots_under_torch_compile(bins, model):
+    # torch.compile traces through the hooks (graph breaks at the decode calls); its kernels may round otherwise than
+    # eager ones, so the reference is the same module compiled.
+    if not _libepk():
+        pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
+    dev = torch.device("cuda", 0)
+    ref = {n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}
+    reference = _Stack().to(torch.bfloat16)
+    reference.load_state_dict({n: ref[n] for n, _ in reference.named_parameters()}, strict=True)
+    reference.to(dev)
+    x = torch.randn(5, epk_testdata.HIDDEN, generator=torch.Generator().manual_seed(4)).to(dev, torch.bfloat16)
+    with torch.no_grad():
+        want = torch.compile(reference)(x)
+    d = Daemon(bins, model["epk"], budget_mb=64, cpu=False)
+    try:
+        with epk.Client(d.socket) as c:
+            m = _Stack().to(dev, torch.bfloat16)
+            att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", decode="client", static=True)
+            compiled = torch.compile(m)
+            with torch.no_grad():
+                for _ in range(3):
+                    assert torch.equal(compiled(x), want)
+            att.close()
+    finally:
+        d.close()
+
+
+@needs_cuda
 def test_static_slots_capture_a_transformers_forward(bins, model):
     if not _libepk():
         pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
