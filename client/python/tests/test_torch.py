@@ -88,10 +88,12 @@ def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
     # Uncached acquires are answered while the decode still runs on epkd's stream (protocol version 4). A copy
     # launched at once on torch's stream is exact through __dlpack__'s wait; with stream=-1 (no synchronisation),
     # the same copy races the decode, which is what shows that the wait is needed (and that this test can tell).
-    # Every tensor is prefetched first and the last-queued one acquired first, so its decode waits behind the
-    # others' and the window is several decodes wide, not one.
+    # A decode takes ~55 us, about what Python needs to launch the copy after the reply, so a kernel of this process
+    # keeps the GPU busy meanwhile (torch.cuda._sleep on another stream): without MPS the GPU time-slices between
+    # processes, so epkd's decode waits for its slice while this process's copy may run at once beside the sleep.
     torch.cuda.synchronize()
-    order = list(reversed(big_model["ref"]))
+    order = list(big_model["ref"])
+    busy = torch.cuda.Stream()
     raced = 0
     for attempt in range(3):
         d = Daemon(bins, model["epk"], budget_mb=1024, cpu=False, extra=[f"big={big_model['epk']}"])
@@ -99,9 +101,10 @@ def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
             with epk.Client(d.socket) as c:
                 s = torch.cuda.Stream()
                 with torch.cuda.stream(s):
-                    c.prefetch("big", order, "dense:bf16")
                     for n in order:
                         want = big_model["ref"][n]
+                        with torch.cuda.stream(busy):
+                            torch.cuda._sleep(20_000_000)
                         lease = c.acquire("big", n, "dense:bf16")  # uncached: the decode was just queued
                         got = torch.from_dlpack(lease).clone()  # __dlpack__(stream=s): s waits for the decode
                         lease.release(after=s)
@@ -112,9 +115,10 @@ def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
             with epk.Client(d.socket) as c:
                 s = torch.cuda.Stream()
                 with torch.cuda.stream(s):
-                    c.prefetch("big", order, "dense:bf16")
                     for n in order:
                         want = big_model["ref"][n]
+                        with torch.cuda.stream(busy):
+                            torch.cuda._sleep(20_000_000)
                         lease = c.acquire("big", n, "dense:bf16")
                         got = torch.utils.dlpack.from_dlpack(lease.__dlpack__(stream=-1)).clone()
                         s.synchronize()
@@ -126,9 +130,8 @@ def test_dlpack_makes_the_consumer_wait_for_the_decode(bins, model, big_model):
         if raced:
             break
     if raced == 0:  # the exact copies above were still checked; what cannot be shown is that they needed the wait
-        pytest.skip("without the wait every copy still saw the finished decode: four queued decodes (about 55 us each "
-                    "for 4096x4096 on an H200) ended before a copy launched from Python started, so this GPU cannot "
-                    "show the race")
+        pytest.skip("without the wait every copy still saw the finished decode (about 55 us for 4096x4096 on an H200), "
+                    "even with this process keeping the GPU busy: this GPU cannot show the race")
 
 
 @needs_cuda
