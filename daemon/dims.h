@@ -1,7 +1,7 @@
 // Shape and strides of a served tensor without the heap: at most shm::kMaxDims entries in a fixed array. The
-// cache-hit acquire path builds one of these per request and must not allocate (../shared/docs/DESIGN.md, "No
-// allocation on the acquire path"). It reads like the std::vector it replaces (size, [], begin/end, == with a
-// vector), so sources can still write `out.shape = e.shape`.
+// cache-hit acquire path builds one of these per request and must not allocate, so that a hit's latency never
+// includes the allocator's. It reads like the std::vector it replaces (size, [], begin/end, == with a vector), so
+// sources can still write `out.shape = e.shape`.
 #pragma once
 
 #include <algorithm>

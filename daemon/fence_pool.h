@@ -1,4 +1,4 @@
-// Per-slot release fences for device lanes (issue 6, DESIGN.md "release fences"): a bounded pool of daemon-owned
+// Per-slot release fences for device lanes (docs/PROTOCOL.md, release): a bounded pool of daemon-owned
 // completion markers (CUDA events on a device lane). At a kCudaEvent release the backend makes a daemon side stream
 // wait on the client's event, takes a marker from this pool, records it on that side stream and hands the cache the
 // marker's Fence: the released slot alone waits for the client, never the lane's decode stream.

@@ -1,7 +1,7 @@
 // Memory for one outstanding Asio operation at a time, owned by whoever starts it (a session's read, its write), so
 // that an operation's state needs no heap allocation: the cache-hit path reads a request and writes a reply per round
-// trip and must not allocate (../shared/docs/DESIGN.md). Asio finds the memory through the handler's associated
-// allocator (with_memory() below). If the block is in use or too small, the allocator falls back to operator new.
+// trip and must not allocate. Asio finds the memory through the handler's associated allocator (with_memory()
+// below). If the block is in use or too small, the allocator falls back to operator new.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Serving layouts a client can ask for (../shared/docs/DESIGN.md, "Serving layouts"). Stored on the wire: never
+// Serving layouts a client can ask for (docs/LAYOUTS.md). Stored on the wire: never
 // renumber, only append.
 #pragma once
 

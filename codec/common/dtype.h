@@ -1,4 +1,4 @@
-// Element types: every dtype safetensors knows (../shared/docs/LAYOUTS.md), with their names and bit widths.
+// Element types: every dtype safetensors knows, with their names and bit widths.
 // The numeric values are stored in .epk files: never renumber, only append.
 #pragma once
 

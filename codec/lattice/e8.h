@@ -1,5 +1,5 @@
 // E8 nearest point and the invertible field representation (c, z1..z7, m) of a lattice point, with the tie rules of the
-// reference package (../shared/docs/ENTROPACK.md, "Field representation"): the decoder reproduces exactly the point the
+// reference package (docs/STREAM.md section 2): the decoder reproduces exactly the point the
 // encoder chose only if both sides agree on every tie.
 #pragma once
 

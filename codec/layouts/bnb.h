@@ -1,7 +1,7 @@
 // bitsandbytes 4-bit (NF4 / FP4) weights with optional double quantization, as serialized by
 // QuantState.as_dict(packed=True) under <prefix>.weight.:
 //   weight            U8 [(numel+1)/2, 1]: the row-major weight flattened; element 2i in the HIGH nibble of byte i,
-//                     element 2i+1 in the LOW nibble (the opposite of GGUF, LAYOUTS.md bug 5)
+//                     element 2i+1 in the LOW nibble (the opposite of GGUF, docs/LAYOUTS.md 6.5)
 //   absmax            F32 [blocks], or U8 [blocks] when double-quantized
 //   quant_map         F32 [16]: the code table (NF4 or FP4 levels)
 //   nested_absmax     F32 [ceil(blocks/256)], nested_quant_map F32 [256] (double quantization only)

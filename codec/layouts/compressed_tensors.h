@@ -9,8 +9,9 @@
 // Two packings exist for widths that do not divide 32, chosen by the library version:
 //   kDense (compressed-tensors 0.20, the installed reference): one bitstream, values straddle words,
 //     W = ceil(K*b/32);
-//   kPerWord (earlier releases, as LAYOUTS.md describes them; not checked against an old release here): 32/b whole
-//     values per word, the top 32 % b bits unused, W = ceil(K / (32/b)).
+//   kPerWord (earlier releases; the only source for it is the project's shared layout notes, outside this
+//     repository, and it is not checked against an old release): 32/b whole values per word, the top 32 % b bits
+//     unused, W = ceil(K / (32/b)).
 // For 2, 4 and 8 bits the two are identical. Derived and tested: symmetric 4-bit weight_packed.T == GPTQ qweight.
 #pragma once
 

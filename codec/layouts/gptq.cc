@@ -42,7 +42,7 @@ Result<QuantTensor> read_gptq(const GptqViews& v, int bits, std::int64_t group_s
   for (std::int64_t r = 0; r < groups; ++r) {
     EPK_TRY(unpack_bits(std::span(zwords).subspan(sz(r) * zw_per_row, zw_per_row), bits, zrow));
     for (std::int64_t c = 0; c < n; ++c) {
-      // v1: +1 and then the mask, in that order; without the mask a stored 2^b-1 becomes 2^b (LAYOUTS.md bug 3).
+      // v1: +1 and then the mask, in that order; without the mask a stored 2^b-1 becomes 2^b (docs/LAYOUTS.md 6.3).
       const std::int32_t z = zrow[sz(c)];
       t.zeros[sz(r * n + c)] = zeros == GptqZeros::kV1 ? ((z + 1) & mask) : z;
     }

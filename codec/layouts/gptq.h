@@ -5,7 +5,7 @@
 //   g_idx   I32 [K], optional (absent: row k is in group k / G)
 // Zero conventions: v1 ("gptq", AutoGPTQ) stores z - 1 and readers compute (stored + 1) & mask, as AutoGPTQ's own
 // dequantization does; v2 ("gptq_v2", GPTQModel) stores z. v1 cannot represent z = 0 without the reader's mask (and
-// kernels that skip the mask read 2^b), so write_gptq refuses z = 0 under v1: use v2 (LAYOUTS.md bug 1).
+// kernels that skip the mask read 2^b), so write_gptq refuses z = 0 under v1: use v2 (docs/LAYOUTS.md 6.1).
 #pragma once
 
 #include <cstdint>

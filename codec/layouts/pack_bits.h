@@ -1,4 +1,4 @@
-// Sub-byte code packing, the one convention every integer layout here is built on (../shared/docs/bit-packing.txt):
+// Sub-byte code packing, the one convention every integer layout here is built on (docs/LAYOUTS.md 4.3):
 // logical element i occupies bits [i*b, i*b+b) of a little-endian stream of 32-bit words, LSB first. Widths that do
 // not divide 32 (3, 5, 6, 7) straddle word boundaries. A stream whose n*b is not a multiple of 32 ends in a partly
 // filled word whose unused high bits are zero.

@@ -44,11 +44,11 @@ bool decode_output_supported(DType t);
 // name (the tensor) prefixes every message.
 Status validate_stream(const LatticeRansStream& s, std::string_view name);
 
-// Serving layouts rowwise:{int8, fp8_e4m3} (DESIGN.md): one value q per element plus one fp32 scale per row, the
-// weight being q * row_scale[row]. Every decoded coordinate is p = z + c/2 (z an integer, c the coset), so 2p is an
-// integer with |2p| <= bound, the largest any of the stream's tables allows. With limit L (127 for int8, 448 for
-// e4m3): gain = 1 when bound <= L, else float(L / bound); q = convert(float(2p) * gain) (int8: rounded half to even,
-// clamped to +-127; e4m3: rounded to nearest even, saturated to +-448); row_scale = scale[row] * half_over_gain with
+// Serving layouts rowwise:{int8, fp8_e4m3} (docs/LAYOUTS.md 3): one value q per element plus one fp32 scale per row,
+// the weight being q * row_scale[row]. Every decoded coordinate is p = z + c/2 (z an integer, c the coset), so 2p is an
+// integer with |2p| <= bound, the largest any of the stream's tables allows. With limit L (127 for int8, 448 for e4m3):
+// gain = 1 when bound <= L, else float(L / bound); q = convert(float(2p) * gain) (int8: rounded half to even, clamped
+// to +-127; e4m3: rounded to nearest even, saturated to +-448); row_scale = scale[row] * half_over_gain with
 // half_over_gain = float(0.5 / gain). int8 is lossless when bound <= 127; e4m3 rounds only where |2p| > 16.
 enum class RowwiseType : std::uint8_t { kInt8, kF8E4M3 };
 struct RowwiseGain {

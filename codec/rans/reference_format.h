@@ -7,8 +7,8 @@
 //      last buffer's end rounded up to 16.
 // Buffers: payload u16[words], offsets u32[tiles+1], states u32[tiles,32], stream_meta i32[17,4], freq_tables u16[n],
 // scales f32[rows], layout i64[3] (padded cols, prob bits, tile symbols).
-// Note: ../shared/docs/ENTROPACK.md describes an older `{prefix}header` / `{prefix}buffers.*` state_dict; 0.1.5
-// writes the single blob above, and that is what these functions read and write.
+// An older `{prefix}header` / `{prefix}buffers.*` state_dict form is not what 0.1.5 writes; these functions read and
+// write the single blob above (docs/STREAM.md section 8).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // The stored form of one EntroPack ("lattice-rans") tensor, as views into its buffers (mapped file or memory).
-// Buffer names, orders and meanings follow the reference package (../shared/docs/ENTROPACK.md, "Stored buffers");
+// Buffer names, orders and meanings follow the reference package (docs/STREAM.md section 1);
 // this struct is shared by the scalar CPU decoder (the oracle) and the GPU decoder, so both read the same bytes.
 #pragma once
 

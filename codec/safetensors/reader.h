@@ -1,6 +1,6 @@
 // Reads one .safetensors file through a read-only memory map; tensor data is never copied.
 //
-// Format (LAYOUTS.md, and the reference crate huggingface/safetensors, safetensors/src/tensor.rs):
+// Format (the reference crate huggingface/safetensors, safetensors/src/tensor.rs):
 //   1. u64 LE N: the header length, at most kMaxHeaderSize, 8 + N <= file size.
 //   2. N bytes of UTF-8 JSON, an object (writers pad it with trailing spaces to a multiple of 8):
 //        "__metadata__": optional object of string -> string (null is taken as absent);

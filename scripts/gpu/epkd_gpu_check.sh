@@ -36,7 +36,7 @@ if [[ "${2:-}" != "--no-bench" ]]; then
   }
   bench_rc=0
   bench
-  # The same bench under CUDA MPS (DESIGN.md "Where decode runs": without it the GPU time-slices between epkd's and
+  # The same bench under CUDA MPS (without it the GPU time-slices between epkd's and
   # the client's contexts). Needs root; MPS is stopped again afterwards whatever happens.
   if [[ $(id -u) == 0 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
     echo "== epkd device path under MPS: gpu_acquire_bench --rows 10240 --cols 3840 --bpp 4"

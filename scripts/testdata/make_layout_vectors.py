@@ -156,7 +156,7 @@ def gptq_case(name, rng, bits, K, N, group, sym, act_order, v1):
         g_idx = (np.arange(K) // group).astype(np.int32)
     q, scales, zeros = rtn(w, bits, group, sym, g_idx)
     if v1:
-        zeros = np.maximum(zeros, 1)  # v1 cannot store 0 (see LAYOUTS.md bug 1)
+        zeros = np.maximum(zeros, 1)  # v1 cannot store 0 (docs/LAYOUTS.md 6.1)
     qweight = autogptq_pack_rows(q, bits)
     stored = (zeros - 1) if v1 else zeros
     qzeros = autogptq_pack_cols((stored & (2 ** bits - 1)).astype(np.uint32), bits)

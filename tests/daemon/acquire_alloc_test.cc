@@ -1,4 +1,4 @@
-// The cache-hit acquire path allocates nothing (../shared/docs/DESIGN.md, "No allocation on the acquire path").
+// The cache-hit acquire path allocates nothing (daemon/dims.h, daemon/handler_memory.h say why).
 //
 // epkd's own code (run_daemon: sessions, service, cache, sources) runs in this process on a thread whose heap
 // allocations are counted by the replaced global operator new below; a client in the test's thread does cache-hit

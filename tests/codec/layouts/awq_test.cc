@@ -51,7 +51,7 @@ TEST(Awq, RefusesActOrderAndOtherWidths) {
   EXPECT_FALSE(write_awq(random_quant_tensor(4, 100, 16, 32, 2)));  // K % G != 0
 }
 
-// LAYOUTS.md bug 2: AWQ -> GPTQ repacks that compute izeros - 1 without care turn zero point 0 into 15.
+// docs/LAYOUTS.md 6.2: AWQ -> GPTQ repacks that compute izeros - 1 without care turn zero point 0 into 15.
 TEST(AwqKnownBugs, ZeroPointZeroSurvivesConversionToGptq) {
   auto t = random_quant_tensor(4, 128, 32, 32, 21);
   t.zeros.assign(t.zeros.size(), 3);

@@ -48,7 +48,7 @@ TEST(Bnb, ElementPairsAreHighNibbleFirstAndBlocksCrossRows) {
   EXPECT_EQ(*y, want);
 }
 
-// LAYOUTS.md bug 5: GGUF puts element j in the low nibble and j+16 in the high nibble of byte j; bitsandbytes puts
+// docs/LAYOUTS.md 6.5: GGUF puts element j in the low nibble and j+16 in the high nibble of byte j; bitsandbytes puts
 // element 2i in the high nibble and 2i+1 in the low nibble of byte i. The same byte means different elements.
 TEST(BnbKnownBugs, NibbleOrderDiffersFromGguf) {
   std::vector<std::uint8_t> q4_0(18, 0x88);  // every code 8 -> 0

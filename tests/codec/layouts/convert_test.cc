@@ -103,7 +103,7 @@ TEST(Convert, ActOrderIntoAwqGivesTheSameMatmulWithTheReportedPermutation) {
   EXPECT_GT(diff, 1.0);
 }
 
-// LAYOUTS.md bug 4: with desc_act and row-parallel sharding, each shard's rows must keep their feature indices.
+// docs/LAYOUTS.md 6.4: with desc_act and row-parallel sharding, each shard's rows must keep their feature indices.
 TEST(ConvertKnownBugs, ActOrderShardsKeepTheirPermutation) {
   auto t = random_quant_tensor(4, 256, 64, 32, 41, /*act_order=*/true);
   auto sorted = sort_groups(t);  // e.g. the AWQ/Marlin form: rows reordered, perm set

@@ -8,7 +8,7 @@
 namespace epk::layouts {
 namespace {
 
-// bit-packing.txt's worked example: 4096 x 4096, 4-bit, group 128, fp16 scales.
+// A worked example: 4096 x 4096, 4-bit, group 128, fp16 scales (the sizes computed by hand below).
 TEST(Footprint, GptqFourBitGroup128) {
   auto t = make_quant_tensor(4, 4096, 4096, 128);
   t.zeros.assign(t.zeros.size(), 8);

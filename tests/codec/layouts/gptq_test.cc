@@ -85,7 +85,7 @@ TEST(Gptq, MissingGidxMeansStaticGroupsAndMinusOneMeansOneGroup) {
   expect_same_logical(*back, t);
 }
 
-// LAYOUTS.md bug 1: v1's stored z-1 cannot carry z = 0; the unmasked AutoGPTQ packer writes -1 = 0xFFFFFFFF and
+// docs/LAYOUTS.md 6.1: v1's stored z-1 cannot carry z = 0; the unmasked AutoGPTQ packer writes -1 = 0xFFFFFFFF and
 // pollutes every higher slot of the word.
 TEST(GptqKnownBugs, V1RefusesZeroPointZeroAndV2KeepsIt) {
   auto t = random_quant_tensor(4, 32, 8, 32, 4);
@@ -105,7 +105,7 @@ TEST(GptqKnownBugs, V1RefusesZeroPointZeroAndV2KeepsIt) {
   EXPECT_EQ(polluted >> 8, 0xFFFFFFu);  // slots 2..7 all read back as z = 0, not 5
 }
 
-// LAYOUTS.md bug 3: after the +1 the field must be masked: stored all-ones means z = 0, never 2^b.
+// docs/LAYOUTS.md 6.3: after the +1 the field must be masked: stored all-ones means z = 0, never 2^b.
 TEST(GptqKnownBugs, V1ReaderMasksAfterPlusOne) {
   for (int bits : {4, 8}) {
     auto t = random_quant_tensor(bits, 32, 32, 32, 6);

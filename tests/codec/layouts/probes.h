@@ -1,4 +1,4 @@
-// The three probes of bit-packing.txt, for any width and shape: a pattern that makes wrong axes and slot orders show
+// Three probes for any width and shape: a pattern that makes wrong axes and slot orders show
 // as scrambled values, fixed-seed random codes, and all codes at their maximum (the sign bit of the top slot).
 #pragma once
 
