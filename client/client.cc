@@ -92,7 +92,7 @@ struct Client::Impl {
   int spin_us = 0;
   int reply_timeout_ms = 0;
   int status_spin_us = 0;
-  // Protocol version 4: epkd's decode status table, and the slots acquired from an early reply whose decode this
+  // epkd's decode status table (docs/PROTOCOL.md, hello), and the slots acquired from an early reply whose decode this
   // client has not yet seen succeed (handle -> ticket and tensor name). wait() and copy_to_host() check them.
   shm::StatusView status;
   struct Unchecked {
@@ -306,7 +306,7 @@ Result<Client> Client::connect(const std::string& socket_path, const ClientOptio
   if (hello.status_entries != 0) {
     EPK_TRY_ASSIGN(impl->status, shm::StatusView::map(std::move(fds.back()), hello.status_entries));
   }
-  // Every device pool's ring has the same length, in pool order (shm/protocol.h, version 3).
+  // Every device pool's ring has the same length, in pool order (docs/PROTOCOL.md, hello).
   std::size_t device_pools = 0;
   for (const shm::PoolInfo& p : hello.pools) device_pools += p.kind == shm::PoolKind::kDevice ? 1 : 0;
   if (device_pools == 0 ? !hello.events.empty() : hello.events.size() % device_pools != 0) {
@@ -450,7 +450,7 @@ Status Client::acquire_into(const std::string& model, const std::string& tensor,
   return {};
 }
 
-// An early-answered slot (protocol version 4): waits on the CPU until epkd has published its decode's outcome. A
+// An early-answered slot (a non-zero status ticket): waits on the CPU until epkd has published its decode's outcome. A
 // failed decode (a corrupt tile, a device error) is an error naming the tensor, and the bytes must not be read: epkd
 // dropped the slot (and this client's pin on it). The lock is not held while waiting.
 Status Client::check_decoded(std::uint64_t handle) {
@@ -516,7 +516,8 @@ Status Client::release_after(std::uint64_t handle, void* stream) {
   const int device = impl_->pool_info[pool].device;
   // A stream with nothing left to run has finished every read of the slot: the release message is then the fence,
   // and no event is recorded in this process's context. Without MPS such a record makes the GPU switch to this
-  // context between two of epkd's decodes: about 250 us per miss on the H200 (docs/NOTES.md, third session).
+  // context between two of epkd's decodes: about 250 us per miss on the H200 (docs/NOTES.md, MPS and context
+  // switches).
   EPK_TRY_ASSIGN(const bool idle, impl_->device->stream_idle(stream, device));
   if (idle) {
     lock.unlock();

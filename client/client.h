@@ -64,7 +64,7 @@ struct ClientOptions {
   // core while the call waits. 0 blocks at once; negative: the environment's EPK_SPIN_US, else automatic (50 us on a
   // machine of 8 or more cores, else 0: shm/spin.h, the same rule as epkd's io threads).
   int spin_us = -1;
-  // wait() / copy_to_host() on a slot epkd answered before its decode finished (protocol version 4) poll the decode
+  // wait() / copy_to_host() on a slot epkd answered before its decode finished (a status ticket) poll the decode
   // status word for up to max(spin_us, status_spin_us) microseconds before sleeping on it: the decode of a large
   // tensor takes ~100 us on the device, and a sleeping thread's wake-up adds tens of microseconds to it. 0: only
   // spin_us.
@@ -97,7 +97,7 @@ class Client {
   Status acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout, std::uint32_t device,
                       Tensor* out);
   // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode.
-  // A slot epkd answered before its decode finished (protocol version 4: an uncached acquire) is first waited for on
+  // A slot epkd answered before its decode finished (an uncached device acquire) is first waited for on
   // the CPU (spin_us, then sleeping) until epkd publishes the decode's outcome: a failed decode (a corrupt tile) is
   // kCorruptTile naming the tensor, and the slot must not be read. Otherwise the CPU does not block. No-op for host
   // slots.

@@ -41,7 +41,7 @@ typedef struct epk_tensor {
   uint64_t shape[EPK_MAX_DIMS];
   int64_t strides[EPK_MAX_DIMS]; /* elements */
   uint64_t handle;
-  /* Device pools (protocol version 2): data is a device address on CUDA device `device` (on_device = 1); event (a
+  /* Device pools: data is a device address on CUDA device `device` (on_device = 1); event (a
    * CUevent, usable as cudaEvent_t) completes when the decode has: call epk_wait before reading. Host pools:
    * on_device = 0, device = -1, event = NULL. */
   int32_t device;
@@ -103,7 +103,7 @@ typedef struct epk_pool_stats {
  * pools the daemon has. */
 int epk_pool_stats_get(epk_client* c, epk_pool_stats* out, size_t capacity, size_t* count);
 /* Makes stream (a CUstream / cudaStream_t; NULL = the legacy default stream) wait for t's decode. A slot the daemon
- * answered before its decode finished (an uncached device acquire, protocol version 4) is first waited for on the CPU
+ * answered before its decode finished (an uncached device acquire) is first waited for on the CPU
  * until the daemon publishes the decode's outcome; a failed decode (a corrupt tile) returns EPK_E_DECODE naming the
  * tensor, and the slot must not be read (the daemon dropped it). Otherwise the CPU does not block. No-op for host
  * slots. Call it before reading the slot; epk_copy_to_host checks the same. */
@@ -124,7 +124,7 @@ typedef struct epk_stored epk_stored;
 typedef struct epk_batch epk_batch;
 typedef struct epk_decode_job {
   const char* tensor;
-  const char* layout; /* dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8e4m3 or stored; NULL: stored */
+  const char* layout; /* dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8_e4m3 or stored; NULL: stored */
   void* out;          /* device address, 16-byte aligned, epk_stored_decoded_bytes long */
 } epk_decode_job;
 int epk_stored_open(epk_client* c, const char* model, uint32_t device, epk_stored** out);

@@ -2,7 +2,7 @@
 // the service's CPU pool for host lanes), and the answers to the acquires that wait for it.
 //
 // A device lane answers its waiters as soon as the decode is on the stream (reply_early), each reply naming a status
-// ticket that reads pending until the worker publishes the decode's outcome (protocol version 4,
+// ticket that reads pending until the worker publishes the decode's outcome (docs/PROTOCOL.md,
 // shm/decode_status.h); a host lane decodes on the CPU and answers once the slot is written (on_decoded). Either
 // way the slot stays kDecoding in the cache until on_decoded: acquires arriving meanwhile join the in-flight entry's
 // waiters, and a failed decode drops the slot (and the pins of the waiters already answered) there.

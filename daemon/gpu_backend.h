@@ -12,7 +12,7 @@
 //   repacked (gptq, gptq-v2, awq, marlin) by codec/cuda's intq kernels; everything else (raw tensors, fp32 dense intq,
 //   layouts codec/cuda does not write) is produced by the CPU decoder into a pinned host buffer and copied to the
 //   slot on the stream. Either way the ring event slot_id % ring is recorded after the work, then `on_enqueued` runs
-//   (epkd answers the acquire there, with a decode status ticket: protocol version 4), and produce() waits for the
+//   (epkd answers the acquire there, with a decode status ticket: docs/PROTOCOL.md), and produce() waits for the
 //   stream before returning: its result is the tile status, which epkd publishes in the status table before the slot
 //   is marked ready (shm/decode_status.h).
 // - Release fences (kCudaEvent), per slot: client_fence() opens the client's event once per (client, event handle)

@@ -2,8 +2,8 @@
 // cache's structure; shared holders, one reader slot per io thread, only move pin counts between values above zero
 // (Cache::pin_shared / unpin_shared), which they do with atomics on the slot and on their own client's entry. A shared
 // lock writes only its own slot's cache line and reads a flag that changes only when an exclusive holder comes, so
-// cache hits on different io threads neither wait for each other nor pass a lock's line between cores; the single
-// std::mutex or spin lock they shared before was the limit at 16 clients (docs/NOTES.md, "rtt branch").
+// cache hits on different io threads neither wait for each other nor pass a lock's line between cores (one lock
+// shared by every io thread limits cache-hit round trips at 16 clients: docs/NOTES.md, cache-hit round trips).
 //
 // Rules: reader slot r is used by one thread at a time (io thread r); a thread never asks for the exclusive lock while
 // it holds a shared one. Exclusive holders are serialised by a SpinMutex; a reader that meets one backs off until it

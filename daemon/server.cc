@@ -168,7 +168,7 @@ int run_daemon(const DaemonConfig& cfg) {
     return 1;
   }
   // Device lanes answer an uncached acquire as soon as its decode is on the stream, with a ticket in this table that
-  // the client waits for (protocol version 4, shm/decode_status.h); host lanes decode before they reply.
+  // the client waits for (docs/PROTOCOL.md acquire, shm/decode_status.h); host lanes decode before they reply.
   shm::StatusTable status;
   if (std::any_of(lanes->begin(), lanes->end(), [](const Lane& l) { return l.on_device(); })) {
     auto t = shm::StatusTable::create();

@@ -1,4 +1,4 @@
-// Decode status words shared by epkd and its clients (protocol version 4): epkd answers an uncached device acquire
+// Decode status words shared by epkd and its clients (docs/PROTOCOL.md): epkd answers an uncached device acquire
 // as soon as the decode is enqueued, before the stream has finished it, so the reply cannot say whether the kernel
 // found a corrupt tile. It carries a ticket instead; the client's wait() reads the ticket's word here once the decode
 // is over and refuses the tensor if it failed.

@@ -11,7 +11,7 @@
 
 namespace epk::shm {
 
-// Every pool (kMaxPools = 16) and the decode status table (protocol version 4).
+// Every pool (kMaxPools = 16) and the decode status table (the hello reply's fds).
 inline constexpr std::size_t kMaxPassedFds = 17;
 
 // Sends all of `bytes` on a blocking or non-blocking stream socket; the fds ride on the first byte. Waits (poll) while

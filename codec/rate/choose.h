@@ -1,7 +1,7 @@
 // Which stored form serves one 2-D weight at the rate a user asked for: lattice-rans when it meets the rate with a
 // sane error, otherwise the tensor's own bytes (raw: exact). Every packer (epk compress, other writers of .epk files)
-// goes through pack_tensor, so no tensor is ever silently destroyed: tiny tensors, whose tables and headers eat the
-// whole bit budget, used to decode to all zeros at 4 bpp while storing up to 925 bpp.
+// goes through pack_tensor, so no tensor is ever silently destroyed: a tiny tensor's tables and headers can eat its
+// whole bit budget, and its lattice form would then decode to all zeros while storing far more than the target rate.
 //
 // The rule (choose_form), with R the target rate, E the lattice candidate's relative L2 error against the source
 // (sqrt(sum (x - ref)^2 / sum ref^2)) and B its stored rate (buffers + index entry per weight, docs/FORMAT.md 10.5):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine: issue 6's latency figures in one call (latency branch). BIN is the staged epkd folder
+# On the GPU machine: issue 6's latency figures in one call. BIN is the staged epkd folder
 # (stage.sh's .gpu/epkd); results go to OUT (default $OUT, else /tmp/epk_latency), a summary to stdout.
 #   1. gpu_acquire_bench (uncached 10240x3840 4 bpp + cache hits) with epkd's per-miss timeline: spin off, then on;
 #   2. epk_bench_rtt (host path, 1/4/16 clients): spin off / daemon only / client only / both, and io threads 8, 16;

@@ -8,7 +8,7 @@ build="${EPK_BUILD_DIR:-$root/build/default}"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/py" "$dest/data"
 # EPK_STAGE_EPKD_ONLY=1: only epkd's device path (the daemon, its tests and benches, the CLI for the epk get test) and
-# the latency script; the codec's CUDA tests and benches are left out (for a branch that builds only those targets).
+# the latency script; the codec's CUDA tests and benches are left out (for a build of only those targets).
 if [[ "${EPK_STAGE_EPKD_ONLY:-0}" != 1 ]]; then
   cp "$build/tests/codec/cuda/epk_cuda_decode_test" \
     "$build/tests/codec/cuda/epk_cuda_oracle_test" \

@@ -213,7 +213,7 @@ void AcquireAllocations::expect_hits_allocate_nothing() {
   EXPECT_EQ(st->decodes, 6u);  // every request above was a hit after the first six misses
 }
 
-// libepk's side of a hit (issue 6, rt1 branch): acquire_into a Tensor the caller keeps, release and release_nowait
+// libepk's side of a hit: acquire_into a Tensor the caller keeps, release and release_nowait
 // allocate nothing in the client process either, blocking or polling for the reply.
 void client_hits_allocate_nothing(const std::string& socket, int spin_us) {
   client::ClientOptions opts;

@@ -289,7 +289,7 @@ TEST_F(EpkCompress, BudgetAccountsForRawFallbacks) {
   EXPECT_LT((*find_tensor(j, "d_big.weight"))["target_bpp"].get<double>(), 3.5);
 }
 
-// verify --against fails a lattice-rans tensor above the ceiling or decoded to zeros (as compress used to store them).
+// verify --against fails a lattice-rans tensor above the ceiling or decoded to zeros (a file another writer made).
 TEST_F(EpkCompress, VerifyFailsTensorsAboveTheCeilingOrDecodedToZeros) {
   const std::string src = path("small.safetensors"), e = path("bad.epk");
   write_gaussian(src, {{"a_tiny.weight", {1, 8}}, {"c_small.weight", {64, 64}}});

@@ -22,7 +22,7 @@ Status run_status(const StatusArgs& args) {
   EPK_TRY_ASSIGN(shm::ModelsReply models, c.models());
   std::vector<shm::PoolInfo> pools = c.pools();
   // One pool per served device (or one host pool), each with its own cache: the stats reply carries every pool's
-  // budget, bytes used, pins and counters (protocol version 3); the cache line below is their sum.
+  // budget, bytes used, pins and counters; the cache line below is their sum.
   auto pool_stats = [&](std::uint32_t id) -> shm::PoolStats {
     for (const shm::PoolStats& ps : s.pools) {
       if (ps.pool_id == id) return ps;
