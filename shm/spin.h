@@ -2,7 +2,7 @@
 // libepk's reply wait use the same rule: on a machine with cores to spare, a reply that comes back within the window
 // is picked up without a sleeping thread's wake-up (about 10 us each way on the H200 host); on a small machine the
 // polling thread takes the core the other side needs. Measured on the H200 host, epkd's and the client's side:
-// docs/NOTES.md, issue 6 latency.
+// docs/NOTES.md, Measurements, "Issue 6 latency on the H200 host".
 #pragma once
 
 #include <cstdint>
