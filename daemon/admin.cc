@@ -121,12 +121,14 @@ bool Service::add_model(const ModelSpec& spec, std::shared_ptr<const ModelSource
   Result<std::uint32_t> id = [&] {
     std::lock_guard<std::mutex> lock(mu_);
     // The old generation goes and the new one comes in one hold of the lock: an open by name finds one of them.
-    if (replaces && registry_.retire(*replaces, "replaced by a new generation at a reload (its file or settings "
-                                                "changed); open it again")) {
+    Result<std::uint32_t> added = registry_.add(
+        name, std::move(src), spec.access, spec.path, file, replaces,
+        "replaced by a new generation at a reload (its file or settings changed); open it again");
+    if (added && replaces) {
       retiring_.push_back(*replaces);
       retiring_count_.store(retiring_.size());
     }
-    return registry_.add(name, std::move(src), spec.access, spec.path, file);
+    return added;
   }();
   if (!id) {
     spdlog::error("model_refused model={} error={}", kv(name), kv(id.error().to_string()));
@@ -179,7 +181,7 @@ std::size_t Service::sweep_retired() {
     for (Lane& l : lanes_) {
       if (l.gpu) freed += l.gpu->remove_model(id);
     }
-    spdlog::info("model_released model={} id={} device_bytes={} note=\"its last lease was released\"",
+    spdlog::info("model_released model={} id={} device_bytes={} note=\"nothing holds it any more\"",
                  kv(registry_.get(id)->name), id, freed);
   }
   sources.clear();  // the file mappings go here, outside the locks

@@ -5,9 +5,12 @@ namespace epk::daemon {
 Registry::Registry() : table_(std::make_unique<const ModelEntry*[]>(kMaxModels)) {}
 
 Result<std::uint32_t> Registry::add(const std::string& name, std::shared_ptr<const ModelSource> source,
-                                   AccessRule access, std::string path, FileIdentity file) {
+                                   AccessRule access, std::string path, FileIdentity file,
+                                   std::optional<std::uint32_t> replaces, std::string because) {
   if (name.empty()) return make_error(ErrorCode::kInvalidArgument, "model name is empty");
-  if (by_name_.count(name) != 0) return make_error(ErrorCode::kInvalidArgument, "model '" + name + "' is already open");
+  if (auto taken = by_name_.find(name); taken != by_name_.end() && taken->second != replaces) {
+    return make_error(ErrorCode::kInvalidArgument, "model '" + name + "' is already open");
+  }
   const std::uint32_t id = count_.load(std::memory_order_relaxed);
   if (id >= kMaxModels) {
     return make_error(ErrorCode::kNoSpace, "model '" + name + "': epkd opens at most " + std::to_string(kMaxModels) +
@@ -23,6 +26,7 @@ Result<std::uint32_t> Registry::add(const std::string& name, std::shared_ptr<con
       return make_error(ErrorCode::kBadInput, source->origin() + ": tensor '" + tensors[i].name + "' appears twice");
     }
   }
+  if (replaces) retire(*replaces, std::move(because));  // frees the name
   e->tensor_count = static_cast<std::uint32_t>(tensors.size());
   e->source = std::move(source);
   e->access = std::move(access);

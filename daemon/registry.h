@@ -56,8 +56,11 @@ class Registry {
 
   Registry();
   // Adds `source` as `name`; kInvalidArgument if the name is taken or a tensor name repeats, kNoSpace past kMaxModels.
+  // `replaces`: a served id of the same name, retired (with `because`) only once the new entry is known to be good, so
+  // a refused add leaves it serving.
   Result<std::uint32_t> add(const std::string& name, std::shared_ptr<const ModelSource> source,
-                            AccessRule access = {}, std::string path = {}, FileIdentity file = {});
+                            AccessRule access = {}, std::string path = {}, FileIdentity file = {},
+                            std::optional<std::uint32_t> replaces = std::nullopt, std::string because = {});
   // Only models being served (not retired).
   std::optional<std::uint32_t> find(const std::string& name) const;
   // Lock-free: null for an id not (yet) added; retired and gone entries are returned (check their flags).

@@ -41,6 +41,12 @@ strip -o "$dest/epkd/libepk.so.2" "$build/client/libepk.so.2"
 cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$root/scripts/gpu/multigpu_check.sh" \
   "$root/scripts/gpu/uncached_run.sh" "$root/scripts/gpu/uncached_matrix.sh" "$root/scripts/gpu/rtt_compare.sh" \
   "$root/scripts/gpu/run_common.sh" "$dest/"
+# Issue 16's cold-start and attach benchmarks (scripts/gpu/coldstart_run.sh): the attach model's writer, the script,
+# and the loaders' wheels (fastsafetensors, runai-model-streamer, humanize: the GPU machine has no network).
+strip -o "$dest/bin/epk_replicate_layers" "$build/bench/epk_replicate_layers"
+cp "$root/scripts/gpu/coldstart_run.sh" "$dest/"
+wheels="${EPK_WHEELS:-/work/main/.whl-ops}"
+if compgen -G "$wheels/*.whl" >/dev/null; then mkdir -p "$dest/wheels" && cp "$wheels"/*.whl "$dest/wheels/"; fi
 # Debug info is not needed there and would overrun the 64 MiB the device tool carries.
 if compgen -G "$dest/bin/*" >/dev/null; then strip "$dest"/bin/*; fi
 # The Python package builds on the GPU machine from the copied tree (scripts/gpu/python_run.sh); cuda.h (types only)

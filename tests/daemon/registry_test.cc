@@ -74,6 +74,14 @@ TEST(Registry, RetireFreesTheNameAndReleaseTakesTheSource) {
   EXPECT_FALSE(r.release_source(0));
   EXPECT_EQ(r.live(), 2u);
   EXPECT_EQ(r.size(), 3u);
+  // A new generation under a served name retires the old one in the same call; any other id is no licence.
+  EXPECT_FALSE(r.add("b", synthetic("2x2"), {}, "", {}, 2, "wrong id"));
+  EXPECT_FALSE(r.get(1)->retired.load());
+  auto b2 = r.add("b", synthetic("5x5"), {}, "", {}, 1, "replaced");
+  ASSERT_TRUE(b2) << b2.error().to_string();
+  EXPECT_EQ(r.find("b"), b2.value());
+  EXPECT_TRUE(r.get(1)->retired.load());
+  EXPECT_EQ(r.get(1)->retired_because, "replaced");
 }
 
 // Readers look models up by id without a lock while models are added (SIGHUP beside acquires): every id they see
