@@ -14,13 +14,13 @@
 # The loaders' wheels (fastsafetensors: nogds, runai-model-streamer, humanize) are installed with pip --no-index into
 # /tmp/epk-coldstart/site, once per set of wheels.
 set -euo pipefail
+[[ $# -ge 1 ]] || { sed -n '2,17p' "$0"; exit 2; }
+stage="$(cd "$1" && pwd)"
+shift
 # The tree: where this script sits in it, or (a copy in STAGE run from the repository root) the working directory.
 for root in "$(dirname "$0")/../.." "$PWD"; do [[ -f "$root/bench/coldstart/coldstart_bench.py" ]] && break; done
 cd "$root"
 [[ -f bench/coldstart/coldstart_bench.py ]] || { echo "coldstart_run: run it from the repository root" >&2; exit 2; }
-[[ $# -ge 1 ]] || { sed -n '2,17p' "$0"; exit 2; }
-stage="$(cd "$1" && pwd)"
-shift
 model_dir=/tmp/epk-prefill
 dry=0
 if [[ $# -ge 1 && "$1" != --* ]]; then
@@ -51,9 +51,12 @@ if [[ -e "${wheels[0]}" ]]; then
   stamp="$(basename -a "${wheels[@]}" | sort | tr '\n' ' ') $($py -c 'import sys; print(sys.version_info[:2])')"
   if [[ "$(cat "$site/.stamp" 2>/dev/null || true)" != "$stamp" ]]; then
     rm -rf "$site"
-    "$py" -m pip install --no-deps --no-index --target "$site" "${wheels[@]}" > "$out/pip_wheels.log" 2>&1 \
-      || { echo "coldstart_run: the wheels did not install (the loaders will report it):"; tail -3 "$out/pip_wheels.log"; }
-    echo "$stamp" > "$site/.stamp"
+    if "$py" -m pip install --no-deps --no-index --target "$site" "${wheels[@]}" > "$out/pip_wheels.log" 2>&1; then
+      echo "$stamp" > "$site/.stamp"
+    else
+      echo "coldstart_run: the wheels did not install (the loaders will report it):"
+      tail -3 "$out/pip_wheels.log"
+    fi
   fi
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 else
