@@ -635,6 +635,12 @@ Result<Stats> Client::stats() {
 }
 
 Result<Client::StoredFds> Client::open_stored(const std::string& model, std::uint32_t device) {
+  Result<StoredFds> r = open_stored_once(model, device);
+  if (!r && forget_gone_model(model, r.error())) return open_stored_once(model, device);
+  return r;
+}
+
+Result<Client::StoredFds> Client::open_stored_once(const std::string& model, std::uint32_t device) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   std::lock_guard<std::mutex> lock(impl_->mu);
   const std::uint32_t id = impl_->next_id++;
@@ -650,6 +656,12 @@ Result<Client::StoredFds> Client::open_stored(const std::string& model, std::uin
 }
 
 Result<std::vector<shm::TensorInfo>> Client::tensors(const std::string& model) {
+  Result<std::vector<shm::TensorInfo>> r = tensors_once(model);
+  if (!r && forget_gone_model(model, r.error())) return tensors_once(model);
+  return r;
+}
+
+Result<std::vector<shm::TensorInfo>> Client::tensors_once(const std::string& model) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<shm::TensorInfo> all;

@@ -235,10 +235,17 @@ TEST_F(EpkdReload, AModelWhoseFileChangedIsServedFromANewGenerationWhileTheOldLe
   auto old_lease = c->acquire("a", "layers.0.w", shm::Layout::kDenseF32);
   ASSERT_TRUE(old_lease) << old_lease.error().to_string();
   ASSERT_TRUE(same(*old_lease, reference(0)));
+  auto lister = Client::connect(d.socket());  // a second client with the old generation's id cached
+  ASSERT_TRUE(lister) << lister.error().to_string();
+  ASSERT_TRUE(lister->open_model("a"));
 
-  write_model("a.epk", 1);  // same name and path, a new file: layers.0.w is now encoded_[1]
+  write_model("a.epk", 1, 3);  // same name and path, a new file: layers.0.w is now encoded_[1], and a third tensor
   reload(d.pid());
   ASSERT_TRUE(eventually([&] { return slurp(d.log_path()).find("model_replaced model=a") != std::string::npos; }));
+  // Listing by name lists the new generation (the new file has one more tensor).
+  auto listed = lister->tensors("a");
+  ASSERT_TRUE(listed) << listed.error().to_string();
+  EXPECT_EQ(listed->size(), 4u);
   // The same client, its cached id now the old generation's: refused once, re-opened by name, served the new bytes.
   auto fresh = c->acquire("a", "layers.0.w", shm::Layout::kDenseF32);
   ASSERT_TRUE(fresh) << fresh.error().to_string();
@@ -263,6 +270,7 @@ TEST_F(EpkdReload, AModelWhoseFileChangedIsServedFromANewGenerationWhileTheOldLe
   ASSERT_TRUE(hit);
   EXPECT_EQ(hit->data, fresh->data);  // the same slot: nothing was re-opened
   EXPECT_TRUE(c->release(hit->handle));
+  lister->disconnect();
   c->disconnect();
   EXPECT_EQ(d.terminate(), 0);
 }
