@@ -51,7 +51,10 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
         if (*served) slot = lane->cache->pin_shared(key, s.id());
       }
     }
-    if (gone) return model_gone(s, req, *model);
+    if (gone) {
+      if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);  // a retry of a wait for space
+      return model_gone(s, req, *model);
+    }
     if (!*served) return s.send_error(req, wire_status_for(served->error().code), served->error().message);
     if (slot != nullptr) {
       count_hit(s.io_index(), *lane);
@@ -61,6 +64,7 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
   std::unique_lock<LaneLock> ll(lane_mu(*lane));
   if (model->retired.load(std::memory_order_acquire)) {
     ll.unlock();
+    if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
     return model_gone(s, req, *model);
   }
   if (Slot* slot = lane->cache->acquire_ready(key, s.id())) {
