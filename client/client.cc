@@ -28,7 +28,8 @@ namespace {
 
 ErrorCode code_for(shm::WireStatus s) {
   switch (s) {
-    case shm::WireStatus::kNotFound: return ErrorCode::kNotFound;
+    case shm::WireStatus::kNotFound:
+    case shm::WireStatus::kModelGone: return ErrorCode::kNotFound;
     case shm::WireStatus::kUnsupported:
     case shm::WireStatus::kBadVersion: return ErrorCode::kUnsupported;
     case shm::WireStatus::kNoSpace: return ErrorCode::kNoSpace;
@@ -365,7 +366,24 @@ Result<Tensor> Client::acquire(const std::string& model, const std::string& tens
   return t;
 }
 
+bool Client::forget_gone_model(const std::string& model, const Error& e) {
+  // The prefix call() gives an error reply of status kModelGone.
+  if (e.message.rfind(std::string("epkd: ") + shm::wire_status_name(shm::WireStatus::kModelGone) + ":", 0) != 0) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->model_ids.erase(model);
+  return true;
+}
+
 Status Client::acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout,
+                            std::uint32_t device, Tensor* out) {
+  Status st = acquire_once(model, tensor, layout, device, out);
+  if (!st && forget_gone_model(model, st.error())) return acquire_once(model, tensor, layout, device, out);
+  return st;
+}
+
+Status Client::acquire_once(const std::string& model, const std::string& tensor, shm::Layout layout,
                             std::uint32_t device, Tensor* out) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   if (tensor.size() > shm::kMaxTensorName)
@@ -555,6 +573,13 @@ Result<std::vector<Tensor::Part>> packed_parts_of(shm::Layout layout, const void
 
 Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vector<std::string>& tensors,
                                        shm::Layout layout, std::uint32_t device) {
+  Result<std::uint32_t> r = prefetch_once(model, tensors, layout, device);
+  if (!r && forget_gone_model(model, r.error())) return prefetch_once(model, tensors, layout, device);
+  return r;
+}
+
+Result<std::uint32_t> Client::prefetch_once(const std::string& model, const std::vector<std::string>& tensors,
+                                            shm::Layout layout, std::uint32_t device) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   if (tensors.size() > shm::kMaxPrefetch) {
     return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch of more than 256 tensors in one call");
@@ -611,6 +636,12 @@ Result<Stats> Client::stats() {
 }
 
 Result<Client::StoredFds> Client::open_stored(const std::string& model, std::uint32_t device) {
+  Result<StoredFds> r = open_stored_once(model, device);
+  if (!r && forget_gone_model(model, r.error())) return open_stored_once(model, device);
+  return r;
+}
+
+Result<Client::StoredFds> Client::open_stored_once(const std::string& model, std::uint32_t device) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   std::lock_guard<std::mutex> lock(impl_->mu);
   const std::uint32_t id = impl_->next_id++;
@@ -626,6 +657,12 @@ Result<Client::StoredFds> Client::open_stored(const std::string& model, std::uin
 }
 
 Result<std::vector<shm::TensorInfo>> Client::tensors(const std::string& model) {
+  Result<std::vector<shm::TensorInfo>> r = tensors_once(model);
+  if (!r && forget_gone_model(model, r.error())) return tensors_once(model);
+  return r;
+}
+
+Result<std::vector<shm::TensorInfo>> Client::tensors_once(const std::string& model) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<shm::TensorInfo> all;

@@ -108,6 +108,9 @@ class Client {
   // slot and releases with that fence (kCudaEvent): the daemon reuses the bytes only after it has completed. A stream
   // with no work left releases like release() (nothing can still read the slot). On a host pool this is release().
   Status release_after(std::uint64_t handle, void* stream);
+  // A model that epkd retired at a reload (removed from its config, or replaced by a new generation because its file
+  // changed) answers kNotFound naming it; acquire, prefetch, tensors and open_stored then open the model by name once
+  // more, so a replaced model is served from its new generation. Leases taken on the old one stay valid until released.
   // Asks the daemon to decode ahead; returns how many decodes it queued (already cached ones are not counted).
   Result<std::uint32_t> prefetch(const std::string& model, const std::vector<std::string>& tensors,
                                  shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
@@ -145,6 +148,14 @@ class Client {
   explicit Client(std::unique_ptr<Impl> impl);
   void close_nowait() noexcept;
   Status check_decoded(std::uint64_t handle);
+  Status acquire_once(const std::string& model, const std::string& tensor, shm::Layout layout, std::uint32_t device,
+                      Tensor* out);
+  Result<std::uint32_t> prefetch_once(const std::string& model, const std::vector<std::string>& tensors,
+                                      shm::Layout layout, std::uint32_t device);
+  Result<StoredFds> open_stored_once(const std::string& model, std::uint32_t device);
+  Result<std::vector<shm::TensorInfo>> tensors_once(const std::string& model);
+  // Drops the model's cached id when `e` says epkd retired it: whether the request should be tried again.
+  bool forget_gone_model(const std::string& model, const Error& e);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <boost/asio/basic_waitable_timer.hpp>
 #include <exception>
+#include <optional>
 
 #include "daemon/service.h"
 
@@ -27,32 +28,50 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
   if (!may_use(s, *model)) return deny_model(s, req, model->name);
   auto t = model->tensor_index.find(m.tensor);
   if (t == model->tensor_index.end()) {
+    if (model->retired.load(std::memory_order_acquire)) return model_gone(s, req, *model);
     return s.send_error(req, shm::WireStatus::kNotFound, "model '" + model->name + "': no tensor '" + m.tensor + "'");
   }
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
-  auto served = model->source->served(t->second, m.layout);
-  if (!served) return s.send_error(req, wire_status_for(served.error().code), served.error().message);
   const SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
+  // A retired model's source goes once its last slot has (sweep_retired, under mu_ after passing every lane's lock):
+  // `retired` is checked under each lock before the source or a slot of the model is used, so a request that goes on
+  // sees a live source, and a retired model gets no new pins.
+  std::optional<Result<ServedTensor>> served;
+  bool gone = false;
   {
     // No check() under the shared side: pin counts above zero change no structure, and verify() needs the exclusive
     // side.
     Slot* slot = nullptr;
     {
       SharedLaneGuard shared(lane_mu(*lane), s.io_index());
-      slot = lane->cache->pin_shared(key, s.id());
+      gone = model->retired.load(std::memory_order_acquire);
+      if (!gone) {
+        served.emplace(model->source->served(t->second, m.layout));
+        if (*served) slot = lane->cache->pin_shared(key, s.id());
+      }
     }
+    if (gone) {
+      if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);  // a retry of a wait for space
+      return model_gone(s, req, *model);
+    }
+    if (!*served) return s.send_error(req, wire_status_for(served->error().code), served->error().message);
     if (slot != nullptr) {
       count_hit(s.io_index(), *lane);
-      return reply_hit(s, req, *lane, *slot, *served);
+      return reply_hit(s, req, *lane, *slot, **served);
     }
   }
   std::unique_lock<LaneLock> ll(lane_mu(*lane));
+  if (model->retired.load(std::memory_order_acquire)) {
+    ll.unlock();
+    if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
+    return model_gone(s, req, *model);
+  }
   if (Slot* slot = lane->cache->acquire_ready(key, s.id())) {
     check(*lane);
     ll.unlock();
     count_hit(s.io_index(), *lane);
-    return reply_hit(s, req, *lane, *slot, *served);
+    return reply_hit(s, req, *lane, *slot, **served);
   }
   ll.unlock();
   // Only a miss reads the clock: the timeline starts after the failed hit attempts, before the service lock.
@@ -60,11 +79,17 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
   std::unique_lock<std::mutex> lock(mu_);
   ll.lock();
   if (shutting_down_) return s.send_error(req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
-  auto lookup = lane->cache->acquire(key, served->bytes, s.id());
+  if (model->retired.load(std::memory_order_acquire)) {
+    ll.unlock();
+    lock.unlock();
+    if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
+    return model_gone(s, req, *model);
+  }
+  auto lookup = lane->cache->acquire(key, (*served)->bytes, s.id());
   if (!lookup) {
     std::string why = lookup.error().message;
     if (lookup.error().code == ErrorCode::kNoSpace) {
-      const SpaceReport space = lane->cache->space_report(served->bytes);
+      const SpaceReport space = lane->cache->space_report((*served)->bytes);
       const bool in_time = waiting_since == Clock::time_point{} ||
                            Clock::now() - waiting_since < std::chrono::milliseconds(cfg_.space_wait_ms);
       if (space.can_wait() && in_time && cfg_.space_wait_ms > 0) {
@@ -88,7 +113,7 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
       // The write wakes the client: other sessions' requests need not wait for that system call.
       ll.unlock();
       lock.unlock();
-      return reply_hit(s, req, *lane, *slot, *served);
+      return reply_hit(s, req, *lane, *slot, **served);
     case Cache::Outcome::kPending: {
       auto f = inflight_.find(slot->id);
       if (f == inflight_.end()) {  // a decoding slot always has its in-flight entry; never throw on a bug
@@ -101,7 +126,7 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
     }
     case Cache::Outcome::kMiss: {
       InFlight& f =
-          start_decode(*lane, *slot, model->source, t->second, m.layout, std::move(*served), Priority::kAcquire);
+          start_decode(*lane, *slot, model->source, t->second, m.layout, std::move(**served), Priority::kAcquire);
       f.waiters.push_back({s.shared_from_this(), req});
       f.read_ns = t_read;
       break;
@@ -178,6 +203,7 @@ void Service::on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequ
   std::uint32_t queued = 0;
   const ModelEntry* model = registry_.get(m.model_id);
   if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
+  if (model->retired.load()) return model_gone(s, req, *model);  // under mu_: its source is still here if not
   if (!may_use(s, *model)) return deny_model(s, req, model->name);
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));

@@ -1,10 +1,12 @@
 // Models and figures (daemon/service.h): opening models (at start and on SIGHUP), open_model, open_stored, stats and
 // the models list.
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <optional>
+#include <unordered_set>
 
 #include "daemon/log_format.h"
 #include "daemon/epk_source.h"
@@ -13,56 +15,124 @@
 
 namespace epk::daemon::server {
 
-bool Service::known(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return registry_.find(name).has_value();
+namespace {
+
+// The file a model was opened from (the source's own fd when it has one: the file epkd mapped, whatever happened to
+// the path since), or what the path names now. nullopt when it cannot be read.
+std::optional<FileIdentity> identity_of(int fd, const std::string& path) {
+  struct stat st {};
+  if (fd >= 0 ? ::fstat(fd, &st) != 0 : ::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileIdentity{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+                      static_cast<std::uint64_t>(st.st_size),
+                      std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
 }
 
-// Runs at start and on the reload thread, one call at a time, so nothing else adds models meanwhile. The service lock
-// is taken only to look a name up and to publish the model: reading, checksumming and uploading a model must not
-// stall the sessions' acquires.
-std::size_t Service::open_models(const DaemonConfig& cfg) {
-  std::size_t opened = 0;
-  for (const ModelSpec& m : cfg.models) {
-    if (known(m.name)) continue;
-    auto t0 = Clock::now();
-    auto src = open_epk_source(m.path, {cfg.resident_compressed, {}});
-    if (!src) {
-      spdlog::error("model_refused model={} path={} error={}", kv(m.name), kv(m.path), kv(src.error().to_string()));
-      continue;
+bool same_access(const AccessRule& a, const AccessRule& b) { return a.uids == b.uids && a.gids == b.gids; }
+
+}  // namespace
+
+std::optional<std::uint32_t> Service::served_id(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registry_.find(name);
+}
+
+// Runs at start and on the reload thread, one call at a time, so nothing else adds or retires models meanwhile
+// (entries read here without the lock are changed only by this thread). The service lock is taken only to look a name
+// up and to publish or retire a model: reading, checksumming and uploading a model must not stall the sessions.
+Service::ModelChanges Service::apply_models(const DaemonConfig& cfg, bool reload) {
+  ModelChanges changes;
+  std::unordered_set<std::string> listed;
+  auto open_one = [&](const ModelSpec& m, bool synthetic) {
+    listed.insert(m.name);
+    const std::optional<std::uint32_t> id = served_id(m.name);
+    std::string why;  // why a served model gets a new generation
+    if (id) {
+      const ModelEntry& e = *registry_.get(*id);
+      if (!reload) return;
+      if (e.path != m.path) {
+        why = synthetic ? "spec changed" : "path changed";
+      } else if (!synthetic && identity_of(-1, m.path) != std::optional<FileIdentity>(e.file)) {
+        // A file that cannot be read now is left to the open below to report; the old generation keeps serving.
+        why = "file changed";
+      } else if (!same_access(e.access, m.access)) {
+        why = "uids/gids changed";
+      } else {
+        return;
+      }
     }
-    if (cfg.resident_compressed) {
+    const auto t0 = Clock::now();
+    Result<std::unique_ptr<ModelSource>> src = [&]() -> Result<std::unique_ptr<ModelSource>> {
+      if (!synthetic) return open_epk_source(m.path, {cfg.resident_compressed, {}});
+      auto made = SyntheticSource::create(m.path, std::chrono::microseconds(cfg.synthetic_delay_us));
+      if (!made) return made.error();
+      return std::unique_ptr<ModelSource>(std::move(*made));
+    }();
+    if (!src) {
+      ++changes.failed;
+      spdlog::error("model_refused model={} {}={} error={}{}", kv(m.name), synthetic ? "spec" : "path", kv(m.path),
+                    kv(src.error().to_string()), id ? " note=\"the generation in force keeps serving\"" : "");
+      return;
+    }
+    if (synthetic) {
+      spdlog::warn("model_synthetic model={} tensors={} note=\"test data, not a checkpoint\"", kv(m.name),
+                   (*src)->tensors().size());
+    } else if (cfg.resident_compressed) {
       spdlog::info("model_resident model={} where=host ms={:.1f}", kv(m.name),
                    std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
-    opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)), m.access);
-  }
-  for (const ModelSpec& m : cfg.synthetic) {
-    if (known(m.name)) continue;
-    auto src = SyntheticSource::create(m.path, std::chrono::microseconds(cfg.synthetic_delay_us));
-    if (!src) {
-      spdlog::error("model_refused model={} synthetic=true error={}", kv(m.name), kv(src.error().to_string()));
-      continue;
+    const std::optional<FileIdentity> file =
+        synthetic ? std::optional<FileIdentity>(FileIdentity{}) : identity_of((*src)->file_fd(), m.path);
+    if (!add_model(m, std::shared_ptr<const ModelSource>(std::move(*src)), file.value_or(FileIdentity{}), id)) {
+      ++changes.failed;
+      return;
     }
-    spdlog::warn("model_synthetic model={} tensors={} note=\"test data, not a checkpoint\"", kv(m.name),
-                 (*src)->tensors().size());
-    opened += add_model(m.name, std::shared_ptr<const ModelSource>(std::move(*src)), m.access);
+    if (id) {
+      ++changes.replaced;
+      spdlog::info("model_replaced model={} old_id={} reason={}", kv(m.name), *id, kv(why));
+    } else {
+      ++changes.added;
+    }
+  };
+  for (const ModelSpec& m : cfg.models) open_one(m, false);
+  for (const ModelSpec& m : cfg.synthetic) open_one(m, true);
+  if (reload) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::uint32_t id = 0; id < registry_.size(); ++id) {
+      const ModelEntry& e = *registry_.get(id);
+      if (e.retired.load() || listed.count(e.name) != 0) continue;
+      registry_.retire(id, "removed from the config at a reload");
+      retiring_.push_back(id);
+      retiring_count_.store(retiring_.size());
+      ++changes.removed;
+      spdlog::info("model_removed model={} id={} note=\"leases held on it stay valid until released\"", kv(e.name),
+                   id);
+    }
   }
-  return opened;
+  sweep_retired();
+  return changes;
 }
 
-std::size_t Service::add_model(const std::string& name, std::shared_ptr<const ModelSource> src,
-                               const AccessRule& access) {
+bool Service::add_model(const ModelSpec& spec, std::shared_ptr<const ModelSource> src, FileIdentity file,
+                        std::optional<std::uint32_t> replaces) {
+  const std::string& name = spec.name;
   std::string origin = src->origin();
   std::size_t n = src->tensors().size();
   std::shared_ptr<const ModelSource> kept = src;
   Result<std::uint32_t> id = [&] {
     std::lock_guard<std::mutex> lock(mu_);
-    return registry_.add(name, std::move(src), access);
+    // The old generation goes and the new one comes in one hold of the lock: an open by name finds one of them.
+    Result<std::uint32_t> added = registry_.add(
+        name, std::move(src), spec.access, spec.path, file, replaces,
+        "replaced by a new generation at a reload (its file or settings changed); open it again");
+    if (added && replaces) {
+      retiring_.push_back(*replaces);
+      retiring_count_.store(retiring_.size());
+    }
+    return added;
   }();
   if (!id) {
     spdlog::error("model_refused model={} error={}", kv(name), kv(id.error().to_string()));
-    return 0;
+    return false;
   }
   // Outside the service lock: until a device's tier is published, its acquires of this model take the CPU fallback.
   for (Lane& l : lanes_) {
@@ -78,12 +148,54 @@ std::size_t Service::add_model(const std::string& name, std::shared_ptr<const Mo
     }
   }
   spdlog::info("model_opened model={} id={} origin={} tensors={}", kv(name), *id, kv(origin), n);
-  return 1;
+  return true;
+}
+
+// Under mu_, each lane's lock is taken in turn: a request that checks `retired` under a lane's lock after this walk
+// passed it sees it set, so once every lane was passed and nothing of the model was left, no request can still be
+// using its source (every use of a source is under mu_ or a lane lock, after such a check).
+std::size_t Service::sweep_retired() {
+  std::vector<std::uint32_t> done;
+  std::vector<std::shared_ptr<const ModelSource>> sources;
+  std::size_t still = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (retiring_.empty()) return 0;
+    std::erase_if(retiring_, [&](std::uint32_t id) {
+      std::size_t left = 0;
+      for (Lane& l : lanes_) {
+        std::lock_guard<LaneLock> ll(lane_mu(l));
+        left += l.cache->drop_model(id);
+        check(l);
+      }
+      if (left != 0) return false;
+      sources.push_back(registry_.release_source(id));
+      done.push_back(id);
+      return true;
+    });
+    retiring_count_.store(retiring_.size());
+    still = retiring_.size();
+  }
+  for (const std::uint32_t id : done) {
+    std::uint64_t freed = 0;
+    for (Lane& l : lanes_) {
+      if (l.gpu) freed += l.gpu->remove_model(id);
+    }
+    spdlog::info("model_released model={} id={} device_bytes={} note=\"nothing holds it any more\"",
+                 kv(registry_.get(id)->name), id, freed);
+  }
+  sources.clear();  // the file mappings go here, outside the locks
+  return still;
+}
+
+void Service::model_gone(Session& s, std::uint32_t req, const ModelEntry& model) {
+  s.send_error(req, shm::WireStatus::kModelGone,
+               "model '" + model.name + "' is no longer served: " + model.retired_because);
 }
 
 std::size_t Service::model_count() {
   std::lock_guard<std::mutex> lock(mu_);
-  return registry_.size();
+  return registry_.live();
 }
 
 void Service::deny_model(Session& s, std::uint32_t req, const std::string& model) {
@@ -102,8 +214,7 @@ void Service::on_open_model(Session& s, std::uint32_t req, const shm::OpenModelR
   if (!id) return s.send_error(req, shm::WireStatus::kNotFound, "model '" + m.model + "' is not served here");
   if (!may_use(s, *registry_.get(*id))) return deny_model(s, req, m.model);
   std::vector<std::uint8_t> out;
-  shm::encode_open_model_reply(req, {*id, static_cast<std::uint32_t>(registry_.get(*id)->source->tensors().size())},
-                               &out);
+  shm::encode_open_model_reply(req, {*id, registry_.get(*id)->tensor_count}, &out);
   s.send(out);
 }
 
@@ -120,8 +231,10 @@ void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStore
                             " may not decode in its own context (client_decode_uids / client_decode_gids); acquire "
                             "the tensors instead");
   }
+  std::lock_guard<std::mutex> lock(mu_);  // a retired model's source and tiers go under it (sweep_retired)
   const ModelEntry* model = registry_.get(m.model_id);
   if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "open_stored: unknown model id");
+  if (model->retired.load()) return model_gone(s, req, *model);
   if (!may_use(s, *model)) return deny_model(s, req, model->name);
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
@@ -171,7 +284,7 @@ shm::StatsReply Service::stats() {
   r.decodes = decodes_;
   r.decode_ns = decode_ns_;
   r.clients = sessions_.size();
-  r.models = registry_.size();
+  r.models = registry_.live();
   r.prefetches = prefetches_;
   r.prefetches_dropped = prefetches_dropped_;
   r.space_waits = space_waits_.load(std::memory_order_relaxed);
@@ -185,10 +298,12 @@ void Service::on_models(Session& s, std::uint32_t req) {
   s.send(out);
 }
 
-// One page of a model's tensor list, from index m.first (the sources are const: no lock).
+// One page of a model's tensor list, from index m.first.
 void Service::on_tensors(Session& s, std::uint32_t req, const shm::TensorsRequest& m) {
+  std::unique_lock<std::mutex> lock(mu_);  // a retired model's source goes under it (sweep_retired)
   const ModelEntry* model = registry_.get(m.model_id);
   if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "tensors: unknown model id");
+  if (model->retired.load()) return model_gone(s, req, *model);
   if (!may_use(s, *model)) return deny_model(s, req, model->name);
   const std::vector<TensorMeta>& all = model->source->tensors();
   shm::TensorsReply r;
@@ -199,6 +314,7 @@ void Service::on_tensors(Session& s, std::uint32_t req, const shm::TensorsReques
     r.tensors.push_back({all[i].name, static_cast<std::uint32_t>(all[i].dtype), all[i].encoding, all[i].shape,
                          all[i].stored_bytes});
   }
+  lock.unlock();
   std::vector<std::uint8_t> out;
   shm::encode_tensors_reply(req, r, &out);
   s.send(out);
@@ -212,11 +328,13 @@ shm::ModelsReply Service::models_info(const PeerCredentials* peer) {
   std::vector<std::int64_t> index(registry_.size(), -1);  // model id -> its entry in the reply
   for (std::uint32_t id = 0; id < registry_.size(); ++id) {
     const ModelEntry& e = *registry_.get(id);
-    if (peer != nullptr && !may_use(*peer, e)) continue;
+    if (e.gone.load() || (peer != nullptr && !may_use(*peer, e))) continue;
     index[id] = static_cast<std::int64_t>(r.models.size());
     r.models.emplace_back();
-    r.models.back().name = e.name;
-    r.models.back().tensors = static_cast<std::uint32_t>(e.source->tensors().size());
+    // A retired model is listed while clients hold its slots, under a name no served model has (metrics labels and
+    // `epk status` rows stay distinct when a new generation serves under the old name).
+    r.models.back().name = e.retired.load() ? e.name + " (retired, id " + std::to_string(id) + ")" : e.name;
+    r.models.back().tensors = e.tensor_count;
   }
   r.total = static_cast<std::uint32_t>(r.models.size());
   for (const Lane& l : lanes_) {

@@ -268,6 +268,21 @@ void Cache::drop_client(ClientId client) {
   by_client_.erase(c);
 }
 
+std::size_t Cache::drop_model(std::uint32_t model) {
+  std::vector<std::uint64_t> removable;
+  std::size_t left = 0;
+  for (auto& [id, s] : slots_) {
+    if (s.key.model != model) continue;
+    if (s.pin_total == 0 && s.state == SlotState::kReady && fences_done(s)) {
+      removable.push_back(id);
+    } else {
+      ++left;
+    }
+  }
+  for (const std::uint64_t id : removable) remove_slot(id);
+  return left;
+}
+
 std::size_t Cache::fences_held() const {
   std::size_t n = 0;
   for (const auto& [id, s] : slots_) n += s.fences.size();

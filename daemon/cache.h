@@ -149,6 +149,10 @@ class Cache {
   // Drops every pin `client` holds (its socket closed). Fences it handed back stay on their slots: its kernels may
   // still be reading (a killed process's work ends on the device, and its fences complete, after its socket closes).
   void drop_client(ClientId client);
+  // A model retired at a reload: removes each of its slots that no client pins, that is ready and whose release fences
+  // have completed (not counted as evictions); answers how many of its slots are left (pinned, decoding, or behind a
+  // pending fence), which go once they become removable and this is called again.
+  std::size_t drop_model(std::uint32_t model);
   // Fences held on slots, completed or not (tests, status).
   std::size_t fences_held() const;
   void set_quota(const ClientQuota& q) { quota_ = q; }

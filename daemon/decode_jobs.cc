@@ -169,7 +169,7 @@ void Service::log_decode(const Lane& lane, std::uint64_t slot_id, const Slot* sl
   std::string what = "slot=" + std::to_string(slot_id);  // the slot is gone when the decode failed
   if (slot != nullptr) {
     const ModelEntry* model = registry_.get(slot->key.model);
-    const auto& tensors = model != nullptr ? model->source->tensors() : std::vector<TensorMeta>{};
+    const auto& tensors = model != nullptr && model->source ? model->source->tensors() : std::vector<TensorMeta>{};
     what = "model=" + kv(model != nullptr ? model->name : "?") +
            " tensor=" + kv(slot->key.tensor < tensors.size() ? tensors[slot->key.tensor].name : "?") +
            " layout=" + std::string(shm::layout_name(slot->key.layout)) + " slot=" + std::to_string(slot_id);

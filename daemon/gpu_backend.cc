@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -34,6 +35,7 @@ struct Resident {
     shm::DeviceBuffer scratch;
   };
   std::string name;
+  std::uint32_t model = 0;  // its model id (resident bytes are counted per model)
   std::shared_ptr<const ModelSource> source_model;  // keeps `stream` valid: plan_for() reads it on a first use
   const rans::LatticeRansStream* stream = nullptr;
   DType source = DType::kF32;
@@ -165,6 +167,7 @@ class CudaBackend final : public GpuBackend {
       EPK_TRY(src->verify_stored(i));
       auto r = std::make_shared<Resident>();
       r->name = src->tensors()[i].name;
+      r->model = model_id;
       r->source_model = src;
       r->stream = s;
       r->source = src->tensors()[i].dtype;
@@ -187,7 +190,42 @@ class CudaBackend final : public GpuBackend {
     intq_[model_id] = std::move(made_intq);
     if (tier) tiers_[model_id] = std::move(tier);
     resident_bytes_ += added;
+    model_bytes_[model_id] += added;
     return added;
+  }
+
+  std::uint64_t remove_model(std::uint32_t model_id) override {
+    std::vector<std::shared_ptr<Resident>> made;
+    std::vector<std::shared_ptr<gpu_intq::Tensor>> made_intq;
+    std::shared_ptr<const shm::DevicePool> tier;
+    std::uint64_t freed = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto m = models_.find(model_id); m != models_.end()) {
+        made = std::move(m->second);
+        models_.erase(m);
+      }
+      if (auto q = intq_.find(model_id); q != intq_.end()) {
+        made_intq = std::move(q->second);
+        intq_.erase(q);
+      }
+      if (auto t = tiers_.find(model_id); t != tiers_.end()) {
+        tier = std::move(t->second);
+        tiers_.erase(t);
+      }
+      if (auto b = model_bytes_.find(model_id); b != model_bytes_.end()) {
+        freed = b->second;
+        resident_bytes_ -= std::min(resident_bytes_, freed);
+        model_bytes_.erase(b);
+      }
+    }
+    // Device memory is freed with this device's context current; nothing on the stream reads it (produce() waits for
+    // its work, and no decode of a retired model's last slots is in flight).
+    (void)shm::make_device_current(device_);
+    made.clear();
+    made_intq.clear();
+    tier.reset();
+    return freed;
   }
 
   Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
@@ -222,6 +260,7 @@ class CudaBackend final : public GpuBackend {
         if (added != 0) {
           std::lock_guard<std::mutex> lock(mu_);
           resident_bytes_ += added;
+          model_bytes_[model_id] += added;
         }
       }
       if (fmt) {
@@ -405,6 +444,7 @@ class CudaBackend final : public GpuBackend {
       EPK_TRY(plan_for(r, fmt));
       std::lock_guard<std::mutex> lock(mu_);
       resident_bytes_ += r.plans.at(fmt).scratch.size();
+      model_bytes_[r.model] += r.plans.at(fmt).scratch.size();
     }
     Resident::Plan& p = r.plans.at(fmt);
     // The slot's address (and its row scales' for rowwise formats) into the plan's one descriptor.
@@ -480,6 +520,7 @@ class CudaBackend final : public GpuBackend {
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_intq::Tensor>>> intq_;
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::uint64_t resident_bytes_ = 0;
+  std::unordered_map<std::uint32_t, std::uint64_t> model_bytes_;  // resident_bytes_ by model
   // A client's release events, each opened once, with the side stream that waits on it.
   struct ClientLink {
     shm::CudaEvent event;

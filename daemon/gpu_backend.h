@@ -58,6 +58,11 @@ class GpuBackend {
   // Makes `src`'s lattice-rans and intq "int" tensors resident on the device (model `model_id`). Returns the bytes
   // added.
   virtual Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) = 0;
+  // A model retired at a reload whose last slot has gone: its tier, plans and intq forms are freed (on the calling
+  // thread, which must not be the GPU scheduler's; no decode of the model may be in flight). A tier a client imported
+  // through open_stored stays mapped in that client until it unmaps it (CUDA VMM keeps the memory while any handle
+  // lives). Returns the resident bytes freed.
+  virtual std::uint64_t remove_model(std::uint32_t model_id) = 0;
   virtual std::uint64_t resident_bytes() const = 0;
   // The model's compressed tier on this device, for clients that decode in their own context: the region's fd (owned
   // by the backend, valid while it lives) and size. nullopt when the model has no lattice-rans tensor here. The

@@ -191,7 +191,7 @@ int run_daemon(const DaemonConfig& cfg) {
   std::vector<Guard> guards;  // the other contexts idle until shutdown
   for (unsigned i = 1; i < io_threads; ++i) guards.emplace_back(contexts[i]->get_executor());
   Service svc(io, cfg, std::move(*lanes), io_threads, std::move(status));
-  std::size_t opened = svc.open_models(cfg);
+  const std::size_t opened = svc.apply_models(cfg, false).added;
   if (opened == 0 && (!cfg.models.empty() || !cfg.synthetic.empty())) {
     spdlog::critical("no model could be opened");
     return 1;
@@ -258,6 +258,15 @@ int run_daemon(const DaemonConfig& cfg) {
     spdlog::info("metrics on http://{}/metrics", metrics->where());
   }
 
+  // Reloads run on a thread of their own, one at a time: opening a model reads and checksums files (and a path on a
+  // slow or failing disk can take long), which must never stall the sessions of io thread 0.
+  asio::thread_pool admin(1);
+  // Retired models (daemon/service.h) are freed on the reload thread once their last lease has gone: checked ten times
+  // a second while any is retiring (a release fence completing has no event to wake it).
+  Periodic retired_sweep(io, std::chrono::milliseconds(100), [&] {
+    if (svc.retiring()) asio::post(admin, [&] { svc.sweep_retired(); });
+  });
+  retired_sweep.start();
   asio::signal_set term(io, SIGTERM, SIGINT);
   asio::signal_set hup(io, SIGHUP);
   asio::steady_timer drain_deadline(io);
@@ -282,13 +291,11 @@ int run_daemon(const DaemonConfig& cfg) {
         drain_deadline.cancel();
         beat.stop();
         metrics_refresh.stop();
+        retired_sweep.stop();
         guards.clear();
       });
     });
   });
-  // Reloads run on a thread of their own, one at a time: opening a model reads and checksums files (and a path on a
-  // slow or failing disk can take long), which must never stall the sessions of io thread 0.
-  asio::thread_pool admin(1);
   std::function<void()> wait_hup = [&] {
     hup.async_wait([&](boost::system::error_code ec, int) {
       if (ec) return;
@@ -307,8 +314,10 @@ int run_daemon(const DaemonConfig& cfg) {
             spdlog::error("SIGHUP: config refused, the previous one stays in force: {}", st.error().to_string());
             note = "; reload refused: " + st.error().message.substr(0, st.error().message.find('\n'));
           } else {
-            std::size_t added = svc.open_models(fresh);
-            spdlog::info("SIGHUP: {} model(s) added; models already open are kept as they are", added);
+            const Service::ModelChanges c = svc.apply_models(fresh, true);
+            spdlog::info("reloaded added={} replaced={} removed={} failed={} note=\"leases on removed or replaced "
+                         "models stay valid until released\"",
+                         c.added, c.replaced, c.removed, c.failed);
           }
           asio::post(io, [&, note] {
             reload_note = note;

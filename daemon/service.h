@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -99,10 +100,25 @@ class Service {
   void on_models(Session& s, std::uint32_t req);
   void on_tensors(Session& s, std::uint32_t req, const shm::TensorsRequest& m);
 
-  // Models and figures (admin.cc). open_models: opens every configured model not yet in the registry; a model that
-  // fails is logged and skipped. Runs at start (before serving) and on the reload thread, one call at a time, never on
-  // an io thread (a slow open must not stall sessions).
-  std::size_t open_models(const DaemonConfig& cfg);
+  // Models and figures (admin.cc). apply_models: opens every configured model not yet served; with `reload`, also
+  // re-opens as a new generation each served model whose file (its path, or the file behind it: device, inode, size,
+  // mtime), synthetic spec or uids/gids changed, and retires each served model the config no longer lists. A retired
+  // model (removed, or the old generation of a replaced one) is no longer found by name, and requests naming its id
+  // are refused (kModelGone, naming it), but the slots clients hold pinned keep serving their bytes; its source (file
+  // mapping), its remaining slots and its device tiers go at the first sweep_retired() after its last lease has gone.
+  // A model that fails to open is logged and skipped (a replacement that fails leaves the generation in force
+  // serving). Runs at start (before serving) and on the reload thread, one call at a time, never on an io thread (a
+  // slow open must not stall sessions).
+  struct ModelChanges {
+    std::size_t added = 0, replaced = 0, removed = 0, failed = 0;
+  };
+  ModelChanges apply_models(const DaemonConfig& cfg, bool reload);
+  // Frees what retired models hold once nothing of theirs is pinned, decoding or behind a pending release fence;
+  // answers how many are still retiring. On the reload thread (as apply_models, which runs one first).
+  std::size_t sweep_retired();
+  // Whether any model is retiring (lock-free: the periodic sweep's test).
+  bool retiring() const { return retiring_count_.load(std::memory_order_relaxed) != 0; }
+  // Models served or retiring.
   std::size_t model_count();
   // Every pool's cache counters and the service's, as the stats message carries them (also systemd's STATUS=).
   shm::StatsReply stats();
@@ -162,8 +178,14 @@ class Service {
   DecodeScheduler& decode_scheduler(Lane& lane) { return lane.gpu_scheduler ? *lane.gpu_scheduler : scheduler_; }
 
   // admin.cc
-  bool known(const std::string& name);
-  std::size_t add_model(const std::string& name, std::shared_ptr<const ModelSource> src, const AccessRule& access);
+  // A served model by name, or nullopt.
+  std::optional<std::uint32_t> served_id(const std::string& name);
+  // Publishes `src` as `name`, retiring `replaces` (a served id, or nullopt) in the same lock hold, then uploads its
+  // device tiers. Whether it was added.
+  bool add_model(const ModelSpec& spec, std::shared_ptr<const ModelSource> src, FileIdentity file,
+                 std::optional<std::uint32_t> replaces);
+  // The refusal of a request naming a retired model's id.
+  static void model_gone(Session& s, std::uint32_t req, const ModelEntry& model);
   static bool may_use(const PeerCredentials& peer, const ModelEntry& model) {
     return model.access.open() || allows(model.access, peer);
   }
@@ -192,6 +214,8 @@ class Service {
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
   std::unordered_map<uid_t, std::uint32_t> sessions_per_uid_;  // admitted or not, until client_gone
   std::atomic<ClientId> next_client_{1};
+  std::vector<std::uint32_t> retiring_;  // model ids retired whose source is still held, under mu_
+  std::atomic<std::size_t> retiring_count_{0};  // retiring_.size()
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0, prefetches_dropped_ = 0;  // under mu_
   // Acquires that waited for space, and their waits' total; by pool id, the acquires waiting now (wait_for_space).
   std::atomic<std::uint64_t> space_waits_{0}, space_wait_ns_{0};

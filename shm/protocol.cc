@@ -50,6 +50,7 @@ const char* wire_status_name(WireStatus s) {
     case WireStatus::kInternal: return "internal";
     case WireStatus::kDenied: return "denied";
     case WireStatus::kOverQuota: return "over-quota";
+    case WireStatus::kModelGone: return "model-gone";
   }
   return "unknown";
 }

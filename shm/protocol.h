@@ -127,6 +127,8 @@ enum class WireStatus : std::uint32_t {
   kInternal = 8,
   kDenied = 9,     // the peer's credentials do not allow it (at hello: the session is closed after this reply)
   kOverQuota = 10,  // the client is over its own pin quota (the budget may have room)
+  kModelGone = 11,  // the model id names a model retired at a reload (removed, or replaced by a new generation under
+                    // the same name: open it again by name); the leases held on it stay valid until released
 };
 const char* wire_status_name(WireStatus s);
 

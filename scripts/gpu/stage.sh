@@ -41,8 +41,12 @@ strip -o "$dest/epkd/libepk.so.2" "$build/client/libepk.so.2"
 cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$root/scripts/gpu/multigpu_check.sh" \
   "$root/scripts/gpu/uncached_run.sh" "$root/scripts/gpu/uncached_matrix.sh" "$root/scripts/gpu/rtt_compare.sh" \
   "$root/scripts/gpu/run_common.sh" "$dest/"
+# Issue 16's cold-start and attach benchmarks (scripts/gpu/coldstart_run.sh): the attach model's writer and the script.
+strip -o "$dest/bin/epk_replicate_layers" "$build/bench/epk_replicate_layers"
+cp "$root/scripts/gpu/coldstart_run.sh" "$dest/"
 # Wheels the GPU machine lacks (it has no package registry): whatever the repository's ignored .whl/ holds, e.g.
-# `pip download --no-deps -d .whl diffusers` for the diffusers test of scripts/gpu/python_run.sh.
+# `pip download --no-deps -d .whl diffusers fastsafetensors runai-model-streamer humanize` for the diffusers test of
+# scripts/gpu/python_run.sh and the loaders of coldstart_run.sh.
 if compgen -G "$root/.whl/*.whl" > /dev/null; then mkdir -p "$dest/wheels" && cp "$root"/.whl/*.whl "$dest/wheels/"; fi
 # Debug info is not needed there and would overrun the 64 MiB the device tool carries.
 if compgen -G "$dest/bin/*" >/dev/null; then strip "$dest"/bin/*; fi

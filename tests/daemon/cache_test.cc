@@ -279,6 +279,43 @@ TEST(Cache, SlotWithAnIncompleteFenceIsNotReused) {
   EXPECT_EQ(c.stats().evictions, 1u);
 }
 
+// A model retired at a reload: its slots go as soon as nothing holds them (no pin, decoded, fences complete); the
+// other models' slots are untouched, and the dropped ones are not evictions.
+TEST(Cache, DropModelRemovesOnlyItsSlotsThatNothingHolds) {
+  Cache c(64 * kKiB);
+  auto of = [](std::uint32_t model, std::uint32_t t) { return SlotKey{model, t, shm::Layout::kStored}; };
+  auto ready = [&](std::uint32_t model, std::uint32_t t, ClientId client) {
+    auto r = c.acquire(of(model, t), kKiB, client);
+    EXPECT_TRUE(r);
+    c.decoded(r->slot->id, true);
+    return r->slot->id;
+  };
+  bool done = false;
+  const std::uint64_t pinned = ready(3, 0, 1);
+  const std::uint64_t fenced = ready(3, 1, 1);
+  ASSERT_TRUE(c.release(fenced, 1, std::make_unique<PendingFence>(&done)));
+  const std::uint64_t idle = ready(3, 2, 1);
+  ASSERT_TRUE(c.release(idle, 1, nullptr));
+  auto decoding = c.acquire(of(3, 3), kKiB, kNoClient);  // a prefetch in flight
+  ASSERT_TRUE(decoding);
+  const std::uint64_t other = ready(4, 0, 1);
+  ASSERT_TRUE(c.release(other, 1, nullptr));
+  EXPECT_EQ(c.drop_model(3), 3u);  // pinned, fenced, decoding
+  EXPECT_EQ(c.find(idle), nullptr);
+  EXPECT_NE(c.find(pinned), nullptr);
+  EXPECT_NE(c.find(other), nullptr);
+  EXPECT_TRUE(c.verify());
+  done = true;
+  c.decoded(decoding->slot->id, true);
+  EXPECT_EQ(c.drop_model(3), 1u);  // the pinned one
+  ASSERT_TRUE(c.release(pinned, 1, nullptr));
+  EXPECT_EQ(c.drop_model(3), 0u);
+  EXPECT_EQ(c.stats().slots, 1u);
+  EXPECT_EQ(c.stats().evictions, 0u);
+  EXPECT_EQ(c.pinned_bytes_of(1), 0u);
+  EXPECT_TRUE(c.verify());
+}
+
 // What an acquire refused for space may wait for (issue 19): a fenced slot's bytes come free by themselves, and the
 // report says so with the numbers; once the fence completes the same acquire fits.
 TEST(Cache, ARefusalBehindAPendingFenceCanWaitAndFitsOnceItCompletes) {

@@ -77,6 +77,61 @@ TEST_F(EpkdGpu, DevicePoolServesTheSameBytesAsTheHostPath) {
   EXPECT_GE(compared, 12);
 }
 
+// A reload that removes a model while a client holds a device lease on it: the lease's bytes stay, and the model's
+// device tier (and the plan its fp32 decode added) is freed once the lease is released; the other model serves on.
+TEST_F(EpkdGpu, AReloadRemovingAModelFreesItsTierOnlyAfterItsLastLease) {
+  const std::string b = (dir_ / "b.epk").string();
+  std::filesystem::copy_file(path_, b);
+  const std::string cfg = (dir_ / "epkd.toml").string();
+  auto write_config = [&](bool with_a) {
+    std::ofstream out(cfg);
+    if (with_a) out << "[[model]]\nname = \"a\"\npath = \"" << path_ << "\"\n";
+    out << "[[model]]\nname = \"b\"\npath = \"" << b << "\"\n";
+  };
+  write_config(true);
+  DevEpkd d({"--config", cfg, "--devices", "0"}, "16");
+  ASSERT_TRUE(d.running());
+  auto c = Client::connect(d.socket());
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto st = c->stats();
+  ASSERT_TRUE(st);
+  const std::uint64_t both = st->resident_bytes;  // two equal tiers with their bf16 plans
+  ASSERT_GT(both, 0u);
+  auto lease = c->acquire("a", "w1", shm::Layout::kDenseF32);
+  ASSERT_TRUE(lease) << lease.error().to_string();
+  ASSERT_TRUE(c->wait(*lease, nullptr));
+  const std::vector<std::uint8_t> before = host_bytes(*c, *lease);
+  write_config(false);
+  ASSERT_EQ(::kill(d.pid(), SIGHUP), 0);
+  bool removed = false;
+  for (int i = 0; i < 500 && !removed; ++i) {
+    auto t = c->acquire("a", "w0", shm::Layout::kDenseBF16);
+    removed = !t && t.error().code == ErrorCode::kNotFound;
+    if (t) {
+      EXPECT_TRUE(c->release(t->handle));
+    }
+    if (!removed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(removed);
+  st = c->stats();
+  ASSERT_TRUE(st);
+  EXPECT_GT(st->resident_bytes, both);  // a's tier and its fp32 plan live while the lease does
+  EXPECT_EQ(host_bytes(*c, *lease), before);
+  ASSERT_TRUE(c->release(lease->handle));
+  std::uint64_t now = st->resident_bytes;
+  for (int i = 0; i < 500 && now != both / 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = c->stats();
+    ASSERT_TRUE(st);
+    now = st->resident_bytes;
+  }
+  EXPECT_EQ(now, both / 2);  // b's alone
+  auto other = c->acquire("b", "w1", shm::Layout::kDenseF32);
+  ASSERT_TRUE(other) << other.error().to_string();
+  EXPECT_EQ(host_bytes(*c, *other), before);  // the same file's tensor
+  EXPECT_TRUE(c->release_after(other->handle, nullptr));
+}
+
 // device_resident = false: no compressed tensor is kept on the device, and every layout still arrives in the device
 // pool with the host path's bytes (the CPU decoder, then a copy into the slot).
 TEST_F(EpkdGpu, WithoutTheDeviceTierTheCpuFallbackServesTheSameBytes) {

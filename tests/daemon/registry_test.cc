@@ -47,6 +47,43 @@ TEST(Registry, RefusesATakenOrEmptyName) {
   EXPECT_EQ(r.size(), 1u);
 }
 
+// Retiring frees the name for a new generation under a fresh id; the old entry stays readable (a tombstone once its
+// source is released), and ids are never reused.
+TEST(Registry, RetireFreesTheNameAndReleaseTakesTheSource) {
+  Registry r;
+  ASSERT_TRUE(r.add("a", synthetic("3x5")));
+  ASSERT_TRUE(r.add("b", synthetic("2x2")));
+  EXPECT_FALSE(r.release_source(0));  // not retired: kept
+  EXPECT_TRUE(r.retire(0, "removed"));
+  EXPECT_FALSE(r.retire(0, "again"));
+  EXPECT_FALSE(r.find("a"));
+  EXPECT_TRUE(r.get(0)->retired.load());
+  EXPECT_EQ(r.get(0)->retired_because, "removed");
+  auto again = r.add("a", synthetic("4x4"));
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(*again, 2u);
+  EXPECT_EQ(r.find("a"), std::optional<std::uint32_t>(2));
+  EXPECT_EQ(r.live(), 3u);
+  auto src = r.release_source(0);
+  ASSERT_NE(src, nullptr);
+  EXPECT_EQ(src->tensors().size(), 1u);
+  EXPECT_TRUE(r.get(0)->gone.load());
+  EXPECT_EQ(r.get(0)->source, nullptr);
+  EXPECT_EQ(r.get(0)->name, "a");
+  EXPECT_EQ(r.get(0)->tensor_count, 1u);
+  EXPECT_FALSE(r.release_source(0));
+  EXPECT_EQ(r.live(), 2u);
+  EXPECT_EQ(r.size(), 3u);
+  // A new generation under a served name retires the old one in the same call; any other id is no licence.
+  EXPECT_FALSE(r.add("b", synthetic("2x2"), {}, "", {}, 2, "wrong id"));
+  EXPECT_FALSE(r.get(1)->retired.load());
+  auto b2 = r.add("b", synthetic("5x5"), {}, "", {}, 1, "replaced");
+  ASSERT_TRUE(b2) << b2.error().to_string();
+  EXPECT_EQ(r.find("b"), b2.value());
+  EXPECT_TRUE(r.get(1)->retired.load());
+  EXPECT_EQ(r.get(1)->retired_because, "replaced");
+}
+
 // Readers look models up by id without a lock while models are added (SIGHUP beside acquires): every id they see
 // below size() is a whole entry, and an entry once seen never changes. Run under the tsan preset too.
 TEST(Registry, GetRunsBesideAdd) {
