@@ -1,7 +1,9 @@
 // epk compress IN -o OUT.epk --bpp R [--rdo N] [--rule PATTERN=R]... [--budget-bpp R] [--max-error E] [--threads N]
-//   [--include-embeddings]: 2-D linear weights become lattice-rans tensors, the rest stays raw. A weight whose
-// lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor, codec/rate/
-// choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
+//   [--include-embeddings] [--device cpu|cuda]: 2-D linear weights become lattice-rans tensors, the rest stays raw.
+// A weight whose lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor,
+// codec/rate/choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
+// --device cuda (the default where a GPU is visible) encodes on the GPU (codec/cuda/encode.h): the same streams, so
+// the same file, as the CPU encoder.
 #include <fnmatch.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -21,7 +24,12 @@
 #include "codec/rate/encode.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tools/epk/cli_common.h"
+#include "tools/epk/device_decode.h"
 #include "tools/epk/weights.h"
+
+#ifdef EPK_HAVE_CUDA
+#include "codec/cuda/encode.h"
+#endif
 
 namespace epk::cli {
 namespace {
@@ -38,7 +46,20 @@ struct CompressArgs {
   std::optional<double> max_error;
   int threads = 1;
   bool include_embeddings = false;
+  std::string device;
 };
+
+// The encoder --device names: the CPU encoder, or the device encoder on GPU 0.
+Result<std::unique_ptr<rate::TensorEncoder>> make_encoder(const std::string& name) {
+  EPK_TRY_ASSIGN(Device device, choose_device(name));
+  if (device == Device::kCpu) return std::unique_ptr<rate::TensorEncoder>(std::make_unique<rate::CpuEncoder>());
+#ifdef EPK_HAVE_CUDA
+  EPK_TRY_ASSIGN(auto gpu, cuda::DeviceEncoder::create(0));
+  return std::unique_ptr<rate::TensorEncoder>(std::move(gpu));
+#else
+  return make_error(ErrorCode::kUnsupported, "--device cuda: this build of epk has no CUDA");
+#endif
+}
 
 struct Rule {
   std::string pattern;
@@ -159,6 +180,7 @@ Status run_compress(const CompressArgs& args) {
     EPK_TRY_ASSIGN(auto r, parse_rule(text));
     rules.push_back(std::move(r));
   }
+  EPK_TRY_ASSIGN(auto encoder, make_encoder(args.device));
   EPK_TRY_ASSIGN(auto checkpoint, safetensors::Checkpoint::open(args.input));
   const auto& tensors = checkpoint.tensors();
 
@@ -272,7 +294,7 @@ Status run_compress(const CompressArgs& args) {
       policy.max_rel_l2 = args.max_error;
       const auto rows = std::uint32_t(t.shape[0]), cols = std::uint32_t(t.shape[1]);
       auto weights = std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data.data()), t.data.size());
-      EPK_TRY_ASSIGN(auto packed, rate::pack_tensor(weights, rows, cols, t.dtype, o, policy, info, t.name));
+      EPK_TRY_ASSIGN(auto packed, rate::pack_tensor(*encoder, weights, rows, cols, t.dtype, o, policy, info, t.name));
       row.target = plans[i].target;
       if (packed.choice.form == rate::Form::kLatticeRans) {
         info.scale = packed.report.scale;
@@ -385,6 +407,8 @@ void add_compress_command(CLI::App& app, int* exit_code) {
                   "misses the rate, is stored raw (default: min(0.9, max(0.01, 3 * 2^-R)) at target R)");
   cmd->add_option("--threads", args->threads, "encoder threads");
   cmd->add_flag("--include-embeddings", args->include_embeddings, "encode embedding tables too");
+  cmd->add_option("--device", args->device,
+                  "cpu or cuda (default: cuda when a GPU is present); both write the same file");
   cmd->callback([args, exit_code] {
     auto st = run_compress(*args);
     *exit_code = st ? kExitOk : report("compress", st.error());

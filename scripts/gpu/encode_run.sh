@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the folder scripts/gpu/encode_stage.sh filled (here: its bin/, cli/, py/): the device
+# encoder's tests (byte-for-byte against the CPU encoder), its bench (10240x3840 layer, Llama-3-8B-shaped set), the
+# reference package's GPU encoder on the same tensors, and `epk compress --device cuda` of a demo model end to end
+# against --device cpu (the two files must be identical). Ends in a short table of the RESULT lines.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d)"
+log="$work/log"
+nvidia-smi -L 2>/dev/null || true
+echo "== device encoder tests"
+timeout 75 "$here/bin/epk_cuda_encode_test" --gtest_brief=1 2>&1 | tail -60
+echo "test rc=${PIPESTATUS[0]}"
+echo "== bench"
+timeout 75 "$here/bin/gpu_encode_bench" --layers "${EPK_BENCH_LAYERS:-32}" --cpu-tensors 7 2>&1 | tee "$log"
+echo "bench rc=${PIPESTATUS[0]}"
+echo "== reference encoder"
+if pip install --no-deps -q "$here/py/"entropack-*.whl >/dev/null 2>&1; then
+  timeout 50 python3 "$here/py/ref_encode_bench.py" --max-seconds 20 2>&1 | tail -5 | tee -a "$log"
+else
+  echo "reference wheel did not install"
+fi
+echo "== epk compress end to end"
+"$here/cli/make_demo_model" "$work/demo" --layers 4 --hidden 2048 >/dev/null
+/usr/bin/time -f "RESULT cli_compress_cuda %e s wall" "$here/cli/epk" compress "$work/demo" -o "$work/gpu.epk" --bpp 4 \
+  --device cuda 2>&1 | tail -2 | tee -a "$log"
+/usr/bin/time -f "RESULT cli_compress_cpu %e s wall" "$here/cli/epk" compress "$work/demo" -o "$work/cpu.epk" --bpp 4 \
+  --device cpu --threads "$(nproc)" 2>&1 | tail -2 | tee -a "$log"
+if cmp -s "$work/gpu.epk" "$work/cpu.epk"; then echo "RESULT cli files identical" | tee -a "$log"; else
+  echo "RESULT cli files DIFFER" | tee -a "$log"; fi
+echo "== table"
+grep RESULT "$log"
+rm -rf "$work"
