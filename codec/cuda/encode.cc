@@ -29,6 +29,8 @@ Result<std::unique_ptr<DeviceEncoder>> DeviceEncoder::create(int device) {
   return std::unique_ptr<DeviceEncoder>(new DeviceEncoder(std::move(steps)));
 }
 
+void DeviceEncoder::prefetch_next(std::span<const std::byte> next) { steps_->prefetch_next(next); }
+
 bool DeviceEncoder::runs_on_device(DType dtype, const rate::EncodeOptions& o) {
   return DeviceSteps::supports(dtype) && !o.ecvq && o.rdo_sweeps == 0;
 }

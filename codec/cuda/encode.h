@@ -33,6 +33,8 @@ class DeviceEncoder final : public rate::TensorEncoder {
                                      rate::EncodeReport* report,
                                      std::optional<rate::ReconstructionError>* error) override;
 
+  void prefetch_next(std::span<const std::byte> next) override;
+
   // The steps behind it (their timings, for benches).
   const DeviceSteps& steps() const { return *steps_; }
 

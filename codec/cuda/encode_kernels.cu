@@ -26,28 +26,64 @@ __device__ __forceinline__ float load(const void* src, std::uint64_t i) {
   }
 }
 
+// The per-row kernels: one warp takes 32 rows, lane k row k; each pass stages a 32-column slice of the 32 rows in
+// shared memory with coalesced loads (a row's 32 columns per load), then each lane walks its row's slice in column
+// order, so every row's float64 sums are formed in exactly the CPU's order.
+constexpr int kSlice = 32;
+
 template <Source S>
 __global__ void row_stats_kernel(const void* src, std::uint32_t rows, std::uint32_t cols, std::uint32_t padded,
                                  float* rms, float* row_max, long long* bad_col) {
-  const std::uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
+  __shared__ float tile[32][kSlice + 1];
+  const unsigned lane = threadIdx.x;
+  const std::uint32_t r0 = blockIdx.x * 32;
+  const std::uint32_t r = r0 + lane;
   double sum2 = 0.0;
   float m = 0.0f;
   long long bad = -1;
-  const std::uint64_t base = std::uint64_t(r) * cols;
-  for (std::uint32_t c = 0; c < cols; ++c) {
-    const float v = load<S>(src, base + c);
-    if (!isfinite(v)) {
-      if (bad < 0) bad = c;
-      continue;
+  for (std::uint32_t c0 = 0; c0 < cols; c0 += kSlice) {
+    for (int j = 0; j < 32; ++j) {
+      const std::uint32_t row = r0 + j, col = c0 + lane;
+      tile[j][lane] = row < rows && col < cols ? load<S>(src, std::uint64_t(row) * cols + col) : 0.0f;
     }
-    const double d = double(v);
-    sum2 = __dadd_rn(sum2, __dmul_rn(d, d));
-    m = fmaxf(m, fabsf(v));
+    __syncwarp();
+    const std::uint32_t n = cols - c0 < kSlice ? cols - c0 : kSlice;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const float v = tile[lane][k];
+      if (!isfinite(v)) {
+        if (bad < 0) bad = c0 + k;
+        continue;
+      }
+      const double d = double(v);
+      sum2 = __dadd_rn(sum2, __dmul_rn(d, d));
+      m = fmaxf(m, fabsf(v));
+    }
+    __syncwarp();
   }
+  if (r >= rows) return;
   row_max[r] = m;
   bad_col[r] = bad;
   rms[r] = fmaxf(__double2float_rn(__dsqrt_rn(__ddiv_rn(sum2, double(padded)))), 1e-12f);
+}
+
+// Stages the 32 rows' slice [c0, c0 + 32) of x (0 past cols), of the fields (4 vectors a row: fields[row][8v + k])
+// and of the cosets.
+template <Source S>
+__device__ __forceinline__ void stage_slice(const void* src, std::uint32_t rows, std::uint32_t cols,
+                                            std::uint32_t vpr, const std::uint8_t* coset,
+                                            const std::int32_t* fields, std::uint32_t r0, std::uint32_t c0,
+                                            float (&x)[32][kSlice + 1], std::int32_t (&f)[32][kSlice + 1],
+                                            std::uint8_t (&c)[32][kSlice / 8]) {
+  const unsigned lane = threadIdx.x;
+  const std::uint32_t v0 = c0 / 8;
+  for (int j = 0; j < 32; ++j) {
+    const std::uint32_t row = r0 + j, col = c0 + lane;
+    if (row >= rows) break;
+    x[j][lane] = col < cols ? load<S>(src, std::uint64_t(row) * cols + col) : 0.0f;
+    const bool in = v0 + lane / 8 < vpr;
+    f[j][lane] = in ? fields[(std::uint64_t(row) * vpr + v0) * 8 + lane] : 0;
+    if (lane < kSlice / 8) c[j][lane] = v0 + lane < vpr ? coset[std::uint64_t(row) * vpr + v0 + lane] : 0;
+  }
 }
 
 template <Source S>
@@ -159,26 +195,36 @@ __global__ void histogram_kernel(const std::uint8_t* coset, const std::int32_t* 
 template <Source S>
 __global__ void refit_kernel(const void* src, std::uint32_t rows, std::uint32_t cols, std::uint32_t vpr,
                              const std::uint8_t* coset, const std::int32_t* fields, double* sums) {
-  const std::uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
+  __shared__ float x[32][kSlice + 1];
+  __shared__ std::int32_t f[32][kSlice + 1];
+  __shared__ std::uint8_t c[32][kSlice / 8];
+  const unsigned lane = threadIdx.x;
+  const std::uint32_t r0 = blockIdx.x * 32;
+  const std::uint32_t r = r0 + lane;
   double num = 0.0, den = 0.0, energy = 0.0;
-  for (std::uint64_t v = std::uint64_t(r) * vpr; v < std::uint64_t(r + 1) * vpr; ++v) {
-    const std::uint8_t c = coset[v];
-    const int4* p = reinterpret_cast<const int4*>(fields + v * 8);
-    const int4 a = p[0], b = p[1];
-    const std::int32_t par = (a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z) & 1;
-    const std::int32_t z[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, 2 * b.w + par};
-    const std::uint32_t col0 = std::uint32_t(v - std::uint64_t(r) * vpr) * 8;
+  const std::uint32_t padded = vpr * 8;
+  for (std::uint32_t c0 = 0; c0 < padded; c0 += kSlice) {
+    stage_slice<S>(src, rows, cols, vpr, coset, fields, r0, c0, x, f, c);
+    __syncwarp();
+    if (r < rows) {
+      const std::uint32_t nv = (padded - c0) / 8 < kSlice / 8 ? (padded - c0) / 8 : kSlice / 8;
+      for (std::uint32_t v = 0; v < nv; ++v) {
+        const std::int32_t* fv = &f[lane][8 * v];
+        const std::int32_t par = (fv[0] ^ fv[1] ^ fv[2] ^ fv[3] ^ fv[4] ^ fv[5] ^ fv[6]) & 1;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const double level = double(coordinate(z[i], c));
-      const std::uint32_t col = col0 + i;
-      const double xv = col < cols ? double(load<S>(src, std::uint64_t(r) * cols + col)) : 0.0;
-      num = __dadd_rn(num, __dmul_rn(xv, level));
-      den = __dadd_rn(den, __dmul_rn(level, level));
-      energy = __dadd_rn(energy, __dmul_rn(xv, xv));
+        for (int i = 0; i < 8; ++i) {
+          const std::int32_t z = i < 7 ? fv[i] : 2 * fv[7] + par;
+          const double level = double(coordinate(z, c[lane][v]));
+          const double xv = double(x[lane][8 * v + i]);
+          num = __dadd_rn(num, __dmul_rn(xv, level));
+          den = __dadd_rn(den, __dmul_rn(level, level));
+          energy = __dadd_rn(energy, __dmul_rn(xv, xv));
+        }
+      }
     }
+    __syncwarp();
   }
+  if (r >= rows) return;
   sums[3 * std::uint64_t(r)] = num;
   sums[3 * std::uint64_t(r) + 1] = den;
   sums[3 * std::uint64_t(r) + 2] = energy;
@@ -188,31 +234,38 @@ template <Source S>
 __global__ void error_kernel(const void* src, std::uint32_t rows, std::uint32_t cols, std::uint32_t vpr,
                              const std::uint8_t* coset, const std::int32_t* fields, const float* scales, double* out,
                              std::uint8_t* nonzero) {
-  const std::uint32_t r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  const float scale = scales[r];
+  __shared__ float x[32][kSlice + 1];
+  __shared__ std::int32_t f[32][kSlice + 1];
+  __shared__ std::uint8_t c[32][kSlice / 8];
+  const unsigned lane = threadIdx.x;
+  const std::uint32_t r0 = blockIdx.x * 32;
+  const std::uint32_t r = r0 + lane;
+  const float scale = r < rows ? scales[r] : 0.0f;
   double sse = 0.0, energy = 0.0;
   bool rec_nz = false, src_nz = false;
-  for (std::uint64_t v = std::uint64_t(r) * vpr; v < std::uint64_t(r + 1) * vpr; ++v) {
-    const float half = __fmul_rn(0.5f, float(coset[v]));
-    const int4* p = reinterpret_cast<const int4*>(fields + v * 8);
-    const int4 a = p[0], b = p[1];
-    const std::int32_t par = (a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z) & 1;
-    const std::int32_t z[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, 2 * b.w + par};
-    const std::uint32_t col0 = std::uint32_t(v - std::uint64_t(r) * vpr) * 8;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const std::uint32_t col = col0 + i;
-      if (col >= cols) break;
-      const float rec = __fmul_rn(__fadd_rn(float(z[i]), half), scale);
-      const float x = load<S>(src, std::uint64_t(r) * cols + col);
-      const double d = __dsub_rn(double(rec), double(x));
-      sse = __dadd_rn(sse, __dmul_rn(d, d));
-      energy = __dadd_rn(energy, __dmul_rn(double(x), double(x)));
-      rec_nz = rec_nz || rec != 0.0f;
-      src_nz = src_nz || x != 0.0f;
+  for (std::uint32_t c0 = 0; c0 < cols; c0 += kSlice) {
+    stage_slice<S>(src, rows, cols, vpr, coset, fields, r0, c0, x, f, c);
+    __syncwarp();
+    if (r < rows) {
+      const std::uint32_t n = cols - c0 < kSlice ? cols - c0 : kSlice;
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const std::uint32_t v = k / 8, i = k % 8;
+        const std::int32_t* fv = &f[lane][8 * v];
+        const std::int32_t par = (fv[0] ^ fv[1] ^ fv[2] ^ fv[3] ^ fv[4] ^ fv[5] ^ fv[6]) & 1;
+        const std::int32_t z = i < 7 ? fv[i] : 2 * fv[7] + par;
+        const float half = __fmul_rn(0.5f, float(c[lane][v]));
+        const float rec = __fmul_rn(__fadd_rn(float(z), half), scale);
+        const float xv = x[lane][k];
+        const double d = __dsub_rn(double(rec), double(xv));
+        sse = __dadd_rn(sse, __dmul_rn(d, d));
+        energy = __dadd_rn(energy, __dmul_rn(double(xv), double(xv)));
+        rec_nz = rec_nz || rec != 0.0f;
+        src_nz = src_nz || xv != 0.0f;
+      }
     }
+    __syncwarp();
   }
+  if (r >= rows) return;
   out[2 * std::uint64_t(r)] = sse;
   out[2 * std::uint64_t(r) + 1] = energy;
   nonzero[2 * std::uint64_t(r)] = rec_nz;
@@ -226,7 +279,7 @@ unsigned grid_for(std::uint64_t n) {
 
 unsigned row_grid(std::uint32_t rows, int block) { return unsigned((rows + block - 1) / block); }
 
-constexpr int kRowBlock = 64;  // one thread a row: small blocks spread the rows over more SMs
+constexpr int kRowBlock = 32;  // one warp (32 rows) a block: the rows spread over as many SMs as they can
 
 }  // namespace
 

@@ -7,8 +7,10 @@
 #include <climits>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 
+#include "codec/cuda/encode_copy.h"
 #include "codec/cuda/encode_kernels.h"
 #include "codec/rans/encoder.h"
 
@@ -87,9 +89,17 @@ class ScopedTimer {
 
 struct DeviceSteps::Impl {
   int device = 0;
+  StepTimes* times = nullptr;
   cudaStream_t stream = nullptr;
-  // The source.
-  Buffer src;
+  // The source: two buffers, the current tensor's and the one prefetch() fills from its own thread and stream.
+  Buffer src_buf[2];
+  int active = 0;
+  cudaStream_t copy_stream = nullptr;
+  std::thread prefetcher;
+  const std::byte* pre_data = nullptr;
+  std::size_t pre_size = 0;
+  cudaError_t pre_error = cudaSuccess;
+  const void* source() const { return src_buf[active].as<void>(); }
   enc::Source dtype = enc::Source::kF32;
   std::uint32_t rows = 0, cols = 0, padded = 0, vpr = 0;
   Buffer rms, row_max, bad_col;
@@ -99,12 +109,63 @@ struct DeviceSteps::Impl {
   bool sample_all = true;
   std::uint64_t sample_rows = 0;
   FieldSet sample, tensor;
-  // Histograms, refit and error sums, the coder's buffers.
-  Buffer range, ones, lo, base, hist, sums, scales, err, nonzero;
-  Buffer freq, cdf, off, sym_min, scratch, words, states, offsets, payload;
+  // Histograms, refit and error sums, the coder's buffers. `range` holds the table ranges (kTables pairs of int)
+  // and, at kOnesAt, the coset-1 count; `lo_base` the histogram's lo[kTables] and base[kTables].
+  static constexpr std::size_t kOnesAt = sizeof(int) * 2 * enc::kTables;
+  static constexpr std::size_t kRangeBytes = kOnesAt + sizeof(unsigned long long);
+  Buffer range, lo_base, hist, sums, scales, err, nonzero;
+  // Pinned host sides of the small transfers, and the staged copiers of the large ones (one per host thread).
+  PinnedBuffer pin_range, pin_lo_base, pin_hist, pin_rows, pin_words, pin_tables;
+  StagedCopier copier, prefetch_copier;
+  Buffer tables_dev, scratch, words, states, offsets, payload;
 
   ~Impl() {
+    if (prefetcher.joinable()) prefetcher.join();
     if (stream) cudaStreamDestroy(stream);
+    if (copy_stream) cudaStreamDestroy(copy_stream);
+  }
+
+  // True (and the spare buffer made current) when the prefetch thread copied exactly weights; a prefetch of other
+  // bytes is left running (it writes the spare buffer only).
+  bool take_prefetch(std::span<const std::byte> weights) {
+    if (!prefetcher.joinable() || pre_data != weights.data() || pre_size != weights.size()) return false;
+    prefetcher.join();
+    const bool hit = pre_error == cudaSuccess;
+    pre_data = nullptr;
+    pre_size = 0;
+    if (hit) active ^= 1;
+    return hit;
+  }
+
+  // Starts the copy of weights into the spare buffer on copy_stream from the prefetch thread.
+  void start_prefetch(std::span<const std::byte> weights) {
+    if (prefetcher.joinable()) prefetcher.join();  // an earlier prefetch never taken: dropped
+    pre_data = weights.data();
+    pre_size = weights.size();
+    pre_error = cudaSuccess;
+    Buffer& spare = src_buf[active ^ 1];
+    prefetcher = std::thread([this, &spare, weights] {
+      cudaError_t e = cudaSetDevice(device);
+      if (e == cudaSuccess) e = spare.reserve(weights.size());
+      if (e == cudaSuccess) e = prefetch_copier.to_device(spare.as<void>(), weights.data(), weights.size(), copy_stream);
+      pre_error = e;
+    });
+  }
+
+  // n bytes between the device and host memory through pin_rows, synchronously.
+  Status rows_to_host(void* dst, const void* src, std::size_t n) {
+    EPK_CUDA_TRY("transfer", pin_rows.reserve(n));
+    EPK_CUDA_TRY("transfer", cudaMemcpyAsync(pin_rows.as<void>(), src, n, cudaMemcpyDeviceToHost, stream));
+    EPK_CUDA_TRY("transfer", cudaStreamSynchronize(stream));
+    std::memcpy(dst, pin_rows.as<void>(), n);
+    return {};
+  }
+  Status rows_to_device(void* dst, const void* src, std::size_t n) {
+    EPK_CUDA_TRY("transfer", pin_rows.reserve(n));
+    std::memcpy(pin_rows.as<void>(), src, n);
+    EPK_CUDA_TRY("transfer", cudaMemcpyAsync(dst, pin_rows.as<void>(), n, cudaMemcpyHostToDevice, stream));
+    EPK_CUDA_TRY("transfer", cudaStreamSynchronize(stream));
+    return {};
   }
 
   // Quantises fs.n vectors of the source at scale into fs (row_map: the sample's rows, or none) and reads back the
@@ -112,21 +173,24 @@ struct DeviceSteps::Impl {
   Status quantize(FieldSet& fs, const std::uint32_t* map, float s) {
     EPK_CUDA_TRY("fields", fs.coset.reserve(fs.n));
     EPK_CUDA_TRY("fields", fs.fields.reserve(fs.n * 32));
-    EPK_CUDA_TRY("ranges", range.reserve(sizeof(fs.range)));
-    EPK_CUDA_TRY("ranges", ones.reserve(sizeof(unsigned long long)));
-    int init[2 * enc::kTables];
+    EPK_CUDA_TRY("ranges", range.reserve(kRangeBytes));
+    EPK_CUDA_TRY("ranges", pin_range.reserve(kRangeBytes));
+    int* init = pin_range.as<int>();
     for (int t = 0; t < enc::kTables; ++t) {
       init[2 * t] = INT_MAX;
       init[2 * t + 1] = INT_MIN;
     }
-    EPK_CUDA_TRY("ranges", cudaMemcpyAsync(range.as<int>(), init, sizeof init, cudaMemcpyHostToDevice, stream));
-    EPK_CUDA_TRY("ranges", cudaMemsetAsync(ones.as<void>(), 0, sizeof(unsigned long long), stream));
-    enc::launch_quantize(src.as<void>(), dtype, cols, vpr, rms.as<float>(), map, fs.n, s, fs.coset.as<std::uint8_t>(),
-                         fs.fields.as<std::int32_t>(), range.as<int>(), ones.as<unsigned long long>(), stream);
+    *reinterpret_cast<unsigned long long*>(pin_range.as<std::byte>() + kOnesAt) = 0;
+    EPK_CUDA_TRY("ranges", cudaMemcpyAsync(range.as<void>(), init, kRangeBytes, cudaMemcpyHostToDevice, stream));
+    enc::launch_quantize(source(), dtype, cols, vpr, rms.as<float>(), map, fs.n, s, fs.coset.as<std::uint8_t>(),
+                         fs.fields.as<std::int32_t>(), range.as<int>(),
+                         reinterpret_cast<unsigned long long*>(range.as<std::byte>() + kOnesAt), stream);
     EPK_CUDA_TRY("quantize", cudaGetLastError());
-    EPK_CUDA_TRY("ranges", cudaMemcpyAsync(fs.range, range.as<int>(), sizeof fs.range, cudaMemcpyDeviceToHost, stream));
-    EPK_CUDA_TRY("ranges", cudaMemcpyAsync(&fs.ones, ones.as<void>(), sizeof fs.ones, cudaMemcpyDeviceToHost, stream));
+    EPK_CUDA_TRY("ranges", cudaMemcpyAsync(pin_range.as<void>(), range.as<void>(), kRangeBytes,
+                                           cudaMemcpyDeviceToHost, stream));
     EPK_CUDA_TRY("quantize", cudaStreamSynchronize(stream));
+    std::memcpy(fs.range, pin_range.as<int>(), sizeof fs.range);
+    std::memcpy(&fs.ones, pin_range.as<std::byte>() + kOnesAt, sizeof fs.ones);
     return {};
   }
 
@@ -158,19 +222,22 @@ struct DeviceSteps::Impl {
     }
     for (int t = 1; t < enc::kTables; ++t) out[t].total = (t - 1) & 1 ? seen1 : seen0;
     if (bins == 0) return out;
-    EPK_CUDA_TRY("histogram", lo.reserve(sizeof lo_h));
-    EPK_CUDA_TRY("histogram", base.reserve(sizeof base_h));
+    EPK_CUDA_TRY("histogram", lo_base.reserve(sizeof lo_h + sizeof base_h));
+    EPK_CUDA_TRY("histogram", pin_lo_base.reserve(sizeof lo_h + sizeof base_h));
     EPK_CUDA_TRY("histogram", hist.reserve(std::size_t(bins) * 8));
-    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(lo.as<int>(), lo_h, sizeof lo_h, cudaMemcpyHostToDevice, stream));
-    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(base.as<int>(), base_h, sizeof base_h, cudaMemcpyHostToDevice, stream));
+    EPK_CUDA_TRY("histogram", pin_hist.reserve(std::size_t(bins) * 8));
+    std::memcpy(pin_lo_base.as<int>(), lo_h, sizeof lo_h);
+    std::memcpy(pin_lo_base.as<int>() + enc::kTables, base_h, sizeof base_h);
+    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(lo_base.as<void>(), pin_lo_base.as<void>(), sizeof lo_h + sizeof base_h,
+                                              cudaMemcpyHostToDevice, stream));
     EPK_CUDA_TRY("histogram", cudaMemsetAsync(hist.as<void>(), 0, std::size_t(bins) * 8, stream));
-    enc::launch_histogram(fs.coset.as<std::uint8_t>(), fs.fields.as<std::int32_t>(), fs.n, lo.as<int>(),
-                          base.as<int>(), bins, hist.as<unsigned long long>(), stream);
+    enc::launch_histogram(fs.coset.as<std::uint8_t>(), fs.fields.as<std::int32_t>(), fs.n, lo_base.as<int>(),
+                          lo_base.as<int>() + enc::kTables, bins, hist.as<unsigned long long>(), stream);
     EPK_CUDA_TRY("histogram", cudaGetLastError());
-    std::vector<unsigned long long> h(bins);
-    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(h.data(), hist.as<void>(), std::size_t(bins) * 8,
+    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(pin_hist.as<void>(), hist.as<void>(), std::size_t(bins) * 8,
                                               cudaMemcpyDeviceToHost, stream));
     EPK_CUDA_TRY("histogram", cudaStreamSynchronize(stream));
+    const unsigned long long* h = pin_hist.as<unsigned long long>();
     for (int t = 1; t < enc::kTables; ++t) {
       if (base_h[t] < 0) continue;
       for (std::size_t i = 0; i < out[t].counts.size(); ++i) out[t].counts[i] = h[std::size_t(base_h[t]) + i];
@@ -218,27 +285,32 @@ struct DeviceSteps::Impl {
     if (tiles64 > 0xffffffffull) return make_error(ErrorCode::kInvalidArgument, "encode_fields: too many tiles");
     const auto tiles = std::uint32_t(tiles64);
     const std::uint64_t capacity = std::uint64_t(tile_vectors) * 9;
-    EPK_CUDA_TRY("tables", freq.reserve(entries * 4));
-    EPK_CUDA_TRY("tables", cdf.reserve(entries * 4));
-    EPK_CUDA_TRY("tables", off.reserve(sizeof off_h));
-    EPK_CUDA_TRY("tables", sym_min.reserve(sizeof min_h));
     EPK_CUDA_TRY("coder", scratch.reserve(tiles * capacity * 2));
     EPK_CUDA_TRY("coder", words.reserve(std::size_t(tiles) * 4));
     EPK_CUDA_TRY("coder", states.reserve(std::size_t(tiles) * 32 * 4));
     EPK_CUDA_TRY("coder", offsets.reserve((std::size_t(tiles) + 1) * 4));
-    EPK_CUDA_TRY("tables", cudaMemcpyAsync(freq.as<void>(), f.data(), entries * 4, cudaMemcpyHostToDevice, stream));
-    EPK_CUDA_TRY("tables", cudaMemcpyAsync(cdf.as<void>(), cum.data(), entries * 4, cudaMemcpyHostToDevice, stream));
-    EPK_CUDA_TRY("tables", cudaMemcpyAsync(off.as<void>(), off_h, sizeof off_h, cudaMemcpyHostToDevice, stream));
-    EPK_CUDA_TRY("tables", cudaMemcpyAsync(sym_min.as<void>(), min_h, sizeof min_h, cudaMemcpyHostToDevice, stream));
-    enc::DeviceTables dt{freq.as<std::uint32_t>(), cdf.as<std::uint32_t>(), off.as<int>(), sym_min.as<int>()};
+    // One upload: freq[entries], cdf[entries], off[kTables], sym_min[kTables].
+    const std::size_t table_bytes = (2 * entries + 2 * enc::kTables) * 4;
+    EPK_CUDA_TRY("tables", tables_dev.reserve(table_bytes));
+    EPK_CUDA_TRY("tables", pin_tables.reserve(table_bytes));
+    std::uint32_t* pt = pin_tables.as<std::uint32_t>();
+    std::memcpy(pt, f.data(), entries * 4);
+    std::memcpy(pt + entries, cum.data(), entries * 4);
+    std::memcpy(pt + 2 * entries, off_h, sizeof off_h);
+    std::memcpy(pt + 2 * entries + enc::kTables, min_h, sizeof min_h);
+    EPK_CUDA_TRY("tables", cudaMemcpyAsync(tables_dev.as<void>(), pt, table_bytes, cudaMemcpyHostToDevice, stream));
+    const std::uint32_t* td = tables_dev.as<std::uint32_t>();
+    enc::DeviceTables dt{td, td + entries, reinterpret_cast<const int*>(td + 2 * entries),
+                         reinterpret_cast<const int*>(td + 2 * entries + enc::kTables)};
     enc::launch_rans_tiles(fs.coset.as<std::uint8_t>(), fs.fields.as<std::int32_t>(), fs.n, tile_vectors, tiles,
                            g.prob_bits, dt, scratch.as<std::uint16_t>(), capacity, words.as<std::uint32_t>(),
                            states.as<std::uint32_t>(), stream);
     EPK_CUDA_TRY("coder", cudaGetLastError());
-    std::vector<std::uint32_t> counts(tiles);
-    EPK_CUDA_TRY("coder", cudaMemcpyAsync(counts.data(), words.as<void>(), std::size_t(tiles) * 4,
+    EPK_CUDA_TRY("coder", pin_words.reserve(std::size_t(tiles) * 4));
+    EPK_CUDA_TRY("coder", cudaMemcpyAsync(pin_words.as<void>(), words.as<void>(), std::size_t(tiles) * 4,
                                           cudaMemcpyDeviceToHost, stream));
     EPK_CUDA_TRY("coder", cudaStreamSynchronize(stream));
+    const std::uint32_t* counts = pin_words.as<std::uint32_t>();
     out.offsets.resize(std::size_t(tiles) + 1);
     std::uint64_t total = 0;
     out.offsets[0] = 0;
@@ -249,21 +321,21 @@ struct DeviceSteps::Impl {
       }
       out.offsets[t + 1] = std::uint32_t(total);
     }
+    ScopedTimer download_timer(&times->download);
     out.payload.resize(std::size_t(total));
     out.states.resize(std::size_t(tiles) * 32);
     EPK_CUDA_TRY("coder", payload.reserve(std::size_t(total) * 2));
-    EPK_CUDA_TRY("coder", cudaMemcpyAsync(offsets.as<void>(), out.offsets.data(), out.offsets.size() * 4,
+    EPK_CUDA_TRY("coder", pin_words.reserve(out.offsets.size() * 4));
+    std::memcpy(pin_words.as<void>(), out.offsets.data(), out.offsets.size() * 4);
+    EPK_CUDA_TRY("coder", cudaMemcpyAsync(offsets.as<void>(), pin_words.as<void>(), out.offsets.size() * 4,
                                           cudaMemcpyHostToDevice, stream));
     enc::launch_pack_words(scratch.as<std::uint16_t>(), capacity, tiles, offsets.as<std::uint32_t>(),
                            payload.as<std::uint16_t>(), stream);
     EPK_CUDA_TRY("coder", cudaGetLastError());
     if (total) {
-      EPK_CUDA_TRY("coder", cudaMemcpyAsync(out.payload.data(), payload.as<void>(), std::size_t(total) * 2,
-                                            cudaMemcpyDeviceToHost, stream));
+      EPK_CUDA_TRY("coder", copier.to_host(out.payload.data(), payload.as<void>(), std::size_t(total) * 2, stream));
     }
-    EPK_CUDA_TRY("coder", cudaMemcpyAsync(out.states.data(), states.as<void>(), out.states.size() * 4,
-                                          cudaMemcpyDeviceToHost, stream));
-    EPK_CUDA_TRY("coder", cudaStreamSynchronize(stream));
+    EPK_CUDA_TRY("coder", copier.to_host(out.states.data(), states.as<void>(), out.states.size() * 4, stream));
     return out;
   }
 };
@@ -280,7 +352,10 @@ Result<std::unique_ptr<DeviceSteps>> DeviceSteps::create(int device) {
   impl->device = device;
   EPK_CUDA_TRY("set device", cudaSetDevice(device));
   EPK_CUDA_TRY("stream", cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
-  return std::unique_ptr<DeviceSteps>(new DeviceSteps(std::move(impl)));
+  EPK_CUDA_TRY("stream", cudaStreamCreateWithFlags(&impl->copy_stream, cudaStreamNonBlocking));
+  auto steps = std::unique_ptr<DeviceSteps>(new DeviceSteps(std::move(impl)));
+  steps->impl_->times = &steps->times_;
+  return steps;
 }
 
 Result<rate::SourceStats> DeviceSteps::load(std::span<const std::byte> weights, std::uint32_t rows,
@@ -300,26 +375,32 @@ Result<rate::SourceStats> DeviceSteps::load(std::span<const std::byte> weights, 
   m.padded = (cols + 7) / 8 * 8;
   m.vpr = m.padded / 8;
   m.tensor.n = std::uint64_t(rows) * m.vpr;
-  EPK_CUDA_TRY("source", m.src.reserve(weights.size()));
-  EPK_CUDA_TRY("source", m.rms.reserve(std::size_t(rows) * 4));
-  EPK_CUDA_TRY("source", m.row_max.reserve(std::size_t(rows) * 4));
-  EPK_CUDA_TRY("source", m.bad_col.reserve(std::size_t(rows) * 8));
-  EPK_CUDA_TRY("source", cudaMemcpyAsync(m.src.as<void>(), weights.data(), weights.size(), cudaMemcpyHostToDevice,
-                                         m.stream));
-  enc::launch_row_stats(m.src.as<void>(), m.dtype, rows, cols, m.padded, m.rms.as<float>(), m.row_max.as<float>(),
+  {
+    ScopedTimer upload_timer(&times_.upload);
+    const bool prefetched = m.take_prefetch(weights);
+    EPK_CUDA_TRY("source", m.rms.reserve(std::size_t(rows) * 4));
+    EPK_CUDA_TRY("source", m.row_max.reserve(std::size_t(rows) * 4));
+    EPK_CUDA_TRY("source", m.bad_col.reserve(std::size_t(rows) * 8));
+    if (!prefetched) {
+      EPK_CUDA_TRY("source", m.src_buf[m.active].reserve(weights.size()));
+      EPK_CUDA_TRY("source", m.copier.to_device(m.src_buf[m.active].as<void>(), weights.data(), weights.size(),
+                                                m.stream));
+    }
+  }
+  // The next tensor's copy runs while this one is encoded (not when it is this one, or already on its way).
+  if (next_size_ && next_data_ != weights.data() && !(m.prefetcher.joinable() && m.pre_data == next_data_)) {
+    m.start_prefetch({next_data_, next_size_});
+  }
+  enc::launch_row_stats(m.source(), m.dtype, rows, cols, m.padded, m.rms.as<float>(), m.row_max.as<float>(),
                         m.bad_col.as<long long>(), m.stream);
   EPK_CUDA_TRY("row statistics", cudaGetLastError());
   rate::SourceStats st;
   st.rms.resize(rows);
   std::vector<float> row_max(rows);
   std::vector<long long> bad(rows);
-  EPK_CUDA_TRY("row statistics", cudaMemcpyAsync(st.rms.data(), m.rms.as<void>(), std::size_t(rows) * 4,
-                                                 cudaMemcpyDeviceToHost, m.stream));
-  EPK_CUDA_TRY("row statistics", cudaMemcpyAsync(row_max.data(), m.row_max.as<void>(), std::size_t(rows) * 4,
-                                                 cudaMemcpyDeviceToHost, m.stream));
-  EPK_CUDA_TRY("row statistics", cudaMemcpyAsync(bad.data(), m.bad_col.as<void>(), std::size_t(rows) * 8,
-                                                 cudaMemcpyDeviceToHost, m.stream));
-  EPK_CUDA_TRY("row statistics", cudaStreamSynchronize(m.stream));
+  EPK_TRY(m.rows_to_host(st.rms.data(), m.rms.as<void>(), std::size_t(rows) * 4));
+  EPK_TRY(m.rows_to_host(row_max.data(), m.row_max.as<void>(), std::size_t(rows) * 4));
+  EPK_TRY(m.rows_to_host(bad.data(), m.bad_col.as<void>(), std::size_t(rows) * 8));
   for (std::uint32_t r = 0; r < rows; ++r) {
     if (bad[r] >= 0) {
       st.bad_row = r;
@@ -330,6 +411,11 @@ Result<rate::SourceStats> DeviceSteps::load(std::span<const std::byte> weights, 
   st.max_abs = *std::max_element(row_max.begin(), row_max.end());
   m.host_rms = st.rms;
   return st;
+}
+
+void DeviceSteps::prefetch_next(std::span<const std::byte> next) {
+  next_data_ = next.data();
+  next_size_ = next.size();
 }
 
 Status DeviceSteps::set_sample(const std::vector<std::uint32_t>& sample) {
@@ -401,13 +487,11 @@ Status DeviceSteps::refit(double scale, std::vector<float>& scales, std::vector<
   Impl& m = *impl_;
   EPK_TRY(sticky_);
   EPK_CUDA_TRY("refit", m.sums.reserve(std::size_t(m.rows) * 24));
-  enc::launch_refit_sums(m.src.as<void>(), m.dtype, m.rows, m.cols, m.vpr, m.tensor.coset.as<std::uint8_t>(),
+  enc::launch_refit_sums(m.source(), m.dtype, m.rows, m.cols, m.vpr, m.tensor.coset.as<std::uint8_t>(),
                          m.tensor.fields.as<std::int32_t>(), m.sums.as<double>(), m.stream);
   EPK_CUDA_TRY("refit", cudaGetLastError());
   std::vector<double> sums(std::size_t(m.rows) * 3);
-  EPK_CUDA_TRY("refit", cudaMemcpyAsync(sums.data(), m.sums.as<void>(), sums.size() * 8, cudaMemcpyDeviceToHost,
-                                        m.stream));
-  EPK_CUDA_TRY("refit", cudaStreamSynchronize(m.stream));
+  EPK_TRY(m.rows_to_host(sums.data(), m.sums.as<void>(), sums.size() * 8));
   // refit_rows' per-row arithmetic, on the host.
   constexpr double kMinScale = 1e-12;
   scales.resize(m.rows);
@@ -446,19 +530,15 @@ Result<rans::EncodedTensor> DeviceSteps::code(std::vector<float> scales, const r
   EPK_CUDA_TRY("error", m.scales.reserve(std::size_t(m.rows) * 4));
   EPK_CUDA_TRY("error", m.err.reserve(std::size_t(m.rows) * 16));
   EPK_CUDA_TRY("error", m.nonzero.reserve(std::size_t(m.rows) * 2));
-  EPK_CUDA_TRY("error", cudaMemcpyAsync(m.scales.as<void>(), out.scales.data(), std::size_t(m.rows) * 4,
-                                        cudaMemcpyHostToDevice, m.stream));
-  enc::launch_error_sums(m.src.as<void>(), m.dtype, m.rows, m.cols, m.vpr, m.tensor.coset.as<std::uint8_t>(),
+  EPK_TRY(m.rows_to_device(m.scales.as<void>(), out.scales.data(), std::size_t(m.rows) * 4));
+  enc::launch_error_sums(m.source(), m.dtype, m.rows, m.cols, m.vpr, m.tensor.coset.as<std::uint8_t>(),
                          m.tensor.fields.as<std::int32_t>(), m.scales.as<float>(), m.err.as<double>(),
                          m.nonzero.as<std::uint8_t>(), m.stream);
   EPK_CUDA_TRY("error", cudaGetLastError());
   std::vector<double> err(std::size_t(m.rows) * 2);
   std::vector<std::uint8_t> nz(std::size_t(m.rows) * 2);
-  EPK_CUDA_TRY("error", cudaMemcpyAsync(err.data(), m.err.as<void>(), err.size() * 8, cudaMemcpyDeviceToHost,
-                                        m.stream));
-  EPK_CUDA_TRY("error", cudaMemcpyAsync(nz.data(), m.nonzero.as<void>(), nz.size(), cudaMemcpyDeviceToHost,
-                                        m.stream));
-  EPK_CUDA_TRY("error", cudaStreamSynchronize(m.stream));
+  EPK_TRY(m.rows_to_host(err.data(), m.err.as<void>(), err.size() * 8));
+  EPK_TRY(m.rows_to_host(nz.data(), m.nonzero.as<void>(), nz.size()));
   rate::ReconstructionError e;
   for (std::uint32_t r = 0; r < m.rows; ++r) {
     e.sse += err[2 * std::size_t(r)];

@@ -95,6 +95,10 @@ class TensorEncoder {
                                              std::uint32_t cols, DType dtype, const EncodeOptions& options,
                                              std::string_view name, EncodeReport* report,
                                              std::optional<ReconstructionError>* error) = 0;
+  // Called before encoding a tensor: the bytes of the tensor to be encoded after it (empty: none), which a device
+  // encoder copies to the device while it works on this one. They must stay valid and unchanged until encoded.
+  // A hint only: the streams are the same without it.
+  virtual void prefetch_next(std::span<const std::byte> next) { (void)next; }
 };
 
 // rate::encode itself, measuring nothing.

@@ -293,6 +293,14 @@ Status run_compress(const CompressArgs& args) {
       rate::ChoicePolicy policy;
       policy.max_rel_l2 = args.max_error;
       const auto rows = std::uint32_t(t.shape[0]), cols = std::uint32_t(t.shape[1]);
+      // The next tensor to encode is copied to the GPU while this one is encoded (a hint; the CPU ignores it).
+      std::span<const std::byte> next;
+      for (std::size_t j = i + 1; j < tensors.size(); ++j) {
+        if (!plans[j].encode) continue;
+        next = std::span(reinterpret_cast<const std::byte*>(tensors[j].data.data()), tensors[j].data.size());
+        break;
+      }
+      encoder->prefetch_next(next);
       auto weights = std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data.data()), t.data.size());
       EPK_TRY_ASSIGN(auto packed, rate::pack_tensor(*encoder, weights, rows, cols, t.dtype, o, policy, info, t.name));
       row.target = plans[i].target;

@@ -255,6 +255,36 @@ TEST_F(DeviceEncode, PackTensorChoosesTheSameForm) {
   }
 }
 
+// The next tensor's prefetch (copied while the current one is encoded): taken when its bytes come, dropped when
+// others come first, never changing a stream.
+TEST_F(DeviceEncode, PrefetchedSourcesGiveTheSameStreams) {
+  auto dev = cuda::DeviceEncoder::create(0);
+  ASSERT_TRUE(dev);
+  const std::vector<std::byte> a = make_tensor(512, 1000, DType::kBF16, Kind::kGaussian, 1);
+  const std::vector<std::byte> b = make_tensor(300, 4096, DType::kBF16, Kind::kGaussian, 2);
+  const std::vector<std::byte> c = make_tensor(700, 257, DType::kF16, Kind::kHeavyTail, 3);
+  struct Step {
+    const std::vector<std::byte>* w;
+    std::uint32_t rows, cols;
+    DType dtype;
+    const std::vector<std::byte>* next;
+  };
+  // a (prefetching b), a again (b in flight), c (copied directly, b still in flight), b (taken), b again (copied
+  // directly, prefetching c), c (taken).
+  const Step steps[] = {{&a, 512, 1000, DType::kBF16, &b}, {&a, 512, 1000, DType::kBF16, &b},
+                        {&c, 700, 257, DType::kF16, &b},   {&b, 300, 4096, DType::kBF16, nullptr},
+                        {&b, 300, 4096, DType::kBF16, &c}, {&c, 700, 257, DType::kF16, nullptr}};
+  rate::EncodeOptions o;
+  o.threads = threads();
+  for (const Step& st : steps) {
+    (*dev)->prefetch_next(st.next ? std::span<const std::byte>(*st.next) : std::span<const std::byte>());
+    auto want = rate::encode(*st.w, st.rows, st.cols, st.dtype, o, "t");
+    auto got = (*dev)->encode(*st.w, st.rows, st.cols, st.dtype, o, "t", nullptr, nullptr);
+    ASSERT_TRUE(want && got);
+    ASSERT_EQ(tensor_diff(*want, *got), "") << st.rows << "x" << st.cols;
+  }
+}
+
 TEST_F(DeviceEncode, NonFiniteInputIsRefusedAsOnTheCpu) {
   auto dev = cuda::DeviceEncoder::create(0);
   ASSERT_TRUE(dev);
