@@ -1,9 +1,10 @@
 // The device encoder (codec/cuda/encode.h) against the CPU encoder: weights per second for the 10240x3840 bf16
 // layer at 4 bpp and for a Llama-3-8B-shaped set of linear layers (32 x q/o 4096x4096, k/v 1024x4096, gate/up
 // 14336x4096, down 4096x14336; random bf16, generated on the device and copied to pageable host memory, as the
-// mapped safetensors file compress reads would be). Timed per tensor: pack_tensor with the device encoder (what
+// mapped safetensors file compress reads would be). Timed: pack_tensor with the device encoder (what
 // `epk compress --device cuda` runs per tensor: encode, stored-rate check, error measurement) from host bytes to
-// the host EncodedTensor; the CPU encoder on a subset (it is slow), with a byte-for-byte comparison of the streams.
+// the host EncodedTensor, over the whole set in wall time, with one encoder and with three on three host threads
+// (tensors in flight together); the CPU encoder on a subset (it is slow), with byte-for-byte comparisons.
 //   gpu_encode_bench [--layers N] [--cpu-tensors N] [--bpp R]
 #include <cuda_runtime_api.h>
 
@@ -12,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,8 +108,7 @@ int main(int argc, char** argv) {
   o.threads = threads;
   epk::rans::EncodingInfo info;
   info.target_bpp = bpp;
-  std::vector<std::byte> bufs[2];
-  std::vector<std::byte>& host = bufs[0];
+  std::vector<std::byte> host;
   void* dev = nullptr;
   std::size_t dev_bytes = 0;
   int mismatches = 0;
@@ -152,62 +154,99 @@ int main(int argc, char** argv) {
                 identical ? "yes" : "NO");
   }
 
-  // 2. The Llama-3-8B-shaped set.
-  const epk::cuda::DeviceSteps::StepTimes before = (*enc)->steps().times();
-  const Shape shapes[] = {{"q", 4096, 4096},     {"k", 1024, 4096},     {"v", 1024, 4096}, {"o", 4096, 4096},
+  // 2. The Llama-3-8B-shaped set, every tensor's bytes in host memory first (generated on the device, untimed).
+  const Shape shapes[7] = {{"q", 4096, 4096},     {"k", 1024, 4096},     {"v", 1024, 4096}, {"o", 4096, 4096},
                           {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
-  double dev_total = 0, dev_weights = 0, cpu_total = 0, cpu_weights = 0, stored_bits = 0;
-  int cpu_done = 0;
-  // Tensor k+1 is generated (untimed) before tensor k is packed, and handed to the encoder as the next one, as
-  // epk compress does: its copy to the device overlaps tensor k's encode.
   const int count = layers * 7;
-  auto shape_of = [&](int k) { return shapes[k % 7]; };
-  if (count > 0 && !make_weights(shape_of(0).rows, shape_of(0).cols, 101, bufs[0], dev, dev_bytes)) return 1;
+  std::vector<std::vector<std::byte>> inputs(static_cast<std::size_t>(count));
+  double set_weights = 0;
   for (int k = 0; k < count; ++k) {
-    const Shape s = shape_of(k);
-    const std::vector<std::byte>& cur = bufs[k & 1];
-    if (k + 1 < count) {
-      if (!make_weights(shape_of(k + 1).rows, shape_of(k + 1).cols, 102 + std::uint64_t(k), bufs[(k + 1) & 1], dev,
-                        dev_bytes)) {
-        return 1;
-      }
-      (*enc)->prefetch_next(bufs[(k + 1) & 1]);
-    } else {
-      (*enc)->prefetch_next({});
-    }
-    const double w = double(s.rows) * s.cols;
-    epk::rate::Packed p;
-    const double t = device_pack(cur, s.rows, s.cols, &p);
-    if (t < 0) return 1;
-    dev_total += t;
-    dev_weights += w;
-    stored_bits += p.stored_bpp * w;
-    if (cpu_done < cpu_tensors) {
-      ++cpu_done;
-      const auto t0 = Clock::now();
-      auto c = epk::rate::pack_tensor(cur, s.rows, s.cols, epk::DType::kBF16, o, epk::rate::ChoicePolicy{}, info,
-                                      "w");
-      cpu_total += seconds_since(t0);
-      cpu_weights += w;
-      const bool identical = c && c->choice.form == p.choice.form &&
-                             (p.choice.form != epk::rate::Form::kLatticeRans || same(c->lattice, p.lattice));
-      if (!identical) ++mismatches;
-      std::printf("  tensor %d %s %ux%u: device %.4f s, cpu %.3f s, identical: %s\n", k, s.name, s.rows, s.cols, t,
-                  seconds_since(t0), identical ? "yes" : "NO");
-    }
+    const Shape& s = shapes[k % 7];
+    if (!make_weights(s.rows, s.cols, 101 + std::uint64_t(k), inputs[std::size_t(k)], dev, dev_bytes)) return 1;
+    set_weights += double(s.rows) * s.cols;
   }
-  const epk::cuda::DeviceSteps::StepTimes& after = (*enc)->steps().times();
-  const double steps_s = (after.load - before.load) + (after.sample - before.sample) +
-                         (after.quantize - before.quantize) + (after.counts - before.counts) +
-                         (after.refit - before.refit) + (after.code - before.code) + (after.error - before.error);
-  std::printf("  within load: upload (or prefetch wait) %.3f s; within code: payload download %.3f s\n",
-              after.upload - before.upload, after.download - before.download);
-  std::printf("  device steps over the set (s): load %.3f, sample %.3f (%llu calls), quantize %.3f (%llu calls), "
-              "counts %.3f, refit %.3f, code %.3f, error %.3f; outside the steps (pack_tensor, tables, host) %.3f\n",
-              after.load - before.load, after.sample - before.sample,
-              (unsigned long long)(after.calls_sample - before.calls_sample), after.quantize - before.quantize,
-              (unsigned long long)(after.calls_quantize - before.calls_quantize), after.counts - before.counts,
-              after.refit - before.refit, after.code - before.code, after.error - before.error, dev_total - steps_s);
+  // One pass over the set with `workers` device encoders on as many host threads (worker w takes tensors w,
+  // w + workers, ...; each hands its encoder its own next tensor, as epk compress does); wall seconds, results kept.
+  auto run_set = [&](int workers, std::vector<epk::rate::Packed>& out, epk::cuda::DeviceSteps::StepTimes* times) {
+    out.assign(std::size_t(count), epk::rate::Packed{});
+    std::vector<std::unique_ptr<epk::cuda::DeviceEncoder>> encs;
+    for (int w = 0; w < workers; ++w) {
+      auto e = epk::cuda::DeviceEncoder::create(0);
+      if (!e) return -1.0;
+      encs.push_back(std::move(*e));
+    }
+    std::vector<int> failed(std::size_t(workers), 0);
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int w = 0; w < workers; ++w) {
+      pool.emplace_back([&, w] {
+        for (int k = w; k < count; k += workers) {
+          const Shape& s = shapes[k % 7];
+          const bool more = k + workers < count;
+          encs[std::size_t(w)]->prefetch_next(more ? std::span<const std::byte>(inputs[std::size_t(k + workers)])
+                                                   : std::span<const std::byte>());
+          auto p = epk::rate::pack_tensor(*encs[std::size_t(w)], inputs[std::size_t(k)], s.rows, s.cols,
+                                          epk::DType::kBF16, o, epk::rate::ChoicePolicy{}, info, "w");
+          if (!p) {
+            std::printf("device pack: %s\n", p.error().message.c_str());
+            failed[std::size_t(w)] = 1;
+            return;
+          }
+          out[std::size_t(k)] = std::move(*p);
+        }
+      });
+    }
+    for (auto& t : pool) t.join();
+    const double wall = seconds_since(t0);
+    if (times) *times = encs[0]->steps().times();
+    for (int f : failed)
+      if (f) return -1.0;
+    return wall;
+  };
+  std::vector<epk::rate::Packed> seq, par;
+  epk::cuda::DeviceSteps::StepTimes st;
+  const double seq_s = run_set(1, seq, &st);
+  const int workers = 3;
+  const double par_s = run_set(workers, par, nullptr);
+  if (seq_s < 0 || par_s < 0) return 1;
+  double stored_bits = 0;
+  int par_mismatch = 0;
+  for (int k = 0; k < count; ++k) {
+    const Shape& s = shapes[k % 7];
+    stored_bits += seq[std::size_t(k)].stored_bpp * double(s.rows) * s.cols;
+    if (!same(seq[std::size_t(k)].lattice, par[std::size_t(k)].lattice)) ++par_mismatch;
+  }
+  mismatches += par_mismatch;
+  // The CPU encoder on the first tensors, against the sequential pass's streams.
+  double cpu_total = 0, cpu_weights = 0;
+  int cpu_done = 0;
+  for (int k = 0; k < count && cpu_done < cpu_tensors; ++k, ++cpu_done) {
+    const Shape& s = shapes[k % 7];
+    const auto t0 = Clock::now();
+    auto c = epk::rate::pack_tensor(inputs[std::size_t(k)], s.rows, s.cols, epk::DType::kBF16, o,
+                                    epk::rate::ChoicePolicy{}, info, "w");
+    const double t = seconds_since(t0);
+    cpu_total += t;
+    cpu_weights += double(s.rows) * s.cols;
+    const epk::rate::Packed& p = seq[std::size_t(k)];
+    const bool identical = c && c->choice.form == p.choice.form &&
+                           (p.choice.form != epk::rate::Form::kLatticeRans || same(c->lattice, p.lattice));
+    if (!identical) ++mismatches;
+    std::printf("  tensor %d %s %ux%u: cpu %.3f s, identical: %s\n", k, s.name, s.rows, s.cols, t,
+                identical ? "yes" : "NO");
+  }
+  std::printf("RESULT llama8b_shaped %d layers: %.3f G weights (stored %.4f bpp); device, 1 encoder: %.3f s = %.3f "
+              "Gw/s; device, %d encoders on %d threads: %.3f s = %.3f Gw/s (streams %s the 1-encoder pass's); "
+              "cpu (%d tensors, %.3f G weights) %.3f s = %.4f Gw/s\n",
+              layers, set_weights / 1e9, stored_bits / set_weights, seq_s, set_weights / seq_s / 1e9, workers,
+              workers, par_s, set_weights / par_s / 1e9, par_mismatch ? "DIFFER from" : "identical to", cpu_done,
+              cpu_weights / 1e9, cpu_total, cpu_weights / std::max(cpu_total, 1e-9) / 1e9);
+  std::printf("  1-encoder pass, wall seconds in its steps: load %.3f (upload or prefetch wait %.3f), sample %.3f "
+              "(%llu calls), quantize %.3f (%llu calls), counts %.3f, refit %.3f, code %.3f (payload download "
+              "%.3f), error %.3f; outside the steps (pack_tensor, host) %.3f\n",
+              st.load, st.upload, st.sample, (unsigned long long)st.calls_sample, st.quantize,
+              (unsigned long long)st.calls_quantize, st.counts, st.refit, st.code, st.download, st.error,
+              seq_s - (st.load + st.sample + st.quantize + st.counts + st.refit + st.code + st.error));
   std::printf("RESULT stream mismatches against the CPU encoder: %d\n", mismatches);
   if (dev) cudaFree(dev);
   return mismatches ? 2 : 0;

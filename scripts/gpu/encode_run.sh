@@ -31,6 +31,13 @@ echo "== epk compress end to end"
   --device cpu --threads "$(nproc)" 2>&1 | tail -2 | tee -a "$log"
 if cmp -s "$work/gpu.epk" "$work/cpu.epk"; then echo "RESULT cli files identical" | tee -a "$log"; else
   echo "RESULT cli files DIFFER" | tee -a "$log"; fi
+# --budget-bpp (one device encoder, tensors in order) and --rule on both devices: the same files again.
+"$here/cli/epk" compress "$work/demo" -o "$work/gpu_b.epk" --budget-bpp 3 --rule '*down_proj*=5' --device cuda \
+  >/dev/null 2>&1
+"$here/cli/epk" compress "$work/demo" -o "$work/cpu_b.epk" --budget-bpp 3 --rule '*down_proj*=5' --device cpu \
+  --threads "$(nproc)" >/dev/null 2>&1
+if cmp -s "$work/gpu_b.epk" "$work/cpu_b.epk"; then echo "RESULT cli budget files identical" | tee -a "$log"; else
+  echo "RESULT cli budget files DIFFER" | tee -a "$log"; fi
 # A larger file, --device cuda only (the CPU would take minutes): compress's own closing line gives its seconds.
 timeout 60 "$here/cli/make_demo_model" "$work/big" --layers 2 --hidden 4096 >/dev/null &&
   /usr/bin/time -f "RESULT cli_compress_cuda_2x4096 %e s wall" "$here/cli/epk" compress "$work/big" \
