@@ -50,7 +50,7 @@ struct CompressArgs {
   std::string device;
 };
 
-// Device encoders packing tensors together (EncodePipeline): 3 measured 1.6x one on the H200 (docs/NOTES.md).
+// Device encoders packing tensors together (EncodePipeline): 3 gave 2.6x one on the H200 (docs/NOTES.md).
 inline constexpr int kDeviceEncoders = 3;
 
 // The encoder of a device: the CPU encoder, or the device encoder on GPU 0.
