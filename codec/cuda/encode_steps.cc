@@ -91,7 +91,7 @@ struct DeviceSteps::Impl {
   int device = 0;
   StepTimes* times = nullptr;
   cudaStream_t stream = nullptr;
-  // The source: two buffers, the current tensor's and the one prefetch() fills from its own thread and stream.
+  // The source: two buffers, the current tensor's and the one the prefetch thread fills on copy_stream.
   Buffer src_buf[2];
   int active = 0;
   cudaStream_t copy_stream = nullptr;
@@ -147,7 +147,9 @@ struct DeviceSteps::Impl {
     prefetcher = std::thread([this, &spare, weights] {
       cudaError_t e = cudaSetDevice(device);
       if (e == cudaSuccess) e = spare.reserve(weights.size());
-      if (e == cudaSuccess) e = prefetch_copier.to_device(spare.as<void>(), weights.data(), weights.size(), copy_stream);
+      if (e == cudaSuccess) {
+        e = prefetch_copier.to_device(spare.as<void>(), weights.data(), weights.size(), copy_stream);
+      }
       pre_error = e;
     });
   }

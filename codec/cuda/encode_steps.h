@@ -30,9 +30,10 @@ class DeviceSteps final : public rate::EncodeSteps {
   Result<rate::SourceStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
                                  DType dtype) override;
   Status set_sample(const std::vector<std::uint32_t>& rows) override;
-  // The bytes of the tensor to be encoded after the one about to be loaded (empty: none): that load() starts copying them to the device
-  // on a second stream from a helper thread, so that the copy overlaps this tensor's steps, and the load() of
-  // exactly these bytes (same address and size) takes them. They must stay valid and unchanged until then.
+  // The bytes of the tensor to be encoded after the one about to be loaded (empty: none): that load() starts
+  // copying them to the device on a second stream from a helper thread, so that the copy overlaps this tensor's
+  // steps, and the load() of exactly these bytes (same address and size) takes them. They must stay valid and
+  // unchanged until then.
   void prefetch_next(std::span<const std::byte> next);
   model::FieldCounts sample_counts(float scale) override;
   Result<rate::SampleCoded> sample_code(float scale, std::uint32_t cols, int prob_bits,
