@@ -25,6 +25,9 @@ EPK_TEST_DATA_DIR="$data" "$bin/epk_cuda_oracle_test" --gtest_brief=1 2>&1 | tee
 oracle_rc=${PIPESTATUS[0]}
 "$bin/epk_cuda_intq_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
 intq_rc=${PIPESTATUS[0]}
+# The device encoder against the CPU encoder, byte for byte (scripts/gpu/encode_run.sh adds its bench).
+"$bin/epk_cuda_encode_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
+encode_rc=${PIPESTATUS[0]}
 sanitizer_rc=skipped
 if [[ "$quick" != "--quick" && "$quick" != "--no-sanitizer" ]] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"
@@ -85,8 +88,8 @@ echo "SM clock during the bench (samples x clock): $clocks"
 echo "== intq repack bench (4096 x 14336 and 14336 x 4096, 4-bit g128)"
 "$bin/intq_repack_bench" --rows 4096 --cols 14336 --runs 100 2>&1 | tee "$out/intq_bench.txt"
 "$bin/intq_repack_bench" --rows 14336 --cols 4096 --runs 100 2>&1 | tee -a "$out/intq_bench.txt"
-echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, intq $intq_rc, device pool $pool_rc," \
+echo "== test exit codes: decoder $tests_rc, oracle $oracle_rc, intq $intq_rc, encoder $encode_rc, device pool $pool_rc," \
   "sanitizers $sanitizer_rc, epk --device cuda $cli_rc, epkd device path $epkd_rc, epkd round trips $rtt_rc"
-for rc in "$tests_rc" "$oracle_rc" "$intq_rc" "$pool_rc" "$sanitizer_rc" "$cli_rc" "$epkd_rc" "$rtt_rc"; do
+for rc in "$tests_rc" "$oracle_rc" "$intq_rc" "$encode_rc" "$pool_rc" "$sanitizer_rc" "$cli_rc" "$epkd_rc" "$rtt_rc"; do
   [[ "$rc" == 0 || "$rc" == na || "$rc" == skipped ]] || exit 1
 done

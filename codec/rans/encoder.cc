@@ -50,6 +50,28 @@ void encode_tile(const lattice::QuantizedFields& q, std::size_t begin, std::size
 
 }  // namespace
 
+Status build_tables(const model::FieldCounts& counts, std::uint32_t prob_bits, EncodedTensor& out) {
+  const std::uint32_t table_size = 1u << prob_bits;
+  out.tables.assign(model::kTables, TableMeta{});
+  out.freq_tables.clear();
+  for (int t = 0; t < model::kTables; ++t) {
+    const model::TableCounts& tc = counts[std::size_t(t)];
+    TableMeta& meta = out.tables[std::size_t(t)];
+    meta.n_symbols = std::int32_t(tc.total);
+    meta.sym_min = tc.total ? tc.sym_min : 0;
+    meta.freq_offset = std::int32_t(out.freq_tables.size());
+    meta.alphabet = tc.total ? std::int32_t(tc.alphabet()) : 0;
+    if (tc.total == 0) continue;
+    auto freq = model::normalize_frequencies(tc.counts, table_size);
+    if (!freq) {
+      return make_error(ErrorCode::kInvalidArgument, "encode_fields: table " + std::to_string(t) + ": " +
+                                                         freq.error().message);
+    }
+    out.freq_tables.insert(out.freq_tables.end(), freq->begin(), freq->end());
+  }
+  return {};
+}
+
 Result<EncodedTensor> encode_fields(const lattice::QuantizedFields& q, std::vector<float> scales,
                                     const EncodeGeometry& g, int threads) {
   if (g.rows == 0 || g.cols == 0) return make_error(ErrorCode::kInvalidArgument, "encode_fields: empty tensor");
@@ -79,33 +101,22 @@ Result<EncodedTensor> encode_fields(const lattice::QuantizedFields& q, std::vect
   }
   out.scales = std::move(scales);
 
-  const std::uint32_t table_size = 1u << g.prob_bits;
   const model::FieldCounts counts = model::count_fields(q.coset.data(), q.fields.data(), vectors);
+  EPK_TRY(build_tables(counts, g.prob_bits, out));
   std::vector<CodingTable> tables(model::kTables);
-  out.tables.resize(model::kTables);
   for (int t = 0; t < model::kTables; ++t) {
-    const model::TableCounts& tc = counts[std::size_t(t)];
-    TableMeta& meta = out.tables[std::size_t(t)];
-    meta.n_symbols = std::int32_t(tc.total);
-    meta.sym_min = tc.total ? tc.sym_min : 0;
-    meta.freq_offset = std::int32_t(out.freq_tables.size());
-    meta.alphabet = tc.total ? std::int32_t(tc.alphabet()) : 0;
-    if (tc.total == 0) continue;
-    auto freq = model::normalize_frequencies(tc.counts, table_size);
-    if (!freq) {
-      return make_error(ErrorCode::kInvalidArgument, "encode_fields: table " + std::to_string(t) + ": " +
-                                                         freq.error().message);
-    }
+    const TableMeta& meta = out.tables[std::size_t(t)];
+    if (meta.n_symbols == 0) continue;
     CodingTable& ct = tables[std::size_t(t)];
-    ct.sym_min = tc.sym_min;
-    ct.freq.assign(freq->begin(), freq->end());
+    ct.sym_min = meta.sym_min;
+    ct.freq.assign(out.freq_tables.begin() + meta.freq_offset,
+                   out.freq_tables.begin() + meta.freq_offset + meta.alphabet);
     ct.cdf.resize(ct.freq.size());
     std::uint32_t running = 0;
     for (std::size_t i = 0; i < ct.freq.size(); ++i) {
       ct.cdf[i] = running;
       running += ct.freq[i];
     }
-    out.freq_tables.insert(out.freq_tables.end(), freq->begin(), freq->end());
   }
 
   const std::size_t tile_vectors = model::vectors_per_tile(g.tile_symbols);

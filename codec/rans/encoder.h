@@ -7,6 +7,7 @@
 
 #include "codec/common/result.h"
 #include "codec/lattice/quantize.h"
+#include "codec/model/tables.h"
 #include "codec/rans/encoded_tensor.h"
 
 namespace epk::rans {
@@ -18,6 +19,10 @@ struct EncodeGeometry {
   std::uint32_t tile_symbols = 16384;
   DType dtype = DType::kF32;
 };
+
+// The 17 tables' metadata and normalised frequencies (out.tables, out.freq_tables) from the fields' counts, as
+// encode_fields stores them. Errors: a table whose alphabet exceeds 2^prob_bits (naming it).
+Status build_tables(const model::FieldCounts& counts, std::uint32_t prob_bits, EncodedTensor& out);
 
 // Codes fields (rows * padded_cols / 8 vectors) with row scales (rows). threads >= 1 splits the tiles.
 // Errors: sizes that disagree, prob_bits outside 9..15, a table alphabet above 2^prob_bits.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "codec/decode/decode_tensor.h"
@@ -78,18 +79,20 @@ namespace {
 struct Trial {
   rans::EncodedTensor lattice;
   EncodeReport report;
+  std::optional<ReconstructionError> error;  // measured by the encoder
   Candidate candidate;  // target_bpp: the user's target, not the trial's
   std::uint64_t lattice_bytes = 0;
 };
 
-// Encodes at `trial_target` (with the container-overhead correction) and measures the result against `source`.
-Result<Trial> try_lattice(std::span<const std::byte> weights, std::span<const float> source, std::uint32_t rows,
+// Encodes at `trial_target` (with the container-overhead correction) and measures the result against the source
+// (decoded and converted to float32 here only when the encoder measured nothing).
+Result<Trial> try_lattice(TensorEncoder& encoder, std::span<const std::byte> weights, std::uint32_t rows,
                           std::uint32_t cols, DType dtype, EncodeOptions options, double trial_target,
                           const rans::EncodingInfo& info, std::string_view name) {
   const double n = double(rows) * double(cols);
   Trial t;
   options.target_bpp = trial_target;
-  EPK_TRY_ASSIGN(t.lattice, encode(weights, rows, cols, dtype, options, name, &t.report));
+  EPK_TRY_ASSIGN(t.lattice, encoder.encode(weights, rows, cols, dtype, options, name, &t.report, &t.error));
   // params_json's length before the scale is known: a scale printed at full precision.
   rans::EncodingInfo probe = info;
   probe.target_bpp = trial_target;
@@ -101,11 +104,13 @@ Result<Trial> try_lattice(std::span<const std::byte> weights, std::span<const fl
     EncodeOptions o = options;
     o.target_bpp = std::min(cap, std::max(0.01, trial_target + (ref - got)));
     EncodeReport r2;
-    EPK_TRY_ASSIGN(auto again, encode(weights, rows, cols, dtype, o, name, &r2));
+    std::optional<ReconstructionError> e2;
+    EPK_TRY_ASSIGN(auto again, encoder.encode(weights, rows, cols, dtype, o, name, &r2, &e2));
     const double got2 = 8.0 * double(lattice_stored_bytes(again, name, probe)) / n;
     if (std::abs(got2 - trial_target) < std::abs(got - trial_target)) {
       t.lattice = std::move(again);
       t.report = r2;
+      t.error = e2;
     }
   }
   rans::EncodingInfo final_info = info;
@@ -114,19 +119,30 @@ Result<Trial> try_lattice(std::span<const std::byte> weights, std::span<const fl
   final_info.coarsened = t.report.coarsened;
   t.lattice_bytes = lattice_stored_bytes(t.lattice, name, final_info);
 
-  std::vector<float> decoded(std::size_t(rows) * cols);
-  EPK_TRY(rans::decode(t.lattice.view(), name, DType::kF32,
-                       std::span<std::byte>(reinterpret_cast<std::byte*>(decoded.data()), decoded.size() * 4),
-                       std::max(1, options.threads)));
-  double num = 0, den = 0;
-  bool dec_zero = true, src_zero = true;
-  for (std::size_t i = 0; i < decoded.size(); ++i) {
-    const double d = double(decoded[i]) - double(source[i]);
-    num += d * d;
-    den += double(source[i]) * double(source[i]);
-    dec_zero = dec_zero && decoded[i] == 0.0f;
-    src_zero = src_zero && source[i] == 0.0f;
+  if (!t.error) {
+    std::vector<float> source(std::size_t(rows) * cols);
+    if (!decode::raw_to_f32(dtype,
+                            std::span(reinterpret_cast<const std::uint8_t*>(weights.data()), weights.size()),
+                            source)) {
+      return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) + "': dtype " +
+                                                         std::string(dtype_name(dtype)) + " is not a float dtype");
+    }
+    std::vector<float> decoded(std::size_t(rows) * cols);
+    EPK_TRY(rans::decode(t.lattice.view(), name, DType::kF32,
+                         std::span<std::byte>(reinterpret_cast<std::byte*>(decoded.data()), decoded.size() * 4),
+                         std::max(1, options.threads)));
+    ReconstructionError e;
+    for (std::size_t i = 0; i < decoded.size(); ++i) {
+      const double d = double(decoded[i]) - double(source[i]);
+      e.sse += d * d;
+      e.source_energy += double(source[i]) * double(source[i]);
+      e.decoded_zero = e.decoded_zero && decoded[i] == 0.0f;
+      e.source_zero = e.source_zero && source[i] == 0.0f;
+    }
+    t.error = e;
   }
+  const double num = t.error->sse, den = t.error->source_energy;
+  const bool dec_zero = t.error->decoded_zero, src_zero = t.error->source_zero;
   Candidate& c = t.candidate;
   c.lattice_bpp = 8.0 * double(t.lattice_bytes) / n;
   c.lattice_rel_l2 = den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : std::numeric_limits<double>::infinity());
@@ -137,18 +153,27 @@ Result<Trial> try_lattice(std::span<const std::byte> weights, std::span<const fl
 
 }  // namespace
 
+Result<rans::EncodedTensor> CpuEncoder::encode(std::span<const std::byte> weights, std::uint32_t rows,
+                                               std::uint32_t cols, DType dtype, const EncodeOptions& options,
+                                               std::string_view name, EncodeReport* report,
+                                               std::optional<ReconstructionError>* error) {
+  if (error) error->reset();
+  return rate::encode(weights, rows, cols, dtype, options, name, report);
+}
+
 Result<Packed> pack_tensor(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols, DType dtype,
                            const EncodeOptions& options, const ChoicePolicy& policy, const rans::EncodingInfo& info,
                            std::string_view name) {
+  CpuEncoder cpu;
+  return pack_tensor(cpu, weights, rows, cols, dtype, options, policy, info, name);
+}
+
+Result<Packed> pack_tensor(TensorEncoder& encoder, std::span<const std::byte> weights, std::uint32_t rows,
+                           std::uint32_t cols, DType dtype, const EncodeOptions& options, const ChoicePolicy& policy,
+                           const rans::EncodingInfo& info, std::string_view name) {
   const double n = double(rows) * double(cols);
   const double target = options.target_bpp;
-  std::vector<float> source(std::size_t(rows) * cols);
-  if (!decode::raw_to_f32(dtype, std::span(reinterpret_cast<const std::uint8_t*>(weights.data()), weights.size()),
-                          source)) {
-    return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) + "': dtype " +
-                                                       std::string(dtype_name(dtype)) + " is not a float dtype");
-  }
-  EPK_TRY_ASSIGN(Trial t, try_lattice(weights, source, rows, cols, dtype, options, target, info, name));
+  EPK_TRY_ASSIGN(Trial t, try_lattice(encoder, weights, rows, cols, dtype, options, target, info, name));
   const std::uint64_t raw_bytes = raw_stored_bytes(name, rows, cols, dtype);
   Packed p;
   p.candidate = t.candidate;

@@ -77,6 +77,38 @@ struct Packed {
   double rel_l2 = 0;               // of the chosen form (0 for raw)
 };
 
+// The reconstruction of an encoded tensor measured against its source, as pack_tensor needs it.
+struct ReconstructionError {
+  double sse = 0;            // sum (decoded - source)^2 over rows x cols, in float64
+  double source_energy = 0;  // sum source^2
+  bool decoded_zero = true;
+  bool source_zero = true;
+};
+
+// What pack_tensor encodes with: rate::encode on the CPU, or a device (codec/cuda/encode.h). A backend that can
+// measure its stream's reconstruction against the source (the decoder's arithmetic on the fields it coded, exact for
+// a lossless coder) fills *error; otherwise pack_tensor decodes the stream on the host and measures it there.
+class TensorEncoder {
+ public:
+  virtual ~TensorEncoder() = default;
+  virtual Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint32_t rows,
+                                             std::uint32_t cols, DType dtype, const EncodeOptions& options,
+                                             std::string_view name, EncodeReport* report,
+                                             std::optional<ReconstructionError>* error) = 0;
+  // Called before encoding a tensor: the bytes of the tensor to be encoded after it (empty: none), which a device
+  // encoder copies to the device while it works on this one. They must stay valid and unchanged until encoded.
+  // A hint only: the streams are the same without it.
+  virtual void prefetch_next(std::span<const std::byte> next) { (void)next; }
+};
+
+// rate::encode itself, measuring nothing.
+class CpuEncoder final : public TensorEncoder {
+ public:
+  Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
+                                     DType dtype, const EncodeOptions& options, std::string_view name,
+                                     EncodeReport* report, std::optional<ReconstructionError>* error) override;
+};
+
 // Encodes weights (rows x cols, row-major, dtype as rate::encode takes) at options.target_bpp, measures the candidate
 // against the source and chooses. `info` is what params_json will record (its target and scale are filled in by the
 // caller from the result); the stored rate is counted with the index entry that info's params produce. When the
@@ -86,6 +118,10 @@ struct Packed {
 Result<Packed> pack_tensor(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols, DType dtype,
                            const EncodeOptions& options, const ChoicePolicy& policy, const rans::EncodingInfo& info,
                            std::string_view name);
+// The same with the given encoder.
+Result<Packed> pack_tensor(TensorEncoder& encoder, std::span<const std::byte> weights, std::uint32_t rows,
+                           std::uint32_t cols, DType dtype, const EncodeOptions& options, const ChoicePolicy& policy,
+                           const rans::EncodingInfo& info, std::string_view name);
 
 // Stored rate of a tensor kept raw (its bytes plus its index entry) with this name, shape and dtype.
 std::uint64_t raw_stored_bytes(std::string_view name, std::uint32_t rows, std::uint32_t cols, DType dtype);

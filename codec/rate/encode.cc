@@ -1,5 +1,7 @@
 #include "codec/rate/encode.h"
 
+#include <memory>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include "codec/model/tables.h"
 #include "codec/rans/encoder.h"
 #include "codec/rate/ecvq.h"
+#include "codec/rate/encode_steps.h"
 #include "codec/rate/rdo.h"
 #include "codec/rate/refit.h"
 #include "codec/rate/search.h"
@@ -52,7 +55,122 @@ float load_weight(const std::byte* p, DType t) {
   }
 }
 
+
+// The CPU steps: the encoder's arrays on the host, every step a codec function on `threads` threads.
+class CpuSteps final : public EncodeSteps {
+ public:
+  explicit CpuSteps(int threads) : threads_(std::max(1, threads)) {}
+
+  Result<SourceStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
+                           DType dtype) override {
+    rows_ = rows;
+    padded_ = (cols + 7) / 8 * 8;
+    const std::size_t esize = std::size_t(dtype_bits(dtype) / 8);
+    const std::uint32_t padded = padded_;
+    // Source weights as float32, zero-padded to whole vectors; then the row RMS (over the padded row, as the
+    // reference) and the normalised rows x / rms in float32.
+    x_.assign(std::size_t(rows) * padded, 0.0f);
+    SourceStats st;
+    st.rms.resize(rows);
+    normalized_.resize(x_.size());
+    std::vector<std::int64_t> bad_at(rows, -1);
+    std::vector<float> row_max(rows, 0.0f);
+    std::vector<float>& rms = st.rms;
+    parallel_for_blocks(rows, 64, threads_, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        double sum2 = 0.0;
+        float m = 0.0f;
+        for (std::size_t c = 0; c < cols; ++c) {
+          const float v = load_weight(weights.data() + (r * cols + c) * esize, dtype);
+          if (!std::isfinite(v)) {
+            if (bad_at[r] < 0) bad_at[r] = std::int64_t(c);
+            continue;
+          }
+          x_[r * padded + c] = v;
+          sum2 += double(v) * double(v);
+          m = std::max(m, std::fabs(v));
+        }
+        row_max[r] = m;
+        rms[r] = std::max(float(std::sqrt(sum2 / double(padded))), kMinRms);
+        for (std::size_t c = 0; c < padded; ++c) normalized_[r * padded + c] = x_[r * padded + c] / rms[r];
+      }
+    });
+    for (std::uint32_t r = 0; r < rows; ++r) {
+      if (bad_at[r] >= 0) {
+        st.bad_row = r;
+        st.bad_col = bad_at[r];
+        break;
+      }
+    }
+    st.max_abs = *std::max_element(row_max.begin(), row_max.end());
+    rms_ = st.rms;
+    arrays_ = HostArrays{x_.data(), normalized_.data(), &q_};
+    return st;
+  }
+
+  Status set_sample(const std::vector<std::uint32_t>& sample) override {
+    sample_rows_ = sample.size();
+    sample_ptr_ = normalized_.data();
+    sample_x_.clear();
+    if (sample.size() < rows_) {
+      sample_x_.resize(sample.size() * padded_);
+      for (std::size_t i = 0; i < sample.size(); ++i) {
+        std::memcpy(&sample_x_[i * padded_], &normalized_[std::size_t(sample[i]) * padded_], padded_ * sizeof(float));
+      }
+      sample_ptr_ = sample_x_.data();
+    }
+    return {};
+  }
+
+  model::FieldCounts sample_counts(float scale) override {
+    return quantize_counts(sample_ptr_, sample_rows_ * (padded_ / 8), scale, threads_);
+  }
+
+  Result<SampleCoded> sample_code(float scale, std::uint32_t cols, int prob_bits,
+                                  std::uint32_t tile_symbols) override {
+    const std::size_t n = sample_rows_ * (padded_ / 8);
+    lattice::QuantizedFields q;
+    quantize_all(sample_ptr_, n, scale, q, threads_);
+    SampleCoded out;
+    out.counts = model::count_fields(q.coset.data(), q.fields.data(), n);
+    rans::EncodeGeometry g{std::uint32_t(sample_rows_), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
+    EPK_TRY_ASSIGN(out.coded, rans::encode_fields(q, std::vector<float>(sample_rows_, 1.0f), g, threads_));
+    return out;
+  }
+
+  Status quantize(float scale) override {
+    quantize_all(normalized_.data(), std::size_t(rows_) * (padded_ / 8), scale, q_, threads_);
+    return {};
+  }
+
+  model::FieldCounts counts() override { return count_fields_parallel(q_, threads_); }
+
+  Status refit(double scale, std::vector<float>& scales, std::vector<double>* row_sse) override {
+    refit_rows(x_.data(), rows_, padded_, q_, scale, rms_.data(), scales, row_sse, threads_);
+    return {};
+  }
+
+  Result<rans::EncodedTensor> code(std::vector<float> scales, const rans::EncodeGeometry& g) override {
+    return rans::encode_fields(q_, std::move(scales), g, threads_);
+  }
+
+  HostArrays* host() override { return &arrays_; }
+  Status fields_changed() override { return {}; }
+
+ private:
+  int threads_;
+  std::uint32_t rows_ = 0;
+  std::uint32_t padded_ = 0;
+  std::vector<float> x_, normalized_, rms_, sample_x_;
+  const float* sample_ptr_ = nullptr;
+  std::size_t sample_rows_ = 0;
+  lattice::QuantizedFields q_;
+  HostArrays arrays_;
+};
+
 }  // namespace
+
+std::unique_ptr<EncodeSteps> make_cpu_steps(int threads) { return std::make_unique<CpuSteps>(threads); }
 
 // The paper's dtype table: a tensor is encoded from the same six dtypes the decoder reconstructs into.
 bool encode_input_supported(DType t) { return rans::decode_output_supported(t); }
@@ -60,6 +178,13 @@ bool encode_input_supported(DType t) { return rans::decode_output_supported(t); 
 Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
                                    DType dtype, const EncodeOptions& o, std::string_view name,
                                    EncodeReport* report) {
+  CpuSteps steps(o.threads);
+  return encode_with(steps, weights, rows, cols, dtype, o, name, report);
+}
+
+Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std::byte> weights, std::uint32_t rows,
+                                        std::uint32_t cols, DType dtype, const EncodeOptions& o,
+                                        std::string_view name, EncodeReport* report) {
   if (rows == 0 || cols == 0) return invalid(name, "empty shape");
   if (cols > 0xfffffff0u) return invalid(name, "too many columns");
   if (!encode_input_supported(dtype)) return invalid(name, "input dtype " + std::string(dtype_name(dtype)));
@@ -83,46 +208,23 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
   const int threads = std::max(1, o.threads);
   const double target = std::min(o.target_bpp, double(dtype_bits(dtype)));
   const std::uint32_t padded = (cols + 7) / 8 * 8;
-  const std::size_t vpr = padded / 8;
-  const std::size_t vectors = std::size_t(rows) * vpr;
 
-  // Source weights as float32, zero-padded to whole vectors; then the row RMS (over the padded row, as the
-  // reference) and the normalised rows x / rms in float32.
-  std::vector<float> x(std::size_t(rows) * padded, 0.0f);
-  std::vector<float> rms(rows);
-  std::vector<float> normalized(x.size());
-  std::vector<std::int64_t> bad_at(rows, -1);
-  std::vector<float> row_max(rows, 0.0f);
-  parallel_for_blocks(rows, 64, threads, [&](std::size_t r0, std::size_t r1) {
-    for (std::size_t r = r0; r < r1; ++r) {
-      double sum2 = 0.0;
-      float m = 0.0f;
-      for (std::size_t c = 0; c < cols; ++c) {
-        const float v = load_weight(weights.data() + (r * cols + c) * esize, dtype);
-        if (!std::isfinite(v)) {
-          if (bad_at[r] < 0) bad_at[r] = std::int64_t(c);
-          continue;
-        }
-        x[r * padded + c] = v;
-        sum2 += double(v) * double(v);
-        m = std::max(m, std::fabs(v));
-      }
-      row_max[r] = m;
-      rms[r] = std::max(float(std::sqrt(sum2 / double(padded))), kMinRms);
-      for (std::size_t c = 0; c < padded; ++c) normalized[r * padded + c] = x[r * padded + c] / rms[r];
-    }
-  });
-  for (std::uint32_t r = 0; r < rows; ++r) {
-    if (bad_at[r] >= 0) {
-      return invalid(name, "non-finite weight at row " + std::to_string(r) + ", column " + std::to_string(bad_at[r]));
-    }
+  HostArrays* host = nullptr;
+  if (o.ecvq || o.rdo_sweeps > 0) {
+    host = steps.host();
+    if (!host) return invalid(name, "ECVQ and row RDO need the host encoder's arrays (this backend keeps none)");
   }
-  const float max_abs = *std::max_element(row_max.begin(), row_max.end());
+  EPK_TRY_ASSIGN(SourceStats stats, steps.load(weights, rows, cols, dtype));
+  if (stats.bad_row >= 0) {
+    return invalid(name, "non-finite weight at row " + std::to_string(stats.bad_row) + ", column " +
+                             std::to_string(stats.bad_col));
+  }
+  const std::vector<float>& rms = stats.rms;
+  const float max_abs = stats.max_abs;
 
   int prob_bits = o.prob_bits ? o.prob_bits : model::initial_prob_bits(target);
   const bool auto_bits = o.prob_bits == 0;
   const std::uint32_t tile_symbols = o.tile_symbols ? o.tile_symbols : model::default_tile_symbols(target);
-  lattice::QuantizedFields q;
   std::vector<float> scales;
   std::vector<double> row_sse;
   double scale = 1.0;
@@ -130,23 +232,16 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
   EcvqReport ecvq_report;
 
   if (max_abs == 0.0f) {
-    quantize_all(normalized.data(), vectors, 1.0f, q, threads);
-    refit_rows(x.data(), rows, padded, q, 1.0, rms.data(), scales, nullptr, threads);
+    EPK_TRY(steps.quantize(1.0f));
+    EPK_TRY(steps.refit(1.0, scales, nullptr));
   } else {
     const std::vector<std::uint32_t> sample = sample_rows(rows, padded, o.search_max_vectors);
-    std::vector<float> sample_x;
-    const float* sample_ptr = normalized.data();
-    if (sample.size() < rows) {
-      sample_x.resize(sample.size() * padded);
-      for (std::size_t i = 0; i < sample.size(); ++i) {
-        std::memcpy(&sample_x[i * padded], &normalized[std::size_t(sample[i]) * padded], padded * sizeof(float));
-      }
-      sample_ptr = sample_x.data();
-    }
+    EPK_TRY(steps.set_sample(sample));
+    auto sample_counts = [&](float s) { return steps.sample_counts(s); };
     for (;;) {
       bool escalate = false;
-      scale = bisect_scale(sample_ptr, sample.size(), padded, target, prob_bits, tile_symbols, o.search_iterations,
-                           threads);
+      scale = bisect_scale(sample_counts, sample.size(), padded, target, prob_bits, tile_symbols,
+                           o.search_iterations);
       Calibration cal;
       // Whole-tensor corrections left: the sample misjudges heavy tails, and at high rates its frequency tables
       // weigh more than the whole tensor's do, so the sample's scale can miss by a percent.
@@ -160,8 +255,9 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
       double prev_bpp = 0.0;
       bool have_prev = false;
       if (o.calibrate_rate) {
-        cal = calibrate_scale(sample_ptr, sample.size(), padded, cols, target, prob_bits, tile_symbols, scale,
-                              threads);
+        auto sample_code = [&](float s) { return steps.sample_code(s, cols, prob_bits, tile_symbols); };
+        cal = calibrate_scale(sample_counts, sample_code, sample.size(), cols, target, prob_bits, tile_symbols,
+                              scale);
         scale = cal.scale;
       }
       std::uint32_t table_size = 1u << prob_bits;
@@ -191,22 +287,23 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
         return true;
       };
       for (;;) {
-        quantize_all(normalized.data(), vectors, float(scale), q, threads);
+        EPK_TRY(steps.quantize(float(scale)));
         if (o.ecvq && !ecvq_after_rdo) {
-          choose_points(normalized.data(), rms.data(), rows, padded, float(scale), q, eo, &ecvq_report);
+          choose_points(host->normalized, rms.data(), rows, padded, float(scale), *host->q, eo, &ecvq_report);
+          EPK_TRY(steps.fields_changed());
         }
-        const model::FieldCounts counts = count_fields_parallel(q, threads);
+        const model::FieldCounts counts = steps.counts();
         std::uint32_t alpha = model::max_alphabet(counts);
         if (alpha <= table_size && full_checks > 0 && !ecvq_after_rdo) {
           --full_checks;
           if (retarget(counts)) continue;
         }
         if (alpha <= table_size) {
-          refit_rows(x.data(), rows, padded, q, scale, rms.data(), scales, &row_sse, threads);
+          EPK_TRY(steps.refit(scale, scales, &row_sse));
           if (o.rdo_sweeps > 0) {
             RdoProblem p;
-            p.x = x.data();
-            p.normalized = normalized.data();
+            p.x = host->x;
+            p.normalized = host->normalized;
             p.rms = rms.data();
             p.rows = rows;
             p.padded_cols = padded;
@@ -219,15 +316,18 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
             p.ratio_high = o.rdo_ratio_high;
             p.threads = threads;
             std::vector<double> ratios;
-            optimize_rows(p, q, scales, row_sse, &ratios);
+            optimize_rows(p, *host->q, scales, row_sse, &ratios);
+            EPK_TRY(steps.fields_changed());
             if (ecvq_after_rdo) {
               std::vector<float> row_scales(rows);
               for (std::uint32_t r = 0; r < rows; ++r) row_scales[r] = float(scale * ratios[r]);
-              choose_points(normalized.data(), rms.data(), rows, padded, row_scales.data(), q, eo, &ecvq_report);
-              refit_rows(x.data(), rows, padded, q, scale, rms.data(), scales, &row_sse, threads);
+              choose_points(host->normalized, rms.data(), rows, padded, row_scales.data(), *host->q, eo,
+                            &ecvq_report);
+              EPK_TRY(steps.fields_changed());
+              EPK_TRY(steps.refit(scale, scales, &row_sse));
             }
             // RDO can widen an alphabet past what the baseline fitted.
-            const model::FieldCounts after = model::count_fields(q.coset.data(), q.fields.data(), vectors);
+            const model::FieldCounts after = steps.counts();
             alpha = model::max_alphabet(after);
             if (ecvq_after_rdo && alpha <= table_size && full_checks > 0) {
               --full_checks;
@@ -249,13 +349,12 @@ Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint
   }
 
   rans::EncodeGeometry g{rows, cols, std::uint32_t(prob_bits), tile_symbols, dtype};
-  EPK_TRY_ASSIGN(rans::EncodedTensor out, rans::encode_fields(q, std::move(scales), g, threads));
+  EPK_TRY_ASSIGN(rans::EncodedTensor out, steps.code(std::move(scales), g));
   if (report) {
     report->scale = scale;
     report->prob_bits = prob_bits;
     report->coarsened = coarsened;
-    report->estimated_bytes = model::estimate_stored_bytes(
-        model::count_fields(q.coset.data(), q.fields.data(), vectors), rows, prob_bits, tile_symbols);
+    report->estimated_bytes = model::estimate_stored_bytes(steps.counts(), rows, prob_bits, tile_symbols);
     report->max_abs_input = max_abs;
     report->ecvq_lambda = ecvq_report.lambda;
     report->ecvq_changed = ecvq_report.changed;

@@ -53,16 +53,14 @@ void quantize_all(const float* x, std::size_t n, float scale, lattice::Quantized
   });
 }
 
-double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols, double target_bpp,
-                    int prob_bits, std::uint32_t tile_symbols, int iterations, int threads) {
-  const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
+double bisect_scale(const SampleCounts& counts, std::uint64_t sample_rows, std::uint32_t padded_cols,
+                    double target_bpp, int prob_bits, std::uint32_t tile_symbols, int iterations) {
   const double weights = double(sample_rows) * padded_cols;
   double lo = kScaleLow;
   double hi = kScaleHigh;
   for (int it = 0; it < iterations; ++it) {
     const double mid = std::sqrt(lo * hi);
-    const model::FieldCounts counts = quantize_counts(sample, n, float(mid), threads);
-    const double bytes = model::estimate_stored_bytes(counts, sample_rows, prob_bits, tile_symbols);
+    const double bytes = model::estimate_stored_bytes(counts(float(mid)), sample_rows, prob_bits, tile_symbols);
     if (8.0 * bytes / weights > target_bpp) {
       lo = mid;
     } else {
@@ -72,6 +70,13 @@ double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_
   return std::sqrt(lo * hi);
 }
 
+double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols, double target_bpp,
+                    int prob_bits, std::uint32_t tile_symbols, int iterations, int threads) {
+  const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
+  return bisect_scale([&](float s) { return quantize_counts(sample, n, s, threads); }, sample_rows, padded_cols,
+                      target_bpp, prob_bits, tile_symbols, iterations);
+}
+
 double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std::uint32_t cols, int prob_bits,
                       std::uint32_t tile_symbols, const Calibration& cal) {
   const double coded = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
@@ -79,25 +84,22 @@ double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std:
          (double(rows) * double(cols));
 }
 
-Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
+Calibration calibrate_scale(const SampleCounts& sample_counts, const SampleCode& code, std::uint64_t sample_rows,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale, int threads) {
+                            double scale) {
   Calibration out;
   out.scale = scale;
-  const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
-  lattice::QuantizedFields q;
-  quantize_all(sample, n, float(scale), q, threads);
-  const model::FieldCounts counts = model::count_fields(q.coset.data(), q.fields.data(), n);
-  rans::EncodeGeometry g{std::uint32_t(sample_rows), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
-  auto enc = rans::encode_fields(q, std::vector<float>(sample_rows, 1.0f), g, threads);
+  auto enc = code(float(scale));
   if (!enc) return out;
-  const double actual = double(enc->payload.size() * 2 + enc->states.size() * 4 + enc->offsets.size() * 4 +
-                               enc->freq_tables.size() * 2);
+  const model::FieldCounts& counts = enc->counts;
+  const rans::EncodedTensor& coded = enc->coded;
+  const double actual = double(coded.payload.size() * 2 + coded.states.size() * 4 + coded.offsets.size() * 4 +
+                               coded.freq_tables.size() * 2);
   const double modelled = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
   if (!(modelled > 0.0)) return out;
   out.coder_ratio = actual / modelled;
   // Everything in the reference's blob that is not coded bytes: 4 bytes a row of scales, the rest fixed.
-  out.fixed = double(rans::reference_quant_state_bytes(*enc)) - actual - 4.0 * double(sample_rows);
+  out.fixed = double(rans::reference_quant_state_bytes(coded)) - actual - 4.0 * double(sample_rows);
   auto excess = [&](const model::FieldCounts& c) {
     return calibrated_bpp(c, sample_rows, cols, prob_bits, tile_symbols, out) - target_bpp;
   };
@@ -106,16 +108,33 @@ Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std:
   for (int step = 0; step < 2; ++step) {
     if (std::fabs(f0) < 2e-4 * target_bpp) break;
     const double s1 = f0 > 0 ? s0 * 1.02 : s0 / 1.02;  // a larger scale costs fewer bits
-    const double f1 = excess(quantize_counts(sample, n, float(s1), threads));
+    const double f1 = excess(sample_counts(float(s1)));
     if (f1 == f0) break;
     out.slope = (f1 - f0) / (std::log(s1) - std::log(s0));
     double next = std::log(s0) + (std::log(s1) - std::log(s0)) * f0 / (f0 - f1);
     next = std::clamp(next, std::log(s0) - 0.2, std::log(s0) + 0.2);
     s0 = std::exp(next);
-    if (step == 0) f0 = excess(quantize_counts(sample, n, float(s0), threads));
+    if (step == 0) f0 = excess(sample_counts(float(s0)));
   }
   out.scale = s0;
   return out;
+}
+
+Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
+                            std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
+                            double scale, int threads) {
+  const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
+  auto counts = [&](float s) { return quantize_counts(sample, n, s, threads); };
+  auto code = [&](float s) -> Result<SampleCoded> {
+    lattice::QuantizedFields q;
+    quantize_all(sample, n, s, q, threads);
+    SampleCoded out;
+    out.counts = model::count_fields(q.coset.data(), q.fields.data(), n);
+    rans::EncodeGeometry g{std::uint32_t(sample_rows), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
+    EPK_TRY_ASSIGN(out.coded, rans::encode_fields(q, std::vector<float>(sample_rows, 1.0f), g, threads));
+    return out;
+  };
+  return calibrate_scale(counts, code, sample_rows, cols, target_bpp, prob_bits, tile_symbols, scale);
 }
 
 }  // namespace epk::rate

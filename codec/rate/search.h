@@ -4,7 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
+
+#include "codec/common/result.h"
+#include "codec/rans/encoded_tensor.h"
 
 #include "codec/lattice/quantize.h"
 #include "codec/model/tables.h"
@@ -30,6 +34,18 @@ void quantize_all(const float* x, std::size_t n, float scale, lattice::Quantized
 double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols, double target_bpp,
                     int prob_bits, std::uint32_t tile_symbols, int iterations, int threads);
 
+// The sample's two operations, so that the search runs the same on any backend (the CPU functions here, or a
+// device): the counts of the sample quantised at a scale, and the sample quantised at a scale and coded as
+// rans::encode_fields codes it (row scales all 1, the logical columns cols, dtype F32), with its counts.
+using SampleCounts = std::function<model::FieldCounts(float scale)>;
+struct SampleCoded {
+  model::FieldCounts counts;
+  rans::EncodedTensor coded;
+};
+using SampleCode = std::function<Result<SampleCoded>(float scale)>;
+double bisect_scale(const SampleCounts& counts, std::uint64_t sample_rows, std::uint32_t padded_cols,
+                    double target_bpp, int prob_bits, std::uint32_t tile_symbols, int iterations);
+
 // Beyond the reference: its size model prices symbols at their cross-entropy, but a 32-bit rANS state renormalised
 // at 2^15 loses a little to the coder itself (about 0.4% of the payload at 11 probability bits, 0.9% at 12), so its
 // stored rates land above the target. calibrate_scale encodes the sample at `scale`, takes the ratio of real to
@@ -47,6 +63,10 @@ struct Calibration {
 Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
                             double scale, int threads);
+// The same on a backend's sample operations.
+Calibration calibrate_scale(const SampleCounts& counts, const SampleCode& code, std::uint64_t sample_rows,
+                            std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
+                            double scale);
 
 // Bits per logical weight (rows * cols) of counts under the calibration.
 double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std::uint32_t cols, int prob_bits,

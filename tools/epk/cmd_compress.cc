@@ -1,7 +1,9 @@
 // epk compress IN -o OUT.epk --bpp R [--rdo N] [--rule PATTERN=R]... [--budget-bpp R] [--max-error E] [--threads N]
-//   [--include-embeddings]: 2-D linear weights become lattice-rans tensors, the rest stays raw. A weight whose
-// lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor, codec/rate/
-// choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
+//   [--include-embeddings] [--device cpu|cuda]: 2-D linear weights become lattice-rans tensors, the rest stays raw.
+// A weight whose lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor,
+// codec/rate/choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
+// --device cuda (the default where a GPU is visible) encodes on the GPU (codec/cuda/encode.h): the same streams, so
+// the same file, as the CPU encoder.
 #include <fnmatch.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -21,7 +24,13 @@
 #include "codec/rate/encode.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tools/epk/cli_common.h"
+#include "tools/epk/device_decode.h"
+#include "tools/epk/encode_pipeline.h"
 #include "tools/epk/weights.h"
+
+#ifdef EPK_HAVE_CUDA
+#include "codec/cuda/encode.h"
+#endif
 
 namespace epk::cli {
 namespace {
@@ -38,7 +47,22 @@ struct CompressArgs {
   std::optional<double> max_error;
   int threads = 1;
   bool include_embeddings = false;
+  std::string device;
 };
+
+// Device encoders packing tensors together (EncodePipeline): 3 gave 2.6x one on the H200 (docs/NOTES.md).
+inline constexpr int kDeviceEncoders = 3;
+
+// The encoder of a device: the CPU encoder, or the device encoder on GPU 0.
+Result<std::unique_ptr<rate::TensorEncoder>> make_encoder(Device device) {
+  if (device == Device::kCpu) return std::unique_ptr<rate::TensorEncoder>(std::make_unique<rate::CpuEncoder>());
+#ifdef EPK_HAVE_CUDA
+  EPK_TRY_ASSIGN(auto gpu, cuda::DeviceEncoder::create(0));
+  return std::unique_ptr<rate::TensorEncoder>(std::move(gpu));
+#else
+  return make_error(ErrorCode::kUnsupported, "--device cuda: this build of epk has no CUDA");
+#endif
+}
 
 struct Rule {
   std::string pattern;
@@ -159,6 +183,8 @@ Status run_compress(const CompressArgs& args) {
     EPK_TRY_ASSIGN(auto r, parse_rule(text));
     rules.push_back(std::move(r));
   }
+  EPK_TRY_ASSIGN(Device device, choose_device(args.device));
+  EPK_TRY_ASSIGN(auto encoder, make_encoder(device));
   EPK_TRY_ASSIGN(auto checkpoint, safetensors::Checkpoint::open(args.input));
   const auto& tensors = checkpoint.tensors();
 
@@ -245,6 +271,48 @@ Status run_compress(const CompressArgs& args) {
   for (std::size_t i = 0; i < tensors.size(); ++i)
     if (plans[i].encode) total_work += tensors[i].data.size();
   Progress progress(tensors.size(), total_bytes, total_work);
+  // On a GPU, without a budget (whose allocation follows each tensor's outcome), tensors are packed ahead of the
+  // writer by several device encoders; each tensor is packed exactly as below.
+  auto options_of = [&](std::size_t i) {
+    rate::EncodeOptions o;
+    o.target_bpp = plans[i].target;
+    o.rdo_sweeps = args.rdo;
+    // --rdo also turns on the encoder's other slower levers (docs/NOTES.md: each pays a little at the same rate).
+    o.ecvq = o.prune_tables = o.fine_rate = args.rdo > 0;
+    o.threads = args.threads;
+    return o;
+  };
+  auto info_of = [&](std::size_t i) {
+    rans::EncodingInfo info;
+    info.target_bpp = plans[i].target;
+    info.rdo_sweeps = args.rdo;
+    info.rdo_candidates = rate::EncodeOptions{}.rdo_candidates;
+    return info;
+  };
+  rate::ChoicePolicy policy;
+  policy.max_rel_l2 = args.max_error;
+  auto bytes_of = [&](std::size_t i) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(tensors[i].data.data()),
+                                      tensors[i].data.size());
+  };
+  std::unique_ptr<EncodePipeline> pipeline;
+  std::vector<std::size_t> job_of(tensors.size(), 0);
+  if (device == Device::kCuda && !args.budget_bpp) {
+    std::vector<EncodePipeline::Job> jobs;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (!plans[i].encode) continue;
+      job_of[i] = jobs.size();
+      jobs.push_back({bytes_of(i), std::uint32_t(tensors[i].shape[0]), std::uint32_t(tensors[i].shape[1]),
+                      tensors[i].dtype, options_of(i), policy, info_of(i), tensors[i].name});
+    }
+    std::vector<std::unique_ptr<rate::TensorEncoder>> encoders;
+    encoders.push_back(std::move(encoder));
+    for (int k = 1; k < kDeviceEncoders; ++k) {
+      EPK_TRY_ASSIGN(auto more, make_encoder(device));
+      encoders.push_back(std::move(more));
+    }
+    pipeline = std::make_unique<EncodePipeline>(std::move(encoders), std::move(jobs));
+  }
   std::vector<Row> table;
   std::uint64_t done_bytes = 0;
   const auto start = Clock::now();
@@ -258,21 +326,24 @@ Status run_compress(const CompressArgs& args) {
     if (plans[i].encode && !plans[i].fixed && args.budget_bpp) EPK_TRY(reallocate(i));
     bool store_raw = !plans[i].encode;
     if (plans[i].encode) {
-      rans::EncodingInfo info;
-      info.target_bpp = plans[i].target;
-      info.rdo_sweeps = args.rdo;
-      info.rdo_candidates = rate::EncodeOptions{}.rdo_candidates;
-      rate::EncodeOptions o;
-      o.target_bpp = plans[i].target;
-      o.rdo_sweeps = args.rdo;
-      // --rdo also turns on the encoder's other slower levers (docs/NOTES.md: each pays a little at the same rate).
-      o.ecvq = o.prune_tables = o.fine_rate = args.rdo > 0;
-      o.threads = args.threads;
-      rate::ChoicePolicy policy;
-      policy.max_rel_l2 = args.max_error;
-      const auto rows = std::uint32_t(t.shape[0]), cols = std::uint32_t(t.shape[1]);
-      auto weights = std::span<const std::byte>(reinterpret_cast<const std::byte*>(t.data.data()), t.data.size());
-      EPK_TRY_ASSIGN(auto packed, rate::pack_tensor(weights, rows, cols, t.dtype, o, policy, info, t.name));
+      rans::EncodingInfo info = info_of(i);
+      rate::Packed packed;
+      if (pipeline) {
+        EncodePipeline::Done done = pipeline->take(job_of[i]);
+        EPK_TRY_ASSIGN(packed, std::move(done.packed));
+      } else {
+        // The next tensor to encode is copied to the GPU while this one is encoded (a hint; the CPU ignores it).
+        std::span<const std::byte> next;
+        for (std::size_t j = i + 1; j < tensors.size(); ++j) {
+          if (!plans[j].encode) continue;
+          next = bytes_of(j);
+          break;
+        }
+        encoder->prefetch_next(next);
+        EPK_TRY_ASSIGN(packed, rate::pack_tensor(*encoder, bytes_of(i), std::uint32_t(t.shape[0]),
+                                                 std::uint32_t(t.shape[1]), t.dtype, options_of(i), policy, info,
+                                                 t.name));
+      }
       row.target = plans[i].target;
       if (packed.choice.form == rate::Form::kLatticeRans) {
         info.scale = packed.report.scale;
@@ -385,6 +456,8 @@ void add_compress_command(CLI::App& app, int* exit_code) {
                   "misses the rate, is stored raw (default: min(0.9, max(0.01, 3 * 2^-R)) at target R)");
   cmd->add_option("--threads", args->threads, "encoder threads");
   cmd->add_flag("--include-embeddings", args->include_embeddings, "encode embedding tables too");
+  cmd->add_option("--device", args->device,
+                  "cpu or cuda (default: cuda when a GPU is present); both write the same file");
   cmd->callback([args, exit_code] {
     auto st = run_compress(*args);
     *exit_code = st ? kExitOk : report("compress", st.error());

@@ -1,0 +1,253 @@
+// The device encoder (codec/cuda/encode.h) against the CPU encoder: weights per second for the 10240x3840 bf16
+// layer at 4 bpp and for a Llama-3-8B-shaped set of linear layers (32 x q/o 4096x4096, k/v 1024x4096, gate/up
+// 14336x4096, down 4096x14336; random bf16, generated on the device and copied to pageable host memory, as the
+// mapped safetensors file compress reads would be). Timed: pack_tensor with the device encoder (what
+// `epk compress --device cuda` runs per tensor: encode, stored-rate check, error measurement) from host bytes to
+// the host EncodedTensor, over the whole set in wall time, with one encoder and with three on three host threads
+// (tensors in flight together); the CPU encoder on a subset (it is slow), with byte-for-byte comparisons.
+//   gpu_encode_bench [--layers N] [--cpu-tensors N] [--bpp R]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codec/cuda/encode.h"
+#include "codec/cuda/encode_steps.h"
+#include "codec/rate/choose.h"
+#include "codec/rate/encode.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+__device__ std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+// Gaussian bf16 (sigma 0.02, Box-Muller on a counter hash).
+__global__ void gaussian_bf16(std::uint16_t* out, std::uint64_t n, std::uint64_t seed) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::uint64_t(gridDim.x) * blockDim.x) {
+    const std::uint64_t h = mix(seed * 0x9e3779b97f4a7c15ull + i);
+    const float u1 = (float((h >> 40) & 0xffffff) + 1.0f) / 16777217.0f;
+    const float u2 = float((h >> 16) & 0xffffff) / 16777216.0f;
+    const float g = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2) * 0.02f;
+    const std::uint32_t bits = __float_as_uint(g);
+    out[i] = std::uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
+  }
+}
+
+struct Shape {
+  const char* name;
+  std::uint32_t rows, cols;
+};
+
+// Random bf16 weights of one tensor in host memory, generated on the device.
+bool make_weights(std::uint32_t rows, std::uint32_t cols, std::uint64_t seed, std::vector<std::byte>& host,
+                  void*& dev, std::size_t& dev_bytes) {
+  const std::uint64_t n = std::uint64_t(rows) * cols;
+  if (n * 2 > dev_bytes) {
+    if (dev) cudaFree(dev);
+    if (cudaMalloc(&dev, n * 2) != cudaSuccess) return false;
+    dev_bytes = n * 2;
+  }
+  gaussian_bf16<<<1024, 256>>>(static_cast<std::uint16_t*>(dev), n, seed);
+  host.resize(n * 2);
+  return cudaMemcpy(host.data(), dev, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
+}
+
+bool same(const epk::rans::EncodedTensor& a, const epk::rans::EncodedTensor& b) {
+  return a.prob_bits == b.prob_bits && a.payload == b.payload && a.offsets == b.offsets && a.states == b.states &&
+         a.freq_tables == b.freq_tables && a.scales == b.scales &&
+         a.tables.size() == b.tables.size() &&
+         std::memcmp(a.tables.data(), b.tables.data(), a.tables.size() * sizeof(epk::rans::TableMeta)) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int layers = 32;
+  int cpu_tensors = 7;
+  double bpp = 4.0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--layers") layers = std::atoi(argv[i + 1]);
+    else if (a == "--cpu-tensors") cpu_tensors = std::atoi(argv[i + 1]);
+    else if (a == "--bpp") bpp = std::atof(argv[i + 1]);
+  }
+  if (epk::cuda::encoder_device_count() == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  std::printf("device: %s; host threads for the CPU encoder: %d; target %.2f bpp\n", prop.name, threads, bpp);
+  auto enc = epk::cuda::DeviceEncoder::create(0);
+  if (!enc) {
+    std::printf("device encoder: %s\n", enc.error().message.c_str());
+    return 1;
+  }
+  epk::rate::EncodeOptions o;
+  o.target_bpp = bpp;
+  o.threads = threads;
+  epk::rans::EncodingInfo info;
+  info.target_bpp = bpp;
+  std::vector<std::byte> host;
+  void* dev = nullptr;
+  std::size_t dev_bytes = 0;
+  int mismatches = 0;
+
+  // One tensor through pack_tensor on the device; seconds, or < 0 on error.
+  auto device_pack = [&](const std::vector<std::byte>& w, std::uint32_t rows, std::uint32_t cols,
+                         epk::rate::Packed* out) {
+    const auto t0 = Clock::now();
+    auto p = epk::rate::pack_tensor(**enc, w, rows, cols, epk::DType::kBF16, o, epk::rate::ChoicePolicy{}, info,
+                                    "w");
+    const double s = seconds_since(t0);
+    if (!p) {
+      std::printf("device pack: %s\n", p.error().message.c_str());
+      return -1.0;
+    }
+    if (out) *out = std::move(*p);
+    return s;
+  };
+
+  // 1. The 10240x3840 layer.
+  {
+    const std::uint32_t rows = 10240, cols = 3840;
+    const double w = double(rows) * cols;
+    if (!make_weights(rows, cols, 1, host, dev, dev_bytes)) return 1;
+    epk::rate::Packed p;
+    (*enc)->prefetch_next({});
+    if (device_pack(host, rows, cols, &p) < 0) return 1;  // warm-up: allocations, module load
+    double best = 1e9;
+    for (int r = 0; r < 3; ++r) best = std::min(best, device_pack(host, rows, cols, &p));
+    epk::rate::EncodeReport rep;
+    std::optional<epk::rate::ReconstructionError> err;
+    auto t0 = Clock::now();
+    auto e = (*enc)->encode(host, rows, cols, epk::DType::kBF16, o, "w", &rep, &err);
+    const double enc_s = seconds_since(t0);
+    t0 = Clock::now();
+    auto c = epk::rate::encode(host, rows, cols, epk::DType::kBF16, o, "w");
+    const double cpu_s = seconds_since(t0);
+    const bool identical = e && c && same(*e, *c);
+    if (!identical) ++mismatches;
+    std::printf("RESULT layer_10240x3840 device_pack %.4f s = %.3f Gw/s; device_encode %.4f s = %.3f Gw/s; "
+                "cpu_encode %.3f s = %.4f Gw/s; stored %.4f bpp rel_l2 %.5f; identical to cpu: %s\n",
+                best, w / best / 1e9, enc_s, w / enc_s / 1e9, cpu_s, w / cpu_s / 1e9, p.stored_bpp, p.rel_l2,
+                identical ? "yes" : "NO");
+  }
+
+  // 2. The Llama-3-8B-shaped set, every tensor's bytes in host memory first (generated on the device, untimed).
+  const Shape shapes[7] = {{"q", 4096, 4096},     {"k", 1024, 4096},     {"v", 1024, 4096}, {"o", 4096, 4096},
+                          {"gate", 14336, 4096}, {"up", 14336, 4096}, {"down", 4096, 14336}};
+  const int count = layers * 7;
+  std::vector<std::vector<std::byte>> inputs(static_cast<std::size_t>(count));
+  double set_weights = 0;
+  for (int k = 0; k < count; ++k) {
+    const Shape& s = shapes[k % 7];
+    if (!make_weights(s.rows, s.cols, 101 + std::uint64_t(k), inputs[std::size_t(k)], dev, dev_bytes)) return 1;
+    set_weights += double(s.rows) * s.cols;
+  }
+  // One pass over the set with `workers` device encoders on as many host threads (worker w takes tensors w,
+  // w + workers, ...; each hands its encoder its own next tensor, as epk compress does); wall seconds, results kept.
+  auto run_set = [&](int workers, std::vector<epk::rate::Packed>& out, epk::cuda::DeviceSteps::StepTimes* times) {
+    out.assign(std::size_t(count), epk::rate::Packed{});
+    std::vector<std::unique_ptr<epk::cuda::DeviceEncoder>> encs;
+    for (int w = 0; w < workers; ++w) {
+      auto e = epk::cuda::DeviceEncoder::create(0);
+      if (!e) return -1.0;
+      encs.push_back(std::move(*e));
+    }
+    std::vector<int> failed(std::size_t(workers), 0);
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int w = 0; w < workers; ++w) {
+      pool.emplace_back([&, w] {
+        for (int k = w; k < count; k += workers) {
+          const Shape& s = shapes[k % 7];
+          const bool more = k + workers < count;
+          encs[std::size_t(w)]->prefetch_next(more ? std::span<const std::byte>(inputs[std::size_t(k + workers)])
+                                                   : std::span<const std::byte>());
+          auto p = epk::rate::pack_tensor(*encs[std::size_t(w)], inputs[std::size_t(k)], s.rows, s.cols,
+                                          epk::DType::kBF16, o, epk::rate::ChoicePolicy{}, info, "w");
+          if (!p) {
+            std::printf("device pack: %s\n", p.error().message.c_str());
+            failed[std::size_t(w)] = 1;
+            return;
+          }
+          out[std::size_t(k)] = std::move(*p);
+        }
+      });
+    }
+    for (auto& t : pool) t.join();
+    const double wall = seconds_since(t0);
+    if (times) *times = encs[0]->steps().times();
+    for (int f : failed)
+      if (f) return -1.0;
+    return wall;
+  };
+  std::vector<epk::rate::Packed> seq, par;
+  epk::cuda::DeviceSteps::StepTimes st;
+  const double seq_s = run_set(1, seq, &st);
+  const int workers = 3;
+  const double par_s = run_set(workers, par, nullptr);
+  if (seq_s < 0 || par_s < 0) return 1;
+  double stored_bits = 0;
+  int par_mismatch = 0;
+  for (int k = 0; k < count; ++k) {
+    const Shape& s = shapes[k % 7];
+    stored_bits += seq[std::size_t(k)].stored_bpp * double(s.rows) * s.cols;
+    if (!same(seq[std::size_t(k)].lattice, par[std::size_t(k)].lattice)) ++par_mismatch;
+  }
+  mismatches += par_mismatch;
+  // The CPU encoder on the first tensors, against the sequential pass's streams.
+  double cpu_total = 0, cpu_weights = 0;
+  int cpu_done = 0;
+  for (int k = 0; k < count && cpu_done < cpu_tensors; ++k, ++cpu_done) {
+    const Shape& s = shapes[k % 7];
+    const auto t0 = Clock::now();
+    auto c = epk::rate::pack_tensor(inputs[std::size_t(k)], s.rows, s.cols, epk::DType::kBF16, o,
+                                    epk::rate::ChoicePolicy{}, info, "w");
+    const double t = seconds_since(t0);
+    cpu_total += t;
+    cpu_weights += double(s.rows) * s.cols;
+    const epk::rate::Packed& p = seq[std::size_t(k)];
+    const bool identical = c && c->choice.form == p.choice.form &&
+                           (p.choice.form != epk::rate::Form::kLatticeRans || same(c->lattice, p.lattice));
+    if (!identical) ++mismatches;
+    std::printf("  tensor %d %s %ux%u: cpu %.3f s, identical: %s\n", k, s.name, s.rows, s.cols, t,
+                identical ? "yes" : "NO");
+  }
+  std::printf("RESULT llama8b_shaped %d layers: %.3f G weights (stored %.4f bpp); device, 1 encoder: %.3f s = %.3f "
+              "Gw/s; device, %d encoders on %d threads: %.3f s = %.3f Gw/s (streams %s the 1-encoder pass's); "
+              "cpu (%d tensors, %.3f G weights) %.3f s = %.4f Gw/s\n",
+              layers, set_weights / 1e9, stored_bits / set_weights, seq_s, set_weights / seq_s / 1e9, workers,
+              workers, par_s, set_weights / par_s / 1e9, par_mismatch ? "DIFFER from" : "identical to", cpu_done,
+              cpu_weights / 1e9, cpu_total, cpu_weights / std::max(cpu_total, 1e-9) / 1e9);
+  std::printf("  1-encoder pass, wall seconds in its steps: load %.3f (upload or prefetch wait %.3f), sample %.3f "
+              "(%llu calls), quantize %.3f (%llu calls), counts %.3f, refit %.3f, code %.3f (payload download "
+              "%.3f), error %.3f; outside the steps (pack_tensor, host) %.3f\n",
+              st.load, st.upload, st.sample, (unsigned long long)st.calls_sample, st.quantize,
+              (unsigned long long)st.calls_quantize, st.counts, st.refit, st.code, st.download, st.error,
+              seq_s - (st.load + st.sample + st.quantize + st.counts + st.refit + st.code + st.error));
+  std::printf("RESULT stream mismatches against the CPU encoder: %d\n", mismatches);
+  if (dev) cudaFree(dev);
+  return mismatches ? 2 : 0;
+}

@@ -1,0 +1,72 @@
+// The heavy steps of rate::encode behind one interface, so that a device (codec/cuda/encode.h) runs them while
+// encode_with keeps the encoder's control flow (the scale search, calibration, whole-tensor retargeting, prob_bits
+// escalation, coarsening) in one place. A backend gives exactly the results of the CPU functions named below; then
+// the stream is the CPU encoder's, byte for byte.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "codec/common/dtype.h"
+#include "codec/common/result.h"
+#include "codec/lattice/quantize.h"
+#include "codec/model/tables.h"
+#include "codec/rans/encoded_tensor.h"
+#include "codec/rans/encoder.h"
+#include "codec/rate/encode.h"
+#include "codec/rate/search.h"
+
+namespace epk::rate {
+
+// Row statistics of the source (encode.cc's first pass): rms[r] = max(float(sqrt(sum x^2 / padded)), 1e-12) with the
+// sum in float64 over the row in column order, the largest |x| and the first non-finite element, if any.
+struct SourceStats {
+  std::vector<float> rms;
+  float max_abs = 0.0f;
+  std::int64_t bad_row = -1;  // first row (lowest) holding a non-finite value, its lowest such column
+  std::int64_t bad_col = -1;
+};
+
+// The host arrays ECVQ and row RDO work on (x zero-padded, normalized = x / rms, q the current fields).
+struct HostArrays {
+  const float* x = nullptr;
+  const float* normalized = nullptr;
+  lattice::QuantizedFields* q = nullptr;
+};
+
+class EncodeSteps {
+ public:
+  virtual ~EncodeSteps() = default;
+  // Takes the source (rows x cols of dtype) and computes its row statistics.
+  virtual Result<SourceStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
+                                   DType dtype) = 0;
+  // The rows of the scale search (sample_rows' choice); the sample operations below work on them.
+  virtual Status set_sample(const std::vector<std::uint32_t>& rows) = 0;
+  virtual model::FieldCounts sample_counts(float scale) = 0;      // quantize_counts on the sample
+  virtual Result<SampleCoded> sample_code(float scale, std::uint32_t cols, int prob_bits,
+                                          std::uint32_t tile_symbols) = 0;  // calibrate_scale's coded sample
+  // quantize_all of the whole normalised tensor at scale into the working fields.
+  virtual Status quantize(float scale) = 0;
+  virtual model::FieldCounts counts() = 0;  // count_fields of the working fields
+  // refit_rows of the working fields; row_sse as refit_rows fills it.
+  virtual Status refit(double scale, std::vector<float>& scales, std::vector<double>* row_sse) = 0;
+  // encode_fields of the working fields.
+  virtual Result<rans::EncodedTensor> code(std::vector<float> scales, const rans::EncodeGeometry& g) = 0;
+  // The host arrays for ECVQ and RDO, or nullptr where the backend keeps none (encode_with then refuses options
+  // that need them). After host code changes q, fields_changed() hands the fields back to the backend.
+  virtual HostArrays* host() = 0;
+  virtual Status fields_changed() = 0;
+};
+
+// The CPU steps (the functions of codec/lattice, codec/model, codec/rate and codec/rans on `threads` threads).
+std::unique_ptr<EncodeSteps> make_cpu_steps(int threads);
+
+// rate::encode on the given steps (encode() is encode_with on the CPU steps).
+Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std::byte> weights, std::uint32_t rows,
+                                        std::uint32_t cols, DType dtype, const EncodeOptions& options,
+                                        std::string_view name = "tensor", EncodeReport* report = nullptr);
+
+}  // namespace epk::rate
