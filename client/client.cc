@@ -37,6 +37,7 @@ ErrorCode code_for(shm::WireStatus s) {
     case shm::WireStatus::kShuttingDown: return ErrorCode::kIo;
     case shm::WireStatus::kDenied: return ErrorCode::kPermission;
     case shm::WireStatus::kOverQuota: return ErrorCode::kQuota;
+    case shm::WireStatus::kInvalidArgument: return ErrorCode::kInvalidArgument;
     default: return ErrorCode::kInternal;
   }
 }
@@ -359,14 +360,14 @@ Result<std::uint32_t> Client::open_model(const std::string& model) {
 }
 
 Result<Tensor> Client::acquire(const std::string& model, const std::string& tensor, shm::Layout layout,
-                               std::uint32_t device) {
+                               std::uint32_t device, const shm::ShardSpec& shard) {
   Tensor t;
-  EPK_TRY(acquire_into(model, tensor, layout, device, &t));
+  EPK_TRY(acquire_into(model, tensor, layout, device, shard, &t));
   return t;
 }
 
 Status Client::acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout,
-                            std::uint32_t device, Tensor* out) {
+                            std::uint32_t device, const shm::ShardSpec& shard, Tensor* out) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   if (tensor.size() > shm::kMaxTensorName)
     return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
@@ -386,6 +387,7 @@ Status Client::acquire_into(const std::string& model, const std::string& tensor,
   req.layout = layout;
   req.tensor.assign(tensor);  // within its reserved capacity
   req.device = device;
+  req.shard = shard;
   shm::encode_acquire(id, req, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kAcquire));
   shm::AcquireReply& r = impl_->acquire_reply;
@@ -553,12 +555,12 @@ Result<std::vector<Tensor::Part>> packed_parts_of(shm::Layout layout, const void
 }
 
 Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vector<std::string>& tensors,
-                                       shm::Layout layout, std::uint32_t device) {
+                                       shm::Layout layout, std::uint32_t device, const shm::ShardSpec& shard) {
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   if (tensors.size() > shm::kMaxPrefetch) {
     return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch of more than 256 tensors in one call");
   }
-  std::size_t total = 12;
+  std::size_t total = 12 + 24;  // with the shard block (shm/protocol.h rule 7)
   for (const auto& t : tensors) {
     if (t.size() > shm::kMaxTensorName)
       return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
@@ -567,7 +569,7 @@ Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vect
   if (total > shm::kMaxPayload) return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch names too long");
   std::lock_guard<std::mutex> lock(impl_->mu);
   const std::uint32_t id = impl_->next_id++;
-  shm::encode_prefetch(id, {model_id, layout, tensors, device}, &impl_->tx);
+  shm::encode_prefetch(id, {model_id, layout, tensors, device, shard}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kPrefetch));
   EPK_TRY_ASSIGN(shm::PrefetchReply r, shm::decode_prefetch_reply(f.payload));
   return r.queued;

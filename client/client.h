@@ -89,13 +89,21 @@ class Client {
   // Pins `tensor` of `model` in `layout` until release(); waits for its decode on a miss. kNoSpace when the daemon's
   // budget cannot hold it without evicting pinned slots. `device`: the CUDA device whose pool serves it (a daemon
   // serving a host pool takes 0); a device the daemon does not serve is kNotFound.
+  // `shard`: a slice of the tensor (shm/shard.h: rows or columns, a range or rank r of n); the Tensor is that slice,
+  // compact and row-major, and epkd decodes only what it needs. A shard that does not fit the tensor is
+  // kInvalidArgument naming tensor, shape and range.
   Result<Tensor> acquire(const std::string& model, const std::string& tensor,
-                         shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
+                         shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0,
+                         const shm::ShardSpec& shard = {});
   // The same into a Tensor the caller keeps: its shape and strides keep their capacity, so repeated acquires through
   // one Tensor allocate nothing in libepk (a cache hit of a dense, rowwise or stored layout; packed integer layouts
   // still build their parts list). Every field of *out is written on success; on error it is left partly written.
   Status acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout, std::uint32_t device,
-                      Tensor* out);
+                      Tensor* out) {
+    return acquire_into(model, tensor, layout, device, shm::ShardSpec{}, out);
+  }
+  Status acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout, std::uint32_t device,
+                      const shm::ShardSpec& shard, Tensor* out);
   // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode.
   // A slot epkd answered before its decode finished (protocol version 4: an uncached acquire) is first waited for on
   // the CPU (spin_us, then sleeping) until epkd publishes the decode's outcome: a failed decode (a corrupt tile) is
@@ -109,8 +117,10 @@ class Client {
   // with no work left releases like release() (nothing can still read the slot). On a host pool this is release().
   Status release_after(std::uint64_t handle, void* stream);
   // Asks the daemon to decode ahead; returns how many decodes it queued (already cached ones are not counted).
+  // `shard`: the same shard of every name (as acquire).
   Result<std::uint32_t> prefetch(const std::string& model, const std::vector<std::string>& tensors,
-                                 shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
+                                 shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0,
+                                 const shm::ShardSpec& shard = {});
   // Host path: the release message is the fence (this process is done with the slot when it calls release).
   Status release(std::uint64_t handle);
   // The same without waiting for the daemon's answer (one message, no round trip). A failure (a handle this client

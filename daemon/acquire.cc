@@ -31,9 +31,15 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
   }
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
-  auto served = model->source->served(t->second, m.layout);
+  // A shard (shm/shard.h) is checked against the tensor's shape and resolved to a range here: the key and the slot's
+  // bytes are the shard's. A whole-tensor request stays on served(), as it always was.
+  auto shard = shm::resolve_shard(m.shard, model->source->tensors()[t->second].shape, m.tensor);
+  if (!shard) return s.send_error(req, shm::WireStatus::kInvalidArgument, "model '" + model->name + "': " +
+                                                                              shard.error().message);
+  auto served = shard->whole() ? model->source->served(t->second, m.layout)
+                               : model->source->served_shard(t->second, m.layout, *shard);
   if (!served) return s.send_error(req, wire_status_for(served.error().code), served.error().message);
-  const SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
+  const SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout, *shard};
   {
     // No check() under the shared side: pin counts above zero change no structure, and verify() needs the exclusive
     // side.
@@ -100,8 +106,8 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
       break;
     }
     case Cache::Outcome::kMiss: {
-      InFlight& f =
-          start_decode(*lane, *slot, model->source, t->second, m.layout, std::move(*served), Priority::kAcquire);
+      InFlight& f = start_decode(*lane, *slot, model->source, t->second, m.layout, *shard, std::move(*served),
+                                 Priority::kAcquire);
       f.waiters.push_back({s.shared_from_this(), req});
       f.read_ns = t_read;
       break;
@@ -191,9 +197,13 @@ void Service::on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequ
       }
       auto t = model->tensor_index.find(m.tensors[i]);
       if (t == model->tensor_index.end()) continue;
-      auto served = model->source->served(t->second, m.layout);
+      // A shard that does not fit this tensor skips it, as an unknown name does (a prefetch is a hint).
+      auto shard = shm::resolve_shard(m.shard, model->source->tensors()[t->second].shape, m.tensors[i]);
+      if (!shard) continue;
+      auto served = shard->whole() ? model->source->served(t->second, m.layout)
+                                   : model->source->served_shard(t->second, m.layout, *shard);
       if (!served) continue;
-      auto lookup = lane->cache->acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout},
+      auto lookup = lane->cache->acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout, *shard},
                                          served->bytes, kNoClient);
       check(*lane);
       if (!lookup) {  // no space: later names would not fit either
@@ -201,7 +211,7 @@ void Service::on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequ
         break;
       }
       if (lookup->outcome == Cache::Outcome::kMiss) {
-        start_decode(*lane, *lookup->slot, model->source, t->second, m.layout, std::move(*served),
+        start_decode(*lane, *lookup->slot, model->source, t->second, m.layout, *shard, std::move(*served),
                      Priority::kPrefetch);
         ++queued;
         ++prefetches_;
