@@ -26,6 +26,18 @@ namespace epk::client {
 
 namespace {
 
+// A shard the wire cannot carry (an unknown dim or form) would be a malformed message, which closes the session:
+// refused here instead. Its range is checked by epkd, against the tensor's shape.
+Status check_shard_fields(const shm::ShardSpec& s) {
+  const auto dim = static_cast<std::uint32_t>(s.dim), form = static_cast<std::uint32_t>(s.form);
+  if (dim > 2 || form > 1) {
+    return make_error(ErrorCode::kInvalidArgument, "epk client: shard dim " + std::to_string(dim) + " form " +
+                                                       std::to_string(form) +
+                                                       " unknown (dim: 0 none, 1 rows, 2 cols; form: 0 range, 1 split)");
+  }
+  return {};
+}
+
 ErrorCode code_for(shm::WireStatus s) {
   switch (s) {
     case shm::WireStatus::kNotFound: return ErrorCode::kNotFound;
@@ -371,6 +383,7 @@ Status Client::acquire_into(const std::string& model, const std::string& tensor,
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   if (tensor.size() > shm::kMaxTensorName)
     return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
+  if (!shard.whole()) EPK_TRY(check_shard_fields(shard));
   std::unique_lock<std::mutex> lock(impl_->mu);
   // A model opened before (every hit) is looked up under the same lock hold as the request; a new one is opened first.
   std::uint32_t model_id = 0;
@@ -556,6 +569,7 @@ Result<std::vector<Tensor::Part>> packed_parts_of(shm::Layout layout, const void
 
 Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vector<std::string>& tensors,
                                        shm::Layout layout, std::uint32_t device, const shm::ShardSpec& shard) {
+  if (!shard.whole()) EPK_TRY(check_shard_fields(shard));
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   if (tensors.size() > shm::kMaxPrefetch) {
     return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch of more than 256 tensors in one call");
