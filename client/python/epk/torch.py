@@ -20,6 +20,13 @@ a missing or mismatched tensor is an error naming both sides. attach acquires ea
 tensor once to check it (this decodes the model once, block by block, with prefetch; Client.tensors() now lists
 names, shapes and dtypes without a decode, which attach does not use yet).
 
+Tensor parallelism: attach(..., rank=r, world_size=n) serves each parameter named in TP_PLAN as this rank's shard
+(epk.Shard.split, epkd's even-split rule): column-parallel layers (q/k/v/gate/up projections) their rows (output
+features), row-parallel layers (o/down projections) their columns (input features); everything else whole. epkd
+decodes only the shard. A parameter whose shape is the whole tensor's is replaced by one of the shard's shape: the
+model's forward must then be tensor-parallel itself (sum, or all-reduce, the row-parallel layers' outputs over the
+ranks: scripts/gpu/shard_run.py does it for a Llama block). decode="client" serves whole tensors only.
+
 Not built yet: the static-slot mode (weights at fixed addresses for CUDA graphs and torch.compile); with hooks that
 swap tensors, do not capture the attached blocks in a graph.
 """
@@ -32,9 +39,29 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _errors
-from ._epk import Client, Lease
+from ._epk import Client, Lease, Shard
 
-__all__ = ["attach", "load", "Attachment", "find_blocks"]
+__all__ = ["attach", "load", "Attachment", "find_blocks", "TP_PLAN", "tp_shard"]
+
+# Which dimension a tensor-parallel rank's shard of a parameter cuts, by the parameter's last three name components
+# (transformers' Llama / Qwen2 / Mistral decoder names; vLLM fuses q/k/v into qkv_proj and gate/up into
+# gate_up_proj, which shard the same way). "rows": column-parallel (the output features, dimension 0 of a Linear
+# weight, and its bias); "cols": row-parallel (the input features, dimension 1; the bias of a row-parallel layer is
+# added once, after the sum over ranks, so it stays whole). Names not listed are served whole to every rank.
+TP_PLAN: Dict[str, str] = {
+    "self_attn.q_proj.weight": "rows", "self_attn.k_proj.weight": "rows", "self_attn.v_proj.weight": "rows",
+    "self_attn.q_proj.bias": "rows", "self_attn.k_proj.bias": "rows", "self_attn.v_proj.bias": "rows",
+    "mlp.gate_proj.weight": "rows", "mlp.up_proj.weight": "rows",
+    "self_attn.o_proj.weight": "cols", "mlp.down_proj.weight": "cols",
+}
+
+
+def tp_shard(name: str, rank: int, world_size: int, plan: Optional[Dict[str, str]] = None) -> Optional[Shard]:
+    """The shard `rank` of `world_size` serves of parameter `name` under `plan` (default TP_PLAN); None: whole."""
+    if world_size <= 1:
+        return None
+    dim = (plan if plan is not None else TP_PLAN).get(".".join(name.split(".")[-3:]))
+    return None if dim is None else Shard.split(dim, rank, world_size)
 
 _DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 _DENSE = {"dense:bf16": torch.bfloat16, "dense:fp16": torch.float16, "dense:fp32": torch.float32}
@@ -108,6 +135,7 @@ class Attachment:
         self._held: Dict[int, List[Lease]] = {}
         self._hooks = []
         self.client_decode = None  # decode="client": the ClientDecode state (epk/_torch_client_decode.py)
+        self.shards: Dict[str, Shard] = {}  # epkd tensor name -> this rank's shard (tensor parallelism)
 
     def memory(self) -> Dict[str, int]:
         """GPU memory this attachment uses, in bytes: kept_bytes (weights acquired once and pinned in epkd's pool)
@@ -129,7 +157,8 @@ class Attachment:
 
     def _acquire(self, tensor: str, param_name: str, shape, dtype) -> Tuple[Lease, torch.Tensor]:
         try:
-            lease = self.client.acquire(self.model_name, tensor, self.layout, self.device or 0)
+            lease = self.client.acquire(self.model_name, tensor, self.layout, self.device or 0,
+                                        shard=self.shards.get(tensor))
         except _errors.NotFound as e:
             raise _errors.NotFound(
                 f"epk.torch: parameter '{param_name}' {list(shape)} of {type(self.model).__name__} has no tensor "
@@ -155,8 +184,15 @@ class Attachment:
         names: List[str] = []
         for j in sorted({(i + k) % n for k in ahead} - {i}):
             names += self._names(j)
-        if names:
-            self.client.prefetch(self.model_name, names, self.layout, self.device or 0)
+        self._prefetch(names)
+
+    def _prefetch(self, names: List[str]) -> None:
+        # One request per shard (a prefetch carries one shard for all its names).
+        groups: Dict[Optional[Shard], List[str]] = {}
+        for name in names:
+            groups.setdefault(self.shards.get(name), []).append(name)
+        for shard, group in groups.items():
+            self.client.prefetch(self.model_name, group, self.layout, self.device or 0, shard=shard)
 
     def _pre(self, i: int):
         def hook(module, args):
@@ -207,8 +243,12 @@ class Attachment:
 def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: str = "dense:bf16",
            prefetch: Optional[int] = None, device: Optional[int] = None,
            rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
-           max_decoded_gb: Optional[float] = None) -> Attachment:
+           max_decoded_gb: Optional[float] = None, rank: int = 0, world_size: int = 1,
+           tp_plan: Optional[Dict[str, str]] = None) -> Attachment:
     """Serves `model`'s weights from epkd model `model_name` (see the module's docstring).
+
+    rank, world_size: tensor parallelism; each parameter tp_shard() names (tp_plan, default TP_PLAN) is served as
+    this rank's shard, and a parameter of the whole tensor's shape is replaced by one of the shard's shape.
 
     layout: dense:bf16, dense:fp16 or dense:fp32, matching the model's parameter dtypes. device: the CUDA device
     whose pool serves the weights (default: torch's current device when the daemon serves device pools; with host
@@ -239,10 +279,17 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
         device = torch.cuda.current_device()
     if decode == "client" and device is None:
         raise _errors.Unsupported("epk.torch: decode='client' needs epkd serving a device pool (a CUDA device)")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise _errors.InvalidArgument(f"epk.torch: rank {rank} of world_size {world_size}")
+    if world_size > 1 and decode == "client":
+        raise _errors.Unsupported("epk.torch: decode='client' decodes whole tensors; tensor-parallel shards come "
+                                  "from epkd (decode='daemon')")
     rename = rename or (lambda n: n)
     blocks = find_blocks(model)
     # prefetch_depth: what epkd decodes ahead for the blocks' daemon-served weights (all of them with decode="daemon").
     att = Attachment(model, client, model_name, layout, 2 if prefetch is None else prefetch, device, blocks)
+    if world_size > 1:
+        _shard_parameters(model, att, client, model_name, rename, rank, world_size, tp_plan)
     block_of: Dict[int, int] = {}
     for bi, (_, b) in enumerate(blocks):
         for p in b.parameters():
@@ -288,7 +335,7 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
         # Check every streamed tensor once (a block at a time, the next one prefetched), then let the weights go.
         for bi in range(len(blocks)):
             if bi + 1 < len(blocks):
-                client.prefetch(model_name, att._names(bi + 1), layout, device or 0)
+                att._prefetch(att._names(bi + 1))
             for s in att.streams[bi]:
                 lease, _ = att._acquire(s.tensor, s.tensor, s.shape, s.dtype)
                 lease.release(after=torch.cuda.current_stream(device) if device is not None else None)
@@ -319,6 +366,34 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
             att._hooks.append(m.register_forward_hook(lambda mod, args, out, ui=ui: cd.post(ui)))
     model._epk_attachment = att  # the model keeps its attachment (hooks and kept leases) alive
     return att
+
+
+def _shard_parameters(model, att, client, model_name, rename, rank, world_size, tp_plan) -> None:
+    """This rank's shard of every parameter the plan names (att.shards), and the parameters resized to it: a
+    parameter of the whole tensor's shape gets a meta placeholder of the shard's shape (attach then swaps in the
+    served shard), one already of the shard's shape (a model built tensor-parallel) is left as it is."""
+    full = {t["name"]: tuple(t["shape"]) for t in client.tensors(model_name)}
+    for mname, mod in model.named_modules():
+        for pname, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            qname = f"{mname}.{pname}" if mname else pname
+            shard = tp_shard(qname, rank, world_size, tp_plan)
+            tensor = rename(qname)
+            if shard is None or tensor not in full:
+                continue  # a missing tensor is reported by attach's own check, naming both sides
+            axis, begin, end = shard.resolve(full[tensor])
+            part = list(full[tensor])
+            part[axis] = end - begin
+            att.shards[tensor] = shard
+            if tuple(p.shape) == tuple(part):
+                continue
+            if tuple(p.shape) != full[tensor]:
+                raise _errors.InvalidArgument(
+                    f"epk.torch: parameter '{qname}' is {list(p.shape)}: neither epkd's '{tensor}' "
+                    f"{list(full[tensor])} nor rank {rank} of {world_size}'s shard {part} of it")
+            mod._parameters[pname] = torch.nn.Parameter(torch.empty(part, dtype=p.dtype, device="meta"),
+                                                        requires_grad=False)
 
 
 def _client_decode(model, att, tier, owners, client_params, layout, rename, target, prefetch, max_decoded_gb):
@@ -372,7 +447,8 @@ def _parameters_on_meta():
 def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense:bf16",
          prefetch: Optional[int] = None, device: Optional[int] = None, model_class=None,
          rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
-         max_decoded_gb: Optional[float] = None):
+         max_decoded_gb: Optional[float] = None, rank: int = 0, world_size: int = 1,
+         tp_plan: Optional[Dict[str, str]] = None):
     """Builds a transformers model from its config (a PretrainedConfig or a directory / hub name holding
     config.json) with its parameters on the meta device, then attaches it: no copy of the weights is ever made in
     this process. model_class: the transformers class (default: the config's architectures[0], else AutoModel).
@@ -398,5 +474,5 @@ def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense
         torch.set_default_dtype(previous)
     model.eval()
     attach(model, client, model_name, layout=layout, prefetch=prefetch, device=device, rename=rename, decode=decode,
-           max_decoded_gb=max_decoded_gb)
+           max_decoded_gb=max_decoded_gb, rank=rank, world_size=world_size, tp_plan=tp_plan)
     return model
