@@ -121,9 +121,10 @@ def cmd_rank(args):
 
     client = epk.Client(args.socket)
     cfg = transformers.AutoConfig.from_pretrained(args.model_dir)
-    plan_names = [t for t in client.tensors(args.model) if epk.torch.tp_shard(t["name"], rank, max(world, 2))]
+    plan_names = [t for t in client.tensors(args.model) if epk.torch.tp_shard(t["name"], rank, max(world, 2)) is not None]
     # Decoded bytes and decode time: each rank in turn acquires its shards cold (epkd's counters then move for this
-    # rank alone), then rank 0 the whole tensors, also cold (other cache keys).
+    # rank alone), then rank 0 the whole tensors, also cold (other cache keys; shard_run.sh starts a fresh epkd for
+    # every run).
     report = {"rank": rank, "world": world, "device": device}
 
     def cold(shard_of):
@@ -145,7 +146,7 @@ def cmd_rank(args):
         if r == rank:
             report["shards"] = cold(lambda n: epk.torch.tp_shard(n, rank, world))
         barrier()
-    if rank == 0:
+    if rank == 0 and world > 1:
         report["whole"] = cold(lambda n: None)
     barrier()
 

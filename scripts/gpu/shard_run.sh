@@ -70,16 +70,23 @@ echo "== 4. epkd and the ranks"
 devices=0
 [[ "$gpus" -ge 2 ]] && devices="$(seq -s, 0 $((gpus - 1)))"
 sock="$work/epkd.sock"
-rm -f "$sock"
-"$EPK_EPKD" --socket "$sock" --model "llama=$work/model.epk" --budget-mb 1024 --devices "$devices" \
-  --log-level info > "$out/epkd.log" 2>&1 &
-epkd_pid=$!
+epkd_pid=
+start_epkd() {  # a fresh epkd (cold cache) for each run: $1 names its log
+  rm -f "$sock"
+  "$EPK_EPKD" --socket "$sock" --model "llama=$work/model.epk" --budget-mb 1024 --devices "$devices" \
+    --log-level info > "$out/epkd_$1.log" 2>&1 &
+  epkd_pid=$!
+  for _ in $(seq 300); do [[ -S "$sock" ]] && break; sleep 0.1; done
+  [[ -S "$sock" ]] || { echo "shard_run: epkd did not listen" >&2; cat "$out/epkd_$1.log"; exit 1; }
+}
+stop_epkd() { kill -TERM "$epkd_pid"; wait "$epkd_pid" || true; }
 trap 'kill "$epkd_pid" 2>/dev/null || true' EXIT
-for _ in $(seq 300); do [[ -S "$sock" ]] && break; sleep 0.1; done
-[[ -S "$sock" ]] || { echo "shard_run: epkd did not listen" >&2; cat "$out/epkd.log"; exit 1; }
 common=(--socket "$sock" --model llama --model-dir "$src")
+start_epkd world1
 "$py" scripts/gpu/shard_run.py rank --rank 0 --world 1 --device 0 --out "$work/h_world1.pt" "${common[@]}" \
   2>&1 | tee "$out/rank_world1.log"
+stop_epkd
+start_epkd "world$world"
 backend=gloo
 [[ "$gpus" -ge 2 ]] && backend=nccl
 rm -f "$work/rendezvous"
@@ -99,14 +106,14 @@ for r in $(seq 0 $((world - 1))); do cat "$out/rank$r.log"; done
 echo "== 5. the ${world}-rank forward against the unsharded one"
 "$py" scripts/gpu/shard_run.py compare "$work/h_world1.pt" "$work/h_rank0.pt"
 for r in $(seq 1 $((world - 1))); do "$py" scripts/gpu/shard_run.py compare "$work/h_rank0.pt" "$work/h_rank$r.pt" --tolerance 0; done
-kill -TERM "$epkd_pid"; wait "$epkd_pid" || true
+stop_epkd
 trap - EXIT
-grep -E "shard slots by the CPU path|decodes" "$out/epkd.log" | tail -3 || true
+grep -hE "shard slots by the CPU path" "$out"/epkd_*.log || true
 "$py" - "$out" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 rows = []
-for f in sorted(out.glob("rank*.log")):
+for f in sorted(out.glob("rank*.log")):  # rank_world1.log first, then rank0.log ...
     for line in f.read_text().splitlines():
         if line.startswith("RANK "):
             rows.append(json.loads(line[5:]))
