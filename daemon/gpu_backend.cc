@@ -115,7 +115,7 @@ class CudaBackend final : public GpuBackend {
                    fences_->made());
     }
     if (host_shard_slots_ != 0) {
-      spdlog::info("device {}: {} shard slots by the CPU path (column shards, raw and intq shards)", device_,
+      spdlog::info("device {}: {} shard slots by the CPU path (raw and intq shards)", device_,
                    host_shard_slots_.load());
     }
     if (intq_kernel_slots_ + intq_host_slots_ != 0) {
@@ -218,8 +218,8 @@ class CudaBackend final : public GpuBackend {
     EPK_TRY(shm::make_device_current(device_));
     const std::uint64_t dst = pool_base_ + slot_offset;
     std::optional<cuda::OutputFormat> fmt = r ? shm::decode_format(layout, r->source) : std::nullopt;
-    // Row shards decode their rows on the device; column shards (and shards of anything else) take the CPU path.
-    if (!shard.whole() && shard.dim != shm::ShardDim::kRows) fmt = std::nullopt;
+    // Row shards decode their rows on the device; column shards decode the whole tensor into the column scratch and
+    // copy their columns; shards of anything else take the CPU path.
     const bool host_shard = !shard.whole() && !fmt;
     Status enqueued = [&]() -> Status {
       bool intq_kernels = false;
@@ -238,7 +238,10 @@ class CudaBackend final : public GpuBackend {
           resident_bytes_ += added;
         }
       }
-      if (fmt) {
+      if (fmt && shard.dim == shm::ShardDim::kCols) {
+        EPK_TRY(decode_columns(*r, *fmt, shard, dst, bytes));
+        *on_device = true;
+      } else if (fmt) {
         const PlanKey key = shard.whole() ? r->whole(*fmt)
                                           : PlanKey{*fmt, static_cast<std::uint32_t>(shard.begin),
                                                     static_cast<std::uint32_t>(shard.end)};
@@ -457,6 +460,39 @@ class CudaBackend final : public GpuBackend {
                                        sizeof(cuda::DecodeStatus), stream_.get(), device_);
   }
 
+  // A column shard [c0, c1) of r: the whole tensor decoded into col_scratch_ (grown to the largest such tensor, kept,
+  // counted in resident_bytes), then its columns copied row by row into the slot (a 2-D copy); rowwise formats take
+  // every row's scale. Every tile is decoded: a column shard saves the slot's bytes, not the decode.
+  Status decode_columns(Resident& r, cuda::OutputFormat fmt, const shm::ShardRange& shard, std::uint64_t dst,
+                        std::uint64_t bytes) {
+    const std::uint64_t rows = r.stream->rows, cols = r.stream->cols;
+    const bool rowwise = cuda::is_rowwise(fmt);
+    const std::uint64_t elem = rowwise ? 1 : cuda::output_element_bytes(fmt);
+    const std::uint64_t whole = rowwise ? shm::rowwise_scales_offset(rows, cols) + rows * 4 : rows * cols * elem;
+    const std::uint64_t width = shard.extent() * elem;
+    const std::uint64_t at = rowwise ? shm::rowwise_scales_offset(rows, shard.extent()) : rows * width;
+    if (shard.end > cols || (rowwise ? at + rows * 4 : at) != bytes) {
+      return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': column shard slot size");
+    }
+    if (col_scratch_.size() < whole) {
+      const std::uint64_t before = col_scratch_.size();
+      col_scratch_ = shm::DeviceBuffer();
+      EPK_TRY_ASSIGN(col_scratch_, shm::DeviceBuffer::alloc(whole, device_));
+      std::lock_guard<std::mutex> lock(mu_);
+      resident_bytes_ += whole - before;
+    }
+    const std::uint64_t scratch = col_scratch_.ptr();
+    EPK_TRY(decode_on_device(r, r.whole(fmt), scratch, whole));
+    EPK_TRY(shm::copy_2d_device_async(dst, width, scratch + shard.begin * elem, cols * elem, width, rows,
+                                      stream_.get(), device_));
+    if (rowwise) {
+      if (at > rows * width) EPK_TRY(shm::fill_device_async(dst + rows * width, 0, at - rows * width, stream_.get(), device_));
+      EPK_TRY(shm::copy_2d_device_async(dst + at, rows * 4, scratch + shm::rowwise_scales_offset(rows, cols), rows * 4,
+                                        rows * 4, 1, stream_.get(), device_));
+    }
+    return {};
+  }
+
   // After the stream has synchronised: a corrupt tile of the last device decode is an error naming it (read_status
   // reads the per-tile faults again for the message).
   Status check_status() {
@@ -493,6 +529,7 @@ class CudaBackend final : public GpuBackend {
   shm::PinnedBuffer patch_;    // 16 bytes: the descriptor patch's source (GPU thread only)
   shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
   shm::PinnedBuffer status_;   // the last device decode's DecodeStatus (GPU thread only)
+  shm::DeviceBuffer col_scratch_;  // column shards' whole decode (GPU thread only; its bytes in resident_bytes_)
   Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
   const std::string* pending_name_ = nullptr;  // that plan's tensor, for the error
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only

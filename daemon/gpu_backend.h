@@ -74,8 +74,9 @@ class GpuBackend {
   // not called when issuing failed. The result covers the whole decode (a corrupt tile is kCorruptTile).
   // `shard` (resolved, shm/shard.h; whole for the whole tensor): a row shard of a lattice-rans tensor in a dense or
   // rowwise layout decodes only the tiles covering its rows, with a plan for that row range (built on its first use
-  // and kept, its scratch counted in resident_bytes); every other shard is produced by the CPU path's
-  // produce_shard into the staging buffer and copied.
+  // and kept, its scratch counted in resident_bytes); a column shard decodes the whole tensor into a device scratch
+  // (kept, grown to the largest, counted in resident_bytes) and copies its columns; shards of raw and intq tensors
+  // are produced by the CPU path's produce_shard into the staging buffer and copied.
   virtual Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
                          const shm::ShardRange& shard, std::uint64_t slot_offset, std::uint64_t bytes,
                          std::uint64_t slot_id, bool* on_device, const std::function<void()>& on_enqueued) = 0;

@@ -128,8 +128,10 @@ inline std::vector<shm::ShardSpec> specs_for(shm::ShardDim dim, std::uint64_t ex
 }
 
 // Every shard of every tensor and layout of model `model` equals the slice of the whole tensor's slot, bit for bit;
-// shape and strides are the slice's, compact row-major. Returns the shards checked.
-inline int check_every_shard(Client& c, const std::string& model, std::uint32_t device = 0) {
+// shape and strides are the slice's, compact row-major. Returns the shards checked; *lattice (when given) receives
+// how many of them were of the lattice-rans tensors (lin.*).
+inline int check_every_shard(Client& c, const std::string& model, std::uint32_t device = 0, int* lattice = nullptr) {
+  if (lattice != nullptr) *lattice = 0;
   int checked = 0;
   for (const TensorCase& tc : model_cases()) {
     for (shm::Layout l : tc.layouts) {
@@ -171,6 +173,7 @@ inline int check_every_shard(Client& c, const std::string& model, std::uint32_t 
           }
           EXPECT_TRUE(c.release(t->handle));
           ++checked;
+          if (lattice != nullptr && tc.name.rfind("lin.", 0) == 0) ++*lattice;
         }
       }
       EXPECT_TRUE(c.release(whole->handle));
