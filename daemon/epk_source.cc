@@ -154,9 +154,21 @@ class EpkSource final : public ModelSource {
   // Shards decode only what they cover (codec/decode/decode_slice.h): raw tensors slice their stored bytes,
   // lattice-rans row shards decode the tiles of their rows, column shards every row in bands keeping their columns.
   // What decode_slice does not serve (intq dense layouts) is the default: the whole tensor, then the slice.
+  Result<ServedTensor> served_shard(std::size_t tensor, shm::Layout layout,
+                                    const shm::ShardRange& shard) const override {
+    if (tensor < tensors_.size() && shm::is_packed_int(layout)) {
+      return intq_serving::served_shard(intq_[tensor], origin_, reader_.tensors()[tensor], layout, shard);
+    }
+    return ModelSource::served_shard(tensor, layout, shard);
+  }
+
   Status produce_shard(std::size_t tensor, shm::Layout layout, const shm::ShardRange& shard,
                        std::span<std::uint8_t> dst) const override {
     if (shard.whole()) return produce(tensor, layout, dst);
+    if (shm::is_packed_int(layout)) {  // the layout written from the logical tensor's cut (intq_serving.h)
+      EPK_TRY(intq_serving::produce_shard(reader_, reader_.tensors()[tensor], layout, shard, dst));
+      return reader_.verify(reader_.tensors()[tensor]);
+    }
     EPK_TRY_ASSIGN(ServedTensor st, served_shard(tensor, layout, shard));
     if (dst.size() != st.bytes) {
       return make_error(ErrorCode::kInvalidArgument, origin_ + ": shard output size does not match the shard");

@@ -30,7 +30,8 @@ struct TensorCase {
 };
 
 // lattice-rans 129x67 (tiles span several rows: shards smaller than a tile, starting mid-tile) and 200x300, raw
-// f32 [37, 5], a raw bias [37], raw bf16 [10, 12], an intq act-order 4-bit tensor [192, 256] (out x in).
+// f32 [37, 5], a raw bias [37], raw bf16 [10, 12], intq 4-bit tensors (out x in): act-order q.w [192, 256], static
+// groups of 64 q.s [128, 256], act-order with a row perm q.p [64, 128].
 inline std::vector<TensorCase> model_cases() {
   using L = shm::Layout;
   const std::vector<L> lattice = {L::kDenseBF16, L::kDenseF32, L::kDenseF16, L::kStored, L::kRowwiseI8,
@@ -42,7 +43,16 @@ inline std::vector<TensorCase> model_cases() {
       {"raw.bias", {37}, {L::kStored, L::kDenseF16}},
       {"raw.bf", {10, 12}, {L::kStored, L::kDenseF32}},
       {"q.w", {192, 256}, {L::kDenseF16, L::kDenseBF16}},
+      {"q.s", {128, 256}, {L::kDenseF16}},
   };
+}
+
+// q.s: K = 256 input features, N = 128 outputs, static groups of 64, asymmetric.
+inline layouts::QuantTensor static_intq() {
+  return layouts::testing::random_intq_tensor(4, 256, 128, 64, false, false, false, 44);
+}
+inline layouts::QuantTensor act_order_intq() {
+  return layouts::testing::random_intq_tensor(4, 256, 192, 64, true, true, false, 43);
 }
 
 inline Status write_model(const std::string& path) {
@@ -55,8 +65,11 @@ inline Status write_model(const std::string& path) {
   std::vector<std::uint16_t> bf(10 * 12);
   for (std::size_t i = 0; i < bf.size(); ++i) bf[i] = static_cast<std::uint16_t>(0x3f00 + 91 * i);
   // Rows = in_features (K), cols = out_features (N) in QuantTensor's terms: the served dense tensor is [N, K].
-  const layouts::QuantTensor q = layouts::testing::random_intq_tensor(4, 256, 192, 64, true, true, false, 43);
+  const layouts::QuantTensor q = act_order_intq();
   EPK_TRY_ASSIGN(auto qe, layouts::intq::encode_int(q, "q.w", DType::kF16, "gptq"));
+  EPK_TRY_ASSIGN(auto se, layouts::intq::encode_int(static_intq(), "q.s", DType::kF16, "gptq"));
+  const layouts::QuantTensor pq = layouts::testing::random_intq_tensor(4, 128, 64, 32, true, true, true, 45);
+  EPK_TRY_ASSIGN(auto pe, layouts::intq::encode_int(pq, "q.p", DType::kF16, "gptq"));
   EPK_TRY_ASSIGN(auto w, container::Writer::create(path, {{"source", "epkd_shard_checks"}}));
   EPK_TRY(write_lattice(w, "lin.a", a));
   EPK_TRY(write_lattice(w, "lin.b", b));
@@ -64,6 +77,8 @@ inline Status write_model(const std::string& path) {
   EPK_TRY(write_raw(w, "raw.bias", DType::kF32, {37}, as_bytes(bias)));
   EPK_TRY(write_raw(w, "raw.bf", DType::kBF16, {10, 12}, as_bytes(bf)));
   EPK_TRY(w.add_tensor(qe.spec, qe.buffers()));
+  EPK_TRY(w.add_tensor(se.spec, se.buffers()));
+  EPK_TRY(w.add_tensor(pe.spec, pe.buffers()));
   return w.finish();
 }
 
