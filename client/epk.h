@@ -89,7 +89,10 @@ typedef struct epk_shard {
 } epk_shard;
 /* epk_acquire_on of a shard (NULL: the whole tensor): out describes the slice, compact and row-major, and the daemon
  * decodes only what it covers. A shard that does not fit the tensor: EPK_E_INVALID, the message naming tensor, shape
- * and range; packed integer layouts are not sharded (EPK_E_UNSUPPORTED). Each shard is a slot of its own. */
+ * and range. Packed integer layouts shard along their packing rules (daemon/intq_serving.h): output features cut
+ * qweight/scales/qzeros columns, input features qweight rows with their g_idx (and the groups they need); a boundary
+ * a layout cannot take (inside a group for awq/marlin, any input shard of a tensor with a perm) is EPK_E_UNSUPPORTED
+ * naming it. Each shard is a slot of its own. */
 int epk_acquire_shard(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
                       const epk_shard* shard, epk_tensor* out);
 /* The range [*begin, *end) a shard takes of a tensor of `shape` (ndim extents) and which dimension (*axis: 0 or 1),

@@ -1,7 +1,7 @@
 // Tensor-parallel shards through the real epkd on the CPU path (--cpu, host pools): every shard of every layout
 // equals the same slice of the whole tensor bit for bit; the budget counts shard bytes; shards are cache entries of
 // their own (keyed by the resolved range); bad shards are clear errors and the session goes on; packed integer
-// layouts refuse shards by name; prefetch takes a shard.
+// layouts shard along their packing rules (and refuse a boundary they cannot take, naming it); prefetch takes a shard.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
