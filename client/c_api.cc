@@ -61,6 +61,12 @@ int guarded(F&& f) {
   return EPK_E_INTERNAL;
 }
 
+// NULL: the whole tensor. The fields are passed on as given: epkd (or resolve_shard) checks them.
+epk::shm::ShardSpec spec_of(const epk_shard* s) {
+  if (s == nullptr) return {};
+  return {static_cast<epk::shm::ShardDim>(s->dim), static_cast<epk::shm::ShardForm>(s->form), s->a, s->b};
+}
+
 bool parse_layout(const char* layout, epk::shm::Layout* out) {
   if (layout == nullptr) {
     *out = epk::shm::Layout::kStored;
@@ -94,10 +100,31 @@ int epk_acquire(epk_client* c, const char* model, const char* tensor, const char
 
 int epk_acquire_on(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
                    epk_tensor* out) {
+  return epk_acquire_shard(c, model, tensor, layout, device, nullptr, out);
+}
+
+int epk_shard_resolve(const epk_shard* shard, const uint64_t* shape, uint32_t ndim, uint32_t* axis, uint64_t* begin,
+                      uint64_t* end) {
+  if (shard == nullptr || (shape == nullptr && ndim > 0) || axis == nullptr || begin == nullptr || end == nullptr) {
+    return invalid("epk_shard_resolve: NULL argument");
+  }
+  return guarded([&]() -> int {
+    auto r = epk::shm::resolve_shard(spec_of(shard), std::span<const std::uint64_t>(shape, ndim), "");
+    if (!r) return fail(r.error());
+    *axis = static_cast<std::uint32_t>(r->axis());
+    *begin = r->whole() ? 0 : r->begin;
+    *end = r->whole() ? (ndim > 0 ? shape[0] : 0) : r->end;
+    return EPK_OK;
+  });
+}
+
+int epk_acquire_shard(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
+                      const epk_shard* shard, epk_tensor* out) {
   if (c == nullptr || model == nullptr || tensor == nullptr || out == nullptr)
     return invalid("epk_acquire: NULL argument");
   epk::shm::Layout l;
   if (!parse_layout(layout, &l)) return invalid("epk_acquire: unknown layout");
+  const epk::shm::ShardSpec spec = spec_of(shard);
   return guarded([&]() -> int {
     // Per calling thread and reused (capacity kept): after its first calls a thread's cache-hit acquires allocate
     // nothing here either (names up to any length, the Tensor's shape and strides).
@@ -106,7 +133,7 @@ int epk_acquire_on(epk_client* c, const char* model, const char* tensor, const c
     t_model.assign(model);
     t_tensor.assign(tensor);
     epk::client::Tensor* t = &t_scratch;
-    if (epk::Status st = c->client.acquire_into(t_model, t_tensor, l, device, t); !st) return fail(st.error());
+    if (epk::Status st = c->client.acquire_into(t_model, t_tensor, l, device, spec, t); !st) return fail(st.error());
     if (t->shape.size() > EPK_MAX_DIMS) {
       (void)c->client.release(t->handle);
       return invalid("epk_acquire: tensor has more than EPK_MAX_DIMS dimensions");
@@ -196,6 +223,11 @@ int epk_tensor_parts(const epk_tensor* t, const char* layout, epk_part* parts, s
 
 int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
                  uint32_t* queued) {
+  return epk_prefetch_shard(c, model, tensors, count, layout, 0, nullptr, queued);
+}
+
+int epk_prefetch_shard(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
+                       uint32_t device, const epk_shard* shard, uint32_t* queued) {
   if (c == nullptr || model == nullptr || (tensors == nullptr && count > 0))
     return invalid("epk_prefetch: NULL argument");
   epk::shm::Layout l;
@@ -207,7 +239,7 @@ int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, s
       if (tensors[i] == nullptr) return invalid("epk_prefetch: NULL tensor name");
       names.emplace_back(tensors[i]);
     }
-    auto r = c->client.prefetch(model, names, l);
+    auto r = c->client.prefetch(model, names, l, device, spec_of(shard));
     if (!r) return fail(r.error());
     if (queued != nullptr) *queued = *r;
     return EPK_OK;

@@ -26,6 +26,18 @@ namespace epk::client {
 
 namespace {
 
+// A shard the wire cannot carry (an unknown dim or form) would be a malformed message, which closes the session:
+// refused here instead. Its range is checked by epkd, against the tensor's shape.
+Status check_shard_fields(const shm::ShardSpec& s) {
+  const auto dim = static_cast<std::uint32_t>(s.dim), form = static_cast<std::uint32_t>(s.form);
+  if (dim > 2 || form > 1) {
+    return make_error(ErrorCode::kInvalidArgument, "epk client: shard dim " + std::to_string(dim) + " form " +
+                                                       std::to_string(form) +
+                                                       " unknown (dim: 0 none, 1 rows, 2 cols; form: 0 range, 1 split)");
+  }
+  return {};
+}
+
 ErrorCode code_for(shm::WireStatus s) {
   switch (s) {
     case shm::WireStatus::kNotFound:
@@ -38,6 +50,7 @@ ErrorCode code_for(shm::WireStatus s) {
     case shm::WireStatus::kShuttingDown: return ErrorCode::kIo;
     case shm::WireStatus::kDenied: return ErrorCode::kPermission;
     case shm::WireStatus::kOverQuota: return ErrorCode::kQuota;
+    case shm::WireStatus::kInvalidArgument: return ErrorCode::kInvalidArgument;
     default: return ErrorCode::kInternal;
   }
 }
@@ -360,9 +373,9 @@ Result<std::uint32_t> Client::open_model(const std::string& model) {
 }
 
 Result<Tensor> Client::acquire(const std::string& model, const std::string& tensor, shm::Layout layout,
-                               std::uint32_t device) {
+                               std::uint32_t device, const shm::ShardSpec& shard) {
   Tensor t;
-  EPK_TRY(acquire_into(model, tensor, layout, device, &t));
+  EPK_TRY(acquire_into(model, tensor, layout, device, shard, &t));
   return t;
 }
 
@@ -377,17 +390,18 @@ bool Client::forget_gone_model(const std::string& model, const Error& e) {
 }
 
 Status Client::acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout,
-                            std::uint32_t device, Tensor* out) {
-  Status st = acquire_once(model, tensor, layout, device, out);
-  if (!st && forget_gone_model(model, st.error())) return acquire_once(model, tensor, layout, device, out);
+                            std::uint32_t device, const shm::ShardSpec& shard, Tensor* out) {
+  Status st = acquire_once(model, tensor, layout, device, shard, out);
+  if (!st && forget_gone_model(model, st.error())) return acquire_once(model, tensor, layout, device, shard, out);
   return st;
 }
 
 Status Client::acquire_once(const std::string& model, const std::string& tensor, shm::Layout layout,
-                            std::uint32_t device, Tensor* out) {
+                            std::uint32_t device, const shm::ShardSpec& shard, Tensor* out) {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   if (tensor.size() > shm::kMaxTensorName)
     return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
+  if (!shard.whole()) EPK_TRY(check_shard_fields(shard));
   std::unique_lock<std::mutex> lock(impl_->mu);
   // A model opened before (every hit) is looked up under the same lock hold as the request; a new one is opened first.
   std::uint32_t model_id = 0;
@@ -404,6 +418,7 @@ Status Client::acquire_once(const std::string& model, const std::string& tensor,
   req.layout = layout;
   req.tensor.assign(tensor);  // within its reserved capacity
   req.device = device;
+  req.shard = shard;
   shm::encode_acquire(id, req, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kAcquire));
   shm::AcquireReply& r = impl_->acquire_reply;
@@ -572,19 +587,20 @@ Result<std::vector<Tensor::Part>> packed_parts_of(shm::Layout layout, const void
 }
 
 Result<std::uint32_t> Client::prefetch(const std::string& model, const std::vector<std::string>& tensors,
-                                       shm::Layout layout, std::uint32_t device) {
-  Result<std::uint32_t> r = prefetch_once(model, tensors, layout, device);
-  if (!r && forget_gone_model(model, r.error())) return prefetch_once(model, tensors, layout, device);
+                                       shm::Layout layout, std::uint32_t device, const shm::ShardSpec& shard) {
+  Result<std::uint32_t> r = prefetch_once(model, tensors, layout, device, shard);
+  if (!r && forget_gone_model(model, r.error())) return prefetch_once(model, tensors, layout, device, shard);
   return r;
 }
 
 Result<std::uint32_t> Client::prefetch_once(const std::string& model, const std::vector<std::string>& tensors,
-                                            shm::Layout layout, std::uint32_t device) {
+                                            shm::Layout layout, std::uint32_t device, const shm::ShardSpec& shard) {
+  if (!shard.whole()) EPK_TRY(check_shard_fields(shard));
   EPK_TRY_ASSIGN(std::uint32_t model_id, open_model(model));
   if (tensors.size() > shm::kMaxPrefetch) {
     return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch of more than 256 tensors in one call");
   }
-  std::size_t total = 12;
+  std::size_t total = 12 + 24;  // with the shard block (shm/protocol.h rule 7)
   for (const auto& t : tensors) {
     if (t.size() > shm::kMaxTensorName)
       return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");
@@ -593,7 +609,7 @@ Result<std::uint32_t> Client::prefetch_once(const std::string& model, const std:
   if (total > shm::kMaxPayload) return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch names too long");
   std::lock_guard<std::mutex> lock(impl_->mu);
   const std::uint32_t id = impl_->next_id++;
-  shm::encode_prefetch(id, {model_id, layout, tensors, device}, &impl_->tx);
+  shm::encode_prefetch(id, {model_id, layout, tensors, device, shard}, &impl_->tx);
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kPrefetch));
   EPK_TRY_ASSIGN(shm::PrefetchReply r, shm::decode_prefetch_reply(f.payload));
   return r.queued;

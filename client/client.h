@@ -89,13 +89,21 @@ class Client {
   // Pins `tensor` of `model` in `layout` until release(); waits for its decode on a miss. kNoSpace when the daemon's
   // budget cannot hold it without evicting pinned slots. `device`: the CUDA device whose pool serves it (a daemon
   // serving a host pool takes 0); a device the daemon does not serve is kNotFound.
+  // `shard`: a slice of the tensor (shm/shard.h: rows or columns, a range or rank r of n); the Tensor is that slice,
+  // compact and row-major, and epkd decodes only what it needs. A shard that does not fit the tensor is
+  // kInvalidArgument naming tensor, shape and range.
   Result<Tensor> acquire(const std::string& model, const std::string& tensor,
-                         shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
+                         shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0,
+                         const shm::ShardSpec& shard = {});
   // The same into a Tensor the caller keeps: its shape and strides keep their capacity, so repeated acquires through
   // one Tensor allocate nothing in libepk (a cache hit of a dense, rowwise or stored layout; packed integer layouts
   // still build their parts list). Every field of *out is written on success; on error it is left partly written.
   Status acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout, std::uint32_t device,
-                      Tensor* out);
+                      Tensor* out) {
+    return acquire_into(model, tensor, layout, device, shm::ShardSpec{}, out);
+  }
+  Status acquire_into(const std::string& model, const std::string& tensor, shm::Layout layout, std::uint32_t device,
+                      const shm::ShardSpec& shard, Tensor* out);
   // Device slots: makes `stream` (a CUstream / cudaStream_t; null = the legacy default stream) wait for t's decode.
   // A slot epkd answered before its decode finished (an uncached device acquire) is first waited for on
   // the CPU (spin_us, then sleeping) until epkd publishes the decode's outcome: a failed decode (a corrupt tile) is
@@ -112,8 +120,10 @@ class Client {
   // changed) answers kNotFound naming it; acquire, prefetch, tensors and open_stored then open the model by name once
   // more, so a replaced model is served from its new generation. Leases taken on the old one stay valid until released.
   // Asks the daemon to decode ahead; returns how many decodes it queued (already cached ones are not counted).
+  // `shard`: the same shard of every name (as acquire).
   Result<std::uint32_t> prefetch(const std::string& model, const std::vector<std::string>& tensors,
-                                 shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0);
+                                 shm::Layout layout = shm::Layout::kStored, std::uint32_t device = 0,
+                                 const shm::ShardSpec& shard = {});
   // Host path: the release message is the fence (this process is done with the slot when it calls release).
   Status release(std::uint64_t handle);
   // The same without waiting for the daemon's answer (one message, no round trip). A failure (a handle this client
@@ -149,9 +159,9 @@ class Client {
   void close_nowait() noexcept;
   Status check_decoded(std::uint64_t handle);
   Status acquire_once(const std::string& model, const std::string& tensor, shm::Layout layout, std::uint32_t device,
-                      Tensor* out);
+                      const shm::ShardSpec& shard, Tensor* out);
   Result<std::uint32_t> prefetch_once(const std::string& model, const std::vector<std::string>& tensors,
-                                      shm::Layout layout, std::uint32_t device);
+                                      shm::Layout layout, std::uint32_t device, const shm::ShardSpec& shard);
   Result<StoredFds> open_stored_once(const std::string& model, std::uint32_t device);
   Result<std::vector<shm::TensorInfo>> tensors_once(const std::string& model);
   // Drops the model's cached id when `e` says epkd retired it: whether the request should be tried again.

@@ -75,6 +75,30 @@ int epk_acquire(epk_client* c, const char* model, const char* tensor, const char
  * device the daemon does not serve: EPK_E_NOT_FOUND. out->device says where the slot lives. */
 int epk_acquire_on(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
                    epk_tensor* out);
+/* Tensor-parallel shards (shm/shard.h): a slice of one dimension. dim EPK_SHARD_ROWS cuts dimension 0 (a Linear
+ * weight's output features, column-parallel layers; a 1-D tensor's elements), EPK_SHARD_COLS dimension 1 (input
+ * features, row-parallel layers). form EPK_SHARD_RANGE: [a, b); EPK_SHARD_SPLIT: rank a of world size b, every rank
+ * ceil(extent / b) indices and the last what is left (vLLM's and Megatron's split where b divides the extent,
+ * torch.chunk's otherwise; a rank whose share is empty is refused). */
+enum epk_shard_dim { EPK_SHARD_NONE = 0, EPK_SHARD_ROWS = 1, EPK_SHARD_COLS = 2 };
+enum epk_shard_form { EPK_SHARD_RANGE = 0, EPK_SHARD_SPLIT = 1 };
+typedef struct epk_shard {
+  uint32_t dim;  /* epk_shard_dim; EPK_SHARD_NONE: the whole tensor */
+  uint32_t form; /* epk_shard_form */
+  uint64_t a, b; /* range: begin, end; split: rank, world size */
+} epk_shard;
+/* epk_acquire_on of a shard (NULL: the whole tensor): out describes the slice, compact and row-major, and the daemon
+ * decodes only what it covers. A shard that does not fit the tensor: EPK_E_INVALID, the message naming tensor, shape
+ * and range. Packed integer layouts shard along their packing rules (daemon/intq_serving.h): output features cut
+ * qweight/scales/qzeros columns, input features qweight rows with their g_idx (and the groups they need); a boundary
+ * a layout cannot take (inside a group for awq/marlin, any input shard of a tensor with a perm) is EPK_E_UNSUPPORTED
+ * naming it. Each shard is a slot of its own. */
+int epk_acquire_shard(epk_client* c, const char* model, const char* tensor, const char* layout, uint32_t device,
+                      const epk_shard* shard, epk_tensor* out);
+/* The range [*begin, *end) a shard takes of a tensor of `shape` (ndim extents) and which dimension (*axis: 0 or 1),
+ * by the same rule the daemon applies; EPK_E_INVALID with the reason. */
+int epk_shard_resolve(const epk_shard* shard, const uint64_t* shape, uint32_t ndim, uint32_t* axis, uint64_t* begin,
+                      uint64_t* end);
 typedef struct epk_part {
   const char* name; /* "qweight", "qzeros", "scales", "g_idx", "perm" (static storage) */
   void* data;       /* inside the acquired slot */
@@ -89,6 +113,10 @@ int epk_tensor_parts(const epk_tensor* t, const char* layout, epk_part* parts, s
 /* *queued (may be NULL) receives the number of decodes the daemon queued. */
 int epk_prefetch(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
                  uint32_t* queued);
+/* The same from device `device`'s pool, the same shard of every name (NULL: whole tensors); a name the shard does not
+ * fit is skipped, as an unknown one is. */
+int epk_prefetch_shard(epk_client* c, const char* model, const char* const* tensors, size_t count, const char* layout,
+                       uint32_t device, const epk_shard* shard, uint32_t* queued);
 int epk_release(epk_client* c, uint64_t handle);
 /* Releases without waiting for the daemon's answer; a failure is not reported to this call. */
 int epk_release_nowait(epk_client* c, uint64_t handle);

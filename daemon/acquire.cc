@@ -33,11 +33,13 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
   }
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
-  const SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout};
   // A retired model's source goes once its last slot has (sweep_retired, under mu_ after passing every lane's lock):
   // `retired` is checked under each lock before the source or a slot of the model is used, so a request that goes on
-  // sees a live source, and a retired model gets no new pins.
+  // sees a live source, and a retired model gets no new pins. A shard (shm/shard.h) is checked against the tensor's
+  // shape and resolved to a range under the same check: the key and the slot's bytes are the shard's.
+  SlotKey key{m.model_id, static_cast<std::uint32_t>(t->second), m.layout, {}};
   std::optional<Result<ServedTensor>> served;
+  std::string bad_shard;
   bool gone = false;
   {
     // No check() under the shared side: pin counts above zero change no structure, and verify() needs the exclusive
@@ -47,13 +49,24 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
       SharedLaneGuard shared(lane_mu(*lane), s.io_index());
       gone = model->retired.load(std::memory_order_acquire);
       if (!gone) {
-        served.emplace(model->source->served(t->second, m.layout));
-        if (*served) slot = lane->cache->pin_shared(key, s.id());
+        auto shard = shm::resolve_shard(m.shard, model->source->tensors()[t->second].shape, m.tensor);
+        if (!shard) {
+          bad_shard = shard.error().message;
+        } else {
+          key.shard = *shard;
+          served.emplace(shard->whole() ? model->source->served(t->second, m.layout)
+                                        : model->source->served_shard(t->second, m.layout, *shard));
+          if (*served) slot = lane->cache->pin_shared(key, s.id());
+        }
       }
     }
     if (gone) {
       if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);  // a retry of a wait for space
       return model_gone(s, req, *model);
+    }
+    if (!bad_shard.empty()) {
+      if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
+      return s.send_error(req, shm::WireStatus::kInvalidArgument, "model '" + model->name + "': " + bad_shard);
     }
     if (!*served) return s.send_error(req, wire_status_for(served->error().code), served->error().message);
     if (slot != nullptr) {
@@ -125,8 +138,8 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
       break;
     }
     case Cache::Outcome::kMiss: {
-      InFlight& f =
-          start_decode(*lane, *slot, model->source, t->second, m.layout, std::move(**served), Priority::kAcquire);
+      InFlight& f = start_decode(*lane, *slot, model->source, t->second, m.layout, key.shard, std::move(**served),
+                                 Priority::kAcquire);
       f.waiters.push_back({s.shared_from_this(), req});
       f.read_ns = t_read;
       break;
@@ -217,9 +230,13 @@ void Service::on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequ
       }
       auto t = model->tensor_index.find(m.tensors[i]);
       if (t == model->tensor_index.end()) continue;
-      auto served = model->source->served(t->second, m.layout);
+      // A shard that does not fit this tensor skips it, as an unknown name does (a prefetch is a hint).
+      auto shard = shm::resolve_shard(m.shard, model->source->tensors()[t->second].shape, m.tensors[i]);
+      if (!shard) continue;
+      auto served = shard->whole() ? model->source->served(t->second, m.layout)
+                                   : model->source->served_shard(t->second, m.layout, *shard);
       if (!served) continue;
-      auto lookup = lane->cache->acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout},
+      auto lookup = lane->cache->acquire({m.model_id, static_cast<std::uint32_t>(t->second), m.layout, *shard},
                                          served->bytes, kNoClient);
       check(*lane);
       if (!lookup) {  // no space: later names would not fit either
@@ -227,7 +244,7 @@ void Service::on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequ
         break;
       }
       if (lookup->outcome == Cache::Outcome::kMiss) {
-        start_decode(*lane, *lookup->slot, model->source, t->second, m.layout, std::move(*served),
+        start_decode(*lane, *lookup->slot, model->source, t->second, m.layout, *shard, std::move(*served),
                      Priority::kPrefetch);
         ++queued;
         ++prefetches_;

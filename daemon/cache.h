@@ -1,4 +1,4 @@
-// The slot cache: slots of one pool keyed by (model, tensor, layout), a byte budget that is never exceeded, LRU
+// The slot cache: slots of one pool keyed by (model, tensor, layout, shard), a byte budget that is never exceeded, LRU
 // eviction over unpinned ready slots, pins counted per client, and release fences that must complete before a slot's
 // bytes are reused. Not thread-safe: epkd calls it under its lane's lock (daemon/service.h); decode workers only write
 // into slots that are in state kDecoding, which are never evicted.
@@ -19,6 +19,7 @@
 #include "daemon/slot_allocator.h"
 #include "shm/fence.h"
 #include "shm/layout.h"
+#include "shm/shard.h"
 
 namespace epk::daemon {
 
@@ -29,12 +30,18 @@ struct SlotKey {
   std::uint32_t model = 0;
   std::uint32_t tensor = 0;
   shm::Layout layout = shm::Layout::kStored;
+  shm::ShardRange shard;  // whole, or the resolved range: each shard of a tensor is a slot of its own
   bool operator==(const SlotKey&) const = default;
 };
 struct SlotKeyHash {
   std::size_t operator()(const SlotKey& k) const {
-    return std::hash<std::uint64_t>()((std::uint64_t{k.model} << 40) ^ (std::uint64_t{k.tensor} << 8) ^
-                                      static_cast<std::uint64_t>(k.layout));
+    std::uint64_t h = (std::uint64_t{k.model} << 40) ^ (std::uint64_t{k.tensor} << 8) ^
+                      static_cast<std::uint64_t>(k.layout);
+    if (!k.shard.whole()) {  // whole-tensor keys hash as they always did
+      h ^= (static_cast<std::uint64_t>(k.shard.dim) << 62) ^ (k.shard.begin * 0x9E3779B97F4A7C15ull) ^
+           (k.shard.end * 0xC2B2AE3D27D4EB4Full);
+    }
+    return std::hash<std::uint64_t>()(h);
   }
 };
 

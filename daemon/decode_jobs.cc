@@ -55,21 +55,22 @@ void log_timeline(std::uint64_t slot_id, const Timeline& tl, bool early) {
 
 // The caller holds mu_ and the lane's lock, and has just made `slot` (kDecoding) in the lane's cache.
 Service::InFlight& Service::start_decode(Lane& lane, const Slot& slot, std::shared_ptr<const ModelSource> src,
-                                         std::size_t tensor, shm::Layout layout, ServedTensor desc, Priority prio) {
+                                         std::size_t tensor, shm::Layout layout, const shm::ShardRange& shard,
+                                         ServedTensor desc, Priority prio) {
   const std::uint64_t slot_id = slot.id;
   GpuBackend* gpu = lane.gpu.get();
   // What the worker runs: the lane's GPU backend into the slot's device range, or the source into its host range.
   std::function<Status(bool* on_device, const std::function<void()>& on_enqueued)> produce;
   if (gpu != nullptr) {
-    produce = [gpu, src = std::move(src), model = slot.key.model, tensor, layout, offset = slot.offset,
+    produce = [gpu, src = std::move(src), model = slot.key.model, tensor, layout, shard, offset = slot.offset,
                bytes = desc.bytes, slot_id](bool* on_device, const std::function<void()>& on_enqueued) {
-      Status st = gpu->produce(model, *src, tensor, layout, offset, bytes, slot_id, on_device, on_enqueued);
+      Status st = gpu->produce(model, *src, tensor, layout, shard, offset, bytes, slot_id, on_device, on_enqueued);
       return src->damaged() ? source_damaged(*src) : st;
     };
   } else {
-    produce = [src = std::move(src), tensor, layout, dst = lane.pool->host_span(slot.offset, desc.bytes)](
+    produce = [src = std::move(src), tensor, layout, shard, dst = lane.pool->host_span(slot.offset, desc.bytes)](
                   bool*, const std::function<void()>&) {
-      Status st = src->produce(tensor, layout, dst);
+      Status st = shard.whole() ? src->produce(tensor, layout, dst) : src->produce_shard(tensor, layout, shard, dst);
       return src->damaged() ? source_damaged(*src) : st;
     };
   }
@@ -172,7 +173,9 @@ void Service::log_decode(const Lane& lane, std::uint64_t slot_id, const Slot* sl
     const auto& tensors = model != nullptr && model->source ? model->source->tensors() : std::vector<TensorMeta>{};
     what = "model=" + kv(model != nullptr ? model->name : "?") +
            " tensor=" + kv(slot->key.tensor < tensors.size() ? tensors[slot->key.tensor].name : "?") +
-           " layout=" + std::string(shm::layout_name(slot->key.layout)) + " slot=" + std::to_string(slot_id);
+           " layout=" + std::string(shm::layout_name(slot->key.layout)) +
+           (slot->key.shard.whole() ? std::string() : " shard=" + kv(shm::describe(slot->key.shard))) +
+           " slot=" + std::to_string(slot_id);
   }
   const bool prefetch = f.read_ns == 0;
   if (st) {

@@ -7,9 +7,11 @@
 #include <optional>
 
 #include "codec/container/reader.h"
+#include "codec/decode/decode_slice.h"
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
 #include "daemon/intq_serving.h"
+#include "daemon/shard_slice.h"
 #include "shm/unique_fd.h"
 
 namespace epk::daemon {
@@ -147,6 +149,47 @@ class EpkSource final : public ModelSource {
     }
     EPK_TRY(decode::decode_tensor(reader_, e, st.dtype, dst));
     return reader_.verify(e);
+  }
+
+  // Shards decode only what they cover (codec/decode/decode_slice.h): raw tensors slice their stored bytes,
+  // lattice-rans row shards decode the tiles of their rows, column shards every row in bands keeping their columns.
+  // What decode_slice does not serve (intq dense layouts) is the default: the whole tensor, then the slice.
+  Result<ServedTensor> served_shard(std::size_t tensor, shm::Layout layout,
+                                    const shm::ShardRange& shard) const override {
+    if (tensor < tensors_.size() && shm::is_packed_int(layout)) {
+      return intq_serving::served_shard(intq_[tensor], origin_, reader_.tensors()[tensor], layout, shard);
+    }
+    return ModelSource::served_shard(tensor, layout, shard);
+  }
+
+  Status produce_shard(std::size_t tensor, shm::Layout layout, const shm::ShardRange& shard,
+                       std::span<std::uint8_t> dst) const override {
+    if (shard.whole()) return produce(tensor, layout, dst);
+    if (shm::is_packed_int(layout)) {  // the layout written from the logical tensor's cut (intq_serving.h)
+      EPK_TRY(intq_serving::produce_shard(reader_, reader_.tensors()[tensor], layout, shard, dst));
+      return reader_.verify(reader_.tensors()[tensor]);
+    }
+    EPK_TRY_ASSIGN(ServedTensor st, served_shard(tensor, layout, shard));
+    if (dst.size() != st.bytes) {
+      return make_error(ErrorCode::kInvalidArgument, origin_ + ": shard output size does not match the shard");
+    }
+    const container::TensorEntry& e = reader_.tensors()[tensor];
+    const decode::Slice slice{shard.axis(), shard.begin, shard.end};
+    if (shm::is_rowwise(layout)) {
+      const std::uint64_t rows = st.shape[0], values = rows * st.shape[1];
+      const std::uint64_t at = shm::rowwise_scales_offset(rows, st.shape[1]);
+      std::span<float> scales(reinterpret_cast<float*>(dst.data() + at), rows);
+      EPK_TRY(decode::decode_tensor_rowwise_slice(
+          reader_, e, layout == shm::Layout::kRowwiseI8 ? rans::RowwiseType::kInt8 : rans::RowwiseType::kF8E4M3,
+          slice, dst.first(values), scales));
+      std::fill(dst.begin() + values, dst.begin() + at, 0);
+      return reader_.verify(e);
+    }
+    if (!shm::is_packed_int(layout) && decode::can_decode_slice(e, st.dtype, slice.axis)) {
+      EPK_TRY(decode::decode_tensor_slice(reader_, e, st.dtype, slice, dst));
+      return reader_.verify(e);
+    }
+    return ModelSource::produce_shard(tensor, layout, shard, dst);
   }
 
  private:

@@ -28,7 +28,13 @@
 namespace epk::daemon {
 namespace {
 
-// One tensor's decode inputs on the device, and the plans built for it (one per output format, scratch uploaded).
+// One tensor's decode inputs on the device, and the plans built for it (one per output format and row range, scratch
+// uploaded): the whole tensor's rows, or a row shard's.
+struct PlanKey {
+  cuda::OutputFormat format;
+  std::uint32_t row_begin = 0, row_end = 0;
+  auto operator<=>(const PlanKey&) const = default;
+};
 struct Resident {
   struct Plan {
     cuda::DecodePlan plan;
@@ -41,7 +47,8 @@ struct Resident {
   DType source = DType::kF32;
   std::shared_ptr<const shm::DevicePool> tier;  // the model's compressed tier, which `dev` points into
   cuda::DeviceBuffers dev;
-  std::map<cuda::OutputFormat, Plan> plans;  // touched by the GPU thread only (and add_model before publication)
+  std::map<PlanKey, Plan> plans;  // touched by the GPU thread only (and add_model before publication)
+  PlanKey whole(cuda::OutputFormat f) const { return {f, 0, stream->rows}; }
 };
 
 // The release fences' markers: plain (non-interprocess, untimed) events on the lane's device, made on first use. The
@@ -108,6 +115,10 @@ class CudaBackend final : public GpuBackend {
                    "marker take+record {:.2f} us mean); {} markers made",
                    device_, d, n, mean_us(fence_wait_ns_.load(), n), mean_us(fence_marker_ns_.load(), n),
                    fences_->made());
+    }
+    if (host_shard_slots_ != 0) {
+      spdlog::info("device {}: {} shard slots by the CPU path (raw and intq shards)", device_,
+                   host_shard_slots_.load());
     }
     if (intq_kernel_slots_ + intq_host_slots_ != 0) {
       // Which path intq slots took (epkd_gpu_test reads this line to know the kernels ran).
@@ -180,7 +191,7 @@ class CudaBackend final : public GpuBackend {
       EPK_TRY(copy_in(base + at.scales, s->scales));
       r->dev = cuda::tier_buffers(base, at);
       // bf16 is the common serving layout: its plan is ready before the first acquire.
-      EPK_TRY(plan_for(*r, cuda::OutputFormat::kBf16));
+      EPK_TRY(plan_for(*r, r->whole(cuda::OutputFormat::kBf16)));
       for (const auto& [f, p] : r->plans) added += p.scratch.size();
       made[i] = std::move(r);
     }
@@ -229,8 +240,8 @@ class CudaBackend final : public GpuBackend {
   }
 
   Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
-                 std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device,
-                 const std::function<void()>& on_enqueued) override {
+                 const shm::ShardRange& shard, std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id,
+                 bool* on_device, const std::function<void()>& on_enqueued) override {
     *on_device = false;
     pending_plan_ = nullptr;
     std::shared_ptr<Resident> r;
@@ -245,9 +256,12 @@ class CudaBackend final : public GpuBackend {
     EPK_TRY(shm::make_device_current(device_));
     const std::uint64_t dst = pool_base_ + slot_offset;
     std::optional<cuda::OutputFormat> fmt = r ? shm::decode_format(layout, r->source) : std::nullopt;
+    // Row shards decode their rows on the device; column shards decode the whole tensor into the column scratch and
+    // copy their columns; shards of anything else take the CPU path.
+    const bool host_shard = !shard.whole() && !fmt;
     Status enqueued = [&]() -> Status {
       bool intq_kernels = false;
-      if (q) {
+      if (q && shard.whole()) {  // the intq kernels write whole tensors only
         std::uint64_t added = 0;
         // A layout the kernels cannot be set up for (its padded variant does not fit the device, say) goes to the
         // CPU path like any layout they do not cover.
@@ -263,16 +277,23 @@ class CudaBackend final : public GpuBackend {
           model_bytes_[model_id] += added;
         }
       }
-      if (fmt) {
-        EPK_TRY(decode_on_device(*r, *fmt, dst, bytes));
+      if (fmt && shard.dim == shm::ShardDim::kCols) {
+        EPK_TRY(decode_columns(*r, *fmt, shard, dst, bytes));
+        *on_device = true;
+      } else if (fmt) {
+        const PlanKey key = shard.whole() ? r->whole(*fmt)
+                                          : PlanKey{*fmt, static_cast<std::uint32_t>(shard.begin),
+                                                    static_cast<std::uint32_t>(shard.end)};
+        EPK_TRY(decode_on_device(*r, key, dst, bytes));
         *on_device = true;
       } else if (intq_kernels) {
         EPK_TRY(gpu_intq::produce(*q, src, tensor, layout, dst, bytes, device_, stream_));
         *on_device = true;
         ++intq_kernel_slots_;
       } else {
-        EPK_TRY(produce_on_host(src, tensor, layout, dst, bytes));
+        EPK_TRY(produce_on_host(src, tensor, layout, shard, dst, bytes));
         if (q) ++intq_host_slots_;
+        if (host_shard) ++host_shard_slots_;
       }
       EPK_TRY(ring_[event_for(slot_id)].record(stream_.get()));
       last_enqueued_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -419,14 +440,15 @@ class CudaBackend final : public GpuBackend {
     return TierExport{t->second->export_fd(), t->second->size()};
   }
 
-  Status plan_for(Resident& r, cuda::OutputFormat fmt) {
-    if (r.plans.count(fmt) != 0) return {};
+  Status plan_for(Resident& r, const PlanKey& key) {
+    if (r.plans.count(key) != 0) return {};
+    const cuda::OutputFormat fmt = key.format;
     cuda::DecodeJob job;
     job.name = r.name;
     job.stream = r.stream;
     job.dev = r.dev;
-    job.row_begin = 0;
-    job.row_end = r.stream->rows;
+    job.row_begin = key.row_begin;
+    job.row_end = key.row_end;
     job.format = fmt;
     // Placeholders, patched per decode (decode_on_device): the pool's base is a valid, aligned device address.
     job.out_dev = reinterpret_cast<void*>(pool_base_);
@@ -435,28 +457,31 @@ class CudaBackend final : public GpuBackend {
     EPK_TRY_ASSIGN(shm::DeviceBuffer scratch, shm::DeviceBuffer::alloc(plan.scratch_bytes(), device_));
     EPK_TRY(cuda::upload(plan, reinterpret_cast<void*>(scratch.ptr()), plan.scratch_bytes(),
                          static_cast<cuda::Stream>(stream_.get())));
-    r.plans.emplace(fmt, Resident::Plan{std::move(plan), std::move(scratch)});
+    r.plans.emplace(key, Resident::Plan{std::move(plan), std::move(scratch)});
     return {};
   }
 
-  Status decode_on_device(Resident& r, cuda::OutputFormat fmt, std::uint64_t dst, std::uint64_t bytes) {
-    if (r.plans.count(fmt) == 0) {
-      EPK_TRY(plan_for(r, fmt));
+  // Decodes rows [key.row_begin, key.row_end) of r in key.format into the slot at dst (bytes long).
+  Status decode_on_device(Resident& r, const PlanKey& key, std::uint64_t dst, std::uint64_t bytes) {
+    const cuda::OutputFormat fmt = key.format;
+    if (r.plans.count(key) == 0) {
+      EPK_TRY(plan_for(r, key));
       std::lock_guard<std::mutex> lock(mu_);
-      resident_bytes_ += r.plans.at(fmt).scratch.size();
-      model_bytes_[r.model] += r.plans.at(fmt).scratch.size();
+      resident_bytes_ += r.plans.at(key).scratch.size();
+      model_bytes_[r.model] += r.plans.at(key).scratch.size();
     }
-    Resident::Plan& p = r.plans.at(fmt);
+    Resident::Plan& p = r.plans.at(key);
     // The slot's address (and its row scales' for rowwise formats) into the plan's one descriptor.
     std::uint64_t scales_dst = 0;
+    const std::uint64_t rows = key.row_end - key.row_begin;
     if (cuda::is_rowwise(fmt)) {
-      const std::uint64_t rows = r.stream->rows, values = rows * r.stream->cols;
+      const std::uint64_t values = rows * r.stream->cols;
       const std::uint64_t at = shm::rowwise_scales_offset(rows, r.stream->cols);
       if (at + rows * 4 != bytes) return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': rowwise slot size");
       scales_dst = dst + at;
       // Padding between values and scales: no stale bytes of an earlier slot (as the CPU path).
       if (at > values) EPK_TRY(shm::fill_device_async(dst + values, 0, at - values, stream_.get(), device_));
-    } else if (std::uint64_t{r.stream->rows} * r.stream->cols * cuda::output_element_bytes(fmt) != bytes) {
+    } else if (rows * r.stream->cols * cuda::output_element_bytes(fmt) != bytes) {
       return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': dense slot size");  // never write past a slot
     }
     std::uint64_t patch[2] = {dst, scales_dst};
@@ -473,6 +498,39 @@ class CudaBackend final : public GpuBackend {
     pending_name_ = &r.name;
     return shm::copy_from_device_async(status_.data(), p.scratch.ptr() + p.plan.status_offset(),
                                        sizeof(cuda::DecodeStatus), stream_.get(), device_);
+  }
+
+  // A column shard [c0, c1) of r: the whole tensor decoded into col_scratch_ (grown to the largest such tensor, kept,
+  // counted in resident_bytes), then its columns copied row by row into the slot (a 2-D copy); rowwise formats take
+  // every row's scale. Every tile is decoded: a column shard saves the slot's bytes, not the decode.
+  Status decode_columns(Resident& r, cuda::OutputFormat fmt, const shm::ShardRange& shard, std::uint64_t dst,
+                        std::uint64_t bytes) {
+    const std::uint64_t rows = r.stream->rows, cols = r.stream->cols;
+    const bool rowwise = cuda::is_rowwise(fmt);
+    const std::uint64_t elem = rowwise ? 1 : cuda::output_element_bytes(fmt);
+    const std::uint64_t whole = rowwise ? shm::rowwise_scales_offset(rows, cols) + rows * 4 : rows * cols * elem;
+    const std::uint64_t width = shard.extent() * elem;
+    const std::uint64_t at = rowwise ? shm::rowwise_scales_offset(rows, shard.extent()) : rows * width;
+    if (shard.end > cols || (rowwise ? at + rows * 4 : at) != bytes) {
+      return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': column shard slot size");
+    }
+    if (col_scratch_.size() < whole) {
+      const std::uint64_t before = col_scratch_.size();
+      col_scratch_ = shm::DeviceBuffer();
+      EPK_TRY_ASSIGN(col_scratch_, shm::DeviceBuffer::alloc(whole, device_));
+      std::lock_guard<std::mutex> lock(mu_);
+      resident_bytes_ += whole - before;
+    }
+    const std::uint64_t scratch = col_scratch_.ptr();
+    EPK_TRY(decode_on_device(r, r.whole(fmt), scratch, whole));
+    EPK_TRY(shm::copy_2d_device_async(dst, width, scratch + shard.begin * elem, cols * elem, width, rows,
+                                      stream_.get(), device_));
+    if (rowwise) {
+      if (at > rows * width) EPK_TRY(shm::fill_device_async(dst + rows * width, 0, at - rows * width, stream_.get(), device_));
+      EPK_TRY(shm::copy_2d_device_async(dst + at, rows * 4, scratch + shm::rowwise_scales_offset(rows, cols), rows * 4,
+                                        rows * 4, 1, stream_.get(), device_));
+    }
+    return {};
   }
 
   // After the stream has synchronised: a corrupt tile of the last device decode is an error naming it (read_status
@@ -492,13 +550,14 @@ class CudaBackend final : public GpuBackend {
                  : named;
   }
 
-  Status produce_on_host(const ModelSource& src, std::size_t tensor, shm::Layout layout, std::uint64_t dst,
-                         std::uint64_t bytes) {
+  Status produce_on_host(const ModelSource& src, std::size_t tensor, shm::Layout layout, const shm::ShardRange& shard,
+                         std::uint64_t dst, std::uint64_t bytes) {
     if (staging_.size() < bytes) {
       staging_ = shm::PinnedBuffer();
       EPK_TRY_ASSIGN(staging_, shm::PinnedBuffer::alloc(bytes, device_));
     }
-    EPK_TRY(src.produce(tensor, layout, std::span<std::uint8_t>(staging_.data(), bytes)));
+    const std::span<std::uint8_t> out(staging_.data(), bytes);
+    EPK_TRY(shard.whole() ? src.produce(tensor, layout, out) : src.produce_shard(tensor, layout, shard, out));
     return shm::copy_to_device_async(dst, staging_.data(), bytes, stream_.get(), device_);
   }
 
@@ -510,6 +569,7 @@ class CudaBackend final : public GpuBackend {
   shm::PinnedBuffer patch_;    // 16 bytes: the descriptor patch's source (GPU thread only)
   shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
   shm::PinnedBuffer status_;   // the last device decode's DecodeStatus (GPU thread only)
+  shm::DeviceBuffer col_scratch_;  // column shards' whole decode (GPU thread only; its bytes in resident_bytes_)
   Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
   const std::string* pending_name_ = nullptr;  // that plan's tensor, for the error
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
@@ -519,6 +579,7 @@ class CudaBackend final : public GpuBackend {
   // intq "int" tensors' device forms, per model (null where a tensor has none). Variants are added on the GPU thread.
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_intq::Tensor>>> intq_;
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
+  std::atomic<std::uint64_t> host_shard_slots_{0};  // shards the CPU path produced (exit log)
   std::uint64_t resident_bytes_ = 0;
   std::unordered_map<std::uint32_t, std::uint64_t> model_bytes_;  // resident_bytes_ by model
   // A client's release events, each opened once, with the side stream that waits on it.

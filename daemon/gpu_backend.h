@@ -77,9 +77,14 @@ class GpuBackend {
   // event_for(slot_id). Called from one thread (the GPU scheduler's). `*on_device` says whether the kernel ran.
   // `on_enqueued` (may be empty) runs once all the work is on the stream and before produce() waits for it; it is
   // not called when issuing failed. The result covers the whole decode (a corrupt tile is kCorruptTile).
+  // `shard` (resolved, shm/shard.h; whole for the whole tensor): a row shard of a lattice-rans tensor in a dense or
+  // rowwise layout decodes only the tiles covering its rows, with a plan for that row range (built on its first use
+  // and kept, its scratch counted in resident_bytes); a column shard decodes the whole tensor into a device scratch
+  // (kept, grown to the largest, counted in resident_bytes) and copies its columns; shards of raw and intq tensors
+  // are produced by the CPU path's produce_shard into the staging buffer and copied.
   virtual Status produce(std::uint32_t model_id, const ModelSource& src, std::size_t tensor, shm::Layout layout,
-                         std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id, bool* on_device,
-                         const std::function<void()>& on_enqueued) = 0;
+                         const shm::ShardRange& shard, std::uint64_t slot_offset, std::uint64_t bytes,
+                         std::uint64_t slot_id, bool* on_device, const std::function<void()>& on_enqueued) = 0;
   // When the last produce() had issued all its work and began waiting for the stream (steady_clock, ns since its
   // epoch; 0 if unknown). Read on the produce() thread, for the debug timeline of an uncached acquire.
   virtual std::int64_t last_enqueued_ns() const { return 0; }

@@ -121,24 +121,23 @@ Result<ServedTensor> served(const std::optional<layouts::intq::IntHeader>& heade
   return out;
 }
 
-Status produce(const container::Reader& reader, const container::TensorEntry& entry, shm::Layout layout,
-               std::span<std::uint8_t> dst) {
-  const std::string& origin = reader.path();
-  EPK_TRY_ASSIGN(layouts::intq::IntHeader h, layouts::intq::read_int_header(reader, entry));
-  EPK_TRY_ASSIGN(Plan p, plan(h, origin, entry, layout));
+namespace {
+
+// Writes `layout` from t and places its parts in dst as plan p says.
+Status place(const layouts::QuantTensor& t, const std::string& origin, const std::string& name, shm::Layout layout,
+             const Plan& p, std::span<std::uint8_t> dst) {
   if (dst.size() != p.bytes) {
-    return make_error(ErrorCode::kInvalidArgument, origin + ": tensor '" + entry.name + "': slot holds " +
+    return make_error(ErrorCode::kInvalidArgument, origin + ": tensor '" + name + "': slot holds " +
                                                        std::to_string(dst.size()) + " bytes, the layout needs " +
                                                        std::to_string(p.bytes));
   }
-  EPK_TRY_ASSIGN(layouts::QuantTensor t, layouts::intq::read_int(reader, entry));
   auto conv = layouts::write_layout(t, target_of(layout));
-  if (!conv) return unsupported(origin, entry, layout, conv.error().message);
+  if (!conv) return unsupported(origin, name, layout, conv.error().message);
   if (!conv->activation_perm.empty()) {
-    return unsupported(origin, entry, layout, "the written layout needs its activations permuted");
+    return unsupported(origin, name, layout, "the written layout needs its activations permuted");
   }
   if (conv->tensors.size() != p.count) {
-    return make_error(ErrorCode::kInternal, origin + ": tensor '" + entry.name + "': layout " +
+    return make_error(ErrorCode::kInternal, origin + ": tensor '" + name + "': layout " +
                                                 std::string(shm::layout_name(layout)) + " wrote " +
                                                 std::to_string(conv->tensors.size()) + " parts, planned " +
                                                 std::to_string(p.count));
@@ -151,13 +150,134 @@ Status produce(const container::Reader& reader, const container::TensorEntry& en
         w.shape.size() == part.ndim && static_cast<std::uint64_t>(w.shape[0]) == part.shape[0] &&
         (part.ndim == 1 || static_cast<std::uint64_t>(w.shape[1]) == part.shape[1]);
     if (w.name != part.name || w.dtype != part.dtype || !same_shape || w.bytes.size() != part.bytes) {
-      return make_error(ErrorCode::kInternal, origin + ": tensor '" + entry.name + "': layout " +
+      return make_error(ErrorCode::kInternal, origin + ": tensor '" + name + "': layout " +
                                                   std::string(shm::layout_name(layout)) + " part " + w.name +
                                                   " does not match the planned " + std::string(part.name));
     }
     if (!w.bytes.empty()) std::memcpy(dst.data() + part.offset, w.bytes.data(), w.bytes.size());
   }
   return {};
+}
+
+// A shard's params (sizes only, as IntHeader holds them) and, when cut from data, its logical tensor.
+struct Cut {
+  layouts::intq::IntHeader header;
+  layouts::QuantTensor tensor;
+};
+
+// The shard `s` of the tensor (see the header for the rules): from h alone when data is null, else from data too.
+// Errors name the tensor, the layout, the shard and the boundary.
+Result<Cut> cut(const layouts::intq::IntHeader& h, const layouts::QuantTensor* data, const std::string& origin,
+                const std::string& name, shm::Layout layout, const shm::ShardRange& s) {
+  const layouts::QuantTensor& t = data != nullptr ? *data : h.shape;
+  auto refuse = [&](const std::string& why) {
+    return unsupported(origin, name, layout, "shard " + shm::describe(s) + ": " + why);
+  };
+  Cut c;
+  c.header = h;
+  layouts::QuantTensor o;
+  o.bits = t.bits;
+  o.group_size = t.group_size;
+  o.scale_dtype = t.scale_dtype;
+  const std::int64_t K = t.rows, N = t.cols, G = t.group_size, PC = t.padded_cols;
+  const auto b = static_cast<std::int64_t>(s.begin), e = static_cast<std::int64_t>(s.end);
+  std::int64_t k0 = 0, k1 = t.padded_rows, n0 = 0, n1 = N, g0 = 0, g1 = t.num_groups;
+  if (s.dim == shm::ShardDim::kRows) {  // output features: columns of codes, scales and zeros; rows travel whole
+    n0 = b;
+    n1 = e;
+    o.rows = K;
+    o.padded_rows = t.padded_rows;
+  } else {  // input features: rows of codes and g_idx
+    if (h.has_perm) {
+      return refuse("its rows are stored in another order than the input features (a perm), so a range of input "
+                    "features is not a range of rows");
+    }
+    const bool aligned = b % G == 0 && (e % G == 0 || e == K);
+    const bool carries_g_idx = layout == shm::Layout::kGptq || layout == shm::Layout::kGptqV2;
+    k0 = b;
+    k1 = e;
+    if (!h.has_g_idx && aligned) {  // static groups on group boundaries: the shard's own groups
+      g0 = b / G;
+      g1 = (e + G - 1) / G;
+    } else if (!h.has_g_idx && !carries_g_idx) {
+      return refuse("starts or ends inside a group of " + std::to_string(G) + " input features (group boundaries: "
+                    "multiples of " + std::to_string(G) + ", or the end at " + std::to_string(K) + "); " +
+                    std::string(shm::layout_name(layout)) + " has no g_idx to carry a partial group (gptq does)");
+    } else {
+      c.header.has_g_idx = true;  // every group travels; the shard's g_idx rows index them
+    }
+    o.rows = e - b;
+    o.padded_rows = e - b;
+  }
+  o.cols = n1 - n0;
+  o.padded_cols = n1 - n0;
+  o.num_groups = g1 - g0;
+  if (data != nullptr) {
+    const auto rows = static_cast<std::size_t>(o.padded_rows), cols = static_cast<std::size_t>(o.padded_cols);
+    const auto groups = static_cast<std::size_t>(o.num_groups);
+    o.codes.resize(rows * cols);
+    o.g_idx.resize(rows);
+    o.scales.resize(groups * cols);
+    o.zeros.resize(groups * cols);
+    for (std::size_t k = 0; k < rows; ++k) {
+      const auto src = static_cast<std::size_t>(k0) + k;
+      std::memcpy(o.codes.data() + k * cols, t.codes.data() + src * static_cast<std::size_t>(PC) +
+                                                 static_cast<std::size_t>(n0), cols);
+      o.g_idx[k] = t.g_idx[src] - static_cast<std::int32_t>(g0);
+    }
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::size_t src = (static_cast<std::size_t>(g0) + g) * static_cast<std::size_t>(PC) +
+                              static_cast<std::size_t>(n0);
+      std::copy_n(t.scales.begin() + static_cast<std::ptrdiff_t>(src), cols,
+                  o.scales.begin() + static_cast<std::ptrdiff_t>(g * cols));
+      std::copy_n(t.zeros.begin() + static_cast<std::ptrdiff_t>(src), cols,
+                  o.zeros.begin() + static_cast<std::ptrdiff_t>(g * cols));
+    }
+    if (s.dim == shm::ShardDim::kRows) o.perm = t.perm;  // rows unchanged: their feature order too
+    EPK_TRY(layouts::validate(o));
+    c.tensor = std::move(o);
+    c.header.shape = c.tensor;
+    c.header.shape.codes.clear();
+    c.header.shape.scales.clear();
+    c.header.shape.zeros.clear();
+    c.header.shape.g_idx.clear();
+    c.header.shape.perm.clear();
+  } else {
+    c.header.shape = std::move(o);
+  }
+  if (s.dim == shm::ShardDim::kCols) c.header.has_perm = false;
+  return c;
+}
+
+}  // namespace
+
+Status produce(const container::Reader& reader, const container::TensorEntry& entry, shm::Layout layout,
+               std::span<std::uint8_t> dst) {
+  const std::string& origin = reader.path();
+  EPK_TRY_ASSIGN(layouts::intq::IntHeader h, layouts::intq::read_int_header(reader, entry));
+  EPK_TRY_ASSIGN(Plan p, plan(h, origin, entry, layout));
+  EPK_TRY_ASSIGN(layouts::QuantTensor t, layouts::intq::read_int(reader, entry));
+  return place(t, origin, entry.name, layout, p, dst);
+}
+
+Result<ServedTensor> served_shard(const std::optional<layouts::intq::IntHeader>& header, const std::string& origin,
+                                  const container::TensorEntry& entry, shm::Layout layout,
+                                  const shm::ShardRange& shard) {
+  if (shard.whole() || !header) return served(header, origin, entry, layout);
+  EPK_TRY_ASSIGN(Cut c, cut(*header, nullptr, origin, entry.name, layout, shard));
+  return served(std::optional<layouts::intq::IntHeader>(std::move(c.header)), origin, entry, layout);
+}
+
+Status produce_shard(const container::Reader& reader, const container::TensorEntry& entry, shm::Layout layout,
+                     const shm::ShardRange& shard, std::span<std::uint8_t> dst) {
+  if (shard.whole()) return produce(reader, entry, layout, dst);
+  const std::string& origin = reader.path();
+  EPK_TRY_ASSIGN(layouts::intq::IntHeader h, layouts::intq::read_int_header(reader, entry));
+  EPK_TRY_ASSIGN(Cut sizes, cut(h, nullptr, origin, entry.name, layout, shard));
+  EPK_TRY_ASSIGN(Plan p, packed_plan(sizes.header, origin, entry.name, layout));
+  EPK_TRY_ASSIGN(layouts::QuantTensor t, layouts::intq::read_int(reader, entry));
+  EPK_TRY_ASSIGN(Cut c, cut(h, &t, origin, entry.name, layout, shard));
+  return place(c.tensor, origin, entry.name, layout, p, dst);
 }
 
 }  // namespace epk::daemon::intq_serving

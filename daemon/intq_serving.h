@@ -19,6 +19,7 @@
 #include "codec/layouts/convert.h"
 #include "codec/layouts/intq_io.h"
 #include "daemon/model_source.h"
+#include "shm/shard.h"
 
 namespace epk::daemon::intq_serving {
 
@@ -48,5 +49,20 @@ Result<ServedTensor> served(const std::optional<layouts::intq::IntHeader>& heade
 // Reads the logical tensor, writes the layout with the CPU writers and places the parts in dst (served().bytes).
 Status produce(const container::Reader& reader, const container::TensorEntry& entry, shm::Layout layout,
                std::span<std::uint8_t> dst);
+
+// Tensor-parallel shards of packed layouts (shm/shard.h; the entry's shape is [N, K], out x in). The logical tensor
+// is cut first and the layout written from the cut, so every part follows its layout's packing rule:
+//   rows (N, column-parallel): codes' and scales'/zeros' columns [n0, n1); g_idx and every group travel whole.
+//   cols (K, row-parallel): codes' rows [k0, k1) and their g_idx. Static groups (g_idx[k] = k / G): the shard keeps
+//     its groups [k0 / G, ceil(k1 / G)) when k0 and k1 fall on group boundaries (k1 may be K); elsewhere only gptq and
+//     gptq-v2 (which carry g_idx) can take it, keeping every group, and awq / marlin refuse naming the boundary.
+//     Act-order groups (a g_idx buffer): every group's scales and zeros travel with the shard and its g_idx rows
+//     index them. A tensor with a perm (rows stored in another order than the input features) refuses K shards.
+// The shard's own padding is the layout's (write_layout pads the cut). served_shard answers from the params alone.
+Result<ServedTensor> served_shard(const std::optional<layouts::intq::IntHeader>& header, const std::string& origin,
+                                  const container::TensorEntry& entry, shm::Layout layout,
+                                  const shm::ShardRange& shard);
+Status produce_shard(const container::Reader& reader, const container::TensorEntry& entry, shm::Layout layout,
+                     const shm::ShardRange& shard, std::span<std::uint8_t> dst);
 
 }  // namespace epk::daemon::intq_serving

@@ -16,6 +16,7 @@
 #include "codec/common/result.h"
 #include "daemon/dims.h"
 #include "shm/layout.h"
+#include "shm/shard.h"
 
 namespace epk::rans {
 struct LatticeRansStream;
@@ -61,6 +62,14 @@ class ModelSource {
   // Decodes or copies `tensor` in `layout` into dst (host memory of the pool, exactly served().bytes long) on the
   // calling thread. Errors name the tensor; a corrupt tile is an error, never served.
   virtual Status produce(std::size_t tensor, shm::Layout layout, std::span<std::uint8_t> dst) const = 0;
+  // A shard of `tensor` (resolved against its shape, shm/shard.h): its slot size and shape, and its bytes. The
+  // defaults (daemon/shard_slice.cc) slice what served() and produce() give for the whole tensor: produce_shard then
+  // decodes the whole tensor into a temporary and copies the shard out, the plain reference that sources with
+  // cheaper paths are tested against. A whole ShardRange is served() / produce() exactly. served_shard must not
+  // allocate when it succeeds (it runs on every shard acquire); a layout a source cannot shard is kUnsupported.
+  virtual Result<ServedTensor> served_shard(std::size_t tensor, shm::Layout layout, const shm::ShardRange& shard) const;
+  virtual Status produce_shard(std::size_t tensor, shm::Layout layout, const shm::ShardRange& shard,
+                               std::span<std::uint8_t> dst) const;
   // Whether the bytes behind the source may have changed under it (a file truncated or unreadable under its map:
   // codec/common/map_faults.h). Checked after every produce: what was read since cannot be trusted.
   virtual bool damaged() const { return false; }

@@ -170,7 +170,7 @@ class Service {
 
   // decode_jobs.cc
   InFlight& start_decode(Lane& lane, const Slot& slot, std::shared_ptr<const ModelSource> src, std::size_t tensor,
-                         shm::Layout layout, ServedTensor desc, Priority prio);
+                         shm::Layout layout, const shm::ShardRange& shard, ServedTensor desc, Priority prio);
   void reply_early(std::uint64_t slot_id, const Timeline& worker_tl, std::uint64_t* ticket_out);
   void on_decoded(std::uint64_t slot_id, Status st, std::uint64_t ns, Timeline tl);
   void log_decode(const Lane& lane, std::uint64_t slot_id, const Slot* slot, const InFlight& f, const Status& st,

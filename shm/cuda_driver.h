@@ -53,6 +53,7 @@ struct Driver {
   decltype(&cuMemcpyHtoDAsync) MemcpyHtoDAsync = nullptr;
   decltype(&cuMemcpyDtoHAsync) MemcpyDtoHAsync = nullptr;
   decltype(&cuMemsetD8Async) MemsetD8Async = nullptr;
+  decltype(&cuMemcpy2DAsync) Memcpy2DAsync = nullptr;
 };
 
 const Driver& driver();

@@ -188,6 +188,23 @@ Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes,
   return {};
 }
 
+Status copy_2d_device_async(std::uint64_t dst, std::uint64_t dst_pitch, std::uint64_t src, std::uint64_t src_pitch,
+                            std::uint64_t width, std::uint64_t height, void* stream, int device) {
+  if (width == 0 || height == 0) return {};
+  EPK_TRY(make_current(device));
+  CUDA_MEMCPY2D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = src;
+  c.srcPitch = src_pitch;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = dst;
+  c.dstPitch = dst_pitch;
+  c.WidthInBytes = width;
+  c.Height = height;
+  EPK_CU(driver().Memcpy2DAsync(&c, static_cast<CUstream>(stream)), device);
+  return {};
+}
+
 Status event_synchronize(void* event) {
   EPK_CU(driver().EventSynchronize(static_cast<CUevent>(event)), -1);
   return {};

@@ -114,6 +114,10 @@ class PinnedBuffer {
 Status copy_to_device_async(std::uint64_t dst, const void* src, std::uint64_t bytes, void* stream, int device);
 Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes, void* stream, int device);
 Status fill_device_async(std::uint64_t dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device);
+// Device to device, `height` rows of `width` bytes: row i from src + i * src_pitch to dst + i * dst_pitch (a column
+// slice of a row-major array).
+Status copy_2d_device_async(std::uint64_t dst, std::uint64_t dst_pitch, std::uint64_t src, std::uint64_t src_pitch,
+                            std::uint64_t width, std::uint64_t height, void* stream, int device);
 // Makes `stream` (null: the legacy default stream of the current context) wait on `event` without blocking the CPU.
 Status stream_wait_event(void* stream, void* event);
 // Whether every operation queued on `stream` (null: the legacy default stream) has completed (cuStreamQuery on

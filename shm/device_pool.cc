@@ -62,6 +62,7 @@ const Driver& driver() {
     load(d.MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     load(d.MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
     load(d.MemsetD8Async, "cuMemsetD8Async");
+    load(d.Memcpy2DAsync, "cuMemcpy2DAsync_v2");
     d.ok = all;
   });
   return d;

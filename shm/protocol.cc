@@ -19,6 +19,36 @@ Result<Layout> read_layout(Reader& r) {
   return *l;
 }
 
+// The optional shard block (rule 7): written only for a shard, read when bytes are left after the device.
+constexpr std::size_t kShardBlock = 4 + 4 + 8 + 8;
+
+template <class W>
+void put_shard(W& w, const ShardSpec& s) {
+  if (s.whole()) return;
+  w.put(static_cast<std::uint32_t>(s.dim));
+  w.put(static_cast<std::uint32_t>(s.form));
+  w.put(s.a);
+  w.put(s.b);
+}
+
+Status read_shard(Reader& r, ShardSpec* out) {
+  *out = ShardSpec{};
+  if (r.left() == 0) return {};
+  EPK_TRY_ASSIGN(std::uint32_t dim, r.get<std::uint32_t>("shard dim"));
+  EPK_TRY_ASSIGN(std::uint32_t form, r.get<std::uint32_t>("shard form"));
+  if (dim != static_cast<std::uint32_t>(ShardDim::kRows) && dim != static_cast<std::uint32_t>(ShardDim::kCols)) {
+    return r.bad("shard dim", std::to_string(dim) + " is neither rows (1) nor cols (2)");
+  }
+  if (form != static_cast<std::uint32_t>(ShardForm::kRange) && form != static_cast<std::uint32_t>(ShardForm::kSplit)) {
+    return r.bad("shard form", std::to_string(form) + " is neither range (0) nor split (1)");
+  }
+  out->dim = static_cast<ShardDim>(dim);
+  out->form = static_cast<ShardForm>(form);
+  EPK_TRY_ASSIGN(out->a, r.get<std::uint64_t>("shard a"));
+  EPK_TRY_ASSIGN(out->b, r.get<std::uint64_t>("shard b"));
+  return {};
+}
+
 }  // namespace
 
 const char* msg_type_name(std::uint16_t type) {
@@ -51,6 +81,7 @@ const char* wire_status_name(WireStatus s) {
     case WireStatus::kDenied: return "denied";
     case WireStatus::kOverQuota: return "over-quota";
     case WireStatus::kModelGone: return "model-gone";
+    case WireStatus::kInvalidArgument: return "invalid-argument";
   }
   return "unknown";
 }
@@ -98,12 +129,14 @@ void encode_open_model(std::uint32_t id, const OpenModelRequest& m, std::vector<
 
 void encode_acquire(std::uint32_t id, const AcquireRequest& m, std::vector<std::uint8_t>* out) {
   const std::size_t n = std::min(m.tensor.size(), kMaxTensorName);
-  SizedWriter w(out, id, static_cast<std::uint16_t>(MsgType::kAcquire), 4 + 4 + 2 + n + 4);
+  SizedWriter w(out, id, static_cast<std::uint16_t>(MsgType::kAcquire),
+                4 + 4 + 2 + n + 4 + (m.shard.whole() ? 0 : kShardBlock));
   w.put(m.model_id);
   w.put(static_cast<std::uint32_t>(m.layout));
   w.put(static_cast<std::uint16_t>(n));
   w.put_bytes(m.tensor.data(), n);
   w.put(m.device);
+  put_shard(w, m.shard);
 }
 
 void encode_prefetch(std::uint32_t id, const PrefetchRequest& m, std::vector<std::uint8_t>* out) {
@@ -114,6 +147,7 @@ void encode_prefetch(std::uint32_t id, const PrefetchRequest& m, std::vector<std
   w.put(count);
   for (std::uint32_t i = 0; i < count; ++i) w.put_str(m.tensors[i], kMaxTensorName);
   w.put(m.device);
+  put_shard(w, m.shard);
 }
 
 void encode_release(std::uint32_t id, const ReleaseRequest& m, std::vector<std::uint8_t>* out) {
@@ -219,6 +253,7 @@ Status decode_acquire(std::span<const std::uint8_t> p, AcquireRequest* into) {
       into->layout = *layout;
       into->tensor.assign(reinterpret_cast<const char*>(p.data() + 10), n);
       into->device = load_le<std::uint32_t>(p.data() + 10 + n);
+      into->shard = ShardSpec{};
       return {};
     }
   }
@@ -231,6 +266,7 @@ Status decode_acquire_checked(std::span<const std::uint8_t> p, AcquireRequest* i
   EPK_TRY_ASSIGN(into->layout, read_layout(r));
   EPK_TRY(r.get_str_into("tensor", kMaxTensorName, &into->tensor));
   EPK_TRY_ASSIGN(into->device, r.get<std::uint32_t>("device"));
+  EPK_TRY(read_shard(r, &into->shard));
   return r.finish();
 }
 
@@ -251,6 +287,7 @@ Result<PrefetchRequest> decode_prefetch(std::span<const std::uint8_t> p) {
     m.tensors.push_back(std::move(name));
   }
   EPK_TRY_ASSIGN(m.device, r.get<std::uint32_t>("device"));
+  EPK_TRY(read_shard(r, &m.shard));
   EPK_TRY(r.finish());
   return m;
 }

@@ -59,7 +59,14 @@
 //                   every host pool); else the decode may still run, and the reader must wait for the ticket's
 //                   status word (kOk) before trusting the bytes (libepk's wait() and copy_to_host() do)
 //    Version 3 and 4 do not talk (bad-version).
-// 7. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
+// 7. Shards (docs/NOTES.md "Tensor-parallel shards"), added in version 4 without a bump, as models and open_stored
+//    were: acquire and prefetch may end with one more block after the device, present only when a shard is asked for:
+//      u32 dim (ShardDim: 1 rows, 2 cols), u32 form (ShardForm: 0 range, 1 split), u64 a, u64 b (shm/shard.h)
+//    A request without it is the whole tensor, read exactly as before; a daemon that predates it answers
+//    bad-message to a request that carries it (trailing bytes) and closes the session. A prefetch's shard applies to
+//    every name it lists. The acquire reply describes the shard (its shape and bytes); a shard that does not fit the
+//    tensor is answered kInvalidArgument naming tensor, shape and range, and the session stays open.
+// 8. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
 //    the session is closed; replies to well-formed requests that fail (unknown tensor, no space) keep it open.
 #pragma once
 
@@ -75,6 +82,7 @@
 #include "shm/fence.h"
 #include "shm/layout.h"
 #include "shm/pool.h"
+#include "shm/shard.h"
 
 namespace epk::shm {
 
@@ -129,6 +137,8 @@ enum class WireStatus : std::uint32_t {
   kOverQuota = 10,  // the client is over its own pin quota (the budget may have room)
   kModelGone = 11,  // the model id names a model retired at a reload (removed, or replaced by a new generation under
                     // the same name: open it again by name); the leases held on it stay valid until released
+  kInvalidArgument = 12,  // a well-formed request that asks for something that does not exist (a shard past the
+                          // tensor); the session stays open
 };
 const char* wire_status_name(WireStatus s);
 
@@ -173,6 +183,7 @@ struct AcquireRequest {
   Layout layout = Layout::kStored;
   std::string tensor;
   std::uint32_t device = 0;  // version 3
+  ShardSpec shard;           // rule 7: whole unless set
 };
 struct AcquireReply {
   std::uint64_t handle = 0;
@@ -190,6 +201,7 @@ struct PrefetchRequest {
   Layout layout = Layout::kStored;
   std::vector<std::string> tensors;
   std::uint32_t device = 0;  // version 3
+  ShardSpec shard;           // rule 7: the same shard of every name
 };
 struct PrefetchReply {
   std::uint32_t queued = 0;

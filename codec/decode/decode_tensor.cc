@@ -58,20 +58,26 @@ Status decode_raw(const container::Reader& r, const container::TensorEntry& e, D
     return {};
   }
   const std::uint64_t n = e.element_count();
-  const std::size_t in_w = std::size_t(dtype_bits(e.dtype) / 8), out_w = std::size_t(dtype_bits(out) / 8);
+  const std::size_t in_w = std::size_t(dtype_bits(e.dtype) / 8);
   if (src.size() != n * in_w)
     return make_error(ErrorCode::kBadInput, where_of(r, e) + ": raw buffer 'data' size does not match the shape");
-  constexpr std::size_t kChunk = 4096;
-  float tmp[kChunk];
-  for (std::uint64_t i = 0; i < n; i += kChunk) {
-    const std::size_t m = std::size_t(std::min<std::uint64_t>(kChunk, n - i));
-    raw_to_f32(e.dtype, src.subspan(i * in_w, m * in_w), std::span<float>(tmp, m));
-    for (std::size_t k = 0; k < m; ++k) store_f32(out, tmp[k], dst.data() + (i + k) * out_w);
-  }
+  convert_raw(e.dtype, src, out, dst.data());
   return {};
 }
 
 }  // namespace
+
+void convert_raw(DType in, std::span<const std::uint8_t> src, DType out, std::uint8_t* dst) {
+  const std::size_t in_w = std::size_t(dtype_bits(in) / 8), out_w = std::size_t(dtype_bits(out) / 8);
+  const std::uint64_t n = src.size() / in_w;
+  constexpr std::size_t kChunk = 4096;
+  float tmp[kChunk];
+  for (std::uint64_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = std::size_t(std::min<std::uint64_t>(kChunk, n - i));
+    raw_to_f32(in, src.subspan(i * in_w, m * in_w), std::span<float>(tmp, m));
+    for (std::size_t k = 0; k < m; ++k) store_f32(out, tmp[k], dst + (i + k) * out_w);
+  }
+}
 
 bool raw_to_f32(DType in, std::span<const std::uint8_t> src, std::span<float> dst) {
   const std::size_t n = dst.size();

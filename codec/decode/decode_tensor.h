@@ -48,5 +48,8 @@ Result<std::vector<float>> decode_tensor_f32(const container::Reader& r, const c
 // Converts n elements of a raw float dtype to float32 (F32, BF16, F16, F8_E4M3, F8_E5M2, I8 as integers).
 // false for other dtypes.
 bool raw_to_f32(DType in, std::span<const std::uint8_t> src, std::span<float> dst);
+// src (elements of raw float dtype `in`, whole ones) into dst as `out` (a pair can_decode accepts for raw tensors),
+// element by element as decode_tensor converts raw tensors.
+void convert_raw(DType in, std::span<const std::uint8_t> src, DType out, std::uint8_t* dst);
 
 }  // namespace epk::decode

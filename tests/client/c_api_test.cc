@@ -57,6 +57,67 @@ TEST(CApi, AcquireReleaseAndStats) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// Shards through the C ABI (a synthetic model: the source's default slicing): the slice's shape, strides and values;
+// the resolution rule; prefetch of a shard; bad shards as EPK_E_INVALID with the daemon's message, the connection
+// still serving (an unknown dim never reaches the wire).
+TEST(CApi, ShardsAreSlicesAndBadOnesAreInvalid) {
+  Epkd d({"--synthetic", "m=t0:3x5,w:7"});
+  ASSERT_TRUE(d.running());
+  epk_client* c = nullptr;
+  ASSERT_EQ(epk_connect(d.socket().c_str(), &c), EPK_OK) << epk_last_error();
+  epk_shard cols{EPK_SHARD_COLS, EPK_SHARD_RANGE, 1, 4};
+  epk_tensor t;
+  ASSERT_EQ(epk_acquire_shard(c, "m", "t0", "dense:bf16", 0, &cols, &t), EPK_OK) << epk_last_error();
+  ASSERT_EQ(t.ndim, 2u);
+  EXPECT_EQ(t.shape[0], 3u);
+  EXPECT_EQ(t.shape[1], 3u);
+  EXPECT_EQ(t.strides[0], 3);
+  EXPECT_EQ(t.strides[1], 1);
+  EXPECT_EQ(t.bytes, 18u);
+  for (std::uint64_t r = 0; r < 3; ++r) {
+    for (std::uint64_t k = 0; k < 3; ++k) {
+      std::uint16_t v;
+      std::memcpy(&v, static_cast<const std::uint8_t*>(t.data) + 2 * (r * 3 + k), 2);
+      EXPECT_EQ(v, daemon::f32_to_bf16(daemon::synthetic_value(0, r * 5 + k + 1))) << r << "," << k;
+    }
+  }
+  epk_shard rank{EPK_SHARD_ROWS, EPK_SHARD_SPLIT, 1, 2};  // rows [2, 3) of 3 by the ceil rule
+  const std::uint64_t shape[2] = {3, 5};
+  std::uint32_t axis = 9;
+  std::uint64_t b = 0, e = 0;
+  ASSERT_EQ(epk_shard_resolve(&rank, shape, 2, &axis, &b, &e), EPK_OK) << epk_last_error();
+  EXPECT_EQ(axis, 0u);
+  EXPECT_EQ(b, 2u);
+  EXPECT_EQ(e, 3u);
+  epk_tensor r1;
+  ASSERT_EQ(epk_acquire_shard(c, "m", "t0", "dense:fp32", 0, &rank, &r1), EPK_OK) << epk_last_error();
+  EXPECT_EQ(r1.shape[0], 1u);
+  float f;
+  std::memcpy(&f, static_cast<const std::uint8_t*>(r1.data) + 4 * 2, 4);
+  EXPECT_EQ(f, daemon::synthetic_value(0, 2 * 5 + 2));
+  epk_shard bad{EPK_SHARD_COLS, EPK_SHARD_RANGE, 4, 9};
+  epk_tensor x;
+  EXPECT_EQ(epk_acquire_shard(c, "m", "t0", "dense:bf16", 0, &bad, &x), EPK_E_INVALID);
+  EXPECT_NE(std::strstr(epk_last_error(), "tensor 't0' of shape [3, 5]: shard cols [4, 9)"), nullptr)
+      << epk_last_error();
+  EXPECT_EQ(epk_shard_resolve(&bad, shape, 2, &axis, &b, &e), EPK_E_INVALID);
+  epk_shard unknown{7, EPK_SHARD_RANGE, 0, 1};
+  EXPECT_EQ(epk_acquire_shard(c, "m", "t0", "dense:bf16", 0, &unknown, &x), EPK_E_INVALID);
+  EXPECT_NE(std::strstr(epk_last_error(), "shard dim 7"), nullptr) << epk_last_error();
+  const char* names[] = {"w", "t0"};
+  std::uint32_t queued = 99;
+  epk_shard half{EPK_SHARD_ROWS, EPK_SHARD_SPLIT, 0, 2};
+  ASSERT_EQ(epk_prefetch_shard(c, "m", names, 2, "dense:bf16", 0, &half, &queued), EPK_OK) << epk_last_error();
+  EXPECT_EQ(queued, 2u);
+  epk_cache_stats s;
+  ASSERT_EQ(epk_stats(c, &s), EPK_OK);  // the connection still serves
+  EXPECT_EQ(s.slots, 4u);                // cols [1, 4), rows [2, 3), and the two prefetched halves
+  ASSERT_EQ(epk_release(c, t.handle), EPK_OK);
+  ASSERT_EQ(epk_release(c, r1.handle), EPK_OK);
+  epk_disconnect(c);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
 TEST(CApi, ErrorsAreCodesWithMessages) {
   Epkd d({"--synthetic", "m=t0:4"});
   ASSERT_TRUE(d.running());

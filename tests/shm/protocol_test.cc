@@ -272,6 +272,7 @@ void expect_same(const AcquireRequest& a, const AcquireRequest& b) {
   EXPECT_EQ(a.layout, b.layout);
   EXPECT_EQ(a.tensor, b.tensor);
   EXPECT_EQ(a.device, b.device);
+  EXPECT_EQ(a.shard, b.shard);
 }
 void expect_same(const AcquireReply& a, const AcquireReply& b) {
   EXPECT_EQ(a.handle, b.handle);

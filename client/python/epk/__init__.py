@@ -11,7 +11,7 @@
 
 from ._errors import (Closed, ConnectionLost, CudaError, DecodeError, Error, InvalidArgument, NoSpace, NotFound,
                       PermissionDenied, QuotaExceeded, Released, Unavailable, Unsupported)
-from ._epk import DEFAULT_SOCKET, HAS_CUDA, Client, Lease, Part
+from ._epk import DEFAULT_SOCKET, HAS_CUDA, Client, Lease, Part, Shard
 
 LAYOUTS = ("stored", "dense:bf16", "dense:fp16", "dense:fp32", "rowwise:int8", "rowwise:fp8_e4m3", "gptq", "gptq-v2",
            "awq", "marlin")
@@ -19,7 +19,7 @@ PACKED_LAYOUTS = ("gptq", "gptq-v2", "awq", "marlin")
 
 __version__ = "0.1.0"
 __all__ = [
-    "Client", "Lease", "Part", "DEFAULT_SOCKET", "HAS_CUDA", "LAYOUTS", "PACKED_LAYOUTS", "Error", "NotFound",
+    "Client", "Lease", "Part", "Shard", "DEFAULT_SOCKET", "HAS_CUDA", "LAYOUTS", "PACKED_LAYOUTS", "Error", "NotFound",
     "NoSpace", "QuotaExceeded", "PermissionDenied", "DecodeError", "Unsupported", "InvalidArgument", "CudaError", "ConnectionLost", "Unavailable", "Closed",
     "Released",
 ]

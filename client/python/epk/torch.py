@@ -23,6 +23,13 @@ kept tensors are acquired at attach and checked as served.
 CUDA graphs: attach(..., decode="client", static=True) keeps every weight at one address and makes each forward
 enqueue and wait for its own decodes, so a forward captured with torch.cuda.graph replays with its decodes (see
 _torch_client_decode). The other modes swap tensors between epkd's slots: do not capture them in a graph.
+
+Tensor parallelism: attach(..., rank=r, world_size=n) serves each parameter named in TP_PLAN as this rank's shard
+(epk.Shard.split, epkd's even-split rule): column-parallel layers (q/k/v/gate/up projections) their rows (output
+features), row-parallel layers (o/down projections) their columns (input features); everything else whole. epkd
+decodes only the shard. A parameter whose shape is the whole tensor's is replaced by one of the shard's shape: the
+model's forward must then be tensor-parallel itself (sum, or all-reduce, the row-parallel layers' outputs over the
+ranks: scripts/gpu/shard_run.py does it for a Llama block). decode="client" serves whole tensors only.
 """
 
 from __future__ import annotations
@@ -33,9 +40,29 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _errors
-from ._epk import Client, Lease
+from ._epk import Client, Lease, Shard
 
-__all__ = ["attach", "load", "Attachment", "find_blocks"]
+__all__ = ["attach", "load", "Attachment", "find_blocks", "TP_PLAN", "tp_shard"]
+
+# Which dimension a tensor-parallel rank's shard of a parameter cuts, by the parameter's last three name components
+# (transformers' Llama / Qwen2 / Mistral decoder names; vLLM fuses q/k/v into qkv_proj and gate/up into
+# gate_up_proj, which shard the same way). "rows": column-parallel (the output features, dimension 0 of a Linear
+# weight, and its bias); "cols": row-parallel (the input features, dimension 1; the bias of a row-parallel layer is
+# added once, after the sum over ranks, so it stays whole). Names not listed are served whole to every rank.
+TP_PLAN: Dict[str, str] = {
+    "self_attn.q_proj.weight": "rows", "self_attn.k_proj.weight": "rows", "self_attn.v_proj.weight": "rows",
+    "self_attn.q_proj.bias": "rows", "self_attn.k_proj.bias": "rows", "self_attn.v_proj.bias": "rows",
+    "mlp.gate_proj.weight": "rows", "mlp.up_proj.weight": "rows",
+    "self_attn.o_proj.weight": "cols", "mlp.down_proj.weight": "cols",
+}
+
+
+def tp_shard(name: str, rank: int, world_size: int, plan: Optional[Dict[str, str]] = None) -> Optional[Shard]:
+    """The shard `rank` of `world_size` serves of parameter `name` under `plan` (default TP_PLAN); None: whole."""
+    if world_size <= 1:
+        return None
+    dim = (plan if plan is not None else TP_PLAN).get(".".join(name.split(".")[-3:]))
+    return None if dim is None else Shard.split(dim, rank, world_size)
 
 _DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 _DENSE = {"dense:bf16": torch.bfloat16, "dense:fp16": torch.float16, "dense:fp32": torch.float32}
@@ -109,6 +136,7 @@ class Attachment:
         self._held: Dict[int, List[Lease]] = {}
         self._hooks = []
         self.client_decode = None  # decode="client": the ClientDecode state (epk/_torch_client_decode.py)
+        self.shards: Dict[str, Shard] = {}  # epkd tensor name -> this rank's shard (tensor parallelism)
 
     def memory(self) -> Dict[str, int]:
         """GPU memory this attachment uses, in bytes: kept_bytes (weights acquired once and pinned in epkd's pool)
@@ -130,7 +158,8 @@ class Attachment:
 
     def _acquire(self, tensor: str, param_name: str, shape, dtype) -> Tuple[Lease, torch.Tensor]:
         try:
-            lease = self.client.acquire(self.model_name, tensor, self.layout, self.device or 0)
+            lease = self.client.acquire(self.model_name, tensor, self.layout, self.device or 0,
+                                        shard=self.shards.get(tensor))
         except _errors.NotFound as e:
             raise _errors.NotFound(
                 f"epk.torch: parameter '{param_name}' {list(shape)} of {type(self.model).__name__} has no tensor "
@@ -144,17 +173,24 @@ class Attachment:
         return lease, t
 
     def _check_listed(self, listed: Dict[str, Dict], tensor: str, param_name: str, shape, dtype) -> None:
-        """What _acquire checks, from epkd's tensor listing: the name exists, the shape and the layout's dtype match."""
+        """What _acquire checks, from epkd's tensor listing: the name exists, the shape (of this rank's shard where it
+        has one) and the layout's dtype match."""
         entry = listed.get(tensor)
         if entry is None:
             raise _errors.NotFound(
                 f"epk.torch: parameter '{param_name}' {list(shape)} of {type(self.model).__name__} has no tensor "
                 f"'{tensor}' in epkd model '{self.model_name}'")
         served = _DENSE[self.layout]
-        if tuple(entry["shape"]) != tuple(shape) or served != dtype:
+        served_shape = list(entry["shape"])
+        shard = self.shards.get(tensor)
+        if shard is not None:  # this rank is served its shard of the tensor
+            axis, begin, end = shard.resolve(tuple(entry["shape"]))
+            served_shape[axis] = end - begin
+        if served_shape != list(shape) or served != dtype:
+            what = f" (rank's shard {shard})" if shard is not None else ""
             raise _errors.InvalidArgument(
                 f"epk.torch: parameter '{param_name}' is {list(shape)} {dtype} but epkd model '{self.model_name}' "
-                f"serves '{tensor}' as {list(entry['shape'])} {served} ({self.layout})")
+                f"serves '{tensor}' as {served_shape} {served} ({self.layout}){what}")
 
     # ---- hooks
 
@@ -169,8 +205,15 @@ class Attachment:
         names: List[str] = []
         for j in sorted({(i + k) % n for k in ahead} - {i}):
             names += self._names(j)
-        if names:
-            self.client.prefetch(self.model_name, names, self.layout, self.device or 0)
+        self._prefetch(names)
+
+    def _prefetch(self, names: List[str]) -> None:
+        # One request per shard (a prefetch carries one shard for all its names).
+        groups: Dict[Optional[Shard], List[str]] = {}
+        for name in names:
+            groups.setdefault(self.shards.get(name), []).append(name)
+        for shard, group in groups.items():
+            self.client.prefetch(self.model_name, group, self.layout, self.device or 0, shard=shard)
 
     def _pre(self, i: int):
         def hook(module, args):
@@ -221,8 +264,12 @@ class Attachment:
 def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: str = "dense:bf16",
            prefetch: Optional[int] = None, device: Optional[int] = None,
            rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
-           max_decoded_gb: Optional[float] = None, static: bool = False) -> Attachment:
+           max_decoded_gb: Optional[float] = None, static: bool = False, rank: int = 0, world_size: int = 1,
+           tp_plan: Optional[Dict[str, str]] = None) -> Attachment:
     """Serves `model`'s weights from epkd model `model_name` (see the module's docstring).
+
+    rank, world_size: tensor parallelism; each parameter tp_shard() names (tp_plan, default TP_PLAN) is served as
+    this rank's shard, and a parameter of the whole tensor's shape is replaced by one of the shard's shape.
 
     layout: dense:bf16, dense:fp16 or dense:fp32, matching the model's parameter dtypes. device: the CUDA device
     whose pool serves the weights (default: torch's current device when the daemon serves device pools; with host
@@ -262,10 +309,17 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     if static and decode != "client":
         raise _errors.InvalidArgument("epk.torch: static=True needs decode='client' (epkd's slots move between "
                                       "acquires; the client's ring does not)")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise _errors.InvalidArgument(f"epk.torch: rank {rank} of world_size {world_size}")
+    if world_size > 1 and decode == "client":
+        raise _errors.Unsupported("epk.torch: decode='client' decodes whole tensors; tensor-parallel shards come "
+                                  "from epkd (decode='daemon')")
     rename = rename or (lambda n: n)
     blocks = find_blocks(model)
     # prefetch_depth: what epkd decodes ahead for the blocks' daemon-served weights (all of them with decode="daemon").
     att = Attachment(model, client, model_name, layout, 2 if prefetch is None else prefetch, device, blocks)
+    if world_size > 1:
+        _shard_parameters(model, att, client, model_name, rename, rank, world_size, tp_plan)
     block_of: Dict[int, int] = {}
     for bi, (_, b) in enumerate(blocks):
         for p in b.parameters():
@@ -344,6 +398,34 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     return att
 
 
+def _shard_parameters(model, att, client, model_name, rename, rank, world_size, tp_plan) -> None:
+    """This rank's shard of every parameter the plan names (att.shards), and the parameters resized to it: a
+    parameter of the whole tensor's shape gets a meta placeholder of the shard's shape (attach then swaps in the
+    served shard), one already of the shard's shape (a model built tensor-parallel) is left as it is."""
+    full = {t["name"]: tuple(t["shape"]) for t in client.tensors(model_name)}
+    for mname, mod in model.named_modules():
+        for pname, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            qname = f"{mname}.{pname}" if mname else pname
+            shard = tp_shard(qname, rank, world_size, tp_plan)
+            tensor = rename(qname)
+            if shard is None or tensor not in full:
+                continue  # a missing tensor is reported by attach's own check, naming both sides
+            axis, begin, end = shard.resolve(full[tensor])
+            part = list(full[tensor])
+            part[axis] = end - begin
+            att.shards[tensor] = shard
+            if tuple(p.shape) == tuple(part):
+                continue
+            if tuple(p.shape) != full[tensor]:
+                raise _errors.InvalidArgument(
+                    f"epk.torch: parameter '{qname}' is {list(p.shape)}: neither epkd's '{tensor}' "
+                    f"{list(full[tensor])} nor rank {rank} of {world_size}'s shard {part} of it")
+            mod._parameters[pname] = torch.nn.Parameter(torch.empty(part, dtype=p.dtype, device="meta"),
+                                                        requires_grad=False)
+
+
 def _client_decode(model, att, tier, owners, client_params, layout, rename, target, prefetch, max_decoded_gb,
                    static):
     """The units of client-side decode, in module order (forward order for transformers models), and their state."""
@@ -396,7 +478,8 @@ def _parameters_on_meta():
 def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense:bf16",
          prefetch: Optional[int] = None, device: Optional[int] = None, model_class=None,
          rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
-         max_decoded_gb: Optional[float] = None, static: bool = False):
+         max_decoded_gb: Optional[float] = None, static: bool = False, rank: int = 0, world_size: int = 1,
+         tp_plan: Optional[Dict[str, str]] = None):
     """Builds a transformers model from its config (a PretrainedConfig or a directory / hub name holding
     config.json) with its parameters on the meta device, then attaches it: no copy of the weights is ever made in
     this process. model_class: the transformers class (default: the config's architectures[0], else AutoModel).
@@ -422,5 +505,5 @@ def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense
         torch.set_default_dtype(previous)
     model.eval()
     attach(model, client, model_name, layout=layout, prefetch=prefetch, device=device, rename=rename, decode=decode,
-           max_decoded_gb=max_decoded_gb, static=static)
+           max_decoded_gb=max_decoded_gb, static=static, rank=rank, world_size=world_size, tp_plan=tp_plan)
     return model

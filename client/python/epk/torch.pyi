@@ -2,7 +2,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from ._epk import Client, Lease
+from ._epk import Client, Lease, Shard
+
+TP_PLAN: Dict[str, str]
 
 class Attachment:
     model: torch.nn.Module
@@ -13,6 +15,7 @@ class Attachment:
     device: Optional[int]
     block_names: List[str]
     kept: List[Lease]
+    shards: Dict[str, Shard]
     def memory(self) -> Dict[str, int]: ...
     def close(self) -> None: ...
 
@@ -20,8 +23,11 @@ def find_blocks(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]: ..
 def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: str = "dense:bf16",
            prefetch: Optional[int] = None, device: Optional[int] = None,
            rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
-           max_decoded_gb: Optional[float] = None, static: bool = False) -> Attachment: ...
+           max_decoded_gb: Optional[float] = None, static: bool = False, rank: int = 0, world_size: int = 1,
+           tp_plan: Optional[Dict[str, str]] = None) -> Attachment: ...
+def tp_shard(name: str, rank: int, world_size: int, plan: Optional[Dict[str, str]] = None) -> Optional[Shard]: ...
 def load(config_or_dir: object, client: Client, model_name: str, *, layout: str = "dense:bf16",
          prefetch: Optional[int] = None, device: Optional[int] = None, model_class: Optional[type] = None,
          rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
-         max_decoded_gb: Optional[float] = None, static: bool = False) -> torch.nn.Module: ...
+         max_decoded_gb: Optional[float] = None, static: bool = False, rank: int = 0, world_size: int = 1,
+         tp_plan: Optional[Dict[str, str]] = None) -> torch.nn.Module: ...

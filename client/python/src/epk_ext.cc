@@ -12,6 +12,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include "client/client.h"
 #include "dlpack_export.h"
 #include "shm/layout.h"
+#include "shm/shard.h"
 #if EPK_PY_CUDA
 #include "shm/cuda_driver.h"
 #endif
@@ -370,7 +372,9 @@ struct PyClient {
     if (core.use_count() == 1) core->client->disconnect();
   }
 
-  nb::object acquire(const std::string& model, const std::string& tensor, const std::string& layout, int device) {
+  nb::object acquire(const std::string& model, const std::string& tensor, const std::string& layout, int device,
+                     const std::optional<shm::ShardSpec>& shard) {
+    const shm::ShardSpec spec = shard.value_or(shm::ShardSpec{});
     const shm::Layout l = parse_layout(layout);
     if (device < 0) raise_as("InvalidArgument", "epk: device must be >= 0", "invalid-argument");
     auto lease = std::make_unique<Lease>();
@@ -384,7 +388,7 @@ struct PyClient {
       nb::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(core->mu);
       if (!core->closed) {
-        st = core->client->acquire_into(model, tensor, l, static_cast<std::uint32_t>(device), &lease->t);
+        st = core->client->acquire_into(model, tensor, l, static_cast<std::uint32_t>(device), spec, &lease->t);
         gone = !core->client->connected();
         if (*st) core->leases.insert(lease.get());
       }
@@ -401,7 +405,8 @@ struct PyClient {
   }
 
   std::uint32_t prefetch(const std::string& model, const std::vector<std::string>& tensors, const std::string& layout,
-                         int device) {
+                         int device, const std::optional<shm::ShardSpec>& shard) {
+    const shm::ShardSpec spec = shard.value_or(shm::ShardSpec{});
     const shm::Layout l = parse_layout(layout);
     if (device < 0) raise_as("InvalidArgument", "epk: device must be >= 0", "invalid-argument");
     std::uint32_t queued = 0;
@@ -409,7 +414,7 @@ struct PyClient {
       std::vector<std::string> chunk(tensors.begin() + at,
                                      tensors.begin() + std::min(tensors.size(), at + shm::kMaxPrefetch));
       queued += call(c(), [&](client::Client& cl) {
-        return cl.prefetch(model, chunk, l, static_cast<std::uint32_t>(device));
+        return cl.prefetch(model, chunk, l, static_cast<std::uint32_t>(device), spec);
       }).value();
     }
     return queued;
@@ -544,6 +549,43 @@ NB_MODULE(_epk, m) {
 #else
   m.attr("HAS_CUDA") = false;
 #endif
+
+  nb::class_<epk::shm::ShardSpec>(m, "Shard",
+                             "A tensor-parallel shard: one dimension's slice. rows cuts dimension 0 (a Linear\n"
+                             "weight's output features: column-parallel layers; a 1-D tensor's elements), cols\n"
+                             "dimension 1 (input features: row-parallel layers). Shard.rows(begin, end),\n"
+                             "Shard.cols(begin, end), or Shard.split('rows' | 'cols', rank, world_size): every rank\n"
+                             "ceil(extent / world_size) indices, the last what is left (vLLM's and Megatron's split\n"
+                             "where world_size divides the extent, torch.chunk's otherwise; an empty share is an\n"
+                             "error). Pass it as Client.acquire(..., shard=...) / prefetch.")
+      .def_static("rows", &epk::shm::ShardSpec::rows, "begin"_a, "end"_a)
+      .def_static("cols", &epk::shm::ShardSpec::cols, "begin"_a, "end"_a)
+      .def_static(
+          "split",
+          [](const std::string& dim, std::uint64_t rank, std::uint64_t world) {
+            if (dim != "rows" && dim != "cols") {
+              raise_as("InvalidArgument", "epk: a shard's dim is 'rows' or 'cols', not '" + dim + "'",
+                       "invalid-argument");
+            }
+            return epk::shm::ShardSpec::split(dim == "rows" ? epk::shm::ShardDim::kRows : epk::shm::ShardDim::kCols, rank, world);
+          },
+          "dim"_a, "rank"_a, "world_size"_a)
+      .def_prop_ro("dim", [](const epk::shm::ShardSpec& s) { return std::string(epk::shm::shard_dim_name(s.dim)); })
+      .def(
+          "resolve",
+          [](const epk::shm::ShardSpec& s, const std::vector<std::uint64_t>& shape) {
+            auto r = epk::shm::resolve_shard(s, shape, "");
+            if (!r) raise_error(r.error(), false);
+            return std::make_tuple(r->axis(), r->begin, r->end);
+          },
+          "shape"_a,
+          "(axis, begin, end) of this shard in a tensor of `shape`, by epkd's rule; InvalidArgument when it does\n"
+          "not fit.")
+      .def("__eq__", [](const epk::shm::ShardSpec& a, const epk::shm::ShardSpec& b) { return a == b; })
+      .def("__hash__", [](const epk::shm::ShardSpec& s) {
+        return std::hash<std::uint64_t>()(static_cast<std::uint64_t>(s.dim) * 31 + s.a * 1000003 + s.b);
+      })
+      .def("__repr__", [](const epk::shm::ShardSpec& s) { return "<epk.Shard " + epk::shm::describe(s) + ">"; });
 
   nb::class_<Part>(m, "Part",
                    "One array inside a lease's slot: a packed layout's part (qweight, qzeros, scales, g_idx, perm),\n"
@@ -686,15 +728,17 @@ NB_MODULE(_epk, m) {
            "connection; leases of this client are released after it. Idempotent. The socket and the pool mappings\n"
            "stay until the last lease object is gone, so arrays made from leases never point at unmapped memory.")
       .def("acquire", &PyClient::acquire, "model"_a, "tensor"_a, "layout"_a = "dense:bf16",
-           "device"_a = 0,
+           "device"_a = 0, "shard"_a = nb::none(),
            "Pins `tensor` of `model` in `layout` (stored, dense:bf16, dense:fp16, dense:fp32, rowwise:int8,\n"
            "rowwise:fp8_e4m3, gptq, gptq-v2, awq, marlin) from the pool of CUDA device `device` (a host pool: 0)\n"
            "and returns a Lease; on a miss it waits until epkd has the decode under way (device) or done (host).\n"
            "Raises NotFound (model, tensor or device), Unsupported (a layout the tensor cannot serve), NoSpace\n"
-           "(the budget cannot hold it beside pinned slots), DecodeError, ConnectionLost.")
+           "(the budget cannot hold it beside pinned slots), DecodeError, ConnectionLost. shard (an epk.Shard):\n"
+           "the lease is that slice, compact and row-major, decoded alone; InvalidArgument when it does not fit.")
       .def("prefetch", &PyClient::prefetch, "model"_a, "tensors"_a, "layout"_a = "dense:bf16", "device"_a = 0,
+           "shard"_a = nb::none(),
            "Asks epkd to decode these tensors ahead; returns how many decodes it queued (cached ones are not\n"
-           "counted). Nothing is pinned.")
+           "counted). Nothing is pinned. shard: the same shard of every name (one it does not fit is skipped).")
       .def("stats", &PyClient::stats,
            "The daemon's counters: a dict (budget_bytes, used_bytes, pinned_bytes, slots, pinned_slots, pins,\n"
            "hits, misses, evictions, decodes, decode_ns, clients, models, prefetches, resident_bytes, and pools: a\n"

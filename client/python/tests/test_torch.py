@@ -581,3 +581,51 @@ def test_diffusers_transformer_attach_gives_the_decompressed_models_output(bins,
             assert c.stats()["pins"] == 0
     finally:
         d.close()
+
+
+def test_tensor_parallel_attach_serves_each_ranks_shards(bins, model):
+    """attach(rank=, world_size=): the TP_PLAN layers come as this rank's shards (column-parallel rows, row-parallel
+    columns), equal to the slices of the decompressed weights; the ranks' row-parallel MLP outputs sum to the whole
+    MLP's."""
+    config = llama_config()
+    ref = {n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}
+    d = Daemon(bins, model["epk"], budget_mb=64)
+    torch.manual_seed(0)
+    x = torch.randn(1, 5, epk_testdata.HIDDEN)
+    gate, up, down = (ref[f"model.layers.0.mlp.{p}_proj.weight"].float() for p in ("gate", "up", "down"))
+    want = (torch.nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
+    total = torch.zeros_like(want)
+    try:
+        with epk.Client(d.socket) as c:
+            for rank in range(2):
+                m = build_llama(config)
+                att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", prefetch=1, rank=rank, world_size=2)
+                planned = {n for n in ref if epk_torch.tp_shard(n, rank, 2) is not None}
+                assert set(att.shards) == planned and planned
+                block = m.model.layers[0]
+                att._pre(0)(block, ())
+                try:
+                    for name, shard in att.shards.items():
+                        if not name.startswith("model.layers.0."):
+                            continue
+                        mod = block.get_submodule(name[len("model.layers.0."):].rsplit(".", 1)[0])
+                        got = getattr(mod, name.rsplit(".", 1)[1])
+                        axis, b, e = shard.resolve(list(ref[name].shape))
+                        whole = ref[name]
+                        expect = whole[b:e] if axis == 0 else whole[:, b:e]
+                        assert got.shape == expect.shape and torch.equal(got.cpu(), expect), name
+                    mlp = block.mlp
+                    g, u, dn = (w.float().cpu() for w in (mlp.gate_proj.weight, mlp.up_proj.weight,
+                                                          mlp.down_proj.weight))
+                    total += (torch.nn.functional.silu(x @ g.T) * (x @ u.T)) @ dn.T
+                finally:
+                    att._post(0)(block, (), None)
+                att.close()
+            assert torch.allclose(total, want, rtol=1e-4, atol=1e-5), (total - want).abs().max()
+            with pytest.raises(epk.Unsupported):
+                epk_torch.attach(build_llama(config), c, MODEL, rank=0, world_size=2, decode="client")
+            with pytest.raises(epk.InvalidArgument):
+                epk_torch.attach(build_llama(config), c, MODEL, rank=2, world_size=2)
+            assert c.stats()["pins"] == 0
+    finally:
+        d.close()
