@@ -600,7 +600,7 @@ Result<std::uint32_t> Client::prefetch_once(const std::string& model, const std:
   if (tensors.size() > shm::kMaxPrefetch) {
     return make_error(ErrorCode::kInvalidArgument, "epk client: prefetch of more than 256 tensors in one call");
   }
-  std::size_t total = 12 + 24;  // with the shard block (shm/protocol.h rule 7)
+  std::size_t total = 12 + 24;  // with the shard block (docs/PROTOCOL.md, prefetch)
   for (const auto& t : tensors) {
     if (t.size() > shm::kMaxTensorName)
       return make_error(ErrorCode::kInvalidArgument, "epk client: tensor name too long");

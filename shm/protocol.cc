@@ -19,7 +19,7 @@ Result<Layout> read_layout(Reader& r) {
   return *l;
 }
 
-// The optional shard block (rule 7): written only for a shard, read when bytes are left after the device.
+// The optional shard block (docs/PROTOCOL.md, acquire): written only for a shard, read when bytes are left after the device.
 constexpr std::size_t kShardBlock = 4 + 4 + 8 + 8;
 
 template <class W>

@@ -1,73 +1,7 @@
-// The epkd wire protocol: versioned, fixed-layout, little-endian messages over a Unix stream socket.
-//
-// 1. Every message is a 16-byte frame header followed by `payload_size` bytes:
-//      0 u32 magic 0x5750454B ("KEPW" in memory order: 'K','E','P','W')
-//      4 u16 version (kProtocolVersion)
-//      6 u16 type (MsgType; replies set kReplyBit; kError answers any request)
-//      8 u32 request_id (chosen by the client, echoed in the reply; replies may come out of order)
-//     12 u32 payload_size (<= kMaxPayload)
-// 2. Strings are u16 length + bytes (no terminator), length <= the per-field limit below.
-// 3. Requests and their payloads (replies in brackets):
-//      hello      u32 client_pid, u32 flags(0)   [u32 server_version, u32 pool_count, pool_count x PoolInfo (24 B);
-//                                                 the pool fds ride on the reply with SCM_RIGHTS, in the same order;
-//                                                 then (version 2) u32 event_count (<= kMaxEvents), event_count x
-//                                                 64-byte CUipcEventHandle: the daemon's decode-done event ring, 0 on
-//                                                 host pools]
-//      open_model str model (<= kMaxModelName)   [u32 model_id, u32 tensor_count]
-//      acquire    u32 model_id, u32 layout, str tensor (<= kMaxTensorName)
-//                 [u64 handle, u32 pool_id, u32 dtype, u64 offset, u64 bytes, u32 ndim (<= kMaxDims), u32 0,
-//                  ndim x u64 shape, ndim x i64 strides (elements), then (version 2) u32 done_event (an index into
-//                  the hello's event ring, or kNoEvent: host pools, nothing to wait on), u32 0]
-//      prefetch   u32 model_id, u32 layout, u32 count (<= kMaxPrefetch), count x str tensor   [u32 queued]
-//      release    u64 handle, u32 fence_kind, u32 flags (kReleaseNoReply or 0), and (version 2) only when
-//                 fence_kind is kCudaEvent: the client's 64-byte CUipcEventHandle, recorded after its last use
-//                 [] unless kReleaseNoReply: then no reply on success, an error reply on failure
-//      stats      (empty)   [u32 field_count (= kStatsFields), field_count x u64 (StatsReply order; version 2
-//                            appended resident_bytes)]
-//      close      (empty)   [] and the daemon closes the session
-//      models     (empty)   [u32 total, u32 count (<= total; as many as fit in kMaxPayload), count x ModelInfo:
-//                            str name (<= kMaxModelName), u32 tensors, u64 cached_slots, u64 cached_bytes,
-//                            u64 pinned_slots]   (added in version 1 after the others: a daemon that predates it
-//                            answers bad-message and closes the session)
-//      open_stored u32 model_id, u32 device   [u64 tier_bytes; two fds ride on the reply (SCM_RIGHTS): the model
-//                 file, open read-only, then the model's compressed tier on that device (a device pool fd of tier_bytes
-//                 bytes, laid out by codec/cuda/tier_layout.h)]   (added in version 4 after the others, for
-//                 client-side decode: a daemon that predates it answers bad-message and closes the session; a client
-//                 that may not decode itself gets denied, a model without a tier on the device unsupported)
-//      tensors    u32 model_id, u32 first   [u32 total, u32 count (as many from index `first` on as fit in
-//                 kMaxPayload), count x TensorInfo: str name (<= kMaxTensorName), u32 dtype (epk::DType code),
-//                 str encoding (<= kMaxEncodingName), u32 ndim (<= kMaxDims), ndim x u64 shape, u64 stored_bytes]
-//                 (added in version 4 after open_stored: a daemon that predates it answers bad-message)
-//      error      [u32 status (WireStatus), str message (<= kMaxErrorText)]
-// 4. Version 2 (the GPU path) appended the hello's event ring, the acquire reply's done_event, the release's event
-//    handle and the stats' resident_bytes; versions 1 and 2 do not talk to each other (bad-version).
-// 5. Version 3 (every GPU of the host, a pool per device) appended:
-//      acquire    u32 device after the tensor name (the CUDA device whose pool serves it; 0 when the client names
-//                 none; on a daemon serving a host pool, device 0 is that pool; a device not served: kNotFound)
-//      prefetch   u32 device after the tensor names (as acquire)
-//      stats      [after the fields: u32 pool_count (<= kMaxPools), pool_count x PoolStats: u32 pool_id, i32 device,
-//                  kPoolStatsFields x u64 (budget_bytes, used_bytes, pinned_bytes, slots, pinned_slots, pins, hits,
-//                  misses, evictions, resident_bytes, fenced_bytes, prefetched_bytes); the fields before are the
-//                  sums over the pools, then prefetches_dropped, space_waits, space_wait_ns]
-//    The hello's event ring is the concatenation of every device pool's ring (pool order); an acquire reply's
-//    done_event indexes it and belongs to the device of the reply's pool. A handle's top 8 bits are its pool id
-//    (kHandlePoolShift), so a release names its pool without another field. Version 2 and 3 do not talk (bad-version).
-// 6. Version 4 (early acquire replies, docs/NOTES.md "Issue 6: replying before the decode finishes") appended:
-//      hello reply  u32 status_entries (0: no status table, or <= kMaxStatusEntries); when non-zero, one more fd
-//                   follows the pool fds on the reply: the decode status table (shm/decode_status.h)
-//      acquire reply u64 status_ticket: kNoTicket (0) when epkd checked the decode before replying (every cache hit,
-//                   every host pool); else the decode may still run, and the reader must wait for the ticket's
-//                   status word (kOk) before trusting the bytes (libepk's wait() and copy_to_host() do)
-//    Version 3 and 4 do not talk (bad-version).
-// 7. Shards (docs/NOTES.md "Tensor-parallel shards"), added in version 4 without a bump, as models and open_stored
-//    were: acquire and prefetch may end with one more block after the device, present only when a shard is asked for:
-//      u32 dim (ShardDim: 1 rows, 2 cols), u32 form (ShardForm: 0 range, 1 split), u64 a, u64 b (shm/shard.h)
-//    A request without it is the whole tensor, read exactly as before; a daemon that predates it answers
-//    bad-message to a request that carries it (trailing bytes) and closes the session. A prefetch's shard applies to
-//    every name it lists. The acquire reply describes the shard (its shape and bytes); a shard that does not fit the
-//    tensor is answered kInvalidArgument naming tensor, shape and range, and the session stays open.
-// 8. A payload must be consumed exactly: trailing bytes are an error. Any malformed message gets an error reply and
-//    the session is closed; replies to well-formed requests that fail (unknown tensor, no space) keep it open.
+// The epkd wire protocol: versioned, fixed-layout, little-endian messages over a Unix stream socket. docs/PROTOCOL.md
+// documents the current version (kProtocolVersion) as one table per message, the statuses, the session rules and
+// the versioning rules; this header holds its constants and message structs, shm/protocol.cc and protocol_admin.cc
+// its codec. A change here changes that page.
 #pragma once
 
 #include <array>
@@ -183,7 +117,7 @@ struct AcquireRequest {
   Layout layout = Layout::kStored;
   std::string tensor;
   std::uint32_t device = 0;  // version 3
-  ShardSpec shard;           // rule 7: whole unless set
+  ShardSpec shard;           // docs/PROTOCOL.md, acquire: whole unless set
 };
 struct AcquireReply {
   std::uint64_t handle = 0;
@@ -201,7 +135,7 @@ struct PrefetchRequest {
   Layout layout = Layout::kStored;
   std::vector<std::string> tensors;
   std::uint32_t device = 0;  // version 3
-  ShardSpec shard;           // rule 7: the same shard of every name
+  ShardSpec shard;           // docs/PROTOCOL.md, prefetch: the same shard of every name
 };
 struct PrefetchReply {
   std::uint32_t queued = 0;
