@@ -181,7 +181,7 @@ Result<Cut> cut(const layouts::intq::IntHeader& h, const layouts::QuantTensor* d
   o.scale_dtype = t.scale_dtype;
   const std::int64_t K = t.rows, N = t.cols, G = t.group_size, PC = t.padded_cols;
   const auto b = static_cast<std::int64_t>(s.begin), e = static_cast<std::int64_t>(s.end);
-  std::int64_t k0 = 0, k1 = t.padded_rows, n0 = 0, n1 = N, g0 = 0, g1 = t.num_groups;
+  std::int64_t k0 = 0, n0 = 0, n1 = N, g0 = 0, g1 = t.num_groups;
   if (s.dim == shm::ShardDim::kRows) {  // output features: columns of codes, scales and zeros; rows travel whole
     n0 = b;
     n1 = e;
@@ -195,7 +195,6 @@ Result<Cut> cut(const layouts::intq::IntHeader& h, const layouts::QuantTensor* d
     const bool aligned = b % G == 0 && (e % G == 0 || e == K);
     const bool carries_g_idx = layout == shm::Layout::kGptq || layout == shm::Layout::kGptqV2;
     k0 = b;
-    k1 = e;
     if (!h.has_g_idx && aligned) {  // static groups on group boundaries: the shard's own groups
       g0 = b / G;
       g1 = (e + G - 1) / G;

@@ -194,13 +194,18 @@ def build_llama(config):
         torch.set_default_dtype(previous)
 
 
+def decompressed_llama(config, model, dev):
+    """The Llama of `config` with the decompressed test model's weights, on dev: the reference of attached models."""
+    reference = build_llama(config)
+    reference.load_state_dict({n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}, strict=True)
+    return reference.to(dev)
+
+
 @pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 def test_llama_attach_gives_the_decompressed_models_logits(bins, model, where):
     config = llama_config()
     dev = torch.device("cuda", 0) if where == "cuda" else torch.device("cpu")
-    reference = build_llama(config)
-    reference.load_state_dict({n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}, strict=True)
-    reference.to(dev)
+    reference = decompressed_llama(config, model, dev)
     ids = torch.tensor([[1, 5, 9, 33, 96, 0, 42, 17]], device=dev)
     with torch.no_grad():
         want = reference(ids).logits
@@ -239,16 +244,18 @@ def _libepk():
     return epk.stored.available()
 
 
-@needs_cuda
-def test_client_side_decode_gives_epkds_bytes_and_the_decompressed_models_logits(bins, model):
+def needs_libepk():
     if not _libepk():
         pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
+
+
+@needs_cuda
+def test_client_side_decode_gives_epkds_bytes_and_the_decompressed_models_logits(bins, model):
+    needs_libepk()
     import epk.stored
     config = llama_config()
     dev = torch.device("cuda", 0)
-    reference = build_llama(config)
-    reference.load_state_dict({n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}, strict=True)
-    reference.to(dev)
+    reference = decompressed_llama(config, model, dev)
     ids = torch.tensor([[1, 5, 9, 33, 96, 0, 42, 17]], device=dev)
     with torch.no_grad():
         want = reference(ids).logits
@@ -341,6 +348,14 @@ class _Stack(torch.nn.Module):
         return x
 
 
+def decompressed_stack(model, dev):
+    """_Stack with the decompressed test model's MLP weights, on dev."""
+    ref = {n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}
+    reference = _Stack().to(torch.bfloat16)
+    reference.load_state_dict({n: ref[n] for n, _ in reference.named_parameters()}, strict=True)
+    return reference.to(dev)
+
+
 def _capture(fn, *args):
     """torch's recipe: warm up on a side stream, then capture one call; returns the graph and its output."""
     side = torch.cuda.Stream()
@@ -357,13 +372,9 @@ def _capture(fn, *args):
 
 @needs_cuda
 def test_static_slots_replay_in_a_cuda_graph_with_their_decodes(bins, model):
-    if not _libepk():
-        pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
+    needs_libepk()
     dev = torch.device("cuda", 0)
-    ref = {n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}
-    reference = _Stack().to(torch.bfloat16)
-    reference.load_state_dict({n: ref[n] for n, _ in reference.named_parameters()}, strict=True)
-    reference.to(dev)
+    reference = decompressed_stack(model, dev)
     g = torch.Generator().manual_seed(3)
     inputs = [torch.randn(5, epk_testdata.HIDDEN, generator=g).to(dev, torch.bfloat16) for _ in range(2)]
     with torch.no_grad():
@@ -404,13 +415,9 @@ def test_static_slots_replay_in_a_cuda_graph_with_their_decodes(bins, model):
 def test_static_slots_under_torch_compile(bins, model):
     # torch.compile traces through the hooks (graph breaks at the decode calls); its kernels may round otherwise than
     # eager ones, so the reference is the same module compiled.
-    if not _libepk():
-        pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
+    needs_libepk()
     dev = torch.device("cuda", 0)
-    ref = {n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}
-    reference = _Stack().to(torch.bfloat16)
-    reference.load_state_dict({n: ref[n] for n, _ in reference.named_parameters()}, strict=True)
-    reference.to(dev)
+    reference = decompressed_stack(model, dev)
     x = torch.randn(5, epk_testdata.HIDDEN, generator=torch.Generator().manual_seed(4)).to(dev, torch.bfloat16)
     with torch.no_grad():
         want = torch.compile(reference)(x)
@@ -430,13 +437,10 @@ def test_static_slots_under_torch_compile(bins, model):
 
 @needs_cuda
 def test_static_slots_capture_a_transformers_forward(bins, model):
-    if not _libepk():
-        pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
+    needs_libepk()
     config = llama_config()
     dev = torch.device("cuda", 0)
-    reference = build_llama(config)
-    reference.load_state_dict({n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}, strict=True)
-    reference.to(dev)
+    reference = decompressed_llama(config, model, dev)
     ids = torch.tensor([[1, 5, 9, 33, 96, 0, 42, 17]], device=dev)
     # The reference is captured too: a captured forward may pick other kernels than an eager one (the logits then
     # differ in the last bits), so graph is compared with graph.
