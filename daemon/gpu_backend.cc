@@ -1,6 +1,5 @@
 #include "daemon/gpu_backend.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -143,10 +142,6 @@ class CudaBackend final : public GpuBackend {
     if (!status_.data()) {
       EPK_TRY_ASSIGN(status_, shm::PinnedBuffer::alloc(sizeof(cuda::DecodeStatus), device_));
     }
-    // Every stored buffer below is read once, in file order, page fault by page fault (the checksums, then the
-    // uploads): the kernel is asked to read the whole file ahead meanwhile, so a file not in the page cache comes in at
-    // the disk's pace rather than one fault's. A hint: nothing changes when the file is cached already.
-    if (const int fd = src->file_fd(); fd >= 0) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
     std::vector<std::shared_ptr<Resident>> made(src->tensors().size());
     std::vector<std::shared_ptr<gpu_intq::Tensor>> made_intq(src->tensors().size());
     for (std::size_t i = 0; i < src->tensors().size(); ++i) {
