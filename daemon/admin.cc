@@ -51,8 +51,10 @@ Service::ModelChanges Service::apply_models(const DaemonConfig& cfg, bool reload
       if (!reload) return;
       if (e.path != m.path) {
         why = synthetic ? "spec changed" : "path changed";
-      } else if (!synthetic && identity_of(-1, m.path) != std::optional<FileIdentity>(e.file)) {
-        // A file that cannot be read now is left to the open below to report; the old generation keeps serving.
+      } else if (!synthetic && e.file != FileIdentity{} &&
+                 identity_of(-1, m.path) != std::optional<FileIdentity>(e.file)) {
+        // A file that cannot be read now is left to the open below to report; the old generation keeps serving. One
+        // whose identity could not be read at its open (all zero) is not compared: it would differ at every reload.
         why = "file changed";
       } else if (!same_access(e.access, m.access)) {
         why = "uids/gids changed";

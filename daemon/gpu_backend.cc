@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string_view>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -48,8 +49,14 @@ struct Resident {
   std::shared_ptr<const shm::DevicePool> tier;  // the model's compressed tier, which `dev` points into
   cuda::DeviceBuffers dev;
   std::map<PlanKey, Plan> plans;  // touched by the GPU thread only (and add_model before publication)
+  // The row-range plans among them, oldest first: at most kMaxRangePlans are kept, since any client may ask for any
+  // row range and each plan holds device scratch outside the budget (whole-tensor plans: one per format).
+  std::deque<PlanKey> range_plans;
   PlanKey whole(cuda::OutputFormat f) const { return {f, 0, stream->rows}; }
+  bool is_whole(const PlanKey& k) const { return k.row_begin == 0 && k.row_end == stream->rows; }
 };
+// Row-range plans kept per resident tensor: enough for every rank of one world size up to 8 in one format.
+constexpr std::size_t kMaxRangePlans = 8;
 
 // The release fences' markers: plain (non-interprocess, untimed) events on the lane's device, made on first use. The
 // array is sized once, so record() on an index the pool handed out never races with make() of a later one.
@@ -465,7 +472,20 @@ class CudaBackend final : public GpuBackend {
   Status decode_on_device(Resident& r, const PlanKey& key, std::uint64_t dst, std::uint64_t bytes) {
     const cuda::OutputFormat fmt = key.format;
     if (r.plans.count(key) == 0) {
+      if (!r.is_whole(key) && r.range_plans.size() >= kMaxRangePlans) {
+        // The oldest range plan goes: nothing still uses it (each produce() synchronises the stream before returning).
+        auto old = r.plans.find(r.range_plans.front());
+        r.range_plans.pop_front();
+        if (old != r.plans.end()) {
+          const std::uint64_t freed = old->second.scratch.size();
+          r.plans.erase(old);
+          std::lock_guard<std::mutex> lock(mu_);
+          resident_bytes_ -= std::min(resident_bytes_, freed);
+          model_bytes_[r.model] -= std::min(model_bytes_[r.model], freed);
+        }
+      }
       EPK_TRY(plan_for(r, key));
+      if (!r.is_whole(key)) r.range_plans.push_back(key);
       std::lock_guard<std::mutex> lock(mu_);
       resident_bytes_ += r.plans.at(key).scratch.size();
       model_bytes_[r.model] += r.plans.at(key).scratch.size();
@@ -515,18 +535,24 @@ class CudaBackend final : public GpuBackend {
       return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': column shard slot size");
     }
     if (col_scratch_.size() < whole) {
-      const std::uint64_t before = col_scratch_.size();
-      col_scratch_ = shm::DeviceBuffer();
+      {  // the old buffer goes first (its bytes leave the count with it, whether or not the new one comes)
+        const std::uint64_t before = col_scratch_.size();
+        col_scratch_ = shm::DeviceBuffer();
+        std::lock_guard<std::mutex> lock(mu_);
+        resident_bytes_ -= std::min(resident_bytes_, before);
+      }
       EPK_TRY_ASSIGN(col_scratch_, shm::DeviceBuffer::alloc(whole, device_));
       std::lock_guard<std::mutex> lock(mu_);
-      resident_bytes_ += whole - before;
+      resident_bytes_ += whole;
     }
     const std::uint64_t scratch = col_scratch_.ptr();
     EPK_TRY(decode_on_device(r, r.whole(fmt), scratch, whole));
     EPK_TRY(shm::copy_2d_device_async(dst, width, scratch + shard.begin * elem, cols * elem, width, rows,
                                       stream_.get(), device_));
     if (rowwise) {
-      if (at > rows * width) EPK_TRY(shm::fill_device_async(dst + rows * width, 0, at - rows * width, stream_.get(), device_));
+      if (at > rows * width) {
+        EPK_TRY(shm::fill_device_async(dst + rows * width, 0, at - rows * width, stream_.get(), device_));
+      }
       EPK_TRY(shm::copy_2d_device_async(dst + at, rows * 4, scratch + shm::rowwise_scales_offset(rows, cols), rows * 4,
                                         rows * 4, 1, stream_.get(), device_));
     }

@@ -1,6 +1,7 @@
 #include "daemon/log_format.h"
 #include "daemon/session.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
@@ -82,8 +83,21 @@ void Session::send_with_fds(std::vector<std::uint8_t> msg, std::vector<int> fds)
       closing_ = true;
       return;
     }
+    std::vector<shm::UniqueFd> held;
+    for (int fd : fds) {
+      shm::UniqueFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+      if (!dup.valid()) {
+        spdlog::warn("reply_fd_failed client={} {} error={}", id_, peer_kv(peer_), kv(std::strerror(errno)));
+        // The reply's request id (frame header bytes 8..11, little-endian), so the client's call gets the error.
+        std::uint32_t request_id = 0;
+        for (std::size_t b = 12; b > 8 && msg.size() >= 12; --b) request_id = request_id << 8 | msg[b - 1];
+        send_error(request_id, shm::WireStatus::kInternal, "epkd could not keep a reply's file descriptor");
+        return;
+      }
+      held.push_back(std::move(dup));
+    }
     fd_reply_ = std::move(msg);
-    fd_reply_fds_ = std::move(fds);
+    fd_reply_fds_ = std::move(held);
     return;
   }
   Status st = shm::send_with_fds(sock_.native_handle(), msg, fds, read_timeout_ms_);
@@ -149,9 +163,11 @@ void Session::do_write() {
   if (pending_.empty() && !fd_reply_.empty()) {
     writing_ = false;
     std::vector<std::uint8_t> msg = std::move(fd_reply_);
-    std::vector<int> fds = std::move(fd_reply_fds_);
+    std::vector<shm::UniqueFd> held = std::move(fd_reply_fds_);  // closed once sent: the peer has its own copies
     fd_reply_.clear();
     fd_reply_fds_.clear();
+    std::vector<int> fds;
+    for (const shm::UniqueFd& fd : held) fds.push_back(fd.get());
     send_with_fds(std::move(msg), std::move(fds));
   }
   if (pending_.empty()) {

@@ -35,6 +35,7 @@
 #include "daemon/handler_memory.h"
 #include "daemon/peer_access.h"
 #include "shm/protocol.h"
+#include "shm/unique_fd.h"
 
 namespace epk::daemon::server {
 
@@ -133,7 +134,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::uint8_t> out_;      // the bytes being written
   bool writing_ = false;
   std::vector<std::uint8_t> fd_reply_;  // a reply with fds waiting for the queue to drain (send_with_fds)
-  std::vector<int> fd_reply_fds_;       // its fds
+  // Its fds, duplicated when it is queued: the caller's may close before the reply goes out (a model retired at a
+  // reload closes its file and tier), and a closed number may be reused by another open.
+  std::vector<shm::UniqueFd> fd_reply_fds_;
   bool closing_ = false;  // stop reading, close after the queue drains
   bool open_ = true;
   bool hello_done_ = false;

@@ -123,6 +123,30 @@ TEST(SessionWrites, RepliesLeaveInOrderAndTheFdsRideBehindTheQueuedBytes) {
   EXPECT_TRUE(f.session->open());
 }
 
+TEST(SessionWrites, AQueuedReplyKeepsItsFdsWhenTheCallersCloseAndTheirNumbersAreReused) {
+  // open_stored hands a model's file and tier; a reload may retire the model and close both while the reply waits.
+  Fixture f;
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  shm::UniqueFd pipe_read(p[0]);
+  const shm::UniqueFd pipe_write(p[1]);
+  const auto big = pattern(300000, 5), with_fds = pattern(99, 6);
+  f.session->send(big);
+  const int number = pipe_read.get();
+  f.session->send_with_fds(with_fds, {number});  // queued behind `big`
+  pipe_read.reset();                             // the caller's fd goes...
+  int q[2];
+  ASSERT_EQ(::pipe(q), 0);  // ...and its number is taken by another file
+  ASSERT_EQ(::dup2(q[0], number), number);
+  ::close(q[0]);
+  const shm::UniqueFd other_read(number), other_write(q[1]);
+  std::vector<shm::UniqueFd> fds;
+  std::vector<std::size_t> fd_at;
+  EXPECT_EQ(f.read_all(big.size() + with_fds.size(), &fds, &fd_at), concat({&big, &with_fds}));
+  ASSERT_EQ(fds.size(), 1u);
+  expect_pipe_passed(pipe_write.get(), fds[0]);  // the file the reply was made with, not the number's new owner
+}
+
 TEST(SessionWrites, ASecondReplyWithFdsWhileOneWaitsIsRefusedAndTheSessionCloses) {
   Fixture f;
   int p[2];

@@ -17,8 +17,9 @@ else (norms, biases, embeddings, the LM head) is acquired once and kept, pinned,
 
 Every parameter is matched to the epkd tensor of the same name (or ``rename(name)``) by shape and dtype at attach;
 a missing or mismatched tensor is an error naming both sides. Streamed tensors are checked against epkd's tensor
-listing (Client.tensors: no decode at attach; a corrupt tile is a DecodeError at the forward that first needs it);
-kept tensors are acquired at attach and checked as served.
+listing (Client.tensors: no decode at attach), so two faults surface only at the first forward that acquires the
+tensor: a corrupt tile (epk.DecodeError) and a stored tensor the layout cannot serve (an integer raw tensor under a
+dense layout: epk.Unsupported, naming it). Kept tensors are acquired at attach and checked as served.
 
 CUDA graphs: attach(..., decode="client", static=True) keeps every weight at one address and makes each forward
 enqueue and wait for its own decodes, so a forward captured with torch.cuda.graph replays with its decodes (see
