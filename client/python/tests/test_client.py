@@ -269,7 +269,7 @@ def test_quota_and_access_errors(bins, model):
             assert "max_pins_per_tensor" in str(e.value)
             first.release()
             second.release()
-            with epk.Client(d.socket):  # the uid's second session: max_sessions_per_uid is 2
+            with epk.Client(d.socket):  # a second session of this uid: within max_sessions_per_uid (2)
                 with pytest.raises(epk.PermissionDenied) as e:
                     epk.Client(d.socket)  # a third
                 assert e.value.code == "permission" and "max_sessions_per_uid" in str(e.value)

@@ -16,23 +16,8 @@ from conftest import Daemon, run, wait_until
 
 torch = pytest.importorskip("torch")
 import epk.torch as epk_torch  # noqa: E402  (needs torch)
-
-CUDA = torch.cuda.is_available() and epk.HAS_CUDA
-needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU and the package built with cuda.h")
-MODEL = "test"
-UP = "model.layers.0.mlp.up_proj.weight"
-_TORCH_DT = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
-
-
-def ref_tensor(entry):
-    """A safetensors entry as a CPU torch tensor of its dtype."""
-    dtype, shape, raw = entry
-    return torch.frombuffer(bytearray(raw), dtype=_TORCH_DT[dtype]).reshape(shape)
-
-
-def as_bits(t):
-    """Any tensor's bytes as a NumPy uint8 array (on the CPU)."""
-    return t.detach().contiguous().cpu().view(torch.uint8).numpy()
+from torch_helpers import (CUDA, MODEL, UP, as_bits, build_llama, decompressed_llama, llama_config,  # noqa: E402
+                           needs_cuda, needs_libepk, ref_tensor)
 
 
 # ---- CUDA: zero copy, the decode wait, release fences
@@ -173,33 +158,6 @@ def test_release_fence_outlasts_the_kernel_reading(bins, model, big_model):
 # ---- transformers
 
 
-def llama_config(layers=epk_testdata.LAYERS):
-    transformers = pytest.importorskip("transformers")
-    return transformers.LlamaConfig(
-        hidden_size=epk_testdata.HIDDEN, intermediate_size=epk_testdata.INTERMEDIATE, num_hidden_layers=layers,
-        num_attention_heads=epk_testdata.HEADS, num_key_value_heads=epk_testdata.KV_HEADS,
-        head_dim=epk_testdata.HEAD_DIM, vocab_size=epk_testdata.VOCAB, max_position_embeddings=64,
-        tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
-
-
-def build_llama(config):
-    """As epk.torch.load builds it: parameters in bf16 (the default dtype while it runs), buffers as the model
-    makes them."""
-    transformers = pytest.importorskip("transformers")
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        return transformers.LlamaForCausalLM(config).eval()
-    finally:
-        torch.set_default_dtype(previous)
-
-
-def decompressed_llama(config, model, dev):
-    """The Llama of `config` with the decompressed test model's weights, on dev: the reference of attached models."""
-    reference = build_llama(config)
-    reference.load_state_dict({n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}, strict=True)
-    return reference.to(dev)
-
 
 @pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 def test_llama_attach_gives_the_decompressed_models_logits(bins, model, where):
@@ -234,19 +192,6 @@ def test_llama_attach_gives_the_decompressed_models_logits(bins, model, where):
     finally:
         d.close()
 
-
-def _libepk():
-    import os
-    from conftest import _build_dir
-    path = os.environ.get("EPK_LIBEPK") or str(_build_dir() / "client" / "libepk.so.2")
-    os.environ["EPK_LIBEPK"] = path
-    import epk.stored
-    return epk.stored.available()
-
-
-def needs_libepk():
-    if not _libepk():
-        pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
 
 
 @needs_cuda
@@ -315,155 +260,6 @@ def test_client_side_decode_gives_epkds_bytes_and_the_decompressed_models_logits
         d.close()
 
 
-class _Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        h, f = epk_testdata.HIDDEN, epk_testdata.INTERMEDIATE
-        self.gate_proj = torch.nn.Linear(h, f, bias=False)
-        self.up_proj = torch.nn.Linear(h, f, bias=False)
-        self.down_proj = torch.nn.Linear(f, h, bias=False)
-
-
-class _Layer(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.mlp = _Mlp()
-
-    def forward(self, x):
-        m = self.mlp
-        return x + m.down_proj(torch.nn.functional.silu(m.gate_proj(x)) * m.up_proj(x))
-
-
-class _Stack(torch.nn.Module):
-    """The test model's MLPs alone (names as in the .epk): nothing in its forward syncs with the CPU."""
-
-    def __init__(self):
-        super().__init__()
-        self.model = torch.nn.Module()
-        self.model.layers = torch.nn.ModuleList(_Layer() for _ in range(epk_testdata.LAYERS))
-
-    def forward(self, x):
-        for layer in self.model.layers:
-            x = layer(x)
-        return x
-
-
-def decompressed_stack(model, dev):
-    """_Stack with the decompressed test model's MLP weights, on dev."""
-    ref = {n: ref_tensor(e) for n, e in model["ref"]["dense:bf16"].items()}
-    reference = _Stack().to(torch.bfloat16)
-    reference.load_state_dict({n: ref[n] for n, _ in reference.named_parameters()}, strict=True)
-    return reference.to(dev)
-
-
-def _capture(fn, *args):
-    """torch's recipe: warm up on a side stream, then capture one call; returns the graph and its output."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn(*args)
-    return g, out
-
-
-@needs_cuda
-def test_static_slots_replay_in_a_cuda_graph_with_their_decodes(bins, model):
-    needs_libepk()
-    dev = torch.device("cuda", 0)
-    reference = decompressed_stack(model, dev)
-    g = torch.Generator().manual_seed(3)
-    inputs = [torch.randn(5, epk_testdata.HIDDEN, generator=g).to(dev, torch.bfloat16) for _ in range(2)]
-    with torch.no_grad():
-        want = [reference(x) for x in inputs]
-    d = Daemon(bins, model["epk"], budget_mb=64, cpu=False)
-    try:
-        with epk.Client(d.socket) as c:
-            with pytest.raises(epk.InvalidArgument):
-                epk_torch.attach(_Stack().to(dev, torch.bfloat16), c, MODEL, static=True)  # daemon decode moves
-            m = _Stack().to(dev, torch.bfloat16)
-            att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", decode="client", static=True)
-            assert att.memory()["ring_slots"] == 2
-            x = inputs[0].clone()
-            with torch.no_grad():
-                assert torch.equal(m(x), want[0])  # eager, static mode
-                graph, out = _capture(m, x)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out, want[0])
-            # The graph holds the decodes: wiped weights come back at the next replay.
-            att.client_decode.buffer.zero_()
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out, want[0])
-            x.copy_(inputs[1])
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out, want[1])
-            with torch.no_grad():
-                assert torch.equal(m(inputs[0]), want[0])  # eager forwards still work after the capture
-            del graph
-            att.close()
-    finally:
-        d.close()
-
-
-@needs_cuda
-def test_static_slots_under_torch_compile(bins, model):
-    # torch.compile traces through the hooks (graph breaks at the decode calls); its kernels may round otherwise than
-    # eager ones, so the reference is the same module compiled.
-    needs_libepk()
-    dev = torch.device("cuda", 0)
-    reference = decompressed_stack(model, dev)
-    x = torch.randn(5, epk_testdata.HIDDEN, generator=torch.Generator().manual_seed(4)).to(dev, torch.bfloat16)
-    with torch.no_grad():
-        want = torch.compile(reference)(x)
-    d = Daemon(bins, model["epk"], budget_mb=64, cpu=False)
-    try:
-        with epk.Client(d.socket) as c:
-            m = _Stack().to(dev, torch.bfloat16)
-            att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", decode="client", static=True)
-            compiled = torch.compile(m)
-            with torch.no_grad():
-                for _ in range(3):
-                    assert torch.equal(compiled(x), want)
-            att.close()
-    finally:
-        d.close()
-
-
-@needs_cuda
-def test_static_slots_capture_a_transformers_forward(bins, model):
-    needs_libepk()
-    config = llama_config()
-    dev = torch.device("cuda", 0)
-    reference = decompressed_llama(config, model, dev)
-    ids = torch.tensor([[1, 5, 9, 33, 96, 0, 42, 17]], device=dev)
-    # The reference is captured too: a captured forward may pick other kernels than an eager one (the logits then
-    # differ in the last bits), so graph is compared with graph.
-    with torch.no_grad():
-        ref_graph, want = _capture(lambda i: reference(i, use_cache=False).logits, ids)
-    ref_graph.replay()
-    torch.cuda.synchronize()
-    d = Daemon(bins, model["epk"], budget_mb=64, cpu=False)
-    try:
-        with epk.Client(d.socket) as c:
-            m = build_llama(config).to(dev)
-            att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", decode="client", static=True)
-            with torch.no_grad():
-                graph, out = _capture(lambda i: m(i, use_cache=False).logits, ids)
-            att.client_decode.buffer.zero_()
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out, want)
-            del graph, ref_graph
-            att.close()
-    finally:
-        d.close()
-
 
 def test_attach_names_both_sides_of_a_mismatch(bins, model):
     config = llama_config()
@@ -530,61 +326,6 @@ def test_sentence_transformers_minilm(bins, tmp_path):
         e_nf4 = nf4.encode(sentences, convert_to_tensor=True)
     cos = torch.nn.functional.cosine_similarity(e_nf4.float(), e_orig.float())
     print(f"all-MiniLM-L6-v2 bitsandbytes NF4: cosine to the original mean {cos.mean():.6f} min {cos.min():.6f}")
-
-
-# ---- diffusers
-
-
-FLUX = dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=2, attention_head_dim=64,
-            num_attention_heads=4, joint_attention_dim=96, pooled_projection_dim=48, axes_dims_rope=(16, 24, 24))
-
-
-def flux_inputs(dev):
-    g = torch.Generator().manual_seed(7)
-    image, text = 24, 10  # image and text tokens
-    return dict(
-        hidden_states=torch.randn(1, image, FLUX["in_channels"], generator=g).to(dev, torch.bfloat16),
-        encoder_hidden_states=torch.randn(1, text, FLUX["joint_attention_dim"], generator=g).to(dev, torch.bfloat16),
-        pooled_projections=torch.randn(1, FLUX["pooled_projection_dim"], generator=g).to(dev, torch.bfloat16),
-        timestep=torch.tensor([0.5], device=dev, dtype=torch.bfloat16),
-        img_ids=torch.stack([torch.zeros(image), torch.arange(image) // 6, torch.arange(image) % 6], 1).to(dev),
-        txt_ids=torch.zeros(text, 3, device=dev))
-
-
-@pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=needs_cuda)])
-def test_diffusers_transformer_attach_gives_the_decompressed_models_output(bins, tmp_path, where):
-    diffusers = pytest.importorskip("diffusers")
-    dev = torch.device("cuda", 0) if where == "cuda" else torch.device("cpu")
-    torch.manual_seed(0)
-    src = tmp_path / "flux"
-    diffusers.FluxTransformer2DModel(**FLUX).to(torch.bfloat16).save_pretrained(src)
-    weights = "diffusion_pytorch_model.safetensors"
-    packed = tmp_path / "flux.epk"
-    run([bins["epk"], "compress", src / weights, "-o", packed, "--bpp", "4"])
-    ref_dir = tmp_path / "decompressed"
-    shutil.copytree(src, ref_dir)
-    run([bins["epk"], "decompress", packed, "-o", ref_dir / weights])
-    reference = diffusers.FluxTransformer2DModel.from_pretrained(ref_dir, torch_dtype=torch.bfloat16).to(dev).eval()
-    with torch.no_grad():
-        want = reference(**flux_inputs(dev)).sample
-    d = Daemon(bins, packed, budget_mb=64, cpu=(where == "cpu"))
-    try:
-        with epk.Client(d.socket) as c:
-            assert any(t["encoding"] == "lattice-rans" for t in c.tensors(MODEL))
-            m = diffusers.FluxTransformer2DModel(**FLUX).to(dev, torch.bfloat16).eval()  # other random weights
-            with torch.no_grad():
-                assert not torch.equal(m(**flux_inputs(dev)).sample, want)
-            att = epk_torch.attach(m, c, MODEL, layout="dense:bf16", prefetch=1)
-            assert att.block_names == [f"transformer_blocks.{i}" for i in range(FLUX["num_layers"])] + \
-                [f"single_transformer_blocks.{i}" for i in range(FLUX["num_single_layers"])]
-            with torch.no_grad():
-                first = m(**flux_inputs(dev)).sample
-                second = m(**flux_inputs(dev)).sample
-            assert torch.equal(first, want) and torch.equal(second, want)
-            att.close()
-            assert c.stats()["pins"] == 0
-    finally:
-        d.close()
 
 
 def test_tensor_parallel_attach_serves_each_ranks_shards(bins, model):
