@@ -128,14 +128,7 @@ class CpuSteps final : public EncodeSteps {
 
   Result<SampleCoded> sample_code(float scale, std::uint32_t cols, int prob_bits,
                                   std::uint32_t tile_symbols) override {
-    const std::size_t n = sample_rows_ * (padded_ / 8);
-    lattice::QuantizedFields q;
-    quantize_all(sample_ptr_, n, scale, q, threads_);
-    SampleCoded out;
-    out.counts = model::count_fields(q.coset.data(), q.fields.data(), n);
-    rans::EncodeGeometry g{std::uint32_t(sample_rows_), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
-    EPK_TRY_ASSIGN(out.coded, rans::encode_fields(q, std::vector<float>(sample_rows_, 1.0f), g, threads_));
-    return out;
+    return code_sample(sample_ptr_, sample_rows_, padded_, cols, scale, prob_bits, tile_symbols, threads_);
   }
 
   Status quantize(float scale) override {

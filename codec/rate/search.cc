@@ -120,19 +120,26 @@ Calibration calibrate_scale(const SampleCounts& sample_counts, const SampleCode&
   return out;
 }
 
+Result<SampleCoded> code_sample(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
+                                std::uint32_t cols, float scale, int prob_bits, std::uint32_t tile_symbols,
+                                int threads) {
+  const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
+  lattice::QuantizedFields q;
+  quantize_all(sample, n, scale, q, threads);
+  SampleCoded out;
+  out.counts = model::count_fields(q.coset.data(), q.fields.data(), n);
+  rans::EncodeGeometry g{std::uint32_t(sample_rows), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
+  EPK_TRY_ASSIGN(out.coded, rans::encode_fields(q, std::vector<float>(sample_rows, 1.0f), g, threads));
+  return out;
+}
+
 Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
                             double scale, int threads) {
   const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
   auto counts = [&](float s) { return quantize_counts(sample, n, s, threads); };
-  auto code = [&](float s) -> Result<SampleCoded> {
-    lattice::QuantizedFields q;
-    quantize_all(sample, n, s, q, threads);
-    SampleCoded out;
-    out.counts = model::count_fields(q.coset.data(), q.fields.data(), n);
-    rans::EncodeGeometry g{std::uint32_t(sample_rows), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
-    EPK_TRY_ASSIGN(out.coded, rans::encode_fields(q, std::vector<float>(sample_rows, 1.0f), g, threads));
-    return out;
+  auto code = [&](float s) {
+    return code_sample(sample, sample_rows, padded_cols, cols, s, prob_bits, tile_symbols, threads);
   };
   return calibrate_scale(counts, code, sample_rows, cols, target_bpp, prob_bits, tile_symbols, scale);
 }

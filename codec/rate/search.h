@@ -43,6 +43,10 @@ struct SampleCoded {
   rans::EncodedTensor coded;
 };
 using SampleCode = std::function<Result<SampleCoded>(float scale)>;
+// The CPU's SampleCode: the sample_rows x padded_cols sample quantised at scale and coded.
+Result<SampleCoded> code_sample(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
+                                std::uint32_t cols, float scale, int prob_bits, std::uint32_t tile_symbols,
+                                int threads);
 double bisect_scale(const SampleCounts& counts, std::uint64_t sample_rows, std::uint32_t padded_cols,
                     double target_bpp, int prob_bits, std::uint32_t tile_symbols, int iterations);
 
