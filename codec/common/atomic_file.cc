@@ -97,6 +97,20 @@ Status AtomicFileWriter::write_at(std::uint64_t offset, std::span<const std::uin
   return write_all_at(fd_, bytes.data(), bytes.size(), offset, temp_path_);
 }
 
+std::uint64_t AtomicFileWriter::reserve(std::uint64_t bytes) {
+  const std::uint64_t at = position_;
+  position_ += bytes;
+  return at;
+}
+
+Status AtomicFileWriter::write_reserved(std::uint64_t offset, std::span<const std::uint8_t> bytes) const {
+  return write_all_at(fd_, bytes.data(), bytes.size(), offset, temp_path_);
+}
+
+void AtomicFileWriter::start_writeback(std::uint64_t offset, std::uint64_t bytes) const {
+  ::sync_file_range(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes), SYNC_FILE_RANGE_WRITE);
+}
+
 Status AtomicFileWriter::commit() {
   if (fd_ < 0) return make_error(ErrorCode::kInternal, final_path_ + ": commit without an open file");
   if (::fsync(fd_) != 0) return make_errno_error(temp_path_ + ": fsync", errno);

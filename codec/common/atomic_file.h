@@ -33,6 +33,16 @@ class AtomicFileWriter {
   // Overwrites bytes already written (to patch a header once sizes are known).
   Status write_at(std::uint64_t offset, std::span<const std::uint8_t> bytes);
 
+  // Moves the end past `bytes` not written yet and returns where they start: the caller fills them later with
+  // write_reserved, possibly from another thread. Bytes never filled read as zero (a hole), as padding must.
+  std::uint64_t reserve(std::uint64_t bytes);
+  // Writes into a range reserve() returned. Safe to call from several threads at once for disjoint ranges, and
+  // beside reserve() and write() on another thread: it reads only the descriptor, which lives until commit.
+  Status write_reserved(std::uint64_t offset, std::span<const std::uint8_t> bytes) const;
+  // Asks the kernel to start writing [offset, offset + bytes) to the disk now (sync_file_range, no wait), so that
+  // commit()'s fsync finds most of a large file already written. Best effort: errors surface at commit.
+  void start_writeback(std::uint64_t offset, std::uint64_t bytes) const;
+
   std::uint64_t position() const { return position_; }
   const std::string& final_path() const { return final_path_; }
 

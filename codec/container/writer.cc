@@ -35,8 +35,10 @@ Writer::Writer(Writer&& other) noexcept
       metadata_(std::move(other.metadata_)),
       entries_(std::move(other.entries_)),
       names_(std::move(other.names_)),
+      reserved_(std::exchange(other.reserved_, 0)),
+      filled_(other.filled_.exchange(0)),
       open_(std::exchange(other.open_, false)),
-      failed_(std::exchange(other.failed_, false)) {}
+      failed_(other.failed_.exchange(false)) {}
 
 Writer& Writer::operator=(Writer&& other) noexcept {
   if (this != &other) {
@@ -44,8 +46,10 @@ Writer& Writer::operator=(Writer&& other) noexcept {
     metadata_ = std::move(other.metadata_);
     entries_ = std::move(other.entries_);
     names_ = std::move(other.names_);
+    reserved_ = std::exchange(other.reserved_, 0);
+    filled_ = other.filled_.exchange(0);
     open_ = std::exchange(other.open_, false);
-    failed_ = std::exchange(other.failed_, false);
+    failed_ = other.failed_.exchange(false);
   }
   return *this;
 }
@@ -70,7 +74,7 @@ Status Writer::check_usable() const {
   return {};
 }
 
-Status Writer::validate(const TensorSpec& spec, std::span<const BufferData> buffers) const {
+Status Writer::validate(const TensorSpec& spec, std::span<const BufferShape> buffers) const {
   const std::string& p = path();
   if (!valid_name(spec.name)) return invalid(p, "tensor name '" + spec.name + "': empty, too long or not UTF-8");
   const std::string t = "tensor '" + spec.name + "'";
@@ -99,14 +103,22 @@ Status Writer::validate(const TensorSpec& spec, std::span<const BufferData> buff
     if (buffers.size() != 1 || buffers[0].name != kRawBufferName)
       return invalid(p, t + ": a raw tensor has exactly one buffer named 'data'");
     std::uint64_t want = bits / 8 + (bits % 8 != 0);
-    if (buffers[0].bytes.size() != want)
-      return invalid(p, t + ": raw buffer holds " + std::to_string(buffers[0].bytes.size()) +
+    if (buffers[0].size != want)
+      return invalid(p, t + ": raw buffer holds " + std::to_string(buffers[0].size) +
                             " bytes, shape and dtype say " + std::to_string(want));
   }
   return {};
 }
 
 Status Writer::add_tensor(const TensorSpec& spec, std::span<const BufferData> buffers) {
+  std::vector<BufferShape> shapes;
+  shapes.reserve(buffers.size());
+  for (const auto& b : buffers) shapes.push_back({b.name, b.bytes.size()});
+  EPK_TRY_ASSIGN(Reservation r, reserve_tensor(spec, shapes));
+  return fill_tensor(r, buffers);
+}
+
+Result<Writer::Reservation> Writer::reserve_tensor(const TensorSpec& spec, std::span<const BufferShape> buffers) {
   EPK_TRY(check_usable());
   EPK_TRY(validate(spec, buffers));
 
@@ -121,36 +133,52 @@ Status Writer::add_tensor(const TensorSpec& spec, std::span<const BufferData> bu
     BufferRef r;
     r.name = b.name;
     r.offset = align_up(end, kBufferAlign);  // relative until the section is placed
-    r.size = b.bytes.size();
+    r.size = b.size;
     if (!checked_add(r.offset, r.size, &end))
       return invalid(path(), "tensor '" + spec.name + "': section size overflows");
     e.buffers.push_back(std::move(r));
   }
   e.section_size = end;
+  // The padding before the section and between its buffers is reserved and never written: it reads as zero.
+  const std::uint64_t at = file_.position();
+  file_.reserve(align_up(at, section_alignment(e.section_size)) - at);
+  e.section_offset = file_.reserve(e.section_size);
+  for (auto& b : e.buffers) b.offset += e.section_offset;
+  names_.insert(e.name);
+  entries_.push_back(std::move(e));
+  ++reserved_;
+  return Reservation(&entries_.back());
+}
 
-  failed_ = true;  // until every write below succeeded
-  EPK_TRY(file_.pad_to(section_alignment(e.section_size)));
-  e.section_offset = file_.position();
+Status Writer::fill_tensor(Reservation r, std::span<const BufferData> buffers) {
+  if (failed_) return make_error(ErrorCode::kIo, path() + ": an earlier write failed; the file is abandoned");
+  TensorEntry* e = r.entry_;
+  if (e == nullptr || buffers.size() != e->buffers.size())
+    return make_error(ErrorCode::kInternal, path() + ": fill_tensor does not match a reservation");
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i].name != e->buffers[i].name || buffers[i].bytes.size() != e->buffers[i].size)
+      return make_error(ErrorCode::kInternal,
+                        path() + ": tensor '" + e->name + "': buffer '" + buffers[i].name + "' is not as reserved");
   for (std::size_t i = 0; i < buffers.size(); ++i) {
-    EPK_TRY(file_.pad_to(kBufferAlign));
-    if (file_.position() != e.section_offset + e.buffers[i].offset)
-      return make_error(ErrorCode::kInternal, path() + ": buffer placement out of step");
-    e.buffers[i].offset = file_.position();
     // Hash and write chunk by chunk, so each chunk is read once while it is cache-hot (a buffer may be GBs of a
     // mapped source file).
     Xxh3Stream hash;
+    std::uint64_t at = e->buffers[i].offset;
     auto rest = buffers[i].bytes;
     while (!rest.empty()) {
       auto chunk = rest.first(std::min<std::size_t>(rest.size(), kWriteChunk));
       hash.update(chunk);
-      EPK_TRY(file_.write(chunk));
+      if (Status st = file_.write_reserved(at, chunk); !st) {
+        failed_ = true;
+        return st;
+      }
+      at += chunk.size();
       rest = rest.subspan(chunk.size());
     }
-    e.buffers[i].xxh3 = hash.digest();
+    file_.start_writeback(e->buffers[i].offset, e->buffers[i].size);
+    e->buffers[i].xxh3 = hash.digest();
   }
-  failed_ = false;
-  names_.insert(e.name);
-  entries_.push_back(std::move(e));
+  filled_.fetch_add(1, std::memory_order_release);
   return {};
 }
 
@@ -190,6 +218,8 @@ std::string Writer::encode_metadata() const {
 
 Status Writer::finish() {
   EPK_TRY(check_usable());
+  if (filled_.load(std::memory_order_acquire) != reserved_)
+    return make_error(ErrorCode::kInternal, path() + ": finish before every reserved tensor was written");
   failed_ = true;
   const std::string index = encode_index();
   const std::string meta = encode_metadata();

@@ -1,8 +1,13 @@
 // Streams a .epk file (docs/FORMAT.md): tensors are written as they are added, the index and metadata at finish(),
 // and the file appears under its final name only when finish() succeeds (temporary file, fsync, rename).
+// A tensor's place can also be reserved first and its bytes written later from another thread (reserve_tensor,
+// fill_tensor; WritePool does that with several threads): places follow the reservation order, so the file is the
+// same byte for byte as add_tensor in that order writes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
 #include <map>
 #include <span>
@@ -22,6 +27,12 @@ namespace epk::container {
 struct BufferData {
   std::string name;
   std::span<const std::uint8_t> bytes;
+};
+
+// A buffer's name and size, for a reservation.
+struct BufferShape {
+  std::string name;
+  std::uint64_t size = 0;
 };
 
 // What the index records about a tensor, apart from where its bytes land.
@@ -55,7 +66,26 @@ class Writer {
     return add_tensor(spec, std::span<const BufferData>(buffers.begin(), buffers.size()));
   }
 
-  // Appends index and metadata, patches the header, fsyncs and renames into place. Once only.
+  // The place of a tensor whose bytes fill_tensor writes later.
+  class Reservation {
+   public:
+    Reservation() = default;
+
+   private:
+    friend class Writer;
+    explicit Reservation(TensorEntry* entry) : entry_(entry) {}
+    TensorEntry* entry_ = nullptr;
+  };
+  // Validates as add_tensor does (the same errors) and places the tensor's section after everything added or
+  // reserved before, writing nothing. Main thread (the one that calls add_tensor and finish) only.
+  Result<Reservation> reserve_tensor(const TensorSpec& spec, std::span<const BufferShape> buffers);
+  // Hashes and writes a reserved tensor's buffers (names and sizes as reserved). Safe from any thread, beside other
+  // fill_tensor calls and the main thread's reserve_tensor / add_tensor; each reservation is filled once. An error
+  // leaves the writer failed.
+  Status fill_tensor(Reservation r, std::span<const BufferData> buffers);
+
+  // Appends index and metadata, patches the header, fsyncs and renames into place. Once only, after every
+  // reservation was filled (kInternal otherwise).
   Status finish();
 
   const std::string& path() const { return file_.final_path(); }
@@ -65,16 +95,18 @@ class Writer {
 
  private:
   Status check_usable() const;
-  Status validate(const TensorSpec& spec, std::span<const BufferData> buffers) const;
+  Status validate(const TensorSpec& spec, std::span<const BufferShape> buffers) const;
   std::string encode_index() const;
   std::string encode_metadata() const;
 
   AtomicFileWriter file_;
   std::map<std::string, std::string> metadata_;
-  std::vector<TensorEntry> entries_;
+  std::deque<TensorEntry> entries_;  // a deque: a reservation's entry stays put while later ones are added
   std::unordered_set<std::string> names_;
+  std::uint64_t reserved_ = 0;          // reservations made (add_tensor's own included)
+  std::atomic<std::uint64_t> filled_{0};  // reservations filled
   bool open_ = false;  // created and neither finished nor failed
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace epk::container

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "codec/container/reader.h"
+#include "codec/container/write_pool.h"
 #include "codec/container/writer.h"
 #include "codec/rans/container_io.h"
 #include "codec/rate/budget.h"
@@ -52,6 +53,9 @@ struct CompressArgs {
 
 // Device encoders packing tensors together (EncodePipeline): 3 gave 2.6x one on the H200 (docs/NOTES.md).
 inline constexpr int kDeviceEncoders = 3;
+// Threads hashing and writing tensors into the file (container::WritePool), and the tensors that may wait for them.
+inline constexpr int kWriterThreads = 4;
+inline constexpr std::size_t kWritesPending = 8;
 
 // The encoder of a device: the CPU encoder, or the device encoder on GPU 0.
 Result<std::unique_ptr<rate::TensorEncoder>> make_encoder(Device device) {
@@ -266,6 +270,7 @@ Status run_compress(const CompressArgs& args) {
                                                  {"settings", "compress " + settings.dump()},
                                                  {"source_metadata", source_metadata_json(checkpoint)}};
   EPK_TRY_ASSIGN(auto writer, container::Writer::create(args.output, std::move(metadata)));
+  container::WritePool writes(writer, kWriterThreads, kWritesPending);
 
   std::uint64_t total_work = 0, done_work = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i)
@@ -327,7 +332,8 @@ Status run_compress(const CompressArgs& args) {
     bool store_raw = !plans[i].encode;
     if (plans[i].encode) {
       rans::EncodingInfo info = info_of(i);
-      rate::Packed packed;
+      auto kept = std::make_shared<rate::Packed>();
+      rate::Packed& packed = *kept;
       if (pipeline) {
         EncodePipeline::Done done = pipeline->take(job_of[i]);
         EPK_TRY_ASSIGN(packed, std::move(done.packed));
@@ -349,9 +355,9 @@ Status run_compress(const CompressArgs& args) {
         info.scale = packed.report.scale;
         info.coarsened = packed.report.coarsened;
         auto form = rans::to_container(packed.lattice, t.name, info);
-        EPK_TRY(writer.add_tensor(form.spec, form.buffers));
         row.stored = rans::index_entry_bytes(form.spec, form.buffers);
         for (const auto& b : form.buffers) row.stored += b.bytes.size();
+        EPK_TRY(writes.add(form.spec, std::move(form.buffers), std::move(kept)));
         row.encoded = true;
         row.rel_l2 = packed.rel_l2;
         row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -365,8 +371,8 @@ Status run_compress(const CompressArgs& args) {
       container::TensorSpec spec{t.name, t.shape, t.dtype, container::Encoding::kRaw, "{}"};
       container::BufferData data{"data", t.data};
       std::vector<container::BufferData> bufs{data};
-      EPK_TRY(writer.add_tensor(spec, bufs));
       row.stored = t.data.size() + rans::index_entry_bytes(spec, bufs);
+      EPK_TRY(writes.add(spec, std::move(bufs), nullptr));  // a view into the mapped input
       if (!row.fallback) row.note = plans[i].why;
     }
     row.stored_bpp = 8.0 * double(row.stored) / double(std::max<std::uint64_t>(row.weights, 1));
@@ -380,7 +386,7 @@ Status run_compress(const CompressArgs& args) {
     table.push_back(std::move(row));
   }
   progress.update(tensors.size(), done_bytes, done_work, "finishing");
-  EPK_TRY(writer.finish());
+  EPK_TRY(writes.finish());
   progress.finish();
   const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
