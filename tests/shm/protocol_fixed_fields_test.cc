@@ -123,7 +123,8 @@ TEST(ProtocolFixedFields, EveryCutIsRefusedNamingTheFieldItCuts) {
       ASSERT_FALSE(st) << c.what << " cut at " << n;
       const std::string& m = st.error().message;
       EXPECT_EQ(m.rfind(std::string(c.what) + ": ", 0), 0u) << m;
-      EXPECT_NE(m.find("field '" + std::string(cut) + "'"), std::string::npos) << c.what << " cut at " << n << ": " << m;
+      EXPECT_NE(m.find("field '" + std::string(cut) + "'"), std::string::npos)
+          << c.what << " cut at " << n << ": " << m;
     }
   }
 }
