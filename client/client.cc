@@ -199,6 +199,13 @@ struct Client::Impl {
     }
   }
 
+  // A request of `type` with an empty payload (stats, models, close) and its reply. mu held.
+  Result<Frame> call_empty(shm::MsgType type) {
+    const std::uint32_t id = next_id++;
+    shm::encode_empty(id, type, &tx);
+    return call(id, type);
+  }
+
   // Sends the request in tx and waits for the reply with its id. An error reply becomes an Error; an error for
   // request 0 means the daemon closed the session.
   Result<Frame> call(std::uint32_t id, shm::MsgType expect, std::vector<shm::UniqueFd>* fds = nullptr) {
@@ -645,9 +652,7 @@ std::uint64_t Client::deferred_release_errors() const {
 Result<Stats> Client::stats() {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);
-  const std::uint32_t id = impl_->next_id++;
-  shm::encode_empty(id, shm::MsgType::kStats, &impl_->tx);
-  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kStats));
+  EPK_TRY_ASSIGN(Frame f, impl_->call_empty(shm::MsgType::kStats));
   return shm::decode_stats_reply(f.payload);
 }
 
@@ -699,9 +704,7 @@ Result<std::vector<shm::TensorInfo>> Client::tensors_once(const std::string& mod
 Result<shm::ModelsReply> Client::models() {
   if (impl_ == nullptr) return make_error(ErrorCode::kIo, "epk client: not connected");
   std::lock_guard<std::mutex> lock(impl_->mu);
-  const std::uint32_t id = impl_->next_id++;
-  shm::encode_empty(id, shm::MsgType::kModels, &impl_->tx);
-  EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kModels));
+  EPK_TRY_ASSIGN(Frame f, impl_->call_empty(shm::MsgType::kModels));
   return shm::decode_models_reply(f.payload);
 }
 
@@ -719,9 +722,7 @@ void Client::disconnect() {
   if (impl_ == nullptr) return;
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->sock.valid()) {
-    const std::uint32_t id = impl_->next_id++;
-    shm::encode_empty(id, shm::MsgType::kClose, &impl_->tx);
-    (void)impl_->call(id, shm::MsgType::kClose);  // best effort: the daemon drops pins either way
+    (void)impl_->call_empty(shm::MsgType::kClose);  // best effort: the daemon drops pins either way
   }
   impl_->sock.reset();
   impl_->pools.clear();

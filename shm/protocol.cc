@@ -49,6 +49,11 @@ Status read_shard(Reader& r, ShardSpec* out) {
   return {};
 }
 
+constexpr auto kOpenModelReplyLayout =
+    plain_layout("open_model reply", Field{"model_id", &OpenModelReply::model_id},
+                 Field{"tensor_count", &OpenModelReply::tensor_count});
+constexpr auto kPrefetchReplyLayout = plain_layout("prefetch reply", Field{"queued", &PrefetchReply::queued});
+
 }  // namespace
 
 const char* msg_type_name(std::uint16_t type) {
@@ -183,9 +188,7 @@ void encode_hello_reply(std::uint32_t id, const HelloReply& m, std::vector<std::
 }
 
 void encode_open_model_reply(std::uint32_t id, const OpenModelReply& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, reply(MsgType::kOpenModel));
-  w.put(m.model_id);
-  w.put(m.tensor_count);
+  encode_plain(id, reply(MsgType::kOpenModel), m, kOpenModelReplyLayout, out);
 }
 
 void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<std::uint8_t>* out) {
@@ -206,8 +209,7 @@ void encode_acquire_reply(std::uint32_t id, const AcquireReply& m, std::vector<s
 }
 
 void encode_prefetch_reply(std::uint32_t id, const PrefetchReply& m, std::vector<std::uint8_t>* out) {
-  Writer w(out, id, reply(MsgType::kPrefetch));
-  w.put(m.queued);
+  encode_plain(id, reply(MsgType::kPrefetch), m, kPrefetchReplyLayout, out);
 }
 
 void encode_error(std::uint32_t id, const ErrorReply& m, std::vector<std::uint8_t>* out) {
@@ -367,12 +369,7 @@ Result<HelloReply> decode_hello_reply(std::span<const std::uint8_t> p) {
 }
 
 Result<OpenModelReply> decode_open_model_reply(std::span<const std::uint8_t> p) {
-  Reader r(p, "open_model reply");
-  OpenModelReply m;
-  EPK_TRY_ASSIGN(m.model_id, r.get<std::uint32_t>("model_id"));
-  EPK_TRY_ASSIGN(m.tensor_count, r.get<std::uint32_t>("tensor_count"));
-  EPK_TRY(r.finish());
-  return m;
+  return decode_plain(p, kOpenModelReplyLayout);
 }
 
 Result<AcquireReply> decode_acquire_reply(std::span<const std::uint8_t> p) {
@@ -437,11 +434,7 @@ Status decode_acquire_reply_checked(std::span<const std::uint8_t> p, AcquireRepl
 }
 
 Result<PrefetchReply> decode_prefetch_reply(std::span<const std::uint8_t> p) {
-  Reader r(p, "prefetch reply");
-  PrefetchReply m;
-  EPK_TRY_ASSIGN(m.queued, r.get<std::uint32_t>("queued"));
-  EPK_TRY(r.finish());
-  return m;
+  return decode_plain(p, kPrefetchReplyLayout);
 }
 
 Result<ErrorReply> decode_error(std::span<const std::uint8_t> p) {

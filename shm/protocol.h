@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -187,6 +188,50 @@ struct StatsReply {
   std::vector<PoolStats> pools;      // version 3: per pool (<= kMaxPools)
 };
 inline constexpr std::uint32_t kStatsFields = 18;
+
+// A 64-bit counter of a stats reply, or of one of its pools: the member's name (the key the Python package's
+// Client.stats() gives it) and the member. The two tables list them in wire order.
+template <class Stats>
+struct StatsCounter {
+  const char* name;
+  std::uint64_t Stats::*member;
+};
+inline constexpr StatsCounter<StatsReply> kStatsCounters[] = {
+    {"budget_bytes", &StatsReply::budget_bytes},
+    {"used_bytes", &StatsReply::used_bytes},
+    {"pinned_bytes", &StatsReply::pinned_bytes},
+    {"slots", &StatsReply::slots},
+    {"pinned_slots", &StatsReply::pinned_slots},
+    {"pins", &StatsReply::pins},
+    {"hits", &StatsReply::hits},
+    {"misses", &StatsReply::misses},
+    {"evictions", &StatsReply::evictions},
+    {"decodes", &StatsReply::decodes},
+    {"decode_ns", &StatsReply::decode_ns},
+    {"clients", &StatsReply::clients},
+    {"models", &StatsReply::models},
+    {"prefetches", &StatsReply::prefetches},
+    {"resident_bytes", &StatsReply::resident_bytes},
+    {"prefetches_dropped", &StatsReply::prefetches_dropped},
+    {"space_waits", &StatsReply::space_waits},
+    {"space_wait_ns", &StatsReply::space_wait_ns},
+};
+static_assert(std::size(kStatsCounters) == kStatsFields);
+inline constexpr StatsCounter<PoolStats> kPoolCounters[] = {
+    {"budget_bytes", &PoolStats::budget_bytes},
+    {"used_bytes", &PoolStats::used_bytes},
+    {"pinned_bytes", &PoolStats::pinned_bytes},
+    {"slots", &PoolStats::slots},
+    {"pinned_slots", &PoolStats::pinned_slots},
+    {"pins", &PoolStats::pins},
+    {"hits", &PoolStats::hits},
+    {"misses", &PoolStats::misses},
+    {"evictions", &PoolStats::evictions},
+    {"resident_bytes", &PoolStats::resident_bytes},
+    {"fenced_bytes", &PoolStats::fenced_bytes},
+    {"prefetched_bytes", &PoolStats::prefetched_bytes},
+};
+static_assert(std::size(kPoolCounters) == kPoolStatsFields);
 struct ModelInfo {
   std::string name;
   std::uint32_t tensors = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -20,6 +21,23 @@ std::string hex(std::uint64_t v) {
 }
 
 std::string num(std::uint64_t v) { return std::to_string(v); }
+
+// Of n ranges [offset(i), offset(i) + size(i)), the first two non-empty ones that overlap in offset order, as
+// (earlier, later): the later starts before the earlier ends. nullopt when none do. Ranges already in offset order
+// (as the writer lays them out) are checked without sorting.
+template <class Offset, class Size>
+std::optional<std::pair<std::uint32_t, std::uint32_t>> first_overlap(std::size_t n, Offset offset, Size size) {
+  std::vector<std::uint32_t> order;
+  order.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (size(i) > 0) order.push_back(i);
+  auto by_offset = [&](std::uint32_t a, std::uint32_t b) { return offset(a) < offset(b); };
+  if (!std::is_sorted(order.begin(), order.end(), by_offset)) std::sort(order.begin(), order.end(), by_offset);
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    if (offset(order[k - 1]) + size(order[k - 1]) > offset(order[k])) return std::pair{order[k - 1], order[k]};
+  }
+  return std::nullopt;
+}
 
 // Reads fields of one region (index or metadata) front to back; every read is checked against the bytes left, and
 // every error names the file, the field and the region.
@@ -233,18 +251,10 @@ Result<TensorEntry> parse_tensor(Cursor& c, std::uint64_t i, std::uint64_t index
 
   // Buffers of one tensor do not overlap (empty ones never do). The writer lays them out in order, so the common case
   // is checked without sorting.
-  std::vector<std::uint32_t> order;
-  order.reserve(e.buffers.size());
-  for (std::uint32_t j = 0; j < e.buffers.size(); ++j)
-    if (e.buffers[j].size > 0) order.push_back(j);
-  auto by_offset = [&](auto a, auto b) { return e.buffers[a].offset < e.buffers[b].offset; };
-  if (!std::is_sorted(order.begin(), order.end(), by_offset)) std::sort(order.begin(), order.end(), by_offset);
-  for (std::size_t k = 1; k < order.size(); ++k) {
-    const auto& prev = e.buffers[order[k - 1]];
-    const auto& cur = e.buffers[order[k]];
-    if (prev.offset + prev.size > cur.offset)
-      return c.fail(ErrorCode::kBadInput, bname(order[k], "offset"), "overlaps buffers[" + num(order[k - 1]) + "]");
-  }
+  if (auto o = first_overlap(
+          e.buffers.size(), [&](std::uint32_t j) { return e.buffers[j].offset; },
+          [&](std::uint32_t j) { return e.buffers[j].size; }))
+    return c.fail(ErrorCode::kBadInput, bname(o->second, "offset"), "overlaps buffers[" + num(o->first) + "]");
 
   if (e.encoding == Encoding::kRaw) {
     if (e.buffers.size() != 1 || e.buffers[0].name != kRawBufferName)
@@ -328,18 +338,12 @@ Result<Reader> Reader::over_file(MappedFile mapped) {
   }
 
   // Sections do not overlap (rule 5.7).
-  std::vector<std::uint32_t> order;
-  for (std::uint32_t i = 0; i < r.tensors_.size(); ++i)
-    if (r.tensors_[i].section_size > 0) order.push_back(i);
-  auto by_offset = [&](auto a, auto b) { return r.tensors_[a].section_offset < r.tensors_[b].section_offset; };
-  if (!std::is_sorted(order.begin(), order.end(), by_offset)) std::sort(order.begin(), order.end(), by_offset);
-  for (std::size_t k = 1; k < order.size(); ++k) {
-    const auto& prev = r.tensors_[order[k - 1]];
-    const auto& cur = r.tensors_[order[k]];
-    if (prev.section_offset + prev.section_size > cur.section_offset)
-      return index.fail(ErrorCode::kBadInput, "tensor[" + num(order[k]) + "] '" + cur.name + "' section_offset",
-                        "section overlaps that of tensor[" + num(order[k - 1]) + "] '" + prev.name + "'");
-  }
+  if (auto o = first_overlap(
+          r.tensors_.size(), [&](std::uint32_t i) { return r.tensors_[i].section_offset; },
+          [&](std::uint32_t i) { return r.tensors_[i].section_size; }))
+    return index.fail(ErrorCode::kBadInput,
+                      "tensor[" + num(o->second) + "] '" + r.tensors_[o->second].name + "' section_offset",
+                      "section overlaps that of tensor[" + num(o->first) + "] '" + r.tensors_[o->first].name + "'");
 
   Cursor meta(file.data() + h.metadata_offset, h.metadata_size, path, "metadata");
   EPK_TRY_ASSIGN(r.metadata_, parse_metadata(meta));

@@ -59,17 +59,25 @@ std::vector<std::uint8_t> i32_bytes(std::span<const std::int32_t> v) {
   return out;
 }
 
+// v as one element of `out` at p: f16 and bf16 rounded to nearest even, any other dtype as f32.
+void store_value(float v, DType out, std::uint8_t* p) {
+  if (out == DType::kF16)
+    store_le<std::uint16_t>(p, f32_to_f16(v));
+  else if (out == DType::kBF16)
+    store_le<std::uint16_t>(p, f32_to_bf16(v));
+  else
+    store_le<float>(p, v);
+}
+
+// values[i] as element i of `out` from dst on (2 bytes an element for f16 and bf16, else 4).
+void store_values(std::span<const float> values, DType out, std::uint8_t* dst) {
+  const std::size_t width = out == DType::kF16 || out == DType::kBF16 ? 2 : 4;
+  for (std::size_t i = 0; i < values.size(); ++i) store_value(values[i], out, dst + width * i);
+}
+
 std::vector<std::uint8_t> float_bytes(std::span<const float> v, DType dtype) {
-  const std::size_t width = static_cast<std::size_t>(dtype_bits(dtype) / 8);
-  std::vector<std::uint8_t> out(v.size() * width);
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (dtype == DType::kF16)
-      store_le<std::uint16_t>(out.data() + 2 * i, f32_to_f16(v[i]));
-    else if (dtype == DType::kBF16)
-      store_le<std::uint16_t>(out.data() + 2 * i, f32_to_bf16(v[i]));
-    else
-      store_le<float>(out.data() + 4 * i, v[i]);
-  }
+  std::vector<std::uint8_t> out(v.size() * static_cast<std::size_t>(dtype_bits(dtype) / 8));
+  store_values(v, dtype, out.data());
   return out;
 }
 
@@ -175,15 +183,6 @@ Status check_shape(const Where& w, std::span<const std::uint64_t> want) {
   return {};
 }
 
-void store_value(float v, DType out, std::uint8_t* p) {
-  if (out == DType::kF16)
-    store_le<std::uint16_t>(p, f32_to_f16(v));
-  else if (out == DType::kBF16)
-    store_le<std::uint16_t>(p, f32_to_bf16(v));
-  else
-    store_le<float>(p, v);
-}
-
 // The nn.Linear weight [cols, rows] (perm undone) straight into dst: the same float32 product as dequantize_f32,
 // rounded once, in 64 x 64 blocks so that neither the code reads nor the transposed writes stride through memory.
 void write_int_dense(const QuantTensor& t, DType out, std::span<std::uint8_t> dst) {
@@ -208,14 +207,7 @@ void write_int_dense(const QuantTensor& t, DType out, std::span<std::uint8_t> ds
 }
 
 Status write_dense(std::span<const float> values, DType out, std::span<std::uint8_t> dst) {
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (out == DType::kF16)
-      store_le<std::uint16_t>(dst.data() + 2 * i, f32_to_f16(values[i]));
-    else if (out == DType::kBF16)
-      store_le<std::uint16_t>(dst.data() + 2 * i, f32_to_bf16(values[i]));
-    else
-      store_le<float>(dst.data() + 4 * i, values[i]);
-  }
+  store_values(values, out, dst.data());
   return {};
 }
 

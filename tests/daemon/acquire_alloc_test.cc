@@ -100,7 +100,7 @@ class AcquireAllocations : public ::testing::Test {
       ASSERT_TRUE(test_models::write_lattice(*w, kLongName, *enc));
       std::vector<float> norm(96, 1.5f);
       ASSERT_TRUE(test_models::write_raw(*w, "model.layers.17.input_layernorm.weight", DType::kF32, {96},
-                                         test_models::as_bytes(norm)));
+                                         test_models::bytes_of(norm)));
       ASSERT_TRUE(w->finish());
     }
     cfg_.socket_path = (dir_ / "s.sock").string();

@@ -17,7 +17,6 @@ namespace epk {
 namespace {
 
 using namespace epk::test_harness;  // NOLINT
-using client::Client;
 using client::StoredTier;
 using shm::Layout;
 

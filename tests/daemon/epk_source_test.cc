@@ -10,6 +10,7 @@
 #include "codec/common/half.h"
 #include "codec/rans/decoder.h"
 #include "tests/daemon/epk_test_models.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::daemon {
 namespace {
@@ -22,10 +23,7 @@ constexpr std::uint32_t kRows = 37, kCols = 203;  // odd sizes: a partial tile a
 class EpkSourceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epk_source_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = epk::test::test_scratch_dir("epk_source");
     weights_ = gaussian(kRows, kCols, 7);
     auto enc = encode_f32(weights_, kRows, kCols, 4.0);
     ASSERT_TRUE(enc) << enc.error().to_string();
@@ -38,10 +36,10 @@ class EpkSourceTest : public ::testing::Test {
     auto w = container::Writer::create(path_, {{"source", "epk_source_test"}});
     ASSERT_TRUE(w) << w.error().to_string();
     ASSERT_TRUE(write_lattice(*w, "layers.0.w", encoded_));
-    ASSERT_TRUE(write_raw(*w, "norm", DType::kF32, {5}, as_bytes(raw_f32_)));
-    ASSERT_TRUE(write_raw(*w, "bias", DType::kBF16, {5}, as_bytes(raw_bf16_)));
+    ASSERT_TRUE(write_raw(*w, "norm", DType::kF32, {5}, bytes_of(raw_f32_)));
+    ASSERT_TRUE(write_raw(*w, "bias", DType::kBF16, {5}, bytes_of(raw_bf16_)));
     std::vector<std::int32_t> ints = {1, -2, 3};
-    ASSERT_TRUE(write_raw(*w, "ids", DType::kI32, {3}, as_bytes(ints)));
+    ASSERT_TRUE(write_raw(*w, "ids", DType::kI32, {3}, bytes_of(ints)));
     ASSERT_TRUE(w->finish());
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -183,7 +181,7 @@ TEST_F(EpkSourceTest, RawTensorStoredIsTheBytesAsStored) {
   Status st;
   auto got = produce(*s, index_of(*s, "bias"), shm::Layout::kStored, &st);
   ASSERT_TRUE(st) << st.error().to_string();
-  auto want = as_bytes(raw_bf16_);
+  auto want = bytes_of(raw_bf16_);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()));
   EXPECT_EQ(s->served(index_of(*s, "bias"), shm::Layout::kStored)->dtype, DType::kBF16);

@@ -17,13 +17,11 @@
 #include "codec/rans/container_io.h"
 #include "codec/rans/encoded_tensor.h"
 #include "codec/rate/encode.h"
+#include "tests/support/bytes.h"
 
 namespace epk::test_models {
 
-template <typename T>
-std::span<const std::uint8_t> as_bytes(const std::vector<T>& v) {
-  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)};
-}
+using test::bytes_of;
 
 // Gaussian weights with per-row scales, fixed seed, as fp32.
 inline std::vector<float> gaussian(std::uint32_t rows, std::uint32_t cols, std::uint64_t seed) {
@@ -42,6 +40,18 @@ inline Result<rans::EncodedTensor> encode_f32(const std::vector<float>& w, std::
   rate::EncodeOptions o;
   o.target_bpp = bpp;
   return rate::encode(std::as_bytes(std::span<const float>(w)), rows, cols, DType::kF32, o, "test");
+}
+
+// `count` tensors: gaussian(rows, cols, first_seed + i) encoded at 3 + i bits per weight, so that no two decode to
+// the same bytes.
+inline Result<std::vector<rans::EncodedTensor>> encode_gaussians(int count, std::uint32_t rows, std::uint32_t cols,
+                                                                 std::uint64_t first_seed) {
+  std::vector<rans::EncodedTensor> out;
+  for (int i = 0; i < count; ++i) {
+    EPK_TRY_ASSIGN(auto e, encode_f32(gaussian(rows, cols, first_seed + i), rows, cols, 3.0 + i));
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 inline Status write_lattice(container::Writer& w, const std::string& name, const rans::EncodedTensor& t) {

@@ -29,6 +29,7 @@ inline const char* env_or(const char* name, const char* fallback) {
 #include "shm/device_pool.h"
 #include "tests/daemon/epk_test_models.h"
 #include "tests/daemon/epkd_harness.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::test_harness {
 
@@ -76,11 +77,7 @@ class DeviceModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!shm::cuda_device_available(0)) GTEST_SKIP() << "no CUDA device (or driver): the device path is not tested";
-    dir_ = std::filesystem::temp_directory_path() /
-           ("epkd_dev_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = epk::test::test_scratch_dir("epkd_dev");
     path_ = (dir_ / "m.epk").string();
     auto w = container::Writer::create(path_, {{"source", "epkd device-path test"}});
     ASSERT_TRUE(w);
@@ -94,7 +91,7 @@ class DeviceModelTest : public ::testing::Test {
       ASSERT_TRUE(test_models::write_lattice(*w, "w" + std::to_string(i), *e));
     }
     norm_ = {0.5f, 1.0f, -1.25f, 3.0e38f, -0.0f};
-    ASSERT_TRUE(test_models::write_raw(*w, "norm", DType::kF32, {5}, test_models::as_bytes(norm_)));
+    ASSERT_TRUE(test_models::write_raw(*w, "norm", DType::kF32, {5}, test_models::bytes_of(norm_)));
     ASSERT_TRUE(w->finish());
   }
   void TearDown() override {

@@ -13,6 +13,7 @@
 #include "tests/codec/layouts/intq_test_util.h"
 #include "tests/daemon/epk_test_models.h"
 #include "tests/daemon/epkd_harness.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk {
 namespace {
@@ -20,22 +21,16 @@ namespace {
 namespace fs = std::filesystem;
 using namespace epk::test_harness;  // NOLINT
 using namespace epk::test_models;   // NOLINT
-using client::Client;
 
 constexpr std::uint32_t kRows = 129, kCols = 67;
 
 class EpkdEpk : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epkd_epk_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    for (int i = 0; i < 2; ++i) {
-      auto e = encode_f32(gaussian(kRows, kCols, 100 + i), kRows, kCols, 3.0 + i);
-      ASSERT_TRUE(e) << e.error().to_string();
-      encoded_.push_back(std::move(*e));
-    }
+    dir_ = epk::test::test_scratch_dir("epkd_epk");
+    auto e = encode_gaussians(2, kRows, kCols, 100);
+    ASSERT_TRUE(e) << e.error().to_string();
+    encoded_ = std::move(*e);
     norm_ = {0.5f, 1.0f, -1.25f};
     good_ = write_model("good.epk");
     other_ = write_model("other.epk");
@@ -48,7 +43,7 @@ class EpkdEpk : public ::testing::Test {
     EXPECT_TRUE(w);
     EXPECT_TRUE(write_lattice(*w, "layers.0.w", encoded_[0]));
     EXPECT_TRUE(write_lattice(*w, "layers.1.w", encoded_[1]));
-    EXPECT_TRUE(write_raw(*w, "norm", DType::kF32, {3}, as_bytes(norm_)));
+    EXPECT_TRUE(write_raw(*w, "norm", DType::kF32, {3}, bytes_of(norm_)));
     EXPECT_TRUE(w->finish());
     return path;
   }

@@ -29,7 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace epk::test_harness;  // NOLINT
 using namespace epk::test_models;   // NOLINT
-using client::Client;
 
 // epkd on the device path, device 0 only (several devices: epkd_multigpu_test.cc).
 class GpuEpkd : public DevEpkd {
@@ -493,11 +492,6 @@ TEST_F(EpkdGpu, SigkilledClientLosesItsPins) {
   EXPECT_TRUE(c->release_after(t->handle, nullptr));
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // `epk get` copies device slots to host before writing: the same file as from the host path. `epk status` names the
 // pool kind and device.
 TEST_F(EpkdGpu, EpkGetAndStatusOnTheDevicePath) {
@@ -516,7 +510,7 @@ TEST_F(EpkdGpu, EpkGetAndStatusOnTheDevicePath) {
       Child k = spawn(args, false);
       ASSERT_EQ(wait_exit(k.pid, 30000), 0) << layout;
     }
-    const std::string ga = slurp(a), cb = slurp(b);
+    const std::string ga = read_file(a), cb = read_file(b);
     EXPECT_GT(ga.size(), 1000u);
     EXPECT_TRUE(ga == cb) << layout << ": epk get from the device pool differs from the host path";
   }
@@ -642,7 +636,7 @@ TEST_F(EpkdGpuIntq, EveryIntqLayoutFromTheDeviceKernelsIsTheCpuPathsBytes) {
   EXPECT_GE(compared, 50);
   // The CPU path taken silently would pass the byte comparison: epkd's exit line says which path each slot took.
   ASSERT_EQ(both.device.terminate(), 0);
-  std::string log = slurp(both.device.log_path());
+  std::string log = read_file(both.device.log_path());
   const std::string want = "intq slots: " + std::to_string(by_kernels) + " by the device kernels, " +
                            std::to_string(compared - by_kernels) + " by the CPU path";
   EXPECT_NE(log.find(want), std::string::npos) << "want \"" << want << "\" in epkd's log:\n" << log;

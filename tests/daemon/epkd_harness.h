@@ -18,11 +18,13 @@
 #include <vector>
 
 #include "client/client.h"
+#include "tests/support/read_file.h"
 
 namespace epk::test_harness {
 
 using Clock = std::chrono::steady_clock;
 using client::Client;
+using test::read_file;
 
 struct Child {
   pid_t pid = -1;
@@ -85,6 +87,29 @@ inline std::string read_line(int fd, int timeout_ms) {
   return line;
 }
 
+// SIGTERM to *pid and its exit code (-1, the child killed, when it does not exit within 5 s); *pid becomes -1.
+inline int terminate_child(pid_t* pid) {
+  ::kill(*pid, SIGTERM);
+  const int rc = wait_exit(*pid, 5000);
+  *pid = -1;
+  return rc;
+}
+
+// SIGKILL to a child still running (pid > 0) and its reaping: what a test leaves behind when it stops early.
+inline void kill_child(pid_t pid) {
+  if (pid > 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+}
+
+// epkd's log (its stderr, at `path`) on this process's stderr when the running test has failed, for its reader.
+inline void print_log_if_failed(const std::string& path) {
+  if (::testing::Test::HasFailure()) {
+    std::fprintf(stderr, "---- epkd log ----\n%s------------------\n", read_file(path).c_str());
+  }
+}
+
 class Epkd {
  public:
   // kHost passes --cpu (host pools, the CPU decoder); kDevice leaves epkd to pick the device path where a GPU is.
@@ -115,15 +140,8 @@ class Epkd {
     }
   }
   ~Epkd() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (::testing::Test::HasFailure()) {
-      std::ifstream in(log_);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      std::fprintf(stderr, "---- epkd log ----\n%s------------------\n", text.c_str());
-    }
+    kill_child(pid_);
+    print_log_if_failed(log_);
     std::filesystem::remove_all(dir_);
   }
   bool running() const { return pid_ > 0; }
@@ -132,12 +150,7 @@ class Epkd {
   pid_t pid() const { return pid_; }
 
   // SIGTERM and the exit code (-1 when it does not exit within 5 s).
-  int terminate() {
-    ::kill(pid_, SIGTERM);
-    int rc = wait_exit(pid_, 5000);
-    pid_ = -1;
-    return rc;
-  }
+  int terminate() { return terminate_child(&pid_); }
 
   client::Stats stats() {
     auto c = Client::connect(socket_, 2000);

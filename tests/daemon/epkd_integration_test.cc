@@ -35,7 +35,6 @@ namespace {
 
 using namespace epk::test_harness;  // NOLINT
 using Clock = std::chrono::steady_clock;
-using client::Client;
 
 std::string spec(int n, const char* dims) {
   std::string s;
@@ -362,120 +361,94 @@ TEST(Epkd, HostPathServesDeviceZeroAndRefusesOthers) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
-TEST(EpkdMalformed, BadMagicGetsAnErrorAndTheSessionCloses) {
-  Epkd d({"--synthetic", "m=t0:8x8"});
-  ASSERT_TRUE(d.running());
-  int fd = raw_connect(d.socket());
+// epkd serving one synthetic tensor to sessions that send it what it must refuse; once a test has had its refusal,
+// epkd still serves another client and exits 0 on SIGTERM.
+class EpkdMalformed : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(d_.running()); }
+  void TearDown() override {
+    if (HasFatalFailure()) return;
+    expect_serving(d_);
+    EXPECT_EQ(d_.terminate(), 0);
+  }
+
+  // The reply to what was sent on `fd` is an error of `status`, then end of stream; closes fd. *reply, when given,
+  // gets the reply for the test's own checks.
+  static void expect_refused(int fd, shm::WireStatus status, int timeout_ms = 2000, RawReply* reply = nullptr) {
+    RawReply r = raw_read_reply(fd, timeout_ms, true);
+    ASSERT_TRUE(r.got);
+    EXPECT_EQ(error_status(r), status);
+    EXPECT_TRUE(r.eof_after);
+    ::close(fd);
+    if (reply != nullptr) *reply = std::move(r);
+  }
+
+  Epkd d_{{"--synthetic", "m=t0:8x8"}};
+};
+
+TEST_F(EpkdMalformed, BadMagicGetsAnErrorAndTheSessionCloses) {
+  int fd = raw_connect(d_.socket());
   ASSERT_GE(fd, 0);
   raw_send(fd, std::vector<std::uint8_t>(16, 0xEE));
-  RawReply r = raw_read_reply(fd, 2000, true);
-  ASSERT_TRUE(r.got);
-  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
-  EXPECT_TRUE(r.eof_after);
-  ::close(fd);
-  expect_serving(d);
-  EXPECT_EQ(d.terminate(), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_refused(fd, shm::WireStatus::kBadMessage));
 }
 
-TEST(EpkdMalformed, OversizedMessageIsRefusedFromItsHeader) {
-  Epkd d({"--synthetic", "m=t0:8x8"});
-  ASSERT_TRUE(d.running());
-  int fd = raw_connect(d.socket());
+TEST_F(EpkdMalformed, OversizedMessageIsRefusedFromItsHeader) {
+  int fd = raw_connect(d_.socket());
   raw_hello(fd);
   std::vector<std::uint8_t> msg(shm::kHeaderSize);
   shm::encode_header(
       {shm::kProtocolVersion, static_cast<std::uint16_t>(shm::MsgType::kAcquire), 9, shm::kMaxPayload + 1}, msg.data());
   raw_send(fd, msg);
-  RawReply r = raw_read_reply(fd, 2000, true);
-  ASSERT_TRUE(r.got);
-  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
-  EXPECT_TRUE(r.eof_after);
-  ::close(fd);
-  expect_serving(d);
-  EXPECT_EQ(d.terminate(), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_refused(fd, shm::WireStatus::kBadMessage));
 }
 
-TEST(EpkdMalformed, TruncatedMessageThenEndOfStream) {
-  Epkd d({"--synthetic", "m=t0:8x8"});
-  ASSERT_TRUE(d.running());
-  int fd = raw_connect(d.socket());
+TEST_F(EpkdMalformed, TruncatedMessageThenEndOfStream) {
+  int fd = raw_connect(d_.socket());
   raw_hello(fd);
   std::vector<std::uint8_t> msg;
   shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
   msg.resize(msg.size() - 3);
   raw_send(fd, msg);
   ::shutdown(fd, SHUT_WR);
-  RawReply r = raw_read_reply(fd, 2000, true);
-  ASSERT_TRUE(r.got);
-  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
-  EXPECT_TRUE(r.eof_after);
-  ::close(fd);
-  expect_serving(d);
-  EXPECT_EQ(d.terminate(), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_refused(fd, shm::WireStatus::kBadMessage));
 }
 
-TEST(EpkdMalformed, StalledMessageTimesOut) {
-  Epkd d({"--synthetic", "m=t0:8x8"});
-  ASSERT_TRUE(d.running());
-  int fd = raw_connect(d.socket());
+TEST_F(EpkdMalformed, StalledMessageTimesOut) {
+  int fd = raw_connect(d_.socket());
   raw_hello(fd);
   std::vector<std::uint8_t> msg;
   shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
   msg.resize(10);  // part of the header, then silence
   auto t0 = Clock::now();
   raw_send(fd, msg);
-  RawReply r = raw_read_reply(fd, 3000, true);
-  ASSERT_TRUE(r.got);
-  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
-  EXPECT_TRUE(r.eof_after);
+  ASSERT_NO_FATAL_FAILURE(expect_refused(fd, shm::WireStatus::kBadMessage, 3000));
   EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(2000));  // --read-timeout-ms 300
-  ::close(fd);
-  expect_serving(d);
-  EXPECT_EQ(d.terminate(), 0);
 }
 
-TEST(EpkdMalformed, MalformedPayloadAfterHello) {
-  Epkd d({"--synthetic", "m=t0:8x8"});
-  ASSERT_TRUE(d.running());
-  int fd = raw_connect(d.socket());
+TEST_F(EpkdMalformed, MalformedPayloadAfterHello) {
+  int fd = raw_connect(d_.socket());
   raw_hello(fd);
   std::vector<std::uint8_t> msg;
   shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
   store_le<std::uint16_t>(msg.data() + shm::kHeaderSize + 8, 60000);  // name length past the payload and the limit
   raw_send(fd, msg);
-  RawReply r = raw_read_reply(fd, 2000, true);
-  ASSERT_TRUE(r.got);
+  RawReply r;
+  ASSERT_NO_FATAL_FAILURE(expect_refused(fd, shm::WireStatus::kBadMessage, 2000, &r));
   EXPECT_EQ(r.header.request_id, 2u);
-  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
-  EXPECT_TRUE(r.eof_after);
-  ::close(fd);
-  expect_serving(d);
-  EXPECT_EQ(d.terminate(), 0);
 }
 
-TEST(EpkdMalformed, RequestBeforeHelloAndWrongVersion) {
-  Epkd d({"--synthetic", "m=t0:8x8"});
-  ASSERT_TRUE(d.running());
-  int fd = raw_connect(d.socket());
+TEST_F(EpkdMalformed, RequestBeforeHelloAndWrongVersion) {
+  int fd = raw_connect(d_.socket());
   std::vector<std::uint8_t> msg;
   shm::encode_empty(1, shm::MsgType::kStats, &msg);
   raw_send(fd, msg);
-  RawReply r = raw_read_reply(fd, 2000, true);
-  ASSERT_TRUE(r.got);
-  EXPECT_EQ(error_status(r), shm::WireStatus::kBadMessage);
-  EXPECT_TRUE(r.eof_after);
-  ::close(fd);
-  fd = raw_connect(d.socket());
+  ASSERT_NO_FATAL_FAILURE(expect_refused(fd, shm::WireStatus::kBadMessage));
+  fd = raw_connect(d_.socket());
   shm::encode_hello(1, {1, 0}, &msg);
   store_le<std::uint16_t>(msg.data() + 4, shm::kProtocolVersion + 1);
   raw_send(fd, msg);
-  r = raw_read_reply(fd, 2000, true);
-  ASSERT_TRUE(r.got);
-  EXPECT_EQ(error_status(r), shm::WireStatus::kBadVersion);
-  EXPECT_TRUE(r.eof_after);
-  ::close(fd);
-  expect_serving(d);
-  EXPECT_EQ(d.terminate(), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_refused(fd, shm::WireStatus::kBadVersion));
 }
 
 TEST(Epkd, SigtermWithAClientHoldingPinsExitsZeroAndRemovesTheSocket) {

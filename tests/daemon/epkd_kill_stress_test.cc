@@ -20,7 +20,6 @@ namespace epk {
 namespace {
 
 using namespace epk::test_harness;  // NOLINT
-using client::Client;
 
 constexpr int kTensors = 6;
 

@@ -21,7 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace epk::test_harness;  // NOLINT
 using namespace epk::test_models;   // NOLINT
-using client::Client;
 using shm::Layout;
 
 const shm::PoolStats* pool_of(const client::Stats& s, std::uint32_t id) {
@@ -231,11 +230,6 @@ TEST_F(EpkdMultiGpu, AClientPinnedOnDeviceOneSurvivesPressureOnDeviceZero) {
   EXPECT_EQ(pins, 0u);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // `epk get --device 1` writes the same file as the host path; `epk status` prints budget, bytes used and pins per
 // device.
 TEST_F(EpkdMultiGpu, EpkGetDeviceAndStatusPerDevice) {
@@ -252,7 +246,7 @@ TEST_F(EpkdMultiGpu, EpkGetDeviceAndStatusPerDevice) {
   Child h = spawn({EPK_CLI_PATH, "get", "--socket", cpu.socket(), "m", "w0", "w4", "-o", b, "--layout", "dense:bf16"},
                   false);
   ASSERT_EQ(wait_exit(h.pid, 30000), 0);
-  const std::string ga = slurp(a), cb = slurp(b);
+  const std::string ga = read_file(a), cb = read_file(b);
   EXPECT_GT(ga.size(), 1000u);
   EXPECT_TRUE(ga == cb) << "epk get --device 1 differs from the host path";
   auto c = Client::connect(d.socket());

@@ -20,6 +20,7 @@
 #include "tests/daemon/epk_test_models.h"
 #include "tests/daemon/epkd_harness.h"
 #include "tests/daemon/raw_wire.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk {
 namespace {
@@ -27,15 +28,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace epk::test_harness;  // NOLINT
 using namespace epk::test_models;   // NOLINT
-using client::Client;
 
 constexpr std::uint32_t kRows = 129, kCols = 67;
 constexpr std::size_t kF32Bytes = std::size_t(kRows) * kCols * 4;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // Polls `done` every 10 ms for up to `ms`.
 bool eventually(const std::function<bool()>& done, int ms = 5000) {
@@ -69,15 +64,10 @@ std::string scrape(const std::string& path) {
 class EpkdReload : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epkd_reload_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    for (int i = 0; i < 3; ++i) {
-      auto e = encode_f32(gaussian(kRows, kCols, 200 + i), kRows, kCols, 3.0 + i);
-      ASSERT_TRUE(e) << e.error().to_string();
-      encoded_.push_back(std::move(*e));
-    }
+    dir_ = epk::test::test_scratch_dir("epkd_reload");
+    auto e = encode_gaussians(3, kRows, kCols, 200);
+    ASSERT_TRUE(e) << e.error().to_string();
+    encoded_ = std::move(*e);
     cfg_ = (dir_ / "epkd.toml").string();
     metrics_ = (dir_ / "metrics.sock").string();
   }
@@ -93,7 +83,7 @@ class EpkdReload : public ::testing::Test {
       EXPECT_TRUE(write_lattice(*w, "layers." + std::to_string(i) + ".w", encoded_[(first + i) % 3]));
     }
     const std::vector<float> norm = {0.5f, 1.0f, static_cast<float>(first)};
-    EXPECT_TRUE(write_raw(*w, "norm", DType::kF32, {3}, as_bytes(norm)));
+    EXPECT_TRUE(write_raw(*w, "norm", DType::kF32, {3}, bytes_of(norm)));
     EXPECT_TRUE(w->finish());
     fs::rename(partial, path);  // a new file (inode) under the name, as a deployment replaces a model
     return path;
@@ -116,7 +106,7 @@ class EpkdReload : public ::testing::Test {
   }
 
   static bool maps_file(pid_t pid, const std::string& path) {
-    return slurp("/proc/" + std::to_string(pid) + "/maps").find(path) != std::string::npos;
+    return read_file("/proc/" + std::to_string(pid) + "/maps").find(path) != std::string::npos;
   }
 
   static std::vector<std::string> model_names(Client& c) {
@@ -154,7 +144,7 @@ TEST_F(EpkdReload, RemovingAModelKeepsItsLeaseReadableUntilReleasedAndThenForget
   write_config({{"b", b}, {"c", c_path}});
   reload(d.pid());
   ASSERT_TRUE(eventually([&] { return static_cast<bool>(c->open_model("c")); }));
-  EXPECT_TRUE(eventually([&] { return slurp(d.log_path()).find("model_removed model=a") != std::string::npos; }));
+  EXPECT_TRUE(eventually([&] { return read_file(d.log_path()).find("model_removed model=a") != std::string::npos; }));
 
   // New requests naming a are refused, naming it: by name (libepk re-opens after the first refusal) and by its old id.
   auto refused = c->acquire("a", "layers.1.w", shm::Layout::kDenseF32);
@@ -216,7 +206,7 @@ TEST_F(EpkdReload, RemovingAModelKeepsItsLeaseReadableUntilReleasedAndThenForget
     const std::string text = scrape(metrics_);
     return text.find("epkd_models 2") != std::string::npos && text.find("model=\"a") == std::string::npos;
   })) << scrape(metrics_);
-  EXPECT_NE(slurp(d.log_path()).find("model_released model=a"), std::string::npos);
+  EXPECT_NE(read_file(d.log_path()).find("model_released model=a"), std::string::npos);
   auto b_still = c->acquire("b", "layers.0.w", shm::Layout::kDenseF32);  // untouched by the reload
   ASSERT_TRUE(b_still) << b_still.error().to_string();
   EXPECT_TRUE(same(*b_still, reference(1)));
@@ -241,7 +231,7 @@ TEST_F(EpkdReload, AModelWhoseFileChangedIsServedFromANewGenerationWhileTheOldLe
 
   write_model("a.epk", 1, 3);  // same name and path, a new file: layers.0.w is now encoded_[1], and a third tensor
   reload(d.pid());
-  ASSERT_TRUE(eventually([&] { return slurp(d.log_path()).find("model_replaced model=a") != std::string::npos; }));
+  ASSERT_TRUE(eventually([&] { return read_file(d.log_path()).find("model_replaced model=a") != std::string::npos; }));
   // Listing by name lists the new generation (the new file has one more tensor).
   auto listed = lister->tensors("a");
   ASSERT_TRUE(listed) << listed.error().to_string();
@@ -264,7 +254,7 @@ TEST_F(EpkdReload, AModelWhoseFileChangedIsServedFromANewGenerationWhileTheOldLe
   EXPECT_EQ(s->models, 1u);
   // An unchanged file is kept as it is: a second reload replaces nothing.
   reload(d.pid());
-  ASSERT_TRUE(eventually([&] { return slurp(d.log_path()).find("reloaded added=0 replaced=0 removed=0") !=
+  ASSERT_TRUE(eventually([&] { return read_file(d.log_path()).find("reloaded added=0 replaced=0 removed=0") !=
                                        std::string::npos; }));
   auto hit = c->acquire("a", "layers.0.w", shm::Layout::kDenseF32);
   ASSERT_TRUE(hit);
@@ -287,7 +277,7 @@ TEST_F(EpkdReload, ARefusedReloadNeitherRemovesNorAddsNorReplaces) {
   write_model("b.epk", 2);  // b's file changed too, but the file below is refused as a whole
   write_config({{"c", c_path}}, "budgte_mb = 4\n");
   reload(d.pid());
-  ASSERT_TRUE(eventually([&] { return slurp(d.log_path()).find("unknown key 'budgte_mb'") != std::string::npos; }));
+  ASSERT_TRUE(eventually([&] { return read_file(d.log_path()).find("unknown key 'budgte_mb'") != std::string::npos; }));
   EXPECT_FALSE(c->open_model("c"));
   auto again = c->acquire("a", "layers.0.w", shm::Layout::kDenseF32);
   ASSERT_TRUE(again) << again.error().to_string();

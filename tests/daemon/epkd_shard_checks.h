@@ -73,9 +73,9 @@ inline Status write_model(const std::string& path) {
   EPK_TRY_ASSIGN(auto w, container::Writer::create(path, {{"source", "epkd_shard_checks"}}));
   EPK_TRY(write_lattice(w, "lin.a", a));
   EPK_TRY(write_lattice(w, "lin.b", b));
-  EPK_TRY(write_raw(w, "raw.w", DType::kF32, {37, 5}, as_bytes(rw)));
-  EPK_TRY(write_raw(w, "raw.bias", DType::kF32, {37}, as_bytes(bias)));
-  EPK_TRY(write_raw(w, "raw.bf", DType::kBF16, {10, 12}, as_bytes(bf)));
+  EPK_TRY(write_raw(w, "raw.w", DType::kF32, {37, 5}, bytes_of(rw)));
+  EPK_TRY(write_raw(w, "raw.bias", DType::kF32, {37}, bytes_of(bias)));
+  EPK_TRY(write_raw(w, "raw.bf", DType::kBF16, {10, 12}, bytes_of(bf)));
   EPK_TRY(w.add_tensor(qe.spec, qe.buffers()));
   EPK_TRY(w.add_tensor(se.spec, se.buffers()));
   EPK_TRY(w.add_tensor(pe.spec, pe.buffers()));

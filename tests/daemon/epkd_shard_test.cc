@@ -11,6 +11,7 @@
 #include "daemon/slot_allocator.h"
 #include "tests/daemon/epkd_harness.h"
 #include "tests/daemon/epkd_shard_checks.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk {
 namespace {
@@ -24,10 +25,7 @@ using shm::ShardSpec;
 class EpkdShard : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epkd_shard_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = epk::test::test_scratch_dir("epkd_shard");
     path_ = (dir_ / "m.epk").string();
     Status st = write_model(path_);
     ASSERT_TRUE(st) << st.error().to_string();

@@ -14,7 +14,6 @@ namespace epk {
 namespace {
 
 using namespace epk::test_harness;  // NOLINT
-using client::Client;
 
 // Eight 256x256 fp32 tensors (256 KiB each) in a 1 MiB budget: four fill it.
 const char* kModel = "m=t0:256x256,t1:256x256,t2:256x256,t3:256x256,t4:256x256,t5:256x256,t6:256x256,t7:256x256";

@@ -24,6 +24,7 @@
 #include "client/client.h"
 #include "codec/container/writer.h"
 #include "tests/daemon/epkd_harness.h"
+#include "tests/support/scratch_dir.h"
 
 extern char** environ;
 
@@ -32,6 +33,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using client::Client;
+using test_harness::kill_child;
+using test_harness::print_log_if_failed;
+using test_harness::read_file;
+using test_harness::terminate_child;
 using test_harness::wait_exit;
 
 // A datagram socket standing in for systemd's notify socket; `name` starting with '@' binds an abstract one.
@@ -108,34 +113,16 @@ pid_t spawn_epkd(const std::vector<std::string>& args, const std::vector<std::st
 class EpkdSystemd : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epkd_sd_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = epk::test::test_scratch_dir("epkd_sd");
     log_ = (dir_ / "epkd.log").string();
   }
   void TearDown() override {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (HasFailure()) {
-      std::ifstream in(log_);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      std::fprintf(stderr, "---- epkd log ----\n%s------------------\n", text.c_str());
-    }
+    kill_child(pid_);
+    print_log_if_failed(log_);
     fs::remove_all(dir_);
   }
-  int terminate() {
-    ::kill(pid_, SIGTERM);
-    int rc = wait_exit(pid_, 5000);
-    pid_ = -1;
-    return rc;
-  }
-  std::string log_text() {
-    std::ifstream in(log_);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
+  int terminate() { return terminate_child(&pid_); }
+  std::string log_text() { return read_file(log_); }
 
   fs::path dir_;
   std::string log_;

@@ -31,7 +31,6 @@ namespace epk {
 namespace {
 
 using namespace epk::test_harness;  // NOLINT
-using client::Client;
 
 constexpr uid_t kNobody = 65534;
 

@@ -38,11 +38,6 @@ TEST(LogFormat, LevelsMapToSyslogPriorities) {
   EXPECT_EQ(syslog_priority(spdlog::level::trace), 7);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 TEST(LogFormat, UnderTheJournalEveryLineCarriesItsPriority) {
   ::setenv("JOURNAL_STREAM", "8:12345", 1);  // inherited by the epkd the harness starts
   std::string log;
@@ -51,7 +46,7 @@ TEST(LogFormat, UnderTheJournalEveryLineCarriesItsPriority) {
     ::unsetenv("JOURNAL_STREAM");
     ASSERT_TRUE(d.running());
     EXPECT_EQ(d.terminate(), 0);
-    log = slurp(d.log_path());
+    log = test::read_file(d.log_path());
   }
   ASSERT_FALSE(log.empty());
   // The synthetic model's warning (4), then info lines (6), each with no timestamp: journald keeps its own.

@@ -28,10 +28,10 @@ class ResidentTest : public ::testing::Test {
     ASSERT_TRUE(enc) << enc.error().to_string();
     ASSERT_TRUE(test_models::write_lattice(*w, "layers.0.w", *enc));
     std::vector<float> norm(33, 0.25f);
-    ASSERT_TRUE(test_models::write_raw(*w, "layers.0.norm", DType::kF32, {33}, test_models::as_bytes(norm)));
+    ASSERT_TRUE(test_models::write_raw(*w, "layers.0.norm", DType::kF32, {33}, test_models::bytes_of(norm)));
     // Over 1 MiB: a 4096-aligned section, read with O_DIRECT.
     big_ = test_models::gaussian(301, 1001, 12);
-    ASSERT_TRUE(test_models::write_raw(*w, "embed", DType::kF32, {301, 1001}, test_models::as_bytes(big_)));
+    ASSERT_TRUE(test_models::write_raw(*w, "embed", DType::kF32, {301, 1001}, test_models::bytes_of(big_)));
     ASSERT_TRUE(test_models::write_lattice(*w, "layers.1.w", *enc));
     ASSERT_TRUE(w->finish());
   }

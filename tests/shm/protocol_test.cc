@@ -211,6 +211,26 @@ TEST(ProtocolMalformed, ReplyCountsAreChecked) {
   EXPECT_FALSE(decode_stats_reply(payload_of(msg)));
 }
 
+// Field by field, each field named in a failure.
+void expect_same(const AcquireRequest& a, const AcquireRequest& b) {
+  EXPECT_EQ(a.model_id, b.model_id);
+  EXPECT_EQ(a.layout, b.layout);
+  EXPECT_EQ(a.tensor, b.tensor);
+  EXPECT_EQ(a.device, b.device);
+  EXPECT_EQ(a.shard, b.shard);
+}
+void expect_same(const AcquireReply& a, const AcquireReply& b) {
+  EXPECT_EQ(a.handle, b.handle);
+  EXPECT_EQ(a.pool_id, b.pool_id);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.offset, b.offset);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.strides, b.strides);
+  EXPECT_EQ(a.done_event, b.done_event);
+  EXPECT_EQ(a.status_ticket, b.status_ticket);
+}
+
 // The in-place decoder (libepk's hit path) gives what the value decoder gives, reusing the capacity it was handed:
 // a 3-d reply after a 5-d one shrinks the vectors without reallocating them.
 TEST(Protocol, AcquireReplyDecodesInPlaceKeepingCapacity) {
@@ -228,15 +248,7 @@ TEST(Protocol, AcquireReplyDecodesInPlaceKeepingCapacity) {
     ASSERT_TRUE(decode_acquire_reply(payload_of(msg), &into));
     auto ref = decode_acquire_reply(payload_of(msg));
     ASSERT_TRUE(ref);
-    EXPECT_EQ(into.handle, want->handle);
-    EXPECT_EQ(into.pool_id, want->pool_id);
-    EXPECT_EQ(into.dtype, want->dtype);
-    EXPECT_EQ(into.offset, want->offset);
-    EXPECT_EQ(into.bytes, want->bytes);
-    EXPECT_EQ(into.shape, want->shape);
-    EXPECT_EQ(into.strides, want->strides);
-    EXPECT_EQ(into.done_event, want->done_event);
-    EXPECT_EQ(into.status_ticket, want->status_ticket);
+    expect_same(into, *want);
     EXPECT_EQ(into.shape, ref->shape);
     EXPECT_EQ(into.strides, ref->strides);
     EXPECT_EQ(into.status_ticket, ref->status_ticket);
@@ -267,24 +279,6 @@ TEST(ProtocolMalformed, InPlaceAcquireReplyRefusesWhatTheValueDecoderRefuses) {
 // The hit path's fast decoders against the field-by-field reference decoders (decode_*_checked): on valid messages
 // of every size and on mutated ones (a byte changed, cut, or one appended), both accept or both refuse, and what they
 // accept is the same.
-void expect_same(const AcquireRequest& a, const AcquireRequest& b) {
-  EXPECT_EQ(a.model_id, b.model_id);
-  EXPECT_EQ(a.layout, b.layout);
-  EXPECT_EQ(a.tensor, b.tensor);
-  EXPECT_EQ(a.device, b.device);
-  EXPECT_EQ(a.shard, b.shard);
-}
-void expect_same(const AcquireReply& a, const AcquireReply& b) {
-  EXPECT_EQ(a.handle, b.handle);
-  EXPECT_EQ(a.pool_id, b.pool_id);
-  EXPECT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(a.offset, b.offset);
-  EXPECT_EQ(a.bytes, b.bytes);
-  EXPECT_EQ(a.shape, b.shape);
-  EXPECT_EQ(a.strides, b.strides);
-  EXPECT_EQ(a.done_event, b.done_event);
-  EXPECT_EQ(a.status_ticket, b.status_ticket);
-}
 
 // Mutations of one encoded message: itself, each single-byte change to a few values, each cut, one byte appended.
 std::vector<std::vector<std::uint8_t>> mutations(const std::vector<std::uint8_t>& msg, std::uint32_t seed) {

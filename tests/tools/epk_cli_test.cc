@@ -1,6 +1,7 @@
 // End to end through the real binaries: make_demo_model -> epk pack -> epk inspect/unpack.
 #include <gtest/gtest.h>
 
+#include "tests/support/scratch_dir.h"
 #include "tests/tools/run_command.h"
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,10 +23,7 @@ Run run(const std::string& cmd) { return epk::test::run_command(cmd); }
 class EpkCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epk_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = epk::test::test_scratch_dir("epk_cli");
     auto r = run(std::string(EPK_DEMO_MODEL) + " " + (dir_ / "model").string() + " --layers 3 --hidden 64");
     ASSERT_EQ(r.status, 0) << r.out;
   }

@@ -2,6 +2,7 @@
 // budget mode, entropack import/export against the committed reference vectors, corruption and bad arguments.
 #include <gtest/gtest.h>
 
+#include "tests/support/scratch_dir.h"
 #include "tests/tools/run_command.h"
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,10 +46,7 @@ const nlohmann::json* find_tensor(const nlohmann::json& j, const std::string& na
 class EpkCompress : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epk_compress_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = epk::test::test_scratch_dir("epk_compress");
     // Odd sizes: 200 hidden, 520 intermediate (GQA k/v of 50 rows).
     auto r = run(std::string(EPK_DEMO_MODEL) + " " + model() + " --layers 2 --hidden 200");
     ASSERT_EQ(r.status, 0) << r.out;

@@ -1,6 +1,7 @@
 // `epk get` and `epk status` against the real epkd serving a real .epk file (container Writer + codec encode).
 #include <gtest/gtest.h>
 
+#include "tests/support/scratch_dir.h"
 #include "tests/tools/run_command.h"
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,10 +33,7 @@ constexpr std::uint32_t kRows = 45, kCols = 77;
 class EpkServe : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epk_serve_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = epk::test::test_scratch_dir("epk_serve");
     auto e = encode_f32(gaussian(kRows, kCols, 3), kRows, kCols, 4.0);
     ASSERT_TRUE(e) << e.error().to_string();
     encoded_ = std::move(*e);
@@ -43,7 +41,7 @@ class EpkServe : public ::testing::Test {
     auto w = epk::container::Writer::create(model_, {});
     ASSERT_TRUE(w);
     ASSERT_TRUE(write_lattice(*w, "blk.0.w", encoded_));
-    ASSERT_TRUE(write_raw(*w, "blk.0.norm", epk::DType::kF32, {3}, as_bytes(norm_)));
+    ASSERT_TRUE(write_raw(*w, "blk.0.norm", epk::DType::kF32, {3}, bytes_of(norm_)));
     ASSERT_TRUE(w->finish());
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -9,6 +9,22 @@ int report(std::string_view command, const Error& error) {
   return kExitFailure;
 }
 
+CLI::Option* add_epk_input(CLI::App& cmd, std::string& input) {
+  return cmd.add_option("input", input, "the .epk file")->required();
+}
+
+CLI::Option* add_epk_output(CLI::App& cmd, std::string& output) {
+  return cmd.add_option("-o,--output", output, "the .epk file to write")->required();
+}
+
+CLI::Option* add_safetensors_output(CLI::App& cmd, std::string& output) {
+  return cmd.add_option("-o,--output", output, "the .safetensors file to write")->required();
+}
+
+CLI::Option* add_socket_option(CLI::App& cmd, std::string& socket) {
+  return cmd.add_option("--socket", socket, "epkd's socket")->required();
+}
+
 std::string human_bytes(std::uint64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

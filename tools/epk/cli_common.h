@@ -3,8 +3,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "codec/common/dtype.h"
@@ -29,6 +32,44 @@ Result<DType> parse_output_dtype(std::string_view name);
 
 // The tool version written into .epk metadata.
 std::string_view tool_version();
+
+// The arguments of a command that reads one file and writes another.
+struct InputOutputArgs {
+  std::string input;
+  std::string output;
+};
+
+// Registers subcommand `name`. Its arguments, an `Args` value, are shared by the returned pointer (for the caller to
+// bind options to) and the callback, which runs `run(args)` once CLI11 has parsed them. An error is reported as
+// "epk NAME: ..." and exits kExitFailure; a Status that holds exits kExitOk; a Result<int> carries the exit code
+// (verify: the verdict on the file).
+template <class Args, class R>
+std::pair<CLI::App*, std::shared_ptr<Args>> add_command(CLI::App& app, int* exit_code, const std::string& name,
+                                                        const std::string& description, R (*run)(const Args&)) {
+  static_assert(std::is_same_v<R, Status> || std::is_same_v<R, Result<int>>, "run returns Status or Result<int>");
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(name, description);
+  cmd->callback([args, exit_code, name, run] {
+    const R r = run(*args);
+    if (!r) {
+      *exit_code = report(name, r.error());
+    } else if constexpr (std::is_same_v<R, Result<int>>) {
+      *exit_code = *r;
+    } else {
+      *exit_code = kExitOk;
+    }
+  });
+  return {cmd, args};
+}
+
+// Options that several commands take, worded once so that every command's --help says the same.
+// The required positional "input": an .epk file.
+CLI::Option* add_epk_input(CLI::App& cmd, std::string& input);
+// The required -o,--output: the .epk file (or .safetensors file) the command writes.
+CLI::Option* add_epk_output(CLI::App& cmd, std::string& output);
+CLI::Option* add_safetensors_output(CLI::App& cmd, std::string& output);
+// The required --socket: the Unix socket of the epkd to ask.
+CLI::Option* add_socket_option(CLI::App& cmd, std::string& socket);
 
 // Each subcommand file provides one of these; main.cc registers them. The callback stores its exit code in *exit_code.
 void add_pack_command(CLI::App& app, int* exit_code);

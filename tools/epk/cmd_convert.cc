@@ -217,18 +217,15 @@ Status run_convert(const ConvertArgs& args) {
 }  // namespace
 
 void add_convert_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<ConvertArgs>();
-  auto* cmd = app.add_subcommand("convert", "Rewrite the quantized linears of an .epk or checkpoint in another layout");
+  auto [cmd, args] =
+      add_command(app, exit_code, "convert", "Rewrite the quantized linears of an .epk or checkpoint in another layout",
+                  run_convert);
   cmd->add_option("input", args->input, ".epk file, checkpoint directory, .safetensors, index .json, or .gguf")
       ->required();
   cmd->add_option("--to", args->to, "gptq, gptq-v2, awq, awq-gemv, marlin or ct")->required();
-  cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
+  add_safetensors_output(*cmd, args->output);
   cmd->add_option("--bits", args->bits, "code width when NF4/FP4/GGUF blocks must be requantized (default 4)");
   cmd->add_option("--group-size", args->group_size, "group size when requantizing (default 128)");
-  cmd->callback([args, exit_code] {
-    auto st = run_convert(*args);
-    *exit_code = st ? kExitOk : report("convert", st.error());
-  });
 }
 
 }  // namespace epk::cli

@@ -129,10 +129,10 @@ Status run_decompress(const DecompressArgs& args) {
 }  // namespace
 
 void add_decompress_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<DecompressArgs>();
-  auto* cmd = app.add_subcommand("decompress", "Write the reconstructed weights of an .epk file to safetensors");
-  cmd->add_option("input", args->input, "the .epk file")->required();
-  cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
+  auto [cmd, args] = add_command(app, exit_code, "decompress",
+                                 "Write the reconstructed weights of an .epk file to safetensors", run_decompress);
+  add_epk_input(*cmd, args->input);
+  add_safetensors_output(*cmd, args->output);
   cmd->add_option("--dtype", args->dtype,
                   "element type of every decoded and floating-point raw tensor: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, "
                   "int8 (default: each tensor's source dtype)");
@@ -140,10 +140,6 @@ void add_decompress_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--rowwise", args->rowwise,
                   "int8 or fp8_e4m3: 2-D lattice-rans tensors as epkd's rowwise layout (NAME and NAME.row_scales)");
   cmd->add_option("--threads", args->threads, "CPU decoder threads (default: all cores)");
-  cmd->callback([args, exit_code] {
-    auto st = run_decompress(*args);
-    *exit_code = st ? kExitOk : report("decompress", st.error());
-  });
 }
 
 }  // namespace epk::cli

@@ -16,11 +16,6 @@
 namespace epk::cli {
 namespace {
 
-struct ConvertArgs {
-  std::string input;
-  std::string output;
-};
-
 bool is_quant_state(const safetensors::TensorView& t) {
   const std::string_view leaf = rans::kReferenceLeaf;
   const std::string_view n = t.name;
@@ -33,7 +28,7 @@ std::string tensor_name(const std::string& key) {
   return key.size() == leaf ? key : key.substr(0, key.size() - leaf - 1);
 }
 
-Status run_import(const ConvertArgs& args) {
+Status run_import(const InputOutputArgs& args) {
   EPK_TRY_ASSIGN(auto checkpoint, safetensors::Checkpoint::open(args.input));
   // Names must stay unique after the leaf is stripped.
   std::map<std::string, std::string> names;
@@ -79,7 +74,7 @@ Status run_import(const ConvertArgs& args) {
   return {};
 }
 
-Status run_export(const ConvertArgs& args) {
+Status run_export(const InputOutputArgs& args) {
   EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
   std::vector<safetensors::TensorSpec> decls;
   std::map<std::string, const container::TensorEntry*> by_key;
@@ -127,27 +122,19 @@ Status run_export(const ConvertArgs& args) {
 }  // namespace
 
 void add_import_entropack_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<ConvertArgs>();
-  auto* cmd = app.add_subcommand(
-      "import-entropack", "Store the entropack package's compressed tensors in an .epk file without re-encoding");
+  auto [cmd, args] =
+      add_command(app, exit_code, "import-entropack",
+                  "Store the entropack package's compressed tensors in an .epk file without re-encoding", run_import);
   cmd->add_option("input", args->input, "a .safetensors file holding entropack state_dict entries")->required();
-  cmd->add_option("-o,--output", args->output, "the .epk file to write")->required();
-  cmd->callback([args, exit_code] {
-    auto st = run_import(*args);
-    *exit_code = st ? kExitOk : report("import-entropack", st.error());
-  });
+  add_epk_output(*cmd, args->output);
 }
 
 void add_export_entropack_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<ConvertArgs>();
-  auto* cmd = app.add_subcommand(
-      "export-entropack", "Write an .epk file's lattice-rans tensors in the entropack package's state_dict form");
-  cmd->add_option("input", args->input, "the .epk file")->required();
-  cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
-  cmd->callback([args, exit_code] {
-    auto st = run_export(*args);
-    *exit_code = st ? kExitOk : report("export-entropack", st.error());
-  });
+  auto [cmd, args] =
+      add_command(app, exit_code, "export-entropack",
+                  "Write an .epk file's lattice-rans tensors in the entropack package's state_dict form", run_export);
+  add_epk_input(*cmd, args->input);
+  add_safetensors_output(*cmd, args->output);
 }
 
 }  // namespace epk::cli

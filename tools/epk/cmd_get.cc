@@ -130,22 +130,18 @@ Status run_get(const GetArgs& args) {
 }  // namespace
 
 void add_get_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<GetArgs>();
-  auto* cmd = app.add_subcommand("get", "Fetch tensors from a running epkd into a safetensors file");
-  cmd->add_option("--socket", args->socket, "epkd's socket")->required();
+  auto [cmd, args] =
+      add_command(app, exit_code, "get", "Fetch tensors from a running epkd into a safetensors file", run_get);
+  add_socket_option(*cmd, args->socket);
   cmd->add_option("model", args->model, "the model's name in epkd")->required();
   cmd->add_option("tensor", args->tensors, "tensor names (one or more)")->required();
-  cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
+  add_safetensors_output(*cmd, args->output);
   cmd->add_option("--layout", args->layout,
                   "stored, dense:bf16, dense:fp16, dense:fp32, rowwise:int8, rowwise:fp8_e4m3, gptq, gptq-v2, awq, "
                   "marlin (default stored)");
   cmd->add_option("--timeout-ms", args->timeout_ms, "bound on each wait for epkd (default 60000)");
   cmd->add_option("--device", args->device, "the CUDA device whose pool serves the tensors (default 0)")
       ->check(CLI::Range(0, 63));
-  cmd->callback([args, exit_code] {
-    auto st = run_get(*args);
-    *exit_code = st ? kExitOk : report("get", st.error());
-  });
 }
 
 }  // namespace epk::cli

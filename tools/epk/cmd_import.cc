@@ -115,16 +115,12 @@ Status run_import(const ImportArgs& args) {
 }  // namespace
 
 void add_import_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<ImportArgs>();
-  auto* cmd = app.add_subcommand(
-      "import", "Import a GPTQ/AWQ/compressed-tensors/bitsandbytes checkpoint or a GGUF file losslessly (intq)");
+  auto [cmd, args] = add_command(
+      app, exit_code, "import",
+      "Import a GPTQ/AWQ/compressed-tensors/bitsandbytes checkpoint or a GGUF file losslessly (intq)", run_import);
   cmd->add_option("input", args->input, "checkpoint directory, .safetensors, index .json, or .gguf")->required();
-  cmd->add_option("-o,--output", args->output, "the .epk file to write")->required();
+  add_epk_output(*cmd, args->output);
   cmd->add_flag("-q,--quiet", args->quiet, "print only the summary line");
-  cmd->callback([args, exit_code] {
-    auto st = run_import(*args);
-    *exit_code = st ? kExitOk : report("import", st.error());
-  });
 }
 
 }  // namespace epk::cli

@@ -147,14 +147,10 @@ Status run_inspect(const InspectArgs& args) {
 }  // namespace
 
 void add_inspect_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<InspectArgs>();
-  auto* cmd = app.add_subcommand("inspect", "List the tensors of an .epk file with their encodings and rates");
-  cmd->add_option("input", args->input, "the .epk file")->required();
+  auto [cmd, args] = add_command(app, exit_code, "inspect",
+                                 "List the tensors of an .epk file with their encodings and rates", run_inspect);
+  add_epk_input(*cmd, args->input);
   cmd->add_flag("--json", args->json, "print JSON (fields: docs/FORMAT.md, 'epk inspect --json')");
-  cmd->callback([args, exit_code] {
-    auto st = run_inspect(*args);
-    *exit_code = st ? kExitOk : report("inspect", st.error());
-  });
 }
 
 }  // namespace epk::cli

@@ -10,12 +10,7 @@
 namespace epk::cli {
 namespace {
 
-struct PackArgs {
-  std::string input;
-  std::string output;
-};
-
-Status run_pack(const PackArgs& args) {
+Status run_pack(const InputOutputArgs& args) {
   EPK_TRY_ASSIGN(auto checkpoint, safetensors::Checkpoint::open(args.input));
   std::map<std::string, std::string> metadata = {
       {"source", args.input},
@@ -40,15 +35,11 @@ Status run_pack(const PackArgs& args) {
 }  // namespace
 
 void add_pack_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<PackArgs>();
-  auto* cmd = app.add_subcommand("pack", "Store every tensor of a safetensors checkpoint raw in an .epk file");
+  auto [cmd, args] = add_command(app, exit_code, "pack",
+                                 "Store every tensor of a safetensors checkpoint raw in an .epk file", run_pack);
   cmd->add_option("input", args->input, "a .safetensors file, a model.safetensors.index.json, or their directory")
       ->required();
-  cmd->add_option("-o,--output", args->output, "the .epk file to write")->required();
-  cmd->callback([args, exit_code] {
-    auto st = run_pack(*args);
-    *exit_code = st ? kExitOk : report("pack", st.error());
-  });
+  add_epk_output(*cmd, args->output);
 }
 
 }  // namespace epk::cli

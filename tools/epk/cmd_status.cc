@@ -129,14 +129,10 @@ Status run_status(const StatusArgs& args) {
 }  // namespace
 
 void add_status_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<StatusArgs>();
-  auto* cmd = app.add_subcommand("status", "Show what a running epkd serves and holds in its cache");
-  cmd->add_option("--socket", args->socket, "epkd's socket")->required();
+  auto [cmd, args] =
+      add_command(app, exit_code, "status", "Show what a running epkd serves and holds in its cache", run_status);
+  add_socket_option(*cmd, args->socket);
   cmd->add_flag("--json", args->json, "print JSON");
-  cmd->callback([args, exit_code] {
-    auto st = run_status(*args);
-    *exit_code = st ? kExitOk : report("status", st.error());
-  });
 }
 
 }  // namespace epk::cli

@@ -256,14 +256,10 @@ Status run_top(const TopArgs& args) {
 }  // namespace
 
 void add_top_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<TopArgs>();
-  auto* cmd = app.add_subcommand("top", "Live view of a running epkd: pool occupancy, hit rate, decodes, clients");
-  cmd->add_option("--socket", args->socket, "epkd's socket")->required();
+  auto [cmd, args] = add_command(app, exit_code, "top",
+                                 "Live view of a running epkd: pool occupancy, hit rate, decodes, clients", run_top);
+  add_socket_option(*cmd, args->socket);
   cmd->add_option("-n,--iterations", args->iterations, "stop after N refreshes (default: until q)");
-  cmd->callback([args, exit_code] {
-    auto st = run_top(*args);
-    *exit_code = st ? kExitOk : report("top", st.error());
-  });
 }
 
 }  // namespace epk::cli

@@ -9,12 +9,7 @@
 namespace epk::cli {
 namespace {
 
-struct UnpackArgs {
-  std::string input;
-  std::string output;
-};
-
-Status run_unpack(const UnpackArgs& args) {
+Status run_unpack(const InputOutputArgs& args) {
   EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
   std::vector<safetensors::TensorSpec> decls;
   for (const auto& t : reader.tensors()) {
@@ -44,14 +39,10 @@ Status run_unpack(const UnpackArgs& args) {
 }  // namespace
 
 void add_unpack_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<UnpackArgs>();
-  auto* cmd = app.add_subcommand("unpack", "Write the raw tensors of an .epk file back to safetensors");
-  cmd->add_option("input", args->input, "the .epk file")->required();
-  cmd->add_option("-o,--output", args->output, "the .safetensors file to write")->required();
-  cmd->callback([args, exit_code] {
-    auto st = run_unpack(*args);
-    *exit_code = st ? kExitOk : report("unpack", st.error());
-  });
+  auto [cmd, args] =
+      add_command(app, exit_code, "unpack", "Write the raw tensors of an .epk file back to safetensors", run_unpack);
+  add_epk_input(*cmd, args->input);
+  add_safetensors_output(*cmd, args->output);
 }
 
 }  // namespace epk::cli

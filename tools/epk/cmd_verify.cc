@@ -104,7 +104,7 @@ void check_stream(const rans::StoredStream& st, const std::string& where, Device
   for (const auto& f : *faults) rep.bad_tiles.push_back({f.tile, rans::tile_fault_name(f.fault)});
 }
 
-Status run_verify(const VerifyArgs& args, int* exit_code) {
+Result<int> run_verify(const VerifyArgs& args) {
   EPK_TRY_ASSIGN(auto device, choose_device(args.device));
   const int threads = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   if (args.max_error && (!std::isfinite(*args.max_error) || *args.max_error <= 0.0 || *args.max_error > 1.0))
@@ -257,16 +257,16 @@ Status run_verify(const VerifyArgs& args, int* exit_code) {
   if (args.json)  // the text table already lists them
     for (const auto& r : reports)
       for (const auto& p : r.problems) std::fprintf(stderr, "epk verify: %s\n", p.c_str());
-  *exit_code = bad ? kExitFailure : kExitOk;
-  return {};
+  return bad ? kExitFailure : kExitOk;
 }
 
 }  // namespace
 
 void add_verify_command(CLI::App& app, int* exit_code) {
-  auto args = std::make_shared<VerifyArgs>();
-  auto* cmd = app.add_subcommand("verify", "Check every checksum and tile of an .epk file; rate and error vs a source");
-  cmd->add_option("input", args->input, "the .epk file")->required();
+  auto [cmd, args] =
+      add_command(app, exit_code, "verify", "Check every checksum and tile of an .epk file; rate and error vs a source",
+                  run_verify);
+  add_epk_input(*cmd, args->input);
   cmd->add_option("--against", args->against, "the source checkpoint: report rate and relative L2 error per tensor");
   cmd->add_flag("--json", args->json, "print JSON");
   cmd->add_option("--device", args->device, "cpu or cuda (default: cuda when a GPU is present)");
@@ -274,10 +274,6 @@ void add_verify_command(CLI::App& app, int* exit_code) {
                   "with --against: ceiling on a lattice-rans tensor's relative L2 error (default: the one compress "
                   "applied, recorded in the file; else min(0.9, max(0.01, 3 * 2^-R)) at its target R)");
   cmd->add_option("--threads", args->threads, "CPU decoder threads (default: all cores)");
-  cmd->callback([args, exit_code] {
-    auto st = run_verify(*args, exit_code);
-    if (!st) *exit_code = report("verify", st.error());
-  });
 }
 
 }  // namespace epk::cli

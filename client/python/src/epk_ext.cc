@@ -423,41 +423,13 @@ struct PyClient {
   nb::dict stats() {
     auto s = call(c(), [](client::Client& cl) { return cl.stats(); }).value();
     nb::dict d;
-    d["budget_bytes"] = s.budget_bytes;
-    d["used_bytes"] = s.used_bytes;
-    d["pinned_bytes"] = s.pinned_bytes;
-    d["slots"] = s.slots;
-    d["pinned_slots"] = s.pinned_slots;
-    d["pins"] = s.pins;
-    d["hits"] = s.hits;
-    d["misses"] = s.misses;
-    d["evictions"] = s.evictions;
-    d["decodes"] = s.decodes;
-    d["decode_ns"] = s.decode_ns;
-    d["clients"] = s.clients;
-    d["models"] = s.models;
-    d["prefetches"] = s.prefetches;
-    d["resident_bytes"] = s.resident_bytes;
-    d["prefetches_dropped"] = s.prefetches_dropped;
-    d["space_waits"] = s.space_waits;
-    d["space_wait_ns"] = s.space_wait_ns;
+    for (const auto& counter : shm::kStatsCounters) d[counter.name] = s.*counter.member;
     nb::list pools;
     for (const auto& p : s.pools) {
       nb::dict q;
       q["pool_id"] = p.pool_id;
       q["device"] = p.device;
-      q["budget_bytes"] = p.budget_bytes;
-      q["used_bytes"] = p.used_bytes;
-      q["pinned_bytes"] = p.pinned_bytes;
-      q["slots"] = p.slots;
-      q["pinned_slots"] = p.pinned_slots;
-      q["pins"] = p.pins;
-      q["hits"] = p.hits;
-      q["misses"] = p.misses;
-      q["evictions"] = p.evictions;
-      q["resident_bytes"] = p.resident_bytes;
-      q["fenced_bytes"] = p.fenced_bytes;
-      q["prefetched_bytes"] = p.prefetched_bytes;
+      for (const auto& counter : shm::kPoolCounters) q[counter.name] = p.*counter.member;
       pools.append(q);
     }
     d["pools"] = pools;

@@ -11,13 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/scratch_dir.h"
+
 namespace epk::container::testing {
 
 inline std::filesystem::path fresh_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("epk_container_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
+  return epk::test::scratch_dir("epk_container_" + name);
 }
 
 inline std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint32_t seed) {

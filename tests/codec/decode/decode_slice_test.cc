@@ -14,16 +14,15 @@
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
 #include "codec/rate/encode.h"
+#include "tests/support/bytes.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::decode {
 namespace {
 
 namespace fs = std::filesystem;
 
-template <class T>
-std::span<const std::uint8_t> bytes_of(const std::vector<T>& v) {
-  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)};
-}
+using test::bytes_of;
 
 // The slice by element index, written without the production code's runs: for every element of the result, its
 // multi-index in the slice, shifted along `axis`, read from the whole tensor.
@@ -66,9 +65,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges(std::uint64_t extent
 class DecodeSlice : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = (fs::temp_directory_path() / ("epk_decode_slice_" + std::to_string(::getpid()) + "_" +
-                                          ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".epk"))
-                .string();
+    path_ = epk::test::test_scratch_file("epk_decode_slice", ".epk");
     std::mt19937 rng(11);
     std::normal_distribution<float> d(0.0f, 0.1f);
     weights_.resize(std::size_t(kRows) * kCols);

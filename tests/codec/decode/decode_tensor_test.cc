@@ -15,23 +15,20 @@
 #include "codec/container/writer.h"
 #include "codec/rans/container_io.h"
 #include "codec/rate/encode.h"
+#include "tests/support/bytes.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::decode {
 namespace {
 
 namespace fs = std::filesystem;
 
-template <class T>
-std::span<const std::uint8_t> bytes_of(const std::vector<T>& v) {
-  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)};
-}
+using test::bytes_of;
 
 class DecodeTensor : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = (fs::temp_directory_path() / ("epk_decode_tensor_" + std::to_string(::getpid()) + "_" +
-                                          ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".epk"))
-                .string();
+    path_ = epk::test::test_scratch_file("epk_decode_tensor", ".epk");
     std::mt19937 rng(3);
     std::normal_distribution<float> d(0.0f, 0.1f);
     weights_.resize(19 * 45);

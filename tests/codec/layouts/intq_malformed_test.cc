@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "codec/layouts/intq_io.h"
@@ -99,6 +100,27 @@ const std::vector<Mutation>& mutations() {
   return m;
 }
 
+// Writes `e` alone to a fresh file `dir_name`/bad.epk, opened into *file: read_int must refuse it with a message
+// naming the file, the tensor and the field `m` breaks (a "params" row breaks the params as a whole: its message
+// names the key instead).
+void expect_refused(intq::Encoded e, const Mutation& m, const std::string& dir_name,
+                    std::optional<container::Reader>* file) {
+  std::vector<intq::Encoded> all;
+  all.push_back(std::move(e));
+  const auto dir = testing::scratch_dir(dir_name);
+  auto r = testing::write_and_open((dir / "bad.epk").string(), all);
+  ASSERT_TRUE(r) << r.error().message;
+  file->emplace(std::move(*r));
+  auto back = intq::read_int(**file, (*file)->tensors()[0]);
+  ASSERT_FALSE(back) << m.what;
+  const std::string& msg = back.error().message;
+  EXPECT_NE(msg.find("bad.epk"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'bad.weight'"), std::string::npos) << msg;
+  if (std::string_view(m.field) != "params") {
+    EXPECT_NE(msg.find(m.field), std::string::npos) << m.what << ": " << msg;
+  }
+}
+
 class IntqMalformed : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(IntqMalformed, RefusedNamingTheField) {
@@ -111,19 +133,8 @@ TEST_P(IntqMalformed, RefusedNamingTheField) {
   m.apply(j, *e);
   e->spec.params_json = j.is_object() ? j.dump() : std::string("{}");
   if (!j.is_object()) e->spec.params_json = "{\"version\":1,\"x\":[]}";
-  std::vector<intq::Encoded> all;
-  all.push_back(std::move(*e));
-  const auto dir = testing::scratch_dir("bad" + std::to_string(GetParam()));
-  auto r = testing::write_and_open((dir / "bad.epk").string(), all);
-  ASSERT_TRUE(r) << r.error().message;
-  auto back = intq::read_int(*r, r->tensors()[0]);
-  ASSERT_FALSE(back) << m.what;
-  const std::string& msg = back.error().message;
-  EXPECT_NE(msg.find("bad.epk"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'bad.weight'"), std::string::npos) << msg;
-  if (std::string_view(m.field) != "params") {
-    EXPECT_NE(msg.find(m.field), std::string::npos) << m.what << ": " << msg;
-  }
+  std::optional<container::Reader> r;
+  ASSERT_NO_FATAL_FAILURE(expect_refused(std::move(*e), m, "bad" + std::to_string(GetParam()), &r));
   std::vector<std::uint8_t> dst(37 * 5 * 4);
   EXPECT_FALSE(intq::dequantize_intq(*r, r->tensors()[0], DType::kF32, dst)) << m.what;
 }
@@ -165,17 +176,8 @@ TEST_P(IntqMalformedRans, RefusedNamingTheField) {
   ASSERT_EQ(j["codes"], "rans");
   m.apply(j, *e);
   e->spec.params_json = j.dump();
-  std::vector<intq::Encoded> all;
-  all.push_back(std::move(*e));
-  const auto dir = testing::scratch_dir("badrans" + std::to_string(GetParam()));
-  auto r = testing::write_and_open((dir / "bad.epk").string(), all);
-  ASSERT_TRUE(r) << r.error().message;
-  auto back = intq::read_int(*r, r->tensors()[0]);
-  ASSERT_FALSE(back) << m.what;
-  const std::string& msg = back.error().message;
-  EXPECT_NE(msg.find("bad.epk"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'bad.weight'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(m.field), std::string::npos) << m.what << ": " << msg;
+  std::optional<container::Reader> r;
+  expect_refused(std::move(*e), m, "badrans" + std::to_string(GetParam()), &r);
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, IntqMalformedRans, ::testing::Range<std::size_t>(0, 12));

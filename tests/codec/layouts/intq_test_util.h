@@ -16,6 +16,7 @@
 #include "codec/container/writer.h"
 #include "codec/layouts/intq_io.h"
 #include "codec/layouts/quant_tensor.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::layouts::testing {
 
@@ -37,10 +38,7 @@ inline QuantTensor random_intq_tensor(int bits, std::int64_t rows, std::int64_t 
 }
 
 inline std::filesystem::path scratch_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("epk_intq_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
+  return epk::test::scratch_dir("epk_intq_" + name);
 }
 
 // Writes the encoded tensors to `path` and opens it.

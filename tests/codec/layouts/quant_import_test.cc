@@ -68,6 +68,16 @@ void expect_transposed_equal(const TensorView& ref, const std::vector<std::uint8
       ASSERT_EQ(std::memcmp(got.data() + (c * k + r) * w, ref.bytes.data() + (r * n + c) * w, w), 0) << r << "," << c;
 }
 
+// The f16 weight kPrefix.weight of checkpoint `dir`, imported and dequantized, equals the ref.dequant of vector file
+// `vectors` (a [K, N] reference); returns the imported shape.
+std::vector<std::uint64_t> expect_dequantizes_like_reference(const std::string& dir, const char* vectors) {
+  std::vector<std::uint64_t> shape;
+  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  testing::Vectors v(vectors);
+  expect_transposed_equal(v.view("ref.dequant"), got);
+  return shape;
+}
+
 TEST(QuantImport, GptqActOrderCheckpointDequantizesLikeAutoGptq) {
   const auto dir = make_checkpoint(
       "gptq_4bit_v1_actorder.safetensors",
@@ -79,11 +89,8 @@ TEST(QuantImport, GptqActOrderCheckpointDequantizesLikeAutoGptq) {
   EXPECT_EQ((*src)->format(), "gptq");
   ASSERT_EQ((*src)->items().size(), 2u);
   EXPECT_EQ((*src)->items()[1].kind, SourceItem::Kind::kRaw);
-  std::vector<std::uint64_t> shape;
-  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
+  const auto shape = expect_dequantizes_like_reference(dir, "gptq_4bit_v1_actorder.safetensors");
   EXPECT_EQ(shape, (std::vector<std::uint64_t>{64, 256}));
-  testing::Vectors v("gptq_4bit_v1_actorder.safetensors");
-  expect_transposed_equal(v.view("ref.dequant"), got);
 }
 
 TEST(QuantImport, AwqCheckpointDequantizesLikeAutoAwq) {
@@ -91,10 +98,7 @@ TEST(QuantImport, AwqCheckpointDequantizesLikeAutoAwq) {
       "awq_4bit_g64.safetensors",
       R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":64,"zero_point":true,"version":"gemm"}})",
       "awq");
-  std::vector<std::uint64_t> shape;
-  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
-  testing::Vectors v("awq_4bit_g64.safetensors");
-  expect_transposed_equal(v.view("ref.dequant"), got);
+  expect_dequantizes_like_reference(dir, "awq_4bit_g64.safetensors");
 }
 
 TEST(QuantImport, AwqGemvCheckpointDequantizesLikeAutoAwq) {
@@ -102,10 +106,7 @@ TEST(QuantImport, AwqGemvCheckpointDequantizesLikeAutoAwq) {
       "awq_gemv_4bit_g64.safetensors",
       R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":64,"zero_point":true,"version":"gemv"}})",
       "awq_gemv");
-  std::vector<std::uint64_t> shape;
-  auto got = import_and_dequantize(dir, std::string(kPrefix) + ".weight", DType::kF16, &shape);
-  testing::Vectors v("awq_gemv_4bit_g64.safetensors");
-  expect_transposed_equal(v.view("ref.dequant"), got);
+  expect_dequantizes_like_reference(dir, "awq_gemv_4bit_g64.safetensors");
 }
 
 // GPTQ checkpoints saved in Marlin format (AutoGPTQ checkpoint_format "marlin", vLLM's MarlinConfig): B, s and a

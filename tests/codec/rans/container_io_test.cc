@@ -17,6 +17,7 @@
 #include "codec/container/format.h"
 #include "codec/rans/decoder.h"
 #include "codec/rate/encode.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::rans {
 namespace {
@@ -45,9 +46,7 @@ std::vector<float> decode_f32(const LatticeRansStream& s) {
 class ContainerIo : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = (fs::temp_directory_path() / ("epk_container_io_" + std::to_string(::getpid()) + "_" +
-                                          ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".epk"))
-                .string();
+    path_ = epk::test::test_scratch_file("epk_container_io", ".epk");
     tensor_ = encode_gaussian(37, 61, 4.0, 7);  // odd sizes: padded_cols 64
   }
   void TearDown() override { std::remove(path_.c_str()); }

@@ -10,13 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/scratch_dir.h"
+
 namespace epk::testing {
 
 inline std::filesystem::path fresh_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("epk_st_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
+  return epk::test::scratch_dir("epk_st_" + name);
 }
 
 inline void write_bytes(const std::filesystem::path& p, const std::string& bytes) {

@@ -1,0 +1,35 @@
+// Temporary directories for tests. Each name carries the process id, so parallel ctest processes never share one, and
+// a directory is emptied before use, so a test never reads what an earlier run left behind.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace epk::test {
+
+// <temp>/<name>_<pid>, empty.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+inline std::string running_test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+// <temp>/<prefix>_<running test's name>_<pid>, empty: one directory per test of a fixture.
+inline std::filesystem::path test_scratch_dir(const std::string& prefix) {
+  return scratch_dir(prefix + "_" + running_test_name());
+}
+
+// <temp>/<prefix>_<running test's name>_<pid><extension>: the path of one test's file, not created.
+inline std::string test_scratch_file(const std::string& prefix, const std::string& extension) {
+  return (std::filesystem::temp_directory_path() /
+          (prefix + "_" + running_test_name() + "_" + std::to_string(::getpid()) + extension))
+      .string();
+}
+
+}  // namespace epk::test
