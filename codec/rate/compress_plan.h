@@ -87,6 +87,7 @@ class CompressPlan {
   // The target to encode tensor i at (i < size(), plan(i).encode), given the tensors recorded so far: a free tensor
   // under a budget gets its share of the allocation over the free tensors from i on with the bits left (clamped to
   // [kMinBudgetBpp, kMaxBudgetBpp] per weight when past fallbacks left less or more); any other its planned target.
+  // Under a budget the tensors planned for encoding before i must have been recorded (record_stored) first.
   // Errors: those of rate::allocate_budget.
   Result<double> target(std::size_t i) const;
 
