@@ -9,7 +9,6 @@
 
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/decoder.h"
-#include "codec/rans/reference_format.h"
 
 namespace epk::rate {
 namespace {
@@ -84,35 +83,23 @@ struct Trial {
   std::uint64_t lattice_bytes = 0;
 };
 
-// Encodes at `trial_target` (with the container-overhead correction) and measures the result against the source
-// (decoded and converted to float32 here only when the encoder measured nothing).
+// Encodes at `trial_target`, the encoder's calibration counting the .epk form (buffers plus the index entry info's
+// params produce), and measures the result against the source (decoded and converted to float32 here only when
+// the encoder measured nothing).
 Result<Trial> try_lattice(TensorEncoder& encoder, std::span<const std::byte> weights, std::uint32_t rows,
                           std::uint32_t cols, DType dtype, EncodeOptions options, double trial_target,
                           const rans::EncodingInfo& info, std::string_view name) {
   const double n = double(rows) * double(cols);
   Trial t;
   options.target_bpp = trial_target;
-  EPK_TRY_ASSIGN(t.lattice, encoder.encode(weights, rows, cols, dtype, options, name, &t.report, &t.error));
   // params_json's length before the scale is known: a scale printed at full precision.
   rans::EncodingInfo probe = info;
   probe.target_bpp = trial_target;
   probe.scale = 0.123456789012345;
-  const double cap = double(dtype_bits(dtype));
-  double got = 8.0 * double(lattice_stored_bytes(t.lattice, name, probe)) / n;
-  if (std::abs(got / trial_target - 1.0) > 0.002 && trial_target < cap) {
-    const double ref = 8.0 * double(rans::reference_quant_state_bytes(t.lattice)) / n;
-    EncodeOptions o = options;
-    o.target_bpp = std::min(cap, std::max(0.01, trial_target + (ref - got)));
-    EncodeReport r2;
-    std::optional<ReconstructionError> e2;
-    EPK_TRY_ASSIGN(auto again, encoder.encode(weights, rows, cols, dtype, o, name, &r2, &e2));
-    const double got2 = 8.0 * double(lattice_stored_bytes(again, name, probe)) / n;
-    if (std::abs(got2 - trial_target) < std::abs(got - trial_target)) {
-      t.lattice = std::move(again);
-      t.report = r2;
-      t.error = e2;
-    }
-  }
+  options.stored_bytes = [probe, tensor_name = std::string(name)](const rans::EncodedTensor& e) {
+    return lattice_stored_bytes(e, tensor_name, probe);
+  };
+  EPK_TRY_ASSIGN(t.lattice, encoder.encode(weights, rows, cols, dtype, options, name, &t.report, &t.error));
   rans::EncodingInfo final_info = info;
   final_info.target_bpp = trial_target;
   final_info.scale = t.report.scale;

@@ -111,10 +111,9 @@ class CpuEncoder final : public TensorEncoder {
 
 // Encodes weights (rows x cols, row-major, dtype as rate::encode takes) at options.target_bpp, measures the candidate
 // against the source and chooses. `info` is what params_json will record (its target and scale are filled in by the
-// caller from the result); the stored rate is counted with the index entry that info's params produce. When the
-// stored rate misses the target by more than 0.2% because the encoder's calibration counts the reference's header
-// instead of ours, the tensor is encoded once more with the target corrected by the difference, and the closer of
-// the two is kept. Errors: those of rate::encode and the decoder (kInvalidArgument for non-finite input, naming it).
+// caller from the result); the stored rate is counted with the index entry that info's params produce, and the
+// encoder's rate calibration counts the same (options.stored_bytes is set to it), so one encode meets the target.
+// Errors: those of rate::encode and the decoder (kInvalidArgument for non-finite input, naming it).
 Result<Packed> pack_tensor(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols, DType dtype,
                            const EncodeOptions& options, const ChoicePolicy& policy, const rans::EncodingInfo& info,
                            std::string_view name);

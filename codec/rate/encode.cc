@@ -37,6 +37,8 @@ model::FieldCounts count_fields_parallel(const lattice::QuantizedFields& q, int 
 }
 
 constexpr float kMinRms = 1e-12f;
+// Secant steps on the measured rate of a tensor its sample covers: each codes the tensor once.
+constexpr int kMeasuredSteps = 4;
 constexpr double kCoarsenMargin = 1.05;
 
 Error invalid(std::string_view name, const std::string& what) {
@@ -241,6 +243,10 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
       int full_checks = (!o.calibrate_rate || sample.size() == rows) ? 0 : 2;
       // ECVQ lowers the rate at a given scale (the sample's search never saw it), and the fine step asks for more.
       if (o.calibrate_rate && (o.ecvq || o.fine_rate)) full_checks = 8;
+      // A tensor its sample covers, quantised plainly, has its stored rate measured (measured_scale): the model has
+      // nothing left to correct.
+      const bool measured = o.calibrate_rate && sample.size() == rows && !o.ecvq && o.rdo_sweeps == 0;
+      if (measured) full_checks = 0;
       const double tolerance = o.fine_rate ? 0.0003 : 0.002;
       // ECVQ can start far below the target (at low rates it drops a third of the bits at the sample's scale).
       const double max_step = o.ecvq ? 0.4 : 0.2;
@@ -250,8 +256,12 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
       if (o.calibrate_rate) {
         auto sample_code = [&](float s) { return steps.sample_code(s, cols, prob_bits, tile_symbols); };
         cal = calibrate_scale(sample_counts, sample_code, sample.size(), cols, target, prob_bits, tile_symbols,
-                              scale);
+                              scale, o.stored_bytes);
         scale = cal.scale;
+        if (measured) {
+          scale = measured_scale(sample_code, o.stored_bytes, rows, cols, target, scale, cal.slope, tolerance,
+                                 kMeasuredSteps);
+        }
       }
       std::uint32_t table_size = 1u << prob_bits;
       // With row RDO, ECVQ runs after it (each row at its chosen scale) and the rate is checked after both.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "codec/common/dtype.h"
@@ -13,6 +14,12 @@
 #include "codec/rans/encoded_tensor.h"
 
 namespace epk::rate {
+
+// Bytes a coded tensor is stored in (everything the target rate counts). An empty function: the reference's blob
+// (rans::reference_quant_state_bytes), as the reference's actual_bpp counts; an .epk packer counts its container
+// form (buffers plus index entry, docs/FORMAT.md 10.5), as rate::pack_tensor does. It must be callable from any
+// thread and depend on the tensor's geometry and buffer sizes only (the calibration calls it on a sample).
+using StoredBytes = std::function<std::uint64_t(const rans::EncodedTensor&)>;
 
 struct EncodeOptions {
   double target_bpp = 4.0;          // bits per weight, in [0.001, 11]; capped at the source dtype's width
@@ -27,6 +34,7 @@ struct EncodeOptions {
   std::uint64_t search_max_vectors = 262144;  // sample budget of the search, in 8-weight vectors
   bool calibrate_rate = true;       // correct the size model by the coder's measured overhead (search.h); false
                                     // keeps the reference's search exactly
+  StoredBytes stored_bytes;         // with calibrate_rate: what the target counts (empty: the reference's blob)
   // Beyond the reference (docs/NOTES.md has the measurements): entropy-constrained choice of each vector's lattice
   // point under the tensor's own tables (codec/rate/ecvq.h), iterated with the table fit, the scale then re-searched
   // on the whole tensor so the stored rate still meets the target.

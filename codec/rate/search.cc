@@ -4,6 +4,7 @@
 #include <cmath>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "codec/common/parallel.h"
@@ -77,6 +78,14 @@ double bisect_scale(const float* sample, std::uint64_t sample_rows, std::uint32_
                       target_bpp, prob_bits, tile_symbols, iterations);
 }
 
+namespace {
+
+std::uint64_t stored_size(const StoredBytes& stored, const rans::EncodedTensor& t) {
+  return stored ? stored(t) : rans::reference_quant_state_bytes(t);
+}
+
+}  // namespace
+
 double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std::uint32_t cols, int prob_bits,
                       std::uint32_t tile_symbols, const Calibration& cal) {
   const double coded = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
@@ -86,7 +95,7 @@ double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std:
 
 Calibration calibrate_scale(const SampleCounts& sample_counts, const SampleCode& code, std::uint64_t sample_rows,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale) {
+                            double scale, const StoredBytes& stored) {
   Calibration out;
   out.scale = scale;
   auto enc = code(float(scale));
@@ -98,8 +107,8 @@ Calibration calibrate_scale(const SampleCounts& sample_counts, const SampleCode&
   const double modelled = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
   if (!(modelled > 0.0)) return out;
   out.coder_ratio = actual / modelled;
-  // Everything in the reference's blob that is not coded bytes: 4 bytes a row of scales, the rest fixed.
-  out.fixed = double(rans::reference_quant_state_bytes(coded)) - actual - 4.0 * double(sample_rows);
+  // Everything in the stored form that is not coded bytes: 4 bytes a row of scales, the rest fixed.
+  out.fixed = double(stored_size(stored, coded)) - actual - 4.0 * double(sample_rows);
   auto excess = [&](const model::FieldCounts& c) {
     return calibrated_bpp(c, sample_rows, cols, prob_bits, tile_symbols, out) - target_bpp;
   };
@@ -120,6 +129,37 @@ Calibration calibrate_scale(const SampleCounts& sample_counts, const SampleCode&
   return out;
 }
 
+double measured_scale(const SampleCode& code, const StoredBytes& stored, std::uint64_t rows, std::uint32_t cols,
+                      double target_bpp, double scale, double slope, double tolerance, int steps) {
+  const double weights = double(rows) * double(cols);
+  auto measure = [&](double s) -> std::optional<double> {
+    auto enc = code(float(s));
+    if (!enc) return std::nullopt;
+    return 8.0 * double(stored_size(stored, enc->coded)) / weights;
+  };
+  const auto first = measure(scale);
+  if (!first) return scale;
+  double best_scale = scale, best = *first;
+  double s0 = scale, f0 = *first;
+  for (int step = 0; step < steps && std::fabs(f0 / target_bpp - 1.0) > tolerance; ++step) {
+    const double s1 = std::exp(std::log(s0) + std::clamp((target_bpp - f0) / slope, -0.2, 0.2));
+    const auto f1 = measure(s1);
+    if (!f1) break;
+    if (std::fabs(*f1 - target_bpp) < std::fabs(best - target_bpp)) {
+      best_scale = s1;
+      best = *f1;
+    }
+    // The measured rate is a step function of the scale: a flat or rising secant keeps the previous slope.
+    if (*f1 != f0) {
+      const double secant = (*f1 - f0) / (std::log(s1) - std::log(s0));
+      if (secant < 0.0) slope = secant;
+    }
+    s0 = s1;
+    f0 = *f1;
+  }
+  return best_scale;
+}
+
 Result<SampleCoded> code_sample(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
                                 std::uint32_t cols, float scale, int prob_bits, std::uint32_t tile_symbols,
                                 int threads) {
@@ -135,13 +175,13 @@ Result<SampleCoded> code_sample(const float* sample, std::uint64_t sample_rows, 
 
 Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale, int threads) {
+                            double scale, int threads, const StoredBytes& stored) {
   const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
   auto counts = [&](float s) { return quantize_counts(sample, n, s, threads); };
   auto code = [&](float s) {
     return code_sample(sample, sample_rows, padded_cols, cols, s, prob_bits, tile_symbols, threads);
   };
-  return calibrate_scale(counts, code, sample_rows, cols, target_bpp, prob_bits, tile_symbols, scale);
+  return calibrate_scale(counts, code, sample_rows, cols, target_bpp, prob_bits, tile_symbols, scale, stored);
 }
 
 }  // namespace epk::rate

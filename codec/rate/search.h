@@ -12,6 +12,7 @@
 
 #include "codec/lattice/quantize.h"
 #include "codec/model/tables.h"
+#include "codec/rate/encode.h"
 
 namespace epk::rate {
 
@@ -63,14 +64,24 @@ struct Calibration {
   double slope = -1.0 / 0.6931471805599453;  // d(bpp) / d(ln scale), measured by the secant when it ran
 };
 // The target is met over the logical columns (cols), as the reference's actual_bpp counts, and with the real
-// container overhead (measured from the sample's blob) instead of the model's fixed 856 bytes.
+// overhead of the stored form (`stored` of the coded sample, less its coded bytes and row scales; the reference's
+// blob when `stored` is empty) instead of the model's fixed 856 bytes.
 Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale, int threads);
+                            double scale, int threads, const StoredBytes& stored = {});
 // The same on a backend's sample operations.
 Calibration calibrate_scale(const SampleCounts& counts, const SampleCode& code, std::uint64_t sample_rows,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale);
+                            double scale, const StoredBytes& stored = {});
+
+// When the sample is the whole tensor, coding it codes the tensor's own fields (the row refit changes the row
+// scales, 4 bytes a row either way, not the fields), so its stored rate can be measured instead of modelled:
+// secant steps in log scale (at most `steps`, each at most 0.2, from the slope `slope` until two points are
+// measured) on 8 * stored(code(s)) / (rows * cols), stopping within `tolerance` (relative) of the target. Returns
+// the scale measured closest to the target (`scale` itself when it cannot be coded). Only for a tensor whose fields
+// are the plain quantisation (no ECVQ, no row RDO).
+double measured_scale(const SampleCode& code, const StoredBytes& stored, std::uint64_t rows, std::uint32_t cols,
+                      double target_bpp, double scale, double slope, double tolerance, int steps);
 
 // Bits per logical weight (rows * cols) of counts under the calibration.
 double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std::uint32_t cols, int prob_bits,

@@ -3,8 +3,8 @@
 // A weight whose lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor,
 // codec/rate/choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
 // --device cuda (the default where a GPU is visible) encodes on the GPU (codec/cuda/encode.h): the same streams, so
-// the same file, as the CPU encoder.
-#include <fnmatch.h>
+// the same file, as the CPU encoder. Which tensors are encoded, at what rate, is rate::CompressPlan's
+// (codec/rate/compress_plan.h); this file parses the flags, drives the encoders, writes the file and prints the table.
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,8 +20,8 @@
 #include "codec/container/write_pool.h"
 #include "codec/container/writer.h"
 #include "codec/rans/container_io.h"
-#include "codec/rate/budget.h"
 #include "codec/rate/choose.h"
+#include "codec/rate/compress_plan.h"
 #include "codec/rate/encode.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tools/epk/cli_common.h"
@@ -68,64 +68,6 @@ Result<std::unique_ptr<rate::TensorEncoder>> make_encoder(Device device) {
 #endif
 }
 
-struct Rule {
-  std::string pattern;
-  std::optional<double> bpp;  // nullopt: raw
-};
-
-struct Plan {
-  bool encode = false;
-  bool fixed = false;  // the rate came from a rule (not from --bpp or the budget)
-  double target = 0.0;
-  std::string why;  // for raw tensors: why they stay raw
-};
-
-inline constexpr double kMaxBpp = 16.0;
-inline constexpr double kMinBpp = 0.5;
-
-Result<Rule> parse_rule(const std::string& text) {
-  const auto eq = text.rfind('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    return make_error(ErrorCode::kInvalidArgument,
-                      "--rule '" + text + "': expected PATTERN=RATE (RATE a number or raw)");
-  Rule r{text.substr(0, eq), std::nullopt};
-  const std::string value = text.substr(eq + 1);
-  if (value == "raw") return r;
-  char* end = nullptr;
-  const double v = std::strtod(value.c_str(), &end);
-  if (end == value.c_str() || *end != '\0' || !std::isfinite(v) || v < kMinBpp || v > kMaxBpp)
-    return make_error(ErrorCode::kInvalidArgument,
-                      "--rule '" + text + "': rate '" + value + "' is not raw or a number in [0.5, 16]");
-  r.bpp = v;
-  return r;
-}
-
-bool is_embedding(const std::string& name) {
-  for (const char* p : {"*embed*", "*wte.*", "*wpe.*", "*tok_embeddings*"})
-    if (::fnmatch(p, name.c_str(), 0) == 0) return true;
-  return false;
-}
-
-Result<Plan> plan_tensor(const safetensors::TensorView& t, const std::vector<Rule>& rules, const CompressArgs& args) {
-  const bool encodable = t.shape.size() == 2 && t.shape[0] > 0 && t.shape[1] > 0 && t.shape[0] <= 0xffffffffu &&
-                         t.shape[1] <= 0xffffffffu && rate::encode_input_supported(t.dtype);
-  for (const auto& r : rules) {
-    if (::fnmatch(r.pattern.c_str(), t.name.c_str(), 0) != 0) continue;
-    if (!r.bpp) return Plan{false, true, 0.0, "rule " + r.pattern};
-    if (!encodable)
-      return make_error(ErrorCode::kInvalidArgument, "--rule " + r.pattern + ": tensor '" + t.name + "' (" +
-                                                         std::string(dtype_name(t.dtype)) + " " +
-                                                         shape_string(t.shape) +
-                                                         ") cannot be encoded: only 2-D F32, BF16, F16, F8 and I8 "
-                                                         "weights can");
-    return Plan{true, true, *r.bpp, {}};
-  }
-  if (t.shape.size() != 2) return Plan{false, false, 0.0, t.shape.size() == 1 ? "1-D" : "not 2-D"};
-  if (!encodable) return Plan{false, false, 0.0, "dtype " + std::string(dtype_name(t.dtype))};
-  if (!args.include_embeddings && is_embedding(t.name)) return Plan{false, false, 0.0, "embedding"};
-  return Plan{true, false, args.bpp.value_or(0.0), {}};
-}
-
 struct Row {
   std::string name;
   bool encoded = false;   // stored lattice-rans
@@ -167,13 +109,11 @@ class Progress {
 };
 
 Status run_compress(const CompressArgs& args) {
-  if (!args.bpp && !args.budget_bpp)
-    return make_error(ErrorCode::kInvalidArgument, "give a rate: --bpp R (every encoded tensor) or --budget-bpp R");
-  if (args.bpp && (!std::isfinite(*args.bpp) || *args.bpp < kMinBpp || *args.bpp > kMaxBpp))
-    return make_error(ErrorCode::kInvalidArgument, "--bpp " + std::to_string(*args.bpp) + " is outside [0.5, 16]");
-  if (args.budget_bpp && (!std::isfinite(*args.budget_bpp) || *args.budget_bpp < 1.0 || *args.budget_bpp > 8.0))
-    return make_error(ErrorCode::kInvalidArgument,
-                      "--budget-bpp " + std::to_string(*args.budget_bpp) + " is outside [1, 8]");
+  rate::CompressSettings settings;
+  settings.bpp = args.bpp;
+  settings.budget_bpp = args.budget_bpp;
+  settings.include_embeddings = args.include_embeddings;
+  EPK_TRY(rate::check_rates(settings));
   if (args.max_error && (!std::isfinite(*args.max_error) || *args.max_error <= 0.0 || *args.max_error > 1.0))
     return make_error(ErrorCode::kInvalidArgument,
                       "--max-error " + std::to_string(*args.max_error) + " is outside (0, 1]");
@@ -182,80 +122,20 @@ Status run_compress(const CompressArgs& args) {
   if (args.threads < 1 || args.threads > 256)
     return make_error(ErrorCode::kInvalidArgument,
                       "--threads " + std::to_string(args.threads) + " is outside [1, 256]");
-  std::vector<Rule> rules;
   for (const auto& text : args.rules) {
-    EPK_TRY_ASSIGN(auto r, parse_rule(text));
-    rules.push_back(std::move(r));
+    EPK_TRY_ASSIGN(auto r, rate::parse_rate_rule(text));
+    settings.rules.push_back(std::move(r));
   }
   EPK_TRY_ASSIGN(Device device, choose_device(args.device));
   EPK_TRY_ASSIGN(auto encoder, make_encoder(device));
   EPK_TRY_ASSIGN(auto checkpoint, safetensors::Checkpoint::open(args.input));
   const auto& tensors = checkpoint.tensors();
 
-  std::vector<Plan> plans;
+  EPK_TRY_ASSIGN(auto plan, rate::CompressPlan::create(tensors, settings));
   std::uint64_t total_bytes = 0;
-  for (const auto& t : tensors) {
-    EPK_TRY_ASSIGN(auto p, plan_tensor(t, rules, args));
-    plans.push_back(std::move(p));
-    total_bytes += t.data.size();
-  }
+  for (const auto& t : tensors) total_bytes += t.data.size();
 
-  // The budget covers every tensor planned for lattice-rans, counted at what it is stored as (a raw fallback at its
-  // raw size); rule-fixed rates are spent first, the rest is allocated. The allocation is redone before each free
-  // tensor over the free tensors still to come with the bits still left, so a fallback's extra bits are taken from
-  // the tensors after it.
-  std::vector<rate::LayerStats> stats(tensors.size());
-  double budget_bits = 0, fixed_left_bits = 0;
-  if (args.budget_bpp) {
-    std::vector<std::size_t> free;
-    double all_weights = 0, free_weights = 0;
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (!plans[i].encode) continue;
-      const double n = double(element_count(tensors[i].shape));
-      all_weights += n;
-      if (plans[i].fixed) {
-        fixed_left_bits += plans[i].target * n;
-        continue;
-      }
-      EPK_TRY_ASSIGN(double e, energy(tensors[i]));
-      free.push_back(i);
-      stats[i] = {element_count(tensors[i].shape), e};
-      free_weights += n;
-    }
-    budget_bits = *args.budget_bpp * all_weights;
-    if (!free.empty()) {
-      const double left = (budget_bits - fixed_left_bits) / free_weights;
-      if (left < 1.0 || left > 8.0)
-        return make_error(ErrorCode::kInvalidArgument,
-                          "--budget-bpp " + std::to_string(*args.budget_bpp) + ": after the rule-fixed tensors, " +
-                              std::to_string(left) + " bpp are left for the others, outside [1, 8]");
-    }
-  }
-  // Targets of the free tensors from index `from` on, spending what is left of the budget.
-  double spent_bits = 0;
-  auto reallocate = [&](std::size_t from) -> Status {
-    std::vector<std::size_t> free;
-    std::vector<rate::LayerStats> st;
-    double free_weights = 0;
-    for (std::size_t i = from; i < tensors.size(); ++i) {
-      if (!plans[i].encode || plans[i].fixed) continue;
-      free.push_back(i);
-      st.push_back(stats[i]);
-      free_weights += double(stats[i].weights);
-    }
-    if (free.empty()) return {};
-    rate::BudgetOptions bo;
-    bo.min_bpp = 1.0;
-    bo.max_bpp = 8.0;
-    // Past fallbacks can leave less than the floor (or more than the ceiling): the rest is then clamped, and the
-    // closing line shows the total against the budget.
-    bo.budget_bpp = std::clamp((budget_bits - spent_bits - fixed_left_bits) / free_weights, bo.min_bpp, bo.max_bpp);
-    EPK_TRY_ASSIGN(auto targets, rate::allocate_budget(st, bo));
-    for (std::size_t k = 0; k < free.size(); ++k) plans[free[k]].target = targets[k];
-    return {};
-  };
-
-  nlohmann::json settings = {
+  nlohmann::json recorded = {
       {"bpp", args.bpp ? nlohmann::json(*args.bpp) : nlohmann::json(nullptr)},
       {"budget_bpp", args.budget_bpp ? nlohmann::json(*args.budget_bpp) : nlohmann::json(nullptr)},
       {"rdo", args.rdo},
@@ -267,29 +147,29 @@ Status run_compress(const CompressArgs& args) {
       {"include_embeddings", args.include_embeddings}};
   std::map<std::string, std::string> metadata = {{"source", args.input},
                                                  {"tool", "epk " + std::string(tool_version())},
-                                                 {"settings", "compress " + settings.dump()},
+                                                 {"settings", "compress " + recorded.dump()},
                                                  {"source_metadata", source_metadata_json(checkpoint)}};
   EPK_TRY_ASSIGN(auto writer, container::Writer::create(args.output, std::move(metadata)));
   container::WritePool writes(writer, kWriterThreads, kWritesPending);
 
   std::uint64_t total_work = 0, done_work = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i)
-    if (plans[i].encode) total_work += tensors[i].data.size();
+    if (plan.plan(i).encode) total_work += tensors[i].data.size();
   Progress progress(tensors.size(), total_bytes, total_work);
   // On a GPU, without a budget (whose allocation follows each tensor's outcome), tensors are packed ahead of the
   // writer by several device encoders; each tensor is packed exactly as below.
-  auto options_of = [&](std::size_t i) {
+  auto options_of = [&](double target) {
     rate::EncodeOptions o;
-    o.target_bpp = plans[i].target;
+    o.target_bpp = target;
     o.rdo_sweeps = args.rdo;
     // --rdo also turns on the encoder's other slower levers (docs/NOTES.md: each pays a little at the same rate).
     o.ecvq = o.prune_tables = o.fine_rate = args.rdo > 0;
     o.threads = args.threads;
     return o;
   };
-  auto info_of = [&](std::size_t i) {
+  auto info_of = [&](double target) {
     rans::EncodingInfo info;
-    info.target_bpp = plans[i].target;
+    info.target_bpp = target;
     info.rdo_sweeps = args.rdo;
     info.rdo_candidates = rate::EncodeOptions{}.rdo_candidates;
     return info;
@@ -305,10 +185,12 @@ Status run_compress(const CompressArgs& args) {
   if (device == Device::kCuda && !args.budget_bpp) {
     std::vector<EncodePipeline::Job> jobs;
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (!plans[i].encode) continue;
+      if (!plan.plan(i).encode) continue;
+      // Without a budget a target does not depend on what was stored before it.
+      EPK_TRY_ASSIGN(const double target, plan.target(i));
       job_of[i] = jobs.size();
       jobs.push_back({bytes_of(i), std::uint32_t(tensors[i].shape[0]), std::uint32_t(tensors[i].shape[1]),
-                      tensors[i].dtype, options_of(i), policy, info_of(i), tensors[i].name});
+                      tensors[i].dtype, options_of(target), policy, info_of(target), tensors[i].name});
     }
     std::vector<std::unique_ptr<rate::TensorEncoder>> encoders;
     encoders.push_back(std::move(encoder));
@@ -328,10 +210,12 @@ Status run_compress(const CompressArgs& args) {
     Row row;
     row.name = t.name;
     row.weights = element_count(t.shape);
-    if (plans[i].encode && !plans[i].fixed && args.budget_bpp) EPK_TRY(reallocate(i));
-    bool store_raw = !plans[i].encode;
-    if (plans[i].encode) {
-      rans::EncodingInfo info = info_of(i);
+    const rate::TensorPlan& p = plan.plan(i);
+    bool store_raw = !p.encode;
+    if (p.encode) {
+      EPK_TRY_ASSIGN(const double target, plan.target(i));
+      rans::EncodingInfo info = info_of(target);
+      // The result is kept by the write pool until its bytes are in the file.
       auto kept = std::make_shared<rate::Packed>();
       rate::Packed& packed = *kept;
       if (pipeline) {
@@ -341,16 +225,16 @@ Status run_compress(const CompressArgs& args) {
         // The next tensor to encode is copied to the GPU while this one is encoded (a hint; the CPU ignores it).
         std::span<const std::byte> next;
         for (std::size_t j = i + 1; j < tensors.size(); ++j) {
-          if (!plans[j].encode) continue;
+          if (!plan.plan(j).encode) continue;
           next = bytes_of(j);
           break;
         }
         encoder->prefetch_next(next);
         EPK_TRY_ASSIGN(packed, rate::pack_tensor(*encoder, bytes_of(i), std::uint32_t(t.shape[0]),
-                                                 std::uint32_t(t.shape[1]), t.dtype, options_of(i), policy, info,
+                                                 std::uint32_t(t.shape[1]), t.dtype, options_of(target), policy, info,
                                                  t.name));
       }
-      row.target = plans[i].target;
+      row.target = target;
       if (packed.choice.form == rate::Form::kLatticeRans) {
         info.scale = packed.report.scale;
         info.coarsened = packed.report.coarsened;
@@ -373,16 +257,13 @@ Status run_compress(const CompressArgs& args) {
       std::vector<container::BufferData> bufs{data};
       row.stored = t.data.size() + rans::index_entry_bytes(spec, bufs);
       EPK_TRY(writes.add(spec, std::move(bufs), nullptr));  // a view into the mapped input
-      if (!row.fallback) row.note = plans[i].why;
+      if (!row.fallback) row.note = p.why;
     }
     row.stored_bpp = 8.0 * double(row.stored) / double(std::max<std::uint64_t>(row.weights, 1));
-    if (plans[i].encode) {
-      spent_bits += 8.0 * double(row.stored);
-      if (plans[i].fixed) fixed_left_bits -= plans[i].target * double(row.weights);
-    }
+    plan.record_stored(i, row.stored);
     if (!row.encoded) row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     done_bytes += t.data.size();
-    if (plans[i].encode) done_work += t.data.size();
+    if (p.encode) done_work += t.data.size();
     table.push_back(std::move(row));
   }
   progress.update(tensors.size(), done_bytes, done_work, "finishing");

@@ -32,23 +32,6 @@ double relative_l2(std::span<const float> x, std::span<const float> ref) {
   return std::sqrt(num / den);
 }
 
-Result<double> energy(const safetensors::TensorView& t) {
-  const int w = dtype_bits(t.dtype) / 8;
-  if (w == 0) return make_error(ErrorCode::kUnsupported, "tensor '" + t.name + "': sub-byte dtype");
-  const std::uint64_t n = t.data.size() / std::uint64_t(w);
-  constexpr std::size_t kChunk = 8192;
-  float tmp[kChunk];
-  double sum = 0;
-  for (std::uint64_t i = 0; i < n; i += kChunk) {
-    const std::size_t m = std::size_t(std::min<std::uint64_t>(kChunk, n - i));
-    if (!decode::raw_to_f32(t.dtype, t.data.subspan(i * w, m * w), std::span<float>(tmp, m)))
-      return make_error(ErrorCode::kUnsupported,
-                        "tensor '" + t.name + "': dtype " + std::string(dtype_name(t.dtype)) + " is not a float dtype");
-    for (std::size_t k = 0; k < m; ++k) sum += double(tmp[k]) * double(tmp[k]);
-  }
-  return sum;
-}
-
 std::string source_metadata_json(const safetensors::Checkpoint& c) {
   nlohmann::json j = nlohmann::json::object();
   if (!c.shards().empty())

@@ -20,9 +20,6 @@ Result<std::vector<float>> source_f32(const safetensors::TensorView& t);
 // sqrt(sum (x - ref)^2 / sum ref^2); 0 when both are all zero, infinity when only ref is.
 double relative_l2(std::span<const float> x, std::span<const float> ref);
 
-// Sum of squares of the tensor's elements (for the budget allocation), streamed in chunks.
-Result<double> energy(const safetensors::TensorView& t);
-
 // The checkpoint's safetensors __metadata__ as a JSON object of strings, for the .epk metadata key
 // `source_metadata` (docs/FORMAT.md 6.1) that decompress writes back: the first shard's (a sharded checkpoint's
 // shards normally all carry {"format": "pt"}).

@@ -121,6 +121,66 @@ TEST_P(PackShapes, NoTensorComesBackWorseThanTheCeilingOrTheRateAllows) {
   }
 }
 
+// An encoder that counts its calls.
+class CountingEncoder final : public TensorEncoder {
+ public:
+  Result<rans::EncodedTensor> encode(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
+                                     DType dtype, const EncodeOptions& options, std::string_view name,
+                                     EncodeReport* report, std::optional<ReconstructionError>* error) override {
+    ++calls;
+    return cpu_.encode(weights, rows, cols, dtype, options, name, report, error);
+  }
+  int calls = 0;
+
+ private:
+  CpuEncoder cpu_;
+};
+
+// The encoder's calibration counts the .epk form (buffers plus index entry), so one encode meets the target in that
+// count, for tensors the search samples whole (the small ones, where the index entry weighs most) and in part.
+TEST(PackTensor, OneEncodeMeetsTheTargetAsTheContainerCountsIt) {
+  struct Case {
+    std::uint32_t rows, cols;
+    std::uint64_t search_max_vectors = 262144;
+  };
+  // 65536 vectors: a sample of 512 of the 1024 rows.
+  for (const Case c : {Case{50, 520}, Case{200, 520}, Case{256, 256}, Case{96, 1000}, Case{1024, 1024, 65536}}) {
+    // Gaussian rows with three heavy columns, as attention projections have.
+    std::mt19937 rng(c.rows * 31u + c.cols);
+    std::normal_distribution<float> g(0.0f, 0.02f);
+    std::vector<std::uint16_t> w(std::size_t(c.rows) * c.cols);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(g(rng) * (i % c.cols < 3 ? 20.0f : 1.0f));
+    for (double bpp : {2.0, 4.0, 6.0, 8.0}) {
+      EncodeOptions o;
+      o.target_bpp = bpp;
+      o.threads = 2;
+      o.search_max_vectors = c.search_max_vectors;
+      rans::EncodingInfo info;
+      info.target_bpp = bpp;
+      CountingEncoder enc;
+      ChoicePolicy policy;
+      policy.max_rel_l2 = 1.0;  // the rate is under test, not the ceiling
+      auto p = pack_tensor(enc, std::as_bytes(std::span(w)), c.rows, c.cols, DType::kBF16, o, policy, info,
+                           "layer.w");
+      ASSERT_TRUE(p) << p.error().to_string();
+      EXPECT_EQ(enc.calls, 1);
+      ASSERT_EQ(p->choice.form, Form::kLatticeRans) << c.rows << "x" << c.cols << " at " << bpp << ": " << p->choice.reason;
+      // stored_bpp is the container's count (buffers plus the index entry of the params written).
+      auto form = rans::to_container(p->lattice, "layer.w",
+                                     [&] {
+                                       rans::EncodingInfo i = info;
+                                       i.scale = p->report.scale;
+                                       i.coarsened = p->report.coarsened;
+                                       return i;
+                                     }());
+      std::uint64_t bytes = rans::index_entry_bytes(form.spec, form.buffers);
+      for (const auto& b : form.buffers) bytes += b.bytes.size();
+      EXPECT_EQ(p->stored_bytes, bytes);
+      EXPECT_NEAR(p->stored_bpp / bpp, 1.0, 0.005) << c.rows << "x" << c.cols << " at " << bpp;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Gaussian, PackShapes,
     ::testing::Combine(::testing::Values(Shape{1, 8}, Shape{1, 64}, Shape{8, 8}, Shape{2, 384}, Shape{16, 16},

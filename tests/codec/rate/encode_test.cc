@@ -47,6 +47,34 @@ TEST(Encode, StoredRateTracksTheTarget) {
   }
 }
 
+// The target counts what options.stored_bytes says is stored, whether the sample is the whole tensor (its rate
+// measured) or half of it (the model, then corrected on the whole tensor): here the reference's blob plus `extra`
+// bytes, 0.25 bpp of a 256x256 or a 1024x1024 tensor.
+TEST(Encode, TheTargetCountsTheStoredBytesGiven) {
+  struct Case {
+    std::uint32_t rows, cols;
+    std::uint64_t search_max_vectors;  // 262144: the whole tensor is the sample; 65536: 512 rows of 1024
+    std::uint64_t extra;
+  };
+  for (const Case c : {Case{256, 256, 262144, 2048}, Case{50, 520, 262144, 400}, Case{1024, 1024, 65536, 32768}}) {
+    const StoredBytes padded = [extra = c.extra](const rans::EncodedTensor& e) {
+      return rans::reference_quant_state_bytes(e) + extra;
+    };
+    const auto w = layer(c.rows, c.cols, 3, true);
+    for (double target : {2.0, 4.0, 7.0}) {
+      EncodeOptions o;
+      o.target_bpp = target;
+      o.threads = 2;
+      o.search_max_vectors = c.search_max_vectors;
+      o.stored_bytes = padded;
+      auto e = encode(bytes_of(w), c.rows, c.cols, DType::kF32, o, "w");
+      ASSERT_TRUE(e.has_value()) << e.error().to_string();
+      const double stored = 8.0 * double(padded(*e)) / (double(c.rows) * c.cols);
+      EXPECT_NEAR(stored / target, 1.0, 0.005) << c.rows << "x" << c.cols << " at " << target;
+    }
+  }
+}
+
 TEST(Encode, ThreadCountDoesNotChangeTheStream) {
   const auto w = layer(300, 136, 2, true);
   EncodeOptions o;
