@@ -8,7 +8,6 @@
 #include "codec/layouts/convert.h"
 #include "codec/layouts/intq_io.h"
 #include "codec/layouts/pack_bits.h"
-#include "daemon/intq_serving.h"
 
 namespace epk::daemon::gpu_intq {
 namespace {
@@ -155,13 +154,11 @@ std::optional<ci::DenseType> dense_layout(const Tensor& t, shm::Layout layout) {
 
 }  // namespace
 
-Result<std::unique_ptr<Tensor>> upload(const ModelSource& src, std::size_t tensor, int device,
-                                       const shm::CudaStream& stream) {
-  layouts::QuantTensor q;
-  EPK_TRY(src.read_intq(tensor, &q));
+Result<std::unique_ptr<Tensor>> upload(const serve::IntqProducer& p, int device, const shm::CudaStream& stream) {
+  EPK_TRY_ASSIGN(layouts::QuantTensor q, p.read());
   auto t = std::make_unique<Tensor>();
-  t->name = src.tensors()[tensor].name;
-  t->dense = src.tensors()[tensor].dtype;
+  t->name = p.entry().name;
+  t->dense = p.entry().dtype;
   t->scale = q.scale_dtype;
   t->bits = q.bits;
   t->rows = q.rows;
@@ -172,25 +169,23 @@ Result<std::unique_ptr<Tensor>> upload(const ModelSource& src, std::size_t tenso
   return t;
 }
 
-Result<bool> covers(Tensor& t, const ModelSource& src, std::size_t tensor, shm::Layout layout, int device,
+Result<bool> covers(Tensor& t, const serve::IntqProducer& p, shm::Layout layout, int device,
                     const shm::CudaStream& stream, std::uint64_t* added) {
   *added = 0;
   if (!shm::is_packed_int(layout)) return dense_layout(t, layout).has_value();
-  const layouts::intq::IntHeader* h = src.intq_header(tensor);
-  if (h == nullptr || !dense_type(t.scale)) return false;
+  if (p.header() == nullptr || !dense_type(t.scale)) return false;
   const std::uint32_t layout_bit = 1u << static_cast<std::uint32_t>(layout);
   static_assert(shm::kLayoutCount <= 32);
   if ((t.refused & layout_bit) != 0) return false;
-  Result<intq_serving::Plan> plan = intq_serving::packed_plan(*h, src.origin(), t.name, layout);
+  Result<serve::PackedPlan> plan = p.packed_plan(layout);
   if (!plan) return false;  // the CPU path answers with the same refusal
   const shm::PackedGeometry& g = plan->geometry;
   Variant* v = find(t, g.padded_rows, g.padded_cols);
   if (v == nullptr) {
     // write_layout's padding for this layout, made once on the host from the stored tensor.
-    layouts::QuantTensor q;
-    EPK_TRY(src.read_intq(tensor, &q));
+    EPK_TRY_ASSIGN(layouts::QuantTensor q, p.read());
     std::int64_t rm = 1, cm = 1;
-    layouts::layout_alignment(intq_serving::target_of(layout), q, &rm, &cm);
+    layouts::layout_alignment(serve::target_of(layout), q, &rm, &cm);
     EPK_TRY(layouts::pad_to(q, rm, cm));
     if (static_cast<std::uint64_t>(q.padded_rows) != g.padded_rows ||
         static_cast<std::uint64_t>(q.padded_cols) != g.padded_cols) {
@@ -210,7 +205,7 @@ Result<bool> covers(Tensor& t, const ModelSource& src, std::size_t tensor, shm::
   return kernels_write(*v, layout, g);
 }
 
-Status produce(const Tensor& t, const ModelSource& src, std::size_t tensor, shm::Layout layout, std::uint64_t dst,
+Status produce(const Tensor& t, const serve::IntqProducer& p, shm::Layout layout, std::uint64_t dst,
                std::uint64_t bytes, int device, const shm::CudaStream& stream) {
   const cuda::Stream s = cs(stream);
   if (std::optional<ci::DenseType> d = dense_layout(t, layout)) {
@@ -219,9 +214,7 @@ Status produce(const Tensor& t, const ModelSource& src, std::size_t tensor, shm:
     }
     return ci::dequantize_dense(view_of(t, *t.variants[0]), *d, reinterpret_cast<void*>(dst), s);
   }
-  const layouts::intq::IntHeader* h = src.intq_header(tensor);
-  if (h == nullptr) return make_error(ErrorCode::kInternal, "tensor '" + t.name + "': no intq params");
-  EPK_TRY_ASSIGN(intq_serving::Plan plan, intq_serving::packed_plan(*h, src.origin(), t.name, layout));
+  EPK_TRY_ASSIGN(serve::PackedPlan plan, p.packed_plan(layout));
   const Variant* v = find(t, plan.geometry.padded_rows, plan.geometry.padded_cols);
   if (v == nullptr || plan.bytes != bytes) {
     return make_error(ErrorCode::kInternal, "tensor '" + t.name + "': packed intq slot without its device form");
