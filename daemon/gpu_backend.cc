@@ -236,8 +236,8 @@ class CudaBackend final : public GpuBackend {
         spdlog::error("device {}: the enqueue callback threw; the decode goes on", device_);
       }
     }
-    // Synchronised on failure too: the next produce() reuses the pinned patch, staging and status buffers, which a
-    // copy queued before the failure may still read.
+    // Synchronised on failure too: the next produce() reuses the staging buffer and the plans' pinned patch and
+    // status, which a copy queued before the failure may still read.
     Status synced = stream_.synchronize();
     if (!enqueued) {
       lattice_.forget();
