@@ -9,10 +9,11 @@
 //   layout's multiples first) gets its own variant, padded on the host with layouts::pad_to on its first use and then
 //   kept, as the lattice decode plans are.
 // - produce() issues the kernels for one slot on the lane's stream, the gaps between parts zeroed, and nothing else:
-//   the caller records the ring event after it. Where the kernels do not cover a case it returns false from
-//   `covers` before anything is issued, and the caller takes the CPU path: fp32 dense, fp32 scales, a GPTQ v1 zero
-//   point of 0 and a padding row sorting into Marlin's logical rows (both refused by the CPU writers with their own
-//   message), AWQ of scattered groups, and a Marlin part count the params disagree with.
+//   the caller records the ring event after it. Where the kernels do not cover a case (the rule is the serving
+//   layer's, codec/serve/intq_device.h) `covers` returns false before anything is issued, and the caller takes the
+//   CPU path: fp32 dense, fp32 scales, a GPTQ v1 zero point of 0 and a padding row sorting into Marlin's logical rows
+//   (both refused by the CPU writers with their own message), AWQ of scattered groups, and a Marlin part count the
+//   params disagree with.
 #pragma once
 
 #include <cstdint>
@@ -22,23 +23,15 @@
 
 #include "codec/common/result.h"
 #include "codec/layouts/quant_tensor.h"
+#include "codec/serve/intq_device.h"
 #include "codec/serve/intq_producer.h"
 #include "shm/cuda_event.h"
 #include "shm/layout.h"
 
 namespace epk::daemon::gpu_intq {
 
-// What decides which packed layouts the kernels write for one padding of a tensor (known from the host tensor, so a
-// refusal costs no upload).
-struct VariantTraits {
-  std::int64_t padded_rows = 0, padded_cols = 0, num_groups = 0;
-  bool static_groups = true, has_perm = false;
-  bool zero_point_zero = false;       // a zero point of 0 somewhere (GPTQ v1 cannot store it: CPU path, its error)
-  bool padding_sorts_inside = false;  // sort_groups would refuse (Marlin act-order: CPU path, its error)
-};
-
 // One padding of a tensor's logical form in device memory.
-struct Variant : VariantTraits {
+struct Variant : serve::IntqKernelTraits {
   shm::DeviceBuffer codes, scales, zeros, g_idx, perm, inv_perm, order;
   std::uint64_t bytes = 0;
 };
