@@ -8,10 +8,9 @@
 
 #include <filesystem>
 
-#include "codec/container/writer.h"
-#include "codec/layouts/intq_io.h"
 #include "codec/serve/intq_producer.h"
 #include "tests/codec/layouts/intq_test_util.h"
+#include "tests/codec/serve/serve_test_files.h"
 
 namespace epk::serve {
 namespace {
@@ -20,13 +19,9 @@ namespace fs = std::filesystem;
 using layouts::QuantTensor;
 using layouts::testing::random_intq_tensor;
 
-struct Case {
-  std::string name;
-  QuantTensor t;
-};
-
-std::vector<Case> cases() {
-  std::vector<Case> c;
+// Zero point 0, static groups, act-order groups, a row perm, 3-bit codes.
+std::vector<std::pair<std::string, QuantTensor>> cases() {
+  std::vector<std::pair<std::string, QuantTensor>> c;
   QuantTensor zero0 = random_intq_tensor(4, 200, 77, 64, false, false, false, 21);  // odd N, K % G != 0
   zero0.zeros[3] = 0;
   c.push_back({"asym4_zero0", zero0});
@@ -44,15 +39,7 @@ class IntqDeviceTest : public ::testing::Test {
   void SetUp() override {
     dir_ = layouts::testing::scratch_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
     path_ = (dir_ / "m.epk").string();
-    cases_ = cases();
-    auto w = container::Writer::create(path_, {{"source", "intq_device_test"}});
-    ASSERT_TRUE(w) << w.error().to_string();
-    for (const Case& c : cases_) {
-      auto e = layouts::intq::encode_int(c.t, c.name, DType::kBF16, "gptq", layouts::intq::CodeForm::kPacked);
-      ASSERT_TRUE(e) << e.error().to_string();
-      ASSERT_TRUE(w->add_tensor(e->spec, e->buffers()));
-    }
-    ASSERT_TRUE(w->finish());
+    ASSERT_TRUE(testing::write_intq_file(path_, cases()));
     auto r = container::Reader::open(path_);
     ASSERT_TRUE(r) << r.error().to_string();
     reader_ = std::move(*r);
@@ -83,7 +70,6 @@ class IntqDeviceTest : public ::testing::Test {
 
   fs::path dir_;
   std::string path_;
-  std::vector<Case> cases_;
   container::Reader reader_;
   std::vector<std::unique_ptr<Producer>> producers_;
 };

@@ -1,5 +1,6 @@
 // Tensors for the serving layer's tests, written into an .epk file with the container Writer: a lattice-rans tensor
-// encoded by codec/rate from Gaussian weights (fixed seed), the mapping `epk compress` writes.
+// encoded by codec/rate from Gaussian weights (fixed seed), the mapping `epk compress` writes, and intq "int"
+// tensors as `epk import` writes them.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "codec/container/writer.h"
+#include "codec/layouts/intq_io.h"
 #include "codec/rans/container_io.h"
 #include "codec/rate/encode.h"
 
@@ -26,6 +28,17 @@ inline Status add_lattice(container::Writer& w, const std::string& name, std::ui
                  rate::encode(std::as_bytes(std::span<const float>(weights)), rows, cols, DType::kF32, o, "test"));
   rans::ContainerForm form = rans::to_container(enc, name, rans::EncodingInfo{});
   return w.add_tensor(form.spec, form.buffers);
+}
+
+// An .epk file at `path` holding each (name, tensor) as an intq "int" tensor with packed codes, index dtype BF16.
+inline Status write_intq_file(const std::string& path,
+                              const std::vector<std::pair<std::string, layouts::QuantTensor>>& tensors) {
+  EPK_TRY_ASSIGN(container::Writer w, container::Writer::create(path, {{"source", "serve_test_files"}}));
+  for (const auto& [name, t] : tensors) {
+    EPK_TRY_ASSIGN(auto e, layouts::intq::encode_int(t, name, DType::kBF16, "gptq", layouts::intq::CodeForm::kPacked));
+    EPK_TRY(w.add_tensor(e.spec, e.buffers()));
+  }
+  return w.finish();
 }
 
 }  // namespace epk::serve::testing
