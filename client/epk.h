@@ -89,7 +89,7 @@ typedef struct epk_shard {
 } epk_shard;
 /* epk_acquire_on of a shard (NULL: the whole tensor): out describes the slice, compact and row-major, and the daemon
  * decodes only what it covers. A shard that does not fit the tensor: EPK_E_INVALID, the message naming tensor, shape
- * and range. Packed integer layouts shard along their packing rules (daemon/intq_serving.h): output features cut
+ * and range. Packed integer layouts shard along their packing rules (codec/serve/intq_producer.h): output features cut
  * qweight/scales/qzeros columns, input features qweight rows with their g_idx (and the groups they need); a boundary
  * a layout cannot take (inside a group for awq/marlin, any input shard of a tensor with a perm) is EPK_E_UNSUPPORTED
  * naming it. Each shard is a slot of its own. */

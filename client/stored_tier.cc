@@ -6,9 +6,9 @@
 #include "codec/container/reader.h"
 #include "codec/cuda/decode.h"
 #include "codec/cuda/tier_layout.h"
-#include "codec/rans/container_io.h"
+#include "codec/serve/device_plan.h"
+#include "codec/serve/producer.h"
 #include "shm/cuda_event.h"
-#include "shm/decode_format.h"
 #include "shm/device_pool.h"
 
 namespace epk::client {
@@ -47,7 +47,7 @@ class CudaStoredTier final : public StoredTier {
     t->device_ = static_cast<int>(device);
     EPK_TRY_ASSIGN(t->reader_, container::Reader::open_fd(fds.file.get(), "model '" + model + "' (epkd's file)"));
     const auto& entries = t->reader_.tensors();
-    t->streams_.resize(entries.size());
+    t->producers_.resize(entries.size());
     std::vector<const rans::LatticeRansStream*> views(entries.size(), nullptr);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const container::TensorEntry& e = entries[i];
@@ -57,8 +57,9 @@ class CudaStoredTier final : public StoredTier {
       for (std::size_t b = 0; b < e.buffers.size(); ++b) {
         if (e.buffers[b].name != rans::kPayloadBuffer) EPK_TRY(t->reader_.verify_buffer(e, b));
       }
-      EPK_TRY_ASSIGN(t->streams_[i], rans::from_container(t->reader_, e));
-      views[i] = &t->streams_[i]->stream;
+      // The serving layer validates the stream (its tables and tile offsets) as epkd's does.
+      EPK_TRY_ASSIGN(t->producers_[i], serve::make_producer(t->reader_, e, "model '" + model + "'"));
+      views[i] = &t->producers_[i]->lattice_rans()->stream();
       t->index_.emplace(e.name, i);
     }
     t->layout_ = cuda::tier_layout(views);
@@ -96,22 +97,11 @@ class CudaStoredTier final : public StoredTier {
                                                            "': the output address must be a 16-byte aligned device "
                                                            "address");
       }
-      const rans::LatticeRansStream& s = streams_[f.index]->stream;
-      cuda::DecodeJob d;
-      d.name = j.tensor;
-      d.stream = &s;
-      d.dev = cuda::tier_buffers(tier_.device_ptr(), *layout_.tensors[f.index]);
-      d.row_begin = 0;
-      d.row_end = s.rows;
-      d.format = f.format;
-      d.out_dev = reinterpret_cast<void*>(j.out_dev);
-      if (cuda::is_rowwise(f.format)) {
-        const std::uint64_t values = std::uint64_t{s.rows} * s.cols;
-        const std::uint64_t at = shm::rowwise_scales_offset(s.rows, s.cols);
-        d.row_scales_dev = reinterpret_cast<float*>(j.out_dev + at);
-        if (at > values) zero_ranges.emplace_back(j.out_dev + values, at - values);
-      }
-      decode_jobs.push_back(std::move(d));
+      EPK_TRY_ASSIGN(serve::LatticeJob d,
+                     serve::lattice_job(*producers_[f.index]->lattice_rans(), j.layout,
+                                        cuda::tier_buffers(tier_.device_ptr(), *layout_.tensors[f.index]), j.out_dev));
+      if (d.gap_bytes != 0) zero_ranges.emplace_back(d.gap_at, d.gap_bytes);
+      decode_jobs.push_back(std::move(d.job));
     }
     EPK_TRY(shm::make_device_current(device_));
     cuda::DecodeOptions options;
@@ -144,24 +134,20 @@ class CudaStoredTier final : public StoredTier {
       return make_error(ErrorCode::kUnsupported, "model '" + model_ + "': tensor '" + std::string(tensor) +
                                                      "' is not lattice-rans: acquire it from epkd instead");
     }
-    const rans::StoredStream& st = *streams_[it->second];
-    std::optional<cuda::OutputFormat> fmt = shm::decode_format(layout, st.dtype);
+    const serve::LatticeRansProducer& p = *producers_[it->second]->lattice_rans();
+    std::optional<cuda::OutputFormat> fmt = serve::device_format(layout, p.source_dtype());
     if (!fmt) {
       return make_error(ErrorCode::kUnsupported, "model '" + model_ + "': tensor '" + std::string(tensor) +
                                                      "': the GPU decoder does not write layout " +
                                                      std::string(shm::layout_name(layout)));
     }
-    Found f{it->second, *fmt, 0};
-    const std::uint64_t rows = st.stream.rows, cols = st.stream.cols;
-    f.bytes = cuda::is_rowwise(*fmt) ? shm::rowwise_scales_offset(rows, cols) + rows * 4
-                                     : rows * cols * cuda::output_element_bytes(*fmt);
-    return f;
+    return Found{it->second, *fmt, serve::device_output_bytes(*fmt, p.stream().rows, p.stream().cols)};
   }
 
   std::string model_;
   int device_ = 0;
   container::Reader reader_;
-  std::vector<std::optional<rans::StoredStream>> streams_;
+  std::vector<std::unique_ptr<serve::Producer>> producers_;  // lattice-rans tensors' (null for the others)
   std::unordered_map<std::string, std::size_t> index_;  // lattice-rans tensors by name
   cuda::TierLayout layout_;
   shm::DeviceMapping tier_;

@@ -6,57 +6,20 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <cstring>
-#include <string_view>
-#include <cstdlib>
-#include <deque>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
 
-#include "codec/cuda/decode.h"
-#include "codec/cuda/decode_desc.h"
-#include "codec/cuda/tier_layout.h"
-#include "codec/rans/stream.h"
+#include "codec/serve/intq_producer.h"
 #include "daemon/fence_pool.h"
 #include "daemon/gpu_intq.h"
+#include "daemon/gpu_lattice.h"
 #include "shm/cuda_event.h"
-#include "shm/decode_format.h"
 #include "shm/device_pool.h"
 #include "shm/layout.h"
 
 namespace epk::daemon {
 namespace {
-
-// One tensor's decode inputs on the device, and the plans built for it (one per output format and row range, scratch
-// uploaded): the whole tensor's rows, or a row shard's.
-struct PlanKey {
-  cuda::OutputFormat format;
-  std::uint32_t row_begin = 0, row_end = 0;
-  auto operator<=>(const PlanKey&) const = default;
-};
-struct Resident {
-  struct Plan {
-    cuda::DecodePlan plan;
-    shm::DeviceBuffer scratch;
-  };
-  std::string name;
-  std::uint32_t model = 0;  // its model id (resident bytes are counted per model)
-  std::shared_ptr<const ModelSource> source_model;  // keeps `stream` valid: plan_for() reads it on a first use
-  const rans::LatticeRansStream* stream = nullptr;
-  DType source = DType::kF32;
-  std::shared_ptr<const shm::DevicePool> tier;  // the model's compressed tier, which `dev` points into
-  cuda::DeviceBuffers dev;
-  std::map<PlanKey, Plan> plans;  // touched by the GPU thread only (and add_model before publication)
-  // The row-range plans among them, oldest first: at most kMaxRangePlans are kept, since any client may ask for any
-  // row range and each plan holds device scratch outside the budget (whole-tensor plans: one per format).
-  std::deque<PlanKey> range_plans;
-  PlanKey whole(cuda::OutputFormat f) const { return {f, 0, stream->rows}; }
-  bool is_whole(const PlanKey& k) const { return k.row_begin == 0 && k.row_end == stream->rows; }
-};
-// Row-range plans kept per resident tensor: enough for every rank of one world size up to 8 in one format.
-constexpr std::size_t kMaxRangePlans = 8;
 
 // The release fences' markers: plain (non-interprocess, untimed) events on the lane's device, made on first use. The
 // array is sized once, so record() on an index the pool handed out never races with make() of a later one.
@@ -103,13 +66,13 @@ double mean_us(std::uint64_t total_ns, std::uint64_t n) {
 class CudaBackend final : public GpuBackend {
  public:
   CudaBackend(int device, std::uint64_t pool_base, shm::CudaStream stream, std::vector<shm::CudaEvent> ring,
-              std::vector<shm::IpcEventHandle> handles, shm::PinnedBuffer patch)
+              std::vector<shm::IpcEventHandle> handles)
       : device_(device),
         pool_base_(pool_base),
         stream_(std::move(stream)),
         ring_(std::move(ring)),
         handles_(std::move(handles)),
-        patch_(std::move(patch)) {
+        lattice_(device, [this](std::optional<std::uint32_t> model, std::int64_t delta) { account(model, delta); }) {
     auto markers = std::make_unique<CudaMarkers>(device_, kFenceMarkers);
     markers_ = markers.get();
     fences_ = FencePool::create(std::move(markers), kFenceMarkers, "CUDA device " + std::to_string(device_));
@@ -146,17 +109,14 @@ class CudaBackend final : public GpuBackend {
 
   Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
     std::uint64_t added = 0;
-    if (!status_.data()) {
-      EPK_TRY_ASSIGN(status_, shm::PinnedBuffer::alloc(sizeof(cuda::DecodeStatus), device_));
-    }
-    std::vector<std::shared_ptr<Resident>> made(src->tensors().size());
     std::vector<std::shared_ptr<gpu_intq::Tensor>> made_intq(src->tensors().size());
     for (std::size_t i = 0; i < src->tensors().size(); ++i) {
-      if (src->intq_header(i) != nullptr) {
+      const serve::Producer* p = src->producer(i);
+      if (const serve::IntqProducer* iq = p != nullptr ? p->intq() : nullptr; iq != nullptr && iq->header()) {
         // intq "int" tensors: their logical form, for the repack and dequantize kernels (daemon/gpu_intq.h). One
         // that cannot be uploaded (device memory) stays on the CPU path; the model's other tensors keep the tier.
         EPK_TRY(src->verify_stored(i));
-        auto q = gpu_intq::upload(*src, i, device_, stream_);
+        auto q = gpu_intq::upload(*iq, device_, stream_);
         if (!q) {
           spdlog::warn("device {}: intq tensor '{}' not resident ({}); the CPU path serves it", device_,
                        src->tensors()[i].name, q.error().to_string());
@@ -167,53 +127,20 @@ class CudaBackend final : public GpuBackend {
       }
     }
     // Lattice-rans tensors: their stored buffers in one shareable region, placed by the rule libepk's client-side
-    // decode reads them by (codec/cuda/tier_layout.h). Bytes outside the buffers are zero.
-    std::vector<const rans::LatticeRansStream*> streams(src->tensors().size(), nullptr);
-    for (std::size_t i = 0; i < streams.size(); ++i) streams[i] = src->lattice_stream(i);
-    const cuda::TierLayout layout = cuda::tier_layout(streams);
-    std::shared_ptr<shm::DevicePool> tier;
-    if (layout.bytes != 0) {
-      EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, layout.bytes));
-      tier = std::move(pool);
-      EPK_TRY(shm::fill_device_async(tier->device_ptr(), 0, tier->size(), stream_.get(), device_));
-      added += tier->size();
-    }
-    for (std::size_t i = 0; i < streams.size(); ++i) {
-      const rans::LatticeRansStream* s = streams[i];
-      if (s == nullptr) continue;
-      // Resident bytes are decoded without produce()'s after-decode checksum: check them once here.
-      EPK_TRY(src->verify_stored(i));
-      auto r = std::make_shared<Resident>();
-      r->name = src->tensors()[i].name;
-      r->model = model_id;
-      r->source_model = src;
-      r->stream = s;
-      r->source = src->tensors()[i].dtype;
-      r->tier = tier;
-      const cuda::TierPlacement& at = *layout.tensors[i];
-      const std::uint64_t base = tier->device_ptr();
-      EPK_TRY(copy_in(base + at.payload, s->payload));
-      EPK_TRY(copy_in(base + at.offsets, s->offsets));
-      EPK_TRY(copy_in(base + at.states, s->states));
-      EPK_TRY(copy_in(base + at.scales, s->scales));
-      r->dev = cuda::tier_buffers(base, at);
-      // bf16 is the common serving layout: its plan is ready before the first acquire.
-      EPK_TRY(plan_for(*r, r->whole(cuda::OutputFormat::kBf16)));
-      for (const auto& [f, p] : r->plans) added += p.scratch.size();
-      made[i] = std::move(r);
-    }
-    EPK_TRY(stream_.synchronize());  // the uploads read host memory owned by the source and the plans
+    // decode reads them by (daemon/gpu_lattice.h).
+    EPK_TRY_ASSIGN(gpu_lattice::Tier tier, gpu_lattice::upload_tier(model_id, src, device_, stream_));
+    added += tier.bytes;
     std::lock_guard<std::mutex> lock(mu_);
-    models_[model_id] = std::move(made);
+    models_[model_id] = std::move(tier.tensors);
     intq_[model_id] = std::move(made_intq);
-    if (tier) tiers_[model_id] = std::move(tier);
+    if (tier.region) tiers_[model_id] = std::move(tier.region);
     resident_bytes_ += added;
     model_bytes_[model_id] += added;
     return added;
   }
 
   std::uint64_t remove_model(std::uint32_t model_id) override {
-    std::vector<std::shared_ptr<Resident>> made;
+    std::vector<std::shared_ptr<gpu_lattice::Tensor>> made;
     std::vector<std::shared_ptr<gpu_intq::Tensor>> made_intq;
     std::shared_ptr<const shm::DevicePool> tier;
     std::uint64_t freed = 0;
@@ -250,8 +177,8 @@ class CudaBackend final : public GpuBackend {
                  const shm::ShardRange& shard, std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id,
                  bool* on_device, const std::function<void()>& on_enqueued) override {
     *on_device = false;
-    pending_plan_ = nullptr;
-    std::shared_ptr<Resident> r;
+    lattice_.forget();
+    std::shared_ptr<gpu_lattice::Tensor> r;
     std::shared_ptr<gpu_intq::Tensor> q;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -262,17 +189,17 @@ class CudaBackend final : public GpuBackend {
     }
     EPK_TRY(shm::make_device_current(device_));
     const std::uint64_t dst = pool_base_ + slot_offset;
-    std::optional<cuda::OutputFormat> fmt = r ? shm::decode_format(layout, r->source) : std::nullopt;
+    const bool lattice = r && gpu_lattice::Decoder::serves(*r, layout);
     // Row shards decode their rows on the device; column shards decode the whole tensor into the column scratch and
     // copy their columns; shards of anything else take the CPU path.
-    const bool host_shard = !shard.whole() && !fmt;
+    const bool host_shard = !shard.whole() && !lattice;
     Status enqueued = [&]() -> Status {
       bool intq_kernels = false;
       if (q && shard.whole()) {  // the intq kernels write whole tensors only
         std::uint64_t added = 0;
         // A layout the kernels cannot be set up for (its padded variant does not fit the device, say) goes to the
         // CPU path like any layout they do not cover.
-        auto covered = gpu_intq::covers(*q, src, tensor, layout, device_, stream_, &added);
+        auto covered = gpu_intq::covers(*q, *src.producer(tensor)->intq(), layout, device_, stream_, &added);
         if (!covered) {
           spdlog::warn("device {}: intq tensor {}: the kernels' setup failed ({}); the CPU path serves it", device_,
                        tensor, covered.error().to_string());
@@ -284,17 +211,11 @@ class CudaBackend final : public GpuBackend {
           model_bytes_[model_id] += added;
         }
       }
-      if (fmt && shard.dim == shm::ShardDim::kCols) {
-        EPK_TRY(decode_columns(*r, *fmt, shard, dst, bytes));
-        *on_device = true;
-      } else if (fmt) {
-        const PlanKey key = shard.whole() ? r->whole(*fmt)
-                                          : PlanKey{*fmt, static_cast<std::uint32_t>(shard.begin),
-                                                    static_cast<std::uint32_t>(shard.end)};
-        EPK_TRY(decode_on_device(*r, key, dst, bytes));
+      if (lattice) {
+        EPK_TRY(lattice_.enqueue(*r, layout, shard, dst, bytes, stream_));
         *on_device = true;
       } else if (intq_kernels) {
-        EPK_TRY(gpu_intq::produce(*q, src, tensor, layout, dst, bytes, device_, stream_));
+        EPK_TRY(gpu_intq::produce(*q, *src.producer(tensor)->intq(), layout, dst, bytes, device_, stream_));
         *on_device = true;
         ++intq_kernel_slots_;
       } else {
@@ -315,15 +236,15 @@ class CudaBackend final : public GpuBackend {
         spdlog::error("device {}: the enqueue callback threw; the decode goes on", device_);
       }
     }
-    // Synchronised on failure too: the next produce() reuses the pinned patch, staging and status buffers, which a
-    // copy queued before the failure may still read.
+    // Synchronised on failure too: the next produce() reuses the staging buffer and the plans' pinned patch and
+    // status, which a copy queued before the failure may still read.
     Status synced = stream_.synchronize();
     if (!enqueued) {
-      pending_plan_ = nullptr;
+      lattice_.forget();
       return enqueued;
     }
     EPK_TRY(synced);
-    return check_status();
+    return lattice_.check(stream_);
   }
 
   Result<std::unique_ptr<shm::Fence>> client_fence(ClientId client, const shm::IpcEventHandle& handle) override {
@@ -434,12 +355,6 @@ class CudaBackend final : public GpuBackend {
     }
   };
 
-  template <class T>
-  Status copy_in(std::uint64_t dst, std::span<const T> src) {
-    if (src.empty()) return {};
-    return shm::copy_to_device_async(dst, src.data(), src.size_bytes(), stream_.get(), device_);
-  }
-
   std::optional<TierExport> tier(std::uint32_t model_id) const override {
     std::lock_guard<std::mutex> lock(mu_);
     auto t = tiers_.find(model_id);
@@ -447,133 +362,14 @@ class CudaBackend final : public GpuBackend {
     return TierExport{t->second->export_fd(), t->second->size()};
   }
 
-  Status plan_for(Resident& r, const PlanKey& key) {
-    if (r.plans.count(key) != 0) return {};
-    const cuda::OutputFormat fmt = key.format;
-    cuda::DecodeJob job;
-    job.name = r.name;
-    job.stream = r.stream;
-    job.dev = r.dev;
-    job.row_begin = key.row_begin;
-    job.row_end = key.row_end;
-    job.format = fmt;
-    // Placeholders, patched per decode (decode_on_device): the pool's base is a valid, aligned device address.
-    job.out_dev = reinterpret_cast<void*>(pool_base_);
-    job.row_scales_dev = cuda::is_rowwise(fmt) ? reinterpret_cast<float*>(pool_base_) : nullptr;
-    EPK_TRY_ASSIGN(cuda::DecodePlan plan, cuda::DecodePlan::create(std::span<const cuda::DecodeJob>(&job, 1)));
-    EPK_TRY_ASSIGN(shm::DeviceBuffer scratch, shm::DeviceBuffer::alloc(plan.scratch_bytes(), device_));
-    EPK_TRY(cuda::upload(plan, reinterpret_cast<void*>(scratch.ptr()), plan.scratch_bytes(),
-                         static_cast<cuda::Stream>(stream_.get())));
-    r.plans.emplace(key, Resident::Plan{std::move(plan), std::move(scratch)});
-    return {};
-  }
-
-  // Decodes rows [key.row_begin, key.row_end) of r in key.format into the slot at dst (bytes long).
-  Status decode_on_device(Resident& r, const PlanKey& key, std::uint64_t dst, std::uint64_t bytes) {
-    const cuda::OutputFormat fmt = key.format;
-    if (r.plans.count(key) == 0) {
-      if (!r.is_whole(key) && r.range_plans.size() >= kMaxRangePlans) {
-        // The oldest range plan goes: nothing still uses it (each produce() synchronises the stream before returning).
-        auto old = r.plans.find(r.range_plans.front());
-        r.range_plans.pop_front();
-        if (old != r.plans.end()) {
-          const std::uint64_t freed = old->second.scratch.size();
-          r.plans.erase(old);
-          std::lock_guard<std::mutex> lock(mu_);
-          resident_bytes_ -= std::min(resident_bytes_, freed);
-          model_bytes_[r.model] -= std::min(model_bytes_[r.model], freed);
-        }
-      }
-      EPK_TRY(plan_for(r, key));
-      if (!r.is_whole(key)) r.range_plans.push_back(key);
-      std::lock_guard<std::mutex> lock(mu_);
-      resident_bytes_ += r.plans.at(key).scratch.size();
-      model_bytes_[r.model] += r.plans.at(key).scratch.size();
-    }
-    Resident::Plan& p = r.plans.at(key);
-    // The slot's address (and its row scales' for rowwise formats) into the plan's one descriptor.
-    std::uint64_t scales_dst = 0;
-    const std::uint64_t rows = key.row_end - key.row_begin;
-    if (cuda::is_rowwise(fmt)) {
-      const std::uint64_t values = rows * r.stream->cols;
-      const std::uint64_t at = shm::rowwise_scales_offset(rows, r.stream->cols);
-      if (at + rows * 4 != bytes) return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': rowwise slot size");
-      scales_dst = dst + at;
-      // Padding between values and scales: no stale bytes of an earlier slot (as the CPU path).
-      if (at > values) EPK_TRY(shm::fill_device_async(dst + values, 0, at - values, stream_.get(), device_));
-    } else if (rows * r.stream->cols * cuda::output_element_bytes(fmt) != bytes) {
-      return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': dense slot size");  // never write past a slot
-    }
-    std::uint64_t patch[2] = {dst, scales_dst};
-    std::memcpy(patch_.data(), patch, sizeof(patch));  // the previous produce() synchronised: the buffer is free
-    const std::uint64_t desc = p.scratch.ptr() + p.plan.descs_offset();
-    EPK_TRY(shm::copy_to_device_async(desc + offsetof(cuda::detail::TensorDesc, out), patch_.data(), sizeof(patch),
-                                      stream_.get(), device_));
-    static_assert(offsetof(cuda::detail::TensorDesc, row_scales) ==
-                  offsetof(cuda::detail::TensorDesc, out) + sizeof(void*));
-    EPK_TRY(cuda::decode(p.plan, reinterpret_cast<void*>(p.scratch.ptr()), static_cast<cuda::Stream>(stream_.get())));
-    // The status comes back on the stream into pinned memory, so the one synchronisation in produce() covers both
-    // the decode and its status; check_status() reads it afterwards.
-    pending_plan_ = &p;
-    pending_name_ = &r.name;
-    return shm::copy_from_device_async(status_.data(), p.scratch.ptr() + p.plan.status_offset(),
-                                       sizeof(cuda::DecodeStatus), stream_.get(), device_);
-  }
-
-  // A column shard [c0, c1) of r: the whole tensor decoded into col_scratch_ (grown to the largest such tensor, kept,
-  // counted in resident_bytes), then its columns copied row by row into the slot (a 2-D copy); rowwise formats take
-  // every row's scale. Every tile is decoded: a column shard saves the slot's bytes, not the decode.
-  Status decode_columns(Resident& r, cuda::OutputFormat fmt, const shm::ShardRange& shard, std::uint64_t dst,
-                        std::uint64_t bytes) {
-    const std::uint64_t rows = r.stream->rows, cols = r.stream->cols;
-    const bool rowwise = cuda::is_rowwise(fmt);
-    const std::uint64_t elem = rowwise ? 1 : cuda::output_element_bytes(fmt);
-    const std::uint64_t whole = rowwise ? shm::rowwise_scales_offset(rows, cols) + rows * 4 : rows * cols * elem;
-    const std::uint64_t width = shard.extent() * elem;
-    const std::uint64_t at = rowwise ? shm::rowwise_scales_offset(rows, shard.extent()) : rows * width;
-    if (shard.end > cols || (rowwise ? at + rows * 4 : at) != bytes) {
-      return make_error(ErrorCode::kInternal, "tensor '" + r.name + "': column shard slot size");
-    }
-    if (col_scratch_.size() < whole) {
-      {  // the old buffer goes first (its bytes leave the count with it, whether or not the new one comes)
-        const std::uint64_t before = col_scratch_.size();
-        col_scratch_ = shm::DeviceBuffer();
-        std::lock_guard<std::mutex> lock(mu_);
-        resident_bytes_ -= std::min(resident_bytes_, before);
-      }
-      EPK_TRY_ASSIGN(col_scratch_, shm::DeviceBuffer::alloc(whole, device_));
-      std::lock_guard<std::mutex> lock(mu_);
-      resident_bytes_ += whole;
-    }
-    const std::uint64_t scratch = col_scratch_.ptr();
-    EPK_TRY(decode_on_device(r, r.whole(fmt), scratch, whole));
-    EPK_TRY(shm::copy_2d_device_async(dst, width, scratch + shard.begin * elem, cols * elem, width, rows,
-                                      stream_.get(), device_));
-    if (rowwise) {
-      if (at > rows * width) {
-        EPK_TRY(shm::fill_device_async(dst + rows * width, 0, at - rows * width, stream_.get(), device_));
-      }
-      EPK_TRY(shm::copy_2d_device_async(dst + at, rows * 4, scratch + shm::rowwise_scales_offset(rows, cols), rows * 4,
-                                        rows * 4, 1, stream_.get(), device_));
-    }
-    return {};
-  }
-
-  // After the stream has synchronised: a corrupt tile of the last device decode is an error naming it (read_status
-  // reads the per-tile faults again for the message).
-  Status check_status() {
-    Resident::Plan* p = pending_plan_;
-    pending_plan_ = nullptr;
-    if (p == nullptr) return {};
-    cuda::DecodeStatus st;
-    std::memcpy(&st, status_.data(), sizeof(st));
-    if (st.bad_tiles == 0) return {};
-    Status named = cuda::read_status(p->plan, reinterpret_cast<void*>(p->scratch.ptr()),
-                                     static_cast<cuda::Stream>(stream_.get()));
-    return named ? make_error(ErrorCode::kCorruptTile, "tensor '" + *pending_name_ +
-                                                           "': a corrupt tile (device decode; its tile status was "
-                                                           "not readable)")
-                 : named;
+  // Resident bytes of `model` (or the lane's own: nullopt) changed by delta.
+  void account(std::optional<std::uint32_t> model, std::int64_t delta) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto apply = [delta](std::uint64_t& v) {
+      v = delta >= 0 ? v + static_cast<std::uint64_t>(delta) : v - std::min(v, static_cast<std::uint64_t>(-delta));
+    };
+    apply(resident_bytes_);
+    if (model) apply(model_bytes_[*model]);
   }
 
   Status produce_on_host(const ModelSource& src, std::size_t tensor, shm::Layout layout, const shm::ShardRange& shard,
@@ -592,15 +388,11 @@ class CudaBackend final : public GpuBackend {
   shm::CudaStream stream_;
   std::vector<shm::CudaEvent> ring_;
   std::vector<shm::IpcEventHandle> handles_;
-  shm::PinnedBuffer patch_;    // 16 bytes: the descriptor patch's source (GPU thread only)
   shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
-  shm::PinnedBuffer status_;   // the last device decode's DecodeStatus (GPU thread only)
-  shm::DeviceBuffer col_scratch_;  // column shards' whole decode (GPU thread only; its bytes in resident_bytes_)
-  Resident::Plan* pending_plan_ = nullptr;  // whose status status_ holds, until check_status()
-  const std::string* pending_name_ = nullptr;  // that plan's tensor, for the error
+  gpu_lattice::Decoder lattice_;  // lattice-rans slots' device work (GPU thread only)
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
   mutable std::mutex mu_;      // models_, resident_bytes_, clients_, retired_
-  std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<Resident>>> models_;
+  std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_lattice::Tensor>>> models_;
   std::unordered_map<std::uint32_t, std::shared_ptr<const shm::DevicePool>> tiers_;  // per model with lattice tensors
   // intq "int" tensors' device forms, per model (null where a tensor has none). Variants are added on the GPU thread.
   std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_intq::Tensor>>> intq_;
@@ -646,11 +438,9 @@ Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uin
     ring.push_back(std::move(ev));
     handles.push_back(h);
   }
-  EPK_TRY_ASSIGN(shm::PinnedBuffer patch, shm::PinnedBuffer::alloc(16, device));
   const std::uint64_t base = pool->device_ptr();
   GpuSetup out;
-  out.backend = std::make_unique<CudaBackend>(device, base, std::move(stream), std::move(ring), std::move(handles),
-                                              std::move(patch));
+  out.backend = std::make_unique<CudaBackend>(device, base, std::move(stream), std::move(ring), std::move(handles));
   out.pool = std::move(pool);
   return out;
 }

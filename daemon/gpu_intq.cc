@@ -1,14 +1,12 @@
 #include "daemon/gpu_intq.h"
 
 #include <algorithm>
-#include <numeric>
 #include <span>
 
 #include "codec/cuda/intq_repack.h"
 #include "codec/layouts/convert.h"
 #include "codec/layouts/intq_io.h"
 #include "codec/layouts/pack_bits.h"
-#include "daemon/intq_serving.h"
 
 namespace epk::daemon::gpu_intq {
 namespace {
@@ -46,54 +44,13 @@ ci::DeviceIntq view_of(const Tensor& t, const Variant& v) {
   return d;
 }
 
-// sort_groups' refusal, computed as it does: the stable order of the rows by group moves a padding row into the
-// logical rows.
-bool padding_sorts_inside(const layouts::QuantTensor& q) {
-  std::vector<std::int32_t> order(q.g_idx.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    return q.g_idx[static_cast<std::size_t>(a)] < q.g_idx[static_cast<std::size_t>(b)];
-  });
-  for (std::int64_t j = 0; j < q.rows && j < static_cast<std::int64_t>(order.size()); ++j) {
-    if (order[static_cast<std::size_t>(j)] >= q.rows) return true;
-  }
-  return false;
-}
-
-VariantTraits traits_of(const layouts::QuantTensor& q) {
-  VariantTraits v;
-  v.padded_rows = q.padded_rows;
-  v.padded_cols = q.padded_cols;
-  v.num_groups = q.num_groups;
-  v.static_groups = layouts::has_static_groups(q);
-  v.has_perm = !q.perm.empty();
-  v.zero_point_zero = std::any_of(q.zeros.begin(), q.zeros.end(), [](std::int32_t z) { return z == 0; });
-  v.padding_sorts_inside = !v.static_groups && padding_sorts_inside(q);
-  return v;
-}
-
-// Whether the kernels write packed `layout` (geometry g) from a variant with these traits; false: the CPU path,
-// which answers with the same result or the same refusal.
-bool kernels_write(const VariantTraits& v, shm::Layout layout, const shm::PackedGeometry& g) {
-  if (static_cast<std::uint64_t>(v.num_groups) != g.num_groups) return false;
-  const bool act_order = !v.static_groups || v.has_perm;
-  switch (layout) {
-    case shm::Layout::kGptq: return !v.zero_point_zero;
-    case shm::Layout::kGptqV2: return true;
-    case shm::Layout::kAwq: return !act_order;
-    case shm::Layout::kMarlin:
-      return ((g.flags & shm::kPackedGIdx) != 0) == act_order && !(act_order && v.padding_sorts_inside);
-    default: return false;
-  }
-}
-
-// The logical form of q (whose traits_of are `traits`) in device memory, and the act-order row maps the repacks take.
+// The logical form of q (whose intq_kernel_traits are `traits`) in device memory, and the act-order row maps the repacks take.
 Result<std::unique_ptr<Variant>> make_variant(const Tensor& t, const layouts::QuantTensor& q,
-                                              const VariantTraits& traits, int device, const shm::CudaStream& stream) {
+                                              const serve::IntqKernelTraits& traits, int device, const shm::CudaStream& stream) {
   // The act-order kernels below launch on the current context: make it this device's, whoever calls.
   EPK_TRY(shm::make_device_current(device));
   auto v = std::make_unique<Variant>();
-  static_cast<VariantTraits&>(*v) = traits;
+  static_cast<serve::IntqKernelTraits&>(*v) = traits;
   std::vector<std::uint32_t> words(layouts::packed_words(q.codes.size(), q.bits));
   EPK_TRY(layouts::pack_bits(q.codes, q.bits, words));
   EPK_TRY_ASSIGN(v->codes, put(std::span<const std::uint32_t>(words), device, stream));
@@ -143,62 +100,52 @@ std::optional<ci::DenseType> dense_type(DType d) {
   return std::nullopt;
 }
 
-// The dense dtype `layout` asks for (nullopt: not a dense layout the kernels write).
+// The dense type the dequantize kernel writes for `layout` of t (nullopt: not a dense layout the kernels write).
 std::optional<ci::DenseType> dense_layout(const Tensor& t, shm::Layout layout) {
-  switch (layout) {
-    case shm::Layout::kDenseBF16: return ci::DenseType::kBf16;
-    case shm::Layout::kDenseF16: return ci::DenseType::kFp16;
-    case shm::Layout::kStored: return dense_type(t.dense);
-    default: return std::nullopt;
-  }
+  const std::optional<DType> d = serve::intq_kernel_dense(layout, t.dense);
+  return d ? dense_type(*d) : std::nullopt;
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Tensor>> upload(const ModelSource& src, std::size_t tensor, int device,
-                                       const shm::CudaStream& stream) {
-  layouts::QuantTensor q;
-  EPK_TRY(src.read_intq(tensor, &q));
+Result<std::unique_ptr<Tensor>> upload(const serve::IntqProducer& p, int device, const shm::CudaStream& stream) {
+  EPK_TRY_ASSIGN(layouts::QuantTensor q, p.read());
   auto t = std::make_unique<Tensor>();
-  t->name = src.tensors()[tensor].name;
-  t->dense = src.tensors()[tensor].dtype;
+  t->name = p.entry().name;
+  t->dense = p.entry().dtype;
   t->scale = q.scale_dtype;
   t->bits = q.bits;
   t->rows = q.rows;
   t->cols = q.cols;
   t->group_size = q.group_size;
-  EPK_TRY_ASSIGN(std::unique_ptr<Variant> v, make_variant(*t, q, traits_of(q), device, stream));
+  EPK_TRY_ASSIGN(std::unique_ptr<Variant> v, make_variant(*t, q, serve::intq_kernel_traits(q), device, stream));
   t->variants.push_back(std::move(v));
   return t;
 }
 
-Result<bool> covers(Tensor& t, const ModelSource& src, std::size_t tensor, shm::Layout layout, int device,
+Result<bool> covers(Tensor& t, const serve::IntqProducer& p, shm::Layout layout, int device,
                     const shm::CudaStream& stream, std::uint64_t* added) {
   *added = 0;
   if (!shm::is_packed_int(layout)) return dense_layout(t, layout).has_value();
-  const layouts::intq::IntHeader* h = src.intq_header(tensor);
-  if (h == nullptr || !dense_type(t.scale)) return false;
+  if (p.header() == nullptr || !dense_type(t.scale)) return false;
   const std::uint32_t layout_bit = 1u << static_cast<std::uint32_t>(layout);
   static_assert(shm::kLayoutCount <= 32);
   if ((t.refused & layout_bit) != 0) return false;
-  Result<intq_serving::Plan> plan = intq_serving::packed_plan(*h, src.origin(), t.name, layout);
+  Result<serve::PackedPlan> plan = p.packed_plan(layout);
   if (!plan) return false;  // the CPU path answers with the same refusal
   const shm::PackedGeometry& g = plan->geometry;
   Variant* v = find(t, g.padded_rows, g.padded_cols);
   if (v == nullptr) {
     // write_layout's padding for this layout, made once on the host from the stored tensor.
-    layouts::QuantTensor q;
-    EPK_TRY(src.read_intq(tensor, &q));
-    std::int64_t rm = 1, cm = 1;
-    layouts::layout_alignment(intq_serving::target_of(layout), q, &rm, &cm);
-    EPK_TRY(layouts::pad_to(q, rm, cm));
+    EPK_TRY_ASSIGN(layouts::QuantTensor q, p.read());
+    EPK_TRY(serve::pad_for_layout(q, layout));
     if (static_cast<std::uint64_t>(q.padded_rows) != g.padded_rows ||
         static_cast<std::uint64_t>(q.padded_cols) != g.padded_cols) {
       return false;  // not the geometry the slot was sized by: let the CPU path report it
     }
     // A layout the kernels refuse for this tensor (AWQ or Marlin of an act-order tensor, say) uploads nothing.
-    const VariantTraits traits = traits_of(q);
-    if (!kernels_write(traits, layout, g)) {
+    const serve::IntqKernelTraits traits = serve::intq_kernel_traits(q);
+    if (!serve::intq_kernels_write(traits, layout, g)) {
       t.refused |= layout_bit;  // the same tensor and layout give the same answer next time
       return false;
     }
@@ -207,10 +154,10 @@ Result<bool> covers(Tensor& t, const ModelSource& src, std::size_t tensor, shm::
     v = made.get();
     t.variants.push_back(std::move(made));
   }
-  return kernels_write(*v, layout, g);
+  return serve::intq_kernels_write(*v, layout, g);
 }
 
-Status produce(const Tensor& t, const ModelSource& src, std::size_t tensor, shm::Layout layout, std::uint64_t dst,
+Status produce(const Tensor& t, const serve::IntqProducer& p, shm::Layout layout, std::uint64_t dst,
                std::uint64_t bytes, int device, const shm::CudaStream& stream) {
   const cuda::Stream s = cs(stream);
   if (std::optional<ci::DenseType> d = dense_layout(t, layout)) {
@@ -219,9 +166,7 @@ Status produce(const Tensor& t, const ModelSource& src, std::size_t tensor, shm:
     }
     return ci::dequantize_dense(view_of(t, *t.variants[0]), *d, reinterpret_cast<void*>(dst), s);
   }
-  const layouts::intq::IntHeader* h = src.intq_header(tensor);
-  if (h == nullptr) return make_error(ErrorCode::kInternal, "tensor '" + t.name + "': no intq params");
-  EPK_TRY_ASSIGN(intq_serving::Plan plan, intq_serving::packed_plan(*h, src.origin(), t.name, layout));
+  EPK_TRY_ASSIGN(serve::PackedPlan plan, p.packed_plan(layout));
   const Variant* v = find(t, plan.geometry.padded_rows, plan.geometry.padded_cols);
   if (v == nullptr || plan.bytes != bytes) {
     return make_error(ErrorCode::kInternal, "tensor '" + t.name + "': packed intq slot without its device form");

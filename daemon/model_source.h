@@ -3,7 +3,7 @@
 // its worker threads, so implementations must be safe to call concurrently (const, no shared mutable state).
 //
 // Implementations: SyntheticSource (synthetic_source.h, deterministic tensors for tests and benchmarks) and the .epk
-// reader (epk_source.h: the seam where the container and CPU codec plug in).
+// reader (epk_source.h: the seam where the serving layer, codec/serve/producer.h, plugs in).
 #pragma once
 
 #include <cstddef>
@@ -14,19 +14,14 @@
 
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
+#include "codec/serve/slot.h"
 #include "daemon/dims.h"
 #include "shm/layout.h"
 #include "shm/shard.h"
 
-namespace epk::rans {
-struct LatticeRansStream;
+namespace epk::serve {
+class Producer;
 }
-namespace epk::layouts {
-struct QuantTensor;
-namespace intq {
-struct IntHeader;
-}
-}  // namespace epk::layouts
 
 namespace epk::daemon {
 
@@ -38,14 +33,9 @@ struct TensorMeta {
   std::string encoding;  // as stored: "raw", "lattice-rans", "intq", ... ("synthetic" for SyntheticSource)
 };
 
-// What a client receives for a tensor in a layout: the slot size and how to read it. Fixed-size (no heap): served()
-// runs on every acquire, cache hits included.
-struct ServedTensor {
-  std::uint64_t bytes = 0;
-  DType dtype = DType::kF32;
-  Shape shape;
-  Strides strides;  // elements, row-major unless the layout says otherwise
-};
+// What a client receives for a tensor in a layout: the slot size and how to read it (codec/serve/slot.h).
+using ServedTensor = serve::Slot;
+using serve::row_major_strides;
 
 class ModelSource {
  public:
@@ -63,7 +53,7 @@ class ModelSource {
   // calling thread. Errors name the tensor; a corrupt tile is an error, never served.
   virtual Status produce(std::size_t tensor, shm::Layout layout, std::span<std::uint8_t> dst) const = 0;
   // A shard of `tensor` (resolved against its shape, shm/shard.h): its slot size and shape, and its bytes. The
-  // defaults (daemon/shard_slice.cc) slice what served() and produce() give for the whole tensor: produce_shard then
+  // defaults (codec/serve/shard_slice.h) slice what served() and produce() give for the whole tensor: produce_shard
   // decodes the whole tensor into a temporary and copies the shard out, the plain reference that sources with
   // cheaper paths are tested against. A whole ShardRange is served() / produce() exactly. served_shard must not
   // allocate when it succeeds (it runs on every shard acquire); a layout a source cannot shard is kUnsupported.
@@ -74,23 +64,13 @@ class ModelSource {
   // codec/common/map_faults.h). Checked after every produce: what was read since cannot be trusted.
   virtual bool damaged() const { return false; }
 
-  // GPU path (daemon/gpu_backend.h): the validated view of a lattice-rans tensor (spans into the mapped file, or into
-  // epkd's memory with the resident tier; valid while the source lives), or nullptr where the tensor has another
-  // encoding or the source has no such view.
-  virtual const rans::LatticeRansStream* lattice_stream(std::size_t /*tensor*/) const { return nullptr; }
+  // The serving layer's producer of `tensor` (codec/serve/producer.h; valid while the source lives), or nullptr for
+  // a source without one (SyntheticSource). The GPU path plans from it: lattice-rans tensors decode on the device,
+  // intq "int" tensors are repacked there (daemon/gpu_backend.h).
+  virtual const serve::Producer* producer(std::size_t /*tensor*/) const { return nullptr; }
   // Checks the tensor's stored bytes (checksums) without decoding: the GPU path calls it before it keeps them resident
   // on the device, since its decodes skip produce()'s after-decode check.
   virtual Status verify_stored(std::size_t /*tensor*/) const { return {}; }
-  // GPU path for intq "int" tensors (FORMAT.md 11): the params kept at open (nullptr for other tensors), and the
-  // logical tensor read from the stored buffers (rANS-coded codes decoded), which the device tier uploads once per
-  // padding. read_intq fills *out and is called on the GPU path's threads only.
-  virtual const layouts::intq::IntHeader* intq_header(std::size_t /*tensor*/) const { return nullptr; }
-  virtual Status read_intq(std::size_t /*tensor*/, layouts::QuantTensor* /*out*/) const {
-    return make_error(ErrorCode::kUnsupported, origin() + ": no intq tensors");
-  }
 };
-
-// Row-major strides, in elements, for `shape` (at most shm::kMaxDims entries are used).
-Strides row_major_strides(std::span<const std::uint64_t> shape);
 
 }  // namespace epk::daemon

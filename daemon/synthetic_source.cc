@@ -40,18 +40,6 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 
 }  // namespace
 
-Strides row_major_strides(std::span<const std::uint64_t> shape) {
-  Strides s;
-  s.resize(shape.size());
-  shape = shape.first(s.size());
-  std::int64_t acc = 1;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    s[i] = acc;
-    acc *= static_cast<std::int64_t>(shape[i]);
-  }
-  return s;
-}
-
 float synthetic_value(std::uint32_t tensor, std::uint64_t index) {
   std::uint64_t h = splitmix64((static_cast<std::uint64_t>(tensor) << 40) ^ index);
   auto k = static_cast<std::int32_t>((h >> 40) % 4096) - 2048;

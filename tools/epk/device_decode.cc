@@ -4,6 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include "codec/cuda/decode.h"
+#include "codec/cuda/tier_layout.h"
+#include "codec/serve/device_plan.h"
 #endif
 
 namespace epk::cli {
@@ -53,14 +55,6 @@ bool output_format(DType t, cuda::OutputFormat* f) {
   }
 }
 
-template <class T>
-cudaError_t upload_span(DeviceBuffer& b, std::span<const T> s, std::size_t extra = 0) {
-  const std::size_t bytes = s.size_bytes();
-  if (auto e = b.alloc(bytes + extra); e != cudaSuccess) return e;
-  if (extra) cudaMemset(b.get(), 0, bytes + extra);
-  return bytes ? cudaMemcpy(b.get(), s.data(), bytes, cudaMemcpyHostToDevice) : cudaSuccess;
-}
-
 }  // namespace
 
 Result<Device> choose_device(std::string_view name) {
@@ -79,31 +73,40 @@ Status gpu_decode(const rans::LatticeRansStream& s, std::string_view name, DType
   if (!output_format(out, &fmt))
     return make_error(ErrorCode::kUnsupported, "tensor '" + std::string(name) + "': the GPU decoder does not write " +
                                                    std::string(dtype_name(out)));
-  DeviceBuffer payload, offsets, states, scales, output, scratch;
+  // The stored buffers in one region at the serving layer's places (the decoder reads the payload past its end:
+  // tier_layout pads it), then the serving layer's plan for the format, on the legacy default stream.
+  const rans::LatticeRansStream* views[1] = {&s};
+  const cuda::TierLayout at = cuda::tier_layout(views);
+  DeviceBuffer inputs, output, scratch;
   cudaError_t e;
-  // The decoder reads the payload in 16-byte chunks, up to 8 words past its end.
-  if ((e = upload_span(payload, s.payload, 32)) != cudaSuccess) return cuda_error(name, "payload", e);
-  if ((e = upload_span(offsets, s.offsets)) != cudaSuccess) return cuda_error(name, "offsets", e);
-  if ((e = upload_span(states, s.states)) != cudaSuccess) return cuda_error(name, "states", e);
-  if ((e = upload_span(scales, s.scales)) != cudaSuccess) return cuda_error(name, "scales", e);
+  if ((e = inputs.alloc(at.bytes)) != cudaSuccess) return cuda_error(name, "inputs", e);
+  if ((e = cudaMemset(inputs.get(), 0, at.bytes)) != cudaSuccess) return cuda_error(name, "inputs", e);
+  for (const serve::Upload& u : serve::lattice_uploads(s, *at.tensors[0])) {
+    if (u.host.empty()) continue;
+    if ((e = cudaMemcpy(static_cast<std::uint8_t*>(inputs.get()) + u.offset, u.host.data(), u.host.size(),
+                        cudaMemcpyHostToDevice)) != cudaSuccess) {
+      return cuda_error(name, "upload", e);
+    }
+  }
+  int device = 0;
+  if ((e = cudaGetDevice(&device)) != cudaSuccess) return cuda_error(name, "device", e);
+  EPK_TRY_ASSIGN(auto plan, serve::LatticeDevicePlan::create(
+                                s, name, fmt,
+                                cuda::tier_buffers(reinterpret_cast<std::uint64_t>(inputs.get()), *at.tensors[0]),
+                                device));
+  if (plan.output_bytes() != dst.size()) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) + "': output of " +
+                                                       std::to_string(dst.size()) + " bytes, the decode writes " +
+                                                       std::to_string(plan.output_bytes()));
+  }
   if ((e = output.alloc(dst.size())) != cudaSuccess) return cuda_error(name, "output", e);
-  cuda::DecodeJob job;
-  job.name = std::string(name);
-  job.stream = &s;
-  job.dev = {static_cast<const std::uint16_t*>(payload.get()), static_cast<const std::uint32_t*>(offsets.get()),
-             static_cast<const std::uint32_t*>(states.get()), static_cast<const float*>(scales.get())};
-  job.row_begin = 0;
-  job.row_end = s.rows;
-  job.format = fmt;
-  job.out_dev = output.get();
-  EPK_TRY_ASSIGN(auto plan, cuda::DecodePlan::create(std::span<const cuda::DecodeJob>(&job, 1)));
   if ((e = scratch.alloc(plan.scratch_bytes())) != cudaSuccess) return cuda_error(name, "scratch", e);
-  EPK_TRY(cuda::upload(plan, scratch.get(), plan.scratch_bytes(), nullptr));
-  EPK_TRY(cuda::decode(plan, scratch.get(), nullptr));
-  EPK_TRY_ASSIGN(auto bad, cuda::read_tile_faults(plan, scratch.get(), nullptr));
+  EPK_TRY(plan.upload(scratch.get(), nullptr));
+  EPK_TRY(plan.enqueue(reinterpret_cast<std::uint64_t>(output.get()), scratch.get(), nullptr));
+  EPK_TRY_ASSIGN(auto bad, cuda::read_tile_faults(plan.decode_plan(), scratch.get(), nullptr));
   if (faults)
     for (const auto& f : bad) faults->push_back({f.tile, std::string(cuda::tile_fault_name(f.fault))});
-  EPK_TRY(cuda::read_status(plan, scratch.get(), nullptr));
+  EPK_TRY(plan.check(scratch.get(), nullptr));
   if ((e = cudaMemcpy(dst.data(), output.get(), dst.size(), cudaMemcpyDeviceToHost)) != cudaSuccess)
     return cuda_error(name, "copy back", e);
   return {};

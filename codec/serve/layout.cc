@@ -1,8 +1,8 @@
-#include "shm/layout.h"
+#include "codec/serve/layout.h"
 
 #include "codec/common/bytes.h"
 
-namespace epk::shm {
+namespace epk::serve {
 
 std::string_view layout_name(Layout l) {
   switch (l) {
@@ -102,4 +102,4 @@ std::optional<Layout> layout_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-}  // namespace epk::shm
+}  // namespace epk::serve

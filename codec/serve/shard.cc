@@ -1,8 +1,8 @@
-#include "shm/shard.h"
+#include "codec/serve/shard.h"
 
 #include <string>
 
-namespace epk::shm {
+namespace epk::serve {
 namespace {
 
 std::string shape_text(std::span<const std::uint64_t> shape) {
@@ -104,4 +104,4 @@ SliceGeometry slice_geometry(std::span<const std::uint64_t> shape, std::size_t a
   return g;
 }
 
-}  // namespace epk::shm
+}  // namespace epk::serve
