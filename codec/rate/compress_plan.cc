@@ -141,6 +141,28 @@ Result<CompressPlan> CompressPlan::create(std::span<const safetensors::TensorVie
   return p;
 }
 
+EncodeOptions packer_encode_options(double target_bpp, int rdo_sweeps, int threads) {
+  EncodeOptions o;
+  o.target_bpp = target_bpp;
+  o.rdo_sweeps = rdo_sweeps;
+  o.ecvq = o.prune_tables = o.fine_rate = rdo_sweeps > 0;
+  o.threads = threads;
+  return o;
+}
+
+rans::EncodingInfo packer_encoding_info(double target_bpp, int rdo_sweeps) {
+  rans::EncodingInfo info;
+  info.target_bpp = target_bpp;
+  info.rdo_sweeps = rdo_sweeps;
+  info.rdo_candidates = EncodeOptions{}.rdo_candidates;
+  return info;
+}
+
+std::vector<std::string> rdo_levers(int rdo_sweeps) {
+  if (rdo_sweeps <= 0) return {};
+  return {"ecvq", "prune_tables", "fine_rate"};
+}
+
 Result<double> CompressPlan::target(std::size_t i) const {
   const TensorPlan& plan = plans_[i];
   if (!budget_bpp_ || !plan.encode || plan.fixed) return plan.target;

@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "codec/common/result.h"
+#include "codec/rans/container_io.h"
 #include "codec/rate/budget.h"
+#include "codec/rate/encode.h"
 #include "codec/safetensors/reader.h"
 
 namespace epk::rate {
@@ -68,6 +70,14 @@ struct TensorPlan {
   double target = 0.0;  // encoded tensors: the rule's rate or bpp (0 under a budget without bpp: see target())
   std::string why;      // raw tensors: why they stay raw
 };
+
+// The encoder's settings for one tensor at `target_bpp`, and what the file records of them. rdo_sweeps > 0 (row
+// RDO) also turns on the encoder's other slower levers, ECVQ point choice, table pruning and the fine rate step
+// (each trades encode time for a little rate at the same error: docs/NOTES.md), so one setting asks for "slower and
+// smaller"; rdo_levers names them as compress records them in the file's settings.
+EncodeOptions packer_encode_options(double target_bpp, int rdo_sweeps, int threads);
+rans::EncodingInfo packer_encoding_info(double target_bpp, int rdo_sweeps);
+std::vector<std::string> rdo_levers(int rdo_sweeps);
 
 // Steps 1-3 of the planning for one tensor.
 Result<TensorPlan> plan_tensor(const safetensors::TensorView& t, const CompressSettings& settings);

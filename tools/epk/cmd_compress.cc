@@ -140,8 +140,7 @@ Status run_compress(const CompressArgs& args) {
       {"budget_bpp", args.budget_bpp ? nlohmann::json(*args.budget_bpp) : nlohmann::json(nullptr)},
       {"rdo", args.rdo},
       // Recorded apart from rdo so that files from before --rdo implied them can be told apart.
-      {"encoder_levers", args.rdo > 0 ? nlohmann::json::array({"ecvq", "prune_tables", "fine_rate"})
-                                      : nlohmann::json::array()},
+      {"encoder_levers", rate::rdo_levers(args.rdo)},
       {"rules", args.rules},
       {"max_error", args.max_error ? nlohmann::json(*args.max_error) : nlohmann::json("auto")},
       {"include_embeddings", args.include_embeddings}};
@@ -158,22 +157,8 @@ Status run_compress(const CompressArgs& args) {
   Progress progress(tensors.size(), total_bytes, total_work);
   // On a GPU, without a budget (whose allocation follows each tensor's outcome), tensors are packed ahead of the
   // writer by several device encoders; each tensor is packed exactly as below.
-  auto options_of = [&](double target) {
-    rate::EncodeOptions o;
-    o.target_bpp = target;
-    o.rdo_sweeps = args.rdo;
-    // --rdo also turns on the encoder's other slower levers (docs/NOTES.md: each pays a little at the same rate).
-    o.ecvq = o.prune_tables = o.fine_rate = args.rdo > 0;
-    o.threads = args.threads;
-    return o;
-  };
-  auto info_of = [&](double target) {
-    rans::EncodingInfo info;
-    info.target_bpp = target;
-    info.rdo_sweeps = args.rdo;
-    info.rdo_candidates = rate::EncodeOptions{}.rdo_candidates;
-    return info;
-  };
+  auto options_of = [&](double target) { return rate::packer_encode_options(target, args.rdo, args.threads); };
+  auto info_of = [&](double target) { return rate::packer_encoding_info(target, args.rdo); };
   rate::ChoicePolicy policy;
   policy.max_rel_l2 = args.max_error;
   auto bytes_of = [&](std::size_t i) {

@@ -269,5 +269,22 @@ TEST(CompressPlan, BudgetRefusesWhatRuleFixedRatesLeaveOutsideOneToEight) {
   EXPECT_TRUE(CompressPlan::create(t.views(), with_rules({}, 1.0, {"*=8"})).has_value());
 }
 
+TEST(PackerSettings, RdoTurnsOnTheSlowerLeversAndTheFileRecordsThem) {
+  const EncodeOptions plain = packer_encode_options(3.5, 0, 4);
+  EXPECT_EQ(plain.target_bpp, 3.5);
+  EXPECT_EQ(plain.rdo_sweeps, 0);
+  EXPECT_EQ(plain.threads, 4);
+  EXPECT_FALSE(plain.ecvq || plain.prune_tables || plain.fine_rate);
+  EXPECT_TRUE(rdo_levers(0).empty());
+  const EncodeOptions slow = packer_encode_options(3.5, 2, 1);
+  EXPECT_EQ(slow.rdo_sweeps, 2);
+  EXPECT_TRUE(slow.ecvq && slow.prune_tables && slow.fine_rate);
+  EXPECT_EQ(rdo_levers(2), (std::vector<std::string>{"ecvq", "prune_tables", "fine_rate"}));
+  const rans::EncodingInfo info = packer_encoding_info(3.5, 2);
+  EXPECT_EQ(info.target_bpp, 3.5);
+  EXPECT_EQ(info.rdo_sweeps, 2);
+  EXPECT_EQ(info.rdo_candidates, slow.rdo_candidates);
+}
+
 }  // namespace
 }  // namespace epk::rate
