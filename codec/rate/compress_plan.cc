@@ -6,26 +6,12 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "codec/common/shape.h"
 #include "codec/decode/decode_tensor.h"
 #include "codec/rate/encode.h"
 
 namespace epk::rate {
 namespace {
-
-std::string shape_string(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-std::uint64_t element_count(const std::vector<std::uint64_t>& shape) {
-  std::uint64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
 
 bool matches(const std::string& pattern, std::string_view name) {
   return ::fnmatch(pattern.c_str(), std::string(name).c_str(), 0) == 0;

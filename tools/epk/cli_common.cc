@@ -41,21 +41,6 @@ std::string human_bytes(std::uint64_t bytes) {
   return buf;
 }
 
-std::string shape_string(const std::vector<std::uint64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-std::uint64_t element_count(const std::vector<std::uint64_t>& shape) {
-  std::uint64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
-
 Result<DType> parse_output_dtype(std::string_view name) {
   static constexpr std::pair<std::string_view, DType> kNames[] = {
       {"bf16", DType::kBF16},       {"fp16", DType::kF16}, {"f16", DType::kF16},

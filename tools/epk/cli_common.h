@@ -12,6 +12,7 @@
 
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
+#include "codec/common/shape.h"
 
 namespace epk::cli {
 
@@ -24,8 +25,6 @@ int report(std::string_view command, const Error& error);
 // "1.50 GiB", "812 B"
 std::string human_bytes(std::uint64_t bytes);
 // "[4096, 4096]"
-std::string shape_string(const std::vector<std::uint64_t>& shape);
-std::uint64_t element_count(const std::vector<std::uint64_t>& shape);
 
 // --dtype values: bf16, fp16, fp32, fp8_e4m3, fp8_e5m2, int8 (also the safetensors names BF16, F16, F32, ...).
 Result<DType> parse_output_dtype(std::string_view name);
