@@ -226,9 +226,10 @@ Status run_compress(const CompressArgs& args) {
         auto form = rans::to_container(packed.lattice, t.name, info);
         row.stored = rans::index_entry_bytes(form.spec, form.buffers);
         for (const auto& b : form.buffers) row.stored += b.bytes.size();
-        EPK_TRY(writes.add(form.spec, std::move(form.buffers), std::move(kept)));
         row.encoded = true;
         row.rel_l2 = packed.rel_l2;
+        // The pool owns the result from here on and frees it once written: nothing below may read `packed`.
+        EPK_TRY(writes.add(form.spec, std::move(form.buffers), std::move(kept)));
         row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       } else {
         store_raw = true;
