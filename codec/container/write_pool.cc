@@ -44,10 +44,7 @@ Status WritePool::add(const TensorSpec& spec, std::vector<BufferData> buffers, s
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_) return error_;
   }
-  std::vector<BufferShape> shapes;
-  shapes.reserve(buffers.size());
-  for (const auto& b : buffers) shapes.push_back({b.name, b.bytes.size()});
-  EPK_TRY_ASSIGN(Writer::Reservation place, writer_.reserve_tensor(spec, shapes));
+  EPK_TRY_ASSIGN(Writer::Reservation place, writer_.reserve_tensor(spec, buffer_shapes(buffers)));
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return queue_.size() < max_pending_; });
   queue_.push_back(Job{place, std::move(buffers), std::move(keep)});

@@ -110,11 +110,15 @@ Status Writer::validate(const TensorSpec& spec, std::span<const BufferShape> buf
   return {};
 }
 
-Status Writer::add_tensor(const TensorSpec& spec, std::span<const BufferData> buffers) {
+std::vector<BufferShape> buffer_shapes(std::span<const BufferData> buffers) {
   std::vector<BufferShape> shapes;
   shapes.reserve(buffers.size());
   for (const auto& b : buffers) shapes.push_back({b.name, b.bytes.size()});
-  EPK_TRY_ASSIGN(Reservation r, reserve_tensor(spec, shapes));
+  return shapes;
+}
+
+Status Writer::add_tensor(const TensorSpec& spec, std::span<const BufferData> buffers) {
+  EPK_TRY_ASSIGN(Reservation r, reserve_tensor(spec, buffer_shapes(buffers)));
   return fill_tensor(r, buffers);
 }
 

@@ -35,6 +35,9 @@ struct BufferShape {
   std::uint64_t size = 0;
 };
 
+// The names and sizes of `buffers`, as reserve_tensor takes them.
+std::vector<BufferShape> buffer_shapes(std::span<const BufferData> buffers);
+
 // What the index records about a tensor, apart from where its bytes land.
 struct TensorSpec {
   std::string name;

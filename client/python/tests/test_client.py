@@ -269,9 +269,10 @@ def test_quota_and_access_errors(bins, model):
             assert "max_pins_per_tensor" in str(e.value)
             first.release()
             second.release()
-            with epk.Client(d.socket):  # a second session of this uid: within max_sessions_per_uid (2)
+            # The daemon admits max_sessions_per_uid (2) sessions of one uid: c and this one; a third is refused.
+            with epk.Client(d.socket):
                 with pytest.raises(epk.PermissionDenied) as e:
-                    epk.Client(d.socket)  # a third
+                    epk.Client(d.socket)
                 assert e.value.code == "permission" and "max_sessions_per_uid" in str(e.value)
                 assert isinstance(e.value, PermissionError)
     finally:
