@@ -108,7 +108,9 @@ __global__ void awq_kernel(const std::uint32_t* __restrict__ codes, Geometry g, 
   const std::uint32_t logical = __ldg(codes + (k * g.padded_cols + 8 * c) / 8);
   constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   std::uint32_t word = 0;
+#ifdef __CUDACC__  // the host emulation's compiler does not know the pragma
 #pragma unroll
+#endif
   for (int s = 0; s < 8; ++s) word |= ((logical >> (4 * kOrder[s])) & 0xFu) << (4 * s);
   out[i] = word;
 }

@@ -157,7 +157,7 @@ struct Part2 {
 };
 Part2 part_of(const client::Tensor& t, std::string_view name) {
   for (const auto& p : t.parts) {
-    if (p.name == name) return {p.shape, static_cast<const std::uint8_t*>(p.data), dtype_bits(p.dtype) / 8};
+    if (p.name == name) return {p.shape, static_cast<const std::uint8_t*>(p.data), std::size_t(dtype_bits(p.dtype) / 8)};
   }
   ADD_FAILURE() << "no part " << name;
   return {};

@@ -84,7 +84,7 @@ TEST_F(EpkShapeLimits, UnpatchedFileIsAccepted) {  // the patch below is what ma
 TEST_F(EpkShapeLimits, LatticeColsOf2To32AreRefusedByEveryCommandNamingTheField) {
   const auto p = write("cols.epk", lattice_file_with_cols(dir_, std::uint64_t(1) << 32));
   const std::string out = (dir_ / "out.safetensors").string();
-  for (const std::string cmd : {tool() + " inspect " + p, tool() + " inspect --json " + p, tool() + " verify " + p,
+  for (const std::string& cmd : {tool() + " inspect " + p, tool() + " inspect --json " + p, tool() + " verify " + p,
                                 tool() + " decompress " + p + " --device cpu -o " + out}) {
     SCOPED_TRACE(cmd);
     auto r = test::run_command(cmd);

@@ -69,8 +69,8 @@ void check_stream(const rans::StoredStream& st, const std::string& where, Device
   if (device == Device::kCuda) {
     std::vector<float> local;
     auto& out = f32 ? *f32 : local;
-    if (auto st = resize_for_tensor(out, std::uint64_t(s.rows) * s.cols, where + ": float32 weights"); !st) {
-      rep.problems.push_back(st.error().message);
+    if (auto sized = resize_for_tensor(out, std::uint64_t(s.rows) * s.cols, where + ": float32 weights"); !sized) {
+      rep.problems.push_back(sized.error().message);
       return;
     }
     std::vector<GpuTileFault> faults;
@@ -83,8 +83,8 @@ void check_stream(const rans::StoredStream& st, const std::string& where, Device
     return;
   }
   if (f32) {
-    if (auto st = resize_for_tensor(*f32, std::uint64_t(s.rows) * s.cols, where + ": float32 weights"); !st) {
-      rep.problems.push_back(st.error().message);
+    if (auto sized = resize_for_tensor(*f32, std::uint64_t(s.rows) * s.cols, where + ": float32 weights"); !sized) {
+      rep.problems.push_back(sized.error().message);
       return;
     }
     std::vector<rans::TileStatus> faults;

@@ -51,7 +51,9 @@ class IntqRoundTrip : public ::testing::TestWithParam<Case> {};
 TEST_P(IntqRoundTrip, ReadBackEqualsWritten) {
   const Case c = GetParam();
   QuantTensor t = random_intq_tensor(c.bits, c.rows, c.cols, c.group, c.symmetric, c.act_order, c.perm, 7 + c.bits);
-  if (c.rows % 16 != 0) ASSERT_TRUE(pad_to(t, 16, 8));  // padded storage travels too
+  if (c.rows % 16 != 0) {
+    ASSERT_TRUE(pad_to(t, 16, 8));  // padded storage travels too
+  }
   for (auto form : {intq::CodeForm::kSmallest, intq::CodeForm::kPacked, intq::CodeForm::kRans}) {
     SCOPED_TRACE(static_cast<int>(form));
     auto e = intq::encode_int(t, "layer.weight", DType::kF16, "gptq", form);
