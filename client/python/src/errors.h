@@ -1,0 +1,19 @@
+// Python exceptions for libepk's errors. The classes live in epk/_errors.py (docstrings, hierarchy); each raise
+// sets the instance's `code` to libepk's error code name (or the name given).
+#pragma once
+
+#include <string>
+
+#include "codec/common/result.h"
+
+namespace epk::py {
+
+// Raises epk.<cls_name>(message) with .code = `code`.
+[[noreturn]] void raise_as(const char* cls_name, const std::string& message, const char* code);
+// The epk exception class for e.code. `gone`: the connection to epkd was lost by (or before) the call that failed,
+// which is ConnectionLost whatever the code.
+[[noreturn]] void raise_error(const Error& e, bool gone);
+// epk.Closed: a call on a closed Client.
+[[noreturn]] void raise_closed();
+
+}  // namespace epk::py
