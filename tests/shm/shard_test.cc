@@ -39,7 +39,9 @@ TEST(Shard, SplitFollowsTheCeilRuleAndEqualsTheEvenSplitWhereItDivides) {
         ASSERT_TRUE(r) << r.error().to_string();
         EXPECT_EQ(r->begin, at);
         EXPECT_EQ(r->extent(), sizes[rank]);
-        if (extent % world == 0) EXPECT_EQ(r->extent(), extent / world);  // vLLM's / Megatron's divide()
+        if (extent % world == 0) {
+          EXPECT_EQ(r->extent(), extent / world);  // vLLM's / Megatron's divide()
+        }
         at = r->end;
       }
       EXPECT_EQ(at, extent) << "the shares cover the extent";
@@ -89,7 +91,9 @@ TEST(Shard, BadShardsAreErrorsNamingTensorShapeAndRange) {
     const std::string& m = r.error().message;
     EXPECT_NE(m.find("'model.layers.0.mlp.up_proj.weight'"), std::string::npos) << m;
     EXPECT_NE(m.find(c.says), std::string::npos) << m;
-    if (c.shape == kShape) EXPECT_NE(m.find("[129, 67]"), std::string::npos) << m;
+    if (c.shape == kShape) {
+      EXPECT_NE(m.find("[129, 67]"), std::string::npos) << m;
+    }
   }
   auto r = resolve_shard(ShardSpec::rows(0, 130), kShape, "w");
   EXPECT_NE(r.error().message.find("rows [0, 130)"), std::string::npos) << r.error().message;
