@@ -30,8 +30,7 @@ std::vector<std::uint8_t> device_bytes(std::uint64_t ptr, std::uint64_t bytes) {
 
 TEST_F(ClientDecodeGpu, EveryLayoutIsTheDaemonsBytesInOneBatch) {
   DevEpkd gpu({"--model", "m=" + path_, "--devices", "0"}, "16");
-  ASSERT_TRUE(gpu.running());
-  auto c = Client::connect(gpu.socket());
+  auto c = gpu.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   auto tier = StoredTier::open(*c, "m", 0);
   ASSERT_TRUE(tier) << tier.error().to_string();
@@ -95,8 +94,7 @@ TEST_F(ClientDecodeGpu, EveryLayoutIsTheDaemonsBytesInOneBatch) {
 
 TEST_F(ClientDecodeGpu, BadJobsAreRefusedByName) {
   DevEpkd gpu({"--model", "m=" + path_, "--devices", "0"}, "16");
-  ASSERT_TRUE(gpu.running());
-  auto c = Client::connect(gpu.socket());
+  auto c = gpu.connect();
   ASSERT_TRUE(c);
   auto tier = StoredTier::open(*c, "m", 0);
   ASSERT_TRUE(tier) << tier.error().to_string();
@@ -120,8 +118,7 @@ TEST_F(ClientDecodeGpu, BadJobsAreRefusedByName) {
 
 TEST_F(ClientDecodeGpu, WithoutTheDeviceTierThereIsNothingToMap) {
   DevEpkd gpu({"--model", "m=" + path_, "--devices", "0", "--no-device-resident"}, "16");
-  ASSERT_TRUE(gpu.running());
-  auto c = Client::connect(gpu.socket());
+  auto c = gpu.connect();
   ASSERT_TRUE(c);
   auto tier = StoredTier::open(*c, "m", 0);
   ASSERT_FALSE(tier);

@@ -62,8 +62,7 @@ class EpkdEpk : public ::testing::Test {
 
 TEST_F(EpkdEpk, ServesLatticeTensorsDecodedAndRawTensorsAsStored) {
   Epkd d({"--model", "m=" + good_}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   for (int i = 0; i < 2; ++i) {
     for (auto [layout, dtype] :
@@ -119,8 +118,7 @@ TEST_F(EpkdEpk, ResidentCompressedServesFromMemoryReadAtOpen) {
 TEST_F(EpkdEpk, ResidentCompressedRefusesACorruptModelAtOpenAndServesTheOthers) {
   xor_byte(other_, buffer_offset(other_, "norm", "data") + 2, 0x04);  // a checksum the map path checks only later
   Epkd d({"--model", "bad=" + other_, "--model", "m=" + good_, "--resident-compressed"}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   auto bad = c->acquire("bad", "norm", shm::Layout::kStored);
   ASSERT_FALSE(bad);
@@ -145,8 +143,7 @@ TEST_F(EpkdEpk, IntqTensorsServedInGptqAndMarlinAreTheCpuWritersBytes) {
     ASSERT_TRUE(w->finish());
   }
   Epkd d({"--model", "q=" + path}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   for (auto [layout, target] : {std::pair{shm::Layout::kGptq, layouts::Layout::kGptqV1},
                                 std::pair{shm::Layout::kMarlin, layouts::Layout::kMarlin}}) {
@@ -184,8 +181,7 @@ TEST_F(EpkdEpk, IntqTensorsServedInGptqAndMarlinAreTheCpuWritersBytes) {
 
 TEST_F(EpkdEpk, RowwiseInt8ComesWithItsRowScales) {
   Epkd d({"--model", "m=" + good_}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   auto t = c->acquire("m", "layers.1.w", shm::Layout::kRowwiseI8);
   ASSERT_TRUE(t) << t.error().to_string();
@@ -206,8 +202,7 @@ TEST_F(EpkdEpk, RowwiseInt8ComesWithItsRowScales) {
 TEST_F(EpkdEpk, CorruptTileFailsTheAcquireNamingTensorAndTileAndTheRestServes) {
   xor_byte(good_, buffer_offset(good_, "layers.1.w", "payload") + encoded_[1].payload.size(), 0x5A);
   Epkd d({"--model", "m=" + good_}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   for (int attempt = 0; attempt < 2; ++attempt) {  // never cached as if it were good
     auto bad = c->acquire("m", "layers.1.w", shm::Layout::kDenseBF16);
@@ -231,8 +226,7 @@ TEST_F(EpkdEpk, CorruptModelIsRefusedAtOpenWhileTheOthersServe) {
   fs::copy_file(good_, truncated);
   fs::resize_file(truncated, 100);
   Epkd d({"--model", "bad=" + other_, "--model", "m=" + good_, "--model", "short=" + truncated}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   for (const char* refused : {"bad", "short"}) {
     auto r = c->open_model(refused);

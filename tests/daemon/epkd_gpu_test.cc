@@ -22,6 +22,7 @@
 #include "tests/daemon/epk_test_models.h"
 #include "tests/daemon/epkd_device_harness.h"
 #include "tests/daemon/stream_hold.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk {
 namespace {
@@ -89,8 +90,7 @@ TEST_F(EpkdGpu, AReloadRemovingAModelFreesItsTierOnlyAfterItsLastLease) {
   };
   write_config(true);
   DevEpkd d({"--config", cfg, "--devices", "0"}, "16");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   auto st = c->stats();
   ASSERT_TRUE(st);
@@ -198,8 +198,7 @@ TEST_F(EpkdGpu, ACorruptResidentTileIsReportedByWaitNotServed) {
   const std::string bad = write_model_with_a_corrupt_tile(dir_);
   ASSERT_FALSE(bad.empty());
   DevEpkd gpu({"--model", "b=" + bad, "--devices", "0"}, "16");
-  ASSERT_TRUE(gpu.running());
-  auto c = Client::connect(gpu.socket());
+  auto c = gpu.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   std::uint64_t first_handle = 0;
   for (int round = 0; round < 2; ++round) {
@@ -374,8 +373,7 @@ TEST_F(EpkdGpu, EvictionUnderPressureWithCudaEventFences) {
 // (a kernel still reading), then an acquire that needs their space. It waits for the fences instead of failing.
 TEST_F(EpkdGpu, AnAcquireWaitsForFencedSlotsInsteadOfFailing) {
   GpuEpkd gpu("m=" + path_, "2");  // four 480 KiB fp32 slots fill the 2 MiB pool
-  ASSERT_TRUE(gpu.running());
-  auto g = Client::connect(gpu.socket());
+  auto g = gpu.connect();
   ASSERT_TRUE(g);
   auto stream = shm::CudaStream::create(0);
   ASSERT_TRUE(stream) << stream.error().to_string();
@@ -445,8 +443,7 @@ TEST_F(EpkdGpu, AnotherTrustDomainWritesOnlyItsOwnPool) {
 // for the client (a daemon whose device stream waited on the client's event would wait for the hold, 8 s).
 TEST_F(EpkdGpu, ShutdownDoesNotWaitForAHeldReleaseFence) {
   GpuEpkd gpu("m=" + path_, "16");
-  ASSERT_TRUE(gpu.running());
-  auto g = Client::connect(gpu.socket());
+  auto g = gpu.connect();
   ASSERT_TRUE(g);
   auto stream = shm::CudaStream::create(0);
   ASSERT_TRUE(stream) << stream.error().to_string();
@@ -477,15 +474,9 @@ TEST_F(EpkdGpu, SigkilledClientLosesItsPins) {
   EXPECT_EQ(s->pins, 1u);
   ::kill(k.pid, SIGKILL);
   EXPECT_EQ(wait_exit(k.pid, 5000), 128 + SIGKILL);
-  auto deadline = Clock::now() + std::chrono::seconds(1);
-  std::uint64_t pins = 1;
-  while (Clock::now() < deadline && pins != 0) {
-    auto st = c->stats();
-    ASSERT_TRUE(st);
-    pins = st->pins;
-    if (pins != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(pins, 0u);
+  auto pins = pins_after_wait(*c, [](const client::Stats& st) { return st.pins; });
+  ASSERT_TRUE(pins) << pins.error().to_string();
+  EXPECT_EQ(*pins, 0u);
   // The daemon still serves: the same tensor again, from the cache.
   auto t = c->acquire("m", "w1", shm::Layout::kDenseBF16);
   ASSERT_TRUE(t) << t.error().to_string();
@@ -568,9 +559,7 @@ std::vector<IntqCase> intq_cases() {
 class EpkdGpuIntq : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epkd_gpu_intq_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::scratch_dir("epkd_gpu_intq");
     path_ = (dir_ / "q.epk").string();
     cases_ = intq_cases();
     auto w = container::Writer::create(path_, {{"source", "epkd_gpu_test intq"}});

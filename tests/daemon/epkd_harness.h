@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +112,21 @@ inline void print_log_if_failed(const std::string& path) {
   }
 }
 
+// The pin count that `pins_of` reads from c's stats, read every 5 ms until it is 0 or `ms` have passed (at least
+// once); a failed stats call's error.
+inline Result<std::uint64_t> pins_after_wait(Client& c,
+                                             const std::function<std::uint64_t(const client::Stats&)>& pins_of,
+                                             int ms = 1000) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    auto st = c.stats();
+    if (!st) return std::move(st).error();
+    const std::uint64_t pins = pins_of(*st);
+    if (pins == 0 || Clock::now() >= deadline) return pins;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 class Epkd {
  public:
   // kHost passes --cpu (host pools, the CPU decoder); kDevice leaves epkd to pick the device path where a GPU is.
@@ -151,6 +168,12 @@ class Epkd {
 
   // SIGTERM and the exit code (-1 when it does not exit within 5 s).
   int terminate() { return terminate_child(&pid_); }
+
+  // A client of this epkd: an error when epkd is not running (it exited or never listened) or the connect fails.
+  Result<Client> connect(int reply_timeout_ms = 60000) const {
+    if (!running()) return make_error(ErrorCode::kInternal, "epkd is not running (its log follows the test)");
+    return Client::connect(socket_, reply_timeout_ms);
+  }
 
   client::Stats stats() {
     auto c = Client::connect(socket_, 2000);

@@ -116,8 +116,7 @@ TEST(Epkd, ConcurrentHitsOnEveryIoThread) {
 // The tensor list arrives in file order over as many messages as it takes (3000 entries are more than one holds).
 TEST(Epkd, TheTensorListComesInPages) {
   Epkd d({"--synthetic", "m=" + spec(3000, "3x5") + ",last:7x2"});
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket(), 5000);
+  auto c = d.connect(5000);
   ASSERT_TRUE(c) << c.error().to_string();
   auto ts = c->tensors("m");
   ASSERT_TRUE(ts) << ts.error().to_string();
@@ -137,8 +136,7 @@ TEST(Epkd, TheTensorListComesInPages) {
 
 TEST(Epkd, EvictionUnderPressureStaysInTheBudget) {
   Epkd d({"--synthetic", "m=" + spec(8, "256x256")});  // 8 x 256 KiB against 1 MiB
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   for (int round = 0; round < 3; ++round) {
     for (int t = 0; t < 8; ++t) {
@@ -262,8 +260,7 @@ TEST(Epkd, SixtyFourClientsUnderPressure) {
 
 TEST(Epkd, PrefetchDecodesAheadSoTheAcquireHits) {
   Epkd d({"--synthetic", "m=" + spec(3, "100x100")});
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   auto q = c->prefetch("m", {"t0", "t1", "nope"}, shm::Layout::kDenseBF16);
   ASSERT_TRUE(q) << q.error().to_string();
@@ -281,8 +278,7 @@ TEST(Epkd, PrefetchDecodesAheadSoTheAcquireHits) {
 
 TEST(Epkd, ReleaseWithoutWaitingDropsThePinAndCountsAFailureLater) {
   Epkd d({"--synthetic", "m=t0:8x8"});
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   auto t = c->acquire("m", "t0", shm::Layout::kStored);
   ASSERT_TRUE(t);
@@ -324,8 +320,7 @@ TEST(Epkd, ErrorsThatKeepTheSessionOpen) {
 // Protocol version 3 on the host path: the host pool answers device 0 only; per-pool stats list it.
 TEST(Epkd, HostPathServesDeviceZeroAndRefusesOthers) {
   Epkd d({"--synthetic", "m=t0:8x8,t1:16x4"});
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   auto t = c->acquire("m", "t0", shm::Layout::kStored, 0);
   ASSERT_TRUE(t) << t.error().to_string();
@@ -383,6 +378,19 @@ class EpkdMalformed : public ::testing::Test {
     if (reply != nullptr) *reply = std::move(r);
   }
 
+  // A raw session that has said hello.
+  int connect_after_hello() const {
+    const int fd = raw_connect(d_.socket());
+    raw_hello(fd);
+    return fd;
+  }
+  // A well-formed acquire of t0 (request id 2), for a test to break.
+  static std::vector<std::uint8_t> acquire_t0() {
+    std::vector<std::uint8_t> msg;
+    shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+    return msg;
+  }
+
   Epkd d_{{"--synthetic", "m=t0:8x8"}};
 };
 
@@ -394,8 +402,7 @@ TEST_F(EpkdMalformed, BadMagicGetsAnErrorAndTheSessionCloses) {
 }
 
 TEST_F(EpkdMalformed, OversizedMessageIsRefusedFromItsHeader) {
-  int fd = raw_connect(d_.socket());
-  raw_hello(fd);
+  const int fd = connect_after_hello();
   std::vector<std::uint8_t> msg(shm::kHeaderSize);
   shm::encode_header(
       {shm::kProtocolVersion, static_cast<std::uint16_t>(shm::MsgType::kAcquire), 9, shm::kMaxPayload + 1}, msg.data());
@@ -404,10 +411,8 @@ TEST_F(EpkdMalformed, OversizedMessageIsRefusedFromItsHeader) {
 }
 
 TEST_F(EpkdMalformed, TruncatedMessageThenEndOfStream) {
-  int fd = raw_connect(d_.socket());
-  raw_hello(fd);
-  std::vector<std::uint8_t> msg;
-  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  const int fd = connect_after_hello();
+  std::vector<std::uint8_t> msg = acquire_t0();
   msg.resize(msg.size() - 3);
   raw_send(fd, msg);
   ::shutdown(fd, SHUT_WR);
@@ -415,10 +420,8 @@ TEST_F(EpkdMalformed, TruncatedMessageThenEndOfStream) {
 }
 
 TEST_F(EpkdMalformed, StalledMessageTimesOut) {
-  int fd = raw_connect(d_.socket());
-  raw_hello(fd);
-  std::vector<std::uint8_t> msg;
-  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  const int fd = connect_after_hello();
+  std::vector<std::uint8_t> msg = acquire_t0();
   msg.resize(10);  // part of the header, then silence
   auto t0 = Clock::now();
   raw_send(fd, msg);
@@ -427,10 +430,8 @@ TEST_F(EpkdMalformed, StalledMessageTimesOut) {
 }
 
 TEST_F(EpkdMalformed, MalformedPayloadAfterHello) {
-  int fd = raw_connect(d_.socket());
-  raw_hello(fd);
-  std::vector<std::uint8_t> msg;
-  shm::encode_acquire(2, {0, shm::Layout::kStored, "t0"}, &msg);
+  const int fd = connect_after_hello();
+  std::vector<std::uint8_t> msg = acquire_t0();
   store_le<std::uint16_t>(msg.data() + shm::kHeaderSize + 8, 60000);  // name length past the payload and the limit
   raw_send(fd, msg);
   RawReply r;
@@ -470,8 +471,7 @@ TEST(Epkd, SighupOpensModelsAddedToTheConfigFile) {
   std::string cfg = std::filesystem::temp_directory_path() / ("epkd_hup_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(cfg) << "[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n";
   Epkd d({"--config", cfg});
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   EXPECT_FALSE(c->open_model("late"));
   std::ofstream(cfg, std::ios::app) << "[[synthetic]]\nname = \"late\"\nspec = \"t0:4x4\"\n";

@@ -120,8 +120,7 @@ TEST(EpkdKillStress, AThousandKilledClientsLeakNothing) {
   ::setenv("MALLOC_ARENA_MAX", "1", 1);
   Epkd d({"--synthetic", "m=" + spec}, "8");
   ::unsetenv("MALLOC_ARENA_MAX");  // the harness runs it with 3 io threads
-  ASSERT_TRUE(d.running());
-  auto observer = Client::connect(d.socket(), 5000);
+  auto observer = d.connect(5000);
   ASSERT_TRUE(observer) << observer.error().to_string();
   // Warm-up: every tensor decoded once, and three batches killed: the allocator's free lists (per-thread arenas) grow
   // to what 100 concurrent sessions take and then stay there; RSS measured from a cold start would count that.

@@ -51,8 +51,7 @@ class EpkdMultiGpu : public DeviceModelTest {
 // One device listed: the other is not served (a clear kNotFound), and the session stays open.
 TEST_F(EpkdMultiGpu, AnUnlistedDeviceIsNotServed) {
   DevEpkd d({"--model", "m=" + path_, "--devices", "0"}, "8");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   ASSERT_EQ(c->pools().size(), 1u);
   auto t = c->acquire("m", "w1", Layout::kDenseF32, 1);
@@ -74,8 +73,7 @@ TEST_F(EpkdMultiGpu, PerDeviceBudgetFromTheConfigFile) {
       << "device_budget_mb = { \"0\" = 4 }\n";  // whole 2 MiB VMM granules: the pool is the budget
   }
   DevEpkd d({"--model", "m=" + path_, "--config", cfg}, "2");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   auto s = c->stats();
   ASSERT_TRUE(s);
@@ -155,8 +153,7 @@ TEST_F(EpkdMultiGpu, TwoDevicesServeTheSameTensorIntoTheirOwnPools) {
 TEST_F(EpkdMultiGpu, BudgetsAreIndependent) {
   if (!two_devices()) GTEST_SKIP() << "one CUDA device: the second-device cases are not tested";
   DevEpkd d({"--model", "m=" + path_, "--devices", "0,1"}, "2");  // 2 MiB per device: four fp32 slots at most
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   // Device 1: two slots, released, stay cached.
   for (const std::string name : {"w1", "w2"}) {
@@ -219,15 +216,9 @@ TEST_F(EpkdMultiGpu, AClientPinnedOnDeviceOneSurvivesPressureOnDeviceZero) {
   EXPECT_TRUE(c->release_after(t->handle, nullptr));
   ::kill(k.pid, SIGKILL);
   EXPECT_EQ(wait_exit(k.pid, 5000), 128 + SIGKILL);
-  auto deadline = Clock::now() + std::chrono::seconds(1);
-  std::uint64_t pins = 1;
-  while (Clock::now() < deadline && pins != 0) {
-    auto st = c->stats();
-    ASSERT_TRUE(st);
-    pins = pool_of(*st, 1)->pins;
-    if (pins != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(pins, 0u);
+  auto pins = pins_after_wait(*c, [](const client::Stats& st) { return pool_of(st, 1)->pins; });
+  ASSERT_TRUE(pins) << pins.error().to_string();
+  EXPECT_EQ(*pins, 0u);
 }
 
 // `epk get --device 1` writes the same file as the host path; `epk status` prints budget, bytes used and pins per

@@ -131,8 +131,7 @@ TEST_F(EpkdReload, RemovingAModelKeepsItsLeaseReadableUntilReleasedAndThenForget
   const std::string c_path = write_model("c.epk", 2, 40);  // 40 f32 slots of 34.6 KB: more than the 1 MiB budget
   write_config({{"a", a}, {"b", b}});
   Epkd d({"--config", cfg_, "--metrics-listen", metrics_}, "1");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   auto lease = c->acquire("a", "layers.0.w", shm::Layout::kDenseF32);
   ASSERT_TRUE(lease) << lease.error().to_string();
@@ -219,8 +218,7 @@ TEST_F(EpkdReload, AModelWhoseFileChangedIsServedFromANewGenerationWhileTheOldLe
   const std::string a = write_model("a.epk", 0);
   write_config({{"a", a}});
   Epkd d({"--config", cfg_}, "1");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   auto old_lease = c->acquire("a", "layers.0.w", shm::Layout::kDenseF32);
   ASSERT_TRUE(old_lease) << old_lease.error().to_string();
@@ -269,8 +267,7 @@ TEST_F(EpkdReload, ARefusedReloadNeitherRemovesNorAddsNorReplaces) {
   const std::string a = write_model("a.epk", 0), b = write_model("b.epk", 1), c_path = write_model("c.epk", 2);
   write_config({{"a", a}, {"b", b}});
   Epkd d({"--config", cfg_}, "1");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   auto lease = c->acquire("a", "layers.0.w", shm::Layout::kDenseF32);
   ASSERT_TRUE(lease) << lease.error().to_string();

@@ -3,7 +3,6 @@
 // a scratch and a 2-D copy; raw and intq shards by the CPU path and copied), equals the same slice of the whole
 // device decode, bit for bit; the exit log counts the shards the CPU path made.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 
 #include "tests/daemon/epkd_device_harness.h"
 #include "tests/daemon/epkd_shard_checks.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk {
 namespace {
@@ -21,9 +21,7 @@ using namespace epk::shard_checks;  // NOLINT
 
 TEST(EpkdShardGpu, EveryDeviceShardIsTheSliceOfTheWholeDeviceDecode) {
   if (!shm::cuda_device_available(0)) GTEST_SKIP() << "no CUDA device (or driver): the device path is not tested";
-  const fs::path dir = fs::temp_directory_path() / ("epkd_shard_gpu_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = test::scratch_dir("epkd_shard_gpu");
   const std::string path = (dir / "m.epk").string();
   Status st = write_model(path);
   ASSERT_TRUE(st) << st.error().to_string();
@@ -31,8 +29,7 @@ TEST(EpkdShardGpu, EveryDeviceShardIsTheSliceOfTheWholeDeviceDecode) {
   int n = 0, lattice = 0;
   {
     DevEpkd d({"--model", "m=" + path}, "64");
-    ASSERT_TRUE(d.running());
-    auto c = Client::connect(d.socket());
+    auto c = d.connect();
     ASSERT_TRUE(c) << c.error().to_string();
     ASSERT_FALSE(c->pools().empty());
     EXPECT_EQ(c->pools()[0].kind, shm::PoolKind::kDevice);

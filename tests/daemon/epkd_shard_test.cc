@@ -38,8 +38,7 @@ class EpkdShard : public ::testing::Test {
 
 TEST_F(EpkdShard, EveryShardOfEveryLayoutIsTheSliceOfTheWholeTensor) {
   Epkd d({"--model", "m=" + path_}, "16");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c) << c.error().to_string();
   const int n = check_every_shard(*c, "m");
   EXPECT_GT(n, 700);
@@ -49,8 +48,7 @@ TEST_F(EpkdShard, EveryShardOfEveryLayoutIsTheSliceOfTheWholeTensor) {
 
 TEST_F(EpkdShard, TheBudgetCountsTheShardsBytes) {
   Epkd d({"--model", "m=" + path_}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   // Rank 1 of 3 of lin.b's 200 rows: rows [67, 134), 67 x 300 bf16.
   auto t = c->acquire("m", "lin.b", shm::Layout::kDenseBF16, 0, ShardSpec::split(ShardDim::kRows, 1, 3));
@@ -77,8 +75,7 @@ TEST_F(EpkdShard, TheBudgetCountsTheShardsBytes) {
 
 TEST_F(EpkdShard, ShardsAreCacheEntriesOfTheirOwnKeyedByTheResolvedRange) {
   Epkd d({"--model", "m=" + path_}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   const auto l = shm::Layout::kDenseBF16;
   auto r0 = c->acquire("m", "lin.a", l, 0, ShardSpec::split(ShardDim::kRows, 0, 2));  // [0, 65)
@@ -107,8 +104,7 @@ TEST_F(EpkdShard, ShardsAreCacheEntriesOfTheirOwnKeyedByTheResolvedRange) {
 
 TEST_F(EpkdShard, BadShardsAreClearErrorsAndTheSessionGoesOn) {
   Epkd d({"--model", "m=" + path_}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   struct Case {
     std::string tensor;
@@ -180,8 +176,7 @@ std::vector<std::uint8_t> all_of(const Part2& p) {
 
 TEST_F(EpkdShard, PackedLayoutsShardAlongTheirPackingRules) {
   Epkd d({"--model", "m=" + path_}, "8");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   auto get = [&](const std::string& name, shm::Layout l, ShardSpec s) {
     auto t = c->acquire("m", name, l, 0, s);
@@ -276,8 +271,7 @@ TEST_F(EpkdShard, PackedLayoutsShardAlongTheirPackingRules) {
 
 TEST_F(EpkdShard, PrefetchTakesAShard) {
   Epkd d({"--model", "m=" + path_}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket());
+  auto c = d.connect();
   ASSERT_TRUE(c);
   const ShardSpec spec = ShardSpec::split(ShardDim::kCols, 1, 3);
   auto q = c->prefetch("m", {"lin.a", "lin.b", "raw.bias"}, shm::Layout::kDenseBF16, 0, spec);

@@ -21,8 +21,7 @@ const char* kModel = "m=t0:256x256,t1:256x256,t2:256x256,t3:256x256,t4:256x256,t
 TEST(EpkdSpace, PrefetchesThatFillTheBudgetDoNotMakeAnAcquireFail) {
   // Each decode takes 300 ms: the prefetched slots are still decoding when the acquire comes.
   Epkd d({"--synthetic", kModel, "--synthetic-delay-us", "300000", "--threads", "4"});
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket(), 10000);
+  auto c = d.connect(10000);
   ASSERT_TRUE(c) << c.error().to_string();
   auto queued = c->prefetch("m", {"t0", "t1", "t2", "t3", "t4", "t5"}, shm::Layout::kDenseF32);
   ASSERT_TRUE(queued) << queued.error().to_string();
@@ -41,8 +40,7 @@ TEST(EpkdSpace, PrefetchesThatFillTheBudgetDoNotMakeAnAcquireFail) {
 
 TEST(EpkdSpace, PinnedBytesPlusTheRequestOverTheBudgetAreRefusedAtOnceWithTheNumbers) {
   Epkd d({"--synthetic", kModel});
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket(), 10000);
+  auto c = d.connect(10000);
   ASSERT_TRUE(c);
   std::vector<client::Tensor> held;
   for (const char* name : {"t0", "t1", "t2", "t3"}) {

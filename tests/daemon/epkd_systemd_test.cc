@@ -122,6 +122,12 @@ class EpkdSystemd : public ::testing::Test {
     fs::remove_all(dir_);
   }
   int terminate() { return terminate_child(&pid_); }
+  // epkd's exit code, waited for up to 5 s (-1, and it is killed, when it has not exited by then).
+  int exit_code() {
+    const int rc = wait_exit(pid_, 5000);
+    pid_ = -1;
+    return rc;
+  }
   std::string log_text() { return read_file(log_); }
 
   fs::path dir_;
@@ -151,8 +157,7 @@ TEST_F(EpkdSystemd, ReadyIsSentOnceTheSocketListensAndStoppingOnSigterm) {
   c->disconnect();
   ::kill(pid_, SIGTERM);
   EXPECT_NE(notify.next(5000).find("STOPPING=1"), std::string::npos);
-  EXPECT_EQ(wait_exit(pid_, 5000), 0);
-  pid_ = -1;
+  EXPECT_EQ(exit_code(), 0);
   EXPECT_FALSE(fs::exists(sock));  // a socket epkd made itself is removed
 }
 
@@ -195,8 +200,7 @@ TEST_F(EpkdSystemd, SocketActivationServesOnThePassedSocketAndLeavesItsFile) {
 TEST_F(EpkdSystemd, ActivationWithTwoSocketsIsRefused) {
   int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   pid_ = spawn_epkd(kServe, {}, lfd, 2, log_);
-  EXPECT_EQ(wait_exit(pid_, 5000), 1);
-  pid_ = -1;
+  EXPECT_EQ(exit_code(), 1);
   ::close(lfd);
   EXPECT_NE(log_text().find("LISTEN_FDS='2'"), std::string::npos) << log_text();
 }
@@ -204,8 +208,7 @@ TEST_F(EpkdSystemd, ActivationWithTwoSocketsIsRefused) {
 TEST_F(EpkdSystemd, ActivationWithANonListeningFdIsRefused) {
   int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);  // never listen()ed
   pid_ = spawn_epkd(kServe, {}, lfd, 1, log_);
-  EXPECT_EQ(wait_exit(pid_, 5000), 1);
-  pid_ = -1;
+  EXPECT_EQ(exit_code(), 1);
   ::close(lfd);
   EXPECT_NE(log_text().find("not a listening stream socket"), std::string::npos) << log_text();
 }
@@ -229,8 +232,7 @@ TEST_F(EpkdSystemd, ListenVariablesForAnotherProcessAreIgnored) {
 
 TEST_F(EpkdSystemd, ListenVariablesForAnotherProcessAndNoSocketIsAClearError) {
   pid_ = spawn_epkd(kServe, {"LISTEN_FDS=1"}, -1, 0, log_);  // LISTEN_PID left as a stranger's
-  EXPECT_EQ(wait_exit(pid_, 5000), 1);
-  pid_ = -1;
+  EXPECT_EQ(exit_code(), 1);
   EXPECT_NE(log_text().find("LISTEN_PID is not this process"), std::string::npos) << log_text();
 }
 
@@ -322,8 +324,7 @@ TEST_F(EpkdSystemd, AnUnknownKeyIsRefusedAtStartAndByCheckConfig) {
   std::ofstream(cfg) << "socket = \"" << (dir_ / "epkd.sock").string() << "\"\nbudget_mb = 1\n\n[[synthetic]]\n"
                      << "name = \"m\"\nspce = \"t0:8x8\"\n";
   pid_ = spawn_epkd({"--config", cfg}, {}, -1, 0, log_);
-  EXPECT_EQ(wait_exit(pid_, 5000), 2);
-  pid_ = -1;
+  EXPECT_EQ(exit_code(), 2);
   const std::string expected = cfg + ":6: unknown key 'spce' in [[synthetic]] (did you mean 'spec'?)";
   EXPECT_NE(log_text().find(expected), std::string::npos) << log_text();
   // --check-config: the same message and exit 1; nothing listens.
@@ -383,8 +384,7 @@ TEST_F(EpkdSystemd, WatchdogPingsAtHalfItsTimeoutWithTheOccupancyInStatus) {
   bool stopping = false;
   for (int i = 0; i < 100 && !stopping; ++i) stopping = notify.next(100).find("STOPPING=1") != std::string::npos;
   EXPECT_TRUE(stopping);
-  EXPECT_EQ(wait_exit(pid_, 5000), 0);
-  pid_ = -1;
+  EXPECT_EQ(exit_code(), 0);
 }
 
 TEST_F(EpkdSystemd, AWatchdogMeantForAnotherProcessIsNotPinged) {

@@ -54,20 +54,40 @@ int run_as(uid_t id, const std::function<int()>& fn) {
   return wait_exit(pid, 10000);
 }
 
-// A config file beside the test: socket mode 0666, so that the kernel lets any uid connect and epkd's own rules
-// decide.
-std::string write_config(const std::string& body) {
-  char tmpl[] = "/tmp/epkdtrust.XXXXXX";
-  std::string dir = ::mkdtemp(tmpl);
-  ::chmod(dir.c_str(), 0755);
-  std::string path = dir + "/epkd.toml";
-  std::ofstream(path) << "socket_mode = \"0666\"\n" << body;
-  return path;
+// A config file in a directory of its own, removed with this object: socket mode 0666, so that the kernel lets any
+// uid connect and epkd's own rules decide.
+class ConfigFile {
+ public:
+  explicit ConfigFile(const std::string& body) {
+    char tmpl[] = "/tmp/epkdtrust.XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    ::chmod(dir_.c_str(), 0755);
+    path_ = dir_ + "/epkd.toml";
+    std::ofstream(path_) << "socket_mode = \"0666\"\n" << body;
+  }
+  ConfigFile(const ConfigFile&) = delete;
+  ConfigFile& operator=(const ConfigFile&) = delete;
+  ~ConfigFile() { std::filesystem::remove_all(dir_); }
+  const std::string& path() const { return path_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_, path_;
+};
+
+// The harness's socket directory is private (0700): let other uids reach d's socket, whose own mode then decides.
+// The socket's path.
+std::string open_socket_dir(const Epkd& d) {
+  ::chmod(std::filesystem::path(d.socket()).parent_path().c_str(), 0755);
+  return d.socket();
 }
 
-// The harness's socket directory is private (0700): let other uids reach the socket, whose own mode then decides.
-void open_socket_dir(const std::string& socket) {
-  ::chmod(std::filesystem::path(socket).parent_path().c_str(), 0755);
+// run_as(id, ...) with a client of `socket` connected under that uid: 1 when it cannot connect, else what fn returns.
+int run_as_client(uid_t id, const std::string& socket, const std::function<int(Client&)>& fn) {
+  return run_as(id, [&] {
+    auto c = Client::connect(socket, 5000);
+    return c ? fn(*c) : 1;
+  });
 }
 
 // hello as the current process; returns the reply (the error frame when refused).
@@ -86,8 +106,7 @@ RawReply hello_reply(const std::string& socket, std::vector<shm::UniqueFd>* fds 
 
 TEST(EpkdTrust, AClientCannotResizeOrWriteTheHostPoolItReceives) {
   Epkd d({"--synthetic", "m=t0:64x64,t1:32x16"});
-  ASSERT_TRUE(d.running());
-  auto a = Client::connect(d.socket(), 5000);
+  auto a = d.connect(5000);
   ASSERT_TRUE(a) << a.error().to_string();
   const std::vector<std::uint8_t> before = fetch(*a, "m", "t0");
   ASSERT_EQ(before.size(), 64u * 64u * 4u);
@@ -122,11 +141,10 @@ TEST(EpkdTrust, AClientCannotResizeOrWriteTheHostPoolItReceives) {
 
 TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtHello) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
-  const std::string cfg = write_config("allowed_uids = [4242]\n[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n");
-  Epkd d({"--config", cfg});
+  const ConfigFile cfg("allowed_uids = [4242]\n[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n");
+  Epkd d({"--config", cfg.path()});
   ASSERT_TRUE(d.running());
-  const std::string socket = d.socket();
-  open_socket_dir(socket);
+  const std::string socket = open_socket_dir(d);
   EXPECT_EQ(run_as(kNobody, [&] {
               RawReply r = hello_reply(socket);
               if (!r.got || r.header.type != static_cast<std::uint16_t>(shm::MsgType::kError)) return 1;
@@ -139,37 +157,32 @@ TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtHello) {
   auto c = Client::connect(socket, 5000);
   ASSERT_TRUE(c) << c.error().to_string();
   EXPECT_FALSE(fetch(*c, "m", "t0").empty());
-  std::ifstream in(d.log_path());
-  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string log = read_file(d.log_path());
   // Logged once, at accept, as key=value fields with the peer's credentials from the kernel.
   const auto at = log.find("access_denied client=");
   ASSERT_NE(at, std::string::npos) << log;
   EXPECT_NE(log.find("uid=65534", at), std::string::npos) << log;
   EXPECT_EQ(log.find("access_denied client=", at + 1), std::string::npos) << "logged twice:\n" << log;
   EXPECT_EQ(d.terminate(), 0);
-  std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
 }
 
 TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
-  const std::string cfg = write_config(
+  const ConfigFile cfg(
       "allowed_uids = [65534]\n"
       "[[synthetic]]\nname = \"open\"\nspec = \"t0:8x8\"\n"
       "[[synthetic]]\nname = \"secret\"\nspec = \"t0:8x8\"\nuids = [4242]\n");
-  Epkd d({"--config", cfg});
+  Epkd d({"--config", cfg.path()});
   ASSERT_TRUE(d.running());
-  const std::string socket = d.socket();
-  open_socket_dir(socket);
-  EXPECT_EQ(run_as(kNobody, [&] {
-              auto c = Client::connect(socket, 5000);
-              if (!c) return 1;
-              auto t = c->acquire("open", "t0", shm::Layout::kDenseF32);
-              if (!t || t->bytes != 256 || !c->release(t->handle)) return 2;
-              auto denied = c->open_model("secret");
+  const std::string socket = open_socket_dir(d);
+  EXPECT_EQ(run_as_client(kNobody, socket, [&](Client& c) {
+              auto t = c.acquire("open", "t0", shm::Layout::kDenseF32);
+              if (!t || t->bytes != 256 || !c.release(t->handle)) return 2;
+              auto denied = c.open_model("secret");
               if (denied || denied.error().code != ErrorCode::kPermission) return 3;
-              auto hidden = c->tensors("secret");
+              auto hidden = c.tensors("secret");
               if (hidden || hidden.error().code != ErrorCode::kPermission) return 5;
-              auto listed = c->models();
+              auto listed = c.models();
               if (!listed || listed->models.size() != 1 || listed->models[0].name != "open") return 4;
               return 0;
             }),
@@ -181,7 +194,6 @@ TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
   ASSERT_TRUE(listed);
   EXPECT_EQ(listed->models.size(), 2u);
   EXPECT_EQ(d.terminate(), 0);
-  std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
 }
 
 // open_stored hands out the model file and a writable mapping of the compressed tier: only root, epkd's own uid and
@@ -189,21 +201,18 @@ TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
 TEST(EpkdTrust, OnlyTrustedUidsMayDecodeInTheirOwnContext) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
   for (bool listed : {false, true}) {
-    const std::string cfg = write_config(std::string(listed ? "client_decode_uids = [65534]\n" : "") +
-                                         "[[synthetic]]\nname = \"open\"\nspec = \"t0:8x8\"\n");
-    Epkd d({"--config", cfg});
+    const ConfigFile cfg(std::string(listed ? "client_decode_uids = [65534]\n" : "") +
+                         "[[synthetic]]\nname = \"open\"\nspec = \"t0:8x8\"\n");
+    Epkd d({"--config", cfg.path()});
     ASSERT_TRUE(d.running());
-    const std::string socket = d.socket();
-    open_socket_dir(socket);
-    EXPECT_EQ(run_as(kNobody, [&] {
-                auto c = Client::connect(socket, 5000);
-                if (!c) return 1;
-                auto s = c->open_stored("open", 0);
+    const std::string socket = open_socket_dir(d);
+    EXPECT_EQ(run_as_client(kNobody, socket, [&](Client& c) {
+                auto s = c.open_stored("open", 0);
                 if (s) return 2;
                 const ErrorCode want = listed ? ErrorCode::kUnsupported : ErrorCode::kPermission;
                 if (s.error().code != want) return 3;
-                auto t = c->acquire("open", "t0", shm::Layout::kDenseF32);  // the session goes on
-                if (!t || !c->release(t->handle)) return 4;
+                auto t = c.acquire("open", "t0", shm::Layout::kDenseF32);  // the session goes on
+                if (!t || !c.release(t->handle)) return 4;
                 return 0;
               }),
               0)
@@ -215,18 +224,17 @@ TEST(EpkdTrust, OnlyTrustedUidsMayDecodeInTheirOwnContext) {
     EXPECT_EQ(s.error().code, ErrorCode::kUnsupported);
     EXPECT_NE(s.error().message.find("host pool"), std::string::npos) << s.error().message;
     EXPECT_EQ(d.terminate(), 0);
-    std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
   }
 }
 
 TEST(EpkdTrust, ATrustDomainGetsPoolsOfItsOwnAndNeverAnothers) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
-  const std::string cfg = write_config(
+  const ConfigFile cfg(
       "[[domain]]\nname = \"batch\"\nuids = [65534]\nbudget_mb = 2\n"
       "[[synthetic]]\nname = \"m\"\nspec = \"t0:64x64\"\n");
-  Epkd d({"--config", cfg});
+  Epkd d({"--config", cfg.path()});
   ASSERT_TRUE(d.running());
-  open_socket_dir(d.socket());
+  open_socket_dir(d);
   auto root = Client::connect(d.socket(), 5000);
   ASSERT_TRUE(root);
   ASSERT_EQ(root->pools().size(), 1u);
@@ -242,15 +250,13 @@ TEST(EpkdTrust, ATrustDomainGetsPoolsOfItsOwnAndNeverAnothers) {
   ASSERT_EQ(stats.pools.size(), 2u);
   EXPECT_EQ(stats.pools[1].budget_bytes, 2u << 20);  // the domain's own budget
   EXPECT_EQ(d.terminate(), 0);
-  std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
 }
 
 TEST(EpkdTrust, AClientOverItsPinQuotaIsRefusedAndTheNextClientGetsItsShare) {
   Epkd d({"--synthetic", "m=t0:256x256,t1:256x256,t2:256x256,t3:256x256,t4:256x256,t5:256x256",
           "--quota-pinned-mb", "1", "--max-pins-per-tensor", "4"},
          "4");
-  ASSERT_TRUE(d.running());
-  auto a = Client::connect(d.socket(), 5000);
+  auto a = d.connect(5000);
   auto b = Client::connect(d.socket(), 5000);
   ASSERT_TRUE(a && b);
   for (const char* name : {"t0", "t1", "t2", "t3"}) {  // 256 KiB each: 1 MiB, the quota
@@ -289,8 +295,7 @@ TEST(EpkdTrust, AModelFileTruncatedUnderEpkdFailsOnlyThatModelsMisses) {
   }
   ASSERT_GT(std::filesystem::file_size(path), 64u * 1024u);
   Epkd d({"--model", "a=" + path, "--synthetic", "s=t0:8x8"}, "4");
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket(), 5000);
+  auto c = d.connect(5000);
   ASSERT_TRUE(c);
   auto held = c->acquire("a", "w0", shm::Layout::kDenseF32);
   ASSERT_TRUE(held) << held.error().to_string();
@@ -346,8 +351,7 @@ TEST(EpkdTrust, AHelloTrickledByteByByteTimesOutAsOneMessage) {
 
 TEST(EpkdTrust, AnIdleSessionIsClosedAndLosesItsPins) {
   Epkd d({"--synthetic", "m=t0:8x8", "--idle-timeout-ms", "300"});
-  ASSERT_TRUE(d.running());
-  auto c = Client::connect(d.socket(), 5000);
+  auto c = d.connect(5000);
   ASSERT_TRUE(c);
   auto t = c->acquire("m", "t0", shm::Layout::kDenseF32);
   ASSERT_TRUE(t);
@@ -392,10 +396,10 @@ TEST(EpkdTrust, SessionsPerUidAreBounded) {
 }
 
 TEST(EpkdTrust, AFifoGivenOnReloadIsRefusedWithoutBlockingAnyone) {
-  const std::string cfg = write_config("[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n");
-  const std::string fifo = std::filesystem::path(cfg).parent_path() / "model.epk";
+  const ConfigFile cfg("[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n");
+  const std::string fifo = cfg.dir() + "/model.epk";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  Epkd d({"--config", cfg});
+  Epkd d({"--config", cfg.path()});
   ASSERT_TRUE(d.running());
   std::vector<Client> clients;
   for (int i = 0; i < 3; ++i) {  // one session on each of the harness's three io threads
@@ -403,19 +407,17 @@ TEST(EpkdTrust, AFifoGivenOnReloadIsRefusedWithoutBlockingAnyone) {
     ASSERT_TRUE(c);
     clients.push_back(std::move(*c));
   }
-  std::ofstream(cfg, std::ios::app) << "[[model]]\nname = \"pipe\"\npath = \"" << fifo << "\"\n";
+  std::ofstream(cfg.path(), std::ios::app) << "[[model]]\nname = \"pipe\"\npath = \"" << fifo << "\"\n";
   ::kill(d.pid(), SIGHUP);
   auto deadline = Clock::now() + std::chrono::seconds(5);
   std::string log;
   while (Clock::now() < deadline && log.find("model_refused model=pipe") == std::string::npos) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::ifstream in(d.log_path());
-    log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    log = read_file(d.log_path());
   }
   EXPECT_NE(log.find("not a regular file"), std::string::npos) << log;
   for (Client& c : clients) EXPECT_FALSE(fetch(c, "m", "t0").empty());  // within the 2 s reply timeout each
   EXPECT_EQ(d.terminate(), 0);
-  std::filesystem::remove_all(std::filesystem::path(cfg).parent_path());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shm/protocol.h"
+#include "tests/shm/payload_of.h"
 
 namespace epk::shm {
 namespace {
@@ -61,9 +62,7 @@ std::vector<Case> cases() {
   return out;
 }
 
-std::span<const std::uint8_t> payload_of(const std::vector<std::uint8_t>& msg) {
-  return std::span<const std::uint8_t>(msg).subspan(kHeaderSize);
-}
+using test::payload_of;
 
 TEST(ProtocolFixedFields, EncodersWriteTheLayoutOfThePage) {
   for (const Case& c : cases()) {

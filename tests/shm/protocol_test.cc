@@ -3,13 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "codec/common/bytes.h"
+#include "tests/shm/payload_of.h"
 
 namespace epk::shm {
 namespace {
 
-std::span<const std::uint8_t> payload_of(const std::vector<std::uint8_t>& msg) {
-  return std::span<const std::uint8_t>(msg).subspan(kHeaderSize);
-}
+using test::payload_of;
 
 FrameHeader header_of(const std::vector<std::uint8_t>& msg) {
   auto h = decode_header(msg);

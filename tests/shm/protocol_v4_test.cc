@@ -4,13 +4,12 @@
 
 #include "codec/common/bytes.h"
 #include "shm/protocol.h"
+#include "tests/shm/payload_of.h"
 
 namespace epk::shm {
 namespace {
 
-std::span<const std::uint8_t> payload_of(const std::vector<std::uint8_t>& msg) {
-  return std::span<const std::uint8_t>(msg).subspan(kHeaderSize);
-}
+using test::payload_of;
 
 TEST(ProtocolV4, HelloReplyCarriesTheStatusTableLength) {
   HelloReply m;

@@ -46,6 +46,16 @@ class EpkServe : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string epk() const { return EPK_TOOL; }
+  // `epk get --socket <d's socket> TENSORS -o OUT --layout LAYOUT`, then OUT opened; epk's exit code and output when
+  // it fails.
+  epk::Result<epk::safetensors::Checkpoint> get(const Epkd& d, const std::string& tensors, const std::string& out,
+                                                const std::string& layout) {
+    auto r = run(epk() + " get --socket " + d.socket() + " " + tensors + " -o " + out + " --layout " + layout);
+    if (r.status != 0) {
+      return epk::make_error(epk::ErrorCode::kInternal, "epk get exited " + std::to_string(r.status) + ": " + r.out);
+    }
+    return epk::safetensors::Checkpoint::open(out);
+  }
 
   fs::path dir_;
   std::string model_;
@@ -56,10 +66,7 @@ class EpkServe : public ::testing::Test {
 TEST_F(EpkServe, GetWritesTheServedTensorsToSafetensors) {
   Epkd d({"--model", "m=" + model_}, "2");
   ASSERT_TRUE(d.running());
-  std::string out = (dir_ / "got.safetensors").string();
-  auto r = run(epk() + " get --socket " + d.socket() + " m blk.0.w blk.0.norm -o " + out + " --layout dense:bf16");
-  ASSERT_EQ(r.status, 0) << r.out;
-  auto ck = epk::safetensors::Checkpoint::open(out);
+  auto ck = get(d, "m blk.0.w blk.0.norm", (dir_ / "got.safetensors").string(), "dense:bf16");
   ASSERT_TRUE(ck) << ck.error().to_string();
   const auto* w = ck->find("blk.0.w");
   ASSERT_NE(w, nullptr);
@@ -81,10 +88,7 @@ TEST_F(EpkServe, GetWritesTheServedTensorsToSafetensors) {
 TEST_F(EpkServe, GetRowwiseWritesValuesAndRowScales) {
   Epkd d({"--model", "m=" + model_}, "2");
   ASSERT_TRUE(d.running());
-  std::string out = (dir_ / "q.safetensors").string();
-  auto r = run(epk() + " get --socket " + d.socket() + " m blk.0.w -o " + out + " --layout rowwise:fp8_e4m3");
-  ASSERT_EQ(r.status, 0) << r.out;
-  auto ck = epk::safetensors::Checkpoint::open(out);
+  auto ck = get(d, "m blk.0.w", (dir_ / "q.safetensors").string(), "rowwise:fp8_e4m3");
   ASSERT_TRUE(ck) << ck.error().to_string();
   const auto* v = ck->find("blk.0.w");
   const auto* sc = ck->find("blk.0.w.row_scales");
@@ -120,9 +124,7 @@ TEST_F(EpkServe, GetGptqWritesEachPartAsItsOwnTensor) {
   Epkd d({"--model", "q=" + q}, "2");
   ASSERT_TRUE(d.running());
   std::string out = (dir_ / "gptq.safetensors").string();
-  auto r = run(epk() + " get --socket " + d.socket() + " q blk.0.q -o " + out + " --layout gptq");
-  ASSERT_EQ(r.status, 0) << r.out;
-  auto ck = epk::safetensors::Checkpoint::open(out);
+  auto ck = get(d, "q blk.0.q", out, "gptq");
   ASSERT_TRUE(ck) << ck.error().to_string();
   auto want = epk::layouts::write_layout(t, epk::layouts::Layout::kGptqV1);
   ASSERT_TRUE(want) << want.error().to_string();

@@ -2,7 +2,6 @@
 // refused by every command that opens the file, naming the tensor and the field, before anything is sized by it
 // (decompress once tried a 2 TiB allocation and printed only "epk: std::bad_alloc").
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include "codec/rans/container_io.h"
 #include "codec/rate/encode.h"
 #include "tests/tools/run_command.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk {
 namespace {
@@ -59,11 +59,7 @@ Bytes lattice_file_with_cols(const fs::path& dir, std::uint64_t cols) {
 
 class EpkShapeLimits : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epk_shape_limits_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::scratch_dir("epk_shape_limits"); }
   void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const Bytes& b) {
     const auto p = (dir_ / name).string();

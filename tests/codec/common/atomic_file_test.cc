@@ -1,7 +1,7 @@
 #include "codec/common/atomic_file.h"
+#include "tests/support/scratch_dir.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,12 +12,7 @@ namespace fs = std::filesystem;
 namespace epk {
 namespace {
 
-fs::path fresh_dir(const char* name) {
-  fs::path d = fs::temp_directory_path() / (std::string("epk_") + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const char* name) { return test::scratch_dir(std::string("epk_") + name); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

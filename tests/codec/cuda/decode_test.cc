@@ -430,12 +430,7 @@ class PlanValidation : public ::testing::Test {
     view_ = raw_.view();
     job_.name = "blk.0.attn_q";
     job_.stream = &view_;
-    // Never dereferenced: validation fails first.
-    job_.dev = {reinterpret_cast<const std::uint16_t*>(std::uintptr_t{0x1000}),
-                reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x2000}),
-                reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x3000}),
-                reinterpret_cast<const float*>(std::uintptr_t{0x4000})};
-    job_.out_dev = reinterpret_cast<void*>(std::uintptr_t{0x5000});
+    testing::set_unread_device_pointers(job_);  // validation fails first
   }
   Error expect_refused(ErrorCode code) {
     auto plan = DecodePlan::create({&job_, 1});

@@ -109,13 +109,8 @@ Host stored(const QuantTensor& t) {
   return h;
 }
 
-std::vector<std::uint8_t> tensor_of(const std::vector<layouts::Tensor>& ts, const std::string& name) {
-  for (const auto& t : ts)
-    if (t.name == name) return t.bytes;
-  ADD_FAILURE() << "no tensor " << name;
-  return {};
-}
-std::vector<std::uint8_t> qweight_of(const std::vector<layouts::Tensor>& ts) { return tensor_of(ts, "qweight"); }
+using layouts::testing::tensor_bytes;
+std::vector<std::uint8_t> qweight_of(const std::vector<layouts::Tensor>& ts) { return tensor_bytes(ts, "qweight"); }
 
 template <class T>
 std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
@@ -205,14 +200,14 @@ TEST(IntqKernelsOnHost, QzerosAndScalesEqualTheCpuWriters) {
       QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, sym, false, false, 60 + bits);
       Host h = stored(t);
       const auto cpu = *layouts::write_gptq(t, layouts::GptqZeros::kV2);
-      const auto want_z = tensor_of(cpu, "qzeros");
+      const auto want_z = tensor_bytes(cpu, "qzeros");
       std::vector<std::uint32_t> z(want_z.size() / 4);
       run_1d(z.size(), [&] {
         detail::pack_rows_kernel(sym ? nullptr : h.zeros.data(), 1u << (bits - 1), t.num_groups, t.padded_cols, bits,
                                  false, nullptr, z.data());
       });
       EXPECT_EQ(bytes_of(z), want_z) << "gptq qzeros " << bits << (sym ? " sym" : "");
-      const auto want_s = tensor_of(cpu, "scales");  // f16
+      const auto want_s = tensor_bytes(cpu, "scales");  // f16
       std::vector<std::uint16_t> sc(want_s.size() / 2);
       run_1d(sc.size(), [&] { detail::scales_kernel<false>(t.scales.data(), sc.size(), nullptr, 1, sc.data()); });
       EXPECT_EQ(bytes_of(sc), want_s) << "scales " << bits;
@@ -221,7 +216,7 @@ TEST(IntqKernelsOnHost, QzerosAndScalesEqualTheCpuWriters) {
   {
     QuantTensor t = layouts::testing::random_intq_tensor(4, 64, 72, 32, false, false, false, 70);
     Host h = stored(t);
-    const auto want = tensor_of(*layouts::write_awq(t), "qzeros");
+    const auto want = tensor_bytes(*layouts::write_awq(t), "qzeros");
     std::vector<std::uint32_t> z(want.size() / 4);
     detail::Geometry g = h.g;
     g.padded_rows = t.num_groups;
@@ -230,7 +225,7 @@ TEST(IntqKernelsOnHost, QzerosAndScalesEqualTheCpuWriters) {
   }
   for (std::int64_t group : {16, 32}) {  // 32 rows: group 32 is per-channel (Marlin's 32-entry permutation)
     QuantTensor t = layouts::testing::random_intq_tensor(4, 32, 128, group, true, false, false, 80);
-    const auto want = tensor_of(*layouts::write_marlin(t), "scales");
+    const auto want = tensor_bytes(*layouts::write_marlin(t), "scales");
     const bool grouped = t.group_size < t.padded_rows;
     const auto sperm = grouped ? layouts::marlin_scale_perm() : layouts::marlin_scale_perm_single();
     std::vector<std::uint16_t> sc(want.size() / 2);
@@ -247,7 +242,7 @@ TEST(IntqKernelsOnHost, GptqV1QzerosEqualTheCpuWriterAndFlagAZeroOfZero) {
       QuantTensor t = layouts::testing::random_intq_tensor(bits, 96, 64, 32, sym, false, false, 90 + bits);
       for (auto& z : t.zeros) z = z == 0 ? 1 : z;  // v1 cannot store 0
       Host h = stored(t);
-      const auto want = tensor_of(*layouts::write_gptq(t, layouts::GptqZeros::kV1), "qzeros");
+      const auto want = tensor_bytes(*layouts::write_gptq(t, layouts::GptqZeros::kV1), "qzeros");
       std::vector<std::uint32_t> z(want.size() / 4);
       std::uint32_t flags = 0;
       run_1d(z.size(), [&] {
@@ -279,7 +274,7 @@ TEST(IntqKernelsOnHost, GptqOfPermutedActOrderRowsEqualsTheCpuWriter) {
     std::vector<std::int32_t> inv(static_cast<std::size_t>(t.padded_rows), -1);
     run_1d(inv.size(), [&] { detail::invert_perm_kernel(t.perm.data(), t.padded_rows, inv.data()); });
     for (std::size_t k = 0; k < inv.size(); ++k) ASSERT_EQ(t.perm[static_cast<std::size_t>(inv[k])], std::int32_t(k));
-    const auto want_q = tensor_of(cpu, "qweight");
+    const auto want_q = tensor_bytes(cpu, "qweight");
     std::vector<std::uint32_t> q(want_q.size() / 4);
     run_1d(q.size(), [&] { detail::gptq_kernel(h.codes.data(), inv.data(), h.g, q.data()); });
     EXPECT_EQ(bytes_of(q), want_q) << "qweight " << bits;
@@ -287,13 +282,13 @@ TEST(IntqKernelsOnHost, GptqOfPermutedActOrderRowsEqualsTheCpuWriter) {
     run_1d(g.size(), [&] {
       detail::gather_rows_kernel(t.g_idx.data(), t.group_size, inv.data(), t.padded_rows, g.data());
     });
-    EXPECT_EQ(bytes_of(g), tensor_of(cpu, "g_idx")) << "g_idx " << bits;
+    EXPECT_EQ(bytes_of(g), tensor_bytes(cpu, "g_idx")) << "g_idx " << bits;
   }
   // Static groups, no perm: g_idx is k / G, computed on the device without a g_idx buffer.
   QuantTensor t = layouts::testing::random_intq_tensor(4, 96, 64, 32, false, false, false, 120);
   std::vector<std::int32_t> g(96);
   run_1d(g.size(), [&] { detail::gather_rows_kernel(nullptr, 32, nullptr, 96, g.data()); });
-  EXPECT_EQ(bytes_of(g), tensor_of(*layouts::write_gptq(t, layouts::GptqZeros::kV2), "g_idx"));
+  EXPECT_EQ(bytes_of(g), tensor_bytes(*layouts::write_gptq(t, layouts::GptqZeros::kV2), "g_idx"));
 }
 
 // Act-order Marlin: rows sorted by group on the device (stable, as sort_groups), then qweight, g_idx and perm parts
@@ -315,7 +310,7 @@ TEST(IntqKernelsOnHost, MarlinOfActOrderEqualsTheCpuWriter) {
       detail::group_order_kernel(g_idx, t.group_size, t.rows, t.padded_rows, &flags, order.data());
     });
     EXPECT_EQ(flags, 0u);
-    const auto want_q = tensor_of(cpu, "qweight");
+    const auto want_q = tensor_bytes(cpu, "qweight");
     const auto mperm = layouts::marlin_weight_perm(c.bits);
     std::vector<std::uint32_t> q(want_q.size() / 4);
     run_1d(q.size(), [&] { detail::marlin_kernel(h.codes.data(), mperm.data(), order.data(), h.g, q.data()); });
@@ -325,8 +320,8 @@ TEST(IntqKernelsOnHost, MarlinOfActOrderEqualsTheCpuWriter) {
       detail::gather_rows_kernel(g_idx, t.group_size, order.data(), t.padded_rows, gi.data());
       detail::gather_rows_kernel(c.perm ? t.perm.data() : nullptr, 1, order.data(), t.padded_rows, pm.data());
     });
-    EXPECT_EQ(bytes_of(gi), tensor_of(cpu, "g_idx"));
-    EXPECT_EQ(bytes_of(pm), tensor_of(cpu, "perm"));
+    EXPECT_EQ(bytes_of(gi), tensor_bytes(cpu, "g_idx"));
+    EXPECT_EQ(bytes_of(pm), tensor_bytes(cpu, "perm"));
   }
 }
 

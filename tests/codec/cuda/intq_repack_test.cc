@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <ostream>
 #include <vector>
 
 #include "codec/layouts/awq.h"
@@ -86,25 +85,10 @@ std::vector<T> download(const DeviceBuffer& b, std::size_t n) {
   return v;
 }
 
-std::vector<std::uint8_t> tensor_bytes(const std::vector<layouts::Tensor>& ts, const std::string& name) {
-  for (const auto& t : ts)
-    if (t.name == name) return t.bytes;
-  ADD_FAILURE() << "no tensor " << name;
-  return {};
-}
+using layouts::testing::tensor_bytes;
 std::vector<std::uint8_t> qweight_bytes(const std::vector<layouts::Tensor>& ts) { return tensor_bytes(ts, "qweight"); }
 
-struct DeqCase {
-  int bits;
-  std::int64_t rows, cols, group;
-  bool symmetric, act_order, perm;
-};
-
-// Readable, deterministic test names (the default prints the struct's bytes, padding included).
-void PrintTo(const DeqCase& c, std::ostream* os) {
-  *os << c.bits << "bit_" << c.rows << "x" << c.cols << "_g" << c.group << (c.symmetric ? "_sym" : "")
-      << (c.act_order ? "_actorder" : "") << (c.perm ? "_perm" : "");
-}
+using DeqCase = layouts::testing::IntqCase;
 
 class GpuIntqDequant : public ::testing::TestWithParam<DeqCase> {};
 
@@ -116,12 +100,9 @@ TEST_P(GpuIntqDequant, MatchesDequantizeIntqBitForBit) {
   ASSERT_TRUE(layouts::pad_to(t, 32, 8));
   for (DenseType type : {DenseType::kBf16, DenseType::kFp16}) {
     const DType dt = type == DenseType::kBf16 ? DType::kBF16 : DType::kF16;
-    std::vector<layouts::intq::Encoded> all;
     auto e = layouts::intq::encode_int(t, "w", dt, "gptq");
     ASSERT_TRUE(e) << e.error().message;
-    all.push_back(std::move(*e));
-    const auto dir = layouts::testing::scratch_dir("gpu");
-    auto r = layouts::testing::write_and_open((dir / "w.epk").string(), all);
+    auto r = layouts::testing::write_one_and_open("gpu", std::move(*e));
     ASSERT_TRUE(r) << r.error().message;
     std::vector<std::uint8_t> want(static_cast<std::size_t>(t.rows * t.cols * 2));
     ASSERT_TRUE(layouts::intq::dequantize_intq(*r, r->tensors()[0], dt, want));

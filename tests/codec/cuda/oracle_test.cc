@@ -147,17 +147,8 @@ TEST(GpuOracle, FreshlyEncodedStreamsDecodeBitExactInEveryFormatRowRangeAndKerne
 // through L1 above (no shared region holds 16 << 13 entries). Every format, the whole tensor and a row range.
 TEST(GpuOracle, EveryProbBitsTheEncoderWritesTakesItsKernelAndDecodesBitExact) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  struct Case {
-    int prob_bits;
-    int lut_mode;
-    int lean_pb;
-  };
-  const Case cases[] = {{9, detail::kPackedShared, 0},    {10, detail::kPackedShared, 0},
-                        {11, detail::kPackedShared, 11},  {12, detail::kTwoLevelShared, 0},
-                        {13, detail::kWideGlobal, 0},     {14, detail::kWideGlobal, 0},
-                        {15, detail::kWideGlobal, 0}};
   std::uint32_t seed = 151;
-  for (const Case& c : cases) {
+  for (const testing::ProbBitsPlan& c : testing::kProbBitsPlans) {
     const Shape shape{43, 264, 3.0};
     const rans::EncodedTensor enc = encode_random(shape, seed++, c.prob_bits);
     const rans::LatticeRansStream s = enc.view();

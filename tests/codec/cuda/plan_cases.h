@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,28 @@ inline cuda::detail::PlanOverrides general_loop(int lut_mode = -1) {
   o.lean = false;
   return o;
 }
+
+// Device addresses for the stream's arrays and the output that planning and plan validation never dereference (they
+// read only the host view of the stream); row_scales_dev stays as it is.
+inline void set_unread_device_pointers(cuda::DecodeJob& job) {
+  job.dev = {reinterpret_cast<const std::uint16_t*>(std::uintptr_t{0x1000}),
+             reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x2000}),
+             reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x3000}),
+             reinterpret_cast<const float*>(std::uintptr_t{0x4000})};
+  job.out_dev = reinterpret_cast<void*>(std::uintptr_t{0x5000});
+}
+
+// Every prob_bits the encoder writes (9..15) and the placement meant for it: packed shared tables up to 11 (the lean
+// kernel at 11), two-level at 12, 64-bit entries through L1 above (no shared region holds 16 << 13 entries).
+struct ProbBitsPlan {
+  int prob_bits;
+  int lut_mode;
+  int lean_pb;
+};
+inline constexpr ProbBitsPlan kProbBitsPlans[] = {
+    {9, cuda::detail::kPackedShared, 0},    {10, cuda::detail::kPackedShared, 0}, {11, cuda::detail::kPackedShared, 11},
+    {12, cuda::detail::kTwoLevelShared, 0}, {13, cuda::detail::kWideGlobal, 0},   {14, cuda::detail::kWideGlobal, 0},
+    {15, cuda::detail::kWideGlobal, 0}};
 
 // A batch takes the one kernel that serves all of its tensors: prob_bits 10 and 11 together (either first) the
 // general kernel with packed shared tables, 11 and 12 two-level tables, 11 and 13 the global tables, 11 alone the

@@ -41,11 +41,7 @@ DecodeJob job_for(const rans::LatticeRansStream& s, OutputFormat format, const s
   DecodeJob job;
   job.name = name;
   job.stream = &s;
-  job.dev = {reinterpret_cast<const std::uint16_t*>(std::uintptr_t{0x1000}),
-             reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x2000}),
-             reinterpret_cast<const std::uint32_t*>(std::uintptr_t{0x3000}),
-             reinterpret_cast<const float*>(std::uintptr_t{0x4000})};
-  job.out_dev = reinterpret_cast<void*>(std::uintptr_t{0x5000});
+  testing::set_unread_device_pointers(job);
   job.row_scales_dev = reinterpret_cast<float*>(std::uintptr_t{0x6000});
   job.format = format;
   return job;
@@ -66,17 +62,8 @@ rans::EncodedTensor encode_random(std::uint32_t rows, std::uint32_t cols, double
 }
 
 TEST(DecodePlanChoice, EveryProbBitsTheEncoderWritesGetsItsPlacement) {
-  struct Case {
-    int prob_bits;
-    int lut_mode;
-    int lean_pb;
-  };
-  const Case cases[] = {{9, detail::kPackedShared, 0},   {10, detail::kPackedShared, 0},
-                        {11, detail::kPackedShared, 11}, {12, detail::kTwoLevelShared, 0},
-                        {13, detail::kWideGlobal, 0},    {14, detail::kWideGlobal, 0},
-                        {15, detail::kWideGlobal, 0}};
   std::uint32_t seed = 151;
-  for (const Case& c : cases) {
+  for (const testing::ProbBitsPlan& c : testing::kProbBitsPlans) {
     const rans::EncodedTensor enc = encode_random(43, 264, 3.0, seed++, c.prob_bits);
     const rans::LatticeRansStream s = enc.view();
     ASSERT_EQ(s.prob_bits, static_cast<std::uint32_t>(c.prob_bits));

@@ -10,12 +10,9 @@ namespace {
 
 TEST(DecodeIntq, DispatchEqualsDequantizeIntq) {
   auto t = layouts::testing::random_intq_tensor(3, 70, 9, 32, false, true, true, 5);
-  std::vector<layouts::intq::Encoded> all;
   auto e = layouts::intq::encode_int(t, "w", DType::kF16, "gptq");
   ASSERT_TRUE(e);
-  all.push_back(std::move(*e));
-  const auto dir = layouts::testing::scratch_dir("decode");
-  auto r = layouts::testing::write_and_open((dir / "a.epk").string(), all);
+  auto r = layouts::testing::write_one_and_open("decode", std::move(*e));
   ASSERT_TRUE(r) << r.error().message;
   const auto& entry = r->tensors()[0];
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {

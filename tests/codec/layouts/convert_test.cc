@@ -20,15 +20,6 @@ GptqViews gptq_views(const std::vector<Tensor>& ts) {
   return GptqViews{view_of(ts, "qweight"), view_of(ts, "qzeros"), view_of(ts, "scales"), view_of(ts, "g_idx")};
 }
 
-MarlinViews marlin_views(const std::vector<Tensor>& ts) {
-  MarlinViews v{view_of(ts, "qweight"), view_of(ts, "scales"), std::nullopt, std::nullopt};
-  if (find_tensor(ts, "perm")) {
-    v.g_idx = view_of(ts, "g_idx");
-    v.perm = view_of(ts, "perm");
-  }
-  return v;
-}
-
 std::vector<float> random_x(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<float> x(n);

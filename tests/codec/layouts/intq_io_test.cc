@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <ostream>
 
 #include "codec/common/half.h"
 #include "codec/layouts/gguf.h"
@@ -15,8 +14,7 @@ namespace epk::layouts {
 namespace {
 
 using testing::random_intq_tensor;
-using testing::scratch_dir;
-using testing::write_and_open;
+using testing::write_one_and_open;
 
 void expect_same(const QuantTensor& a, const QuantTensor& b) {
   EXPECT_EQ(a.bits, b.bits);
@@ -34,17 +32,7 @@ void expect_same(const QuantTensor& a, const QuantTensor& b) {
   EXPECT_EQ(a.perm, b.perm);
 }
 
-struct Case {
-  int bits;
-  std::int64_t rows, cols, group;
-  bool symmetric, act_order, perm;
-};
-
-// Readable, deterministic test names (the default prints the struct's bytes, padding included).
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.bits << "bit_" << c.rows << "x" << c.cols << "_g" << c.group << (c.symmetric ? "_sym" : "")
-      << (c.act_order ? "_actorder" : "") << (c.perm ? "_perm" : "");
-}
+using Case = testing::IntqCase;
 
 class IntqRoundTrip : public ::testing::TestWithParam<Case> {};
 
@@ -58,10 +46,7 @@ TEST_P(IntqRoundTrip, ReadBackEqualsWritten) {
     SCOPED_TRACE(static_cast<int>(form));
     auto e = intq::encode_int(t, "layer.weight", DType::kF16, "gptq", form);
     ASSERT_TRUE(e) << e.error().message;
-    std::vector<intq::Encoded> all;
-    all.push_back(std::move(*e));
-    const auto dir = scratch_dir("rt");
-    auto r = write_and_open((dir / "a.epk").string(), all);
+    auto r = write_one_and_open("rt", std::move(*e));
     ASSERT_TRUE(r) << r.error().message;
     const auto* entry = r->find("layer.weight");
     ASSERT_NE(entry, nullptr);
@@ -158,10 +143,7 @@ TEST(Intq, SymmetricStaticTensorStoresOnlyCodesAndScales) {
 
 TEST(Intq, DequantizeIsTheTransposedUnpermutedLogicalMatrix) {
   QuantTensor t = random_intq_tensor(4, 96, 11, 32, false, true, true, 11);
-  std::vector<intq::Encoded> all;
-  all.push_back(std::move(*intq::encode_int(t, "w", DType::kBF16, "gptq")));
-  const auto dir = scratch_dir("deq");
-  auto r = write_and_open((dir / "a.epk").string(), all);
+  auto r = write_one_and_open("deq", std::move(*intq::encode_int(t, "w", DType::kBF16, "gptq")));
   ASSERT_TRUE(r) << r.error().message;
   const auto& entry = r->tensors()[0];
   const auto f32 = dequantize_f32(t);
@@ -211,10 +193,7 @@ TEST(Intq, GgufBlocksAreKeptVerbatimAndDequantizeLikeGguf) {
   info.type = type;
   info.n_elements = 512;
   info.n_bytes = blocks.size();
-  std::vector<intq::Encoded> all;
-  all.push_back(std::move(*intq::encode_gguf(info, blocks, std::string(info.name))));
-  const auto dir = scratch_dir("gguf");
-  auto r = write_and_open((dir / "a.epk").string(), all);
+  auto r = write_one_and_open("gguf", std::move(*intq::encode_gguf(info, blocks, std::string(info.name))));
   ASSERT_TRUE(r) << r.error().message;
   const auto& entry = r->tensors()[0];
   EXPECT_EQ(entry.shape, (std::vector<std::uint64_t>{2, 256}));
@@ -257,10 +236,7 @@ TEST(Intq, Bnb4StateIsKeptVerbatimAndDequantizesLikeBnb) {
   ASSERT_TRUE(want);
   auto e = intq::encode_bnb4(v, "w.weight");
   ASSERT_TRUE(e) << e.error().message;
-  std::vector<intq::Encoded> all;
-  all.push_back(std::move(*e));
-  const auto dir = scratch_dir("bnb");
-  auto r = write_and_open((dir / "a.epk").string(), all);
+  auto r = write_one_and_open("bnb", std::move(*e));
   ASSERT_TRUE(r) << r.error().message;
   std::vector<std::uint8_t> out(rows * cols * 2);
   ASSERT_TRUE(intq::dequantize_intq(*r, r->tensors()[0], DType::kBF16, out));

@@ -1,6 +1,7 @@
 // Random logical tensors and .epk round trips for the intq tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,11 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "codec/common/half.h"
 #include "codec/container/reader.h"
@@ -37,6 +41,28 @@ inline QuantTensor random_intq_tensor(int bits, std::int64_t rows, std::int64_t 
   return t;
 }
 
+// The bytes of the tensor of `ts` named `name`; empty, and a failure of the test, when there is none.
+inline std::vector<std::uint8_t> tensor_bytes(const std::vector<Tensor>& ts, const std::string& name) {
+  for (const auto& t : ts) {
+    if (t.name == name) return t.bytes;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+// One draw of random_intq_tensor for a parameterised test.
+struct IntqCase {
+  int bits;
+  std::int64_t rows, cols, group;
+  bool symmetric, act_order, perm;
+};
+
+// Readable, deterministic test names (the default prints the struct's bytes, padding included).
+inline void PrintTo(const IntqCase& c, std::ostream* os) {
+  *os << c.bits << "bit_" << c.rows << "x" << c.cols << "_g" << c.group << (c.symmetric ? "_sym" : "")
+      << (c.act_order ? "_actorder" : "") << (c.perm ? "_perm" : "");
+}
+
 inline std::filesystem::path scratch_dir(const std::string& name) {
   return epk::test::scratch_dir("epk_intq_" + name);
 }
@@ -47,6 +73,13 @@ inline Result<container::Reader> write_and_open(const std::string& path, std::ve
   for (auto& e : tensors) EPK_TRY(w.add_tensor(e.spec, e.buffers()));
   EPK_TRY(w.finish());
   return container::Reader::open(path);
+}
+
+// One encoded tensor written to a.epk in scratch_dir(dir_name), and the file opened.
+inline Result<container::Reader> write_one_and_open(const std::string& dir_name, intq::Encoded tensor) {
+  std::vector<intq::Encoded> one;
+  one.push_back(std::move(tensor));
+  return write_and_open((scratch_dir(dir_name) / "a.epk").string(), one);
 }
 
 }  // namespace epk::layouts::testing

@@ -12,15 +12,6 @@ namespace {
 
 using namespace testing;
 
-MarlinViews views(const std::vector<Tensor>& ts) {
-  MarlinViews v{view_of(ts, "qweight"), view_of(ts, "scales"), std::nullopt, std::nullopt};
-  if (find_tensor(ts, "perm")) {
-    v.g_idx = view_of(ts, "g_idx");
-    v.perm = view_of(ts, "perm");
-  }
-  return v;
-}
-
 TEST(Marlin, WeightPermStartsAsDocumentedAndIsAPermutation) {
   auto p4 = marlin_weight_perm(4);
   ASSERT_EQ(p4.size(), 1024u);
@@ -69,7 +60,7 @@ TEST(Marlin, RoundTripsGroupedChannelwiseAndActOrder) {
           auto ts = write_marlin(t);
           ASSERT_TRUE(ts) << ts.error().to_string();
           EXPECT_EQ(find_tensor(*ts, "qweight")->shape, (std::vector<std::int64_t>{8, 192 * 16 * bits / 32}));
-          auto back = read_marlin(views(*ts), bits, 128, group == 128 ? -1 : group);
+          auto back = read_marlin(marlin_views(*ts), bits, 128, group == 128 ? -1 : group);
           ASSERT_TRUE(back) << back.error().to_string();
           if (has_static_groups(t)) {  // act-order with one group is still static
             expect_same_logical(*back, t);

@@ -43,6 +43,7 @@ inline QuantTensor random_quant_tensor(int bits, std::int64_t rows, std::int64_t
 #include <cstring>
 #include <string_view>
 
+#include "codec/layouts/marlin.h"
 #include "codec/layouts/tensor.h"
 
 namespace epk::layouts::testing {
@@ -58,6 +59,16 @@ inline TensorView view_of(const std::vector<Tensor>& ts, std::string_view name) 
   const Tensor* t = find_tensor(ts, name);
   EXPECT_NE(t, nullptr) << name;
   return t ? t->view() : TensorView{};
+}
+
+// The views read_marlin takes of a Marlin layout's tensors; g_idx and perm where the layout has them (act-order).
+inline MarlinViews marlin_views(const std::vector<Tensor>& ts) {
+  MarlinViews v{view_of(ts, "qweight"), view_of(ts, "scales"), std::nullopt, std::nullopt};
+  if (find_tensor(ts, "perm")) {
+    v.g_idx = view_of(ts, "g_idx");
+    v.perm = view_of(ts, "perm");
+  }
+  return v;
 }
 
 inline std::vector<std::uint32_t> words_of_tensor(const Tensor& t) {

@@ -3,12 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
 #include "tests/codec/layouts/vectors.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::layouts {
 namespace {
@@ -19,10 +19,7 @@ constexpr const char* kPython = "/opt/refvenv/bin/python";
 // with the regenerated one; *compared counts them. Skips the test when the venv lacks a module the script needs.
 void regenerate_and_compare(const std::string& script, const std::string& data_dir, int* compared) {
   *compared = 0;
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("epk_vectors_" + data_dir + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = test::scratch_dir("epk_vectors_" + data_dir);
   const std::string cmd = std::string(kPython) + " " + EPK_SOURCE_DIR + "/scripts/testdata/" + script + " --out " +
                           dir.string() + " > " + (dir / "log.txt").string() + " 2>&1";
   const int rc = std::system(cmd.c_str());

@@ -4,13 +4,13 @@
 #include "codec/serve/device_plan.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
 #include "codec/container/writer.h"
 #include "codec/serve/producer.h"
 #include "tests/codec/serve/serve_test_files.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::serve {
 namespace {
@@ -22,9 +22,7 @@ constexpr std::uint32_t kRows = 29, kCols = 77;  // rows * cols not a multiple o
 class DevicePlanHostTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epk_device_plan_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::scratch_dir("epk_device_plan");
     path_ = (dir_ / "m.epk").string();
     auto writer = container::Writer::create(path_, {{"source", "device_plan_host_test"}});
     ASSERT_TRUE(writer) << writer.error().to_string();

@@ -4,7 +4,6 @@
 #include "codec/serve/producer.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -15,6 +14,7 @@
 #include "codec/serve/shard_slice.h"
 #include "tests/codec/layouts/intq_test_util.h"
 #include "tests/codec/serve/serve_test_files.h"
+#include "tests/support/scratch_dir.h"
 
 namespace epk::serve {
 namespace {
@@ -37,10 +37,7 @@ constexpr LayoutSet kPacked = layout_bit(Layout::kGptq) | layout_bit(Layout::kGp
 class ProducerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("epk_producer_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::test_scratch_dir("epk_producer");
     path_ = (dir_ / "m.epk").string();
     auto writer = container::Writer::create(path_, {{"source", "producer_test"}});
     ASSERT_TRUE(writer) << writer.error().to_string();
