@@ -28,11 +28,7 @@ struct Tensor {
     for (std::size_t i = 0; i < names.size(); ++i) out.push_back({names[i], data[i]});
     return out;
   }
-  std::vector<BufferShape> shapes() const {
-    std::vector<BufferShape> out;
-    for (std::size_t i = 0; i < names.size(); ++i) out.push_back({names[i], data[i].size()});
-    return out;
-  }
+  std::vector<BufferShape> shapes() const { return buffer_shapes(buffers()); }
 };
 
 // Raw tensors of odd sizes (1 byte up to past the 1 MiB section threshold, where sections align to 4096) and

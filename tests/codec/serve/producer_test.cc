@@ -14,17 +14,14 @@
 #include "codec/serve/shard_slice.h"
 #include "tests/codec/layouts/intq_test_util.h"
 #include "tests/codec/serve/serve_test_files.h"
+#include "tests/support/bytes.h"
 #include "tests/support/scratch_dir.h"
 
 namespace epk::serve {
 namespace {
 
 namespace fs = std::filesystem;
-
-template <class T>
-std::span<const std::uint8_t> bytes_of(const std::vector<T>& v) {
-  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)};
-}
+using test::bytes_of;
 
 constexpr std::uint32_t kRows = 37, kCols = 203;  // a partial tile, padded columns, rows no world divides
 
