@@ -28,6 +28,8 @@ intq_rc=${PIPESTATUS[0]}
 # The device encoder against the CPU encoder, byte for byte (scripts/gpu/encode_run.sh adds its bench).
 "$bin/epk_cuda_encode_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
 encode_rc=${PIPESTATUS[0]}
+"$bin/epk_cuda_encode_copy_test" --gtest_brief=1 2>&1 | tee -a "$out/test.txt" | tail -8
+[[ ${PIPESTATUS[0]} == 0 ]] || encode_rc=1
 sanitizer_rc=skipped
 if [[ "$quick" != "--quick" && "$quick" != "--no-sanitizer" ]] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer"

@@ -11,6 +11,8 @@ nvidia-smi -L 2>/dev/null || true
 echo "== device encoder tests"
 timeout 75 "$here/bin/epk_cuda_encode_test" --gtest_brief=1 2>&1 | tail -60
 echo "test rc=${PIPESTATUS[0]}"
+timeout 60 "$here/bin/epk_cuda_encode_copy_test" --gtest_brief=1 2>&1 | tail -20
+echo "copy test rc=${PIPESTATUS[0]}"
 echo "== bench"
 timeout 75 "$here/bin/gpu_encode_bench" --layers "${EPK_BENCH_LAYERS:-32}" --cpu-tensors 7 2>&1 | tee "$log"
 echo "bench rc=${PIPESTATUS[0]}"

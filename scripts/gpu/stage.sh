@@ -21,7 +21,8 @@ if [[ "${EPK_STAGE_EPKD_ONLY:-0}" != 1 ]]; then
   cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu/profile.sh" "$root/scripts/gpu/stall_profile.sh" \
     "$root/scripts/gpu/cli_cuda_check.sh" "$dest/"
   cp "$build/tests/codec/cuda/epk_cuda_intq_test" "$build/bench/intq_repack_bench" "$dest/bin/"
-  cp "$build/tests/codec/cuda/epk_cuda_encode_test" "$build/bench/gpu_encode_bench" "$dest/bin/"
+  cp "$build/tests/codec/cuda/epk_cuda_encode_test" "$build/tests/codec/cuda/epk_cuda_encode_copy_test" \
+    "$build/bench/gpu_encode_bench" "$dest/bin/"
   cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
   cp -r "$root/tests/data/cuda" "$dest/data/"
 else

@@ -1,0 +1,153 @@
+// cuda::StagedCopier against plain cudaMemcpy: uploads at every alignment and size around its chunk (below it:
+// staged; from it up: the registered pages plus staged ends), from a read-only file mapping (what `epk compress`
+// uploads from), with its pages cached and not, from memory the caller already pinned (staged), and downloads. Every
+// byte is compared, the pages are left unregistered and no CUDA error is left behind. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/common/mapped_file.h"
+#include "codec/cuda/encode_copy.h"
+#include "tests/codec/cuda/device_buffer.h"
+#include "tests/support/scratch_dir.h"
+
+namespace epk {
+namespace {
+
+constexpr std::size_t kChunk = std::size_t{16} << 20;  // encode_copy.cc's staging slot
+
+std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint64_t seed) {
+  std::vector<std::uint8_t> v(n);
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::uint64_t r = rng();
+    for (std::size_t k = 0; k < 8 && i + k < n; ++k) v[i + k] = std::uint8_t(r >> (8 * k));
+  }
+  return v;
+}
+
+// The first index where the device's n bytes differ from src, or n.
+std::size_t first_difference(const void* device, const std::uint8_t* src, std::size_t n) {
+  std::vector<std::uint8_t> back(n);
+  EPK_CUDA_CHECK(cudaMemcpy(back.data(), device, n, cudaMemcpyDeviceToHost));
+  for (std::size_t i = 0; i < n; ++i)
+    if (back[i] != src[i]) return i;
+  return n;
+}
+
+bool registered(const void* p) {
+  cudaPointerAttributes a{};
+  const cudaError_t e = cudaPointerGetAttributes(&a, p);
+  cudaGetLastError();
+  return e == cudaSuccess && a.type == cudaMemoryTypeHost;
+}
+
+class StagedCopierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
+    EPK_CUDA_CHECK(cudaStreamCreate(&stream_));
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  // Uploads src[0, n) and checks every byte, the source left unregistered and no error pending.
+  void expect_upload(cuda::StagedCopier& copier, const std::uint8_t* src, std::size_t n, const std::string& what) {
+    testing::DeviceBuffer dev(n);
+    ASSERT_EQ(copier.to_device(dev.get(), src, n, stream_), cudaSuccess) << what;
+    EXPECT_EQ(first_difference(dev.get(), src, n), n) << what;
+    EXPECT_FALSE(registered(src + n / 2)) << what;
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(StagedCopierTest, UploadsEveryAlignmentAndSizeAroundTheChunk) {
+  const auto host = random_bytes(3 * kChunk + 3 * 4096, 1);
+  cuda::StagedCopier copier;
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097}})
+    for (std::size_t n : {std::size_t{1}, kChunk - 1, kChunk, kChunk + 1, 2 * kChunk + 4097, 3 * kChunk + 123})
+      expect_upload(copier, host.data() + offset, n, "offset " + std::to_string(offset) + " size " + std::to_string(n));
+}
+
+TEST_F(StagedCopierTest, UploadsFromAReadOnlyFileMapping) {
+  const std::string path = test::test_scratch_file("staged_copier", ".bin");
+  const auto bytes = random_bytes(2 * kChunk + 12345, 2);
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  auto mapped = MappedFile::open(path);
+  ASSERT_TRUE(mapped) << mapped.error().message;
+  cuda::StagedCopier copier;
+  // Two neighbouring ranges sharing a page, as adjacent tensors of one safetensors file do.
+  const std::size_t split = kChunk + 777;
+  expect_upload(copier, mapped->data() + 3, split - 3, "first range");
+  expect_upload(copier, mapped->data() + split, bytes.size() - split, "second range");
+  std::remove(path.c_str());
+}
+
+TEST_F(StagedCopierTest, UploadsFromAFileOutOfThePageCache) {
+  const std::string path = test::test_scratch_file("staged_copier", ".bin");
+  const auto bytes = random_bytes(kChunk + 4096 * 3 + 5, 5);
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    ASSERT_EQ(std::fflush(f), 0);
+    ASSERT_EQ(::fsync(::fileno(f)), 0);
+    // Drops the clean pages where the file system allows it (not tmpfs), so the copy finds them not resident.
+    ::posix_fadvise(::fileno(f), 0, 0, POSIX_FADV_DONTNEED);
+    std::fclose(f);
+  }
+  auto mapped = MappedFile::open(path);
+  ASSERT_TRUE(mapped) << mapped.error().message;
+  cuda::StagedCopier copier;
+  expect_upload(copier, mapped->data() + 1, bytes.size() - 1, "a mapping read while it is copied");
+  std::remove(path.c_str());
+}
+
+TEST_F(StagedCopierTest, UploadsFromMemoryTheCallerPinned) {
+  void* pinned = nullptr;
+  EPK_CUDA_CHECK(cudaMallocHost(&pinned, 2 * kChunk));
+  const auto bytes = random_bytes(2 * kChunk, 3);
+  std::memcpy(pinned, bytes.data(), bytes.size());
+  cuda::StagedCopier copier;
+  testing::DeviceBuffer dev(2 * kChunk - 5);
+  const auto* src = static_cast<const std::uint8_t*>(pinned) + 5;
+  ASSERT_EQ(copier.to_device(dev.get(), src, 2 * kChunk - 5, stream_), cudaSuccess);
+  EXPECT_EQ(first_difference(dev.get(), src, 2 * kChunk - 5), 2 * kChunk - 5);
+  EXPECT_TRUE(registered(pinned)) << "the caller's pinned memory stays pinned";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EPK_CUDA_CHECK(cudaFreeHost(pinned));
+}
+
+TEST_F(StagedCopierTest, DownloadsEverySizeAroundTheChunk) {
+  cuda::StagedCopier copier;
+  for (std::size_t n : {std::size_t{1}, kChunk - 1, kChunk, 2 * kChunk + 4097}) {
+    const auto bytes = random_bytes(n, 4 + n);
+    testing::DeviceBuffer dev(n);
+    EPK_CUDA_CHECK(cudaMemcpy(dev.get(), bytes.data(), n, cudaMemcpyHostToDevice));
+    std::vector<std::uint8_t> back(n + 2, 0xA5);
+    ASSERT_EQ(copier.to_host(back.data() + 1, dev.get(), n, stream_), cudaSuccess) << n;
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), back.begin() + 1)) << n;
+    EXPECT_EQ(back.front(), 0xA5) << n;
+    EXPECT_EQ(back.back(), 0xA5) << n;
+  }
+}
+
+}  // namespace
+}  // namespace epk
