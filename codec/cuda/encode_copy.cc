@@ -1,13 +1,8 @@
 #include "codec/cuda/encode_copy.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <cstring>
 #include <thread>
-#include <vector>
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "codec/common/parallel.h"
 
@@ -28,43 +23,6 @@ void parallel_memcpy(void* dst, const void* src, std::size_t n) {
   parallel_for_blocks(n, kPiece, copy_threads(), [&](std::size_t b, std::size_t e) {
     std::memcpy(static_cast<std::byte*>(dst) + b, static_cast<const std::byte*>(src) + b, e - b);
   });
-}
-
-// The whole pages inside [p, p + n): the part of a host range that can be registered without touching bytes
-// outside it, so ranges that share a page with a neighbour (adjacent tensors of one mapped file) never overlap.
-struct PageSpan {
-  std::uintptr_t begin = 0, end = 0;
-  std::size_t size() const { return end > begin ? end - begin : 0; }
-};
-
-std::uintptr_t page_size() {
-  static const std::uintptr_t page = std::uintptr_t(sysconf(_SC_PAGESIZE));
-  return page;
-}
-
-PageSpan inner_pages(const void* p, std::size_t n) {
-  const std::uintptr_t page = page_size();
-  const auto b = reinterpret_cast<std::uintptr_t>(p);
-  return {(b + page - 1) / page * page, (b + n) / page * page};
-}
-
-// Whether every page of the span is in memory. Registering pins the pages, reading those of a file that are not
-// cached one at a time, while the staged copy's threads fault them in together: with the page cache dropped, `epk
-// compress` of the 8B folder took 12.3-12.5 s registering against 11.4 s staged (docs/NOTES.md).
-bool resident(PageSpan pages) {
-  std::vector<unsigned char> in(pages.size() / page_size());
-  if (in.empty() || ::mincore(reinterpret_cast<void*>(pages.begin), pages.size(), in.data()) != 0) return false;
-  return std::all_of(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; });
-}
-
-// Whether p is host memory CUDA knows nothing of (not pinned, not registered): pages that are would be refused.
-bool unregistered(std::uintptr_t p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, reinterpret_cast<const void*>(p)) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeUnregistered;
 }
 
 }  // namespace
@@ -90,42 +48,6 @@ cudaError_t StagedCopier::init() {
 
 cudaError_t StagedCopier::to_device(void* dst, const void* src, std::size_t n, cudaStream_t stream) {
   if (cudaError_t e = init(); e != cudaSuccess) return e;
-  const PageSpan pages = n >= kChunk ? inner_pages(src, n) : PageSpan{};
-  if (pages.size() > 0 && unregistered(pages.begin) && unregistered(pages.end - 1) && resident(pages)) {
-    // Read-only registration pins the source's pages (a PROT_READ file mapping included) for the copy's duration.
-    // Pages already pinned or registered (by the caller, or by a copy of overlapping bytes on another thread, whose
-    // registration may end at any time) are staged instead, as is a range the device or the memory refuses; a
-    // refused call's error is cleared so that later checks of cudaGetLastError do not see it.
-    if (cudaHostRegister(reinterpret_cast<void*>(pages.begin), pages.size(), cudaHostRegisterReadOnly) ==
-        cudaSuccess) {
-      const cudaError_t e = direct_to_device(dst, src, n, pages.begin, pages.end, stream);
-      const cudaError_t u = cudaHostUnregister(reinterpret_cast<void*>(pages.begin));
-      return e != cudaSuccess ? e : u;
-    }
-    cudaGetLastError();
-  }
-  return staged_to_device(dst, src, n, stream);
-}
-
-cudaError_t StagedCopier::direct_to_device(void* dst, const void* src, std::size_t n, std::uintptr_t begin,
-                                           std::uintptr_t end, cudaStream_t stream) {
-  const auto b = reinterpret_cast<std::uintptr_t>(src);
-  auto* out = static_cast<std::byte*>(dst);
-  // The partial pages at either end (under a page each) go through the two slots.
-  const std::size_t head = begin - b, tail = b + n - end;
-  std::memcpy(slot_[0], src, head);
-  std::memcpy(slot_[1], reinterpret_cast<const void*>(end), tail);
-  cudaError_t e = cudaSuccess;
-  if (head) e = cudaMemcpyAsync(out, slot_[0], head, cudaMemcpyHostToDevice, stream);
-  if (e == cudaSuccess)
-    e = cudaMemcpyAsync(out + head, reinterpret_cast<const void*>(begin), end - begin, cudaMemcpyHostToDevice, stream);
-  if (e == cudaSuccess && tail) e = cudaMemcpyAsync(out + (end - b), slot_[1], tail, cudaMemcpyHostToDevice, stream);
-  // Every copy queued is waited for, even after an error: the pages are unregistered next.
-  const cudaError_t s = cudaStreamSynchronize(stream);
-  return e != cudaSuccess ? e : s;
-}
-
-cudaError_t StagedCopier::staged_to_device(void* dst, const void* src, std::size_t n, cudaStream_t stream) {
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
   for (std::size_t k = 0; k < chunks; ++k) {
     const int s = int(k & 1);

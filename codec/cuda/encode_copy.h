@@ -1,16 +1,12 @@
-// Host <-> device copies of pageable memory (a mapped safetensors file, std::vector) at pinned-memory speed. A
-// pageable cudaMemcpy measured 6.4 GB/s on the H200 host (docs/NOTES.md); the device encoder's source upload and
-// payload download use this instead. An upload of a chunk or more whose pages are all in memory registers them for
-// the copy and DMAs from them directly, with no host copy (`epk compress` of the 8B folder: 3.7-3.9 s of user CPU
-// against 6.2-7.4 s staged, wall time the same or less; docs/NOTES.md); other uploads, and downloads, go through two
-// pinned staging slots, each chunk copied by several host threads while the other slot's DMA runs. One copier per
-// host thread (its slots are its own).
+// Host <-> device copies of pageable memory (a mapped safetensors file, std::vector) at pinned-memory speed: the
+// bytes go through two pinned staging slots, each chunk copied by several host threads while the other slot's DMA
+// runs. A pageable cudaMemcpy measured 6.4 GB/s on the H200 host (docs/NOTES.md); the device encoder's source
+// upload and payload download use this instead. One copier per host thread (its slots are its own).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <cstdint>
 
 namespace epk::cuda {
 
@@ -28,10 +24,6 @@ class StagedCopier {
 
  private:
   cudaError_t init();
-  cudaError_t staged_to_device(void* dst, const void* src, std::size_t n, cudaStream_t stream);
-  // src's pages [begin, end) are registered; the bytes outside them are staged.
-  cudaError_t direct_to_device(void* dst, const void* src, std::size_t n, std::uintptr_t begin, std::uintptr_t end,
-                               cudaStream_t stream);
   void* slot_[2] = {nullptr, nullptr};
   cudaEvent_t done_[2] = {nullptr, nullptr};
 };

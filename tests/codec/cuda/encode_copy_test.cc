@@ -1,12 +1,11 @@
-// cuda::StagedCopier against plain cudaMemcpy: uploads at every alignment and size around its chunk (below it:
-// staged; from it up: the registered pages plus staged ends), from a read-only file mapping (what `epk compress`
-// uploads from), with its pages cached and not, from memory the caller already pinned (staged), and downloads. Every
-// byte is compared, the pages are left unregistered and no CUDA error is left behind. Skips without a CUDA device.
+// cuda::StagedCopier against plain cudaMemcpy: uploads and downloads at every alignment and size around its 16 MiB
+// chunk (one slot, two, a partial last chunk), from a read-only file mapping's neighbouring ranges (what `epk
+// compress` uploads from) and to and from memory the caller pinned. Every byte is compared, no byte outside the
+// destination is written, the host memory is left as registered as it was and no CUDA error is left behind. Skips
+// without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -100,26 +99,6 @@ TEST_F(StagedCopierTest, UploadsFromAReadOnlyFileMapping) {
   std::remove(path.c_str());
 }
 
-TEST_F(StagedCopierTest, UploadsFromAFileOutOfThePageCache) {
-  const std::string path = test::test_scratch_file("staged_copier", ".bin");
-  const auto bytes = random_bytes(kChunk + 4096 * 3 + 5, 5);
-  {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    ASSERT_NE(f, nullptr);
-    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
-    ASSERT_EQ(std::fflush(f), 0);
-    ASSERT_EQ(::fsync(::fileno(f)), 0);
-    // Drops the clean pages where the file system allows it (not tmpfs), so the copy finds them not resident.
-    ::posix_fadvise(::fileno(f), 0, 0, POSIX_FADV_DONTNEED);
-    std::fclose(f);
-  }
-  auto mapped = MappedFile::open(path);
-  ASSERT_TRUE(mapped) << mapped.error().message;
-  cuda::StagedCopier copier;
-  expect_upload(copier, mapped->data() + 1, bytes.size() - 1, "a mapping read while it is copied");
-  std::remove(path.c_str());
-}
-
 TEST_F(StagedCopierTest, UploadsFromMemoryTheCallerPinned) {
   void* pinned = nullptr;
   EPK_CUDA_CHECK(cudaMallocHost(&pinned, 2 * kChunk));
@@ -135,18 +114,38 @@ TEST_F(StagedCopierTest, UploadsFromMemoryTheCallerPinned) {
   EPK_CUDA_CHECK(cudaFreeHost(pinned));
 }
 
-TEST_F(StagedCopierTest, DownloadsEverySizeAroundTheChunk) {
+TEST_F(StagedCopierTest, DownloadsEveryAlignmentAndSizeAroundTheChunk) {
   cuda::StagedCopier copier;
-  for (std::size_t n : {std::size_t{1}, kChunk - 1, kChunk, 2 * kChunk + 4097}) {
-    const auto bytes = random_bytes(n, 4 + n);
-    testing::DeviceBuffer dev(n);
-    EPK_CUDA_CHECK(cudaMemcpy(dev.get(), bytes.data(), n, cudaMemcpyHostToDevice));
-    std::vector<std::uint8_t> back(n + 2, 0xA5);
-    ASSERT_EQ(copier.to_host(back.data() + 1, dev.get(), n, stream_), cudaSuccess) << n;
-    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), back.begin() + 1)) << n;
-    EXPECT_EQ(back.front(), 0xA5) << n;
-    EXPECT_EQ(back.back(), 0xA5) << n;
-  }
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{4095}})
+    for (std::size_t n : {std::size_t{1}, kChunk - 1, kChunk, 2 * kChunk + 4097}) {
+      const std::string what = "offset " + std::to_string(offset) + " size " + std::to_string(n);
+      const auto bytes = random_bytes(n, 4 + n);
+      testing::DeviceBuffer dev(n);
+      EPK_CUDA_CHECK(cudaMemcpy(dev.get(), bytes.data(), n, cudaMemcpyHostToDevice));
+      // Guard bytes either side: nothing outside [offset, offset + n) is written.
+      std::vector<std::uint8_t> back(offset + n + 1, 0xA5);
+      ASSERT_EQ(copier.to_host(back.data() + offset, dev.get(), n, stream_), cudaSuccess) << what;
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), back.begin() + std::ptrdiff_t(offset))) << what;
+      EXPECT_TRUE(std::all_of(back.begin(), back.begin() + std::ptrdiff_t(offset), [](auto c) { return c == 0xA5; }))
+          << what;
+      EXPECT_EQ(back.back(), 0xA5) << what;
+      EXPECT_FALSE(registered(back.data() + offset + n / 2)) << what;
+      EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
+    }
+}
+
+TEST_F(StagedCopierTest, DownloadsIntoMemoryTheCallerPinned) {
+  void* pinned = nullptr;
+  EPK_CUDA_CHECK(cudaMallocHost(&pinned, 2 * kChunk));
+  const auto bytes = random_bytes(2 * kChunk - 7, 6);
+  testing::DeviceBuffer dev = testing::DeviceBuffer::from_host(bytes.data(), bytes.size());
+  cuda::StagedCopier copier;
+  auto* dst = static_cast<std::uint8_t*>(pinned) + 7;
+  ASSERT_EQ(copier.to_host(dst, dev.get(), bytes.size(), stream_), cudaSuccess);
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), dst));
+  EXPECT_TRUE(registered(pinned)) << "the caller's pinned memory stays pinned";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EPK_CUDA_CHECK(cudaFreeHost(pinned));
 }
 
 }  // namespace
