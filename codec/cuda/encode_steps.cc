@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "codec/common/huge_pages.h"
 #include "codec/cuda/encode_copy.h"
 #include "codec/cuda/encode_kernels.h"
 #include "codec/rans/encoder.h"
@@ -324,6 +325,9 @@ struct DeviceSteps::Impl {
       out.offsets[t + 1] = std::uint32_t(total);
     }
     ScopedTimer download_timer(&times->download);
+    // Each payload is fresh memory (the writer frees it): faulting it in huge pages where the kernel gives them.
+    out.payload.reserve(std::size_t(total));
+    advise_huge_pages(out.payload.data(), std::size_t(total) * 2);
     out.payload.resize(std::size_t(total));
     out.states.resize(std::size_t(tiles) * 32);
     EPK_CUDA_TRY("coder", payload.reserve(std::size_t(total) * 2));
