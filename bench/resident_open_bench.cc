@@ -10,13 +10,16 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "codec/container/reader.h"
 #include "daemon/resident_model.h"
+#include "shm/unique_fd.h"
 
 namespace {
 
@@ -74,7 +77,12 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-kib", chunk_kib, "bytes per io_uring request, KiB (multiple of 4)");
   app.add_option("--runs", runs, "runs per row (median)");
   CLI11_PARSE(app, argc, argv);
-  auto file = epk::container::Reader::open(path);
+  epk::shm::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    std::fprintf(stderr, "%s: open: %s\n", path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  auto file = epk::container::Reader::open_fd(fd.get(), path);
   if (!file) {
     std::fprintf(stderr, "%s\n", file.error().to_string().c_str());
     return 1;
@@ -119,7 +127,7 @@ int main(int argc, char** argv) {
           o.method = m == Method::kPread ? ResidentRead::kPread : ResidentRead::kIoUring;
           o.reader.direct = m == Method::kIoUringDirect;
           auto t0 = Clock::now();
-          auto res = ResidentModel::load(*file, o);
+          auto res = ResidentModel::load(*file, fd.get(), o);
           const double total = ms_since(t0);
           if (!res) {
             std::fprintf(stderr, "%s\n", res.error().to_string().c_str());

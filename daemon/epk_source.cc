@@ -21,7 +21,7 @@ class EpkSource final : public ModelSource {
     if (!s->fd_.valid()) return make_errno_error(path + ": open", errno);
     EPK_TRY_ASSIGN(s->reader_, container::Reader::open_fd(s->fd_.get(), path));
     if (options.resident) {  // from here on every read is from memory; the map goes with the file's reader
-      EPK_TRY_ASSIGN(s->resident_, ResidentModel::load(s->reader_, options.resident_options));
+      EPK_TRY_ASSIGN(s->resident_, ResidentModel::load(s->reader_, s->fd_.get(), options.resident_options));
       s->reader_ = s->resident_->take_reader();
     }
     s->origin_ = path;

@@ -14,7 +14,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 }  // namespace
 
-Result<std::unique_ptr<ResidentModel>> ResidentModel::load(const container::Reader& file,
+Result<std::unique_ptr<ResidentModel>> ResidentModel::load(const container::Reader& file, int fd,
                                                            const ResidentOptions& options) {
   std::unique_ptr<ResidentModel> m(new ResidentModel());
   // Place each section at the next 4096 boundary of the arena, keeping its offset within the file's page: a section
@@ -50,14 +50,19 @@ Result<std::unique_ptr<ResidentModel>> ResidentModel::load(const container::Read
       if (options.register_buffers) m->stats_.registered = static_cast<bool>(reader->register_memory(m->arena_.span()));
       m->stats_.register_ms = ms_since(t0);
       t0 = Clock::now();
-      EPK_TRY_ASSIGN(m->stats_.reads, reader->read(file.path(), ranges));
-      m->stats_.io_uring = true;
-      done = true;
+      Result<ReadStats> reads = reader->read(fd, file.path(), ranges);
+      if (reads) {
+        m->stats_.reads = *reads;
+        m->stats_.io_uring = true;
+        done = true;
+      } else if (reads.error().code != ErrorCode::kUnsupported) {  // kUnsupported: no /proc, pread below
+        return std::move(reads).error();
+      }
     }
   }
   if (!done) {
     t0 = Clock::now();
-    EPK_TRY(pread_ranges(file.path(), ranges));
+    EPK_TRY(pread_ranges(fd, file.path(), ranges));
   }
   m->stats_.read_ms = ms_since(t0);
 

@@ -48,9 +48,11 @@ struct ResidentLoadStats {
 
 class ResidentModel {
  public:
-  // Reads every section of `file` (a reader opened on the .epk) into memory and checksums it. Errors name the file
-  // (and the range, tensor or buffer): a truncated file, an OS error, a checksum that does not match.
-  static Result<std::unique_ptr<ResidentModel>> load(const container::Reader& file,
+  // Reads every section of `file` (a reader over the .epk open on `fd`, which is not consumed) into memory and
+  // checksums it. The reads are from `fd`, not the path: the sections come from the file the index was read from,
+  // even when the path was replaced since. Errors name the file (and the range, tensor or buffer): a truncated file,
+  // an OS error, a checksum that does not match.
+  static Result<std::unique_ptr<ResidentModel>> load(const container::Reader& file, int fd,
                                                      const ResidentOptions& options = {});
 
   // The model over the memory copy: same tensors, same order, same names as `file`. Valid while this lives.

@@ -167,13 +167,25 @@ Status SectionReader::register_memory(std::span<std::uint8_t> memory) {
 }
 
 Result<ReadStats> SectionReader::read(const std::string& path, std::span<const ReadRange> ranges) {
+  shm::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return make_errno_error(path + ": open", errno);
+  return read(fd.get(), path, ranges);
+}
+
+Result<ReadStats> SectionReader::read(int file, const std::string& path, std::span<const ReadRange> ranges) {
   if (ring_ == nullptr) return make_error(ErrorCode::kInvalidArgument, "section reader: not created");
   EPK_TRY(check_ranges(path, ranges));
   const SectionReaderOptions& opt = ring_->options;
-  shm::UniqueFd buffered(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!buffered.valid()) return make_errno_error(path + ": open", errno);
+  // Both descriptors the ring reads through are opened again through `file`, never the path: the same file, whatever
+  // the path names now. Not `file` itself: its O_NONBLOCK (epkd opens models with it, against FIFOs) would make the
+  // ring's buffered reads of uncached pages fail with EAGAIN. Without /proc the caller reads with pread_ranges.
+  const std::string self = "/proc/self/fd/" + std::to_string(file);
+  shm::UniqueFd buffered(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!buffered.valid()) {
+    return make_error(ErrorCode::kUnsupported, path + ": reopen through " + self + ": " + std::strerror(errno));
+  }
   shm::UniqueFd direct;
-  if (opt.direct) direct.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));  // tmpfs and others refuse
+  if (opt.direct) direct.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));  // tmpfs and others refuse
 
   struct Request {
     std::uint64_t offset;
@@ -282,20 +294,24 @@ Result<ReadStats> SectionReader::read(const std::string& path, std::span<const R
 }
 
 Status pread_ranges(const std::string& path, std::span<const ReadRange> ranges) {
-  EPK_TRY(check_ranges(path, ranges));
   shm::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return make_errno_error(path + ": open", errno);
+  return pread_ranges(fd.get(), path, ranges);
+}
+
+Status pread_ranges(int file, const std::string& path, std::span<const ReadRange> ranges) {
+  EPK_TRY(check_ranges(path, ranges));
   for (const ReadRange& r : ranges) {
     std::uint64_t done = 0;
     while (done < r.size) {
       const std::uint64_t want = std::min<std::uint64_t>(r.size - done, kMaxFixedBuffer);
-      ssize_t n = ::pread(fd.get(), r.dst + done, want, static_cast<off_t>(r.offset + done));
+      ssize_t n = ::pread(file, r.dst + done, want, static_cast<off_t>(r.offset + done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         return make_error(ErrorCode::kIo,
                           span_text(path, r.offset + done, r.offset + r.size) + ": read: " + std::strerror(errno));
       }
-      if (n == 0) return ends_early(path, r, file_size_of(fd.get()));
+      if (n == 0) return ends_early(path, r, file_size_of(file));
       done += static_cast<std::uint64_t>(n);
     }
   }

@@ -2,12 +2,14 @@
 // memory read at open (io_uring or pread, identical), checksummed there, and unaffected by later changes to the file.
 #include "daemon/resident_model.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "daemon/epk_source.h"
+#include "shm/unique_fd.h"
 #include "tests/daemon/epk_test_models.h"
 
 namespace epk::daemon {
@@ -70,11 +72,13 @@ TEST_F(ResidentTest, ServesTheSameBytesAsTheMap) {
 }
 
 TEST_F(ResidentTest, IoUringAndPreadFillTheSameMemory) {
-  auto file = container::Reader::open(path_);
+  shm::UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  auto file = container::Reader::open_fd(fd.get(), path_);
   ASSERT_TRUE(file) << file.error().to_string();
-  auto u = ResidentModel::load(*file, {.method = ResidentRead::kIoUring});
+  auto u = ResidentModel::load(*file, fd.get(), {.method = ResidentRead::kIoUring});
   ASSERT_TRUE(u) << u.error().to_string();
-  auto p = ResidentModel::load(*file, {.method = ResidentRead::kPread});
+  auto p = ResidentModel::load(*file, fd.get(), {.method = ResidentRead::kPread});
   ASSERT_TRUE(p) << p.error().to_string();
   EXPECT_FALSE((*p)->stats().io_uring);
   ASSERT_EQ((*u)->memory().size(), (*p)->memory().size());
@@ -90,6 +94,37 @@ TEST_F(ResidentTest, IoUringAndPreadFillTheSameMemory) {
       auto got = (*u)->reader().buffer((*u)->reader().tensors()[t], i);
       ASSERT_EQ(want.size(), got.size());
       EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << file->tensors()[t].name;
+    }
+  }
+}
+
+// The path renamed over by another model between the index read and the section reads (an update landing while
+// epkd opens the model): the sections still come from the file the index describes, whichever way they are read, and
+// the checksums agree. Opened O_NONBLOCK as epkd opens models, which the ring's reads must not inherit.
+TEST_F(ResidentTest, ReadsTheFileItsIndexCameFromWhenThePathIsReplaced) {
+  shm::UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  ASSERT_TRUE(fd.valid());
+  auto file = container::Reader::open_fd(fd.get(), path_);
+  ASSERT_TRUE(file) << file.error().to_string();
+  const std::string other = (dir_ / "other.epk").string();
+  {
+    auto w = container::Writer::create(other, {{"source", "another model"}});
+    ASSERT_TRUE(w);
+    auto big = test_models::gaussian(301, 1001, 99);
+    ASSERT_TRUE(test_models::write_raw(*w, "embed", DType::kF32, {301, 1001}, test_models::bytes_of(big)));
+    ASSERT_TRUE(w->finish());
+  }
+  std::filesystem::rename(other, path_);
+  for (ResidentRead method : {ResidentRead::kIoUring, ResidentRead::kPread}) {
+    auto m = ResidentModel::load(*file, fd.get(), {.method = method});
+    ASSERT_TRUE(m) << m.error().to_string();
+    for (std::size_t t = 0; t < file->tensors().size(); ++t) {
+      for (std::size_t i = 0; i < file->tensors()[t].buffers.size(); ++i) {
+        auto want = file->buffer(file->tensors()[t], i);
+        auto got = (*m)->reader().buffer((*m)->reader().tensors()[t], i);
+        ASSERT_EQ(want.size(), got.size());
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << file->tensors()[t].name;
+      }
     }
   }
 }

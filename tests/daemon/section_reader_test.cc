@@ -1,7 +1,9 @@
 // The io_uring section reader against its pread reference and the file's own bytes: odd ranges, many requests in
-// flight, O_DIRECT and buffered pieces, short reads, a truncated file and a missing one.
+// flight, O_DIRECT and buffered pieces, short reads, a truncated file and a missing one, an open file whose path was
+// replaced.
 #include "daemon/section_reader.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +13,8 @@
 #include <random>
 #include <thread>
 #include <vector>
+
+#include "shm/unique_fd.h"
 
 namespace epk::daemon {
 namespace {
@@ -81,6 +85,30 @@ class SectionReaderTest : public ::testing::Test {
   std::string path_;
   std::vector<std::uint8_t> bytes_;
 };
+
+// Reading an open file reads that file, O_DIRECT pieces included, whatever its path names by then.
+TEST_F(SectionReaderTest, AnOpenFileIsReadAfterItsPathIsReplaced) {
+  shm::UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  ASSERT_TRUE(fd.valid());
+  const std::string other = (dir_ / "other.bin").string();
+  std::vector<std::uint8_t> zeros(kFileSize, 0);
+  std::ofstream(other, std::ios::binary).write(reinterpret_cast<const char*>(zeros.data()), zeros.size());
+  std::filesystem::rename(other, path_);
+  Layout l = odd_layout(kFileSize, 60, 3);
+  auto arena = PinnedArena::create(l.bytes);
+  ASSERT_TRUE(arena) << arena.error().to_string();
+  auto reader = SectionReader::create();
+  ASSERT_TRUE(reader);
+  auto ranges = place(l, arena->data());
+  auto st = reader->read(fd.get(), path_, ranges);
+  ASSERT_TRUE(st) << st.error().to_string();
+  expect_file_bytes(ranges);
+  EXPECT_GT(st->direct_bytes, 0u);
+  std::vector<std::uint8_t> ref(l.bytes, 0);
+  auto ref_ranges = place(l, ref.data());
+  ASSERT_TRUE(pread_ranges(fd.get(), path_, ref_ranges));
+  expect_file_bytes(ref_ranges);
+}
 
 TEST_F(SectionReaderTest, OddRangesMatchPreadAndTheFileBitForBit) {
   Layout l = odd_layout(kFileSize, 200, 1);
