@@ -55,6 +55,19 @@ class ResidentTest : public ::testing::Test {
     return out;
   }
 
+  // Every buffer of the memory reader holds what the file holds.
+  static void expect_same_buffers(const container::Reader& file, const container::Reader& memory) {
+    ASSERT_EQ(file.tensors().size(), memory.tensors().size());
+    for (std::size_t t = 0; t < file.tensors().size(); ++t) {
+      for (std::size_t i = 0; i < file.tensors()[t].buffers.size(); ++i) {
+        auto want = file.buffer(file.tensors()[t], i);
+        auto got = memory.buffer(memory.tensors()[t], i);
+        ASSERT_EQ(want.size(), got.size());
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << file.tensors()[t].name;
+      }
+    }
+  }
+
   std::filesystem::path dir_;
   std::string path_;
   std::vector<float> big_;
@@ -87,15 +100,7 @@ TEST_F(ResidentTest, IoUringAndPreadFillTheSameMemory) {
   if ((*u)->stats().io_uring) {
     EXPECT_GT((*u)->stats().reads.direct_bytes, 301u * 1001 * 4 / 2);  // the embedding
   }
-  // Every buffer of the memory reader holds what the file holds.
-  for (std::size_t t = 0; t < file->tensors().size(); ++t) {
-    for (std::size_t i = 0; i < file->tensors()[t].buffers.size(); ++i) {
-      auto want = file->buffer(file->tensors()[t], i);
-      auto got = (*u)->reader().buffer((*u)->reader().tensors()[t], i);
-      ASSERT_EQ(want.size(), got.size());
-      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << file->tensors()[t].name;
-    }
-  }
+  expect_same_buffers(*file, (*u)->reader());
 }
 
 // The path renamed over by another model between the index read and the section reads (an update landing while
@@ -118,14 +123,7 @@ TEST_F(ResidentTest, ReadsTheFileItsIndexCameFromWhenThePathIsReplaced) {
   for (ResidentRead method : {ResidentRead::kIoUring, ResidentRead::kPread}) {
     auto m = ResidentModel::load(*file, fd.get(), {.method = method});
     ASSERT_TRUE(m) << m.error().to_string();
-    for (std::size_t t = 0; t < file->tensors().size(); ++t) {
-      for (std::size_t i = 0; i < file->tensors()[t].buffers.size(); ++i) {
-        auto want = file->buffer(file->tensors()[t], i);
-        auto got = (*m)->reader().buffer((*m)->reader().tensors()[t], i);
-        ASSERT_EQ(want.size(), got.size());
-        EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << file->tensors()[t].name;
-      }
-    }
+    expect_same_buffers(*file, (*m)->reader());
   }
 }
 
