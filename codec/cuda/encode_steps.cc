@@ -325,7 +325,8 @@ struct DeviceSteps::Impl {
       out.offsets[t + 1] = std::uint32_t(total);
     }
     ScopedTimer download_timer(&times->download);
-    // Each payload is fresh memory (the writer frees it): faulting it in huge pages where the kernel gives them.
+    // Each payload is fresh memory (its writer frees it), and faulting it in 4 KiB pages for the zero-fill was most
+    // of the download: huge pages where the kernel gives them halved it (docs/NOTES.md, "Codec: the GPU encoder").
     out.payload.reserve(std::size_t(total));
     advise_huge_pages(out.payload.data(), std::size_t(total) * 2);
     out.payload.resize(std::size_t(total));
