@@ -17,9 +17,8 @@ Result<json> parse_params(const Where& w) {
 
 Result<Kind> parse_kind(const Where& w, const json& j) {
   EPK_TRY_ASSIGN(std::string k, get_string(w, j, "kind"));
-  if (k == "int") return Kind::kInt;
-  if (k == "gguf") return Kind::kGguf;
-  if (k == "bnb4") return Kind::kBnb4;
+  for (Kind kind : {Kind::kInt, Kind::kGguf, Kind::kBnb4})
+    if (kind_name(kind) == k) return kind;  // kind_name holds the names
   return make_error(ErrorCode::kUnsupported,
                     w.reader.path() + ": tensor '" + w.entry.name + "' intq params.kind: unknown kind '" + k + "'");
 }

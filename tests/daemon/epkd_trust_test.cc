@@ -257,7 +257,7 @@ TEST(EpkdTrust, AClientOverItsPinQuotaIsRefusedAndTheNextClientGetsItsShare) {
           "--quota-pinned-mb", "1", "--max-pins-per-tensor", "4"},
          "4");
   auto a = d.connect(5000);
-  auto b = Client::connect(d.socket(), 5000);
+  auto b = d.connect(5000);
   ASSERT_TRUE(a && b);
   for (const char* name : {"t0", "t1", "t2", "t3"}) {  // 256 KiB each: 1 MiB, the quota
     ASSERT_TRUE(a->acquire("m", name, shm::Layout::kDenseF32));
