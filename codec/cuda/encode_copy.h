@@ -1,17 +1,27 @@
 // Host <-> device copies of pageable memory (a mapped safetensors file, std::vector) at pinned-memory speed: the
-// bytes go through two pinned staging slots, each chunk copied by several host threads while the other slot's DMA
-// runs. A pageable cudaMemcpy measured 6.4 GB/s on the H200 host (docs/NOTES.md); the device encoder's source
-// upload and payload download use this instead. One copier per host thread (its slots are its own).
+// bytes go through two pinned staging slots; a team of host threads copies one chunk into (or out of) a slot while
+// the other slot's DMA runs. A pageable cudaMemcpy measured 6.4 GB/s on the H200 host (docs/NOTES.md); the device
+// encoder's source upload and payload download use this instead. One copier per host thread (its slots and team
+// are its own).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "codec/common/phased_team.h"
 
 namespace epk::cuda {
 
 class StagedCopier {
  public:
+  // Bytes per staging slot (one chunk, one DMA).
+  static constexpr std::size_t kChunk = std::size_t{8} << 20;
+  // Below this many bytes the calling thread copies alone: waking the team costs more than it saves.
+  static constexpr std::size_t kTeamMinBytes = std::size_t{1} << 20;
+
   StagedCopier() = default;
   StagedCopier(const StagedCopier&) = delete;
   StagedCopier& operator=(const StagedCopier&) = delete;
@@ -19,13 +29,19 @@ class StagedCopier {
 
   // Host bytes to device memory on stream; returns once the last chunk has landed.
   cudaError_t to_device(void* dst, const void* src, std::size_t n, cudaStream_t stream);
-  // Device bytes to host memory on stream; returns once every byte is in dst.
+  // Device bytes to host memory on stream; returns once every byte is in dst. Fresh memory in dst is faulted in by
+  // the team's threads together, in the order they copy.
   cudaError_t to_host(void* dst, const void* src, std::size_t n, cudaStream_t stream);
 
  private:
   cudaError_t init();
+  // Phase k = 0 .. chunks - 1: share(k, member, members) on every member, then between(k) on one of them (its
+  // false stops the rest). The team when n is large enough to be worth waking it, else the calling thread alone.
+  bool phases(std::size_t chunks, std::size_t n, const std::function<void(std::size_t, int, int)>& share,
+              const std::function<bool(std::size_t)>& between);
   void* slot_[2] = {nullptr, nullptr};
   cudaEvent_t done_[2] = {nullptr, nullptr};
+  std::unique_ptr<PhasedTeam> team_;
 };
 
 // A grow-only pinned host allocation, for the encoder's small per-step transfers.

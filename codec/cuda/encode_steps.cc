@@ -325,8 +325,9 @@ struct DeviceSteps::Impl {
       out.offsets[t + 1] = std::uint32_t(total);
     }
     ScopedTimer download_timer(&times->download);
-    // Each payload is fresh memory (its writer frees it), and faulting it in 4 KiB pages for the zero-fill was most
-    // of the download: huge pages where the kernel gives them halved it (docs/NOTES.md, "Codec: the GPU encoder").
+    // Each payload is fresh memory (its writer frees it), and faulting it in was most of the download: it is faulted
+    // in huge pages where the kernel gives them, and by the copier's threads as they copy (resize() of PayloadWords
+    // writes nothing) (docs/NOTES.md, "Codec: the GPU encoder").
     out.payload.reserve(std::size_t(total));
     advise_huge_pages(out.payload.data(), std::size_t(total) * 2);
     out.payload.resize(std::size_t(total));

@@ -11,8 +11,8 @@
 namespace epk::rans {
 namespace {
 
-template <class T>
-std::span<const std::uint8_t> as_u8(const std::vector<T>& v) {
+template <class T, class A>
+std::span<const std::uint8_t> as_u8(const std::vector<T, A>& v) {
   return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)};
 }
 

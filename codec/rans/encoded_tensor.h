@@ -5,10 +5,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "codec/common/default_init_allocator.h"
 #include "codec/common/dtype.h"
 #include "codec/rans/stream.h"
 
 namespace epk::rans {
+
+// The payload's words: resize() leaves new words unwritten (every encoder writes each word it sizes).
+using PayloadWords = std::vector<std::uint16_t, DefaultInitAllocator<std::uint16_t>>;
 
 struct EncodedTensor {
   std::uint32_t rows = 0;
@@ -18,7 +22,7 @@ struct EncodedTensor {
   std::uint32_t tile_symbols = 0;
   DType dtype = DType::kF32;  // the source dtype; the reference's default output dtype
 
-  std::vector<std::uint16_t> payload;
+  PayloadWords payload;
   std::vector<std::uint32_t> offsets;      // tiles + 1
   std::vector<std::uint32_t> states;       // tiles * 32
   std::vector<TableMeta> tables;           // kTables

@@ -55,8 +55,8 @@ Error bad(std::string_view name, const std::string& what) {
   return make_error(ErrorCode::kBadInput, "tensor '" + std::string(name) + "': quant_state: " + what);
 }
 
-template <class T>
-void copy_out(std::span<const std::byte> src, std::vector<T>& dst) {
+template <class T, class A>
+void copy_out(std::span<const std::byte> src, std::vector<T, A>& dst) {
   dst.resize(src.size() / sizeof(T));
   if (!src.empty()) std::memcpy(dst.data(), src.data(), src.size());
 }

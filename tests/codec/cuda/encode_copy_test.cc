@@ -1,6 +1,7 @@
-// cuda::StagedCopier against plain cudaMemcpy: uploads and downloads at every alignment and size around its 16 MiB
-// chunk (one slot, two, a partial last chunk), from a read-only file mapping's neighbouring ranges (what `epk
-// compress` uploads from) and to and from memory the caller pinned. Every byte is compared, no byte outside the
+// cuda::StagedCopier against plain cudaMemcpy: uploads and downloads at every alignment and size around its chunk
+// (one slot, two, a partial last chunk, many) and around the size where its team of copy threads takes over, from
+// a read-only file mapping's neighbouring ranges (what `epk compress` uploads from) and to and from memory the
+// caller pinned. Every byte is compared, no byte outside the
 // destination is written, the host memory is left as registered as it was and no CUDA error is left behind. Skips
 // without a CUDA device.
 #include <gtest/gtest.h>
@@ -23,7 +24,8 @@
 namespace epk {
 namespace {
 
-constexpr std::size_t kChunk = std::size_t{16} << 20;  // encode_copy.cc's staging slot
+constexpr std::size_t kChunk = cuda::StagedCopier::kChunk;
+constexpr std::size_t kTeam = cuda::StagedCopier::kTeamMinBytes;
 
 std::vector<std::uint8_t> random_bytes(std::size_t n, std::uint64_t seed) {
   std::vector<std::uint8_t> v(n);
@@ -73,10 +75,11 @@ class StagedCopierTest : public ::testing::Test {
 };
 
 TEST_F(StagedCopierTest, UploadsEveryAlignmentAndSizeAroundTheChunk) {
-  const auto host = random_bytes(3 * kChunk + 3 * 4096, 1);
+  const auto host = random_bytes(9 * kChunk + 3 * 4096, 1);
   cuda::StagedCopier copier;
   for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097}})
-    for (std::size_t n : {std::size_t{1}, kChunk - 1, kChunk, kChunk + 1, 2 * kChunk + 4097, 3 * kChunk + 123})
+    for (std::size_t n : {std::size_t{1}, kTeam - 1, kTeam, kChunk - 1, kChunk, kChunk + 1, 2 * kChunk + 4097,
+                          3 * kChunk + 123, 9 * kChunk - 4095})
       expect_upload(copier, host.data() + offset, n, "offset " + std::to_string(offset) + " size " + std::to_string(n));
 }
 
@@ -117,7 +120,7 @@ TEST_F(StagedCopierTest, UploadsFromMemoryTheCallerPinned) {
 TEST_F(StagedCopierTest, DownloadsEveryAlignmentAndSizeAroundTheChunk) {
   cuda::StagedCopier copier;
   for (std::size_t offset : {std::size_t{0}, std::size_t{1}, std::size_t{4095}})
-    for (std::size_t n : {std::size_t{1}, kChunk - 1, kChunk, 2 * kChunk + 4097}) {
+    for (std::size_t n : {std::size_t{1}, kTeam - 1, kTeam, kChunk - 1, kChunk, 2 * kChunk + 4097, 7 * kChunk + 9}) {
       const std::string what = "offset " + std::to_string(offset) + " size " + std::to_string(n);
       const auto bytes = random_bytes(n, 4 + n);
       testing::DeviceBuffer dev(n);

@@ -76,8 +76,8 @@ std::string counts_diff(const model::FieldCounts& a, const model::FieldCounts& b
   return {};
 }
 
-template <class T>
-std::string vec_diff(const char* what, const std::vector<T>& a, const std::vector<T>& b) {
+template <class T, class A>
+std::string vec_diff(const char* what, const std::vector<T, A>& a, const std::vector<T, A>& b) {
   if (a.size() != b.size()) {
     return std::string(what) + ": size " + std::to_string(a.size()) + " (cpu) vs " + std::to_string(b.size());
   }
