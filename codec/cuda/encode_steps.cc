@@ -10,7 +10,6 @@
 #include <thread>
 #include <utility>
 
-#include "codec/common/huge_pages.h"
 #include "codec/cuda/encode_copy.h"
 #include "codec/cuda/encode_kernels.h"
 #include "codec/rans/encoder.h"
@@ -325,11 +324,10 @@ struct DeviceSteps::Impl {
       out.offsets[t + 1] = std::uint32_t(total);
     }
     ScopedTimer download_timer(&times->download);
-    // Each payload is fresh memory (its writer frees it), and faulting it in was most of the download: it is faulted
-    // in huge pages where the kernel gives them, and by the copier's threads as they copy (resize() of PayloadWords
-    // writes nothing) (docs/NOTES.md, "Codec: the GPU encoder").
-    out.payload.reserve(std::size_t(total));
-    advise_huge_pages(out.payload.data(), std::size_t(total) * 2);
+    // Faulting the payload's host memory in was most of its download: PayloadWords takes a block used before where
+    // the process has one (its writer gave the last payload's back), faults a fresh one in huge pages where the
+    // kernel gives them, and writes nothing on resize(), so the copier's threads fault in what is fresh together
+    // (docs/NOTES.md, "Codec: the GPU encoder").
     out.payload.resize(std::size_t(total));
     out.states.resize(std::size_t(tiles) * 32);
     EPK_CUDA_TRY("coder", payload.reserve(std::size_t(total) * 2));

@@ -5,14 +5,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "codec/common/block_recycler.h"
 #include "codec/common/default_init_allocator.h"
 #include "codec/common/dtype.h"
 #include "codec/rans/stream.h"
 
 namespace epk::rans {
 
-// The payload's words: resize() leaves new words unwritten (every encoder writes each word it sizes).
-using PayloadWords = std::vector<std::uint16_t, DefaultInitAllocator<std::uint16_t>>;
+// The payload's words: resize() leaves new words unwritten (every encoder writes each word it sizes), and large
+// payloads' blocks are recycled within the process (codec/common/block_recycler.h).
+using PayloadWords =
+    std::vector<std::uint16_t, DefaultInitAllocator<std::uint16_t, RecyclingAllocator<std::uint16_t>>>;
 
 struct EncodedTensor {
   std::uint32_t rows = 0;

@@ -1,0 +1,74 @@
+// Large host blocks kept for reuse instead of going back to the operating system: a block that is freed and
+// allocated again costs its page faults each time (a fresh 20 MB payload took 2.7 ms to download on the H200 host,
+// one that had been used before 1.2 ms: docs/NOTES.md, "Codec: the GPU encoder"). `epk compress` frees each
+// tensor's encoded payload once it is written and allocates the next one of much the same size, which glibc hands
+// back to the kernel and faults in again when the blocks are large.
+// Blocks are grouped by size class (the size rounded up to 2 MiB); a request takes a kept block of its own class or
+// of the next kBiggerClasses, else a fresh block, faulted in huge pages where the kernel gives them. At most
+// kKeptBlocks blocks and kKeptBytes are kept; a block given back beyond that is freed. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace epk {
+
+class BlockRecycler {
+ public:
+  static constexpr std::size_t kMinBytes = std::size_t{1} << 20;  // smaller requests are not recycled
+  static constexpr std::size_t kClassBytes = std::size_t{2} << 20;
+  static constexpr std::size_t kBiggerClasses = 2;
+  static constexpr std::size_t kKeptBlocks = 32;
+  static constexpr std::size_t kKeptBytes = std::size_t{1} << 30;
+
+  // The process's recycler (never destroyed, so blocks given back during exit still find it).
+  static BlockRecycler& process();
+
+  // A block of at least `bytes` (>= kMinBytes); std::bad_alloc when none can be had.
+  void* take(std::size_t bytes);
+  // A block take(bytes) returned, with the same `bytes`.
+  void give(void* p, std::size_t bytes) noexcept;
+
+  std::size_t kept_blocks() const;
+  std::size_t kept_bytes() const;
+
+  BlockRecycler() = default;
+  ~BlockRecycler();  // frees the kept blocks
+  BlockRecycler(const BlockRecycler&) = delete;
+  BlockRecycler& operator=(const BlockRecycler&) = delete;
+
+ private:
+  static std::size_t class_of(std::size_t bytes) { return (bytes + kClassBytes - 1) / kClassBytes; }
+  mutable std::mutex mu_;
+  std::map<std::size_t, std::vector<void*>> kept_;  // by class; each block at least class * kClassBytes
+  std::size_t blocks_ = 0, bytes_ = 0;
+};
+
+// A std::allocator that takes blocks of BlockRecycler::kMinBytes and more from the process's recycler.
+template <class T>
+struct RecyclingAllocator {
+  using value_type = T;
+  RecyclingAllocator() = default;
+  template <class U>
+  RecyclingAllocator(const RecyclingAllocator<U>&) noexcept {}
+
+  T* allocate(std::size_t n) {
+    if (n > std::size_t(-1) / sizeof(T)) throw std::bad_array_new_length();
+    const std::size_t bytes = n * sizeof(T);
+    if (bytes < BlockRecycler::kMinBytes) return std::allocator<T>().allocate(n);
+    return static_cast<T*>(BlockRecycler::process().take(bytes));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n * sizeof(T) < BlockRecycler::kMinBytes) return std::allocator<T>().deallocate(p, n);
+    BlockRecycler::process().give(p, n * sizeof(T));
+  }
+  template <class U>
+  bool operator==(const RecyclingAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace epk
