@@ -5,7 +5,8 @@
 // back to the kernel and faults in again when the blocks are large.
 // Blocks are grouped by size class (the size rounded up to 2 MiB); a request takes a kept block of its own class or
 // of the next kBiggerClasses, else a fresh block, faulted in huge pages where the kernel gives them. At most
-// kKeptBlocks blocks and kKeptBytes are kept; a block given back beyond that is freed. Thread-safe.
+// kKeptBlocks blocks and kKeptBytes are kept; a block given back beyond that is freed, and the kept ones stay the
+// process's until it exits (the encoders and the tools hold PayloadWords; epkd does not). Thread-safe.
 #pragma once
 
 #include <cstddef>
