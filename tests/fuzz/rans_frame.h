@@ -20,8 +20,8 @@ inline void frame_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(std::uint8_t(v >> (8 * i)));
 }
 
-template <class T>
-void frame_array(std::vector<std::uint8_t>& out, const std::vector<T>& v) {
+template <class T, class A>
+void frame_array(std::vector<std::uint8_t>& out, const std::vector<T, A>& v) {
   const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
   out.insert(out.end(), p, p + v.size() * sizeof(T));
 }
