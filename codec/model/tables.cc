@@ -102,8 +102,18 @@ std::uint32_t max_alphabet(const FieldCounts& counts) {
   return m;
 }
 
-Result<std::vector<std::uint16_t>> normalize_frequencies(std::span<const std::uint64_t> counts,
-                                                         std::uint32_t table_size) {
+namespace {
+
+// What normalize_into keeps between calls on one thread, so that the rate search's many estimates allocate nothing.
+struct NormalizeScratch {
+  std::vector<double> target;
+  std::vector<std::int64_t> freq;
+  std::vector<std::pair<double, std::size_t>> keys;
+};
+
+// normalize_frequencies into out[0, counts.size()).
+Status normalize_into(std::span<const std::uint64_t> counts, std::uint32_t table_size, NormalizeScratch& s,
+                      std::uint16_t* out) {
   std::uint64_t total = 0;
   for (std::uint64_t c : counts) total += c;
   if (counts.empty() || total == 0) {
@@ -115,8 +125,10 @@ Result<std::vector<std::uint16_t>> normalize_frequencies(std::span<const std::ui
   }
   const std::size_t n = counts.size();
   const double ratio = double(table_size) / double(total);
-  std::vector<double> target(n);
-  std::vector<std::int64_t> freq(n);
+  std::vector<double>& target = s.target;
+  std::vector<std::int64_t>& freq = s.freq;
+  target.resize(n);
+  freq.resize(n);
   std::int64_t sum = 0;
   for (std::size_t i = 0; i < n; ++i) {
     target[i] = double(counts[i]) * ratio;
@@ -125,19 +137,39 @@ Result<std::vector<std::uint16_t>> normalize_frequencies(std::span<const std::ui
     sum += freq[i];
   }
   const std::int64_t difference = std::int64_t(table_size) - sum;
-  using Item = std::pair<double, std::size_t>;  // (key, symbol), smallest first; ties go to the lower symbol
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue;
+  // The reference's rule is a queue of (key, symbol), smallest first, ties to the lower symbol: a shortfall takes the
+  // head, adds 1 to its frequency and puts it back with key + 1; an excess takes 1 from the head and puts it back
+  // with key + 1 while its frequency stays above 1.
+  using Item = std::pair<double, std::size_t>;
+  std::vector<Item>& keys = s.keys;
+  keys.clear();
   if (difference > 0) {
+    std::size_t non_positive = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      if (counts[i] != 0) queue.emplace(-(target[i] - double(freq[i])), i);
+      if (counts[i] == 0) continue;
+      keys.emplace_back(-(target[i] - double(freq[i])), i);
+      non_positive += keys.back().first <= 0.0;
     }
-    for (std::int64_t step = 0; step < difference; ++step) {
-      const Item top = queue.top();
-      queue.pop();
-      freq[top.second] += 1;
-      queue.emplace(top.first + 1.0, top.second);
+    if (std::uint64_t(difference) <= non_positive) {
+      // The queue hands out keys in (key, symbol) order, and a key it puts back is k + 1 > 0 for a k in (-1, 0] (a
+      // symbol floored, its key minus its fraction), as is the first key 1 - t of a symbol raised to 1. So while
+      // there are as many keys <= 0 as steps, it hands out the smallest `difference` first keys, once each: a
+      // selection instead of the queue, with the same result. The fractions sum to less than the number of symbols
+      // floored, so this is the rule; the queue stays for what rounding may leave otherwise.
+      std::nth_element(keys.begin(), keys.begin() + (difference - 1), keys.end());
+      for (std::int64_t j = 0; j < difference; ++j) freq[keys[std::size_t(j)].second] += 1;
+    } else {
+      std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue(std::greater<Item>(), std::move(keys));
+      for (std::int64_t step = 0; step < difference; ++step) {
+        const Item top = queue.top();
+        queue.pop();
+        freq[top.second] += 1;
+        queue.emplace(top.first + 1.0, top.second);
+      }
+      keys = std::vector<Item>();
     }
   } else if (difference < 0) {
+    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue;
     for (std::size_t i = 0; i < n; ++i) {
       if (counts[i] != 0 && freq[i] > 1) queue.emplace(target[i] - double(freq[i]), i);
     }
@@ -149,8 +181,27 @@ Result<std::vector<std::uint16_t>> normalize_frequencies(std::span<const std::ui
       if (freq[top.second] > 1) queue.emplace(top.first + 1.0, top.second);
     }
   }
-  std::vector<std::uint16_t> out(n);
   for (std::size_t i = 0; i < n; ++i) out[i] = std::uint16_t(freq[i]);
+  return {};
+}
+
+// std::log2 of 0 .. 2^kMaxProbBits, computed once with std::log2 itself (so every value is the one it returns).
+const std::vector<double>& log2_table() {
+  static const std::vector<double> table = [] {
+    std::vector<double> t((std::size_t{1} << kMaxProbBits) + 1);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = std::log2(double(i));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+Result<std::vector<std::uint16_t>> normalize_frequencies(std::span<const std::uint64_t> counts,
+                                                         std::uint32_t table_size) {
+  NormalizeScratch scratch;
+  std::vector<std::uint16_t> out(counts.size());
+  EPK_TRY(normalize_into(counts, table_size, scratch, out.data()));
   return out;
 }
 
@@ -165,6 +216,10 @@ std::uint32_t default_tile_symbols(double target_bpp) {
 
 double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint32_t tile_symbols) {
   const std::uint32_t table_size = 1u << prob_bits;
+  // The rate search estimates every step's counts: nothing allocated after a thread's first call.
+  thread_local NormalizeScratch scratch;
+  thread_local std::vector<std::uint16_t> freq;
+  const std::vector<double>& log2_of = log2_table();
   double bits = 0.0;
   double overflow_bits = 0.0;
   std::uint64_t frequency_bytes = 0;
@@ -174,14 +229,15 @@ double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint3
       overflow_bits += double(t.total) * prob_bits;
       continue;
     }
-    auto freq = normalize_frequencies(t.counts, table_size);
-    if (!freq) {
+    freq.resize(t.counts.size());
+    if (!normalize_into(t.counts, table_size, scratch, freq.data())) {
       overflow_bits += double(t.total) * prob_bits;
       continue;
     }
     for (std::size_t i = 0; i < t.counts.size(); ++i) {
       if (t.counts[i] == 0) continue;
-      bits += double(t.counts[i]) * (double(prob_bits) - std::log2(double((*freq)[i])));
+      const double lg = freq[i] < log2_of.size() ? log2_of[freq[i]] : std::log2(double(freq[i]));
+      bits += double(t.counts[i]) * (double(prob_bits) - lg);
     }
     frequency_bytes += std::uint64_t(t.alphabet()) * 2;
   }
