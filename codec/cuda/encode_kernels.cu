@@ -177,15 +177,12 @@ __global__ void quantize_kernel(const void* src, std::uint32_t cols, std::uint32
   if (threadIdx.x == 0 && block_ones) atomicAdd(ones, block_ones);
 }
 
+// One block's share of the histogram: counts values of vectors blockIdx.x, + gridDim.x, ... into hist, through
+// `local` (bins u32 entries of shared memory, zeroed here) when Shared.
 template <bool Shared>
-__global__ void histogram_kernel(const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t n,
-                                 const int* lo, const int* base, std::uint32_t bins, unsigned long long* hist) {
-  extern __shared__ std::uint32_t local[];
-  __shared__ int s_lo[kTables], s_base[kTables];
-  if (threadIdx.x < kTables) {
-    s_lo[threadIdx.x] = lo[threadIdx.x];
-    s_base[threadIdx.x] = base[threadIdx.x];
-  }
+__device__ __forceinline__ void histogram_block(const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t n,
+                                                const int* s_lo, const int* s_base, std::uint32_t bins,
+                                                std::uint32_t* local, unsigned long long* hist) {
   if constexpr (Shared) {
     for (std::uint32_t b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
   }
@@ -213,6 +210,64 @@ __global__ void histogram_kernel(const std::uint8_t* coset, const std::int32_t* 
     for (std::uint32_t b = threadIdx.x; b < bins; b += blockDim.x)
       if (local[b]) atomicAdd(&hist[b], (unsigned long long)local[b]);
   }
+}
+
+template <bool Shared>
+__global__ void histogram_kernel(const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t n,
+                                 const int* lo, const int* base, std::uint32_t bins, unsigned long long* hist) {
+  extern __shared__ std::uint32_t local[];
+  __shared__ int s_lo[kTables], s_base[kTables];
+  if (threadIdx.x < kTables) {
+    s_lo[threadIdx.x] = lo[threadIdx.x];
+    s_base[threadIdx.x] = base[threadIdx.x];
+  }
+  histogram_block<Shared>(coset, fields, n, s_lo, s_base, bins, local, hist);
+}
+
+// histogram_kernel with its layout read from the device (launch_histogram_layout's lo_base); launched with
+// kSharedBins entries of shared memory, used when the bins fit (the same for every block).
+__global__ void histogram_laid_out_kernel(const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t n,
+                                          const int* lo_base, unsigned long long* hist) {
+  extern __shared__ std::uint32_t local[];
+  __shared__ int s_lo[kTables], s_base[kTables];
+  if (threadIdx.x < kTables) {
+    s_lo[threadIdx.x] = lo_base[threadIdx.x];
+    s_base[threadIdx.x] = lo_base[kTables + threadIdx.x];
+  }
+  const std::uint32_t bins = std::uint32_t(lo_base[2 * kTables]);
+  if (bins == 0) return;
+  if (bins <= kSharedBins) {
+    histogram_block<true>(coset, fields, n, s_lo, s_base, bins, local, hist);
+  } else {
+    histogram_block<false>(coset, fields, n, s_lo, s_base, bins, local, hist);
+  }
+}
+
+// The histogram's layout from the folded ranges, as encode_steps.cc's host layout computes it, then hist[0, bins)
+// zeroed. One block.
+__global__ void histogram_layout_kernel(const int* range, std::uint32_t alphabet_limit, int* lo_base,
+                                        unsigned long long* hist) {
+  __shared__ std::uint32_t s_bins;
+  if (threadIdx.x == 0) {
+    std::uint32_t bins = 0;
+    lo_base[0] = 0;
+    lo_base[kTables] = -1;
+    for (int t = 1; t < kTables; ++t) {
+      const int l = range[2 * t], h = range[2 * t + 1];
+      lo_base[t] = l > h ? 0 : l;
+      lo_base[kTables + t] = -1;
+      if (l > h) continue;
+      const std::uint64_t alphabet = std::uint64_t(std::int64_t(h) - l + 1);
+      if (alphabet <= alphabet_limit) {
+        lo_base[kTables + t] = int(bins);
+        bins += std::uint32_t(alphabet);
+      }
+    }
+    lo_base[2 * kTables] = int(bins);
+    s_bins = bins;
+  }
+  __syncthreads();
+  for (std::uint32_t b = threadIdx.x; b < s_bins; b += blockDim.x) hist[b] = 0;
 }
 
 template <Source S>
@@ -338,6 +393,17 @@ void launch_histogram(const std::uint8_t* coset, const std::int32_t* fields, std
   } else {
     histogram_kernel<false><<<grid_for(n), kBlock, 0, stream>>>(coset, fields, n, lo, base, bins, hist);
   }
+}
+
+void launch_histogram_layout(const int* range, std::uint32_t alphabet_limit, int* lo_base, unsigned long long* hist,
+                             cudaStream_t stream) {
+  histogram_layout_kernel<<<1, 1024, 0, stream>>>(range, alphabet_limit, lo_base, hist);
+}
+
+void launch_histogram_laid_out(const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t n,
+                               const int* lo_base, unsigned long long* hist, cudaStream_t stream) {
+  histogram_laid_out_kernel<<<grid_for(n), kBlock, kSharedBins * sizeof(std::uint32_t), stream>>>(coset, fields, n,
+                                                                                                lo_base, hist);
 }
 
 void launch_refit_sums(const void* src, Source dtype, std::uint32_t rows, std::uint32_t cols, std::uint32_t vpr,

@@ -29,6 +29,16 @@ void launch_quantize(const void* src, Source dtype, std::uint32_t cols, std::uin
 void launch_histogram(const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t n, const int* lo,
                       const int* base, std::uint32_t bins, unsigned long long* hist, cudaStream_t stream);
 
+// The histogram's layout on the device, from the ranges launch_quantize folded: lo_base[t] the table's smallest
+// value (0 for an empty table), lo_base[kTables + t] its first bin (-1: empty, or wider than alphabet_limit),
+// lo_base[2 * kTables] the bins in all (lo_base: 2 kTables + 1 ints); and hist[0, bins) zeroed (hist: room for
+// (kTables - 1) * alphabet_limit entries). Table 0 (the coset) has no bins.
+void launch_histogram_layout(const int* range, std::uint32_t alphabet_limit, int* lo_base, unsigned long long* hist,
+                             cudaStream_t stream);
+// launch_histogram with that layout, read on the device.
+void launch_histogram_laid_out(const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t n,
+                               const int* lo_base, unsigned long long* hist, cudaStream_t stream);
+
 // refit_rows' sums per row: sums[3r] = <x, p>, sums[3r+1] = <p, p>, sums[3r+2] = <x, x>, in float64 in the CPU order.
 void launch_refit_sums(const void* src, Source dtype, std::uint32_t rows, std::uint32_t cols, std::uint32_t vpr,
                        const std::uint8_t* coset, const std::int32_t* fields, double* sums, cudaStream_t stream);

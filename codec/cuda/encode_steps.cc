@@ -74,6 +74,32 @@ struct FieldSet {
   unsigned long long ones = 0;
 };
 
+// Where each table's counts sit in the device histogram (what launch_histogram_layout computes on the device from
+// the same ranges): table t's value v at bin base[t] + v - lo[t]; base -1 for a table without bins (empty, or wider
+// than any coding table: sized, not counted, as no caller reads its counts).
+struct HistogramLayout {
+  int lo[enc::kTables] = {};
+  int base[enc::kTables] = {};
+  std::uint32_t bins = 0;
+};
+
+HistogramLayout layout_of(const int* range) {
+  HistogramLayout l;
+  l.base[0] = -1;
+  for (int t = 1; t < enc::kTables; ++t) {
+    l.base[t] = -1;
+    const int lo = range[2 * t], hi = range[2 * t + 1];
+    if (lo > hi) continue;
+    const std::uint64_t alphabet = std::uint64_t(std::int64_t(hi) - lo + 1);
+    l.lo[t] = lo;
+    if (alphabet <= kHistogramAlphabetLimit) {
+      l.base[t] = int(l.bins);
+      l.bins += std::uint32_t(alphabet);
+    }
+  }
+  return l;
+}
+
 // Adds the scope's wall time to *sink.
 class ScopedTimer {
  public:
@@ -113,6 +139,12 @@ struct DeviceSteps::Impl {
   // and, at kOnesAt, the coset-1 count; `lo_base` the histogram's lo[kTables] and base[kTables].
   static constexpr std::size_t kOnesAt = sizeof(int) * 2 * enc::kTables;
   static constexpr std::size_t kRangeBytes = kOnesAt + sizeof(unsigned long long);
+  // lo[kTables], base[kTables] and the bins in all, as launch_histogram_layout writes them.
+  static constexpr std::size_t kLoBaseBytes = sizeof(int) * (2 * enc::kTables + 1);
+  // The histogram's most bins (every table but the cosets' as wide as the limit), and the bins the sample search's
+  // one sync brings back with the ranges (a 4 bpp tensor's tables take about 500-1500).
+  static constexpr std::size_t kHistogramMaxBins = std::size_t(enc::kTables - 1) * kHistogramAlphabetLimit;
+  static constexpr std::size_t kHistogramPrefix = 4096;
   Buffer range, lo_base, hist, sums, scales, err, nonzero;
   // Pinned host sides of the small transfers, and the staged copiers of the large ones (one per host thread).
   PinnedBuffer pin_range, pin_lo_base, pin_hist, pin_rows, pin_words, pin_tables;
@@ -170,9 +202,9 @@ struct DeviceSteps::Impl {
     return {};
   }
 
-  // Quantises fs.n vectors of the source at scale into fs (row_map: the sample's rows, or none) and reads back the
-  // table ranges and the coset-1 count.
-  Status quantize(FieldSet& fs, const std::uint32_t* map, float s) {
+  // Starts quantising fs.n vectors of the source at scale into fs (row_map: the sample's rows, or none), the table
+  // ranges and the coset-1 count folded into `range`.
+  Status start_quantize(FieldSet& fs, const std::uint32_t* map, float s) {
     EPK_CUDA_TRY("fields", fs.coset.reserve(fs.n));
     EPK_CUDA_TRY("fields", fs.fields.reserve(fs.n * 32));
     EPK_CUDA_TRY("ranges", range.reserve(kRangeBytes));
@@ -188,49 +220,64 @@ struct DeviceSteps::Impl {
                          fs.fields.as<std::int32_t>(), range.as<int>(),
                          reinterpret_cast<unsigned long long*>(range.as<std::byte>() + kOnesAt), stream);
     EPK_CUDA_TRY("quantize", cudaGetLastError());
+    return {};
+  }
+  // fs's ranges and coset-1 count from pin_range, once a sync has brought them there.
+  void take_ranges(FieldSet& fs) {
+    std::memcpy(fs.range, pin_range.as<int>(), sizeof fs.range);
+    std::memcpy(&fs.ones, pin_range.as<std::byte>() + kOnesAt, sizeof fs.ones);
+  }
+
+  // Quantises fs (start_quantize) and reads back the table ranges and the coset-1 count.
+  Status quantize(FieldSet& fs, const std::uint32_t* map, float s) {
+    EPK_TRY(start_quantize(fs, map, s));
     EPK_CUDA_TRY("ranges", cudaMemcpyAsync(pin_range.as<void>(), range.as<void>(), kRangeBytes,
                                            cudaMemcpyDeviceToHost, stream));
     EPK_CUDA_TRY("quantize", cudaStreamSynchronize(stream));
-    std::memcpy(fs.range, pin_range.as<int>(), sizeof fs.range);
-    std::memcpy(&fs.ones, pin_range.as<std::byte>() + kOnesAt, sizeof fs.ones);
+    take_ranges(fs);
     return {};
   }
 
-  // model::count_fields of fs, from its ranges and a device histogram.
-  Result<model::FieldCounts> counts(const FieldSet& fs) {
+  // model::count_fields' shape for fs: the cosets' table counted from fs.ones, every other table sized by its range
+  // and its counts still 0.
+  static model::FieldCounts empty_counts(const FieldSet& fs) {
     model::FieldCounts out;
-    if (fs.n == 0) return out;
     const std::uint64_t seen1 = fs.ones, seen0 = fs.n - fs.ones;
     out[0].sym_min = 0;
     out[0].counts.assign(seen1 ? 2 : 1, 0);
     out[0].counts[0] = seen0;
     if (seen1) out[0].counts[1] = seen1;
     out[0].total = fs.n;
-    int lo_h[enc::kTables] = {}, base_h[enc::kTables];
-    std::uint32_t bins = 0;
-    base_h[0] = -1;
     for (int t = 1; t < enc::kTables; ++t) {
-      base_h[t] = -1;
       const int l = fs.range[2 * t], h = fs.range[2 * t + 1];
+      out[t].total = (t - 1) & 1 ? seen1 : seen0;
       if (l > h) continue;
-      const std::uint64_t alphabet = std::uint64_t(std::int64_t(h) - l + 1);
       out[t].sym_min = l;
-      out[t].counts.assign(alphabet, 0);
-      lo_h[t] = l;
-      if (alphabet <= kHistogramAlphabetLimit) {
-        base_h[t] = int(bins);
-        bins += std::uint32_t(alphabet);
-      }
+      out[t].counts.assign(std::uint64_t(std::int64_t(h) - l + 1), 0);
     }
-    for (int t = 1; t < enc::kTables; ++t) out[t].total = (t - 1) & 1 ? seen1 : seen0;
-    if (bins == 0) return out;
-    EPK_CUDA_TRY("histogram", lo_base.reserve(sizeof lo_h + sizeof base_h));
-    EPK_CUDA_TRY("histogram", pin_lo_base.reserve(sizeof lo_h + sizeof base_h));
+    return out;
+  }
+  static void fill_counts(model::FieldCounts& out, const HistogramLayout& layout, const unsigned long long* h) {
+    for (int t = 1; t < enc::kTables; ++t) {
+      if (layout.base[t] < 0) continue;
+      for (std::size_t i = 0; i < out[t].counts.size(); ++i) out[t].counts[i] = h[std::size_t(layout.base[t]) + i];
+    }
+  }
+
+  // model::count_fields of fs, from its ranges and a device histogram.
+  Result<model::FieldCounts> counts(const FieldSet& fs) {
+    if (fs.n == 0) return model::FieldCounts{};
+    model::FieldCounts out = empty_counts(fs);
+    const HistogramLayout layout = layout_of(fs.range);
+    if (layout.bins == 0) return out;
+    const std::uint32_t bins = layout.bins;
+    EPK_CUDA_TRY("histogram", lo_base.reserve(kLoBaseBytes));
+    EPK_CUDA_TRY("histogram", pin_lo_base.reserve(kLoBaseBytes));
     EPK_CUDA_TRY("histogram", hist.reserve(std::size_t(bins) * 8));
     EPK_CUDA_TRY("histogram", pin_hist.reserve(std::size_t(bins) * 8));
-    std::memcpy(pin_lo_base.as<int>(), lo_h, sizeof lo_h);
-    std::memcpy(pin_lo_base.as<int>() + enc::kTables, base_h, sizeof base_h);
-    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(lo_base.as<void>(), pin_lo_base.as<void>(), sizeof lo_h + sizeof base_h,
+    std::memcpy(pin_lo_base.as<int>(), layout.lo, sizeof layout.lo);
+    std::memcpy(pin_lo_base.as<int>() + enc::kTables, layout.base, sizeof layout.base);
+    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(lo_base.as<void>(), pin_lo_base.as<void>(), 2 * sizeof layout.lo,
                                               cudaMemcpyHostToDevice, stream));
     EPK_CUDA_TRY("histogram", cudaMemsetAsync(hist.as<void>(), 0, std::size_t(bins) * 8, stream));
     enc::launch_histogram(fs.coset.as<std::uint8_t>(), fs.fields.as<std::int32_t>(), fs.n, lo_base.as<int>(),
@@ -239,11 +286,54 @@ struct DeviceSteps::Impl {
     EPK_CUDA_TRY("histogram", cudaMemcpyAsync(pin_hist.as<void>(), hist.as<void>(), std::size_t(bins) * 8,
                                               cudaMemcpyDeviceToHost, stream));
     EPK_CUDA_TRY("histogram", cudaStreamSynchronize(stream));
-    const unsigned long long* h = pin_hist.as<unsigned long long>();
-    for (int t = 1; t < enc::kTables; ++t) {
-      if (base_h[t] < 0) continue;
-      for (std::size_t i = 0; i < out[t].counts.size(); ++i) out[t].counts[i] = h[std::size_t(base_h[t]) + i];
+    fill_counts(out, layout, pin_hist.as<unsigned long long>());
+    return out;
+  }
+
+  // quantize(fs, map, s) then counts(fs) with one stream sync, where the histogram's layout fits kHistogramPrefix
+  // bins (a second otherwise): the layout is computed on the device from the ranges (launch_histogram_layout) and
+  // checked against the host's. The sample search runs this at each step.
+  Result<model::FieldCounts> quantize_counts(FieldSet& fs, const std::uint32_t* map, float s) {
+    if (fs.n == 0) {
+      EPK_TRY(quantize(fs, map, s));
+      return counts(fs);
     }
+    EPK_TRY(start_quantize(fs, map, s));
+    EPK_CUDA_TRY("histogram", lo_base.reserve(kLoBaseBytes));
+    EPK_CUDA_TRY("histogram", pin_lo_base.reserve(kLoBaseBytes));
+    EPK_CUDA_TRY("histogram", hist.reserve(kHistogramMaxBins * 8));
+    EPK_CUDA_TRY("histogram", pin_hist.reserve(kHistogramPrefix * 8));
+    enc::launch_histogram_layout(range.as<int>(), kHistogramAlphabetLimit, lo_base.as<int>(),
+                                 hist.as<unsigned long long>(), stream);
+    enc::launch_histogram_laid_out(fs.coset.as<std::uint8_t>(), fs.fields.as<std::int32_t>(), fs.n,
+                                   lo_base.as<int>(), hist.as<unsigned long long>(), stream);
+    EPK_CUDA_TRY("histogram", cudaGetLastError());
+    EPK_CUDA_TRY("ranges", cudaMemcpyAsync(pin_range.as<void>(), range.as<void>(), kRangeBytes,
+                                           cudaMemcpyDeviceToHost, stream));
+    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(pin_lo_base.as<void>(), lo_base.as<void>(), kLoBaseBytes,
+                                              cudaMemcpyDeviceToHost, stream));
+    EPK_CUDA_TRY("histogram", cudaMemcpyAsync(pin_hist.as<void>(), hist.as<void>(), kHistogramPrefix * 8,
+                                              cudaMemcpyDeviceToHost, stream));
+    EPK_CUDA_TRY("histogram", cudaStreamSynchronize(stream));
+    take_ranges(fs);
+    const HistogramLayout layout = layout_of(fs.range);
+    const int* on_device = pin_lo_base.as<int>();
+    bool same = std::uint32_t(on_device[2 * enc::kTables]) == layout.bins;
+    for (int t = 1; t < enc::kTables; ++t) {
+      same = same && on_device[enc::kTables + t] == layout.base[t] &&
+             (layout.base[t] < 0 || on_device[t] == layout.lo[t]);
+    }
+    if (!same) {
+      return make_error(ErrorCode::kInternal, "device encoder: the device's histogram layout is not the host's");
+    }
+    model::FieldCounts out = empty_counts(fs);
+    if (layout.bins > kHistogramPrefix) {
+      EPK_CUDA_TRY("histogram", pin_hist.reserve(std::size_t(layout.bins) * 8));
+      EPK_CUDA_TRY("histogram", cudaMemcpyAsync(pin_hist.as<void>(), hist.as<void>(), std::size_t(layout.bins) * 8,
+                                                cudaMemcpyDeviceToHost, stream));
+      EPK_CUDA_TRY("histogram", cudaStreamSynchronize(stream));
+    }
+    fill_counts(out, layout, pin_hist.as<unsigned long long>());
     return out;
   }
 
@@ -443,11 +533,7 @@ model::FieldCounts DeviceSteps::sample_counts(float scale) {
   Impl& m = *impl_;
   if (!sticky_) return {};
   const std::uint32_t* map = m.sample_all ? nullptr : m.row_map.as<std::uint32_t>();
-  if (Status s = m.quantize(m.sample, map, scale); !s) {
-    sticky_ = s;
-    return {};
-  }
-  auto c = m.counts(m.sample);
+  auto c = m.quantize_counts(m.sample, map, scale);
   if (!c) {
     sticky_ = Status(c.error());
     return {};
@@ -462,9 +548,8 @@ Result<rate::SampleCoded> DeviceSteps::sample_code(float scale, std::uint32_t co
   Impl& m = *impl_;
   EPK_TRY(sticky_);
   const std::uint32_t* map = m.sample_all ? nullptr : m.row_map.as<std::uint32_t>();
-  EPK_TRY(m.quantize(m.sample, map, scale));
   rate::SampleCoded out;
-  EPK_TRY_ASSIGN(out.counts, m.counts(m.sample));
+  EPK_TRY_ASSIGN(out.counts, m.quantize_counts(m.sample, map, scale));
   rans::EncodeGeometry g{std::uint32_t(m.sample_rows), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
   EPK_TRY_ASSIGN(out.coded, m.code(m.sample, out.counts, std::vector<float>(m.sample_rows, 1.0f), g));
   return out;

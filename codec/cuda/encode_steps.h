@@ -6,7 +6,7 @@
 // Device memory: grow-only buffers reused from tensor to tensor; a tensor of W weights (V = W / 8 vectors, dtype of
 // e bytes) needs 2 W e (its source and the prefetched next one's, at most the largest tensor's) + 33 V (fields) +
 // 36 V (coder scratch and payload) + O(rows) bytes: about 6.3x the largest bf16 tensor's own size, plus the
-// sample's (at most search_max_vectors + one row of vectors, 33 bytes each).
+// sample's (at most search_max_vectors + one row of vectors, 33 bytes each) and 4 MiB of histogram.
 // Not thread-safe: one tensor at a time.
 #pragma once
 
