@@ -136,7 +136,7 @@ struct DeviceSteps::Impl {
   std::uint64_t sample_rows = 0;
   FieldSet sample, tensor;
   // Histograms, refit and error sums, the coder's buffers. `range` holds the table ranges (kTables pairs of int)
-  // and, at kOnesAt, the coset-1 count; `lo_base` the histogram's lo[kTables] and base[kTables].
+  // and, at kOnesAt, the coset-1 count; `lo_base` the histogram's lo[kTables], base[kTables] and its bins.
   static constexpr std::size_t kOnesAt = sizeof(int) * 2 * enc::kTables;
   static constexpr std::size_t kRangeBytes = kOnesAt + sizeof(unsigned long long);
   // lo[kTables], base[kTables] and the bins in all, as launch_histogram_layout writes them.
