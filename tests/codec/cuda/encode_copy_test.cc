@@ -1,9 +1,8 @@
 // cuda::StagedCopier against plain cudaMemcpy: uploads and downloads at every alignment and size around its chunk
 // (one slot, two, a partial last chunk, many) and around the size where its team of copy threads takes over, from
 // a read-only file mapping's neighbouring ranges (what `epk compress` uploads from) and to and from memory the
-// caller pinned. Every byte is compared, no byte outside the
-// destination is written, the host memory is left as registered as it was and no CUDA error is left behind. Skips
-// without a CUDA device.
+// caller pinned. Every byte is compared, no byte outside the destination is written, the host memory is left as
+// registered as it was and no CUDA error is left behind. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
