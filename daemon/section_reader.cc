@@ -166,12 +166,6 @@ Status SectionReader::register_memory(std::span<std::uint8_t> memory) {
   return {};
 }
 
-Result<ReadStats> SectionReader::read(const std::string& path, std::span<const ReadRange> ranges) {
-  shm::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return make_errno_error(path + ": open", errno);
-  return read(fd.get(), path, ranges);
-}
-
 Result<ReadStats> SectionReader::read(int file, const std::string& path, std::span<const ReadRange> ranges) {
   if (ring_ == nullptr) return make_error(ErrorCode::kInvalidArgument, "section reader: not created");
   EPK_TRY(check_ranges(path, ranges));
@@ -182,7 +176,10 @@ Result<ReadStats> SectionReader::read(int file, const std::string& path, std::sp
   const std::string self = "/proc/self/fd/" + std::to_string(file);
   shm::UniqueFd buffered(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
   if (!buffered.valid()) {
-    return make_error(ErrorCode::kUnsupported, path + ": reopen through " + self + ": " + std::strerror(errno));
+    const int e = errno;
+    const bool no_proc = ::access("/proc/self/fd", F_OK) != 0;
+    return make_error(no_proc ? ErrorCode::kUnsupported : ErrorCode::kIo,
+                      path + ": reopen through " + self + ": " + std::strerror(e));
   }
   shm::UniqueFd direct;
   if (opt.direct) direct.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));  // tmpfs and others refuse
@@ -291,12 +288,6 @@ Result<ReadStats> SectionReader::read(int file, const std::string& path, std::sp
   }
   if (!outcome) return std::move(outcome).error();
   return stats;
-}
-
-Status pread_ranges(const std::string& path, std::span<const ReadRange> ranges) {
-  shm::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return make_errno_error(path + ": open", errno);
-  return pread_ranges(fd.get(), path, ranges);
 }
 
 Status pread_ranges(int file, const std::string& path, std::span<const ReadRange> ranges) {

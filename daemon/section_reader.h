@@ -92,11 +92,9 @@ class SectionReader {
 
   // Reads every range of the file open on `file` (not consumed; `path` names it in errors). Errors: kIo naming the
   // file, the range and the OS error; kBadInput when the file ends before a range does ("the file ends at N");
-  // kInvalidArgument for a range whose end overflows; kUnsupported when the file cannot be opened again through
-  // /proc/self/fd (no /proc): pread_ranges reads it then.
+  // kInvalidArgument for a range whose end overflows; kUnsupported when there is no /proc/self/fd to open the file
+  // again through (pread_ranges reads it then), kIo when `file` cannot be opened again through it.
   Result<ReadStats> read(int file, const std::string& path, std::span<const ReadRange> ranges);
-  // The same of the file `path` names now.
-  Result<ReadStats> read(const std::string& path, std::span<const ReadRange> ranges);
 
  private:
   struct Ring;
@@ -105,6 +103,5 @@ class SectionReader {
 
 // The reference: pread() each range in order, with the same errors.
 Status pread_ranges(int file, const std::string& path, std::span<const ReadRange> ranges);
-Status pread_ranges(const std::string& path, std::span<const ReadRange> ranges);
 
 }  // namespace epk::daemon

@@ -1,6 +1,6 @@
 // The io_uring section reader against its pread reference and the file's own bytes: odd ranges, many requests in
-// flight, O_DIRECT and buffered pieces, short reads, a truncated file and a missing one, an open file whose path was
-// replaced.
+// flight, O_DIRECT and buffered pieces, short reads, a truncated file, a descriptor that is not open, an open file
+// whose path was replaced.
 #include "daemon/section_reader.h"
 
 #include <fcntl.h>
@@ -80,6 +80,18 @@ class SectionReaderTest : public ::testing::Test {
     }
   }
 
+  // The reader's and the reference's reads of the file path_ names, open for the call.
+  Result<ReadStats> read_file(SectionReader& reader, std::span<const ReadRange> ranges) const {
+    shm::UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return make_errno_error(path_ + ": open", errno);
+    return reader.read(fd.get(), path_, ranges);
+  }
+  Status pread_file(std::span<const ReadRange> ranges) const {
+    shm::UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return make_errno_error(path_ + ": open", errno);
+    return pread_ranges(fd.get(), path_, ranges);
+  }
+
   static constexpr std::uint64_t kFileSize = (5 << 20) + 4095 + 17;  // odd: the last page is partial
   std::filesystem::path dir_;
   std::string path_;
@@ -120,9 +132,9 @@ TEST_F(SectionReaderTest, OddRangesMatchPreadAndTheFileBitForBit) {
   ASSERT_TRUE(reader->register_memory(arena->span()));
   EXPECT_TRUE(reader->registered());
   auto ranges = place(l, arena->data());
-  auto st = reader->read(path_, ranges);
+  auto st = read_file(*reader, ranges);
   ASSERT_TRUE(st) << st.error().to_string();
-  ASSERT_TRUE(pread_ranges(path_, place(l, ref.data())));
+  ASSERT_TRUE(pread_file(place(l, ref.data())));
   expect_file_bytes(ranges);
   EXPECT_TRUE(std::equal(ref.begin(), ref.end(), arena->data()));  // gaps between ranges untouched (zero) in both
   EXPECT_GT(st->direct_bytes, 0u);                                  // aligned ranges went through O_DIRECT
@@ -142,7 +154,7 @@ TEST_F(SectionReaderTest, ManyRequestsInFlightAndUnregisteredMemory) {
   auto reader = SectionReader::create({.queue_depth = 256, .chunk_bytes = 4096});
   ASSERT_TRUE(reader);
   auto ranges = place(l, heap.data() + 1);
-  auto st = reader->read(path_, ranges);
+  auto st = read_file(*reader, ranges);
   ASSERT_TRUE(st) << st.error().to_string();
   expect_file_bytes(ranges);
   EXPECT_EQ(st->fixed_requests, 0u);
@@ -167,7 +179,7 @@ TEST_F(SectionReaderTest, ReadersOnSeveralThreadsAtOnce) {
       auto reader = SectionReader::create({.queue_depth = 16, .chunk_bytes = 128 << 10});
       if (!reader) return void(errors[i] = reader.error().to_string());
       if (i % 2 == 0 && !reader->register_memory(arenas[i].span())) errors[i] = "register failed";
-      auto st = reader->read(path_, place(layouts[i], arenas[i].data()));
+      auto st = read_file(*reader, place(layouts[i], arenas[i].data()));
       if (!st) errors[i] = st.error().to_string();
     });
   }
@@ -188,7 +200,7 @@ TEST_F(SectionReaderTest, ShortReadsAreResubmittedForTheRest) {
     ASSERT_TRUE(reader);
     ASSERT_TRUE(reader->register_memory(arena->span()));
     auto ranges = place(l, arena->data());
-    auto st = reader->read(path_, ranges);
+    auto st = read_file(*reader, ranges);
     ASSERT_TRUE(st) << "clip " << clip << ": " << st.error().to_string();
     expect_file_bytes(ranges);
     EXPECT_GT(st->short_reads, 0u) << "clip " << clip;
@@ -202,7 +214,7 @@ TEST_F(SectionReaderTest, WithoutDirectEverythingIsBuffered) {
   auto reader = SectionReader::create({.direct = false});
   ASSERT_TRUE(reader);
   auto ranges = place(l, arena->data());
-  auto st = reader->read(path_, ranges);
+  auto st = read_file(*reader, ranges);
   ASSERT_TRUE(st) << st.error().to_string();
   expect_file_bytes(ranges);
   EXPECT_EQ(st->direct_bytes, 0u);
@@ -221,43 +233,46 @@ TEST_F(SectionReaderTest, ATruncatedFileIsAnErrorNamingTheFileAndTheRange) {
     auto reader = SectionReader::create();
     ASSERT_TRUE(reader);
     ASSERT_TRUE(reader->register_memory(arena->span()));
-    auto st = reader->read(path_, ranges);
+    auto st = read_file(*reader, ranges);
     ASSERT_FALSE(st);
     EXPECT_EQ(st.error().code, ErrorCode::kBadInput);
     EXPECT_NE(st.error().message.find(want), std::string::npos) << st.error().message;
-    auto ref = pread_ranges(path_, ranges);
+    auto ref = pread_file(ranges);
     ASSERT_FALSE(ref);
     EXPECT_NE(ref.error().message.find(want), std::string::npos) << ref.error().message;
   }
 }
 
-TEST_F(SectionReaderTest, AMissingFileAndAnOverflowingRangeAreErrors) {
+TEST_F(SectionReaderTest, ADescriptorNotOpenAndAnOverflowingRangeAreErrors) {
   std::uint8_t b[16];
   auto reader = SectionReader::create();
   ASSERT_TRUE(reader);
   const std::string missing = (dir_ / "missing.epk").string();
   std::vector<ReadRange> one = {{0, 16, b}};
-  auto st = reader->read(missing, one);
+  auto st = reader->read(-1, missing, one);  // /proc is there: an I/O error naming the file, not "unsupported"
   ASSERT_FALSE(st);
-  EXPECT_EQ(st.error().code, ErrorCode::kIo);
+  EXPECT_EQ(st.error().code, ErrorCode::kIo) << st.error().to_string();
   EXPECT_NE(st.error().message.find(missing), std::string::npos);
   std::vector<ReadRange> wrap = {{~std::uint64_t{0} - 4, 16, b}};
-  st = reader->read(path_, wrap);
+  st = read_file(*reader, wrap);
   ASSERT_FALSE(st);
   EXPECT_EQ(st.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_FALSE(pread_ranges(path_, wrap));
-  EXPECT_FALSE(pread_ranges(missing, one));
+  EXPECT_FALSE(pread_file(wrap));
+  const Status bad = pread_ranges(-1, missing, one);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kIo);
+  EXPECT_NE(bad.error().message.find(missing), std::string::npos);
 }
 
 TEST_F(SectionReaderTest, EmptyRangesAndAnEmptyListReadNothing) {
   auto reader = SectionReader::create();
   ASSERT_TRUE(reader);
   std::vector<ReadRange> none;
-  auto st = reader->read(path_, none);
+  auto st = read_file(*reader, none);
   ASSERT_TRUE(st);
   EXPECT_EQ(st->requests, 0u);
   std::vector<ReadRange> empty = {{kFileSize, 0, nullptr}, {0, 0, nullptr}};
-  st = reader->read(path_, empty);
+  st = read_file(*reader, empty);
   ASSERT_TRUE(st) << st.error().to_string();
   EXPECT_EQ(st->requests, 0u);
 }
