@@ -1,6 +1,7 @@
 // A hint that large fresh host memory be faulted in 2 MiB pages where the kernel gives them (transparent huge pages
-// on request, "madvise" mode): zero-filling a fresh 4 KiB page at a time is what a large std::vector's first resize
-// costs, and huge pages take a fraction of the faults. Without THP nothing changes.
+// on request, "madvise" mode): faulting fresh memory in 4 KiB at a time is most of what writing it first costs, and
+// huge pages take a fraction of the faults (a fresh 20 MiB memset took 5-6 ms advised, 11.5-12.5 ms not, on the H200
+// host). BlockRecycler advises the blocks it allocates. Without THP nothing changes.
 #pragma once
 
 #include <sys/mman.h>
