@@ -10,6 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "codec/common/checksum.h"
 #include "codec/cuda/encode.h"
 #include "codec/cuda/encode_steps.h"
 #include "codec/rate/choose.h"
@@ -69,6 +73,26 @@ bool make_weights(std::uint32_t rows, std::uint32_t cols, std::uint64_t seed, st
   gaussian_bf16<<<1024, 256>>>(static_cast<std::uint16_t*>(dev), n, seed);
   host.resize(n * 2);
   return cudaMemcpy(host.data(), dev, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
+}
+
+// The stream's digest (every buffer and the geometry), so that a pass keeps digests, not streams: compress frees each
+// tensor once written, and its payload's block goes back to the recycler for the next.
+std::uint64_t digest_of(const epk::rate::Packed& p) {
+  epk::Xxh3Stream h;
+  auto add = [&h](const void* data, std::size_t bytes) {
+    h.update({static_cast<const std::uint8_t*>(data), bytes});
+  };
+  const epk::rans::EncodedTensor& t = p.lattice;
+  const int form = int(p.choice.form);
+  add(&form, sizeof form);
+  add(&t.prob_bits, sizeof t.prob_bits);
+  add(t.payload.data(), t.payload.size() * 2);
+  add(t.offsets.data(), t.offsets.size() * 4);
+  add(t.states.data(), t.states.size() * 4);
+  add(t.scales.data(), t.scales.size() * 4);
+  add(t.freq_tables.data(), t.freq_tables.size() * sizeof(t.freq_tables[0]));
+  add(t.tables.data(), t.tables.size() * sizeof(epk::rans::TableMeta));
+  return h.digest();
 }
 
 bool same(const epk::rans::EncodedTensor& a, const epk::rans::EncodedTensor& b) {
@@ -206,9 +230,15 @@ int main(int argc, char** argv) {
     set_weights += double(s.rows) * s.cols;
   }
   // One pass over the set with `workers` device encoders on as many host threads (worker w takes tensors w,
-  // w + workers, ...; each hands its encoder its own next tensor, as epk compress does); wall seconds, results kept.
-  auto run_set = [&](int workers, std::vector<epk::rate::Packed>& out, StepTimes* times) {
-    out.assign(std::size_t(count), epk::rate::Packed{});
+  // w + workers, ...; each hands its encoder its own next tensor, as epk compress does); wall seconds, until the
+  // last result is taken. A sink thread takes each result as compress's writer does: it keeps its digest and stored
+  // rate and frees it, so that the payloads' blocks are recycled.
+  struct Kept {
+    std::uint64_t digest = 0;
+    double stored_bpp = 0;
+  };
+  auto run_set = [&](int workers, std::vector<Kept>& out, StepTimes* times) {
+    out.assign(std::size_t(count), Kept{});
     std::vector<std::unique_ptr<epk::cuda::DeviceEncoder>> encs;
     for (int w = 0; w < workers; ++w) {
       auto e = epk::cuda::DeviceEncoder::create(0);
@@ -216,7 +246,25 @@ int main(int argc, char** argv) {
       encs.push_back(std::move(*e));
     }
     std::vector<int> failed(std::size_t(workers), 0);
+    std::mutex mu;
+    std::condition_variable ready;
+    std::deque<std::pair<int, epk::rate::Packed>> results;
+    int pending = count;
     const auto t0 = Clock::now();
+    std::thread sink([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      while (pending > 0) {
+        ready.wait(lock, [&] { return !results.empty() || pending == 0; });
+        while (!results.empty()) {
+          auto [k, p] = std::move(results.front());
+          results.pop_front();
+          lock.unlock();
+          out[std::size_t(k)] = Kept{digest_of(p), p.stored_bpp};
+          lock.lock();
+          --pending;
+        }
+      }
+    });
     std::vector<std::thread> pool;
     for (int w = 0; w < workers; ++w) {
       pool.emplace_back([&, w] {
@@ -230,20 +278,26 @@ int main(int argc, char** argv) {
           if (!p) {
             std::printf("device pack: %s\n", p.error().message.c_str());
             failed[std::size_t(w)] = 1;
+            std::lock_guard<std::mutex> lock(mu);
+            for (int j = k; j < count; j += workers) --pending;  // never coming
+            ready.notify_one();
             return;
           }
-          out[std::size_t(k)] = std::move(*p);
+          std::lock_guard<std::mutex> lock(mu);
+          results.emplace_back(k, std::move(*p));
+          ready.notify_one();
         }
       });
     }
     for (auto& t : pool) t.join();
+    sink.join();
     const double wall = seconds_since(t0);
     if (times) *times = encs[0]->steps().times();
     for (int f : failed)
       if (f) return -1.0;
     return wall;
   };
-  std::vector<epk::rate::Packed> seq, par;
+  std::vector<Kept> seq, par;
   StepTimes st;
   const double seq_s = run_set(1, seq, &st);
   const int workers = 3;
@@ -254,7 +308,7 @@ int main(int argc, char** argv) {
   for (int k = 0; k < count; ++k) {
     const Shape& s = shapes[k % 7];
     stored_bits += seq[std::size_t(k)].stored_bpp * double(s.rows) * s.cols;
-    if (!same(seq[std::size_t(k)].lattice, par[std::size_t(k)].lattice)) ++par_mismatch;
+    if (seq[std::size_t(k)].digest != par[std::size_t(k)].digest) ++par_mismatch;
   }
   mismatches += par_mismatch;
   // The CPU encoder on the first tensors, against the sequential pass's streams.
@@ -268,9 +322,7 @@ int main(int argc, char** argv) {
     const double t = seconds_since(t0);
     cpu_total += t;
     cpu_weights += double(s.rows) * s.cols;
-    const epk::rate::Packed& p = seq[std::size_t(k)];
-    const bool identical = c && c->choice.form == p.choice.form &&
-                           (p.choice.form != epk::rate::Form::kLatticeRans || same(c->lattice, p.lattice));
+    const bool identical = c && digest_of(*c) == seq[std::size_t(k)].digest;
     if (!identical) ++mismatches;
     std::printf("  tensor %d %s %ux%u: cpu %.3f s, identical: %s\n", k, s.name, s.rows, s.cols, t,
                 identical ? "yes" : "NO");

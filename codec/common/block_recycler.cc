@@ -13,7 +13,31 @@ BlockRecycler& BlockRecycler::process() {
 
 BlockRecycler::~BlockRecycler() {
   for (auto& [cls, blocks] : kept_)
-    for (void* p : blocks) std::free(p);
+    for (void* p : blocks) release(p);
+}
+
+void BlockRecycler::set_pinner(Pinner pinner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!pinner_.pin && pinner.pin && pinner.unpin) pinner_ = pinner;
+}
+
+bool BlockRecycler::pinned(const void* p, std::size_t bytes) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pinned_.upper_bound(a);
+  if (it == pinned_.begin()) return false;
+  --it;
+  return a - it->first <= it->second && bytes <= it->second - (a - it->first);
+}
+
+void BlockRecycler::release(void* p) noexcept {
+  Pinner::Unpin unpin = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pinned_.erase(reinterpret_cast<std::uintptr_t>(p))) unpin = pinner_.unpin;
+  }
+  if (unpin) unpin(p);
+  std::free(p);
 }
 
 void* BlockRecycler::take(std::size_t bytes) {
@@ -34,6 +58,20 @@ void* BlockRecycler::take(std::size_t bytes) {
   void* p = std::malloc(size);
   if (p == nullptr) throw std::bad_alloc();
   advise_huge_pages(p, size);
+  Pinner::Pin pin = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pin = pinner_.pin;
+  }
+  if (pin && pin(p, size)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      pinned_.emplace(reinterpret_cast<std::uintptr_t>(p), size);
+    } catch (...) {
+      // Not recorded, so never used as pinned; unpinned now so that its free needs no record.
+      pinner_.unpin(p);
+    }
+  }
   return p;
 }
 
@@ -44,18 +82,20 @@ void BlockRecycler::give(void* p, std::size_t bytes) noexcept {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (blocks_ < kKeptBlocks && bytes_ + cls * kClassBytes <= kKeptBytes) {
+      bool kept = true;
       try {
         kept_[cls].push_back(p);
       } catch (...) {
-        std::free(p);
+        kept = false;
+      }
+      if (kept) {
+        ++blocks_;
+        bytes_ += cls * kClassBytes;
         return;
       }
-      ++blocks_;
-      bytes_ += cls * kClassBytes;
-      return;
     }
   }
-  std::free(p);
+  release(p);
 }
 
 std::size_t BlockRecycler::kept_blocks() const {

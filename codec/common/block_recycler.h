@@ -7,9 +7,13 @@
 // of the next kBiggerClasses, else a fresh block, faulted in huge pages where the kernel gives them. At most
 // kKeptBlocks blocks and kKeptBytes are kept; a block given back beyond that is freed, and the kept ones stay the
 // process's until it exits (the encoders and the tools hold PayloadWords; epkd does not). Thread-safe.
+// A device encoder installs a Pinner: from then on fresh blocks are pinned (registered for direct device copies),
+// so that a payload is downloaded straight into a recycled block instead of through staging memory (docs/NOTES.md,
+// "Codec: the GPU encoder").
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <new>
@@ -36,6 +40,19 @@ class BlockRecycler {
   std::size_t kept_blocks() const;
   std::size_t kept_bytes() const;
 
+  // Pins and unpins a block (pin returns false where it could not: the block then stays unpinned).
+  struct Pinner {
+    using Pin = bool (*)(void* p, std::size_t bytes);
+    using Unpin = void (*)(void* p);
+    Pin pin = nullptr;
+    Unpin unpin = nullptr;
+  };
+  // From now on each fresh block is pinned before it is handed out and unpinned before it is freed; blocks already
+  // allocated stay as they are. The first pinner installed stays (later calls change nothing).
+  void set_pinner(Pinner pinner);
+  // True when [p, p + bytes) lies inside one pinned block.
+  bool pinned(const void* p, std::size_t bytes) const;
+
   BlockRecycler() = default;
   ~BlockRecycler();  // frees the kept blocks
   BlockRecycler(const BlockRecycler&) = delete;
@@ -43,9 +60,13 @@ class BlockRecycler {
 
  private:
   static std::size_t class_of(std::size_t bytes) { return (bytes + kClassBytes - 1) / kClassBytes; }
+  // Frees a block, unpinning it first where it was pinned.
+  void release(void* p) noexcept;
   mutable std::mutex mu_;
   std::map<std::size_t, std::vector<void*>> kept_;  // by class; each block at least class * kClassBytes
   std::size_t blocks_ = 0, bytes_ = 0;
+  Pinner pinner_;
+  std::map<std::uintptr_t, std::size_t> pinned_;  // pinned blocks: start -> size
 };
 
 // A std::allocator that takes blocks of BlockRecycler::kMinBytes and more from the process's recycler.

@@ -41,7 +41,9 @@ Result<rans::EncodedTensor> DeviceEncoder::encode(std::span<const std::byte> wei
                                                   std::optional<rate::ReconstructionError>* error) {
   if (error) error->reset();
   if (!runs_on_device(dtype, options)) return rate::encode(weights, rows, cols, dtype, options, name, report);
-  EPK_TRY_ASSIGN(auto out, rate::encode_with(*steps_, weights, rows, cols, dtype, options, name, report));
+  auto out = rate::encode_with(*steps_, weights, rows, cols, dtype, options, name, report);
+  steps_->settle();  // nothing reads weights once encode returns, whatever ended it
+  if (!out) return out;
   if (error) *error = steps_->last_error();
   return out;
 }

@@ -13,7 +13,10 @@ namespace {
 
 // Every core: the copies are bound by memory bandwidth, and on the H200 host one 78.6 MB upload's copy into the
 // slots took 2.0 ms with 16 threads against 3.0 ms with 8 (docs/NOTES.md, "Codec: the GPU encoder").
-int team_members() { return int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u)); }
+int team_members(int spare_cores) {
+  const int cores = int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  return std::max(1, cores - spare_cores);
+}
 
 // Member m's part of a len-byte chunk: contiguous parts in multiples of 4 KiB, so that members fault in different
 // pages of a page-aligned destination.
@@ -45,7 +48,7 @@ cudaError_t StagedCopier::init() {
   }
   if (!team_) {
     try {
-      team_ = std::make_unique<PhasedTeam>(team_members());
+      team_ = std::make_unique<PhasedTeam>(team_members(spare_cores_));
     } catch (const std::system_error&) {
       team_ = std::make_unique<PhasedTeam>(1);  // no threads to be had: the calling thread copies alone
     } catch (const std::bad_alloc&) {
@@ -73,9 +76,33 @@ bool StagedCopier::phases(std::size_t chunks, std::size_t n, const std::function
 }
 
 cudaError_t StagedCopier::to_device(void* dst, const void* src, std::size_t n, cudaStream_t stream) {
+  const auto* from = static_cast<const std::byte*>(src);
+  return fill_device(
+      dst, n, [from](std::byte* to, std::size_t at, std::size_t len) { std::memcpy(to, from + at, len); }, stream);
+}
+
+cudaError_t StagedCopier::rows_to_device(void* dst, const void* src, std::size_t row_bytes,
+                                         std::span<const std::uint32_t> rows, cudaStream_t stream) {
+  if (row_bytes == 0) return cudaSuccess;
+  const auto* from = static_cast<const std::byte*>(src);
+  auto read = [&](std::byte* to, std::size_t at, std::size_t len) {
+    while (len) {
+      const std::size_t i = at / row_bytes, in_row = at % row_bytes;
+      const std::size_t take = std::min(len, row_bytes - in_row);
+      std::memcpy(to, from + std::size_t(rows[i]) * row_bytes + in_row, take);
+      to += take;
+      at += take;
+      len -= take;
+    }
+  };
+  return fill_device(dst, rows.size() * row_bytes, read, stream);
+}
+
+cudaError_t StagedCopier::fill_device(void* dst, std::size_t n,
+                                      const std::function<void(std::byte*, std::size_t, std::size_t)>& read,
+                                      cudaStream_t stream) {
   if (cudaError_t e = init(); e != cudaSuccess) return e;
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
-  const auto* from = static_cast<const std::byte*>(src);
   auto* to = static_cast<std::byte*>(dst);
   auto len_of = [&](std::size_t k) { return std::min(kChunk, n - k * kChunk); };
   cudaError_t err = cudaSuccess;
@@ -83,7 +110,7 @@ cudaError_t StagedCopier::to_device(void* dst, const void* src, std::size_t n, c
   // chunk k - 1 (from the other slot, which phase k + 1 refills) is waited for.
   auto share = [&](std::size_t k, int m, int members) {
     const auto [b, e] = part(len_of(k), m, members);
-    if (b < e) std::memcpy(static_cast<std::byte*>(slot_[k & 1]) + b, from + k * kChunk + b, e - b);
+    if (b < e) read(static_cast<std::byte*>(slot_[k & 1]) + b, k * kChunk + b, e - b);
   };
   auto between = [&](std::size_t k) {
     const int s = int(k & 1);

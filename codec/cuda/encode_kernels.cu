@@ -1,11 +1,13 @@
-// The device encoder's per-row and per-vector kernels (encode_kernels.h). Built with -fmad=false; every float
-// operation that must match the CPU encoder is also an explicit _rn intrinsic.
+// The device encoder's per-vector kernels and its reconstruction error (encode_kernels.h; the ordered per-row sums
+// are encode_rows.cu's). Built with -fmad=false; every float operation that must match the CPU encoder is also an
+// explicit _rn intrinsic.
 #include <cuda_fp16.h>
 
 #include <climits>
 
 #include "codec/cuda/encode_e8.cuh"
 #include "codec/cuda/encode_kernels.h"
+#include "codec/cuda/encode_load.cuh"
 
 namespace epk::cuda::enc {
 
@@ -16,103 +18,9 @@ constexpr int kMaxBlocks = 132 * 16;  // grid-stride: fewer blocks, fewer global
 constexpr std::uint32_t kSharedBins = 12000;  // u32 bins in (under) the 48 KiB a block gets without opting in
 
 template <Source S>
-__device__ __forceinline__ float load(const void* src, std::uint64_t i) {
-  if constexpr (S == Source::kF32) {
-    return static_cast<const float*>(src)[i];
-  } else if constexpr (S == Source::kBF16) {
-    return __uint_as_float(std::uint32_t(static_cast<const std::uint16_t*>(src)[i]) << 16);
-  } else {
-    return __half2float(__ushort_as_half(static_cast<const std::uint16_t*>(src)[i]));
-  }
-}
-
-// The per-row kernels: one warp takes 32 rows, lane k row k; each pass stages a 32-column slice of the 32 rows in
-// shared memory with coalesced loads (a row's 32 columns per load), then each lane walks its row's slice in column
-// order, so every row's float64 sums are formed in exactly the CPU's order.
-constexpr int kSlice = 32;
-
-template <Source S>
-__global__ void row_stats_kernel(const void* src, std::uint32_t rows, std::uint32_t cols, std::uint32_t padded,
-                                 float* rms, float* row_max, long long* bad_col) {
-  __shared__ float tile[32][kSlice + 1];
-  const unsigned lane = threadIdx.x;
-  const std::uint32_t r0 = blockIdx.x * 32;
-  const std::uint32_t r = r0 + lane;
-  double sum2 = 0.0;
-  float m = 0.0f;
-  long long bad = -1;
-  for (std::uint32_t c0 = 0; c0 < cols; c0 += kSlice) {
-    // All 32 loads issued before the first store, so they are in flight together (one row per load, the lanes on
-    // consecutive columns).
-    float held[32];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const std::uint32_t row = r0 + j, col = c0 + lane;
-      held[j] = row < rows && col < cols ? load<S>(src, std::uint64_t(row) * cols + col) : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < 32; ++j) tile[j][lane] = held[j];
-    __syncwarp();
-    const std::uint32_t n = cols - c0 < kSlice ? cols - c0 : kSlice;
-    for (std::uint32_t k = 0; k < n; ++k) {
-      const float v = tile[lane][k];
-      if (!isfinite(v)) {
-        if (bad < 0) bad = c0 + k;
-        continue;
-      }
-      const double d = double(v);
-      sum2 = __dadd_rn(sum2, __dmul_rn(d, d));
-      m = fmaxf(m, fabsf(v));
-    }
-    __syncwarp();
-  }
-  if (r >= rows) return;
-  row_max[r] = m;
-  bad_col[r] = bad;
-  rms[r] = fmaxf(__double2float_rn(__dsqrt_rn(__ddiv_rn(sum2, double(padded)))), 1e-12f);
-}
-
-// Stages the 32 rows' slice [c0, c0 + 32) of x (0 past cols), of the fields (4 vectors a row: fields[row][8v + k])
-// and of the cosets.
-template <Source S>
-__device__ __forceinline__ void stage_slice(const void* src, std::uint32_t rows, std::uint32_t cols,
-                                            std::uint32_t vpr, const std::uint8_t* coset,
-                                            const std::int32_t* fields, std::uint32_t r0, std::uint32_t c0,
-                                            float (&x)[32][kSlice + 1], std::int32_t (&f)[32][kSlice + 1],
-                                            std::uint8_t (&c)[32][kSlice / 8]) {
-  const unsigned lane = threadIdx.x;
-  const std::uint32_t v0 = c0 / 8;
-  const std::uint32_t col = c0 + lane;
-  const bool in = v0 + lane / 8 < vpr;
-  const bool coset_lane = lane < kSlice / 8 && v0 + lane < vpr;
-  // Every load predicated (no early exit) and issued before the first store, so the slice's loads are in flight
-  // together; two halves of 16 rows bound the registers held.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float xh[16];
-    std::int32_t fh[16];
-    std::uint8_t ch[16];
-#pragma unroll
-    for (int jj = 0; jj < 16; ++jj) {
-      const std::uint32_t row = r0 + 16 * half + jj;
-      const bool live = row < rows;
-      xh[jj] = live && col < cols ? load<S>(src, std::uint64_t(row) * cols + col) : 0.0f;
-      fh[jj] = live && in ? fields[(std::uint64_t(row) * vpr + v0) * 8 + lane] : 0;
-      ch[jj] = live && coset_lane ? coset[std::uint64_t(row) * vpr + v0 + lane] : 0;
-    }
-#pragma unroll
-    for (int jj = 0; jj < 16; ++jj) {
-      x[16 * half + jj][lane] = xh[jj];
-      f[16 * half + jj][lane] = fh[jj];
-      if (lane < kSlice / 8) c[16 * half + jj][lane] = ch[jj];
-    }
-  }
-}
-
-template <Source S>
 __global__ void quantize_kernel(const void* src, std::uint32_t cols, std::uint32_t vpr, const float* rms,
-                                const std::uint32_t* row_map, std::uint64_t n, float scale, std::uint8_t* coset,
-                                std::int32_t* fields, int* range, unsigned long long* ones) {
+                                std::uint64_t n, float scale, std::uint8_t* coset, std::int32_t* fields, int* range,
+                                unsigned long long* ones) {
   __shared__ int lo[kTables], hi[kTables];
   __shared__ unsigned long long block_ones;
   if (threadIdx.x < kTables) {
@@ -131,14 +39,14 @@ __global__ void quantize_kernel(const void* src, std::uint32_t cols, std::uint32
     std::int32_t f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     std::uint8_t c = 0;
     if (active) {
-      const std::uint64_t row = row_map ? row_map[i / vpr] : i / vpr;
+      const std::uint64_t row = i / vpr;
       const std::uint32_t col0 = std::uint32_t(i % vpr) * 8;
       const float row_rms = rms[row];
       float y[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const std::uint32_t col = col0 + k;
-        const float x = col < cols ? load<S>(src, row * cols + col) : 0.0f;
+        const float x = col < cols ? load_weight<S>(src, row * cols + col) : 0.0f;
         y[k] = __fdiv_rn(__fdiv_rn(x, row_rms), scale);
       }
       c = nearest_e8_fields(y, f);
@@ -270,42 +178,14 @@ __global__ void histogram_layout_kernel(const int* range, std::uint32_t alphabet
   for (std::uint32_t b = threadIdx.x; b < s_bins; b += blockDim.x) hist[b] = 0;
 }
 
-template <Source S>
-__global__ void refit_kernel(const void* src, std::uint32_t rows, std::uint32_t cols, std::uint32_t vpr,
-                             const std::uint8_t* coset, const std::int32_t* fields, double* sums) {
-  __shared__ float x[32][kSlice + 1];
-  __shared__ std::int32_t f[32][kSlice + 1];
-  __shared__ std::uint8_t c[32][kSlice / 8];
-  const unsigned lane = threadIdx.x;
-  const std::uint32_t r0 = blockIdx.x * 32;
-  const std::uint32_t r = r0 + lane;
-  double num = 0.0, den = 0.0, energy = 0.0;
-  const std::uint32_t padded = vpr * 8;
-  for (std::uint32_t c0 = 0; c0 < padded; c0 += kSlice) {
-    stage_slice<S>(src, rows, cols, vpr, coset, fields, r0, c0, x, f, c);
-    __syncwarp();
-    if (r < rows) {
-      const std::uint32_t nv = (padded - c0) / 8 < kSlice / 8 ? (padded - c0) / 8 : kSlice / 8;
-      for (std::uint32_t v = 0; v < nv; ++v) {
-        const std::int32_t* fv = &f[lane][8 * v];
-        const std::int32_t par = (fv[0] ^ fv[1] ^ fv[2] ^ fv[3] ^ fv[4] ^ fv[5] ^ fv[6]) & 1;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const std::int32_t z = i < 7 ? fv[i] : 2 * fv[7] + par;
-          const double level = double(coordinate(z, c[lane][v]));
-          const double xv = double(x[lane][8 * v + i]);
-          num = __dadd_rn(num, __dmul_rn(xv, level));
-          den = __dadd_rn(den, __dmul_rn(level, level));
-          energy = __dadd_rn(energy, __dmul_rn(xv, xv));
-        }
-      }
-    }
-    __syncwarp();
+// Row i of the gather: one block a row at a time, 16-bit words.
+__global__ void gather_rows_kernel(const std::uint16_t* src, std::uint64_t row_words, const std::uint32_t* rows,
+                                   std::uint32_t n, std::uint16_t* dst) {
+  for (std::uint32_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const std::uint16_t* from = src + std::uint64_t(rows[i]) * row_words;
+    std::uint16_t* to = dst + std::uint64_t(i) * row_words;
+    for (std::uint64_t w = threadIdx.x; w < row_words; w += blockDim.x) to[w] = from[w];
   }
-  if (r >= rows) return;
-  sums[3 * std::uint64_t(r)] = num;
-  sums[3 * std::uint64_t(r) + 1] = den;
-  sums[3 * std::uint64_t(r) + 2] = energy;
 }
 
 // One warp a row, lanes over its vectors, a shuffle reduction: the error needs no particular order (pack_tensor
@@ -332,7 +212,7 @@ __global__ void error_kernel(const void* src, std::uint32_t rows, std::uint32_t 
       const std::uint32_t col = v * 8 + i;
       if (col >= cols) break;
       const float rec = __fmul_rn(__fadd_rn(float(z[i]), half), scale);
-      const float x = load<S>(src, std::uint64_t(r) * cols + col);
+      const float x = load_weight<S>(src, std::uint64_t(r) * cols + col);
       const double d = __dsub_rn(double(rec), double(x));
       sse = __dadd_rn(sse, __dmul_rn(d, d));
       energy = __dadd_rn(energy, __dmul_rn(double(x), double(x)));
@@ -361,28 +241,22 @@ unsigned grid_for(std::uint64_t n) {
 
 unsigned row_grid(std::uint32_t rows, int block) { return unsigned((rows + block - 1) / block); }
 
-constexpr int kRowBlock = 32;  // one warp (32 rows) a block: the rows spread over as many SMs as they can
 
 }  // namespace
 
-#define EPK_ENC_DISPATCH(dtype, KERNEL, GRID, BLOCK, SMEM, STREAM, ...)                         \
-  switch (dtype) {                                                                             \
-    case Source::kF32: KERNEL<Source::kF32><<<GRID, BLOCK, SMEM, STREAM>>>(__VA_ARGS__); break;   \
-    case Source::kBF16: KERNEL<Source::kBF16><<<GRID, BLOCK, SMEM, STREAM>>>(__VA_ARGS__); break; \
-    case Source::kF16: KERNEL<Source::kF16><<<GRID, BLOCK, SMEM, STREAM>>>(__VA_ARGS__); break;   \
-  }
-
-void launch_row_stats(const void* src, Source dtype, std::uint32_t rows, std::uint32_t cols, std::uint32_t padded,
-                      float* rms, float* row_max, long long* bad_col, cudaStream_t stream) {
-  EPK_ENC_DISPATCH(dtype, row_stats_kernel, row_grid(rows, kRowBlock), kRowBlock, 0, stream, src, rows, cols, padded,
-                   rms, row_max, bad_col);
+void launch_quantize(const void* src, Source dtype, std::uint32_t cols, std::uint32_t vpr, const float* rms,
+                     std::uint64_t n, float scale, std::uint8_t* coset, std::int32_t* fields, int* range,
+                     unsigned long long* ones, cudaStream_t stream) {
+  EPK_ENC_DISPATCH(dtype, quantize_kernel, grid_for(n), kBlock, 0, stream, src, cols, vpr, rms, n, scale, coset,
+                   fields, range, ones);
 }
 
-void launch_quantize(const void* src, Source dtype, std::uint32_t cols, std::uint32_t vpr, const float* rms,
-                     const std::uint32_t* row_map, std::uint64_t n, float scale, std::uint8_t* coset,
-                     std::int32_t* fields, int* range, unsigned long long* ones, cudaStream_t stream) {
-  EPK_ENC_DISPATCH(dtype, quantize_kernel, grid_for(n), kBlock, 0, stream, src, cols, vpr, rms, row_map, n, scale,
-                   coset, fields, range, ones);
+void launch_gather_rows(const void* src, std::size_t row_bytes, const std::uint32_t* rows, std::uint32_t n,
+                        void* dst, cudaStream_t stream) {
+  if (n == 0) return;
+  gather_rows_kernel<<<n < 65535u ? n : 65535u, 256, 0, stream>>>(static_cast<const std::uint16_t*>(src),
+                                                                   row_bytes / 2, rows, n,
+                                                                   static_cast<std::uint16_t*>(dst));
 }
 
 void launch_histogram(const std::uint8_t* coset, const std::int32_t* fields, std::uint64_t n, const int* lo,
@@ -404,12 +278,6 @@ void launch_histogram_laid_out(const std::uint8_t* coset, const std::int32_t* fi
                                const int* lo_base, unsigned long long* hist, cudaStream_t stream) {
   histogram_laid_out_kernel<<<grid_for(n), kBlock, kSharedBins * sizeof(std::uint32_t), stream>>>(coset, fields, n,
                                                                                                 lo_base, hist);
-}
-
-void launch_refit_sums(const void* src, Source dtype, std::uint32_t rows, std::uint32_t cols, std::uint32_t vpr,
-                       const std::uint8_t* coset, const std::int32_t* fields, double* sums, cudaStream_t stream) {
-  EPK_ENC_DISPATCH(dtype, refit_kernel, row_grid(rows, kRowBlock), kRowBlock, 0, stream, src, rows, cols, vpr, coset,
-                   fields, sums);
 }
 
 void launch_error_sums(const void* src, Source dtype, std::uint32_t rows, std::uint32_t cols, std::uint32_t vpr,

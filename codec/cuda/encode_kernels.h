@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace epk::cuda::enc {
@@ -17,12 +18,16 @@ inline constexpr int kTables = 17;
 void launch_row_stats(const void* src, Source dtype, std::uint32_t rows, std::uint32_t cols, std::uint32_t padded,
                       float* rms, float* row_max, long long* bad_col, cudaStream_t stream);
 
-// Quantises n vectors (quantize_vectors of x / rms / scale): vector i is vector (i % vpr) of row
-// row_map ? row_map[i / vpr] : i / vpr. Writes coset[n], fields[8n] and folds each table's range into
-// range[2 * t] (min) and range[2 * t + 1] (max) and the coset-1 count into *ones (the caller resets them).
+// Quantises n vectors (quantize_vectors of x / rms / scale): vector i is vector (i % vpr) of row i / vpr. Writes
+// coset[n], fields[8n] and folds each table's range into range[2 * t] (min) and range[2 * t + 1] (max) and the
+// coset-1 count into *ones (the caller resets them).
 void launch_quantize(const void* src, Source dtype, std::uint32_t cols, std::uint32_t vpr, const float* rms,
-                     const std::uint32_t* row_map, std::uint64_t n, float scale, std::uint8_t* coset,
-                     std::int32_t* fields, int* range, unsigned long long* ones, cudaStream_t stream);
+                     std::uint64_t n, float scale, std::uint8_t* coset, std::int32_t* fields, int* range,
+                     unsigned long long* ones, cudaStream_t stream);
+
+// Rows rows[i] (row_bytes each, an even number) of src, one after another at dst: row i at dst + i * row_bytes.
+void launch_gather_rows(const void* src, std::size_t row_bytes, const std::uint32_t* rows, std::uint32_t n,
+                        void* dst, cudaStream_t stream);
 
 // Histograms of the tables: for each table t with base[t] >= 0, hist[base[t] + value - lo[t]] counts its values
 // (lo and base: kTables entries each, on the device). bins is the total; the caller zeroes hist.

@@ -6,7 +6,9 @@
 // Device memory: grow-only buffers reused from tensor to tensor; a tensor of W weights (V = W / 8 vectors, dtype of
 // e bytes) needs 2 W e (its source and the prefetched next one's, at most the largest tensor's) + 33 V (fields) +
 // 36 V (coder scratch and payload) + O(rows) bytes: about 6.3x the largest bf16 tensor's own size, plus the
-// sample's (at most search_max_vectors + one row of vectors, 33 bytes each) and 4 MiB of histogram.
+// sample's (at most search_max_vectors + one row of vectors, 33 bytes each and their 8 source weights) and 4 MiB
+// of histogram.
+// The scale search runs on the sample's rows while the rest of the tensor is still being copied (encode_source.h).
 // Not thread-safe: one tensor at a time.
 #pragma once
 
@@ -27,14 +29,16 @@ class DeviceSteps final : public rate::EncodeSteps {
 
   static bool supports(DType dtype);
 
-  Result<rate::SourceStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
-                                 DType dtype) override;
-  Status set_sample(const std::vector<std::uint32_t>& rows) override;
-  // The bytes of the tensor to be encoded after the one about to be loaded (empty: none): that load() starts
-  // copying them to the device on a second stream from a helper thread, so that the copy overlaps this tensor's
+  Result<rate::SampleStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
+                                 DType dtype, const std::vector<std::uint32_t>& sample) override;
+  Result<rate::SourceStats> source_stats() override;
+  // The bytes of the tensor to be encoded after the one about to be loaded (empty: none): they are copied to the
+  // device on a second stream from a helper thread once this one's have arrived, so that the copy overlaps its
   // steps, and the load() of exactly these bytes (same address and size) takes them. They must stay valid and
   // unchanged until then.
   void prefetch_next(std::span<const std::byte> next);
+  // Waits for any copy still reading the loaded tensor's bytes (DeviceEncoder calls it before encode returns).
+  void settle();
   model::FieldCounts sample_counts(float scale) override;
   Result<rate::SampleCoded> sample_code(float scale, std::uint32_t cols, int prob_bits,
                                         std::uint32_t tile_symbols) override;
@@ -52,7 +56,7 @@ class DeviceSteps final : public rate::EncodeSteps {
   // Wall seconds spent in each step since creation (host clock around each call, device waits included).
   struct StepTimes {
     double load = 0, sample = 0, quantize = 0, counts = 0, refit = 0, code = 0, error = 0;
-    double upload = 0;    // within load: the source's copy, or the wait for its prefetch
+    double upload = 0;    // within load and source_stats: the sample's copy, the wait for the tensor's
     double download = 0;  // within code and sample: the payload's and states' copy to the host
     std::uint64_t calls_sample = 0, calls_quantize = 0;
   };
@@ -67,8 +71,6 @@ class DeviceSteps final : public rate::EncodeSteps {
   std::unique_ptr<Impl> impl_;
   std::optional<rate::ReconstructionError> last_error_;
   StepTimes times_;
-  const std::byte* next_data_ = nullptr;
-  std::size_t next_size_ = 0;
   Status sticky_;
 };
 

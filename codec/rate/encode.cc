@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,11 @@ Error invalid(std::string_view name, const std::string& what) {
   return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) + "': " + what);
 }
 
+Error sample_row_error(std::uint32_t row, std::uint32_t rows) {
+  return make_error(ErrorCode::kInvalidArgument,
+                    "encoder: sample row " + std::to_string(row) + " of a " + std::to_string(rows) + "-row tensor");
+}
+
 float load_weight(const std::byte* p, DType t) {
   switch (t) {
     case DType::kF32: return load_le<float>(p);
@@ -63,8 +69,11 @@ class CpuSteps final : public EncodeSteps {
  public:
   explicit CpuSteps(int threads) : threads_(std::max(1, threads)) {}
 
-  Result<SourceStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
-                           DType dtype) override {
+  Result<SampleStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
+                           DType dtype, const std::vector<std::uint32_t>& sample) override {
+    for (const std::uint32_t r : sample) {
+      if (r >= rows) return sample_row_error(r, rows);
+    }
     rows_ = rows;
     padded_ = (cols + 7) / 8 * 8;
     const std::size_t esize = std::size_t(dtype_bits(dtype) / 8);
@@ -107,10 +116,19 @@ class CpuSteps final : public EncodeSteps {
     st.max_abs = *std::max_element(row_max.begin(), row_max.end());
     rms_ = st.rms;
     arrays_ = HostArrays{x_.data(), normalized_.data(), &q_};
-    return st;
+    stats_ = std::move(st);
+    SampleStats sampled;
+    for (const std::uint32_t r : sample) {
+      sampled.finite = sampled.finite && bad_at[r] < 0;
+      sampled.max_abs = std::max(sampled.max_abs, row_max[r]);
+    }
+    set_sample(sample);
+    return sampled;
   }
 
-  Status set_sample(const std::vector<std::uint32_t>& sample) override {
+  Result<SourceStats> source_stats() override { return stats_; }
+
+  void set_sample(const std::vector<std::uint32_t>& sample) {
     sample_rows_ = sample.size();
     sample_ptr_ = normalized_.data();
     sample_x_.clear();
@@ -121,7 +139,6 @@ class CpuSteps final : public EncodeSteps {
       }
       sample_ptr_ = sample_x_.data();
     }
-    return {};
   }
 
   model::FieldCounts sample_counts(float scale) override {
@@ -157,6 +174,7 @@ class CpuSteps final : public EncodeSteps {
   std::uint32_t rows_ = 0;
   std::uint32_t padded_ = 0;
   std::vector<float> x_, normalized_, rms_, sample_x_;
+  SourceStats stats_;
   const float* sample_ptr_ = nullptr;
   std::size_t sample_rows_ = 0;
   lattice::QuantizedFields q_;
@@ -209,7 +227,44 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
     host = steps.host();
     if (!host) return invalid(name, "ECVQ and row RDO need the host encoder's arrays (this backend keeps none)");
   }
-  EPK_TRY_ASSIGN(SourceStats stats, steps.load(weights, rows, cols, dtype));
+  int prob_bits = o.prob_bits ? o.prob_bits : model::initial_prob_bits(target);
+  const bool auto_bits = o.prob_bits == 0;
+  const std::uint32_t tile_symbols = o.tile_symbols ? o.tile_symbols : model::default_tile_symbols(target);
+  const std::vector<std::uint32_t> sample = sample_rows(rows, padded, o.search_max_vectors);
+  EPK_TRY_ASSIGN(const SampleStats sampled, steps.load(weights, rows, cols, dtype, sample));
+
+  // A tensor its sample covers, quantised plainly, has its stored rate measured (measured_scale): the model has
+  // nothing left to correct.
+  const bool measured = o.calibrate_rate && sample.size() == rows && !o.ecvq && o.rdo_sweeps == 0;
+  const double tolerance = o.fine_rate ? 0.0003 : 0.002;
+  auto sample_counts = [&](float s) { return steps.sample_counts(s); };
+  // The scale search at `bits`: bisection on the sample's modelled rate, then calibrated against the sample coded
+  // (and measured, for a tensor its sample covers).
+  struct Search {
+    double scale = 1.0;
+    Calibration cal;
+  };
+  auto search = [&](int bits) {
+    Search out;
+    out.scale = bisect_scale(sample_counts, sample.size(), padded, target, bits, tile_symbols, o.search_iterations);
+    if (o.calibrate_rate) {
+      auto sample_code = [&](float s) { return steps.sample_code(s, cols, bits, tile_symbols); };
+      out.cal = calibrate_scale(sample_counts, sample_code, sample.size(), cols, target, bits, tile_symbols,
+                                out.scale, o.stored_bytes);
+      out.scale = out.cal.scale;
+      if (measured) {
+        out.scale = measured_scale(sample_code, o.stored_bytes, rows, cols, target, out.scale, out.cal.slope,
+                                   tolerance, kMeasuredSteps);
+      }
+    }
+    return out;
+  };
+  // The search reads the sample only, so where the sample is finite and not all zero it runs before the whole
+  // source's statistics are asked for (a device copies the rest of the source meanwhile). The whole tensor is then
+  // not all zero either, so the checks below cannot skip the search: it is the one they would have run.
+  std::optional<Search> early;
+  if (sampled.finite && sampled.max_abs > 0.0f) early = search(prob_bits);
+  EPK_TRY_ASSIGN(SourceStats stats, steps.source_stats());
   if (stats.bad_row >= 0) {
     return invalid(name, "non-finite weight at row " + std::to_string(stats.bad_row) + ", column " +
                              std::to_string(stats.bad_col));
@@ -217,9 +272,6 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
   const std::vector<float>& rms = stats.rms;
   const float max_abs = stats.max_abs;
 
-  int prob_bits = o.prob_bits ? o.prob_bits : model::initial_prob_bits(target);
-  const bool auto_bits = o.prob_bits == 0;
-  const std::uint32_t tile_symbols = o.tile_symbols ? o.tile_symbols : model::default_tile_symbols(target);
   std::vector<float> scales;
   std::vector<double> row_sse;
   double scale = 1.0;
@@ -230,39 +282,23 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
     EPK_TRY(steps.quantize(1.0f));
     EPK_TRY(steps.refit(1.0, scales, nullptr));
   } else {
-    const std::vector<std::uint32_t> sample = sample_rows(rows, padded, o.search_max_vectors);
-    EPK_TRY(steps.set_sample(sample));
-    auto sample_counts = [&](float s) { return steps.sample_counts(s); };
     for (;;) {
       bool escalate = false;
-      scale = bisect_scale(sample_counts, sample.size(), padded, target, prob_bits, tile_symbols,
-                           o.search_iterations);
-      Calibration cal;
+      const Search found = early ? *early : search(prob_bits);
+      early.reset();
+      scale = found.scale;
+      const Calibration cal = found.cal;
       // Whole-tensor corrections left: the sample misjudges heavy tails, and at high rates its frequency tables
       // weigh more than the whole tensor's do, so the sample's scale can miss by a percent.
       int full_checks = (!o.calibrate_rate || sample.size() == rows) ? 0 : 2;
       // ECVQ lowers the rate at a given scale (the sample's search never saw it), and the fine step asks for more.
       if (o.calibrate_rate && (o.ecvq || o.fine_rate)) full_checks = 8;
-      // A tensor its sample covers, quantised plainly, has its stored rate measured (measured_scale): the model has
-      // nothing left to correct.
-      const bool measured = o.calibrate_rate && sample.size() == rows && !o.ecvq && o.rdo_sweeps == 0;
       if (measured) full_checks = 0;
-      const double tolerance = o.fine_rate ? 0.0003 : 0.002;
       // ECVQ can start far below the target (at low rates it drops a third of the bits at the sample's scale).
       const double max_step = o.ecvq ? 0.4 : 0.2;
       double prev_log_scale = 0.0;
       double prev_bpp = 0.0;
       bool have_prev = false;
-      if (o.calibrate_rate) {
-        auto sample_code = [&](float s) { return steps.sample_code(s, cols, prob_bits, tile_symbols); };
-        cal = calibrate_scale(sample_counts, sample_code, sample.size(), cols, target, prob_bits, tile_symbols,
-                              scale, o.stored_bytes);
-        scale = cal.scale;
-        if (measured) {
-          scale = measured_scale(sample_code, o.stored_bytes, rows, cols, target, scale, cal.slope, tolerance,
-                                 kMeasuredSteps);
-        }
-      }
       std::uint32_t table_size = 1u << prob_bits;
       // With row RDO, ECVQ runs after it (each row at its chosen scale) and the rate is checked after both.
       const bool ecvq_after_rdo = o.ecvq && o.rdo_sweeps > 0;

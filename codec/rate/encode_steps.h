@@ -30,6 +30,12 @@ struct SourceStats {
   std::int64_t bad_col = -1;
 };
 
+// What the scale search needs to know of its sample's rows before the whole source's statistics are in.
+struct SampleStats {
+  bool finite = true;    // no non-finite value in the sample's rows
+  float max_abs = 0.0f;  // their largest |x|
+};
+
 // The host arrays ECVQ and row RDO work on (x zero-padded, normalized = x / rms, q the current fields).
 struct HostArrays {
   const float* x = nullptr;
@@ -40,11 +46,13 @@ struct HostArrays {
 class EncodeSteps {
  public:
   virtual ~EncodeSteps() = default;
-  // Takes the source (rows x cols of dtype) and computes its row statistics.
-  virtual Result<SourceStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
-                                   DType dtype) = 0;
-  // The rows of the scale search (sample_rows' choice); the sample operations below work on them.
-  virtual Status set_sample(const std::vector<std::uint32_t>& rows) = 0;
+  // Takes the source (rows x cols of dtype) and the rows of the scale search (sample_rows' choice). The sample's
+  // operations (sample_counts, sample_code) may be called from here on; the other steps after source_stats(). A
+  // backend may still be bringing the rest of the source in while the sample's operations run.
+  virtual Result<SampleStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
+                                   DType dtype, const std::vector<std::uint32_t>& sample) = 0;
+  // The whole source's row statistics.
+  virtual Result<SourceStats> source_stats() = 0;
   virtual model::FieldCounts sample_counts(float scale) = 0;      // quantize_counts on the sample
   virtual Result<SampleCoded> sample_code(float scale, std::uint32_t cols, int prob_bits,
                                           std::uint32_t tile_symbols) = 0;  // calibrate_scale's coded sample

@@ -1,10 +1,12 @@
 // BlockRecycler: a block given back is handed out again for a request of its size class or of up to kBiggerClasses
 // smaller ones, never to two holders at once (threads fill and check their blocks), the caps on kept blocks and
-// bytes hold, and RecyclingAllocator sends large vectors through the process's recycler and small ones past it.
+// bytes hold, blocks are pinned and unpinned by an installed pinner, and RecyclingAllocator sends large vectors
+// through the process's recycler and small ones past it.
 #include "codec/common/block_recycler.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -62,6 +64,70 @@ TEST(BlockRecycler, KeepsNoMoreThanItsCaps) {
   s.give(y, half);
   EXPECT_EQ(s.kept_blocks(), 1u);
   EXPECT_LE(s.kept_bytes(), BlockRecycler::kKeptBytes);
+}
+
+// A fake pinner: records what it pinned and unpinned; refuses blocks while `refuse` is set.
+struct FakePins {
+  static inline std::vector<std::pair<void*, std::size_t>> pinned;
+  static inline std::vector<void*> unpinned;
+  static inline bool refuse = false;
+  static bool pin(void* p, std::size_t bytes) {
+    if (refuse) return false;
+    pinned.emplace_back(p, bytes);
+    return true;
+  }
+  static void unpin(void* p) { unpinned.push_back(p); }
+};
+
+// Blocks allocated after a pinner is installed are pinned once, whole, stay pinned while recycled, and are unpinned
+// before they are freed (past the caps, or with the recycler); blocks from before, and blocks the pinner refuses,
+// are never reported pinned.
+TEST(BlockRecycler, PinsFreshBlocksOnceAndUnpinsBeforeFreeing) {
+  FakePins::pinned.clear();
+  FakePins::unpinned.clear();
+  FakePins::refuse = false;
+  std::vector<void*> freed_unpinned;
+  {
+    BlockRecycler r;
+    void* before = r.take(kClass);
+    r.set_pinner({&FakePins::pin, &FakePins::unpin});
+    r.set_pinner({nullptr, nullptr});  // the first pinner stays
+    EXPECT_FALSE(r.pinned(before, 1));
+    void* a = r.take(3 * kClass - 5);
+    ASSERT_EQ(FakePins::pinned.size(), 1u);
+    EXPECT_EQ(FakePins::pinned[0].first, a);
+    EXPECT_EQ(FakePins::pinned[0].second, 3 * kClass);  // the whole block
+    EXPECT_TRUE(r.pinned(a, 3 * kClass));
+    EXPECT_TRUE(r.pinned(static_cast<char*>(a) + kClass, 2 * kClass));
+    EXPECT_FALSE(r.pinned(static_cast<char*>(a) + kClass, 2 * kClass + 1));  // past its end
+    EXPECT_FALSE(r.pinned(static_cast<char*>(a) - 1, 2));
+    r.give(a, 3 * kClass - 5);
+    void* again = r.take(3 * kClass);
+    EXPECT_EQ(again, a);
+    EXPECT_EQ(FakePins::pinned.size(), 1u) << "a recycled block is not pinned again";
+    EXPECT_TRUE(r.pinned(again, 3 * kClass));
+    FakePins::refuse = true;
+    void* refused = r.take(kClass);
+    EXPECT_FALSE(r.pinned(refused, 1));
+    FakePins::refuse = false;
+    // Past the block cap: the blocks given back last are freed, and the pinned ones among them unpinned first.
+    std::vector<void*> many;
+    for (std::size_t i = 0; i < BlockRecycler::kKeptBlocks + 2; ++i) many.push_back(r.take(kClass));
+    for (void* p : many) r.give(p, kClass);
+    EXPECT_EQ(FakePins::unpinned.size(), 2u);
+    for (void* p : FakePins::unpinned) EXPECT_FALSE(r.pinned(p, 1));
+    r.give(again, 3 * kClass);
+    r.give(before, kClass);
+    r.give(refused, kClass);
+    freed_unpinned = FakePins::unpinned;
+  }
+  // The recycler's end unpinned every pinned block it still kept: each pinned block unpinned exactly once.
+  std::vector<void*> pins, unpins = FakePins::unpinned;
+  for (const auto& [p, n] : FakePins::pinned) pins.push_back(p);
+  std::sort(pins.begin(), pins.end());
+  std::sort(unpins.begin(), unpins.end());
+  EXPECT_EQ(pins, unpins);
+  EXPECT_GT(unpins.size(), freed_unpinned.size());
 }
 
 TEST(BlockRecycler, NoBlockHasTwoHoldersAcrossThreads) {

@@ -1,8 +1,9 @@
 // cuda::StagedCopier against plain cudaMemcpy: uploads and downloads at every alignment and size around its chunk
 // (one slot, two, a partial last chunk, many) and around the size where its team of copy threads takes over, from
 // a read-only file mapping's neighbouring ranges (what `epk compress` uploads from) and to and from memory the
-// caller pinned. Every byte is compared, no byte outside the destination is written, the host memory is left as
-// registered as it was and no CUDA error is left behind. Skips without a CUDA device.
+// caller pinned, and rows gathered from scattered places. Every byte is compared, no byte outside the destination
+// is written, the host memory is left as registered as it was and no CUDA error is left behind. Skips without a
+// CUDA device.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -114,6 +115,33 @@ TEST_F(StagedCopierTest, UploadsFromMemoryTheCallerPinned) {
   EXPECT_TRUE(registered(pinned)) << "the caller's pinned memory stays pinned";
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EPK_CUDA_CHECK(cudaFreeHost(pinned));
+}
+
+// Rows gathered to the device (the encoder's search sample): rows in any order, repeated, of odd sizes, the gather
+// spanning chunks and rows straddling a chunk's end, with a team of all cores and one that leaves a core spare.
+TEST_F(StagedCopierTest, GathersRowsInTheOrderGiven) {
+  for (const int spare : {0, 1}) {
+    cuda::StagedCopier copier(spare);
+    for (const std::size_t row_bytes : {std::size_t{2}, std::size_t{7}, std::size_t{4096}, std::size_t{77777}}) {
+      const std::size_t rows = std::max<std::size_t>(3, (2 * kChunk + 12345) / row_bytes);
+      const auto host = random_bytes(rows * row_bytes, 7 + row_bytes);
+      std::vector<std::uint32_t> pick;
+      std::mt19937 gen{std::uint32_t(row_bytes)};
+      const std::size_t count = row_bytes < 4096 ? 1000 : rows / 2 + 1;
+      for (std::size_t i = 0; i < count; ++i) pick.push_back(std::uint32_t(gen() % rows));
+      pick.push_back(std::uint32_t(rows - 1));
+      pick.push_back(pick.front());
+      std::vector<std::uint8_t> want;
+      for (const std::uint32_t r : pick) want.insert(want.end(), host.begin() + std::ptrdiff_t(r * row_bytes),
+                                                     host.begin() + std::ptrdiff_t((r + 1) * row_bytes));
+      const std::string what = "row " + std::to_string(row_bytes) + " bytes, " + std::to_string(pick.size()) +
+                               " rows, spare cores " + std::to_string(spare);
+      testing::DeviceBuffer dev(want.size());
+      ASSERT_EQ(copier.rows_to_device(dev.get(), host.data(), row_bytes, pick, stream_), cudaSuccess) << what;
+      EXPECT_EQ(first_difference(dev.get(), want.data(), want.size()), want.size()) << what;
+      EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
+    }
+  }
 }
 
 TEST_F(StagedCopierTest, DownloadsEveryAlignmentAndSizeAroundTheChunk) {

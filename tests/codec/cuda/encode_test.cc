@@ -159,14 +159,22 @@ TEST_F(DeviceEncode, StepsMatchTheCpuSteps) {
     SCOPED_TRACE(name_of(c));
     const auto w = make_tensor(c.rows, c.cols, c.dtype, c.kind, c.rows * 7919ull + c.cols);
     auto cpu = rate::make_cpu_steps(threads());
-    auto a = cpu->load(w, c.rows, c.cols, c.dtype);
-    auto b = (*dev)->load(w, c.rows, c.cols, c.dtype);
+    const std::uint32_t padded = (c.cols + 7) / 8 * 8;
+    const auto sample = rate::sample_rows(c.rows, padded, 4096);  // a real subset for the larger shapes
+    auto sa0 = cpu->load(w, c.rows, c.cols, c.dtype, sample);
+    auto sb0 = (*dev)->load(w, c.rows, c.cols, c.dtype, sample);
+    ASSERT_TRUE(sa0 && sb0);
+    ASSERT_EQ(sa0->finite, sb0->finite) << "step: the sample's statistics (finite)";
+    ASSERT_EQ(sa0->max_abs, sb0->max_abs) << "step: the sample's statistics (max |x|)";
+    // The sample's steps before the whole source's statistics, as the search runs them (the device may still be
+    // copying the rest of the tensor).
+    ASSERT_EQ(counts_diff(cpu->sample_counts(0.7f), (*dev)->sample_counts(0.7f)), "") << "step: early sample counts";
+    auto a = cpu->source_stats();
+    auto b = (*dev)->source_stats();
     ASSERT_TRUE(a && b);
     ASSERT_EQ(vec_diff("row rms", a->rms, b->rms), "") << "step: row statistics";
     ASSERT_EQ(a->max_abs, b->max_abs) << "step: row statistics (max |x|)";
-    const std::uint32_t padded = (c.cols + 7) / 8 * 8;
-    const auto sample = rate::sample_rows(c.rows, padded, 4096);  // a real subset for the larger shapes
-    ASSERT_TRUE(cpu->set_sample(sample) && (*dev)->set_sample(sample));
+    ASSERT_EQ(a->bad_row, b->bad_row) << "step: row statistics (non-finite)";
     for (float s : {0.05f, 0.3f, 1.0f, 2.5f}) {
       SCOPED_TRACE("scale " + std::to_string(s));
       ASSERT_EQ(counts_diff(cpu->sample_counts(s), (*dev)->sample_counts(s)), "") << "step: sample counts";
@@ -256,7 +264,7 @@ TEST_F(DeviceEncode, PackTensorChoosesTheSameForm) {
 }
 
 // The next tensor's prefetch (copied while the current one is encoded): taken when its bytes come, dropped when
-// others come first, never changing a stream.
+// others come first, never changing a stream, whether the search's sample is the whole tensor or a few rows.
 TEST_F(DeviceEncode, PrefetchedSourcesGiveTheSameStreams) {
   auto dev = cuda::DeviceEncoder::create(0);
   ASSERT_TRUE(dev);
@@ -274,14 +282,19 @@ TEST_F(DeviceEncode, PrefetchedSourcesGiveTheSameStreams) {
   const Step steps[] = {{&a, 512, 1000, DType::kBF16, &b}, {&a, 512, 1000, DType::kBF16, &b},
                         {&c, 700, 257, DType::kF16, &b},   {&b, 300, 4096, DType::kBF16, nullptr},
                         {&b, 300, 4096, DType::kBF16, &c}, {&c, 700, 257, DType::kF16, nullptr}};
-  rate::EncodeOptions o;
-  o.threads = threads();
-  for (const Step& st : steps) {
-    (*dev)->prefetch_next(st.next ? std::span<const std::byte>(*st.next) : std::span<const std::byte>());
-    auto want = rate::encode(*st.w, st.rows, st.cols, st.dtype, o, "t");
-    auto got = (*dev)->encode(*st.w, st.rows, st.cols, st.dtype, o, "t", nullptr, nullptr);
-    ASSERT_TRUE(want && got);
-    ASSERT_EQ(tensor_diff(*want, *got), "") << st.rows << "x" << st.cols;
+  // Each sample the whole tensor (the default budget), then a few rows (gathered from the host, or on the device
+  // from a prefetched tensor).
+  for (const std::uint64_t budget : {std::uint64_t{262144}, std::uint64_t{2000}}) {
+    rate::EncodeOptions o;
+    o.threads = threads();
+    o.search_max_vectors = budget;
+    for (const Step& st : steps) {
+      (*dev)->prefetch_next(st.next ? std::span<const std::byte>(*st.next) : std::span<const std::byte>());
+      auto want = rate::encode(*st.w, st.rows, st.cols, st.dtype, o, "t");
+      auto got = (*dev)->encode(*st.w, st.rows, st.cols, st.dtype, o, "t", nullptr, nullptr);
+      ASSERT_TRUE(want && got);
+      ASSERT_EQ(tensor_diff(*want, *got), "") << st.rows << "x" << st.cols << " sample budget " << budget;
+    }
   }
 }
 
@@ -300,6 +313,133 @@ TEST_F(DeviceEncode, NonFiniteInputIsRefusedAsOnTheCpu) {
   ASSERT_FALSE(b);
   EXPECT_EQ(a.error().message, b.error().message);
   EXPECT_NE(b.error().message.find("row 7, column 11"), std::string::npos) << b.error().message;
+}
+
+// The ordered row passes (row statistics, refit sums) on shapes of both their forms (columns a multiple of 128:
+// streamed through shared memory; others: plain) with edge values: zeros of both signs, subnormals, the largest
+// finite values, every row length's last column, a last block of rows cut short; then a non-finite value at the
+// first and last column of a row, at either side of a 64-column slice and in the last row.
+TEST_F(DeviceEncode, RowPassesMatchTheCpuOnEdgeValues) {
+  auto dev = cuda::DeviceSteps::create(0);
+  ASSERT_TRUE(dev) << dev.error().message;
+  struct Shape {
+    std::uint32_t rows, cols;
+  };
+  for (const Shape sh : {Shape{33, 128}, Shape{65, 256}, Shape{7, 384}, Shape{40, 1000}, Shape{3, 13}}) {
+    for (const DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+      SCOPED_TRACE(std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " " + std::string(dtype_name(d)));
+      const std::size_t es = std::size_t(dtype_bits(d) / 8);
+      auto w = make_tensor(sh.rows, sh.cols, d, Kind::kGaussian, sh.rows + 31ull * sh.cols);
+      // Edge values by their bits: -0, the smallest subnormal, the largest finite value, 0.
+      auto put = [&](std::uint32_t r, std::uint32_t c, std::uint32_t f32_bits, std::uint16_t half_bits) {
+        if (es == 4) {
+          std::memcpy(&w[(std::size_t(r) * sh.cols + c) * 4], &f32_bits, 4);
+        } else {
+          std::memcpy(&w[(std::size_t(r) * sh.cols + c) * 2], &half_bits, 2);
+        }
+      };
+      const bool bf = d == DType::kBF16;
+      for (std::uint32_t r = 0; r < sh.rows; r += 2) {
+        put(r, r % sh.cols, 0x80000000u, 0x8000);
+        put(r, (r * 7 + 1) % sh.cols, 0x00000001u, 0x0001);
+        put(r, sh.cols - 1, 0x7f7fffffu, bf ? 0x7f7f : 0x7bff);
+      }
+      for (std::uint32_t c = 0; c < sh.cols; ++c) put(sh.rows - 1, c, 0, 0);  // a zero row, the last
+      const auto sample = rate::sample_rows(sh.rows, (sh.cols + 7) / 8 * 8, 262144);
+      auto cpu = rate::make_cpu_steps(threads());
+      ASSERT_TRUE(cpu->load(w, sh.rows, sh.cols, d, sample) && (*dev)->load(w, sh.rows, sh.cols, d, sample));
+      auto a = cpu->source_stats();
+      auto b = (*dev)->source_stats();
+      ASSERT_TRUE(a && b);
+      ASSERT_EQ(vec_diff("row rms", a->rms, b->rms), "");
+      ASSERT_EQ(a->max_abs, b->max_abs);
+      ASSERT_EQ(a->bad_row, b->bad_row);
+      for (const float scale : {0.02f, 0.4f}) {
+        ASSERT_TRUE(cpu->quantize(scale) && (*dev)->quantize(scale));
+        std::vector<float> sc_a, sc_b;
+        std::vector<double> sse_a, sse_b;
+        ASSERT_TRUE(cpu->refit(scale, sc_a, &sse_a) && (*dev)->refit(scale, sc_b, &sse_b));
+        ASSERT_EQ(vec_diff("refit scales", sc_a, sc_b), "") << "scale " << scale;
+        ASSERT_EQ(vec_diff("refit row_sse", sse_a, sse_b), "") << "scale " << scale;
+      }
+      struct Spot {
+        std::uint32_t r, c;
+      };
+      const std::uint32_t mid = sh.rows / 2;
+      const auto clean = w;
+      for (const Spot at : {Spot{0, 0}, Spot{mid, sh.cols - 1}, Spot{mid, std::min(63u, sh.cols - 1)},
+                            Spot{mid, std::min(64u, sh.cols - 1)}, Spot{sh.rows - 1, sh.cols / 2}}) {
+        for (const bool nan : {false, true}) {
+          w = clean;
+          if (es == 4) {
+            put(at.r, at.c, nan ? 0x7fc00000u : 0xff800000u, 0);  // NaN, -inf
+          } else {
+            put(at.r, at.c, 0, bf ? (nan ? 0x7fc0 : 0xff80) : (nan ? 0x7e00 : 0xfc00));
+          }
+          ASSERT_TRUE(cpu->load(w, sh.rows, sh.cols, d, sample) && (*dev)->load(w, sh.rows, sh.cols, d, sample));
+          auto x = cpu->source_stats();
+          auto y = (*dev)->source_stats();
+          ASSERT_TRUE(x && y);
+          EXPECT_EQ(x->bad_row, std::int64_t(at.r));
+          EXPECT_EQ(x->bad_col, std::int64_t(at.c));
+          EXPECT_EQ(y->bad_row, x->bad_row) << "at " << at.r << "," << at.c;
+          EXPECT_EQ(y->bad_col, x->bad_col) << "at " << at.r << "," << at.c;
+          ASSERT_EQ(vec_diff("row rms", x->rms, y->rms), "");
+        }
+      }
+    }
+  }
+}
+
+// A search sample of a few rows (search_max_vectors small), so that the whole tensor arrives after the sample:
+// a non-finite value inside the sample's rows and outside them, and a sample of zero rows in a tensor that is not
+// all zero (the search then runs after the whole tensor's statistics), each as the CPU encoder does.
+TEST_F(DeviceEncode, SampleRowsAheadOfTheTensorChangeNothing) {
+  auto dev = cuda::DeviceEncoder::create(0);
+  ASSERT_TRUE(dev);
+  constexpr std::uint32_t kRows = 301, kCols = 203;  // 26 vectors a row
+  rate::EncodeOptions o;
+  o.threads = threads();
+  o.search_max_vectors = 26 * 12;
+  const auto sample = rate::sample_rows(kRows, (kCols + 7) / 8 * 8, o.search_max_vectors);
+  ASSERT_EQ(sample.size(), 12u);
+  std::uint32_t outside = 0;
+  while (std::find(sample.begin(), sample.end(), outside) != sample.end()) ++outside;
+  const float nan = NAN;
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    for (const std::uint32_t bad_row : {sample[3], outside}) {
+      SCOPED_TRACE("non-finite at row " + std::to_string(bad_row));
+      auto w = make_tensor(kRows, kCols, DType::kF32, Kind::kGaussian, 11);
+      std::memcpy(&w[(std::size_t(bad_row) * kCols + 17) * 4], &nan, 4);
+      if (d == DType::kBF16) {
+        std::vector<std::byte> h(std::size_t(kRows) * kCols * 2);
+        for (std::size_t i = 0; i < std::size_t(kRows) * kCols; ++i) {
+          float v;
+          std::memcpy(&v, &w[i * 4], 4);
+          const std::uint16_t b = bf16_from_float(v);
+          std::memcpy(&h[i * 2], &b, 2);
+        }
+        w = std::move(h);
+      }
+      auto a = rate::encode(w, kRows, kCols, d, o, "w");
+      auto b = (*dev)->encode(w, kRows, kCols, d, o, "w", nullptr, nullptr);
+      ASSERT_FALSE(a);
+      ASSERT_FALSE(b);
+      EXPECT_EQ(a.error().message, b.error().message);
+      EXPECT_NE(b.error().message.find("row " + std::to_string(bad_row) + ", column 17"), std::string::npos)
+          << b.error().message;
+    }
+    auto w = make_tensor(kRows, kCols, d, Kind::kHeavyTail, 12);
+    const std::size_t es = std::size_t(dtype_bits(d) / 8);
+    for (const std::uint32_t r : sample) std::memset(&w[std::size_t(r) * kCols * es], 0, kCols * es);
+    rate::EncodeReport ra, rb;
+    auto a = rate::encode(w, kRows, kCols, d, o, "w", &ra);
+    auto b = (*dev)->encode(w, kRows, kCols, d, o, "w", &rb, nullptr);
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(ra.scale, rb.scale);
+    ASSERT_EQ(tensor_diff(*a, *b), "") << "a sample of zero rows";
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -131,6 +132,41 @@ TEST(Encode, RefusesBadInputNamingTheElement) {
   o.target_bpp = 12.0;
   w[13] = 0.0f;
   EXPECT_FALSE(encode(bytes_of(w), 3, 8, DType::kF32, o).has_value());
+}
+
+// The scale search may run on its sample's rows before the whole tensor's statistics are in (where the sample is
+// finite and not all zero); the whole tensor's checks still decide: a non-finite value outside the sample is
+// refused, and a sample of zero rows in a tensor that is not all zero is searched after them.
+TEST(Encode, TheSampleSearchedFirstDecidesNothingAlone) {
+  const std::uint32_t rows = 301, cols = 203;  // 26 vectors a row
+  EncodeOptions o;
+  o.threads = 2;
+  o.search_max_vectors = 26 * 12;
+  const auto sample = sample_rows(rows, 208, o.search_max_vectors);
+  ASSERT_EQ(sample.size(), 12u);
+  std::uint32_t outside = 0;
+  while (std::find(sample.begin(), sample.end(), outside) != sample.end()) ++outside;
+  for (const std::uint32_t bad_row : {sample[5], outside}) {
+    auto w = layer(rows, cols, 4, false);
+    w[std::size_t(bad_row) * cols + 17] = INFINITY;
+    auto e = encode(bytes_of(w), rows, cols, DType::kF32, o, "w");
+    ASSERT_FALSE(e.has_value());
+    EXPECT_NE(e.error().message.find("row " + std::to_string(bad_row) + ", column 17"), std::string::npos)
+        << e.error().message;
+  }
+  auto w = layer(rows, cols, 4, false);
+  for (const std::uint32_t r : sample) std::fill_n(w.begin() + std::ptrdiff_t(r) * cols, cols, 0.0f);
+  auto e = encode(bytes_of(w), rows, cols, DType::kF32, o, "w");
+  ASSERT_TRUE(e.has_value()) << e.error().to_string();
+  std::vector<float> out(w.size());
+  ASSERT_TRUE(rans::decode(e->view(), "w", DType::kF32, {reinterpret_cast<std::byte*>(out.data()), out.size() * 4})
+                  .has_value());
+  double err = 0, energy = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    err += std::pow(double(out[i]) - double(w[i]), 2);
+    energy += std::pow(double(w[i]), 2);
+  }
+  EXPECT_LT(std::sqrt(err / energy), 0.2);
 }
 
 TEST(Encode, HighRatesEscalateProbBits) {
