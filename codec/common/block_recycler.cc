@@ -58,43 +58,46 @@ void* BlockRecycler::take(std::size_t bytes) {
   void* p = std::malloc(size);
   if (p == nullptr) throw std::bad_alloc();
   advise_huge_pages(p, size);
-  Pinner::Pin pin = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pin = pinner_.pin;
-  }
-  if (pin && pin(p, size)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    try {
-      pinned_.emplace(reinterpret_cast<std::uintptr_t>(p), size);
-    } catch (...) {
-      // Not recorded, so never used as pinned; unpinned now so that its free needs no record.
-      pinner_.unpin(p);
-    }
-  }
   return p;
 }
 
 void BlockRecycler::give(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
   // A block taken from a bigger class is kept in the class it was asked for: it is at least that big.
-  const std::size_t cls = class_of(bytes);
+  const std::size_t cls = class_of(bytes), size = cls * kClassBytes;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  Pinner pinner;
+  bool keep = false, pin = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (blocks_ < kKeptBlocks && bytes_ + cls * kClassBytes <= kKeptBytes) {
-      bool kept = true;
-      try {
-        kept_[cls].push_back(p);
-      } catch (...) {
-        kept = false;
-      }
-      if (kept) {
-        ++blocks_;
-        bytes_ += cls * kClassBytes;
-        return;
-      }
+    keep = blocks_ < kKeptBlocks && bytes_ + size <= kKeptBytes;
+    if (keep) {
+      ++blocks_;  // the slot, held while the block is pinned outside the lock
+      bytes_ += size;
+      pinner = pinner_;
+      pin = pinner.pin && !pinned_.contains(a);
     }
   }
+  if (!keep) return release(p);
+  // Pinned when first kept, on the thread that gives it back (compress's writer, not an encoder): the block is
+  // faulted in by then, and a block used once only is never pinned.
+  const bool pinned_now = pin && pinner.pin(p, size);
+  bool recorded = !pinned_now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      if (pinned_now) {
+        pinned_.emplace(a, size);
+        recorded = true;
+      }
+      kept_[cls].push_back(p);
+      return;
+    } catch (...) {
+      --blocks_;
+      bytes_ -= size;
+    }
+  }
+  if (!recorded) pinner.unpin(p);
   release(p);
 }
 

@@ -7,9 +7,9 @@
 // of the next kBiggerClasses, else a fresh block, faulted in huge pages where the kernel gives them. At most
 // kKeptBlocks blocks and kKeptBytes are kept; a block given back beyond that is freed, and the kept ones stay the
 // process's until it exits (the encoders and the tools hold PayloadWords; epkd does not). Thread-safe.
-// A device encoder installs a Pinner: from then on fresh blocks are pinned (registered for direct device copies),
-// so that a payload is downloaded straight into a recycled block instead of through staging memory (docs/NOTES.md,
-// "Codec: the GPU encoder").
+// A device encoder installs a Pinner: from then on blocks are pinned (registered for direct device copies) when they
+// are first kept, so that a payload is downloaded straight into a recycled block instead of through staging memory
+// (docs/NOTES.md, "Codec: the GPU encoder").
 #pragma once
 
 #include <cstddef>
@@ -47,8 +47,8 @@ class BlockRecycler {
     Pin pin = nullptr;
     Unpin unpin = nullptr;
   };
-  // From now on each fresh block is pinned before it is handed out and unpinned before it is freed; blocks already
-  // allocated stay as they are. The first pinner installed stays (later calls change nothing).
+  // From now on each block is pinned when it is first kept (given back within the caps) and unpinned before it is
+  // freed. The first pinner installed stays (later calls change nothing).
   void set_pinner(Pinner pinner);
   // True when [p, p + bytes) lies inside one pinned block.
   bool pinned(const void* p, std::size_t bytes) const;

@@ -20,7 +20,7 @@ namespace epk::cuda {
 class TileCoder {
  public:
   // copier: the owner's, used by one host thread at a time (the one calling code()). Installs the process's
-  // BlockRecycler pinner (cudaHostRegister), so that payload blocks allocated from then on are pinned.
+  // BlockRecycler pinner (cudaHostRegister), so that payload blocks kept for reuse from then on are pinned.
   TileCoder(cudaStream_t stream, StagedCopier& copier);
 
   // rans::encode_fields of fs under counts c, with the tensor's shape in g; the payload's and states' download adds

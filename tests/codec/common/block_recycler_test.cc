@@ -79,55 +79,73 @@ struct FakePins {
   static void unpin(void* p) { unpinned.push_back(p); }
 };
 
-// Blocks allocated after a pinner is installed are pinned once, whole, stay pinned while recycled, and are unpinned
-// before they are freed (past the caps, or with the recycler); blocks from before, and blocks the pinner refuses,
-// are never reported pinned.
-TEST(BlockRecycler, PinsFreshBlocksOnceAndUnpinsBeforeFreeing) {
+// With a pinner installed, a block is pinned when it is first kept (the class it was given back as, whole), stays
+// pinned while recycled, and is unpinned before it is freed (past the caps, or with the recycler); a block freed at
+// once, and one the pinner refuses, are never reported pinned.
+TEST(BlockRecycler, PinsKeptBlocksOnceAndUnpinsBeforeFreeing) {
   FakePins::pinned.clear();
   FakePins::unpinned.clear();
   FakePins::refuse = false;
-  std::vector<void*> freed_unpinned;
+  std::size_t unpinned_before_end = 0;
   {
     BlockRecycler r;
-    void* before = r.take(kClass);
+    void* a = r.take(3 * kClass - 5);
     r.set_pinner({&FakePins::pin, &FakePins::unpin});
     r.set_pinner({nullptr, nullptr});  // the first pinner stays
-    EXPECT_FALSE(r.pinned(before, 1));
-    void* a = r.take(3 * kClass - 5);
+    EXPECT_FALSE(r.pinned(a, 1)) << "a block in use is not pinned";
+    r.give(a, 3 * kClass - 5);
     ASSERT_EQ(FakePins::pinned.size(), 1u);
     EXPECT_EQ(FakePins::pinned[0].first, a);
-    EXPECT_EQ(FakePins::pinned[0].second, 3 * kClass);  // the whole block
-    EXPECT_TRUE(r.pinned(a, 3 * kClass));
+    EXPECT_EQ(FakePins::pinned[0].second, 3 * kClass);  // the whole class
+    void* again = r.take(3 * kClass);
+    ASSERT_EQ(again, a);
+    EXPECT_TRUE(r.pinned(again, 3 * kClass));
     EXPECT_TRUE(r.pinned(static_cast<char*>(a) + kClass, 2 * kClass));
     EXPECT_FALSE(r.pinned(static_cast<char*>(a) + kClass, 2 * kClass + 1));  // past its end
     EXPECT_FALSE(r.pinned(static_cast<char*>(a) - 1, 2));
-    r.give(a, 3 * kClass - 5);
-    void* again = r.take(3 * kClass);
-    EXPECT_EQ(again, a);
-    EXPECT_EQ(FakePins::pinned.size(), 1u) << "a recycled block is not pinned again";
-    EXPECT_TRUE(r.pinned(again, 3 * kClass));
     FakePins::refuse = true;
-    void* refused = r.take(kClass);
+    void* refused = r.take(kClass);  // fresh: `a` is held
+    r.give(refused, kClass);
+    EXPECT_EQ(r.take(kClass), refused);
     EXPECT_FALSE(r.pinned(refused, 1));
     FakePins::refuse = false;
-    // Past the block cap: the blocks given back last are freed, and the pinned ones among them unpinned first.
-    std::vector<void*> many;
-    for (std::size_t i = 0; i < BlockRecycler::kKeptBlocks + 2; ++i) many.push_back(r.take(kClass));
-    for (void* p : many) r.give(p, kClass);
-    EXPECT_EQ(FakePins::unpinned.size(), 2u);
-    for (void* p : FakePins::unpinned) EXPECT_FALSE(r.pinned(p, 1));
     r.give(again, 3 * kClass);
-    r.give(before, kClass);
-    r.give(refused, kClass);
-    freed_unpinned = FakePins::unpinned;
+    EXPECT_EQ(FakePins::pinned.size(), 1u) << "a block kept again is not pinned again";
+    // Past the block cap: the blocks given back last are freed unpinned; the kept ones are pinned.
+    std::vector<void*> many;
+    for (std::size_t i = 0; i + 1 < BlockRecycler::kKeptBlocks + 2; ++i) many.push_back(r.take(kClass));
+    for (void* p : many) r.give(p, kClass);  // the first is `a` (3 classes serve 1): one past the cap
+    EXPECT_EQ(r.kept_blocks(), BlockRecycler::kKeptBlocks);
+    EXPECT_EQ(FakePins::pinned.size(), BlockRecycler::kKeptBlocks);
+    EXPECT_TRUE(FakePins::unpinned.empty());
+    EXPECT_FALSE(r.pinned(many.back(), 1));
+    r.give(refused, kClass);  // past the cap: freed, not pinned
+    unpinned_before_end = FakePins::unpinned.size();
   }
-  // The recycler's end unpinned every pinned block it still kept: each pinned block unpinned exactly once.
+  EXPECT_EQ(unpinned_before_end, 0u);
+  // The recycler's end unpinned every block it pinned, each once.
   std::vector<void*> pins, unpins = FakePins::unpinned;
   for (const auto& [p, n] : FakePins::pinned) pins.push_back(p);
   std::sort(pins.begin(), pins.end());
   std::sort(unpins.begin(), unpins.end());
   EXPECT_EQ(pins, unpins);
-  EXPECT_GT(unpins.size(), freed_unpinned.size());
+}
+
+// A kept block freed past the caps is unpinned first.
+TEST(BlockRecycler, UnpinsAKeptBlockItFrees) {
+  FakePins::pinned.clear();
+  FakePins::unpinned.clear();
+  FakePins::refuse = false;
+  BlockRecycler r;
+  r.set_pinner({&FakePins::pin, &FakePins::unpin});
+  const std::size_t half = BlockRecycler::kKeptBytes / 2 + kClass;  // two do not fit under the byte cap
+  void* x = r.take(half);
+  void* y = r.take(half);
+  r.give(x, half);
+  EXPECT_TRUE(r.pinned(x, half));
+  r.give(y, half);  // past the byte cap: freed at once, never pinned
+  EXPECT_EQ(FakePins::pinned.size(), 1u);
+  EXPECT_TRUE(FakePins::unpinned.empty());
 }
 
 TEST(BlockRecycler, NoBlockHasTwoHoldersAcrossThreads) {
