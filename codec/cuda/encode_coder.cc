@@ -28,19 +28,9 @@ TileCoder::TileCoder(cudaStream_t stream, StagedCopier& copier) : stream_(stream
 }
 
 Result<rans::EncodedTensor> TileCoder::code(const FieldSet& fs, const model::FieldCounts& c,
-                                          std::vector<float> row_scales, const rans::EncodeGeometry& g,
-                                          double* download_seconds) {
-  if (g.prob_bits < std::uint32_t(model::kMinProbBits) || g.prob_bits > std::uint32_t(model::kMaxProbBits)) {
-    return make_error(ErrorCode::kInvalidArgument, "encode_fields: prob_bits " + std::to_string(g.prob_bits));
-  }
-  if (g.tile_symbols == 0) return make_error(ErrorCode::kInvalidArgument, "encode_fields: tile_symbols 0");
-  rans::EncodedTensor out;
-  out.rows = g.rows;
-  out.cols = g.cols;
-  out.padded_cols = (g.cols + 7) / 8 * 8;
-  out.prob_bits = g.prob_bits;
-  out.tile_symbols = g.tile_symbols;
-  out.dtype = g.dtype;
+                                            std::vector<float> row_scales, const rans::EncodeGeometry& g,
+                                            double* download_seconds) {
+  EPK_TRY_ASSIGN(rans::EncodedTensor out, rans::encoded_geometry(g));
   if (row_scales.size() != g.rows) {
     return make_error(ErrorCode::kInvalidArgument, "encode_fields: " + std::to_string(row_scales.size()) +
                                                        " row scales for " + std::to_string(g.rows) + " rows");
@@ -90,7 +80,7 @@ Result<rans::EncodedTensor> TileCoder::code(const FieldSet& fs, const model::Fie
   EPK_ENC_CUDA_TRY("coder", cudaGetLastError());
   EPK_ENC_CUDA_TRY("coder", pin_words_.reserve(std::size_t(tiles) * 4));
   EPK_ENC_CUDA_TRY("coder", cudaMemcpyAsync(pin_words_.as<void>(), words_.as<void>(), std::size_t(tiles) * 4,
-                                        cudaMemcpyDeviceToHost, stream_));
+                                            cudaMemcpyDeviceToHost, stream_));
   EPK_ENC_CUDA_TRY("coder", cudaStreamSynchronize(stream_));
   const std::uint32_t* counts = pin_words_.as<std::uint32_t>();
   out.offsets.resize(std::size_t(tiles) + 1);
@@ -116,7 +106,7 @@ Result<rans::EncodedTensor> TileCoder::code(const FieldSet& fs, const model::Fie
   EPK_ENC_CUDA_TRY("coder", pin_words_.reserve(out.offsets.size() * 4));
   std::memcpy(pin_words_.as<void>(), out.offsets.data(), out.offsets.size() * 4);
   EPK_ENC_CUDA_TRY("coder", cudaMemcpyAsync(offsets_.as<void>(), pin_words_.as<void>(), out.offsets.size() * 4,
-                                        cudaMemcpyHostToDevice, stream_));
+                                            cudaMemcpyHostToDevice, stream_));
   enc::launch_pack_words(scratch_.as<std::uint16_t>(), capacity, tiles, offsets_.as<std::uint32_t>(),
                          payload_.as<std::uint16_t>(), stream_);
   EPK_ENC_CUDA_TRY("coder", cudaGetLastError());

@@ -50,7 +50,8 @@ class EncoderSource {
   double upload_seconds() const { return upload_seconds_; }
 
  private:
-  EncoderSource(int device, cudaStream_t stream, StagedCopier& copier) : device_(device), stream_(stream), copier_(copier) {}
+  EncoderSource(int device, cudaStream_t stream, StagedCopier& copier)
+      : device_(device), stream_(stream), copier_(copier) {}
   const void* whole_ptr() const { return buffers_[active_].as<void>(); }
   // A copy of `bytes` into the spare buffer, on copy_stream_ from the helper thread.
   void start_copy(std::span<const std::byte> bytes);

@@ -72,8 +72,7 @@ Status build_tables(const model::FieldCounts& counts, std::uint32_t prob_bits, E
   return {};
 }
 
-Result<EncodedTensor> encode_fields(const lattice::QuantizedFields& q, std::vector<float> scales,
-                                    const EncodeGeometry& g, int threads) {
+Result<EncodedTensor> encoded_geometry(const EncodeGeometry& g) {
   if (g.rows == 0 || g.cols == 0) return make_error(ErrorCode::kInvalidArgument, "encode_fields: empty tensor");
   if (g.prob_bits < std::uint32_t(model::kMinProbBits) || g.prob_bits > std::uint32_t(model::kMaxProbBits)) {
     return make_error(ErrorCode::kInvalidArgument, "encode_fields: prob_bits " + std::to_string(g.prob_bits));
@@ -86,6 +85,12 @@ Result<EncodedTensor> encode_fields(const lattice::QuantizedFields& q, std::vect
   out.prob_bits = g.prob_bits;
   out.tile_symbols = g.tile_symbols;
   out.dtype = g.dtype;
+  return out;
+}
+
+Result<EncodedTensor> encode_fields(const lattice::QuantizedFields& q, std::vector<float> scales,
+                                    const EncodeGeometry& g, int threads) {
+  EPK_TRY_ASSIGN(EncodedTensor out, encoded_geometry(g));
   const std::size_t vectors = std::size_t(g.rows) * (out.padded_cols / 8);
   if (q.vectors() != vectors || q.fields.size() != vectors * lattice::kFields) {
     return make_error(ErrorCode::kInvalidArgument, "encode_fields: " + std::to_string(q.vectors()) +

@@ -20,6 +20,10 @@ struct EncodeGeometry {
   DType dtype = DType::kF32;
 };
 
+// An EncodedTensor holding g's geometry, before its scales, tables and streams (what every encoder of fields starts
+// from). Errors: an empty shape, prob_bits outside 9..15, tile_symbols 0.
+Result<EncodedTensor> encoded_geometry(const EncodeGeometry& g);
+
 // The 17 tables' metadata and normalised frequencies (out.tables, out.freq_tables) from the fields' counts, as
 // encode_fields stores them. Errors: a table whose alphabet exceeds 2^prob_bits (naming it).
 Status build_tables(const model::FieldCounts& counts, std::uint32_t prob_bits, EncodedTensor& out);
