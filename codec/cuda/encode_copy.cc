@@ -155,19 +155,4 @@ cudaError_t StagedCopier::to_host(void* dst, const void* src, std::size_t n, cud
   return err;
 }
 
-PinnedBuffer::~PinnedBuffer() {
-  if (p_) cudaFreeHost(p_);
-}
-
-cudaError_t PinnedBuffer::reserve(std::size_t bytes) {
-  if (bytes <= size_) return cudaSuccess;
-  if (p_) cudaFreeHost(p_);
-  p_ = nullptr;
-  size_ = 0;
-  const std::size_t want = std::max<std::size_t>(bytes, 4096);
-  const cudaError_t e = cudaMallocHost(&p_, want);
-  if (e == cudaSuccess) size_ = want;
-  return e;
-}
-
 }  // namespace epk::cuda

@@ -57,22 +57,4 @@ class StagedCopier {
   int spare_cores_ = 0;
 };
 
-// A grow-only pinned host allocation, for the encoder's small per-step transfers.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer();
-  cudaError_t reserve(std::size_t bytes);
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-  std::size_t size_ = 0;
-};
-
 }  // namespace epk::cuda

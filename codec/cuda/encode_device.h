@@ -1,5 +1,6 @@
-// What the device encoder's parts (encode_steps, encode_source, encode_fields, encode_coder) share: a grow-only
-// device allocation, the CUDA error they return (naming the step that met it) and the steps' timer. Host-only.
+// What the device encoder's parts (encode_steps, encode_source, encode_fields, encode_coder) share: grow-only device
+// and pinned host allocations, the CUDA error they return (naming the step that met it) and the steps' timer.
+// Host-only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,23 +25,24 @@ inline Error encoder_cuda_error(const char* what, cudaError_t e) {
       return ::epk::cuda::encoder_cuda_error(what, e_);   \
   } while (0)
 
-// A grow-only device allocation: reserve() keeps the bytes when they suffice, else frees them and allocates anew
-// (the contents are not kept).
-class DeviceBuffer {
+// A grow-only allocation: reserve() keeps the bytes when they suffice, else frees them and allocates anew (the
+// contents are not kept), at least kMinBytes.
+template <cudaError_t (*Alloc)(void**, std::size_t), cudaError_t (*Free)(void*), std::size_t kMinBytes>
+class GrowOnlyBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
+  GrowOnlyBuffer() = default;
+  GrowOnlyBuffer(const GrowOnlyBuffer&) = delete;
+  GrowOnlyBuffer& operator=(const GrowOnlyBuffer&) = delete;
+  ~GrowOnlyBuffer() {
+    if (p_) Free(p_);
   }
   cudaError_t reserve(std::size_t bytes) {
     if (bytes <= size_) return cudaSuccess;
-    if (p_) cudaFree(p_);
+    if (p_) Free(p_);
     p_ = nullptr;
     size_ = 0;
-    const std::size_t want = std::max<std::size_t>(bytes, 256);
-    const cudaError_t e = cudaMalloc(&p_, want);
+    const std::size_t want = std::max(bytes, kMinBytes);
+    const cudaError_t e = Alloc(&p_, want);
     if (e == cudaSuccess) size_ = want;
     return e;
   }
@@ -53,6 +55,17 @@ class DeviceBuffer {
   void* p_ = nullptr;
   std::size_t size_ = 0;
 };
+
+namespace detail {
+inline cudaError_t device_alloc(void** p, std::size_t n) { return cudaMalloc(p, n); }
+inline cudaError_t pinned_alloc(void** p, std::size_t n) { return cudaMallocHost(p, n); }
+inline cudaError_t device_free(void* p) { return cudaFree(p); }
+inline cudaError_t pinned_free(void* p) { return cudaFreeHost(p); }
+}  // namespace detail
+
+// Device memory, and pinned host memory for the steps' small transfers.
+using DeviceBuffer = GrowOnlyBuffer<&detail::device_alloc, &detail::device_free, 256>;
+using PinnedBuffer = GrowOnlyBuffer<&detail::pinned_alloc, &detail::pinned_free, 4096>;
 
 // Adds the scope's wall time in seconds to *sink (the encoder's step times, for benches).
 class ScopedTimer {

@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "codec/common/result.h"
-#include "codec/cuda/encode_copy.h"
 #include "codec/cuda/encode_device.h"
 #include "codec/cuda/encode_kernels.h"
 #include "codec/model/tables.h"

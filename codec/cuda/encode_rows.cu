@@ -10,6 +10,8 @@
 // the H200, bound by each warp waiting on its own loads (320 warps for 132 SMs: docs/NOTES.md).
 #include <cuda_pipeline.h>
 
+#include <type_traits>
+
 #include "codec/cuda/encode_e8.cuh"
 #include "codec/cuda/encode_kernels.h"
 #include "codec/cuda/encode_load.cuh"
@@ -334,25 +336,26 @@ bool refit_streamed_launch(const void* src, std::uint32_t rows, std::uint32_t co
   return true;
 }
 
+// fn(std::integral_constant<Source, S>) for the runtime dtype S.
+template <class Fn>
+bool with_source(Source dtype, Fn&& fn) {
+  switch (dtype) {
+    case Source::kF32: return fn(std::integral_constant<Source, Source::kF32>{});
+    case Source::kBF16: return fn(std::integral_constant<Source, Source::kBF16>{});
+    case Source::kF16: return fn(std::integral_constant<Source, Source::kF16>{});
+  }
+  return false;
+}
+
 }  // namespace
 
 void launch_row_stats(const void* src, Source dtype, std::uint32_t rows, std::uint32_t cols, std::uint32_t padded,
                       float* rms, float* row_max, long long* bad_col, cudaStream_t stream) {
   if (rows == 0) return;
-  bool streamed = false;
-  if (streamable(cols)) {
-    switch (dtype) {
-      case Source::kF32:
-        streamed = row_stats_streamed_launch<Source::kF32>(src, rows, cols, rms, row_max, bad_col, stream);
-        break;
-      case Source::kBF16:
-        streamed = row_stats_streamed_launch<Source::kBF16>(src, rows, cols, rms, row_max, bad_col, stream);
-        break;
-      case Source::kF16:
-        streamed = row_stats_streamed_launch<Source::kF16>(src, rows, cols, rms, row_max, bad_col, stream);
-        break;
-    }
-  }
+  const bool streamed = streamable(cols) && with_source(dtype, [&](auto s) {
+                          return row_stats_streamed_launch<decltype(s)::value>(src, rows, cols, rms, row_max, bad_col,
+                                                                               stream);
+                        });
   if (streamed) return;
   EPK_ENC_DISPATCH(dtype, row_stats_plain, row_blocks(rows), 32, 0, stream, src, rows, cols, padded, rms, row_max,
                    bad_col);
@@ -361,20 +364,10 @@ void launch_row_stats(const void* src, Source dtype, std::uint32_t rows, std::ui
 void launch_refit_sums(const void* src, Source dtype, std::uint32_t rows, std::uint32_t cols, std::uint32_t vpr,
                        const std::uint8_t* coset, const std::int32_t* fields, double* sums, cudaStream_t stream) {
   if (rows == 0) return;
-  bool streamed = false;
-  if (streamable(cols)) {
-    switch (dtype) {
-      case Source::kF32:
-        streamed = refit_streamed_launch<Source::kF32>(src, rows, cols, coset, fields, sums, stream);
-        break;
-      case Source::kBF16:
-        streamed = refit_streamed_launch<Source::kBF16>(src, rows, cols, coset, fields, sums, stream);
-        break;
-      case Source::kF16:
-        streamed = refit_streamed_launch<Source::kF16>(src, rows, cols, coset, fields, sums, stream);
-        break;
-    }
-  }
+  const bool streamed = streamable(cols) && with_source(dtype, [&](auto s) {
+                          return refit_streamed_launch<decltype(s)::value>(src, rows, cols, coset, fields, sums,
+                                                                           stream);
+                        });
   if (streamed) return;
   EPK_ENC_DISPATCH(dtype, refit_plain, row_blocks(rows), 32, 0, stream, src, rows, cols, vpr, coset, fields, sums);
 }
