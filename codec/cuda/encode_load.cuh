@@ -38,15 +38,15 @@ inline constexpr int kWeightBytes = S == Source::kF32 ? 4 : 2;
 }  // namespace epk::cuda::enc
 
 // KERNEL<Source> launched for the runtime dtype.
-#define EPK_ENC_DISPATCH(dtype, KERNEL, GRID, BLOCK, SMEM, STREAM, ...)               \
-  switch (dtype) {                                                                   \
-    case ::epk::cuda::enc::Source::kF32:                                             \
-      KERNEL<::epk::cuda::enc::Source::kF32><<<GRID, BLOCK, SMEM, STREAM>>>(__VA_ARGS__); \
-      break;                                                                         \
-    case ::epk::cuda::enc::Source::kBF16:                                            \
+#define EPK_ENC_DISPATCH(dtype, KERNEL, GRID, BLOCK, SMEM, STREAM, ...)                    \
+  switch (dtype) {                                                                         \
+    case ::epk::cuda::enc::Source::kF32:                                                   \
+      KERNEL<::epk::cuda::enc::Source::kF32><<<GRID, BLOCK, SMEM, STREAM>>>(__VA_ARGS__);  \
+      break;                                                                               \
+    case ::epk::cuda::enc::Source::kBF16:                                                  \
       KERNEL<::epk::cuda::enc::Source::kBF16><<<GRID, BLOCK, SMEM, STREAM>>>(__VA_ARGS__); \
-      break;                                                                         \
-    case ::epk::cuda::enc::Source::kF16:                                             \
-      KERNEL<::epk::cuda::enc::Source::kF16><<<GRID, BLOCK, SMEM, STREAM>>>(__VA_ARGS__); \
-      break;                                                                         \
+      break;                                                                               \
+    case ::epk::cuda::enc::Source::kF16:                                                   \
+      KERNEL<::epk::cuda::enc::Source::kF16><<<GRID, BLOCK, SMEM, STREAM>>>(__VA_ARGS__);  \
+      break;                                                                               \
   }

@@ -38,6 +38,7 @@ class EncoderSource {
   Status load(std::span<const std::byte> weights, std::size_t row_bytes, const std::vector<std::uint32_t>& sample);
   // The sample's rows, row i the source's row sample[i] (the whole tensor's bytes when the sample is every row).
   const void* sample() const { return sample_is_whole_ ? whole_ptr() : sample_.as<void>(); }
+  bool sample_is_whole() const { return sample_is_whole_; }
   // Waits for the whole tensor. The next tensor's bytes (prefetch_next) are copied on the helper thread from when
   // this one's are all on the device (in load() for a tensor found copied ahead, else here).
   Result<const void*> whole();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -30,7 +31,6 @@ enc::Source source_of(DType t) {
 
 struct DeviceSteps::Impl {
   int device = 0;
-  StepTimes* times = nullptr;
   cudaStream_t stream = nullptr;
   // The encoding thread's copier: the sample's upload, the payload's download, a source copied on this thread.
   StagedCopier copier;
@@ -40,11 +40,12 @@ struct DeviceSteps::Impl {
   enc::Source dtype = enc::Source::kF32;
   std::uint32_t rows = 0, cols = 0, padded = 0, vpr = 0;
   const void* whole = nullptr;  // the tensor's bytes on the device, once source_stats() has them
-  // Row statistics: the tensor's rms (and the sample's, kept for the search), each row's largest |x| and first
-  // non-finite column, read back through pin_rows in one sync.
+  // Row statistics: the tensor's rms and the sample's (kept for the search: the tensor's when the sample is every
+  // row), each row's largest |x| and first non-finite column, read back through pin_rows in one sync.
   DeviceBuffer rms, sample_rms, row_max, bad_col;
+  const float* sample_rms_of = nullptr;
   PinnedBuffer pin_rows;
-  std::vector<float> host_rms;
+  std::optional<rate::SourceStats> stats;  // the loaded tensor's, once known
   std::uint64_t sample_rows = 0;
   FieldSet sample, tensor;
   DeviceBuffer sums, scales, err, nonzero;
@@ -63,28 +64,58 @@ struct DeviceSteps::Impl {
     return {};
   }
 
-  QuantizeSource sample_source() const { return {source->sample(), dtype, cols, vpr, sample_rms.as<float>()}; }
+  QuantizeSource sample_source() const { return {source->sample(), dtype, cols, vpr, sample_rms_of}; }
   QuantizeSource tensor_source() const { return {whole, dtype, cols, vpr, rms.as<float>()}; }
 
-  // Row statistics of n rows at src into rms_out (on the device), each row's largest |x| and first non-finite
-  // column into the host's row_max_out and bad_out (n entries each).
-  Status row_stats(const void* src, std::uint32_t n, float* rms_out, float* row_max_out, long long* bad_out) {
+  // What row_stats reads back: each row's largest |x| and first non-finite column (-1: none), and its rms when asked.
+  struct HostRows {
+    std::vector<float> rms, max_abs;
+    std::vector<long long> bad;
+  };
+
+  // Row statistics of n rows at src: rms into rms_out on the device, the rest (and the rms, with_rms) into out, in
+  // one sync.
+  Status row_stats(const void* src, std::uint32_t n, float* rms_out, bool with_rms, HostRows& out) {
+    out.max_abs.assign(n, 0.0f);
+    out.bad.assign(n, -1);
+    out.rms.assign(with_rms ? n : 0, 0.0f);
     if (n == 0) return {};
     EPK_ENC_CUDA_TRY("row statistics", row_max.reserve(std::size_t(n) * 4));
     EPK_ENC_CUDA_TRY("row statistics", bad_col.reserve(std::size_t(n) * 8));
-    EPK_ENC_CUDA_TRY("row statistics", pin_rows.reserve(std::size_t(n) * 12));
+    EPK_ENC_CUDA_TRY("row statistics", pin_rows.reserve(std::size_t(n) * 16));
     enc::launch_row_stats(src, dtype, n, cols, padded, rms_out, row_max.as<float>(), bad_col.as<long long>(),
                           stream);
     EPK_ENC_CUDA_TRY("row statistics", cudaGetLastError());
     auto* pinned = pin_rows.as<std::byte>();
+    const std::size_t at_max = std::size_t(n) * 8, at_rms = std::size_t(n) * 12;
     EPK_ENC_CUDA_TRY("row statistics", cudaMemcpyAsync(pinned, bad_col.as<void>(), std::size_t(n) * 8,
                                                        cudaMemcpyDeviceToHost, stream));
-    EPK_ENC_CUDA_TRY("row statistics", cudaMemcpyAsync(pinned + std::size_t(n) * 8, row_max.as<void>(),
-                                                       std::size_t(n) * 4, cudaMemcpyDeviceToHost, stream));
+    EPK_ENC_CUDA_TRY("row statistics", cudaMemcpyAsync(pinned + at_max, row_max.as<void>(), std::size_t(n) * 4,
+                                                       cudaMemcpyDeviceToHost, stream));
+    if (with_rms) {
+      EPK_ENC_CUDA_TRY("row statistics", cudaMemcpyAsync(pinned + at_rms, rms_out, std::size_t(n) * 4,
+                                                         cudaMemcpyDeviceToHost, stream));
+    }
     EPK_ENC_CUDA_TRY("row statistics", cudaStreamSynchronize(stream));
-    std::memcpy(bad_out, pinned, std::size_t(n) * 8);
-    std::memcpy(row_max_out, pinned + std::size_t(n) * 8, std::size_t(n) * 4);
+    std::memcpy(out.bad.data(), pinned, std::size_t(n) * 8);
+    std::memcpy(out.max_abs.data(), pinned + at_max, std::size_t(n) * 4);
+    if (with_rms) std::memcpy(out.rms.data(), pinned + at_rms, std::size_t(n) * 4);
     return {};
+  }
+
+  // The tensor's statistics from its rows' (with their rms).
+  static rate::SourceStats source_stats_of(HostRows&& h) {
+    rate::SourceStats st;
+    for (std::size_t r = 0; r < h.bad.size(); ++r) {
+      if (h.bad[r] >= 0) {
+        st.bad_row = std::int64_t(r);
+        st.bad_col = h.bad[r];
+        break;
+      }
+    }
+    st.max_abs = h.max_abs.empty() ? 0.0f : *std::max_element(h.max_abs.begin(), h.max_abs.end());
+    st.rms = std::move(h.rms);
+    return st;
   }
 
   // n bytes between the device and host memory through pin_rows, synchronously.
@@ -119,9 +150,7 @@ Result<std::unique_ptr<DeviceSteps>> DeviceSteps::create(int device) {
   EPK_TRY_ASSIGN(impl->source, EncoderSource::create(device, impl->stream, impl->copier));
   impl->fields = std::make_unique<FieldCounter>(impl->stream);
   impl->coder = std::make_unique<TileCoder>(impl->stream, impl->copier);
-  auto steps = std::unique_ptr<DeviceSteps>(new DeviceSteps(std::move(impl)));
-  steps->impl_->times = &steps->times_;
-  return steps;
+  return std::unique_ptr<DeviceSteps>(new DeviceSteps(std::move(impl)));
 }
 
 Result<rate::SampleStats> DeviceSteps::load(std::span<const std::byte> weights, std::uint32_t rows,
@@ -132,16 +161,12 @@ Result<rate::SampleStats> DeviceSteps::load(std::span<const std::byte> weights, 
   sticky_ = {};
   last_error_.reset();
   m.whole = nullptr;
+  m.stats.reset();
   if (!supports(dtype)) {
     return make_error(ErrorCode::kInvalidArgument,
                       "device encoder: source dtype " + std::string(dtype_name(dtype)) + " (F32, BF16, F16 only)");
   }
-  for (const std::uint32_t r : sample) {
-    if (r >= rows) {
-      return make_error(ErrorCode::kInvalidArgument, "device encoder: sample row " + std::to_string(r) + " of a " +
-                                                         std::to_string(rows) + "-row tensor");
-    }
-  }
+  EPK_TRY(rate::check_sample_rows(sample, rows));
   EPK_ENC_CUDA_TRY("set device", cudaSetDevice(m.device));
   m.dtype = source_of(dtype);
   m.rows = rows;
@@ -155,14 +180,18 @@ Result<rate::SampleStats> DeviceSteps::load(std::span<const std::byte> weights, 
   const Status loaded = m.source->load(weights, std::size_t(cols) * std::size_t(dtype_bits(dtype) / 8), sample);
   times_.upload += m.source->upload_seconds() - uploaded;
   EPK_TRY(loaded);
-  EPK_ENC_CUDA_TRY("row statistics", m.sample_rms.reserve(sample.size() * 4));
-  std::vector<float> row_max(sample.size());
-  std::vector<long long> bad(sample.size());
-  EPK_TRY(m.row_stats(m.source->sample(), std::uint32_t(sample.size()), m.sample_rms.as<float>(), row_max.data(),
-                      bad.data()));
+  // A sample of every row is the tensor: its statistics are the tensor's, computed once.
+  const bool whole = m.source->sample_is_whole();
+  DeviceBuffer& rms = whole ? m.rms : m.sample_rms;
+  EPK_ENC_CUDA_TRY("row statistics", rms.reserve(sample.size() * 4));
+  m.sample_rms_of = rms.as<float>();
+  Impl::HostRows rows_read;
+  EPK_TRY(m.row_stats(m.source->sample(), std::uint32_t(sample.size()), rms.as<float>(), whole, rows_read));
   rate::SampleStats st;
-  st.finite = std::all_of(bad.begin(), bad.end(), [](long long b) { return b < 0; });
-  st.max_abs = row_max.empty() ? 0.0f : *std::max_element(row_max.begin(), row_max.end());
+  st.finite = std::all_of(rows_read.bad.begin(), rows_read.bad.end(), [](long long b) { return b < 0; });
+  st.max_abs = rows_read.max_abs.empty() ? 0.0f
+                                         : *std::max_element(rows_read.max_abs.begin(), rows_read.max_abs.end());
+  if (whole) m.stats = Impl::source_stats_of(std::move(rows_read));
   return st;
 }
 
@@ -174,23 +203,13 @@ Result<rate::SourceStats> DeviceSteps::source_stats() {
   times_.upload += m.source->upload_seconds() - uploaded;
   if (!whole) return std::move(whole).error();
   m.whole = *whole;
-  EPK_ENC_CUDA_TRY("source", m.rms.reserve(std::size_t(m.rows) * 4));
-  rate::SourceStats st;
-  std::vector<float> row_max(m.rows);
-  std::vector<long long> bad(m.rows);
-  EPK_TRY(m.row_stats(m.whole, m.rows, m.rms.as<float>(), row_max.data(), bad.data()));
-  for (std::uint32_t r = 0; r < m.rows; ++r) {
-    if (bad[r] >= 0) {
-      st.bad_row = r;
-      st.bad_col = bad[r];
-      break;
-    }
+  if (!m.stats) {
+    EPK_ENC_CUDA_TRY("source", m.rms.reserve(std::size_t(m.rows) * 4));
+    Impl::HostRows rows_read;
+    EPK_TRY(m.row_stats(m.whole, m.rows, m.rms.as<float>(), true, rows_read));
+    m.stats = Impl::source_stats_of(std::move(rows_read));
   }
-  st.max_abs = *std::max_element(row_max.begin(), row_max.end());
-  st.rms.resize(m.rows);
-  EPK_TRY(m.rows_to_host(st.rms.data(), m.rms.as<void>(), std::size_t(m.rows) * 4));
-  m.host_rms = st.rms;
-  return st;
+  return *m.stats;
 }
 
 void DeviceSteps::prefetch_next(std::span<const std::byte> next) { impl_->source->prefetch_next(next); }
@@ -265,7 +284,7 @@ Status DeviceSteps::refit(double scale, std::vector<float>& scales, std::vector<
       scales[r] = float(std::max(num / den, kMinScale));
       if (row_sse) (*row_sse)[r] = std::max(0.0, energy - num * num / den);
     } else {
-      scales[r] = float(scale) * m.host_rms[r];
+      scales[r] = float(scale) * m.stats->rms[r];
       if (row_sse) (*row_sse)[r] = energy;
     }
   }

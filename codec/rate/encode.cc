@@ -46,11 +46,6 @@ Error invalid(std::string_view name, const std::string& what) {
   return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) + "': " + what);
 }
 
-Error sample_row_error(std::uint32_t row, std::uint32_t rows) {
-  return make_error(ErrorCode::kInvalidArgument,
-                    "encoder: sample row " + std::to_string(row) + " of a " + std::to_string(rows) + "-row tensor");
-}
-
 float load_weight(const std::byte* p, DType t) {
   switch (t) {
     case DType::kF32: return load_le<float>(p);
@@ -71,9 +66,7 @@ class CpuSteps final : public EncodeSteps {
 
   Result<SampleStats> load(std::span<const std::byte> weights, std::uint32_t rows, std::uint32_t cols,
                            DType dtype, const std::vector<std::uint32_t>& sample) override {
-    for (const std::uint32_t r : sample) {
-      if (r >= rows) return sample_row_error(r, rows);
-    }
+    EPK_TRY(check_sample_rows(sample, rows));
     rows_ = rows;
     padded_ = (cols + 7) / 8 * 8;
     const std::size_t esize = std::size_t(dtype_bits(dtype) / 8);
@@ -182,6 +175,16 @@ class CpuSteps final : public EncodeSteps {
 };
 
 }  // namespace
+
+Status check_sample_rows(const std::vector<std::uint32_t>& sample, std::uint32_t rows) {
+  for (const std::uint32_t r : sample) {
+    if (r >= rows) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "encoder: sample row " + std::to_string(r) + " of a " + std::to_string(rows) + "-row tensor");
+    }
+  }
+  return {};
+}
 
 std::unique_ptr<EncodeSteps> make_cpu_steps(int threads) { return std::make_unique<CpuSteps>(threads); }
 

@@ -69,6 +69,9 @@ class EncodeSteps {
   virtual Status fields_changed() = 0;
 };
 
+// kInvalidArgument naming the first of sample's rows that is not below rows (a backend's load() checks its sample).
+Status check_sample_rows(const std::vector<std::uint32_t>& sample, std::uint32_t rows);
+
 // The CPU steps (the functions of codec/lattice, codec/model, codec/rate and codec/rans on `threads` threads).
 std::unique_ptr<EncodeSteps> make_cpu_steps(int threads);
 

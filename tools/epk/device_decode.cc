@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "codec/cuda/decode.h"
+#include "codec/cuda/device_memory.h"
 #include "codec/cuda/tier_layout.h"
 #include "codec/serve/device_plan.h"
 #endif
@@ -16,22 +17,6 @@ namespace {
 Error cuda_error(std::string_view name, const char* what, cudaError_t e) {
   return make_error(ErrorCode::kCuda, "tensor '" + std::string(name) + "': " + what + ": " + cudaGetErrorString(e));
 }
-
-// Device memory owned for the duration of one decode.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
-  }
-  cudaError_t alloc(std::size_t bytes) { return cudaMalloc(&p_, bytes ? bytes : 16); }
-  void* get() const { return p_; }
-
- private:
-  void* p_ = nullptr;
-};
 
 bool output_format(DType t, cuda::OutputFormat* f) {
   switch (t) {
@@ -77,13 +62,13 @@ Status gpu_decode(const rans::LatticeRansStream& s, std::string_view name, DType
   // tier_layout pads it), then the serving layer's plan for the format, on the legacy default stream.
   const rans::LatticeRansStream* views[1] = {&s};
   const cuda::TierLayout at = cuda::tier_layout(views);
-  DeviceBuffer inputs, output, scratch;
+  cuda::DeviceBuffer inputs, output, scratch;
   cudaError_t e;
-  if ((e = inputs.alloc(at.bytes)) != cudaSuccess) return cuda_error(name, "inputs", e);
-  if ((e = cudaMemset(inputs.get(), 0, at.bytes)) != cudaSuccess) return cuda_error(name, "inputs", e);
+  if ((e = inputs.reserve(at.bytes)) != cudaSuccess) return cuda_error(name, "inputs", e);
+  if ((e = cudaMemset(inputs.as<void>(), 0, at.bytes)) != cudaSuccess) return cuda_error(name, "inputs", e);
   for (const serve::Upload& u : serve::lattice_uploads(s, *at.tensors[0])) {
     if (u.host.empty()) continue;
-    if ((e = cudaMemcpy(static_cast<std::uint8_t*>(inputs.get()) + u.offset, u.host.data(), u.host.size(),
+    if ((e = cudaMemcpy(static_cast<std::uint8_t*>(inputs.as<void>()) + u.offset, u.host.data(), u.host.size(),
                         cudaMemcpyHostToDevice)) != cudaSuccess) {
       return cuda_error(name, "upload", e);
     }
@@ -92,22 +77,22 @@ Status gpu_decode(const rans::LatticeRansStream& s, std::string_view name, DType
   if ((e = cudaGetDevice(&device)) != cudaSuccess) return cuda_error(name, "device", e);
   EPK_TRY_ASSIGN(auto plan, serve::LatticeDevicePlan::create(
                                 s, name, fmt,
-                                cuda::tier_buffers(reinterpret_cast<std::uint64_t>(inputs.get()), *at.tensors[0]),
+                                cuda::tier_buffers(reinterpret_cast<std::uint64_t>(inputs.as<void>()), *at.tensors[0]),
                                 device));
   if (plan.output_bytes() != dst.size()) {
     return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) + "': output of " +
                                                        std::to_string(dst.size()) + " bytes, the decode writes " +
                                                        std::to_string(plan.output_bytes()));
   }
-  if ((e = output.alloc(dst.size())) != cudaSuccess) return cuda_error(name, "output", e);
-  if ((e = scratch.alloc(plan.scratch_bytes())) != cudaSuccess) return cuda_error(name, "scratch", e);
-  EPK_TRY(plan.upload(scratch.get(), nullptr));
-  EPK_TRY(plan.enqueue(reinterpret_cast<std::uint64_t>(output.get()), scratch.get(), nullptr));
-  EPK_TRY_ASSIGN(auto bad, cuda::read_tile_faults(plan.decode_plan(), scratch.get(), nullptr));
+  if ((e = output.reserve(dst.size())) != cudaSuccess) return cuda_error(name, "output", e);
+  if ((e = scratch.reserve(plan.scratch_bytes())) != cudaSuccess) return cuda_error(name, "scratch", e);
+  EPK_TRY(plan.upload(scratch.as<void>(), nullptr));
+  EPK_TRY(plan.enqueue(reinterpret_cast<std::uint64_t>(output.as<void>()), scratch.as<void>(), nullptr));
+  EPK_TRY_ASSIGN(auto bad, cuda::read_tile_faults(plan.decode_plan(), scratch.as<void>(), nullptr));
   if (faults)
     for (const auto& f : bad) faults->push_back({f.tile, std::string(cuda::tile_fault_name(f.fault))});
-  EPK_TRY(plan.check(scratch.get(), nullptr));
-  if ((e = cudaMemcpy(dst.data(), output.get(), dst.size(), cudaMemcpyDeviceToHost)) != cudaSuccess)
+  EPK_TRY(plan.check(scratch.as<void>(), nullptr));
+  if ((e = cudaMemcpy(dst.data(), output.as<void>(), dst.size(), cudaMemcpyDeviceToHost)) != cudaSuccess)
     return cuda_error(name, "copy back", e);
   return {};
 }
