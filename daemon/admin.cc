@@ -324,13 +324,13 @@ void Service::on_tensors(Session& s, std::uint32_t req, const shm::TensorsReques
 
 // A walk over each lane's slots under its lock. A client's list holds only the models it may use: the others' names
 // and occupancy are not its business.
-shm::ModelsReply Service::models_info(const PeerCredentials* peer) {
+shm::ModelsReply Service::models_info(const PeerCredentials* peer, bool restricted) {
   std::lock_guard<std::mutex> lock(mu_);
   shm::ModelsReply r;
   std::vector<std::int64_t> index(registry_.size(), -1);  // model id -> its entry in the reply
   for (std::uint32_t id = 0; id < registry_.size(); ++id) {
     const ModelEntry& e = *registry_.get(id);
-    if (e.gone.load() || (peer != nullptr && !may_use(*peer, e))) continue;
+    if (e.gone.load() || (peer != nullptr && !may_use(*peer, e)) || (!restricted && !e.access.open())) continue;
     index[id] = static_cast<std::int64_t>(r.models.size());
     r.models.emplace_back();
     // A retired model is listed while clients hold its slots, under a name no served model has (metrics labels and

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string_view>
 
@@ -226,7 +227,20 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
     return make_error(ErrorCode::kInvalidArgument, "no socket: pass --socket or set 'socket'");
   if (cfg.budget_bytes == 0)
     return make_error(ErrorCode::kInvalidArgument, "no budget: pass --budget-mb or 'budget_mb'");
+  EPK_TRY(check_listen_paths(cfg));
   return std::optional<DaemonConfig>(std::move(cfg));
+}
+
+Status check_listen_paths(const DaemonConfig& cfg) {
+  if (cfg.socket_path.empty() || cfg.metrics_listen.empty() || cfg.metrics_listen[0] != '/') return {};
+  std::error_code ec;  // a relative socket path is taken from the working directory, as bind() takes it
+  const std::filesystem::path socket = std::filesystem::absolute(cfg.socket_path, ec).lexically_normal();
+  if (std::filesystem::path(cfg.metrics_listen).lexically_normal() == socket) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "metrics_listen '" + cfg.metrics_listen + "' is the serving socket's path ('" + cfg.socket_path +
+                          "'): the metrics endpoint needs a path or port of its own");
+  }
+  return {};
 }
 
 }  // namespace epk::daemon

@@ -8,6 +8,7 @@
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
 // own budget instead of budget_mb),
 // synthetic_delay_us = N, log_level = "info", spin_us = N, metrics_listen = "127.0.0.1:9464" | "/run/epkd/metrics.sock",
+// metrics_restricted_models = true|false,
 // [[domain]] name = "..." uids = [...] gids = [...] [budget_mb = N],
 // [[model]] name = "..." path = "FILE.epk" [uids = [...]] [gids = [...]], [[synthetic]] name = "..." spec = "...".
 // Any other key is refused with its line (the keys are one table in config.cc, config_keys()).
@@ -90,7 +91,11 @@ struct DaemonConfig {
   std::string log_level = "info";
   bool check_invariants = false;  // verify the whole cache after every change (tests); exit 3 if one broke
   // Prometheus metrics endpoint (daemon/metrics.h): "127.0.0.1:PORT" or an absolute Unix socket path; empty: none.
+  // Never the serving socket's path (check_listen_paths).
   std::string metrics_listen;
+  // Whether the metrics list models that have uids/gids. Off: any local user can scrape the endpoint, so they are
+  // left out (names, occupancy, and the epkd_models count); the pools' totals still include their slots.
+  bool metrics_restricted_models = false;
   std::string config_file;        // empty when none; SIGHUP re-reads the models from it
   std::vector<ModelSpec> models;
   std::vector<ModelSpec> synthetic;  // TEST MODELS: path holds a SyntheticSource spec
@@ -115,6 +120,11 @@ Result<std::vector<int>> parse_device_list(const std::string& arg);
 // model name listed twice are refused with "FILE:LINE: ..." naming the key; every problem is reported (one line each,
 // in file order) and on any of them `cfg` is left as it was.
 Status load_config_file(const std::string& path, DaemonConfig* cfg);
+
+// What no single key can check: metrics_listen naming the serving socket's path (lexically normalised, "/run/./x" is
+// "/run/x"; a relative socket path from the working directory), where the metrics server would replace the socket every client connects to. Run on the merged config
+// (file and flags) at start and by --check-config.
+Status check_listen_paths(const DaemonConfig& cfg);
 
 // `epkd --check-config FILE`: load_config_file into a default config, serving nothing. The summary line printed on
 // success ("FILE: ok: 2 model(s), ..."), or the problems.

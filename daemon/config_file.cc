@@ -303,6 +303,7 @@ const std::vector<ConfigKey>& config_keys() {
          c->metrics_listen = v;
          return {};
        })},
+      {"metrics_restricted_models", boolean([](DaemonConfig* c, bool v) { c->metrics_restricted_models = v; })},
       {"idle_timeout_ms", integer(0, 2147483647, [](DaemonConfig* c, std::int64_t v) {
          c->idle_timeout_ms = static_cast<int>(v);
        })},
@@ -368,12 +369,17 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
 Result<std::string> check_config_file(const std::string& path) {
   DaemonConfig cfg;
   EPK_TRY(load_config_file(path, &cfg));
+  if (Status st = check_listen_paths(cfg); !st) return make_error(st.error().code, path + ": " + st.error().message);
   std::string s = path + ": ok: " + std::to_string(cfg.models.size()) + " model(s), " +
                   std::to_string(cfg.synthetic.size()) + " synthetic";
   s += cfg.budget_bytes != 0 ? ", budget " + std::to_string(cfg.budget_bytes >> 20) + " MiB per pool"
                              : ", no budget_mb (pass --budget-mb)";
   s += cfg.socket_path.empty() ? ", no socket (pass --socket, or use socket activation)"
                                : ", socket " + cfg.socket_path;
+  if (!cfg.metrics_listen.empty()) {
+    s += ", metrics on " + cfg.metrics_listen +
+         (cfg.metrics_restricted_models ? " (models with uids/gids listed)" : " (models with uids/gids left out)");
+  }
   return s;
 }
 

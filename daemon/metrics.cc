@@ -9,11 +9,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <iterator>
+#include <vector>
 #include <string_view>
 
 namespace epk::daemon {
@@ -174,6 +178,33 @@ Result<MetricsAddress> parse_metrics_listen(const std::string& s) {
   return a;
 }
 
+namespace {
+
+// Whether the socket file at `path` is stale (nobody accepts on it: connect() is refused), so that it may be unlinked.
+// A connect that succeeds, or finds a full backlog (EAGAIN), meets a live listener: refused. The probe is non-blocking,
+// so a listener that does not accept cannot stall epkd's start.
+Status probe_stale_socket(const std::string& path) {
+  shm::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!probe.valid()) return make_errno_error("metrics: socket", errno);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  int rc;
+  do {
+    rc = ::connect(probe.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  } while (rc != 0 && errno == EINTR);
+  const int err = rc == 0 ? 0 : errno;
+  if (err == ECONNREFUSED || err == ENOENT) return {};
+  if (err == 0 || err == EAGAIN || err == EINPROGRESS) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "metrics: " + path + ": a live socket is listening there (epkd's own serving socket, or another "
+                      "server's); not replacing it: choose another metrics_listen");
+  }
+  return make_errno_error("metrics: probing " + path, err);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const MetricsAddress& addr) {
   shm::UniqueFd fd;
   std::string where, unlink_path;
@@ -198,7 +229,8 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const MetricsAddress
       if (!S_ISSOCK(st.st_mode)) {
         return make_error(ErrorCode::kInvalidArgument, "metrics: " + addr.path + " exists and is not a socket");
       }
-      ::unlink(addr.path.c_str());  // a stale socket (epkd's own socket check refuses a second epkd first)
+      EPK_TRY(probe_stale_socket(addr.path));
+      ::unlink(addr.path.c_str());
     }
     fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return make_errno_error("metrics: socket", errno);
@@ -210,7 +242,9 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const MetricsAddress
     }
     where = unlink_path = addr.path;
   }
-  if (::listen(fd.get(), 16) != 0) return make_errno_error("metrics: listen " + where, errno);
+  if (::listen(fd.get(), static_cast<int>(kMaxConnections)) != 0) {
+    return make_errno_error("metrics: listen " + where, errno);
+  }
   shm::UniqueFd stop(::eventfd(0, EFD_CLOEXEC));
   if (!stop.valid()) return make_errno_error("metrics: eventfd", errno);
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(fd), std::move(stop), where, unlink_path));
@@ -243,50 +277,102 @@ void MetricsServer::publish(std::string text) {
   text_ = std::move(t);
 }
 
+// One accepted peer: its request as read so far, then its response as sent so far.
+struct MetricsServer::Connection {
+  shm::UniqueFd fd;
+  std::chrono::steady_clock::time_point deadline;
+  std::string request;
+  std::string response;  // empty until the request is complete
+  std::size_t sent = 0;
+};
+
+namespace {
+constexpr std::size_t kMaxRequest = 8192;
+constexpr std::size_t kAcceptsPerWake = 16;
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+}  // namespace
+
+// A poll loop over the listening socket, the stop eventfd and every open connection (non-blocking): each connection
+// advances when it is ready and is closed at its own deadline, so none waits for another.
 void MetricsServer::run() {
+  using Clock = std::chrono::steady_clock;
+  std::deque<Connection> conns;  // in accept order: the front is the oldest
+  Clock::time_point accept_paused_until{};
+  std::vector<pollfd> p;
   for (;;) {
-    pollfd p[2] = {{listen_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
+    const Clock::time_point now = Clock::now();
+    const bool accepting = now >= accept_paused_until;
+    p.assign({{stop_.get(), POLLIN, 0}, {accepting ? listen_.get() : -1, POLLIN, 0}});
+    Clock::time_point wake = accepting ? Clock::time_point::max() : accept_paused_until;
+    for (const Connection& c : conns) {
+      p.push_back({c.fd.get(), static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+      wake = std::min(wake, c.deadline);
+    }
+    int timeout = -1;
+    if (wake != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+      timeout = static_cast<int>(std::clamp<std::int64_t>(left, 0, kConnectionDeadlineMs));
+    }
+    if (::poll(p.data(), p.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       return;
     }
-    if (p[1].revents != 0) return;
-    if ((p[0].revents & POLLIN) == 0) continue;
-    shm::UniqueFd c(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (c.valid()) serve(c.get());
-  }
-}
-
-namespace {
-constexpr int kTimeoutMs = 2000;
-constexpr std::size_t kMaxRequest = 8192;
-
-// Waits for `events` on fd until the deadline; false on timeout, error or stop.
-bool wait_fd(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  if (left.count() <= 0) return false;
-  pollfd p{fd, events, 0};
-  int n;
-  do {
-    n = ::poll(&p, 1, static_cast<int>(left.count()));
-  } while (n < 0 && errno == EINTR);
-  return n > 0 && (p.revents & events) != 0;
-}
-}  // namespace
-
-void MetricsServer::serve(int fd) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
-  std::string req;
-  while (req.find("\r\n\r\n") == std::string::npos && req.size() < kMaxRequest) {
-    if (!wait_fd(fd, POLLIN, deadline)) return;
-    char buf[2048];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) {
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      break;  // a client may half-close after its request
+    if (p[0].revents != 0) return;
+    const Clock::time_point after = Clock::now();
+    std::size_t i = 2;
+    for (auto it = conns.begin(); it != conns.end(); ++i) {
+      const bool keep = after < it->deadline && (p[i].revents == 0 || step(*it));
+      it = keep ? std::next(it) : conns.erase(it);  // erasing closes the fd
     }
-    req.append(buf, static_cast<std::size_t>(n));
+    if ((p[1].revents & POLLIN) == 0) continue;
+    for (std::size_t n = 0; n < kAcceptsPerWake; ++n) {
+      shm::UniqueFd c(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (!c.valid()) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of fds or memory: the next accept would fail at once. Free the oldest connection's fd and wait a
+          // little rather than spin on a listening socket that stays readable.
+          if (!conns.empty()) conns.pop_front();
+          accept_paused_until = Clock::now() + kAcceptBackoff;
+        }
+        break;  // EAGAIN: none left; ECONNABORTED and the like: that peer is gone
+      }
+      if (conns.size() >= kMaxConnections) conns.pop_front();
+      conns.push_back({std::move(c), Clock::now() + std::chrono::milliseconds(kConnectionDeadlineMs), {}, {}, 0});
+    }
   }
+}
+
+bool MetricsServer::step(Connection& c) {
+  if (c.response.empty()) {
+    char buf[2048];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
+      if (n > 0) {
+        c.request.append(buf, static_cast<std::size_t>(n));
+        if (c.request.find("\r\n\r\n") != std::string::npos || c.request.size() >= kMaxRequest) break;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // the rest later
+      if (n < 0) return false;
+      break;  // end of stream: a client may half-close after its request
+    }
+    c.response = response(c.request);
+  }
+  while (c.sent < c.response.size()) {
+    const ssize_t n = ::send(c.fd.get(), c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.sent += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // wait for POLLOUT; any other error ends it
+    }
+  }
+  return false;  // answered whole: closed
+}
+
+std::string MetricsServer::response(const std::string& req) {
   const std::string line = req.substr(0, req.find("\r\n"));
   const auto sp1 = line.find(' ');
   const auto sp2 = line.find(' ', sp1 == std::string::npos ? 0 : sp1 + 1);
@@ -311,20 +397,9 @@ void MetricsServer::serve(int fd) {
       body = *t;
     }
   }
-  std::string out = "HTTP/1.1 " + status + "\r\nContent-Type: " +
-                    (status[0] == '2' ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain; charset=utf-8") +
-                    "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-  std::size_t sent = 0;
-  while (sent < out.size()) {
-    const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<std::size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_fd(fd, POLLOUT, deadline)) return;
-    } else {
-      return;
-    }
-  }
+  return "HTTP/1.1 " + status + "\r\nContent-Type: " +
+         (status[0] == '2' ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain; charset=utf-8") +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 
 }  // namespace epk::daemon

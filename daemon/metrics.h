@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -53,11 +54,18 @@ struct MetricsAddress {
 };
 Result<MetricsAddress> parse_metrics_listen(const std::string& s);
 
-// One thread answering HTTP GET /metrics (one connection at a time, each bounded by a 2 s timeout; other paths 404,
-// other methods 405) with the text last published. Stopped and its socket closed (a Unix path removed) on
+// One thread answering HTTP GET /metrics (other paths 404, other methods 405) with the text last published. It
+// serves up to kMaxConnections connections at once, each given kConnectionDeadlineMs for its whole request and
+// response: silent or slow peers cannot hold a scrape behind them, and cannot hold more than kMaxConnections fds (a
+// connection accepted beyond that closes the oldest one). Stopped and its socket closed (a Unix path removed) on
 // destruction.
 class MetricsServer {
  public:
+  static constexpr int kConnectionDeadlineMs = 2000;
+  static constexpr std::size_t kMaxConnections = 64;
+
+  // A Unix path that holds a socket is probed with connect() first: a live listener there (epkd's own serving
+  // socket, another daemon) is refused, never unlinked; only a stale socket file is replaced.
   static Result<std::unique_ptr<MetricsServer>> start(const MetricsAddress& addr);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
@@ -69,8 +77,11 @@ class MetricsServer {
 
  private:
   MetricsServer(shm::UniqueFd listen, shm::UniqueFd stop, std::string where, std::string unlink_path);
+  struct Connection;
   void run();
-  void serve(int fd);
+  // Reads, answers or times out `c`; false once it is done with (answered, failed or past its deadline).
+  bool step(Connection& c);
+  std::string response(const std::string& request);
 
   shm::UniqueFd listen_;
   shm::UniqueFd stop_;  // an eventfd: written once by the destructor

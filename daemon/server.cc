@@ -242,10 +242,16 @@ int run_daemon(const DaemonConfig& cfg) {
     notify(std::string(watchdog ? "WATCHDOG=1\n" : "") + "STATUS=" + status_text(svc.stats()) + reload_note);
   });
   // Prometheus metrics (daemon/metrics.h): rendered here once a second, scrapes served from that copy.
+  // Any local user may scrape the endpoint: models with uids/gids stay out of it (their names, their occupancy, and
+  // epkd_models' count) unless metrics_restricted_models opts in (docs/SECURITY.md, "The metrics endpoint").
   std::unique_ptr<MetricsServer> metrics;
-  Periodic metrics_refresh(io, std::chrono::seconds(1), [&] {
-    metrics->publish(metrics_text({svc.stats(), svc.models_info(), svc.decode_histogram(), EPK_VERSION}));
-  });
+  auto metrics_now = [&] {
+    MetricsInput in{svc.stats(), svc.models_info(nullptr, cfg.metrics_restricted_models), svc.decode_histogram(),
+                    EPK_VERSION};
+    in.stats.models = in.models.models.size();  // the models listed: served and retiring, as stats counts them
+    return metrics_text(in);
+  };
+  Periodic metrics_refresh(io, std::chrono::seconds(1), [&] { metrics->publish(metrics_now()); });
   if (!cfg.metrics_listen.empty()) {
     auto m = start_metrics_server(cfg.metrics_listen);
     if (!m) {
@@ -253,7 +259,7 @@ int run_daemon(const DaemonConfig& cfg) {
       return 1;
     }
     metrics = std::move(*m);
-    metrics->publish(metrics_text({svc.stats(), svc.models_info(), svc.decode_histogram(), EPK_VERSION}));
+    metrics->publish(metrics_now());
     metrics_refresh.start();
     spdlog::info("metrics on http://{}/metrics", metrics->where());
   }

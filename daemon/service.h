@@ -123,8 +123,8 @@ class Service {
   // Every pool's cache counters and the service's, as the stats message carries them (also systemd's STATUS=).
   shm::StatsReply stats();
   // Every model with its cached slots and bytes over the pools. `peer`: only the models it may use; null: every
-  // model (metrics).
-  shm::ModelsReply models_info(const PeerCredentials* peer = nullptr);
+  // model (metrics). `restricted` false: none that has uids/gids (the metrics, unless metrics_restricted_models).
+  shm::ModelsReply models_info(const PeerCredentials* peer = nullptr, bool restricted = true);
   DurationHistogram decode_histogram();
 
   // SIGTERM (service.cc): finish decodes in flight (their waiters get answers), then stop every session.

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -21,6 +22,17 @@ inline constexpr int kExitFailure = 1;
 
 // Prints "epk COMMAND: error" to stderr and returns kExitFailure.
 int report(std::string_view command, const Error& error);
+
+// `s` safe to print on a terminal: valid UTF-8 text is kept, while C0 controls (ESC, BEL, newline, ...), DEL, C1
+// controls (U+0080-U+009F) and bytes that are not valid UTF-8 become "\xNN" (one per byte), the bidirectional
+// overrides and isolates (U+202A-U+202E, U+2066-U+2069) "\u{NNNN}", and a backslash "\\" so that the escapes are
+// unambiguous. Every string a file or epkd controls (tensor and model names, error messages that quote them) goes
+// through it before it reaches stdout or stderr: a hostile name cannot set the terminal's title or erase lines.
+std::string printable(std::string_view s);
+
+// JSON output: pure ASCII (every non-ASCII character and DEL as \uXXXX; nlohmann escapes the C0 controls itself),
+// and bytes that are not valid UTF-8 (a name from epkd's wire) replaced rather than thrown on.
+std::string json_text(const nlohmann::json& j);
 
 // "1.50 GiB", "812 B"
 std::string human_bytes(std::uint64_t bytes);

@@ -93,7 +93,7 @@ class Progress {
     const std::string eta = frac > 0.0 ? clock_string(el / frac - el) : "?";
     std::fprintf(stderr, "\r\033[K[%zu/%zu tensors] %s / %s, %s elapsed, ETA %s  %s", done, tensors_,
                  human_bytes(bytes_done).c_str(), human_bytes(bytes_).c_str(), clock_string(el).c_str(), eta.c_str(),
-                 current.c_str());
+                 printable(current).c_str());
     std::fflush(stderr);
   }
   void finish() {
@@ -274,15 +274,15 @@ Status run_compress(const CompressArgs& args) {
       ++encoded;
       enc_weights += r.weights;
       enc_stored += r.stored;
-      std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f\n", r.name.c_str(), "lattice-rans", r.target, r.stored_bpp,
+      std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f\n", printable(r.name).c_str(), "lattice-rans", r.target, r.stored_bpp,
                   100.0 * r.rel_l2, r.seconds);
     } else if (r.fallback) {
       ++fallbacks;
-      std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f  (%s)\n", r.name.c_str(), "raw*", r.target, r.stored_bpp,
-                  0.0, r.seconds, r.note.c_str());
+      std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f  (%s)\n", printable(r.name).c_str(), "raw*", r.target, r.stored_bpp,
+                  0.0, r.seconds, printable(r.note).c_str());
     } else {
-      std::printf("%-48s %-13s %7s %8.3f %8s %8.2f  (%s)\n", r.name.c_str(), "raw", "-", r.stored_bpp, "-", r.seconds,
-                  r.note.c_str());
+      std::printf("%-48s %-13s %7s %8.3f %8s %8.2f  (%s)\n", printable(r.name).c_str(), "raw", "-", r.stored_bpp, "-", r.seconds,
+                  printable(r.note).c_str());
     }
   }
   if (fallbacks > 0) {

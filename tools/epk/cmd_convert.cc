@@ -58,7 +58,7 @@ class Converter {
   }
 
   Status add_exact(const std::string& name, const layouts::QuantTensor& t, std::string_view from) {
-    std::printf("%-52s %-10s -> %-8s exact\n", name.c_str(), std::string(from).c_str(),
+    std::printf("%-52s %-10s -> %-8s exact\n", printable(name).c_str(), std::string(from).c_str(),
                 std::string(layouts::layout_name(target_)).c_str());
     return emit(name, t);
   }
@@ -77,7 +77,7 @@ class Converter {
     const bool symmetric = target_ == layouts::Layout::kMarlin;
     EPK_TRY_ASSIGN(auto rq, layouts::requantize_rtn(kn, k, n, args_.bits, args_.group_size, symmetric));
     std::printf("%-52s %-10s -> %-8s REQUANTIZED %d-bit g%lld: added error rel_rms %.4g, max_abs %.4g (not lossless)\n",
-                name.c_str(), std::string(from).c_str(), std::string(layouts::layout_name(target_)).c_str(), args_.bits,
+                printable(name).c_str(), std::string(from).c_str(), std::string(layouts::layout_name(target_)).c_str(), args_.bits,
                 static_cast<long long>(args_.group_size), rq.error.rel_rms, rq.error.max_abs);
     requantized_ = true;
     return emit(name, rq.tensor);
@@ -126,7 +126,7 @@ class Converter {
     if (!converted->activation_perm.empty()) {
       const std::string perm = nlohmann::json(converted->activation_perm).dump();
       metadata_["activation_perm." + prefix] = perm;
-      std::printf("  activation permutation for %s (x' = x[perm], %zu entries): %s\n", prefix.c_str(),
+      std::printf("  activation permutation for %s (x' = x[perm], %zu entries): %s\n", printable(prefix).c_str(),
                   converted->activation_perm.size(),
                   perm.size() > 200 ? (perm.substr(0, 200) + "...").c_str() : perm.c_str());
     }

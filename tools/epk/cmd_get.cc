@@ -122,7 +122,7 @@ Status run_get(const GetArgs& args) {
     EPK_TRY(st);
   }
   EPK_TRY(writer.finish());
-  std::printf("got %zu tensor(s) of '%s' as %s (%s) into %s\n", args.tensors.size(), args.model.c_str(),
+  std::printf("got %zu tensor(s) of '%s' as %s (%s) into %s\n", args.tensors.size(), printable(args.model).c_str(),
               args.layout.c_str(), human_bytes(total).c_str(), args.output.c_str());
   return {};
 }

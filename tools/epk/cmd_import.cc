@@ -92,7 +92,7 @@ Status run_import(const ImportArgs& args) {
     total.weights += f.weights;
     if (args.quiet) continue;
     auto per = [&](std::uint64_t b) { return f.weights ? 8.0 * static_cast<double>(b) / f.weights : 0.0; };
-    std::printf("%-52s %-16s %-16s %8.3f %8.3f %8.3f %8.3f %8.3f\n", name.c_str(), label.c_str(),
+    std::printf("%-52s %-16s %-16s %8.3f %8.3f %8.3f %8.3f %8.3f\n", printable(name).c_str(), label.c_str(),
                 shape_string(entry->shape).c_str(), per(f.code_bytes), per(f.scale_bytes), per(f.zero_bytes),
                 per(f.index_bytes), f.bits_per_weight());
   }

@@ -96,7 +96,7 @@ Status run_inspect(const InspectArgs& args) {
       }
       tensors.push_back(std::move(entry));
     } else {
-      std::printf("%-48s %-18s %-8s %-13s %12s %8.3f\n", t.name.c_str(), shape_string(t.shape).c_str(),
+      std::printf("%-48s %-18s %-8s %-13s %12s %8.3f\n", printable(t.name).c_str(), shape_string(t.shape).c_str(),
                   std::string(dtype_name(t.dtype)).c_str(), std::string(container::encoding_name(t.encoding)).c_str(),
                   human_bytes(bytes).c_str(), bpw);
       if (t.encoding == container::Encoding::kLatticeRans) {
@@ -134,7 +134,7 @@ Status run_inspect(const InspectArgs& args) {
                             {"stored_bytes", total_bytes},
                             {"stored_bpp", total_bpw},
                             {"bits_per_weight", total_bpw}}}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
   } else {
     std::printf("total: %zu tensors, %llu weights, %s stored, %.3f bits per weight; file %s (padding %s)\n",
                 reader.tensors().size(), static_cast<unsigned long long>(total_elements),

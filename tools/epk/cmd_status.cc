@@ -79,10 +79,10 @@ Status run_status(const StatusArgs& args) {
                              {"pinned_slots", m.pinned_slots}});
     }
     j["models_total"] = models.total;
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j).c_str());
     return {};
   }
-  std::printf("epkd at %s: %llu model(s), %llu other client(s)\n", args.socket.c_str(),
+  std::printf("epkd at %s: %llu model(s), %llu other client(s)\n", printable(args.socket).c_str(),
               static_cast<unsigned long long>(s.models), static_cast<unsigned long long>(others));
   for (const auto& p : pools) {
     const shm::PoolStats ps = pool_stats(p.pool_id);
@@ -116,7 +116,7 @@ Status run_status(const StatusArgs& args) {
   std::printf("\n");
   std::printf("%-32s %8s %8s %12s %8s\n", "model", "tensors", "cached", "bytes", "pinned");
   for (const auto& m : models.models) {
-    std::printf("%-32s %8u %8llu %12s %8llu\n", m.name.c_str(), m.tensors,
+    std::printf("%-32s %8u %8llu %12s %8llu\n", printable(m.name).c_str(), m.tensors,
                 static_cast<unsigned long long>(m.cached_slots), human_bytes(m.cached_bytes).c_str(),
                 static_cast<unsigned long long>(m.pinned_slots));
   }

@@ -119,7 +119,7 @@ std::vector<std::string> render(const TopArgs& args, const std::vector<shm::Pool
   std::vector<std::string> out;
   char line[512];
   const std::uint64_t others = s.clients > 0 ? s.clients - 1 : 0;  // not counting this connection
-  std::snprintf(line, sizeof line, "epk top: epkd at %s  %s%s", args.socket.c_str(), clock_text().c_str(),
+  std::snprintf(line, sizeof line, "epk top: epkd at %s  %s%s", printable(args.socket).c_str(), clock_text().c_str(),
                 keys ? "  (q quits)" : "");
   out.emplace_back(line);
   std::snprintf(line, sizeof line, "models %llu   clients %llu   hit rate %s of %llu acquires",
@@ -175,7 +175,7 @@ std::vector<std::string> render(const TopArgs& args, const std::vector<shm::Pool
   std::snprintf(line, sizeof line, "%-32s %8s %8s %12s %8s", "model", "tensors", "cached", "bytes", "pinned");
   out.emplace_back(line);
   for (const shm::ModelInfo* m : models) {
-    std::snprintf(line, sizeof line, "%-32s %8u %8llu %12s %8llu", m->name.c_str(), m->tensors,
+    std::snprintf(line, sizeof line, "%-32s %8u %8llu %12s %8llu", printable(m->name).c_str(), m->tensors,
                   static_cast<unsigned long long>(m->cached_slots), human_bytes(m->cached_bytes).c_str(),
                   static_cast<unsigned long long>(m->pinned_slots));
     out.emplace_back(line);

@@ -238,7 +238,7 @@ Result<int> run_verify(const VerifyArgs& args) {
                             {"stored_bytes", stored},
                             {"stored_bpp", weights ? 8.0 * double(stored) / double(weights) : 0.0}}}};
     if (!args.against.empty()) out["against"] = args.against;
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", json_text(out).c_str());
   } else {
     std::printf("%-48s %-13s %6s %8s %7s %9s  %s\n", "tensor", "encoding", "tiles", "stored", "target", "rel_l2",
                 "status");
@@ -246,17 +246,17 @@ Result<int> run_verify(const VerifyArgs& args) {
       char err[32] = "-", tgt[32] = "-";
       if (r.rel_l2) std::snprintf(err, sizeof err, "%.4f%%", 100.0 * *r.rel_l2);
       if (r.target > 0) std::snprintf(tgt, sizeof tgt, "%.3f", r.target);
-      std::printf("%-48s %-13s %6u %8.3f %7s %9s  %s\n", r.name.c_str(), r.encoding.c_str(), r.tiles,
+      std::printf("%-48s %-13s %6u %8.3f %7s %9s  %s\n", printable(r.name).c_str(), r.encoding.c_str(), r.tiles,
                   r.weights ? 8.0 * double(r.stored) / double(r.weights) : 0.0, tgt, err,
                   r.problems.empty() ? "ok" : "BAD");
-      for (const auto& p : r.problems) std::printf("    %s\n", p.c_str());
+      for (const auto& p : r.problems) std::printf("    %s\n", printable(p).c_str());
     }
     std::printf("%s: %zu tensors, %llu tiles decoded on the %s, %zu bad\n", bad ? "FAILED" : "ok", reports.size(),
                 static_cast<unsigned long long>(tiles), device == Device::kCuda ? "GPU" : "CPU", bad);
   }
   if (args.json)  // the text table already lists them
     for (const auto& r : reports)
-      for (const auto& p : r.problems) std::fprintf(stderr, "epk verify: %s\n", p.c_str());
+      for (const auto& p : r.problems) std::fprintf(stderr, "epk verify: %s\n", printable(p).c_str());
   return bad ? kExitFailure : kExitOk;
 }
 

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   try {
     CLI11_PARSE(app, argc, argv);
   } catch (const std::exception& e) {  // bad_alloc on hostile input, say: a clear message, never an abort
-    std::fprintf(stderr, "epk: %s\n", e.what());
+    std::fprintf(stderr, "epk: %s\n", epk::cli::printable(e.what()).c_str());
     return epk::cli::kExitFailure;
   }
   return exit_code;
