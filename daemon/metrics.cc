@@ -209,7 +209,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const MetricsAddress
   shm::UniqueFd fd;
   std::string where, unlink_path;
   if (addr.tcp) {
-    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));  // run() accepts until EAGAIN
     if (!fd.valid()) return make_errno_error("metrics: socket", errno);
     int one = 1;
     ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -232,7 +232,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const MetricsAddress
       EPK_TRY(probe_stale_socket(addr.path));
       ::unlink(addr.path.c_str());
     }
-    fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    fd.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) return make_errno_error("metrics: socket", errno);
     sockaddr_un sa{};
     sa.sun_family = AF_UNIX;
