@@ -32,7 +32,7 @@ Result<std::unique_ptr<DeviceEncoder>> DeviceEncoder::create(int device) {
 void DeviceEncoder::prefetch_next(std::span<const std::byte> next) { steps_->prefetch_next(next); }
 
 bool DeviceEncoder::runs_on_device(DType dtype, const rate::EncodeOptions& o) {
-  return DeviceSteps::supports(dtype) && !o.ecvq && o.rdo_sweeps == 0;
+  return DeviceSteps::supports(dtype) && !o.ecvq && o.rdo_sweeps == 0 && !o.calibration;
 }
 
 Result<rans::EncodedTensor> DeviceEncoder::encode(std::span<const std::byte> weights, std::uint32_t rows,

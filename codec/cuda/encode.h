@@ -2,7 +2,7 @@
 // its heavy steps on one CUDA device (encode_steps.h), so the stream is the CPU encoder's byte for byte for the same
 // options. What the device does not run goes to the CPU encoder, stated here so that nobody is surprised: source
 // dtypes other than F32 / BF16 / F16, and ECVQ / row RDO (`--rdo`, which needs the host's arrays for its per-row
-// searches). The reconstruction error pack_tensor needs is measured on the device from the coded fields (no host
+// searches), and calibrated tensors (options.calibration: the feedback rounding runs on the CPU). The reconstruction error pack_tensor needs is measured on the device from the coded fields (no host
 // decode). One tensor at a time; not thread-safe.
 #pragma once
 

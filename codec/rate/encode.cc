@@ -17,6 +17,7 @@
 #include "codec/model/tables.h"
 #include "codec/rans/encoder.h"
 #include "codec/rate/ecvq.h"
+#include "codec/rate/feedback.h"
 #include "codec/rate/encode_steps.h"
 #include "codec/rate/rdo.h"
 #include "codec/rate/refit.h"
@@ -107,6 +108,12 @@ class CpuSteps final : public EncodeSteps {
       }
     }
     st.max_abs = *std::max_element(row_max.begin(), row_max.end());
+    // Columns no calibration input reached are quantised as zeros (GPTQ's dead columns); the refit still reads x_.
+    if (factor_) {
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c)
+          if (factor_->dead[c]) normalized_[r * padded + c] = 0.0f;
+    }
     rms_ = st.rms;
     arrays_ = HostArrays{x_.data(), normalized_.data(), &q_};
     stats_ = std::move(st);
@@ -134,16 +141,41 @@ class CpuSteps final : public EncodeSteps {
     }
   }
 
+  Status set_calibration(const HessianView& h, std::string_view name) override {
+    EPK_TRY_ASSIGN(FeedbackFactor f, make_feedback_factor(h, name));
+    factor_ = std::move(f);
+    return {};
+  }
+
   model::FieldCounts sample_counts(float scale) override {
+    if (factor_) {
+      lattice::QuantizedFields q;
+      quantize_feedback(sample_ptr_, sample_rows_, padded_, scale, *factor_, q, threads_);
+      return count_fields_parallel(q, threads_);
+    }
     return quantize_counts(sample_ptr_, sample_rows_ * (padded_ / 8), scale, threads_);
   }
 
   Result<SampleCoded> sample_code(float scale, std::uint32_t cols, int prob_bits,
                                   std::uint32_t tile_symbols) override {
+    if (factor_) {
+      // code_sample's coding of the sample, on its feedback-rounded fields.
+      lattice::QuantizedFields q;
+      quantize_feedback(sample_ptr_, sample_rows_, padded_, scale, *factor_, q, threads_);
+      SampleCoded out;
+      out.counts = count_fields_parallel(q, threads_);
+      rans::EncodeGeometry g{std::uint32_t(sample_rows_), cols, std::uint32_t(prob_bits), tile_symbols, DType::kF32};
+      EPK_TRY_ASSIGN(out.coded, rans::encode_fields(q, std::vector<float>(sample_rows_, 1.0f), g, threads_));
+      return out;
+    }
     return code_sample(sample_ptr_, sample_rows_, padded_, cols, scale, prob_bits, tile_symbols, threads_);
   }
 
   Status quantize(float scale) override {
+    if (factor_) {
+      quantize_feedback(normalized_.data(), rows_, padded_, scale, *factor_, q_, threads_);
+      return {};
+    }
     quantize_all(normalized_.data(), std::size_t(rows_) * (padded_ / 8), scale, q_, threads_);
     return {};
   }
@@ -151,6 +183,12 @@ class CpuSteps final : public EncodeSteps {
   model::FieldCounts counts() override { return count_fields_parallel(q_, threads_); }
 
   Status refit(double scale, std::vector<float>& scales, std::vector<double>* row_sse) override {
+    if (factor_) {
+      // row_sse feeds row RDO only, which encode_with refuses with statistics.
+      refit_rows_h(x_.data(), rows_, padded_, q_, scale, rms_.data(), *factor_, scales, threads_);
+      if (row_sse) row_sse->assign(rows_, 0.0);
+      return {};
+    }
     refit_rows(x_.data(), rows_, padded_, q_, scale, rms_.data(), scales, row_sse, threads_);
     return {};
   }
@@ -172,6 +210,7 @@ class CpuSteps final : public EncodeSteps {
   std::size_t sample_rows_ = 0;
   lattice::QuantizedFields q_;
   HostArrays arrays_;
+  std::optional<FeedbackFactor> factor_;
 };
 
 }  // namespace
@@ -221,6 +260,13 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
     return invalid(name, "prob_bits outside 9..15");
   }
   if (o.search_iterations < 1 || o.search_max_vectors < 1) return invalid(name, "search settings below 1");
+  if (o.calibration) {
+    if (o.calibration->cols != cols)
+      return invalid(name, "statistics for " + std::to_string(o.calibration->cols) + " input columns, the weight has " +
+                               std::to_string(cols));
+    if (o.ecvq || o.rdo_sweeps > 0) return invalid(name, "calibrated rounding does not combine with ECVQ or row RDO");
+    EPK_TRY(steps.set_calibration(*o.calibration, name));
+  }
   const int threads = std::max(1, o.threads);
   const double target = std::min(o.target_bpp, double(dtype_bits(dtype)));
   const std::uint32_t padded = (cols + 7) / 8 * 8;

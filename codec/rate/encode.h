@@ -12,6 +12,7 @@
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
 #include "codec/rans/encoded_tensor.h"
+#include "codec/rate/calibration.h"
 
 namespace epk::rate {
 
@@ -43,6 +44,11 @@ struct EncodeOptions {
   double ecvq_lambda = 1.0;         // multiple of the high-rate slope (ecvq.h)
   bool prune_tables = false;        // with ecvq: drop table edge values that cost more than they save
   bool fine_rate = false;           // whole-tensor rate correction to 0.03% instead of 0.2% (up to 8 re-quantisations)
+  // The layer's input statistics (codec/rate/calibration.h), or nullptr: then the encoder is exactly the one without
+  // them. With them, every quantisation (the search's sample, the whole tensor) rounds with error feedback
+  // (codec/rate/feedback.h) and the row scales are refitted against the H-weighted objective; the stream format
+  // is unchanged. Not with ecvq or rdo_sweeps (their point and scale choices are Euclidean). Must outlive the call.
+  const HessianView* calibration = nullptr;
 };
 
 // What the encoder decided, for reports and tests.

@@ -67,6 +67,13 @@ class EncodeSteps {
   // that need them). After host code changes q, fields_changed() hands the fields back to the backend.
   virtual HostArrays* host() = 0;
   virtual Status fields_changed() = 0;
+  // Called before load() when the options carry statistics: from then on quantisation rounds with error feedback
+  // and refit fits the H-weighted objective (codec/rate/feedback.h). A backend without that refuses.
+  virtual Status set_calibration(const HessianView& h, std::string_view name) {
+    (void)h;
+    return make_error(ErrorCode::kUnsupported,
+                      "tensor '" + std::string(name) + "': this encoder backend has no calibrated rounding");
+  }
 };
 
 // kInvalidArgument naming the first of sample's rows that is not below rows (a backend's load() checks its sample).

@@ -1,0 +1,46 @@
+// Hessian-aware rounding of a weight's E8 vectors (GPTQ's error feedback with 8-column blocks, i.e. BlockLDLQ with
+// the E8 codebook): the vectors of a row are quantized in natural column order, each with the encoder's nearest-
+// point quantizer, and each block's error is propagated to the columns not yet quantized so that the output error
+// tr((W - Q) H (W - Q)^T) falls, H the layer's input second moments (codec/rate/calibration.h). Rows are
+// independent, so the scale search's sample rows are quantized exactly as in the whole tensor.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "codec/common/result.h"
+#include "codec/lattice/quantize.h"
+#include "codec/rate/calibration.h"
+
+namespace epk::rate {
+
+inline constexpr double kFeedbackDamping = 0.01;  // GPTQ's percdamp: a multiple of mean(diag H) on the diagonal
+
+// The factor of one H, as GPTQ builds it: columns with H_ii = 0 (inputs never seen) are dead (H_ii set to 1, their
+// weights quantized as zeros), damp = 0.01 * mean(diag H) is added to the diagonal, U is the upper Cholesky factor
+// of H^-1, and each block's update rows F_b = U_bb^-1 U_b,rest are kept (the error e of block b moves the columns
+// after it by -e F_b).
+struct FeedbackFactor {
+  std::uint32_t cols = 0;
+  double damp = 0.0;
+  std::vector<std::uint8_t> dead;  // per column
+  std::vector<float> f;            // cols x cols, row-major: rows of block b hold F_b in the columns after b
+  const HessianView* h = nullptr;  // the statistics the factor came from (the refit's objective)
+};
+
+// Errors (kInvalidArgument naming the tensor): H not positive definite after damping (a Cholesky pivot <= 0).
+Result<FeedbackFactor> make_feedback_factor(const HessianView& h, std::string_view name);
+
+// Quantizes rows x padded_cols normalised weights at `scale` with error feedback into out (resized to rows *
+// padded_cols / 8 vectors). Dead columns of x must already be zero. Deterministic for any thread count.
+void quantize_feedback(const float* x, std::size_t rows, std::uint32_t padded_cols, float scale,
+                       const FeedbackFactor& f, lattice::QuantizedFields& out, int threads);
+
+// The row refit against the H-weighted objective: scales[r] = max(<x_r, p_r>_Hd / <p_r, p_r>_Hd, 1e-12) with
+// Hd = H + damp * I (positive definite, so a row with a nonzero point has a finite fit), or float(scale) * rms[r]
+// when every point of the row is 0. x: the source rows (padded), q their fields.
+void refit_rows_h(const float* x, std::uint32_t rows, std::uint32_t padded_cols, const lattice::QuantizedFields& q,
+                  double scale, const float* rms, const FeedbackFactor& f, std::vector<float>& scales, int threads);
+
+}  // namespace epk::rate

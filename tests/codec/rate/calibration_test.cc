@@ -1,0 +1,274 @@
+// Calibrated encoding: the statistics reader's refusals, and Hessian-aware rounding against the plain encoder at the
+// same stored rate on synthetic layers whose H is known.
+#include "codec/rate/calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/lattice/e8.h"
+#include "codec/rans/decoder.h"
+#include "codec/rans/reference_format.h"
+#include "codec/rate/encode.h"
+#include "codec/rate/feedback.h"
+#include "codec/safetensors/writer.h"
+
+namespace epk::rate {
+namespace {
+
+struct Stat {
+  std::string name;
+  DType dtype;
+  std::vector<std::uint64_t> shape;
+  std::vector<std::uint8_t> bytes;
+};
+
+template <class T>
+Stat stat(std::string name, std::vector<std::uint64_t> shape, const std::vector<T>& v, DType dtype) {
+  Stat s{std::move(name), dtype, std::move(shape), std::vector<std::uint8_t>(v.size() * sizeof(T))};
+  std::memcpy(s.bytes.data(), v.data(), s.bytes.size());
+  return s;
+}
+
+std::string write_stats(const std::string& file, const std::vector<Stat>& stats) {
+  const std::string path = ::testing::TempDir() + "/" + file;
+  std::vector<safetensors::TensorSpec> specs;
+  for (const auto& s : stats) specs.push_back({s.name, s.dtype, s.shape});
+  auto w = safetensors::Writer::create(path, specs, {}, safetensors::Order::kAsDeclared);
+  EXPECT_TRUE(w.has_value());
+  for (const auto& s : stats) EXPECT_TRUE(w->write(s.name, s.bytes).has_value());
+  EXPECT_TRUE(w->finish().has_value());
+  return path;
+}
+
+// H = X^T X of `tokens` inputs whose coordinates have log-normal scales and are mixed by a random map (correlated).
+std::vector<float> anisotropic_h(std::uint32_t cols, std::uint32_t tokens, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> scale(cols), mix(std::size_t(cols) * cols, 0.0f);
+  for (auto& s : scale) s = std::exp(1.5f * n(rng));
+  for (std::uint32_t i = 0; i < cols; ++i) {
+    mix[std::size_t(i) * cols + i] = 1.0f;
+    for (int k = 0; k < 4; ++k) mix[std::size_t(i) * cols + rng() % cols] += 0.5f * n(rng);
+  }
+  std::vector<double> h(std::size_t(cols) * cols, 0.0);
+  std::vector<float> z(cols), x(cols);
+  for (std::uint32_t t = 0; t < tokens; ++t) {
+    for (auto& v : z) v = n(rng);
+    for (std::uint32_t j = 0; j < cols; ++j) {
+      double acc = 0;
+      for (std::uint32_t i = 0; i < cols; ++i) acc += double(z[i]) * mix[std::size_t(i) * cols + j];
+      x[j] = float(acc) * scale[j];
+    }
+    for (std::uint32_t i = 0; i < cols; ++i)
+      for (std::uint32_t j = 0; j < cols; ++j) h[std::size_t(i) * cols + j] += double(x[i]) * x[j];
+  }
+  return std::vector<float>(h.begin(), h.end());
+}
+
+std::vector<float> layer(std::uint32_t rows, std::uint32_t cols, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> w(std::size_t(rows) * cols);
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    const float s = 0.02f * std::exp(0.3f * n(rng));
+    for (std::uint32_t c = 0; c < cols; ++c) w[std::size_t(r) * cols + c] = n(rng) * s;
+  }
+  return w;
+}
+
+std::span<const std::byte> bytes_of(const std::vector<float>& w) {
+  return {reinterpret_cast<const std::byte*>(w.data()), w.size() * 4};
+}
+
+std::vector<float> decode_f32(const rans::EncodedTensor& e) {
+  std::vector<float> out(std::size_t(e.rows) * e.cols);
+  auto st = rans::decode(e.view(), "w", DType::kF32, {reinterpret_cast<std::byte*>(out.data()), out.size() * 4});
+  EXPECT_TRUE(st.has_value());
+  return out;
+}
+
+double stored_bpp(const rans::EncodedTensor& e) {
+  return 8.0 * double(rans::reference_quant_state_bytes(e)) / (double(e.rows) * e.cols);
+}
+
+struct Outcome {
+  double plain_err, calib_err, plain_bpp, calib_bpp;
+};
+
+Outcome compare(const std::vector<float>& w, std::uint32_t rows, std::uint32_t cols, const HessianView& hv,
+                double target, std::uint64_t max_vectors = 262144) {
+  EncodeOptions o;
+  o.target_bpp = target;
+  o.threads = 2;
+  o.search_max_vectors = max_vectors;
+  auto plain = encode(bytes_of(w), rows, cols, DType::kF32, o, "w");
+  o.calibration = &hv;
+  auto calib = encode(bytes_of(w), rows, cols, DType::kF32, o, "w");
+  EXPECT_TRUE(plain.has_value() && calib.has_value());
+  if (!plain || !calib) return {};
+  return {h_weighted_relative_error(w, decode_f32(*plain), rows, hv, 2),
+          h_weighted_relative_error(w, decode_f32(*calib), rows, hv, 2), stored_bpp(*plain), stored_bpp(*calib)};
+}
+
+TEST(Calibration, AnisotropicHessianLowersTheWeightedErrorAtTheSameRate) {
+  const std::uint32_t rows = 192, cols = 256;
+  const auto h = anisotropic_h(cols, 1024, 7);
+  const HessianView hv{h, cols, 1024.0};
+  const auto w = layer(rows, cols, 11);
+  for (const double target : {3.0, 4.0}) {
+    // The whole tensor as the sample (its rate measured), and a quarter of it (the model, corrected on the whole).
+    for (const std::uint64_t max_vectors : {std::uint64_t(262144), std::uint64_t(rows / 4 * cols / 8)}) {
+      const Outcome r = compare(w, rows, cols, hv, target, max_vectors);
+      std::printf("target %.1f, sample %llu vectors: H-weighted error %.5f plain, %.5f calibrated (ratio %.3f); "
+                  "stored %.4f / %.4f bpp\n",
+                  target, static_cast<unsigned long long>(max_vectors), r.plain_err, r.calib_err,
+                  r.calib_err / r.plain_err, r.plain_bpp, r.calib_bpp);
+      EXPECT_LT(r.calib_err, 0.7 * r.plain_err) << "target " << target;
+      EXPECT_NEAR(r.calib_bpp / target, 1.0, 0.005) << "target " << target;
+      EXPECT_NEAR(r.plain_bpp / target, 1.0, 0.005) << "target " << target;
+    }
+  }
+}
+
+TEST(Calibration, IdentityHessianGivesThePlainError) {
+  const std::uint32_t rows = 160, cols = 200;  // cols not a multiple of 8: a partial last block
+  std::vector<float> h(std::size_t(cols) * cols, 0.0f);
+  for (std::uint32_t i = 0; i < cols; ++i) h[std::size_t(i) * cols + i] = 500.0f;
+  const HessianView hv{h, cols, 500.0};
+  const auto w = layer(rows, cols, 5);
+  const Outcome r = compare(w, rows, cols, hv, 4.0);
+  std::printf("identity H: error %.6f plain, %.6f calibrated; stored %.4f / %.4f bpp\n", r.plain_err, r.calib_err,
+              r.plain_bpp, r.calib_bpp);
+  EXPECT_NEAR(r.calib_err / r.plain_err, 1.0, 0.01);
+  EXPECT_NEAR(r.calib_bpp / 4.0, 1.0, 0.005);
+}
+
+TEST(Calibration, DecodesToWhatTheEncoderWrote) {
+  const std::uint32_t rows = 64, cols = 136;
+  const auto h = anisotropic_h(cols, 512, 3);
+  const HessianView hv{h, cols, 512.0};
+  const auto w = layer(rows, cols, 9);
+  EncodeOptions o;
+  o.target_bpp = 3.5;
+  o.calibration = &hv;
+  EncodeReport report;
+  auto e = encode(bytes_of(w), rows, cols, DType::kF32, o, "w", &report);
+  ASSERT_TRUE(e.has_value()) << e.error().to_string();
+  // The encoder's own arithmetic: normalised rows (the padded RMS), feedback rounding at the reported scale, the
+  // stored row scales times the points' float32 coordinates.
+  const std::uint32_t padded = 136;
+  std::vector<float> norm(std::size_t(rows) * padded);
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    double s2 = 0;
+    for (std::uint32_t c = 0; c < cols; ++c) s2 += double(w[r * cols + c]) * w[r * cols + c];
+    const float rms = std::max(float(std::sqrt(s2 / padded)), 1e-12f);
+    for (std::uint32_t c = 0; c < cols; ++c) norm[r * padded + c] = w[r * cols + c] / rms;
+  }
+  auto f = make_feedback_factor(hv, "w");
+  ASSERT_TRUE(f.has_value());
+  lattice::QuantizedFields q;
+  quantize_feedback(norm.data(), rows, padded, float(report.scale), *f, q, 1);
+  const auto decoded = decode_f32(*e);
+  std::size_t differ = 0;
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    for (std::uint32_t v = 0; v < padded / 8; ++v) {
+      const auto p = lattice::fields_to_point(q.coset[r * 17 + v], &q.fields[(r * 17 + v) * 8]);
+      for (int i = 0; i < 8; ++i) {
+        const float expect = lattice::coordinate(p.z[i], p.c) * e->scales[r];
+        differ += std::memcmp(&expect, &decoded[r * cols + v * 8 + i], 4) != 0;
+      }
+    }
+  }
+  EXPECT_EQ(differ, 0u);
+  // And the thread count does not change the stream.
+  o.threads = 3;
+  auto e3 = encode(bytes_of(w), rows, cols, DType::kF32, o, "w");
+  ASSERT_TRUE(e3.has_value());
+  EXPECT_EQ(e->payload, e3->payload);
+  EXPECT_EQ(e->scales, e3->scales);
+}
+
+TEST(Calibration, WithoutStatisticsTheStreamIsUnchanged) {
+  const auto w = layer(96, 128, 2);
+  const std::string path = write_stats("empty_stats.safetensors", {});
+  auto set = CalibrationSet::open(path);
+  ASSERT_TRUE(set.has_value()) << set.error().to_string();
+  EncodeOptions o;
+  o.target_bpp = 3.0;
+  auto a = encode(bytes_of(w), 96, 128, DType::kF32, o, "w");
+  o.calibration = set->find("w");
+  EXPECT_EQ(o.calibration, nullptr);
+  auto b = encode(bytes_of(w), 96, 128, DType::kF32, o, "w");
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(a->payload, b->payload);
+  EXPECT_EQ(a->scales, b->scales);
+  EXPECT_EQ(a->states, b->states);
+  EXPECT_EQ(a->freq_tables, b->freq_tables);
+}
+
+TEST(Calibration, RefusesMalformedStatisticsNamingTheTensor) {
+  const std::uint32_t cols = 16;
+  std::vector<float> good(cols * cols, 0.0f);
+  for (std::uint32_t i = 0; i < cols; ++i) good[i * cols + i] = 2.0f;
+  good[1] = good[cols] = 0.5f;
+  const std::vector<std::int64_t> tokens{100};
+  auto expect_refused = [&](const char* file, std::vector<Stat> stats, const std::string& tensor,
+                            const std::string& what) {
+    auto set = CalibrationSet::open(write_stats(file, stats));
+    ASSERT_FALSE(set.has_value()) << file;
+    EXPECT_NE(set.error().message.find("'" + tensor + "'"), std::string::npos) << set.error().message;
+    EXPECT_NE(set.error().message.find(what), std::string::npos) << set.error().message;
+  };
+  {
+    auto ok = CalibrationSet::open(write_stats(
+        "ok.safetensors", {stat("l.weight.hessian", {cols, cols}, good, DType::kF32),
+                           stat("l.weight.tokens", {}, tokens, DType::kI64)}));
+    ASSERT_TRUE(ok.has_value()) << ok.error().to_string();
+    ASSERT_NE(ok->find("l.weight"), nullptr);
+    EXPECT_EQ(ok->find("l.weight")->tokens, 100.0);
+  }
+  std::vector<float> wide(cols * (cols + 1), 1.0f);
+  expect_refused("shape.safetensors",
+                 {stat("a.hessian", {cols, cols + 1}, wide, DType::kF32), stat("a.tokens", {1}, tokens, DType::kI64)},
+                 "a.hessian", "shape");
+  auto nan = good;
+  nan[3 * cols + 5] = std::numeric_limits<float>::quiet_NaN();
+  expect_refused("nan.safetensors",
+                 {stat("b.hessian", {cols, cols}, nan, DType::kF32), stat("b.tokens", {}, tokens, DType::kI64)},
+                 "b.hessian", "non-finite entry at row 3, column 5");
+  auto asym = good;
+  asym[2 * cols + 7] = 0.3f;
+  expect_refused("asym.safetensors",
+                 {stat("c.hessian", {cols, cols}, asym, DType::kF32), stat("c.tokens", {}, tokens, DType::kI64)},
+                 "c.hessian", "not symmetric at row 2, column 7");
+  expect_refused("notokens.safetensors", {stat("d.hessian", {cols, cols}, good, DType::kF32)}, "d.hessian",
+                 "missing token count");
+  // A hessian whose weight the checkpoint lacks, or whose size is not the weight's input dimension.
+  auto set = CalibrationSet::open(write_stats(
+      "orphan.safetensors", {stat("e.hessian", {cols, cols}, good, DType::kF32),
+                             stat("e.tokens", {}, std::vector<float>{64.0f}, DType::kF32)}));
+  ASSERT_TRUE(set.has_value()) << set.error().to_string();
+  std::vector<safetensors::TensorView> weights(1);
+  weights[0].name = "f";
+  weights[0].shape = {4, cols};
+  auto st = set->check_against(weights);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("'e.hessian'"), std::string::npos) << st.error().message;
+  weights[0].name = "e";
+  weights[0].shape = {4, cols * 2};
+  st = set->check_against(weights);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("input dimension"), std::string::npos) << st.error().message;
+  weights[0].shape = {4, cols};
+  EXPECT_TRUE(set->check_against(weights).has_value());
+}
+
+}  // namespace
+}  // namespace epk::rate
