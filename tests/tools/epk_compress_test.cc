@@ -287,6 +287,83 @@ TEST_F(EpkCompress, BudgetAccountsForRawFallbacks) {
   EXPECT_LT((*find_tensor(j, "d_big.weight"))["target_bpp"].get<double>(), 3.5);
 }
 
+// Statistics for one 256-column weight: H = sum x x^T of 512 correlated inputs with log-normal scales.
+void write_stats(const std::string& file, const std::string& weight, std::uint32_t cols) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> scale(cols), z(cols), x(cols);
+  for (auto& v : scale) v = std::exp(1.5f * n(rng));
+  std::vector<double> h(std::size_t(cols) * cols, 0.0);
+  for (int t = 0; t < 512; ++t) {
+    for (auto& v : z) v = n(rng);
+    for (std::uint32_t j = 0; j < cols; ++j)
+      x[j] = scale[j] * (z[j] + 0.9f * z[(j + 1) % cols] + 0.7f * z[(j * 7 + 3) % cols]);
+    for (std::uint32_t i = 0; i < cols; ++i)
+      for (std::uint32_t j = 0; j < cols; ++j) h[std::size_t(i) * cols + j] += double(x[i]) * x[j];
+  }
+  std::vector<float> hf(h.begin(), h.end());
+  const std::int64_t tokens = 512;
+  auto wr = epk::safetensors::Writer::create(
+      file, {{weight + ".hessian", epk::DType::kF32, {cols, cols}}, {weight + ".tokens", epk::DType::kI64, {}}});
+  ASSERT_TRUE(wr) << wr.error().message;
+  ASSERT_TRUE(wr->write(weight + ".hessian", {reinterpret_cast<const std::uint8_t*>(hf.data()), hf.size() * 4}));
+  ASSERT_TRUE(wr->write(weight + ".tokens", {reinterpret_cast<const std::uint8_t*>(&tokens), 8}));
+  ASSERT_TRUE(wr->finish());
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// --calibration: an empty statistics file gives the file compress writes without it, byte for byte; statistics for
+// one weight lower its H-weighted error (verify --calibration) and leave the other weight's stream as it was.
+TEST_F(EpkCompress, CalibrationLowersTheWeightedErrorAndChangesNothingElse) {
+  const std::string src = path("cal.safetensors");
+  write_gaussian(src, {{"p.weight", {256, 256}}, {"q.weight", {128, 256}}});
+  const std::string stats = path("stats.safetensors"), empty = path("empty_stats.safetensors");
+  write_stats(stats, "p.weight", 256);
+  {
+    auto wr = epk::safetensors::Writer::create(empty, {});
+    ASSERT_TRUE(wr && wr->finish());
+  }
+  const std::string plain = path("plain.epk"), none = path("none.epk"), cal = path("cal.epk");
+  ASSERT_EQ(epk("compress " + src + " -o " + plain + " --bpp 4 --device cpu").status, 0);
+  auto r = epk("compress " + src + " -o " + none + " --bpp 4 --device cpu --calibration " + empty);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(file_bytes(plain), file_bytes(none));
+  r = epk("compress " + src + " -o " + cal + " --bpp 4 --device cpu --calibration " + stats);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("(calibrated)"), std::string::npos) << r.out;
+  auto h_error = [&](const std::string& file) {
+    auto v = epk("verify " + file + " --against " + src + " --calibration " + stats + " --json", false);
+    EXPECT_EQ(v.status, 0) << v.out;
+    auto j = parse(v.out);
+    EXPECT_FALSE(j.is_discarded()) << v.out;
+    EXPECT_FALSE(find_tensor(j, "q.weight")->contains("h_weighted_rel_error"));
+    return (*find_tensor(j, "p.weight"))["h_weighted_rel_error"].get<double>();
+  };
+  const double e_plain = h_error(plain), e_cal = h_error(cal);
+  std::printf("p.weight H-weighted relative error: %.5f uncalibrated, %.5f calibrated\n", e_plain, e_cal);
+  EXPECT_LT(e_cal, 0.75 * e_plain);
+  // The text table gains the h_rel column.
+  r = epk("verify " + cal + " --against " + src + " --calibration " + stats, false);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("h_rel"), std::string::npos) << r.out;
+  // Refusals: with --budget-bpp, statistics for a weight the checkpoint lacks, --calibration without --against.
+  r = epk("compress " + src + " -o " + path("x.epk") + " --budget-bpp 4 --calibration " + stats);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--budget-bpp"), std::string::npos) << r.out;
+  const std::string orphan = path("orphan.safetensors");
+  write_stats(orphan, "nothere.weight", 256);
+  r = epk("compress " + src + " -o " + path("x.epk") + " --bpp 4 --calibration " + orphan);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("nothere.weight.hessian"), std::string::npos) << r.out;
+  r = epk("verify " + cal + " --calibration " + stats);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--against"), std::string::npos) << r.out;
+}
+
 // verify --against fails a lattice-rans tensor above the ceiling or decoded to zeros (a file another writer made).
 TEST_F(EpkCompress, VerifyFailsTensorsAboveTheCeilingOrDecodedToZeros) {
   const std::string src = path("small.safetensors"), e = path("bad.epk");

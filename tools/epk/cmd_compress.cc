@@ -1,5 +1,7 @@
 // epk compress IN -o OUT.epk --bpp R [--rdo N] [--rule PATTERN=R]... [--budget-bpp R] [--max-error E] [--threads N]
-//   [--include-embeddings] [--device cpu|cuda]: 2-D linear weights become lattice-rans tensors, the rest stays raw.
+//   [--include-embeddings] [--device cpu|cuda] [--calibration STATS]: 2-D linear weights become lattice-rans tensors,
+//   the rest stays raw. With --calibration, the weights that have statistics (docs/FORMAT.md 12) are rounded with
+//   Hessian-aware error feedback (codec/rate/feedback.h) on the CPU encoder; the others encode as without it.
 // A weight whose lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor,
 // codec/rate/choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
 // --device cuda (the default where a GPU is visible) encodes on the GPU (codec/cuda/encode.h): the same streams, so
@@ -20,6 +22,7 @@
 #include "codec/container/write_pool.h"
 #include "codec/container/writer.h"
 #include "codec/rans/container_io.h"
+#include "codec/rate/calibration.h"
 #include "codec/rate/choose.h"
 #include "codec/rate/compress_plan.h"
 #include "codec/rate/encode.h"
@@ -49,6 +52,7 @@ struct CompressArgs {
   int threads = 1;
   bool include_embeddings = false;
   std::string device;
+  std::string calibration;
 };
 
 // Device encoders packing tensors together (EncodePipeline): 3 gave 2.6x one on the H200 (docs/NOTES.md).
@@ -126,10 +130,28 @@ Status run_compress(const CompressArgs& args) {
     EPK_TRY_ASSIGN(auto r, rate::parse_rate_rule(text));
     settings.rules.push_back(std::move(r));
   }
+  if (!args.calibration.empty() && args.rdo > 0)
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--calibration with --rdo: calibrated rounding does not combine with ECVQ and row RDO");
+  // The budget allocator prices each tensor by its weight error (rate::allocate_budget's energy); pricing by the
+  // H-weighted output error is not built (docs/NOTES.md, issue 30).
+  if (!args.calibration.empty() && args.budget_bpp)
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--calibration with --budget-bpp is not supported yet: give --bpp (and --rule) instead");
   EPK_TRY_ASSIGN(Device device, choose_device(args.device));
   EPK_TRY_ASSIGN(auto encoder, make_encoder(device));
   EPK_TRY_ASSIGN(auto checkpoint, safetensors::Checkpoint::open(args.input));
   const auto& tensors = checkpoint.tensors();
+
+  std::optional<rate::CalibrationSet> calibration;
+  if (!args.calibration.empty()) {
+    EPK_TRY_ASSIGN(auto set, rate::CalibrationSet::open(args.calibration));
+    EPK_TRY(set.check_against(tensors));
+    calibration.emplace(std::move(set));
+  }
+  auto stats_of = [&](std::size_t i) -> const rate::HessianView* {
+    return calibration ? calibration->find(tensors[i].name) : nullptr;
+  };
 
   EPK_TRY_ASSIGN(auto plan, rate::CompressPlan::create(tensors, settings));
   std::uint64_t total_bytes = 0;
@@ -144,6 +166,9 @@ Status run_compress(const CompressArgs& args) {
       {"rules", args.rules},
       {"max_error", args.max_error ? nlohmann::json(*args.max_error) : nlohmann::json("auto")},
       {"include_embeddings", args.include_embeddings}};
+  // Recorded only when it holds statistics (the streams are otherwise those of a compress without it), so that the
+  // file is byte for byte the one compress writes without --calibration.
+  if (calibration && calibration->size() > 0) recorded["calibration"] = args.calibration;
   std::map<std::string, std::string> metadata = {{"source", args.input},
                                                  {"tool", "epk " + std::string(tool_version())},
                                                  {"settings", "compress " + recorded.dump()},
@@ -157,7 +182,11 @@ Status run_compress(const CompressArgs& args) {
   Progress progress(tensors.size(), total_bytes, total_work);
   // On a GPU, without a budget (whose allocation follows each tensor's outcome), tensors are packed ahead of the
   // writer by several device encoders; each tensor is packed exactly as below.
-  auto options_of = [&](double target) { return rate::packer_encode_options(target, args.rdo, args.threads); };
+  auto options_of = [&](double target, std::size_t i) {
+    rate::EncodeOptions o = rate::packer_encode_options(target, args.rdo, args.threads);
+    o.calibration = stats_of(i);
+    return o;
+  };
   auto info_of = [&](double target) { return rate::packer_encoding_info(target, args.rdo); };
   rate::ChoicePolicy policy;
   policy.max_rel_l2 = args.max_error;
@@ -175,7 +204,7 @@ Status run_compress(const CompressArgs& args) {
       EPK_TRY_ASSIGN(const double target, plan.target(i));
       job_of[i] = jobs.size();
       jobs.push_back({bytes_of(i), std::uint32_t(tensors[i].shape[0]), std::uint32_t(tensors[i].shape[1]),
-                      tensors[i].dtype, options_of(target), policy, info_of(target), tensors[i].name});
+                      tensors[i].dtype, options_of(target, i), policy, info_of(target), tensors[i].name});
     }
     std::vector<std::unique_ptr<rate::TensorEncoder>> encoders;
     encoders.push_back(std::move(encoder));
@@ -216,7 +245,7 @@ Status run_compress(const CompressArgs& args) {
         }
         encoder->prefetch_next(next);
         EPK_TRY_ASSIGN(packed, rate::pack_tensor(*encoder, bytes_of(i), std::uint32_t(t.shape[0]),
-                                                 std::uint32_t(t.shape[1]), t.dtype, options_of(target), policy, info,
+                                                 std::uint32_t(t.shape[1]), t.dtype, options_of(target, i), policy, info,
                                                  t.name));
       }
       row.target = target;
@@ -228,6 +257,8 @@ Status run_compress(const CompressArgs& args) {
         for (const auto& b : form.buffers) row.stored += b.bytes.size();
         row.encoded = true;
         row.rel_l2 = packed.rel_l2;
+        // The device encoder hands calibrated tensors to the CPU encoder (codec/cuda/encode.h): say so.
+        if (stats_of(i)) row.note = device == Device::kCuda ? "calibrated, CPU encoder" : "calibrated";
         // The pool owns the result from here on and frees it once written: nothing below may read `packed`.
         EPK_TRY(writes.add(form.spec, std::move(form.buffers), std::move(kept)));
         row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -274,8 +305,9 @@ Status run_compress(const CompressArgs& args) {
       ++encoded;
       enc_weights += r.weights;
       enc_stored += r.stored;
-      std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f\n", printable(r.name).c_str(), "lattice-rans", r.target, r.stored_bpp,
-                  100.0 * r.rel_l2, r.seconds);
+      std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f%s%s%s\n", printable(r.name).c_str(), "lattice-rans", r.target,
+                  r.stored_bpp, 100.0 * r.rel_l2, r.seconds, r.note.empty() ? "" : "  (", printable(r.note).c_str(),
+                  r.note.empty() ? "" : ")");
     } else if (r.fallback) {
       ++fallbacks;
       std::printf("%-48s %-13s %7.3f %8.3f %7.3f%% %8.2f  (%s)\n", printable(r.name).c_str(), "raw*", r.target, r.stored_bpp,
@@ -329,6 +361,9 @@ void add_compress_command(CLI::App& app, int* exit_code) {
                   "misses the rate, is stored raw (default: min(0.9, max(0.01, 3 * 2^-R)) at target R)");
   cmd->add_option("--threads", args->threads, "encoder threads");
   cmd->add_flag("--include-embeddings", args->include_embeddings, "encode embedding tables too");
+  cmd->add_option("--calibration", args->calibration,
+                  "statistics safetensors (NAME.hessian, NAME.tokens; docs/FORMAT.md 12): weights that have them are "
+                  "rounded Hessian-aware, on the CPU encoder");
   cmd->add_option("--device", args->device,
                   "cpu or cuda (default: cuda when a GPU is present); both write the same file");
   cmd->callback([args, exit_code] {

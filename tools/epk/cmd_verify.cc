@@ -2,7 +2,9 @@
 // lattice-rans tensor decoded (corrupt tiles named with tensor and tile), every intq tensor dequantized, and with
 // --against the stored rate and the relative L2 error of each tensor against the source checkpoint, which must stay
 // under the error ceiling (codec/rate/choose.h: --max-error, else the ceiling compress recorded, else the default at
-// the tensor's target) and must not be all zero where the source is not. Exit 1 when anything is wrong.
+// the tensor's target) and must not be all zero where the source is not. With --calibration STATS (docs/FORMAT.md
+// 12) also each tensor's H-weighted relative error tr((W - Q) H (W - Q)^T) / tr(W H W^T) where STATS has its H.
+// Exit 1 when anything is wrong.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
 #include "codec/rans/decoder.h"
+#include "codec/rate/calibration.h"
 #include "codec/rate/choose.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tools/epk/cli_common.h"
@@ -31,6 +34,7 @@ struct VerifyArgs {
   std::string device;
   std::optional<double> max_error;
   int threads = 0;
+  std::string calibration;
 };
 
 // The --max-error compress applied, from the file's settings metadata ("compress {json}"); nullopt when it used the
@@ -59,6 +63,7 @@ struct TensorReport {
   double target = 0;
   std::optional<double> rel_l2;
   std::optional<double> max_error;  // the ceiling rel_l2 was held to
+  std::optional<double> h_rel;      // with --calibration: the H-weighted relative error
 };
 
 // Decodes every tile of s; corrupt tiles into rep. With want_f32, also the reconstruction.
@@ -117,6 +122,13 @@ Result<int> run_verify(const VerifyArgs& args) {
     EPK_TRY_ASSIGN(auto c, safetensors::Checkpoint::open(args.against));
     source.emplace(std::move(c));
   }
+  std::optional<rate::CalibrationSet> calibration;
+  if (!args.calibration.empty()) {
+    if (!source) return make_error(ErrorCode::kInvalidArgument, "--calibration needs --against (the source weights)");
+    EPK_TRY_ASSIGN(auto set, rate::CalibrationSet::open(args.calibration));
+    EPK_TRY(set.check_against(source->tensors()));
+    calibration.emplace(std::move(set));
+  }
   std::vector<TensorReport> reports;
   for (const auto& t : reader.tensors()) {
     TensorReport rep;
@@ -169,6 +181,8 @@ Result<int> run_verify(const VerifyArgs& args) {
       auto ref = source_f32(*src);
       if (ref) {
         rep.rel_l2 = relative_l2(decoded, *ref);
+        if (const rate::HessianView* h = calibration ? calibration->find(t.name) : nullptr)
+          rep.h_rel = rate::h_weighted_relative_error(*ref, decoded, ref->size() / h->cols, *h, threads);
         if (all_zero(decoded) && !all_zero(*ref)) {
           rep.problems.push_back(where + ": decodes to all zeros where the source is not");
         } else if (t.encoding == container::Encoding::kLatticeRans) {
@@ -224,6 +238,7 @@ Result<int> run_verify(const VerifyArgs& args) {
       if (r.target > 0) j["target_bpp"] = r.target;
       if (r.rel_l2) j["rel_l2"] = *r.rel_l2;
       if (r.max_error) j["max_error"] = *r.max_error;
+      if (r.h_rel) j["h_weighted_rel_error"] = *r.h_rel;
       arr.push_back(std::move(j));
     }
     nlohmann::json out = {{"file", args.input},
@@ -240,14 +255,18 @@ Result<int> run_verify(const VerifyArgs& args) {
     if (!args.against.empty()) out["against"] = args.against;
     std::printf("%s\n", json_text(out).c_str());
   } else {
-    std::printf("%-48s %-13s %6s %8s %7s %9s  %s\n", "tensor", "encoding", "tiles", "stored", "target", "rel_l2",
-                "status");
+    // The h_rel column only with --calibration, so that the table is unchanged without it.
+    const bool h_column = calibration.has_value();
+    std::printf("%-48s %-13s %6s %8s %7s %9s%s  %s\n", "tensor", "encoding", "tiles", "stored", "target", "rel_l2",
+                h_column ? "     h_rel" : "", "status");
     for (const auto& r : reports) {
-      char err[32] = "-", tgt[32] = "-";
+      char err[32] = "-", tgt[32] = "-", hrel[32] = "";
       if (r.rel_l2) std::snprintf(err, sizeof err, "%.4f%%", 100.0 * *r.rel_l2);
       if (r.target > 0) std::snprintf(tgt, sizeof tgt, "%.3f", r.target);
-      std::printf("%-48s %-13s %6u %8.3f %7s %9s  %s\n", printable(r.name).c_str(), r.encoding.c_str(), r.tiles,
-                  r.weights ? 8.0 * double(r.stored) / double(r.weights) : 0.0, tgt, err,
+      if (h_column) std::snprintf(hrel, sizeof hrel, " %9s", "-");
+      if (h_column && r.h_rel) std::snprintf(hrel, sizeof hrel, " %8.4f%%", 100.0 * *r.h_rel);
+      std::printf("%-48s %-13s %6u %8.3f %7s %9s%s  %s\n", printable(r.name).c_str(), r.encoding.c_str(), r.tiles,
+                  r.weights ? 8.0 * double(r.stored) / double(r.weights) : 0.0, tgt, err, hrel,
                   r.problems.empty() ? "ok" : "BAD");
       for (const auto& p : r.problems) std::printf("    %s\n", printable(p).c_str());
     }
@@ -274,6 +293,9 @@ void add_verify_command(CLI::App& app, int* exit_code) {
                   "with --against: ceiling on a lattice-rans tensor's relative L2 error (default: the one compress "
                   "applied, recorded in the file; else min(0.9, max(0.01, 3 * 2^-R)) at its target R)");
   cmd->add_option("--threads", args->threads, "CPU decoder threads (default: all cores)");
+  cmd->add_option("--calibration", args->calibration,
+                  "with --against: statistics safetensors (docs/FORMAT.md 12); also print each tensor's H-weighted "
+                  "relative error tr((W-Q) H (W-Q)^T) / tr(W H W^T)");
 }
 
 }  // namespace epk::cli
