@@ -73,6 +73,7 @@ std::string params_json(const LatticeRansStream& s, const EncodingInfo& info) {
         {"scale", info.scale},
         {"coarsened", info.coarsened}}},
   };
+  if (info.calibrated) j["encoder"]["calibrated"] = true;
   if (!info.entropack_key.empty()) j["entropack_key"] = info.entropack_key;
   return j.dump();  // nlohmann's object is a std::map: keys sorted
 }
@@ -142,7 +143,9 @@ Status parse_params(std::string_view json, std::string_view where, LatticeRansSt
       info->rdo_sweeps = int(rdo);
       info->rdo_candidates = int(cand);
       info->scale = scale;
-      for (auto [k, out] : {std::pair{"calibrate_rate", &info->calibrate_rate}, {"coarsened", &info->coarsened}}) {
+      for (auto [k, out] : {std::pair{"calibrate_rate", &info->calibrate_rate},
+                            {"coarsened", &info->coarsened},
+                            {"calibrated", &info->calibrated}}) {
         auto f = enc.find(k);
         if (f == enc.end()) continue;
         if (!f->is_boolean()) return bad(where, std::string("params.encoder.") + k, "is not a boolean");

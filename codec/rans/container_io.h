@@ -32,6 +32,9 @@ struct EncodingInfo {
   bool calibrate_rate = true;
   double scale = 0.0;  // the encoder's final lattice scale (0: unknown)
   bool coarsened = false;
+  // Rounded with calibration statistics (codec/rate/feedback.h); written only when true, so a file compressed
+  // without statistics is byte for byte what it was before the key existed.
+  bool calibrated = false;
   std::string origin = "epk";  // "epk" or "entropack" (imported)
   std::string entropack_key;   // the state_dict key an imported blob came from (export writes it back)
 };

@@ -166,7 +166,7 @@ double h_weighted_relative_error(std::span<const float> source, std::span<const 
   for (std::size_t i = 0; i < diff.size(); ++i) diff[i] = decoded[i] - source[i];
   const double err = h_weighted_energy(diff.data(), rows, h.cols, h, threads);
   const double energy = h_weighted_energy(source.data(), rows, h.cols, h, threads);
-  if (energy > 0.0) return err / energy;
+  if (energy > 0.0) return std::sqrt(err / energy);
   return err == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
 }
 

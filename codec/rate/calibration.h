@@ -59,8 +59,10 @@ void h_times_rows(const float* v, std::size_t r0, std::size_t r1, std::size_t st
 // Deterministic for any thread count.
 double h_weighted_energy(const float* v, std::size_t rows, std::size_t stride, const HessianView& h, int threads);
 
-// tr((W - Q) H (W - Q)^T) / tr(W H W^T) for W = source, Q = decoded (rows x cols each); 0 when both traces are 0,
-// infinity when only the source's is.
+// The H-weighted relative L2 error sqrt(tr((W - Q) H (W - Q)^T) / tr(W H W^T)) for W = source, Q = decoded (rows x
+// cols each): the layer's output error over the calibration inputs relative to its output, the same kind of figure
+// as the plain relative L2 error (which is this with H = I). 0 when both traces are 0, infinity when only the
+// source's is.
 double h_weighted_relative_error(std::span<const float> source, std::span<const float> decoded, std::size_t rows,
                                  const HessianView& h, int threads);
 

@@ -51,7 +51,12 @@ Choice choose_form(const Candidate& c, const ChoicePolicy& policy) {
     return out;
   };
   if (c.lattice_zero && !c.source_zero) return raw("lattice-rans decodes to all zeros");
-  if (!(c.lattice_rel_l2 <= out.max_rel_l2)) {
+  if (c.lattice_h_rel) {
+    if (!(*c.lattice_h_rel <= out.max_rel_l2)) {
+      return raw("lattice-rans H-weighted error " + percent(*c.lattice_h_rel) + " above the ceiling " +
+                 percent(out.max_rel_l2));
+    }
+  } else if (!(c.lattice_rel_l2 <= out.max_rel_l2)) {
     return raw("lattice-rans error " + percent(c.lattice_rel_l2) + " above the ceiling " + percent(out.max_rel_l2));
   }
   if (c.lattice_bpp > policy.max_rate_ratio * c.target_bpp) {
@@ -106,7 +111,9 @@ Result<Trial> try_lattice(TensorEncoder& encoder, std::span<const std::byte> wei
   final_info.coarsened = t.report.coarsened;
   t.lattice_bytes = lattice_stored_bytes(t.lattice, name, final_info);
 
-  if (!t.error) {
+  // The decoded weights are measured here when the encoder measured nothing, and always with calibration
+  // statistics (the H-weighted error needs the reconstruction).
+  if (!t.error || options.calibration) {
     std::vector<float> source(std::size_t(rows) * cols);
     if (!decode::raw_to_f32(dtype,
                             std::span(reinterpret_cast<const std::uint8_t*>(weights.data()), weights.size()),
@@ -118,15 +125,21 @@ Result<Trial> try_lattice(TensorEncoder& encoder, std::span<const std::byte> wei
     EPK_TRY(rans::decode(t.lattice.view(), name, DType::kF32,
                          std::span<std::byte>(reinterpret_cast<std::byte*>(decoded.data()), decoded.size() * 4),
                          std::max(1, options.threads)));
-    ReconstructionError e;
-    for (std::size_t i = 0; i < decoded.size(); ++i) {
-      const double d = double(decoded[i]) - double(source[i]);
-      e.sse += d * d;
-      e.source_energy += double(source[i]) * double(source[i]);
-      e.decoded_zero = e.decoded_zero && decoded[i] == 0.0f;
-      e.source_zero = e.source_zero && source[i] == 0.0f;
+    if (!t.error) {
+      ReconstructionError e;
+      for (std::size_t i = 0; i < decoded.size(); ++i) {
+        const double d = double(decoded[i]) - double(source[i]);
+        e.sse += d * d;
+        e.source_energy += double(source[i]) * double(source[i]);
+        e.decoded_zero = e.decoded_zero && decoded[i] == 0.0f;
+        e.source_zero = e.source_zero && source[i] == 0.0f;
+      }
+      t.error = e;
     }
-    t.error = e;
+    if (options.calibration) {
+      t.candidate.lattice_h_rel =
+          h_weighted_relative_error(source, decoded, rows, *options.calibration, std::max(1, options.threads));
+    }
   }
   const double num = t.error->sse, den = t.error->source_energy;
   const bool dec_zero = t.error->decoded_zero, src_zero = t.error->source_zero;

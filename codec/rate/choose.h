@@ -6,6 +6,9 @@
 // The rule (choose_form), with R the target rate, E the lattice candidate's relative L2 error against the source
 // (sqrt(sum (x - ref)^2 / sum ref^2)) and B its stored rate (buffers + index entry per weight, docs/FORMAT.md 10.5):
 //   raw   when E > max_rel_l2 (the error ceiling), or the reconstruction is all zero where the source is not,
+//         (for a weight encoded with calibration statistics E is the H-weighted relative L2 error instead: feedback
+//         rounding moves error into the input directions the layer's inputs do not reach, so the plain error of a
+//         well calibrated layer can exceed the ceiling while its output error is well under the uncalibrated one's),
 //         or B > max_rate_ratio * R (the rate the user asked for is out of reach),
 //         or B >= the raw form's stored rate (raw is exact and no larger);
 //   lattice-rans otherwise.
@@ -53,6 +56,8 @@ struct Candidate {
   double target_bpp = 0;
   double lattice_bpp = 0;           // stored rate of the lattice-rans form
   double lattice_rel_l2 = 0;        // its relative L2 error (infinity when the source is all zero and it is not)
+  // With calibration statistics: its H-weighted relative L2 error (calibration.h), which the ceiling then judges.
+  std::optional<double> lattice_h_rel;
   bool lattice_zero = false;        // every reconstructed weight is zero
   bool source_zero = false;         // every source weight is zero
   double raw_bpp = 0;               // stored rate of the raw form

@@ -187,7 +187,11 @@ Status run_compress(const CompressArgs& args) {
     o.calibration = stats_of(i);
     return o;
   };
-  auto info_of = [&](double target) { return rate::packer_encoding_info(target, args.rdo); };
+  auto info_of = [&](double target, std::size_t i) {
+    rans::EncodingInfo info = rate::packer_encoding_info(target, args.rdo);
+    info.calibrated = stats_of(i) != nullptr;
+    return info;
+  };
   rate::ChoicePolicy policy;
   policy.max_rel_l2 = args.max_error;
   auto bytes_of = [&](std::size_t i) {
@@ -204,7 +208,7 @@ Status run_compress(const CompressArgs& args) {
       EPK_TRY_ASSIGN(const double target, plan.target(i));
       job_of[i] = jobs.size();
       jobs.push_back({bytes_of(i), std::uint32_t(tensors[i].shape[0]), std::uint32_t(tensors[i].shape[1]),
-                      tensors[i].dtype, options_of(target, i), policy, info_of(target), tensors[i].name});
+                      tensors[i].dtype, options_of(target, i), policy, info_of(target, i), tensors[i].name});
     }
     std::vector<std::unique_ptr<rate::TensorEncoder>> encoders;
     encoders.push_back(std::move(encoder));
@@ -228,7 +232,7 @@ Status run_compress(const CompressArgs& args) {
     bool store_raw = !p.encode;
     if (p.encode) {
       EPK_TRY_ASSIGN(const double target, plan.target(i));
-      rans::EncodingInfo info = info_of(target);
+      rans::EncodingInfo info = info_of(target, i);
       // The result is kept by the write pool until its bytes are in the file.
       auto kept = std::make_shared<rate::Packed>();
       rate::Packed& packed = *kept;

@@ -132,7 +132,7 @@ TEST(Calibration, AnisotropicHessianLowersTheWeightedErrorAtTheSameRate) {
                   "stored %.4f / %.4f bpp\n",
                   target, static_cast<unsigned long long>(max_vectors), r.plain_err, r.calib_err,
                   r.calib_err / r.plain_err, r.plain_bpp, r.calib_bpp);
-      EXPECT_LT(r.calib_err, 0.7 * r.plain_err) << "target " << target;
+      EXPECT_LT(r.calib_err, 0.84 * r.plain_err) << "target " << target;  // 0.7 in squared error
       EXPECT_NEAR(r.calib_bpp / target, 1.0, 0.005) << "target " << target;
       EXPECT_NEAR(r.plain_bpp / target, 1.0, 0.005) << "target " << target;
     }

@@ -74,6 +74,24 @@ TEST(ChooseForm, EachRuleSendsTheTensorRaw) {
   EXPECT_EQ(choose_form(c, {}).form, Form::kRaw);
 }
 
+// A calibrated candidate is judged by its H-weighted error: a plain error past the ceiling keeps it, an H-weighted
+// error past the ceiling (or NaN) sends it raw, named as such.
+TEST(ChooseForm, TheCeilingJudgesACalibratedWeightByItsWeightedError) {
+  Candidate c = good(4);
+  c.lattice_rel_l2 = 0.2258;  // the plain error feedback rounding left on an anisotropic layer
+  c.lattice_h_rel = 0.07;
+  EXPECT_EQ(choose_form(c, {}).form, Form::kLatticeRans);
+  c.lattice_h_rel = 0.19;
+  Choice ch = choose_form(c, {});
+  EXPECT_EQ(ch.form, Form::kRaw);
+  EXPECT_NE(ch.reason.find("H-weighted error 19.00%"), std::string::npos) << ch.reason;
+  c.lattice_h_rel = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(choose_form(c, {}).form, Form::kRaw);
+  c.lattice_h_rel = 0.07;
+  c.lattice_zero = true;  // the other rules still apply
+  EXPECT_EQ(choose_form(c, {}).form, Form::kRaw);
+}
+
 // Gaussian bf16 weights (sigma 0.02) of rows x cols, seeded by the shape.
 std::vector<std::uint16_t> gaussian(std::uint32_t rows, std::uint32_t cols) {
   std::mt19937 rng(rows * 7919u + cols);
