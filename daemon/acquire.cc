@@ -80,7 +80,7 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
     if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
     return model_gone(s, req, *model);
   }
-  if (Slot* slot = lane->cache->acquire_ready(key, s.id())) {
+  if (Slot* slot = lane->cache->acquire_ready(key, s.id(), s.peer().uid)) {
     check(*lane);
     ll.unlock();
     count_hit(s.io_index(), *lane);
@@ -98,7 +98,7 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
     if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
     return model_gone(s, req, *model);
   }
-  auto lookup = lane->cache->acquire(key, (*served)->bytes, s.id());
+  auto lookup = lane->cache->acquire(key, (*served)->bytes, s.id(), s.peer().uid);
   if (!lookup) {
     std::string why = lookup.error().message;
     if (lookup.error().code == ErrorCode::kNoSpace) {

@@ -6,8 +6,97 @@
 
 namespace epk::daemon {
 
+namespace {
+
+constexpr std::uint64_t kMaxArenaBytes = 64ull << 20;
+constexpr std::uint64_t kMinArenaBlocks = 4;
+
+// The arena: the top 1/32 of the budget in whole kSmallSlotMax blocks (at most kMaxArenaBytes), none when that is
+// under kMinArenaBlocks blocks. Its base is a multiple of kSmallSlotMax, so a power-of-two range aligned to its size
+// never straddles two blocks.
+std::uint64_t arena_base_for(std::uint64_t budget) {
+  const std::uint64_t size = std::min(budget / 32 / kSmallSlotMax * kSmallSlotMax, kMaxArenaBytes);
+  if (size < kMinArenaBlocks * kSmallSlotMax) return budget;
+  return (budget - size) / kSmallSlotMax * kSmallSlotMax;
+}
+
+std::uint64_t pow2_at_least(std::uint64_t n) {
+  std::uint64_t p = kSlotAlignment;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
 Cache::Cache(std::uint64_t budget_bytes, DiscardFn discard, void* discard_ctx, std::uint64_t first_id)
-    : budget_(budget_bytes), alloc_(budget_bytes), discard_(discard), discard_ctx_(discard_ctx), next_id_(first_id) {}
+    : budget_(budget_bytes),
+      main_(arena_base_for(budget_bytes)),
+      arena_(std::min(budget_bytes - arena_base_for(budget_bytes), kMaxArenaBytes), arena_base_for(budget_bytes)),
+      discard_(discard),
+      discard_ctx_(discard_ctx),
+      next_id_(first_id) {}
+
+void Cache::set_quota(const ClientQuota& q) {
+  quota_ = q;
+  uid_cap_ = q.uid_share >= 1.0 ? budget_ : std::uint64_t(std::max(0.0, q.uid_share) * double(budget_));
+}
+
+bool Cache::capped(uid_t uid) const {
+  return quota_.uid_share < 1.0 && uid != kNoUid && uid != 0 && uid != quota_.owner_uid;
+}
+
+std::uint64_t Cache::planned_footprint(std::uint64_t bytes) const {
+  if (bytes <= kSmallSlotMax && arena_.capacity() > 0) return pow2_at_least(bytes);
+  return SlotAllocator::rounded(bytes);
+}
+
+std::optional<Cache::Placement> Cache::place(std::uint64_t bytes) {
+  if (bytes <= kSmallSlotMax && arena_.capacity() > 0) {
+    const std::uint64_t fp = pow2_at_least(bytes);
+    do {
+      if (auto off = arena_.allocate(fp, fp)) return Placement{*off, fp, true};
+    } while (evict_one(true));
+  }
+  // A large slot, or a small one while every arena slot is pinned or behind a pending fence.
+  const std::uint64_t fp = SlotAllocator::rounded(bytes);
+  do {
+    if (auto off = main_.allocate(fp)) return Placement{*off, fp, false};
+  } while (evict_one(false));
+  return std::nullopt;
+}
+
+Cache::ClientEntry& Cache::entry_for(ClientId client, uid_t uid) {
+  auto [c, fresh] = by_client_.try_emplace(client);
+  if (fresh) {
+    c->second.uid = uid;
+    UidUsage& u = by_uid_[uid];
+    ++u.clients;
+    u.capped = capped(uid);
+    c->second.usage = &u;
+  }
+  return c->second;
+}
+
+void Cache::erase_entry(std::unordered_map<ClientId, ClientEntry>::iterator c) {
+  auto u = by_uid_.find(c->second.uid);
+  if (u != by_uid_.end() && --u->second.clients == 0) by_uid_.erase(u);
+  by_client_.erase(c);
+}
+
+std::uint64_t Cache::pinned_bytes_of_uid(uid_t uid) const {
+  auto u = by_uid_.find(uid);
+  return u == by_uid_.end() ? 0 : u->second.pinned.load(std::memory_order_relaxed);
+}
+
+std::vector<UidPins> Cache::pin_holders() const {
+  std::vector<UidPins> out;
+  for (const auto& [uid, u] : by_uid_) {
+    const std::uint64_t b = u.pinned.load(std::memory_order_relaxed);
+    if (b > 0) out.push_back({uid, b});
+  }
+  std::sort(out.begin(), out.end(), [](const UidPins& a, const UidPins& b) { return a.bytes > b.bytes; });
+  return out;
+}
 
 // Fences are kept in release order, and the slot is reusable only once all have completed: the walk drops the
 // completed ones from the front and stops at the first still pending. A slot released again and again while its
@@ -53,19 +142,23 @@ void Cache::remove_slot(std::uint64_t slot_id) {
   for (const auto& [client, n] : s.pins) {
     auto c = by_client_.find(client);
     if (c != by_client_.end()) {
-      if (n > 0) c->second.pinned_bytes -= SlotAllocator::rounded(s.bytes);
+      if (n > 0) {
+        c->second.pinned_bytes -= s.footprint;
+        c->second.usage->pinned -= share_charge(s.footprint);
+      }
       c->second.slots.erase(slot_id);
-      if (c->second.slots.empty()) by_client_.erase(c);
+      if (c->second.slots.empty()) erase_entry(c);
     }
   }
   by_key_.erase(s.key);
-  alloc_.free(s.offset, s.bytes);
-  if (discard_ != nullptr) discard_(discard_ctx_, s.offset, SlotAllocator::rounded(s.bytes));
+  (s.in_arena ? arena_ : main_).free(s.offset, s.footprint);
+  if (discard_ != nullptr) discard_(discard_ctx_, s.offset, s.footprint);
   slots_.erase(it);
 }
 
-bool Cache::evict_one() {
+bool Cache::evict_one(std::optional<bool> arena) {
   for (Slot* s = lru_head_; s != nullptr; s = s->lru_next) {
+    if (arena && s->in_arena != *arena) continue;  // its range would not help this region
     if (!fences_done(*s)) continue;  // a client may still read it: try the next oldest
     remove_slot(s->id);
     ++evictions_;
@@ -74,40 +167,50 @@ bool Cache::evict_one() {
   return false;
 }
 
-Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, ClientId client) {
+Result<Cache::Lookup> Cache::acquire(const SlotKey& key, std::uint64_t bytes, ClientId client, uid_t uid) {
   auto found = by_key_.find(key);
   Slot* s = nullptr;
   Outcome outcome;
   if (found != by_key_.end()) {
     s = &slots_.at(found->second);
-    EPK_TRY(check_quota(client, s, s->bytes));
+    EPK_TRY(check_quota(client, uid, s, s->bytes));
     outcome = s->state == SlotState::kReady ? Outcome::kHit : Outcome::kPending;
     if (client != kNoClient) ++(outcome == Outcome::kHit ? hits_ : misses_);
   } else {
-    EPK_TRY(check_quota(client, nullptr, bytes));
-    if (SlotAllocator::rounded(bytes) > budget_) {
+    EPK_TRY(check_quota(client, uid, nullptr, bytes));
+    if (SlotAllocator::rounded(bytes) > main_.capacity() && bytes > kSmallSlotMax) {
       return make_error(ErrorCode::kNoSpace, "no space: " + std::to_string(bytes) +
-                                                 " bytes exceed the whole budget of " + std::to_string(budget_));
+                                                 " bytes exceed the pool's range for large tensors, " +
+                                                 std::to_string(main_.capacity()) + " bytes of a budget of " +
+                                                 std::to_string(budget_));
     }
-    std::optional<std::uint64_t> offset = alloc_.allocate(bytes);
-    while (!offset && evict_one()) offset = alloc_.allocate(bytes);
-    if (!offset) return make_error(ErrorCode::kNoSpace, space_report(bytes).describe());
-    // The one place bytes are added: the budget holds by construction of the allocator, checked again here.
-    if (alloc_.used() > budget_) return make_error(ErrorCode::kInternal, "cache: budget exceeded (bug)");
+    // The slot count bounds the cache's metadata: at the limit a new slot replaces the least recently used one.
+    if (quota_.max_slots != 0 && slots_.size() >= quota_.max_slots && !evict_one(std::nullopt)) {
+      return make_error(ErrorCode::kNoSpace, "no space: the pool holds " + std::to_string(slots_.size()) +
+                                                 " slots, the most it keeps (max_slots_per_pool = " +
+                                                 std::to_string(quota_.max_slots) +
+                                                 "), and none of them can be evicted");
+    }
+    const std::optional<Placement> at = place(bytes);
+    if (!at) return make_error(ErrorCode::kNoSpace, space_report(bytes).describe());
+    // The one place bytes are added: the budget holds by construction of the allocators, checked again here.
+    if (main_.used() + arena_.used() > budget_) return make_error(ErrorCode::kInternal, "cache: budget exceeded (bug)");
     const std::uint64_t id = next_id_++;
     auto [it, inserted] = slots_.try_emplace(id);  // built in place: a Slot does not move (its atomic pin total)
     s = &it->second;
     s->id = id;
     s->key = key;
-    s->offset = *offset;
+    s->offset = at->offset;
     s->bytes = bytes;
+    s->footprint = at->footprint;
+    s->in_arena = at->in_arena;
     s->state = SlotState::kDecoding;
     s->prefetched = client == kNoClient;
     by_key_.emplace(key, s->id);
     outcome = Outcome::kMiss;
     if (client != kNoClient) ++misses_;
   }
-  if (client != kNoClient) pin(*s, client);
+  if (client != kNoClient) pin(*s, client, uid);
   touch_lru(*s);
   return Lookup{outcome, s};
 }
@@ -119,21 +222,34 @@ Slot* Cache::ready_slot(const SlotKey& key) {
   return it == slots_.end() || it->second.state != SlotState::kReady ? nullptr : &it->second;
 }
 
-Status Cache::check_quota(ClientId client, const Slot* s, std::uint64_t bytes) const {
-  if (client == kNoClient || (quota_.pins_per_slot == 0 && quota_.pinned_bytes == 0)) return {};
+Status Cache::check_quota(ClientId client, uid_t uid, const Slot* s, std::uint64_t bytes) const {
+  if (client == kNoClient) return {};
   const std::uint32_t mine = s != nullptr ? s->pins_of(client) : 0;
   if (quota_.pins_per_slot != 0 && mine >= quota_.pins_per_slot) {
     return make_error(ErrorCode::kQuota, "quota: this client already holds " + std::to_string(mine) +
                                              " pins on this tensor (max_pins_per_tensor = " +
                                              std::to_string(quota_.pins_per_slot) + ")");
   }
-  if (quota_.pinned_bytes != 0 && mine == 0) {
+  if (mine != 0) return {};
+  const std::uint64_t fp = s != nullptr ? s->footprint : planned_footprint(bytes);
+  if (quota_.pinned_bytes != 0) {
     const std::uint64_t held = pinned_bytes_of(client);
-    if (held + SlotAllocator::rounded(bytes) > quota_.pinned_bytes) {
+    if (held + fp > quota_.pinned_bytes) {
       return make_error(ErrorCode::kQuota, "quota: this client holds " + std::to_string(held) + " pinned bytes, and " +
-                                               std::to_string(SlotAllocator::rounded(bytes)) +
-                                               " more would pass its quota of " +
+                                               std::to_string(fp) + " more would pass its quota of " +
                                                std::to_string(quota_.pinned_bytes) + " (quota_pinned_mb)");
+    }
+  }
+  // The uid of an existing client entry is the one it was made with (a session's uid does not change).
+  auto c = by_client_.find(client);
+  const uid_t who = c != by_client_.end() ? c->second.uid : uid;
+  if (capped(who)) {
+    const std::uint64_t held = pinned_bytes_of_uid(who);
+    if (held + share_charge(fp) > uid_cap_) {
+      return make_error(ErrorCode::kQuota, "quota: uid " + std::to_string(who) + " holds " + std::to_string(held) +
+                                               " pinned bytes in this pool, and " + std::to_string(share_charge(fp)) +
+                                               " more would pass its share of " + std::to_string(uid_cap_) +
+                                               " (uid_pinned_share = " + std::to_string(quota_.uid_share) + ")");
     }
   }
   return {};
@@ -144,11 +260,11 @@ std::uint64_t Cache::pinned_bytes_of(ClientId client) const {
   return c == by_client_.end() ? 0 : c->second.pinned_bytes;
 }
 
-Slot* Cache::acquire_ready(const SlotKey& key, ClientId client) {
+Slot* Cache::acquire_ready(const SlotKey& key, ClientId client, uid_t uid) {
   Slot* ready = ready_slot(key);
-  if (ready == nullptr || !check_quota(client, ready, ready->bytes)) return nullptr;  // acquire() answers the quota
+  if (ready == nullptr || !check_quota(client, uid, ready, ready->bytes)) return nullptr;  // acquire() answers it
   Slot& s = *ready;
-  pin(s, client);
+  pin(s, client, uid);
   touch_lru(s);
   return &s;
 }
@@ -160,24 +276,38 @@ Slot* Cache::pin_shared(const SlotKey& key, ClientId client) {
   auto p = s.pins.find(client);
   if (p == s.pins.end()) return nullptr;  // a first pin adds entries: exclusive
   if (quota_.pins_per_slot != 0 && p->second >= quota_.pins_per_slot) return nullptr;  // acquire() refuses it
-  // A pin after this client's release of the slot adds its bytes to the client's own entry (see by_client_).
+  // A pin after this client's release of the slot adds its bytes to the client's own entry (see by_client_) and
+  // its share charge to its uid's count, which other sessions of the uid move at the same time: the charge is
+  // reserved within the share first, and given back if the pin does not happen.
   ClientEntry* mine = nullptr;
+  const std::uint64_t charge = share_charge(s.footprint);
   if (p->second == 0) {
     auto c = by_client_.find(client);
     if (c == by_client_.end()) return nullptr;
-    if (quota_.pinned_bytes != 0 &&
-        c->second.pinned_bytes + SlotAllocator::rounded(s.bytes) > quota_.pinned_bytes) {
+    if (quota_.pinned_bytes != 0 && c->second.pinned_bytes + s.footprint > quota_.pinned_bytes) {
       return nullptr;  // acquire() refuses it
     }
     mine = &c->second;
+    std::atomic<std::uint64_t>& held = mine->usage->pinned;
+    if (mine->usage->capped) {
+      std::uint64_t h = held.load(std::memory_order_relaxed);
+      do {
+        if (h + charge > uid_cap_) return nullptr;  // acquire() refuses it
+      } while (!held.compare_exchange_weak(h, h + charge, std::memory_order_relaxed));
+    } else {
+      held.fetch_add(charge, std::memory_order_relaxed);
+    }
   }
   // Only from a total above zero: from zero the slot leaves the LRU list, which shared holders never touch.
   std::uint32_t total = s.pin_total.load(std::memory_order_relaxed);
   do {
-    if (total == 0) return nullptr;
+    if (total == 0) {
+      if (mine != nullptr) mine->usage->pinned.fetch_sub(charge, std::memory_order_relaxed);
+      return nullptr;
+    }
   } while (!s.pin_total.compare_exchange_weak(total, total + 1, std::memory_order_relaxed));
   ++p->second;  // this client's own entry: no other thread writes it while shared holders run
-  if (mine != nullptr) mine->pinned_bytes += SlotAllocator::rounded(s.bytes);
+  if (mine != nullptr) mine->pinned_bytes += s.footprint;
   return &s;
 }
 
@@ -199,18 +329,22 @@ bool Cache::unpin_shared(std::uint64_t slot_id, ClientId client) {
     if (total <= 1) return false;
   } while (!s.pin_total.compare_exchange_weak(total, total - 1, std::memory_order_relaxed));
   --p->second;
-  if (mine != nullptr) mine->pinned_bytes -= SlotAllocator::rounded(s.bytes);
+  if (mine != nullptr) {
+    mine->pinned_bytes -= s.footprint;
+    mine->usage->pinned.fetch_sub(share_charge(s.footprint), std::memory_order_relaxed);
+  }
   return true;
 }
 
 // Entries are created on a client's first pin of a slot and then kept at 0 (unpin_to): later pins allocate nothing.
-void Cache::pin(Slot& s, ClientId client) {
+void Cache::pin(Slot& s, ClientId client, uid_t uid) {
   s.prefetched = false;
   auto [p, fresh] = s.pins.try_emplace(client, 0);
   if (fresh || p->second == 0) {
-    ClientEntry& e = by_client_[client];
+    ClientEntry& e = entry_for(client, uid);
     if (fresh) e.slots.insert(s.id);
-    e.pinned_bytes += SlotAllocator::rounded(s.bytes);
+    e.pinned_bytes += s.footprint;
+    e.usage->pinned += share_charge(s.footprint);
   }
   ++p->second;
   ++s.pin_total;
@@ -233,7 +367,13 @@ void Cache::unpin_to(Slot& s, ClientId client, std::uint32_t count) {
   auto p = s.pins.find(client);
   if (p == s.pins.end()) return;
   count = std::min(count, p->second);
-  if (count != 0 && count == p->second) by_client_[client].pinned_bytes -= SlotAllocator::rounded(s.bytes);
+  if (count != 0 && count == p->second) {
+    auto c = by_client_.find(client);
+    if (c != by_client_.end()) {
+      c->second.pinned_bytes -= s.footprint;
+      c->second.usage->pinned -= share_charge(s.footprint);
+    }
+  }
   p->second -= count;
   s.pin_total -= count;
   touch_lru(s);
@@ -261,11 +401,12 @@ void Cache::drop_client(ClientId client) {
     Slot& s = it->second;
     auto p = s.pins.find(client);
     if (p == s.pins.end()) continue;
+    if (p->second > 0) c->second.usage->pinned -= share_charge(s.footprint);
     s.pin_total -= p->second;
     s.pins.erase(p);
     touch_lru(s);
   }
-  by_client_.erase(c);
+  erase_entry(c);
 }
 
 std::size_t Cache::drop_model(std::uint32_t model) {
@@ -293,12 +434,13 @@ SpaceReport Cache::space_report(std::uint64_t bytes) const {
   SpaceReport r;
   r.request = SlotAllocator::rounded(bytes);
   r.budget = budget_;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> pinned;  // [begin, end) of pinned slots
+  // [begin, end) of pinned slots, per region: a request takes a range of one region.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> pinned, pinned_arena;
   for (const auto& [id, s] : slots_) {
-    const std::uint64_t held = SlotAllocator::rounded(s.bytes);
+    const std::uint64_t held = s.footprint;
     if (s.pin_total > 0) {
       r.pinned += held;
-      pinned.emplace_back(s.offset, s.offset + held);
+      (s.in_arena ? pinned_arena : pinned).emplace_back(s.offset, s.offset + held);
     } else if (s.state == SlotState::kDecoding) {
       r.decoding += held;
     } else if (has_pending_fence(s)) {
@@ -306,13 +448,20 @@ SpaceReport Cache::space_report(std::uint64_t bytes) const {
       ++r.fenced_slots;
     }
   }
-  std::sort(pinned.begin(), pinned.end());
-  std::uint64_t at = 0;
-  for (const auto& [begin, end] : pinned) {
-    if (begin > at) r.largest_gap = std::max(r.largest_gap, begin - at);
-    at = std::max(at, end);
+  auto largest_gap = [](std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges, std::uint64_t begin_at,
+                        std::uint64_t end_at) {
+    std::sort(ranges.begin(), ranges.end());
+    std::uint64_t gap = 0, at = begin_at;
+    for (const auto& [begin, end] : ranges) {
+      if (begin > at) gap = std::max(gap, begin - at);
+      at = std::max(at, end);
+    }
+    return end_at > at ? std::max(gap, end_at - at) : gap;
+  };
+  r.largest_gap = largest_gap(pinned, main_.base(), main_.base() + main_.capacity());
+  if (bytes <= kSmallSlotMax && arena_.capacity() > 0) {
+    r.largest_gap = std::max(r.largest_gap, largest_gap(pinned_arena, arena_.base(), arena_.base() + arena_.capacity()));
   }
-  if (budget_ > at) r.largest_gap = std::max(r.largest_gap, budget_ - at);
   return r;
 }
 
@@ -337,17 +486,17 @@ Slot* Cache::find(std::uint64_t slot_id) {
 CacheStats Cache::stats() const {
   CacheStats st;
   st.budget_bytes = budget_;
-  st.used_bytes = alloc_.used();
+  st.used_bytes = main_.used() + arena_.used();
   st.slots = slots_.size();
   for (const auto& [id, s] : slots_) {
     if (s.pin_total > 0) {
       ++st.pinned_slots;
-      st.pinned_bytes += SlotAllocator::rounded(s.bytes);
+      st.pinned_bytes += s.footprint;
       st.pins += s.pin_total;
     } else if (has_pending_fence(s)) {
-      st.fenced_bytes += SlotAllocator::rounded(s.bytes);
+      st.fenced_bytes += s.footprint;
     }
-    if (s.prefetched) st.prefetched_bytes += SlotAllocator::rounded(s.bytes);
+    if (s.prefetched) st.prefetched_bytes += s.footprint;
   }
   st.hits = hits_;
   st.misses = misses_;
@@ -357,15 +506,24 @@ CacheStats Cache::stats() const {
 
 Status Cache::verify() const {
   auto bad = [](const std::string& why) { return make_error(ErrorCode::kInternal, "cache invariant: " + why); };
-  EPK_TRY(alloc_.verify());
-  if (alloc_.used() > budget_)
-    return bad("used " + std::to_string(alloc_.used()) + " > budget " + std::to_string(budget_));
-  std::uint64_t sum = 0;
+  EPK_TRY(main_.verify());
+  EPK_TRY(arena_.verify());
+  const std::uint64_t used = main_.used() + arena_.used();
+  if (used > budget_) return bad("used " + std::to_string(used) + " > budget " + std::to_string(budget_));
+  if (arena_.capacity() > 0 && (main_.base() + main_.capacity() > arena_.base() ||
+                                arena_.base() + arena_.capacity() > budget_)) {
+    return bad("regions overlap or pass the budget");
+  }
+  std::uint64_t sum_main = 0, sum_arena = 0;
   std::size_t lru_expected = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
   for (const auto& [id, s] : slots_) {
-    sum += SlotAllocator::rounded(s.bytes);
-    ranges.emplace_back(s.offset, s.offset + SlotAllocator::rounded(s.bytes));
+    (s.in_arena ? sum_arena : sum_main) += s.footprint;
+    if (!(s.in_arena ? arena_ : main_).contains(s.offset)) return bad("slot " + std::to_string(id) + " outside its region");
+    if (s.footprint < SlotAllocator::rounded(s.bytes)) return bad("footprint of slot " + std::to_string(id));
+    if (s.in_arena && (s.footprint & (s.footprint - 1)) != 0) return bad("arena slot " + std::to_string(id) + " not a power of two");
+    if (s.in_arena && s.offset % s.footprint != 0) return bad("arena slot " + std::to_string(id) + " misaligned");
+    ranges.emplace_back(s.offset, s.offset + s.footprint);
     std::uint32_t total = 0;
     for (const auto& [client, n] : s.pins) {
       auto c = by_client_.find(client);
@@ -381,7 +539,7 @@ Status Cache::verify() const {
     auto k = by_key_.find(s.key);
     if (k == by_key_.end() || k->second != id) return bad("key index of slot " + std::to_string(id));
   }
-  if (sum != alloc_.used()) return bad("slot bytes " + std::to_string(sum) + " != allocator used");
+  if (sum_main != main_.used() || sum_arena != arena_.used()) return bad("slot bytes != allocator used");
   std::size_t walked = 0;
   for (const Slot* p = lru_head_; p != nullptr; p = p->lru_next) {
     if (!p->in_lru || ++walked > lru_expected) return bad("LRU list holds a slot it should not");
@@ -391,6 +549,7 @@ Status Cache::verify() const {
   }
   if (walked != lru_expected || lru_size_ != lru_expected) return bad("LRU list length");
   if (by_key_.size() != slots_.size()) return bad("key index size");
+  std::unordered_map<uid_t, std::pair<std::uint64_t, std::uint32_t>> by_uid;  // charge, clients
   for (const auto& [client, entry] : by_client_) {
     std::uint64_t pinned = 0;
     for (const std::uint64_t id : entry.slots) {
@@ -398,9 +557,22 @@ Status Cache::verify() const {
       if (it == slots_.end() || it->second.pins.count(client) == 0) {
         return bad("per-client pin index names slot " + std::to_string(id) + " without a pin entry there");
       }
-      if (it->second.pins.at(client) > 0) pinned += SlotAllocator::rounded(it->second.bytes);
+      if (it->second.pins.at(client) > 0) {
+        pinned += it->second.footprint;
+        by_uid[entry.uid].first += share_charge(it->second.footprint);
+      }
     }
+    ++by_uid[entry.uid].second;
     if (pinned != entry.pinned_bytes) return bad("pinned bytes of client " + std::to_string(client));
+    auto u = by_uid_.find(entry.uid);
+    if (u == by_uid_.end() || &u->second != entry.usage) return bad("uid entry of client " + std::to_string(client));
+  }
+  if (by_uid.size() != by_uid_.size()) return bad("uid index size");
+  for (const auto& [uid, u] : by_uid_) {
+    auto e = by_uid.find(uid);
+    if (e == by_uid.end() || e->second.first != u.pinned.load() || e->second.second != u.clients) {
+      return bad("pinned bytes of uid " + std::to_string(uid));
+    }
   }
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t i = 1; i < ranges.size(); ++i) {

@@ -6,11 +6,23 @@
 // A cache hit (acquire of a ready slot, then its release) allocates nothing: the LRU list is threaded through the
 // slots, and a client's pin entries (on the slot and in the per-client index) stay at count 0 after its release, so
 // the next acquire by the same client finds them. Zero entries go when the slot is removed or the client is dropped.
+//
+// Fair shares (docs/SECURITY.md): the pinned bytes of each uid are counted over its sessions, and a capped uid (not
+// root, not epkd's own) may hold at most its share of the budget pinned. Slots of up to kSmallSlotMax bytes (norms,
+// biases, small shards) live in a small-slot arena at the top of the pool, each in a power-of-two range aligned to its
+// size, so they cannot split the range below it that large tensors need; against a uid's share each pinned slot counts
+// at least kSmallSlotMax, the arena block it can keep from others. The number of slots is bounded (max_slots), which
+// bounds the metadata.
 #pragma once
 
+#include <sys/types.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -25,6 +37,10 @@ namespace epk::daemon {
 
 using ClientId = std::uint64_t;
 inline constexpr ClientId kNoClient = 0;
+// A client whose uid is not known to the cache (tests, prefetches): never capped.
+inline constexpr uid_t kNoUid = static_cast<uid_t>(-1);
+// Slots up to this size go to the small-slot arena; it is also the least a pinned slot counts against a uid's share.
+inline constexpr std::uint64_t kSmallSlotMax = 64u << 10;
 
 struct SlotKey {
   std::uint32_t model = 0;
@@ -51,7 +67,9 @@ struct Slot {
   std::uint64_t id = 0;  // the handle clients release; never reused
   SlotKey key;
   std::uint64_t offset = 0;
-  std::uint64_t bytes = 0;  // requested; the allocator holds SlotAllocator::rounded(bytes)
+  std::uint64_t bytes = 0;      // requested
+  std::uint64_t footprint = 0;  // what the allocator holds: rounded(bytes), or its power of two in the arena
+  bool in_arena = false;
   SlotState state = SlotState::kDecoding;
   bool prefetched = false;  // made by a prefetch and not pinned by any client since
   std::unordered_map<ClientId, std::uint32_t> pins;  // client -> pin count (0: released, entry kept for the next pin)
@@ -86,12 +104,22 @@ struct SpaceReport {
   std::string describe() const;
 };
 
-// Per-client limits (0: none), so that one client cannot take the budget from the others: the bytes of the slots it
-// holds pinned (a slot counts once however often it is pinned) and the pins it holds on one slot. An acquire over
-// either is refused with kQuota, naming the limit.
+// Limits (0: none), so that one client or one uid cannot take the budget from the others: the footprint of the slots
+// a client (session) holds pinned (a slot counts once however often it is pinned), the pins it holds on one slot, the
+// share of the budget one capped uid may hold pinned over all its sessions, and the number of slots. An acquire over
+// a client's or uid's limit is refused with kQuota, naming it.
 struct ClientQuota {
   std::uint64_t pinned_bytes = 0;
   std::uint32_t pins_per_slot = 0;
+  double uid_share = 1.0;     // of the budget; 1: uids are not capped
+  uid_t owner_uid = kNoUid;   // epkd's own uid: never capped (nor is root)
+  std::uint64_t max_slots = 0;
+};
+
+// What one uid holds pinned in a pool (its share's count: at least kSmallSlotMax a slot).
+struct UidPins {
+  uid_t uid = kNoUid;
+  std::uint64_t bytes = 0;
 };
 
 struct CacheStats {
@@ -132,12 +160,13 @@ class Cache {
   // Finds or reserves the slot for `key` (`bytes` long) and pins it for `client` (no pin for kNoClient: a prefetch).
   // A miss evicts least-recently-used unpinned ready slots whose fences have completed until the bytes fit; if they
   // cannot, ErrorCode::kNoSpace (pinned slots are never evicted). Joining a decode in flight counts as a miss.
-  Result<Lookup> acquire(const SlotKey& key, std::uint64_t bytes, ClientId client);
+  // `uid`: the client's (its share is checked and counted); kNoUid: uncapped.
+  Result<Lookup> acquire(const SlotKey& key, std::uint64_t bytes, ClientId client, uid_t uid = kNoUid);
   // The cache-hit part of acquire() alone: the slot for `key` pinned for `client` when it is ready; null, with nothing
   // changed, when it is absent or still decoding (then acquire() decides). Never evicts or reserves, so epkd runs it
   // without the lock its misses need. Not counted in stats().hits: the caller counts these hits where no other thread
   // writes (epkd: per io thread) and adds them to its reports. client != kNoClient.
-  Slot* acquire_ready(const SlotKey& key, ClientId client);
+  Slot* acquire_ready(const SlotKey& key, ClientId client, uid_t uid = kNoUid);
   // The hit and the release that need no exclusive lock (daemon/lane_lock.h): they run beside each other on several
   // threads (never beside any other call), each for its own client. pin_shared pins a ready slot that `client` has
   // pinned before (its entry exists) while others hold pins on it (total above zero); unpin_shared drops one of
@@ -162,9 +191,17 @@ class Cache {
   std::size_t drop_model(std::uint32_t model);
   // Fences held on slots, completed or not (tests, status).
   std::size_t fences_held() const;
-  void set_quota(const ClientQuota& q) { quota_ = q; }
-  // The bytes of the slots `client` holds pinned now.
+  // Before the first acquire.
+  void set_quota(const ClientQuota& q);
+  // The footprint of the slots `client` holds pinned now.
   std::uint64_t pinned_bytes_of(ClientId client) const;
+  // What `uid` holds pinned against its share now.
+  std::uint64_t pinned_bytes_of_uid(uid_t uid) const;
+  // The uids holding pins, most bytes first (the log line of an acquire refused for space).
+  std::vector<UidPins> pin_holders() const;
+  // The arena's range ([arena_base, arena_base + arena_bytes); 0 bytes: no arena, the budget is too small).
+  std::uint64_t arena_base() const { return arena_.base(); }
+  std::uint64_t arena_bytes() const { return arena_.capacity(); }
   // After acquire() refused `bytes` for lack of space: what holds the budget and whether waiting can help.
   SpaceReport space_report(std::uint64_t bytes) const;
 
@@ -182,20 +219,40 @@ class Cache {
  private:
   // The slot of `key` when it is ready (decoded), else null; no pin, no LRU touch.
   Slot* ready_slot(const SlotKey& key);
-  // Whether `client` may take one more pin on `s` (null: a new slot of `bytes`) within its quota.
-  Status check_quota(ClientId client, const Slot* s, std::uint64_t bytes) const;
-  void pin(Slot& s, ClientId client);
+  struct UidUsage;
+  struct ClientEntry;
+  struct Placement {
+    std::uint64_t offset, footprint;
+    bool in_arena;
+  };
+  // Whether `client` (of `uid`) may take one more pin on `s` (null: a new slot of `bytes`) within its quota and its
+  // uid's share.
+  Status check_quota(ClientId client, uid_t uid, const Slot* s, std::uint64_t bytes) const;
+  bool capped(uid_t uid) const;
+  // What a pin of a slot of `footprint` counts against a uid's share.
+  static std::uint64_t share_charge(std::uint64_t footprint) { return std::max(footprint, kSmallSlotMax); }
+  // The footprint a new slot of `bytes` will have at most (its quota check, before it is placed).
+  std::uint64_t planned_footprint(std::uint64_t bytes) const;
+  // A range for a new slot of `bytes`: the arena for a small one while it has room (evicting the arena's LRU slots),
+  // else the main region (evicting its LRU slots); nullopt when neither has room.
+  std::optional<Placement> place(std::uint64_t bytes);
+  ClientEntry& entry_for(ClientId client, uid_t uid);
+  void erase_entry(std::unordered_map<ClientId, ClientEntry>::iterator c);
+  void pin(Slot& s, ClientId client, uid_t uid);
   void unpin_to(Slot& s, ClientId client, std::uint32_t count);
   void touch_lru(Slot& s);
   void lru_unlink(Slot& s);
-  bool evict_one();
+  // Evicts the least recently used removable slot: of the arena (`arena` true), of the main region (false), or of
+  // either (nullopt).
+  bool evict_one(std::optional<bool> arena);
   void remove_slot(std::uint64_t slot_id);
   static bool fences_done(Slot& s);
   // Whether a released use of the slot may still be running (a fence not yet complete); changes nothing.
   static bool has_pending_fence(const Slot& s);
 
   std::uint64_t budget_;
-  SlotAllocator alloc_;
+  SlotAllocator main_;   // [0, arena_base): slots over kSmallSlotMax, and small ones when the arena is full
+  SlotAllocator arena_;  // the small-slot arena, the top 1/32 of the budget (at most 64 MiB)
   DiscardFn discard_;
   void* discard_ctx_;
   std::uint64_t next_id_ = 1;
@@ -206,12 +263,25 @@ class Cache {
   // so a pin or unpin of an entry that exists and stays above 0 touches only the slot. A client's entry is changed
   // only by its own requests (one session thread) or under the exclusive lock, so the shared-lock paths may update
   // their own client's bytes.
+  //
+  // A uid's count is atomic: the shared-lock paths of its different sessions (different io threads) change it when a
+  // client's count on a slot leaves or reaches 0. Entries are made and erased under the exclusive lock only (a
+  // client's entry points at its uid's; map nodes do not move).
+  struct UidUsage {
+    std::atomic<std::uint64_t> pinned{0};
+    std::uint32_t clients = 0;  // entries in by_client_ of this uid
+    bool capped = false;
+  };
   struct ClientEntry {
     std::unordered_set<std::uint64_t> slots;
     std::uint64_t pinned_bytes = 0;
+    uid_t uid = kNoUid;
+    UidUsage* usage = nullptr;
   };
   std::unordered_map<ClientId, ClientEntry> by_client_;
+  std::unordered_map<uid_t, UidUsage> by_uid_;
   ClientQuota quota_;
+  std::uint64_t uid_cap_ = 0;  // uid_share of the budget
   Slot* lru_head_ = nullptr;  // least recently used
   Slot* lru_tail_ = nullptr;
   std::size_t lru_size_ = 0;

@@ -126,6 +126,11 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_option("--quota-pinned-mb", quota_pinned_mb,
                  "MiB one client may hold pinned in a pool (0: up to the budget; config: quota_pinned_mb)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  std::int64_t uid_pinned_percent = -1;
+  app.add_option("--uid-pinned-percent", uid_pinned_percent,
+                 "percent of a pool's budget one uid may hold pinned over all its sessions (default 50, 100: no cap; "
+                 "root and epkd's uid are never capped; config: uid_pinned_percent)")
+      ->check(CLI::Range(1, 100));
   std::int64_t max_pins_per_tensor = -1;
   app.add_option("--max-pins-per-tensor", max_pins_per_tensor,
                  "pins one client may hold on one tensor (default 1024, 0: no limit; config: max_pins_per_tensor)")
@@ -193,6 +198,7 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   if (space_wait_ms >= 0) cfg.space_wait_ms = space_wait_ms;
   if (quota_pinned_mb >= 0) cfg.quota_pinned_bytes = static_cast<std::uint64_t>(quota_pinned_mb) << 20;
   if (max_pins_per_tensor >= 0) cfg.max_pins_per_tensor = static_cast<std::uint32_t>(max_pins_per_tensor);
+  if (uid_pinned_percent >= 0) cfg.uid_pinned_percent = static_cast<std::uint32_t>(uid_pinned_percent);
   if (max_sessions_per_uid != 0) cfg.max_sessions_per_uid = max_sessions_per_uid;
   if (!allow_uids.empty()) cfg.access.uids = allow_uids;
   if (!allow_gids.empty()) cfg.access.gids = allow_gids;

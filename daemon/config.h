@@ -4,7 +4,7 @@
 // io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, device_resident = true|false,
 // read_timeout_ms = N, idle_timeout_ms = N, max_sessions_per_uid = N, space_wait_ms = N,
 // allowed_uids = [1000, "alice"], allowed_gids = ["epk"] (numbers or names), quota_pinned_mb = N,
-// max_pins_per_tensor = N, client_decode_uids = [...], client_decode_gids = [...],
+// max_pins_per_tensor = N, uid_pinned_percent = N, max_slots_per_pool = N, client_decode_uids = [...], client_decode_gids = [...],
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
 // own budget instead of budget_mb),
 // synthetic_delay_us = N, log_level = "info", spin_us = N, metrics_listen = "127.0.0.1:9464" | "/run/epkd/metrics.sock",
@@ -74,11 +74,16 @@ struct DaemonConfig {
   // must be trusted with what every client of its domain decodes from (docs/SECURITY.md).
   AccessRule client_decode;
   std::vector<DomainSpec> domains;  // beyond the default one ([[domain]] tables)
-  std::uint32_t max_sessions_per_uid = 1024;
+  std::uint32_t max_sessions_per_uid = 1024;  // open sessions of one uid; more are refused at hello
   // Per client and pool (daemon/cache.h, ClientQuota): the bytes it may hold pinned (0: up to the budget) and the pins
   // it may hold on one tensor (0: no limit).
   std::uint64_t quota_pinned_bytes = 0;
-  std::uint32_t max_pins_per_tensor = 1024;  // open sessions of one uid; more are refused at hello
+  std::uint32_t max_pins_per_tensor = 1024;
+  // Per uid and pool, over all its sessions: the percent of the budget it may hold pinned (100: no cap). Root and
+  // epkd's own uid are never capped (docs/SECURITY.md, "Fair shares").
+  std::uint32_t uid_pinned_percent = 50;
+  // Slots one pool keeps at most (bounds the cache's metadata; the least recently used one makes room).
+  std::uint64_t max_slots_per_pool = 65536;
   // An acquire that does not fit while unpinned bytes are held by slots still decoding (prefetches) or by released
   // slots whose fences are pending waits up to this long for them (0: refuse at once).
   int space_wait_ms = 10000;

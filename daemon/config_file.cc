@@ -318,6 +318,12 @@ const std::vector<ConfigKey>& config_keys() {
       {"max_pins_per_tensor", integer(0, std::int64_t{1} << 31, [](DaemonConfig* c, std::int64_t v) {
          c->max_pins_per_tensor = static_cast<std::uint32_t>(v);
        })},
+      {"uid_pinned_percent", integer(1, 100, [](DaemonConfig* c, std::int64_t v) {
+         c->uid_pinned_percent = static_cast<std::uint32_t>(v);
+       })},
+      {"max_slots_per_pool", integer(16, std::int64_t{1} << 32, [](DaemonConfig* c, std::int64_t v) {
+         c->max_slots_per_pool = static_cast<std::uint64_t>(v);
+       })},
       {"allowed_uids", ids(false, &DaemonConfig::access, &AccessRule::uids)},
       {"allowed_gids", ids(true, &DaemonConfig::access, &AccessRule::gids)},
       {"client_decode_uids", ids(false, &DaemonConfig::client_decode, &AccessRule::uids)},

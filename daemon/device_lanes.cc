@@ -1,6 +1,7 @@
 #include "daemon/device_lanes.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -25,7 +26,8 @@ std::vector<int> wanted_devices(const DaemonConfig& cfg) {
 // A lane's cache: the pool's size as its budget, handles in the pool's range, the configured per-client quota.
 std::unique_ptr<Cache> make_cache(const DaemonConfig& cfg, const Lane& lane) {
   auto cache = std::make_unique<Cache>(lane.pool->size(), nullptr, nullptr, first_handle_of_pool(lane.pool_id));
-  cache->set_quota({cfg.quota_pinned_bytes, cfg.max_pins_per_tensor});
+  cache->set_quota({cfg.quota_pinned_bytes, cfg.max_pins_per_tensor, cfg.uid_pinned_percent / 100.0, ::geteuid(),
+                    cfg.max_slots_per_pool});
   return cache;
 }
 

@@ -1,32 +1,41 @@
 #include "daemon/slot_allocator.h"
 
+#include <algorithm>
 #include <string>
 
 #include "codec/common/bytes.h"
 
 namespace epk::daemon {
 
-SlotAllocator::SlotAllocator(std::uint64_t capacity) : capacity_(capacity / kSlotAlignment * kSlotAlignment) {
-  if (capacity_ > 0) free_.emplace(0, capacity_);
+SlotAllocator::SlotAllocator(std::uint64_t capacity, std::uint64_t base)
+    : base_(base), capacity_(capacity / kSlotAlignment * kSlotAlignment) {
+  if (capacity_ > 0) free_.emplace(base_, capacity_);
 }
 
 std::uint64_t SlotAllocator::rounded(std::uint64_t bytes) {
   return bytes == 0 ? kSlotAlignment : align_up(bytes, kSlotAlignment);
 }
 
-std::optional<std::uint64_t> SlotAllocator::allocate(std::uint64_t bytes) {
+std::optional<std::uint64_t> SlotAllocator::allocate(std::uint64_t bytes, std::uint64_t alignment) {
   if (bytes > capacity_) return std::nullopt;
   const std::uint64_t need = rounded(bytes);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < need) continue;
-    std::uint64_t offset = it->first;
-    std::uint64_t left = it->second - need;
+    const std::uint64_t start = it->first, end = it->first + it->second;
+    const std::uint64_t offset = align_up(start, alignment);
+    if (offset + need > end) continue;
     free_.erase(it);
-    if (left > 0) free_.emplace(offset + need, left);
+    if (offset > start) free_.emplace(start, offset - start);
+    if (end > offset + need) free_.emplace(offset + need, end - offset - need);
     used_ += need;
     return offset;
   }
   return std::nullopt;
+}
+
+std::uint64_t SlotAllocator::largest_free() const {
+  std::uint64_t best = 0;
+  for (const auto& [off, len] : free_) best = std::max(best, len);
+  return best;
 }
 
 void SlotAllocator::free(std::uint64_t offset, std::uint64_t bytes) {
@@ -60,7 +69,9 @@ Status SlotAllocator::verify() const {
       return make_error(ErrorCode::kInternal,
                         "slot allocator: free ranges overlap or are not merged at " + std::to_string(off));
     }
-    if (off + len > capacity_) return make_error(ErrorCode::kInternal, "slot allocator: free range past capacity");
+    if (off < base_ || off + len > base_ + capacity_) {
+      return make_error(ErrorCode::kInternal, "slot allocator: free range outside its region");
+    }
     end = off + len;
     free_sum += len;
     first = false;
