@@ -57,7 +57,9 @@ Status Client::Impl::send_all(const std::vector<std::uint8_t>& bytes) {
     if (n < 0) {
       if (errno == EINTR) continue;
       int e = errno;
-      sock.reset();
+      // A peer that closed may have written why first (epkd refuses a connection at accept that way): the socket
+      // stays open for call() to read it.
+      if (e != EPIPE && e != ECONNRESET) sock.reset();
       return make_errno_error("epk client: send", e);
     }
     sent += static_cast<std::size_t>(n);
@@ -124,9 +126,16 @@ Result<Frame> Client::Impl::call_empty(shm::MsgType type) {
 
 Result<Frame> Client::Impl::call(std::uint32_t id, shm::MsgType expect, std::vector<shm::UniqueFd>* fds) {
   if (!sock.valid()) return make_error(ErrorCode::kIo, "epk client: not connected");
-  EPK_TRY(send_all(tx));
+  const Status sent = send_all(tx);
+  if (!sent && !sock.valid()) return sent.error();
   for (;;) {
-    EPK_TRY_ASSIGN(Frame f, next_frame(fds));
+    auto next = next_frame(fds);
+    if (!next || (!sent && next->header.type != static_cast<std::uint16_t>(shm::MsgType::kError))) {
+      if (sent) return next.error();
+      sock.reset();  // the peer closed without an error frame: the send's error says what happened
+      return sent.error();
+    }
+    Frame f = *next;
     if (f.header.type == static_cast<std::uint16_t>(shm::MsgType::kError)) {
       auto e = shm::decode_error(f.payload);
       if (!e) return make_error(ErrorCode::kBadInput, "epk client: " + e.error().message);

@@ -2,7 +2,7 @@
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
 // io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, device_resident = true|false,
-// read_timeout_ms = N, idle_timeout_ms = N, max_sessions_per_uid = N, space_wait_ms = N,
+// read_timeout_ms = N, idle_timeout_ms = N, max_sessions_per_uid = N, max_sessions = N, space_wait_ms = N,
 // allowed_uids = [1000, "alice"], allowed_gids = ["epk"] (numbers or names), quota_pinned_mb = N,
 // max_pins_per_tensor = N, uid_pinned_percent = N, max_slots_per_pool = N, client_decode_uids = [...], client_decode_gids = [...],
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
@@ -74,7 +74,10 @@ struct DaemonConfig {
   // must be trusted with what every client of its domain decodes from (docs/SECURITY.md).
   AccessRule client_decode;
   std::vector<DomainSpec> domains;  // beyond the default one ([[domain]] tables)
-  std::uint32_t max_sessions_per_uid = 1024;  // open sessions of one uid; more are refused at hello
+  std::uint32_t max_sessions_per_uid = 1024;  // open sessions of one uid; more are refused at accept
+  // Open sessions of all uids together, the last 32 only for root and epkd's own uid; more are refused at accept.
+  // 0: from the fd limit (RLIMIT_NOFILE, raised to its hard limit at start, less 512 for models, pools and leases).
+  std::uint32_t max_sessions = 0;
   // Per client and pool (daemon/cache.h, ClientQuota): the bytes it may hold pinned (0: up to the budget) and the pins
   // it may hold on one tensor (0: no limit).
   std::uint64_t quota_pinned_bytes = 0;

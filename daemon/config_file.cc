@@ -312,6 +312,9 @@ const std::vector<ConfigKey>& config_keys() {
       {"max_sessions_per_uid", integer(1, 1 << 20, [](DaemonConfig* c, std::int64_t v) {
          c->max_sessions_per_uid = static_cast<std::uint32_t>(v);
        })},
+      {"max_sessions", integer(0, 1 << 24, [](DaemonConfig* c, std::int64_t v) {
+         c->max_sessions = static_cast<std::uint32_t>(v);
+       })},
       {"quota_pinned_mb", integer(0, kMaxBudgetMb, [](DaemonConfig* c, std::int64_t v) {
          c->quota_pinned_bytes = static_cast<std::uint64_t>(v) << 20;
        })},

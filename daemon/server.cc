@@ -6,6 +6,8 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -34,6 +36,7 @@
 #include "daemon/device_lanes.h"
 #include "daemon/metrics.h"
 #include "daemon/periodic.h"
+#include "daemon/refusal_log.h"
 #include "daemon/service.h"
 #include "daemon/session.h"
 #include "daemon/systemd.h"
@@ -89,10 +92,27 @@ std::uint32_t domain_of(const DaemonConfig& cfg, const PeerCredentials& peer) {
   return 0;
 }
 
+// A connection refused at accept: why, as a kDenied error frame (request id 0, which the client takes as the answer to
+// its hello), written without blocking into the socket's empty send buffer, then closed at once. No session is made,
+// so a refused peer holds no fd and no buffer past this call, however often it reconnects; its log lines are rate
+// limited per uid (RefusalLog).
+void refuse(Socket& sock, const PeerCredentials& peer, const std::string& why, RefusalLog& log) {
+  std::vector<std::uint8_t> frame;
+  shm::encode_error(0, {shm::WireStatus::kDenied, why}, &frame);
+  (void)!::send(sock.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  boost::system::error_code ignored;
+  sock.close(ignored);
+  std::uint64_t suppressed = 0;
+  if (log.should_log(peer.uid, RefusalLog::Clock::now(), &suppressed)) {
+    spdlog::warn("access_denied {} at=connect reason={} unlogged_since_last={}", peer_kv(peer), kv(why), suppressed);
+  }
+}
+
 // Sessions are spread round-robin over the io contexts, one thread each: a session's handlers never run concurrently.
 asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& acceptor, Service& svc,
                                   std::vector<std::unique_ptr<asio::io_context>>& contexts) {
   std::size_t next = 0;
+  RefusalLog refusals;
   for (;;) {
     boost::system::error_code ec;
     const std::size_t index = next++ % contexts.size();
@@ -117,10 +137,13 @@ asio::awaitable<void> accept_loop(asio::local::stream_protocol::acceptor& accept
     } else {
       refusal = "access denied: the peer's credentials are unknown (" + cred.error().message + ")";
     }
+    if (!refusal.empty()) {
+      refuse(sock, peer, refusal, refusals);
+      continue;
+    }
     const ClientId id = svc.next_client_id();
-    if (!refusal.empty()) spdlog::warn("access_denied client={} {} at=connect reason={}", id, peer_kv(peer), kv(refusal));
     auto s = std::make_shared<Session>(std::move(sock), svc, id, index, svc.config().read_timeout_ms,
-                                       svc.config().idle_timeout_ms, std::move(peer), domain, std::move(refusal));
+                                       svc.config().idle_timeout_ms, std::move(peer), domain);
     svc.add_session(s);
     Session::start(s);
   }
@@ -147,6 +170,23 @@ void run_io(asio::io_context& ctx, std::uint32_t spin_us) {
       }
     }
   }
+}
+
+// The fd limit raised to its hard limit (sessions are fds), and the sessions served at once: `configured`, or 0 for
+// the fd limit less kReservedFds (model files, pool and status fds, fds in flight to clients, the metrics endpoint).
+std::uint32_t session_limit(std::uint32_t configured) {
+  constexpr rlim_t kReservedFds = 512;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  if (configured != 0) return configured;
+  const rlim_t fds = lim.rlim_cur == RLIM_INFINITY ? rlim_t{1} << 20 : lim.rlim_cur;
+  return fds > kReservedFds + 2 * Service::kPrivilegedSessions
+             ? static_cast<std::uint32_t>(std::min<rlim_t>(fds - kReservedFds, rlim_t{1} << 24))
+             : 2 * Service::kPrivilegedSessions;
 }
 
 }  // namespace
@@ -191,6 +231,8 @@ int run_daemon(const DaemonConfig& cfg) {
   std::vector<Guard> guards;  // the other contexts idle until shutdown
   for (unsigned i = 1; i < io_threads; ++i) guards.emplace_back(contexts[i]->get_executor());
   Service svc(io, cfg, std::move(*lanes), io_threads, std::move(status));
+  const std::uint32_t max_sessions = session_limit(cfg.max_sessions);
+  svc.set_session_limit(max_sessions);
   const std::size_t opened = svc.apply_models(cfg, false).added;
   if (opened == 0 && (!cfg.models.empty() || !cfg.synthetic.empty())) {
     spdlog::critical("no model could be opened");
@@ -221,9 +263,9 @@ int run_daemon(const DaemonConfig& cfg) {
     spdlog::critical("{}", st.error().to_string());
     return 1;
   }
-  spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads, spin {} us)",
+  spdlog::info("listening on {} (budget {} MiB, {} models, {} io threads, spin {} us, at most {} sessions)",
                socket_activated ? "the socket systemd passed" : cfg.socket_path, cfg.budget_bytes >> 20,
-               svc.model_count(), io_threads, spin_us);
+               svc.model_count(), io_threads, spin_us, max_sessions);
   auto notify = [](const std::string& state) {
     if (auto r = sd_notify_send(state); !r) spdlog::warn("sd_notify: {}", r.error().to_string());
   };

@@ -2,6 +2,7 @@
 #include "daemon/service.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -47,17 +48,34 @@ Service::~Service() {
   }
 }
 
+void Service::set_session_limit(std::uint32_t max_sessions) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_sessions_ = max_sessions;
+}
+
 std::string Service::admit(const PeerCredentials& peer) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::uint32_t& open = sessions_per_uid_[peer.uid];
-  ++open;
   if (!allows(cfg_.access, peer)) {
     return "access denied: " + describe(peer) + " is not allowed to connect (allowed_uids / allowed_gids)";
   }
-  if (open > cfg_.max_sessions_per_uid) {
-    return "uid " + std::to_string(peer.uid) + " already has " + std::to_string(open - 1) +
+  auto u = sessions_per_uid_.find(peer.uid);
+  const std::uint32_t open = u == sessions_per_uid_.end() ? 0 : u->second;
+  if (open >= cfg_.max_sessions_per_uid) {
+    return "uid " + std::to_string(peer.uid) + " already has " + std::to_string(open) +
            " sessions open (max_sessions_per_uid = " + std::to_string(cfg_.max_sessions_per_uid) + ")";
   }
+  // The last kPrivilegedSessions sessions are kept for root and epkd's own uid (an operator's epk top still connects
+  // while other uids hold every other one).
+  const bool privileged = peer.uid == 0 || peer.uid == ::geteuid();
+  const std::uint32_t cap =
+      privileged || max_sessions_ <= kPrivilegedSessions ? max_sessions_ : max_sessions_ - kPrivilegedSessions;
+  if (max_sessions_ != 0 && open_sessions_ >= cap) {
+    return "epkd serves " + std::to_string(open_sessions_) + " sessions, the most it takes" +
+           (privileged ? "" : " from uids other than root and its own") + " (max_sessions = " +
+           std::to_string(max_sessions_) + ")";
+  }
+  ++sessions_per_uid_[peer.uid];
+  ++open_sessions_;
   return {};
 }
 
@@ -69,8 +87,9 @@ void Service::add_session(const std::shared_ptr<Session>& s) {
 void Service::client_gone(ClientId id, uid_t uid) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto u = sessions_per_uid_.find(uid); u != sessions_per_uid_.end() && --u->second == 0) {
-      sessions_per_uid_.erase(u);
+    if (auto u = sessions_per_uid_.find(uid); u != sessions_per_uid_.end()) {
+      --open_sessions_;
+      if (--u->second == 0) sessions_per_uid_.erase(u);
     }
     for (Lane& l : lanes_) {
       std::lock_guard<LaneLock> ll(lane_mu(l));

@@ -74,10 +74,13 @@ class Service {
 
   const DaemonConfig& config() const { return cfg_; }
 
-  // Sessions (service.cc). admit: whether `peer` may be served, checked at accept: why not (the hello's kDenied
-  // answer) or empty. Counts the session against its uid until client_gone, admitted or not (a refused session still
-  // lives until its answer).
+  // Sessions (service.cc). admit: whether `peer` may be served, checked at accept: why not (the accept loop writes it
+  // as a kDenied error frame and closes the connection; no session is made) or empty. An admitted session counts
+  // against its uid and against max_sessions until client_gone.
   std::string admit(const PeerCredentials& peer);
+  // The most sessions served at once (0: no limit), the last kPrivilegedSessions of them only to root and epkd's uid.
+  static constexpr std::uint32_t kPrivilegedSessions = 32;
+  void set_session_limit(std::uint32_t max_sessions);
   ClientId next_client_id() { return next_client_.fetch_add(1); }
   void add_session(const std::shared_ptr<Session>& s);
   // A session ended: its pins go; its fences stay on their slots.
@@ -212,7 +215,9 @@ class Service {
   Registry registry_;  // get() lock-free; add() and find() under mu_
   std::unordered_map<std::uint64_t, InFlight> inflight_;  // by slot id, under mu_
   std::unordered_map<ClientId, std::weak_ptr<Session>> sessions_;
-  std::unordered_map<uid_t, std::uint32_t> sessions_per_uid_;  // admitted or not, until client_gone
+  std::unordered_map<uid_t, std::uint32_t> sessions_per_uid_;  // admitted sessions, until client_gone
+  std::uint32_t open_sessions_ = 0;                            // admitted sessions of every uid
+  std::uint32_t max_sessions_ = 0;                             // set_session_limit
   std::atomic<ClientId> next_client_{1};
   std::vector<std::uint32_t> retiring_;  // model ids retired whose source is still held, under mu_
   std::atomic<std::size_t> retiring_count_{0};  // retiring_.size()

@@ -18,7 +18,7 @@ namespace epk::daemon::server {
 namespace asio = boost::asio;
 
 Session::Session(Socket sock, Service& svc, ClientId id, std::size_t io_index, int read_timeout_ms,
-                 int idle_timeout_ms, PeerCredentials peer, std::uint32_t domain, std::string refusal)
+                 int idle_timeout_ms, PeerCredentials peer, std::uint32_t domain)
     : sock_(std::move(sock)),
       timer_(sock_.get_executor()),
       svc_(svc),
@@ -28,14 +28,12 @@ Session::Session(Socket sock, Service& svc, ClientId id, std::size_t io_index, i
       idle_timeout_ms_(idle_timeout_ms),
       peer_(std::move(peer)),
       domain_(domain),
-      refusal_(std::move(refusal)),
-      buf_(shm::kMaxMessage) {
+      buf_(kInitialReadBuffer) {
+  // Buffers start small and grow to the largest message the session sees (then stay: a hit allocates nothing), so an
+  // idle session costs a few KiB, not several kMaxMessage.
   acquire_.tensor.reserve(shm::kMaxTensorName);
   reply_.shape.reserve(shm::kMaxDims);
   reply_.strides.reserve(shm::kMaxDims);
-  scratch_.reserve(shm::kMaxMessage);
-  pending_.reserve(shm::kMaxMessage);
-  out_.reserve(shm::kMaxMessage);
 }
 
 void Session::start(const std::shared_ptr<Session>& self) {
@@ -208,7 +206,6 @@ void Session::on_hello(std::uint32_t req, std::span<const std::uint8_t> payload)
   if (!m) return fail(req, shm::WireStatus::kBadMessage, m.error().message);
   if (hello_done_) return fail(req, shm::WireStatus::kBadMessage, "hello sent twice");
   // A refused peer was logged once at accept (server.cc), with its credentials.
-  if (!refusal_.empty()) return close_with_error(req, shm::WireStatus::kDenied, refusal_);
   hello_done_ = true;
   std::vector<std::uint8_t> out;
   shm::encode_hello_reply(req, svc_.hello_reply(domain_), &out);
@@ -302,6 +299,13 @@ void Session::read_more() {
   if (pos > 0) {
     std::memmove(buf_.data(), buf_.data() + pos, have_ - pos);
     have_ -= pos;
+  }
+  // A message longer than the buffer: it grows to hold it (the header was checked: at most kMaxMessage).
+  if (have_ >= shm::kHeaderSize) {
+    if (auto h = shm::decode_header(std::span<const std::uint8_t>(buf_.data(), have_))) {
+      const std::size_t need = shm::kHeaderSize + h->payload_size;
+      if (need > buf_.size()) buf_.resize(need);
+    }
   }
   update_deadline(pos > 0);
   if (!open()) return end();

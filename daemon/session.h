@@ -50,14 +50,15 @@ class Service;
 
 // Replies not yet written to a client that does not read them: past this the session is dropped.
 constexpr std::size_t kMaxPendingReplyBytes = 8u << 20;
+// A session's read buffer at first; it grows to the longest message received (at most shm::kMaxMessage).
+constexpr std::size_t kInitialReadBuffer = 4096;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
   // `io_index`: the index of the io thread (and context) that runs it, its reader slot in the lane locks.
-  // `refusal`: non-empty when the peer may not be served (its credentials, or too many sessions of its uid): the
-  // hello is answered with it (kDenied) and the session closes.
+  // For a peer the accept loop admitted (Service::admit).
   Session(Socket sock, Service& svc, ClientId id, std::size_t io_index, int read_timeout_ms, int idle_timeout_ms,
-          PeerCredentials peer, std::uint32_t domain, std::string refusal);
+          PeerCredentials peer, std::uint32_t domain);
 
   ClientId id() const { return id_; }
   std::size_t io_index() const { return io_index_; }
@@ -123,7 +124,6 @@ class Session : public std::enable_shared_from_this<Session> {
   int idle_timeout_ms_;
   PeerCredentials peer_;
   std::uint32_t domain_;
-  std::string refusal_;
   Clock::time_point message_deadline_{};  // while partial_: when the started message must be whole
   std::vector<std::uint8_t> buf_;
   std::size_t have_ = 0;

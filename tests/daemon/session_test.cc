@@ -53,7 +53,7 @@ struct Fixture {
     EXPECT_EQ(::setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
     peer = shm::UniqueFd(sv[1]);
     Socket sock(io.get_executor(), boost::asio::local::stream_protocol(), sv[0]);
-    session = std::make_shared<Session>(std::move(sock), *svc, 1, 0, 5000, 0, PeerCredentials{}, 0, "");
+    session = std::make_shared<Session>(std::move(sock), *svc, 1, 0, 5000, 0, PeerCredentials{}, 0);
   }
   ~Fixture() {
     session.reset();
