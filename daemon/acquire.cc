@@ -25,7 +25,7 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
   if (shutting_down_) return s.send_error(req, shm::WireStatus::kShuttingDown, "epkd is shutting down");
   const ModelEntry* model = registry_.get(m.model_id);
   if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "acquire: unknown model id");
-  if (!may_use(s, *model)) return deny_model(s, req, model->name);
+  if (!may_use(s, *model)) return hide_model(s, req, "acquire", *model);
   auto t = model->tensor_index.find(m.tensor);
   if (t == model->tensor_index.end()) {
     if (model->retired.load(std::memory_order_acquire)) return model_gone(s, req, *model);
@@ -216,8 +216,8 @@ void Service::on_prefetch(Session& s, std::uint32_t req, const shm::PrefetchRequ
   std::uint32_t queued = 0;
   const ModelEntry* model = registry_.get(m.model_id);
   if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "prefetch: unknown model id");
+  if (!may_use(s, *model)) return hide_model(s, req, "prefetch", *model);
   if (model->retired.load()) return model_gone(s, req, *model);  // under mu_: its source is still here if not
-  if (!may_use(s, *model)) return deny_model(s, req, model->name);
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
   std::unique_lock<LaneLock> ll(lane_mu(*lane));

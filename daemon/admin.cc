@@ -200,10 +200,19 @@ std::size_t Service::model_count() {
   return registry_.live();
 }
 
-void Service::deny_model(Session& s, std::uint32_t req, const std::string& model) {
-  spdlog::warn("access_denied client={} {} model={} rule=model_uids_gids", s.id(), peer_kv(s.peer()), kv(model));
-  s.send_error(req, shm::WireStatus::kDenied,
-               "access denied: model '" + model + "' is not served to " + describe(s.peer()) + " (its uids/gids)");
+void Service::log_hidden(const Session& s, const std::string& model, const char* request) {
+  std::uint64_t suppressed = 0;
+  {
+    std::lock_guard<std::mutex> lock(hidden_log_mu_);
+    if (!hidden_log_.should_log(s.peer().uid, RefusalLog::Clock::now(), &suppressed)) return;
+  }
+  spdlog::warn("access_denied client={} {} model={} request={} rule=model_uids_gids unlogged_since_last={}", s.id(),
+               peer_kv(s.peer()), kv(model), request, suppressed);
+}
+
+void Service::hide_model(Session& s, std::uint32_t req, const char* request, const ModelEntry& model) {
+  log_hidden(s, model.name, request);
+  s.send_error(req, shm::WireStatus::kNotFound, std::string(request) + ": unknown model id");
 }
 
 std::string Service::device_not_served(std::uint32_t device) {
@@ -213,8 +222,11 @@ std::string Service::device_not_served(std::uint32_t device) {
 void Service::on_open_model(Session& s, std::uint32_t req, const shm::OpenModelRequest& m) {
   std::lock_guard<std::mutex> lock(mu_);
   auto id = registry_.find(m.model);
-  if (!id) return s.send_error(req, shm::WireStatus::kNotFound, "model '" + m.model + "' is not served here");
-  if (!may_use(s, *registry_.get(*id))) return deny_model(s, req, m.model);
+  // A model the peer may not use is not served to it: the answer is an unknown name's.
+  if (!id || !may_use(s, *registry_.get(*id))) {
+    if (id) log_hidden(s, m.model, "open_model");
+    return s.send_error(req, shm::WireStatus::kNotFound, "model '" + m.model + "' is not served here");
+  }
   std::vector<std::uint8_t> out;
   shm::encode_open_model_reply(req, {*id, registry_.get(*id)->tensor_count}, &out);
   s.send(out);
@@ -236,8 +248,8 @@ void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStore
   std::lock_guard<std::mutex> lock(mu_);  // a retired model's source and tiers go under it (sweep_retired)
   const ModelEntry* model = registry_.get(m.model_id);
   if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "open_stored: unknown model id");
+  if (!may_use(s, *model)) return hide_model(s, req, "open_stored", *model);
   if (model->retired.load()) return model_gone(s, req, *model);
-  if (!may_use(s, *model)) return deny_model(s, req, model->name);
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
   std::optional<GpuBackend::TierExport> tier = lane->gpu ? lane->gpu->tier(m.model_id) : std::nullopt;
@@ -255,14 +267,16 @@ void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStore
 
 void Service::on_stats(Session& s, std::uint32_t req) {
   std::vector<std::uint8_t> out;
-  shm::encode_stats_reply(req, stats(), &out);
+  shm::encode_stats_reply(req, stats(&s.peer(), s.domain()), &out);
   s.send(out);
 }
 
-shm::StatsReply Service::stats() {
+shm::StatsReply Service::stats(const PeerCredentials* peer, std::uint32_t domain) {
+  if (peer != nullptr && privileged(*peer)) peer = nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   shm::StatsReply r;
   for (const Lane& l : lanes_) {
+    if (peer != nullptr && l.domain != domain) continue;
     CacheStats c = [&] {
       std::lock_guard<LaneLock> ll(lane_mu(l));
       return l.cache->stats();
@@ -285,8 +299,17 @@ shm::StatsReply Service::stats() {
   }
   r.decodes = decodes_;
   r.decode_ns = decode_ns_;
-  r.clients = sessions_.size();
-  r.models = registry_.live();
+  if (peer == nullptr) {
+    r.clients = sessions_.size();
+    r.models = registry_.live();
+  } else {
+    const auto u = sessions_per_uid_.find(peer->uid);
+    r.clients = u == sessions_per_uid_.end() ? 0 : u->second;
+    for (std::uint32_t id = 0; id < registry_.size(); ++id) {
+      const ModelEntry& e = *registry_.get(id);
+      if (!e.gone.load() && may_use(*peer, e)) ++r.models;
+    }
+  }
   r.prefetches = prefetches_;
   r.prefetches_dropped = prefetches_dropped_;
   r.space_waits = space_waits_.load(std::memory_order_relaxed);
@@ -305,8 +328,8 @@ void Service::on_tensors(Session& s, std::uint32_t req, const shm::TensorsReques
   std::unique_lock<std::mutex> lock(mu_);  // a retired model's source goes under it (sweep_retired)
   const ModelEntry* model = registry_.get(m.model_id);
   if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "tensors: unknown model id");
+  if (!may_use(s, *model)) return hide_model(s, req, "tensors", *model);
   if (model->retired.load()) return model_gone(s, req, *model);
-  if (!may_use(s, *model)) return deny_model(s, req, model->name);
   const std::vector<TensorMeta>& all = model->source->tensors();
   shm::TensorsReply r;
   r.total = static_cast<std::uint32_t>(all.size());

@@ -355,7 +355,8 @@ Status load_config_file(const std::string& path, DaemonConfig* cfg) {
   DaemonConfig next = *cfg;
   std::vector<std::pair<std::uint32_t, std::string>> problems;
   for (const auto& [key, value] : t) {
-    auto k = std::find_if(keys.begin(), keys.end(), [&](const ConfigKey& c) { return c.name == key.str(); });
+    const std::string_view name = key.str();  // clang before 16 cannot capture a structured binding
+    auto k = std::find_if(keys.begin(), keys.end(), [&](const ConfigKey& c) { return c.name == name; });
     if (k == keys.end()) {
       problems.emplace_back(key.source().begin.line, Where{path, "", key.source().begin}.at() +
                                                          unknown_key(key.str(), names, ""));

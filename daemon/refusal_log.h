@@ -1,6 +1,7 @@
 // Rate limit for the log lines of refused connections: a uid reconnecting in a loop must not flood the journal (one
 // line per refusal was 270,000 lines in 16 s). Each uid gets at most one line per interval; the line carries how many
-// refusals of that uid went unlogged since its last one. Single-threaded (the accept loop owns it).
+// refusals of that uid went unlogged since its last one. Not thread-safe: one owner (the accept loop), or a lock
+// (the service's log of requests for hidden models).
 #pragma once
 
 #include <sys/types.h>

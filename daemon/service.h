@@ -16,6 +16,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
@@ -37,6 +38,7 @@
 #include "daemon/lane_lock.h"
 #include "daemon/metrics.h"
 #include "daemon/model_source.h"
+#include "daemon/refusal_log.h"
 #include "daemon/registry.h"
 #include "daemon/session.h"
 #include "shm/decode_status.h"
@@ -123,8 +125,11 @@ class Service {
   bool retiring() const { return retiring_count_.load(std::memory_order_relaxed) != 0; }
   // Models served or retiring.
   std::size_t model_count();
-  // Every pool's cache counters and the service's, as the stats message carries them (also systemd's STATUS=).
-  shm::StatsReply stats();
+  // The pools' cache counters and the service's, as the stats message carries them. `peer` null: every pool,
+  // model and session (metrics, systemd's STATUS=). Else what that peer may see (root and epkd's uid: everything):
+  // the pools of `domain`, the models it may use and its own uid's sessions (docs/SECURITY.md, "What a uid can
+  // learn").
+  shm::StatsReply stats(const PeerCredentials* peer = nullptr, std::uint32_t domain = 0);
   // Every model with its cached slots and bytes over the pools. `peer`: only the models it may use; null: every
   // model (metrics). `restricted` false: none that has uids/gids (the metrics, unless metrics_restricted_models).
   shm::ModelsReply models_info(const PeerCredentials* peer = nullptr, bool restricted = true);
@@ -193,7 +198,13 @@ class Service {
     return model.access.open() || allows(model.access, peer);
   }
   static bool may_use(const Session& s, const ModelEntry& model) { return may_use(s.peer(), model); }
-  static void deny_model(Session& s, std::uint32_t req, const std::string& model);
+  // Root and epkd's own uid: past every session cap and share, and shown everything.
+  static bool privileged(const PeerCredentials& peer) { return peer.uid == 0 || peer.uid == ::geteuid(); }
+  // The answer to a request naming, by id, a model the peer may not use: `request`'s answer for an unknown id
+  // (kNotFound, "REQUEST: unknown model id"), so that counting up ids reveals no name; epkd's log names the model
+  // (at most once per interval per uid: log_hidden).
+  void hide_model(Session& s, std::uint32_t req, const char* request, const ModelEntry& model);
+  void log_hidden(const Session& s, const std::string& model, const char* request);
   static std::string device_not_served(std::uint32_t device);
 
   // service.cc
@@ -219,6 +230,8 @@ class Service {
   std::uint32_t open_sessions_ = 0;                            // admitted sessions of every uid
   std::uint32_t max_sessions_ = 0;                             // set_session_limit
   std::atomic<ClientId> next_client_{1};
+  std::mutex hidden_log_mu_;  // io threads log hidden-model requests through one rate limit
+  RefusalLog hidden_log_;
   std::vector<std::uint32_t> retiring_;  // model ids retired whose source is still held, under mu_
   std::atomic<std::size_t> retiring_count_{0};  // retiring_.size()
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0, prefetches_dropped_ = 0;  // under mu_

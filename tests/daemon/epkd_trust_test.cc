@@ -190,8 +190,23 @@ TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtAccept) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// The error message of request `msg` sent raw on a session of the current process ("" when no error came back).
+std::string raw_error(const std::string& socket, const std::vector<std::uint8_t>& msg) {
+  int fd = raw_connect(socket);
+  if (fd < 0) return "";
+  raw_hello(fd);
+  raw_send(fd, msg);
+  RawReply r = raw_read_reply(fd, 3000, false);
+  ::close(fd);
+  if (!r.got || r.header.type != static_cast<std::uint16_t>(shm::MsgType::kError)) return "";
+  auto e = shm::decode_error(r.payload);
+  if (!e) return "";
+  return std::to_string(static_cast<int>(e->status)) + " " + e->message;
+}
+
 TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  // Model ids in config order: "open" 0, "secret" 1; id 2 is unknown.
   const ConfigFile cfg(
       "allowed_uids = [65534]\n"
       "[[synthetic]]\nname = \"open\"\nspec = \"t0:8x8\"\n"
@@ -199,24 +214,47 @@ TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
   Epkd d({"--config", cfg.path()});
   ASSERT_TRUE(d.running());
   const std::string socket = open_socket_dir(d);
+  auto root = Client::connect(socket, 5000);  // root passes every rule; its session is one nobody may not count
+  ASSERT_TRUE(root);
   EXPECT_EQ(run_as_client(kNobody, socket, [&](Client& c) {
               auto t = c.acquire("open", "t0", shm::Layout::kDenseF32);
               if (!t || t->bytes != 256 || !c.release(t->handle)) return 2;
-              auto denied = c.open_model("secret");
-              if (denied || denied.error().code != ErrorCode::kPermission) return 3;
-              auto hidden = c.tensors("secret");
-              if (hidden || hidden.error().code != ErrorCode::kPermission) return 5;
+              // The hidden model is not served here, as a name nobody serves is not.
+              auto hidden = c.open_model("secret");
+              auto unknown = c.open_model("nonesuch");
+              if (hidden || unknown || hidden.error().code != ErrorCode::kNotFound) return 3;
+              if (hidden.error().message.find("is not served here") == std::string::npos) return 4;
               auto listed = c.models();
-              if (!listed || listed->models.size() != 1 || listed->models[0].name != "open") return 4;
+              if (!listed || listed->models.size() != 1 || listed->models[0].name != "open") return 5;
+              // stats counts the one model it may use and its own session, not root's.
+              auto st = c.stats();
+              if (!st || st->models != 1 || st->clients != 1) return 6;
+              // Requests by id: the hidden model's answer is an unknown id's, word for word, without its name.
+              for (const char* request : {"acquire", "tensors", "prefetch"}) {
+                std::vector<std::uint8_t> by_hidden, by_unknown;
+                for (std::uint32_t id : {1u, 2u}) {
+                  std::vector<std::uint8_t>* msg = id == 1 ? &by_hidden : &by_unknown;
+                  if (std::string(request) == "acquire") {
+                    shm::encode_acquire(7, {id, shm::Layout::kDenseF32, "t0", 0, {}}, msg);
+                  } else if (std::string(request) == "tensors") {
+                    shm::encode_tensors(7, {id, 0}, msg);
+                  } else {
+                    shm::encode_prefetch(7, {id, shm::Layout::kDenseF32, {"t0"}, 0}, msg);
+                  }
+                }
+                const std::string a = raw_error(socket, by_hidden), b = raw_error(socket, by_unknown);
+                if (a.empty() || a != b || a.find("secret") != std::string::npos) return 7;
+              }
               return 0;
             }),
             0);
-  auto root = Client::connect(socket, 5000);  // root passes every rule
-  ASSERT_TRUE(root);
   EXPECT_FALSE(fetch(*root, "secret", "t0").empty());
   auto listed = root->models();
   ASSERT_TRUE(listed);
   EXPECT_EQ(listed->models.size(), 2u);
+  auto st = root->stats();
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->models, 2u);
   EXPECT_EQ(d.terminate(), 0);
 }
 
@@ -270,6 +308,13 @@ TEST(EpkdTrust, ATrustDomainGetsPoolsOfItsOwnAndNeverAnothers) {
   EXPECT_EQ(read_line(k.out, 5000), "refused 1");
   EXPECT_EQ(wait_exit(k.pid, 5000), 0);
   EXPECT_EQ(fetch(*root, "m", "t0"), want);
+  // Its stats show its own pool alone.
+  EXPECT_EQ(run_as_client(kNobody, d.socket(), [&](Client& c) {
+              auto st = c.stats();
+              if (!st || st->pools.size() != 1 || st->pools[0].pool_id != 1) return 2;
+              return st->budget_bytes == (2u << 20) ? 0 : 3;
+            }),
+            0);
   auto stats = d.stats();
   ASSERT_EQ(stats.pools.size(), 2u);
   EXPECT_EQ(stats.pools[1].budget_bytes, 2u << 20);  // the domain's own budget
