@@ -113,6 +113,7 @@ void Service::on_acquire(Session& s, std::uint32_t req, const shm::AcquireReques
       if (space.can_wait()) {
         why += "; waited " + std::to_string(cfg_.space_wait_ms) + " ms for them to come free (space_wait_ms)";
       }
+      log_blocked(s, *lane, space);
     }
     if (waiting_since != Clock::time_point{}) end_space_wait(waiting_since);
     return s.send_error(req, wire_status_for(lookup.error().code),

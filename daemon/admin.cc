@@ -203,11 +203,28 @@ std::size_t Service::model_count() {
 void Service::log_hidden(const Session& s, const std::string& model, const char* request) {
   std::uint64_t suppressed = 0;
   {
-    std::lock_guard<std::mutex> lock(hidden_log_mu_);
+    std::lock_guard<std::mutex> lock(log_limit_mu_);
     if (!hidden_log_.should_log(s.peer().uid, RefusalLog::Clock::now(), &suppressed)) return;
   }
   spdlog::warn("access_denied client={} {} model={} request={} rule=model_uids_gids unlogged_since_last={}", s.id(),
                peer_kv(s.peer()), kv(model), request, suppressed);
+}
+
+void Service::log_blocked(const Session& s, const Lane& lane, const SpaceReport& space) {
+  std::uint64_t suppressed = 0;
+  {
+    std::lock_guard<std::mutex> lock(log_limit_mu_);
+    if (!blocked_log_.should_log(s.peer().uid, RefusalLog::Clock::now(), &suppressed)) return;
+  }
+  std::string holders;
+  for (const UidPins& p : lane.cache->pin_holders()) {
+    if (holders.size() > 200) break;  // the largest holders; a line stays a line
+    holders += (holders.empty() ? "" : ",") + std::to_string(p.uid) + ":" + std::to_string(p.bytes);
+  }
+  spdlog::warn("acquire_blocked client={} {} pool={} request={} pinned={} largest_gap={} pin_holders={} "
+               "unlogged_since_last={}",
+               s.id(), peer_kv(s.peer()), lane.pool_id, space.request, space.pinned, space.largest_gap,
+               holders.empty() ? "none" : holders, suppressed);
 }
 
 void Service::hide_model(Session& s, std::uint32_t req, const char* request, const ModelEntry& model) {

@@ -1,6 +1,7 @@
 #include "daemon/cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -249,7 +250,8 @@ Status Cache::check_quota(ClientId client, uid_t uid, const Slot* s, std::uint64
       return make_error(ErrorCode::kQuota, "quota: uid " + std::to_string(who) + " holds " + std::to_string(held) +
                                                " pinned bytes in this pool, and " + std::to_string(share_charge(fp)) +
                                                " more would pass its share of " + std::to_string(uid_cap_) +
-                                               " (uid_pinned_share = " + std::to_string(quota_.uid_share) + ")");
+                                               " (uid_pinned_percent = " +
+                                               std::to_string(std::lround(quota_.uid_share * 100)) + ")");
     }
   }
   return {};

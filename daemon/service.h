@@ -205,6 +205,9 @@ class Service {
   // (at most once per interval per uid: log_hidden).
   void hide_model(Session& s, std::uint32_t req, const char* request, const ModelEntry& model);
   void log_hidden(const Session& s, const std::string& model, const char* request);
+  // An acquire refused for space: the log line names the uids holding the pool's pins (never the client's answer).
+  // The caller holds the lane's lock.
+  void log_blocked(const Session& s, const Lane& lane, const SpaceReport& space);
   static std::string device_not_served(std::uint32_t device);
 
   // service.cc
@@ -230,8 +233,9 @@ class Service {
   std::uint32_t open_sessions_ = 0;                            // admitted sessions of every uid
   std::uint32_t max_sessions_ = 0;                             // set_session_limit
   std::atomic<ClientId> next_client_{1};
-  std::mutex hidden_log_mu_;  // io threads log hidden-model requests through one rate limit
-  RefusalLog hidden_log_;
+  // io threads log hidden-model requests and acquires refused for space each through a rate limit per uid.
+  std::mutex log_limit_mu_;
+  RefusalLog hidden_log_, blocked_log_;
   std::vector<std::uint32_t> retiring_;  // model ids retired whose source is still held, under mu_
   std::atomic<std::size_t> retiring_count_{0};  // retiring_.size()
   std::uint64_t decodes_ = 0, decode_ns_ = 0, prefetches_ = 0, prefetches_dropped_ = 0;  // under mu_

@@ -107,7 +107,9 @@ Result<CalibrationSet> CalibrationSet::parse(safetensors::File file) {
 }
 
 Status CalibrationSet::check_against(std::span<const safetensors::TensorView> weights) const {
-  for (const auto& [name, v] : layers_) {
+  for (const auto& [layer_name, v] : layers_) {
+    // A named copy: clang before 16 cannot capture a structured binding.
+    const std::string& name = layer_name;
     const auto it = std::find_if(weights.begin(), weights.end(), [&](const auto& w) { return w.name == name; });
     const std::string where = path() + ": tensor '" + name + std::string(kHessianSuffix) + "': ";
     if (it == weights.end())

@@ -44,7 +44,7 @@ TEST(CacheShares, AUidIsCappedOverAllItsSessions) {
       if (!s) {
         EXPECT_EQ(s.error().code, ErrorCode::kQuota);
         EXPECT_NE(s.error().message.find("uid 1001"), std::string::npos) << s.error().message;
-        EXPECT_NE(s.error().message.find("uid_pinned_share"), std::string::npos) << s.error().message;
+        EXPECT_NE(s.error().message.find("uid_pinned_percent"), std::string::npos) << s.error().message;
         goto capped;
       }
       pinned += kMiB / 4;

@@ -89,6 +89,30 @@ inline std::string read_line(int fd, int timeout_ms) {
   return line;
 }
 
+// The open fds of process `pid`.
+inline std::size_t open_fds(pid_t pid) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    ++n;
+  }
+  return n;
+}
+
+// Anonymous resident memory of process `pid` (the heap; the pool's shared pages are not counted).
+inline std::uint64_t rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "RssAnon:") {
+      std::uint64_t v = 0;
+      in >> v;
+      return v;
+    }
+    std::getline(in, key);
+  }
+  return 0;
+}
+
 // SIGTERM to *pid and its exit code (-1, the child killed, when it does not exit within 5 s); *pid becomes -1.
 inline int terminate_child(pid_t* pid) {
   ::kill(*pid, SIGTERM);

@@ -23,29 +23,6 @@ using namespace epk::test_harness;  // NOLINT
 
 constexpr int kTensors = 6;
 
-std::size_t open_fds(pid_t pid) {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
-    ++n;
-  }
-  return n;
-}
-
-// Anonymous resident memory (the heap; the pool's shared pages are not counted).
-std::uint64_t rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "RssAnon:") {
-      std::uint64_t v = 0;
-      in >> v;
-      return v;
-    }
-    std::getline(in, key);
-  }
-  return 0;
-}
-
 // Forks `n` clients that each connect, pin one or two tensors, report on `ready` and wait to be killed; kills them
 // all once every one has reported (or after 10 s) and reaps them. Returns how many reported.
 int kill_batch(const std::string& socket, int n, int first) {

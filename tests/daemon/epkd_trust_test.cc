@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -139,13 +140,6 @@ TEST(EpkdTrust, AClientCannotResizeOrWriteTheHostPoolItReceives) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
-// The open fds of process `pid`.
-std::size_t open_fds(pid_t pid) {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) ++n;
-  return n;
-}
-
 TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtAccept) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
   const ConfigFile cfg("allowed_uids = [4242]\n[[synthetic]]\nname = \"m\"\nspec = \"t0:8x8\"\n");
@@ -167,6 +161,7 @@ TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtAccept) {
   // A refused uid reconnecting in a loop: each connection is closed at accept (epkd's fds stay where they were, no
   // session waits for a hello), and the refusals of one uid are logged once per interval, not once each.
   const std::size_t fds_before = open_fds(d.pid());
+  const std::uint64_t rss_before = rss_kib(d.pid());
   EXPECT_EQ(run_as(kNobody, [&] {
               for (int i = 0; i < 500; ++i) {
                 int fd = raw_connect(socket);
@@ -180,6 +175,11 @@ TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtAccept) {
             }),
             0);
   EXPECT_LE(open_fds(d.pid()), fds_before + 2);
+  // No session buffers were made: the heap stays where it was (docs/NOTES.md has the figures).
+  const std::uint64_t rss_after = rss_kib(d.pid());
+  EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
+  std::printf("500 refused reconnects: fds %zu -> %zu, RssAnon %llu -> %llu KiB\n", fds_before, open_fds(d.pid()),
+              static_cast<unsigned long long>(rss_before), static_cast<unsigned long long>(rss_after));
   const std::string log = read_file(d.log_path());
   // Logged at accept, as key=value fields with the peer's credentials from the kernel, once for 501 refusals.
   const auto at = log.find("access_denied ");
@@ -255,6 +255,118 @@ TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
   auto st = root->stats();
   ASSERT_TRUE(st);
   EXPECT_EQ(st->models, 2u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+// Fair shares against a real epkd: one uid's eight sessions together pin at most uid_pinned_percent (50) of the
+// 4 MiB budget, each refusal naming the share; meanwhile another uid acquires every tensor of a model that fits its
+// share, and an acquire that finds no space logs the uids holding the pins (the log only, not the refusal).
+TEST(EpkdTrust, OneUidsSessionsTogetherPinAtMostItsShareAndAnotherUidIsServed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  std::string a_spec, b_spec;
+  for (int i = 0; i < 16; ++i) a_spec += (i ? ",a" : "a") + std::to_string(i) + ":256x256";  // 256 KiB each
+  for (int i = 0; i < 6; ++i) b_spec += (i ? ",b" : "b") + std::to_string(i) + ":256x256";
+  const ConfigFile cfg("[[synthetic]]\nname = \"a\"\nspec = \"" + a_spec + "\"\n[[synthetic]]\nname = \"b\"\nspec = \"" +
+                       b_spec + "\"\n");
+  Epkd d({"--config", cfg.path()}, "4");
+  ASSERT_TRUE(d.running());
+  const std::string socket = open_socket_dir(d);
+  // The baseline after sessions have run on every io thread (each thread's reactor opens its fds at its first).
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Client::connect(socket, 5000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::size_t fds_before = open_fds(d.pid());
+  const std::uint64_t rss_before = rss_kib(d.pid());
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t attacker = ::fork();
+  if (attacker == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(90);
+    std::vector<Client> sessions;
+    for (int i = 0; i < 8; ++i) {
+      auto c = Client::connect(socket, 5000);
+      if (!c) ::_exit(91);
+      sessions.push_back(std::move(*c));
+    }
+    int held = 0, refused = 0;
+    for (int i = 0; i < 16; ++i) {
+      auto t = sessions[i % 8].acquire("a", "a" + std::to_string(i), shm::Layout::kDenseF32);
+      if (t) {
+        ++held;
+      } else if (t.error().code == ErrorCode::kQuota &&
+                 t.error().message.find("uid_pinned_percent = 50") != std::string::npos) {
+        ++refused;
+      } else {
+        ::_exit(92);
+      }
+    }
+    const std::string line = std::to_string(held) + " " + std::to_string(refused) + "\n";
+    if (::write(ready[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(93);
+    char byte;
+    (void)!::read(go[0], &byte, 1);  // holds its pins until the parent is done
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(go[0]);
+  const std::string line = read_line(ready[0], 10000);
+  int held = -1, refused = -1;
+  ASSERT_EQ(std::sscanf(line.c_str(), "%d %d", &held, &refused), 2) << "the attacker said '" << line << "'";
+  EXPECT_GE(held, 1);
+  EXPECT_GE(refused, 1);
+  EXPECT_LE(std::uint64_t(held) * (256u << 10), 2u << 20) << "one uid pinned past its share";
+  EXPECT_LE(d.stats().pools.at(0).pinned_bytes, 2u << 20);
+  // The other uid: every tensor of "b" (1.5 MiB, within its share), held at once, each the bytes root reads.
+  EXPECT_EQ(run_as_client(4242, socket, [&](Client& c) {
+              std::vector<std::uint64_t> handles;
+              for (int i = 0; i < 6; ++i) {
+                auto t = c.acquire("b", "b" + std::to_string(i), shm::Layout::kDenseF32);
+                if (!t || t->bytes != 256u << 10) return 2;
+                handles.push_back(t->handle);
+              }
+              for (auto h : handles) {
+                if (!c.release(h)) return 3;
+              }
+              return 0;
+            }),
+            0);
+  // Root (uncapped) pins what is left until no space remains: the refusal is for space, and the log names the
+  // holders with their bytes.
+  auto root = Client::connect(socket, 5000);
+  ASSERT_TRUE(root);
+  bool no_space = false;
+  for (int i = 0; i < 22 && !no_space; ++i) {
+    auto t = i < 16 ? root->acquire("a", "a" + std::to_string(i), shm::Layout::kDenseF32)
+                    : root->acquire("b", "b" + std::to_string(i - 16), shm::Layout::kDenseF32);
+    if (!t) {
+      EXPECT_EQ(t.error().code, ErrorCode::kNoSpace) << t.error().to_string();
+      EXPECT_EQ(t.error().message.find("65534"), std::string::npos) << "the refusal names another uid";
+      no_space = true;
+    }
+  }
+  EXPECT_TRUE(no_space);
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  ::close(go[1]);
+  ::close(ready[0]);
+  EXPECT_EQ(wait_exit(attacker, 10000), 0);
+  // The attacker gone, its sessions' fds and buffers are too (root's one session stays).
+  auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline && open_fds(d.pid()) > fds_before + 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LE(open_fds(d.pid()), fds_before + 1);
+  const std::uint64_t rss_after = rss_kib(d.pid());
+  EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
+  std::printf("share attack (8 sessions of one uid): held %d, refused %d; fds %zu -> %zu, RssAnon %llu -> %llu KiB\n",
+              held, refused, fds_before, open_fds(d.pid()), static_cast<unsigned long long>(rss_before),
+              static_cast<unsigned long long>(rss_after));
+  const std::string log = read_file(d.log_path());
+  const auto at = log.find("acquire_blocked ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string holders = log.substr(at, log.find('\n', at) - at);
+  EXPECT_NE(holders.find("pin_holders="), std::string::npos) << holders;
+  // Root holds the whole pool (it pinned the attacker's slots too: a shared slot counts for each uid pinning it).
+  EXPECT_NE(holders.find("0:" + std::to_string(4u << 20)), std::string::npos) << holders;
+  EXPECT_NE(holders.find(",65534:" + std::to_string(held * (256 << 10))), std::string::npos) << holders;
   EXPECT_EQ(d.terminate(), 0);
 }
 
