@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -367,6 +368,100 @@ TEST(EpkdTrust, OneUidsSessionsTogetherPinAtMostItsShareAndAnotherUidIsServed) {
   // Root holds the whole pool (it pinned the attacker's slots too: a shared slot counts for each uid pinning it).
   EXPECT_NE(holders.find("0:" + std::to_string(4u << 20)), std::string::npos) << holders;
   EXPECT_NE(holders.find(",65534:" + std::to_string(held * (256 << 10))), std::string::npos) << holders;
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+// Fragmentation and slot metadata against a real epkd: one uid acquires and releases 2048 distinct 256-byte row
+// shards, then keeps as many pinned, spread out, as its share lets it; another uid then acquires and holds every
+// tensor of a 1.5 MiB model. The small slots live in the small-slot arena, so the main region stays whole; the slot
+// count stays within max_slots_per_pool, and so does epkd's heap (the cached slots' metadata, a few KiB each, stays
+// until they are evicted); epkd's fds come back once the attacker is gone.
+TEST(EpkdTrust, SmallShardSlotsNeitherFragmentThePoolNorGrowItsMetadata) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  const ConfigFile cfg(
+      "max_slots_per_pool = 500\n"
+      "[[synthetic]]\nname = \"s\"\nspec = \"s0:4096x64\"\n"
+      "[[synthetic]]\nname = \"big\"\nspec = \"l0:256x256,l1:256x256,l2:256x256,l3:256x256,l4:256x256,l5:256x256\"\n");
+  Epkd d({"--config", cfg.path()}, "8");
+  ASSERT_TRUE(d.running());
+  const std::string socket = open_socket_dir(d);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Client::connect(socket, 5000));  // every io thread's reactor (above)
+  {
+    // The decode threads' malloc arenas warmed (each keeps a freed decode buffer): the baseline below is then what
+    // the slots' metadata adds to.
+    auto warm = Client::connect(socket, 5000);
+    ASSERT_TRUE(warm);
+    for (std::uint64_t r = 0; r < 64; ++r) {
+      auto t = warm->acquire("s", "s0", shm::Layout::kDenseF32, 0, shm::ShardSpec::rows(2048 + r, 2049 + r));
+      ASSERT_TRUE(t && warm->release(t->handle));
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::size_t fds_before = open_fds(d.pid());
+  const std::uint64_t rss_before = rss_kib(d.pid());
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t attacker = ::fork();
+  if (attacker == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(90);
+    auto c = Client::connect(socket, 5000);
+    if (!c) ::_exit(91);
+    for (std::uint64_t r = 0; r < 2048; ++r) {
+      auto t = c->acquire("s", "s0", shm::Layout::kDenseF32, 0, shm::ShardSpec::rows(r, r + 1));
+      if (!t || t->bytes != 256 || !c->release(t->handle)) ::_exit(92);
+    }
+    int pinned = 0;
+    for (std::uint64_t r = 0; r < 2048; r += 16) {
+      auto t = c->acquire("s", "s0", shm::Layout::kDenseF32, 0, shm::ShardSpec::rows(r, r + 1));
+      if (!t) break;
+      ++pinned;
+    }
+    const std::string line = std::to_string(pinned) + "\n";
+    if (::write(ready[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(93);
+    char byte;
+    (void)!::read(go[0], &byte, 1);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(go[0]);
+  const std::string line = read_line(ready[0], 20000);
+  ASSERT_FALSE(line.empty()) << "the attacker did not report";
+  const int pinned = std::atoi(line.c_str());
+  EXPECT_GE(pinned, 16) << "the attacker could pin next to nothing";
+  const shm::StatsReply mid = d.stats();
+  EXPECT_LE(mid.pools.at(0).slots, 500u) << "more slots than max_slots_per_pool";
+  EXPECT_EQ(run_as_client(4242, socket, [&](Client& c) {
+              std::vector<std::uint64_t> handles;
+              for (int i = 0; i < 6; ++i) {
+                auto t = c.acquire("big", "l" + std::to_string(i), shm::Layout::kDenseF32);
+                if (!t) {
+                  std::fprintf(stderr, "l%d: %s\n", i, t.error().to_string().c_str());
+                  return 2;
+                }
+                handles.push_back(t->handle);
+              }
+              for (auto h : handles) {
+                if (!c.release(h)) return 3;
+              }
+              return 0;
+            }),
+            0);
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  ::close(go[1]);
+  ::close(ready[0]);
+  EXPECT_EQ(wait_exit(attacker, 10000), 0);
+  auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline && open_fds(d.pid()) > fds_before) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LE(open_fds(d.pid()), fds_before);
+  const std::uint64_t rss_after = rss_kib(d.pid());
+  EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
+  std::printf("shard attack (2048 shard slots, %d pinned 4 KiB apart): slots %llu, fds %zu -> %zu, RssAnon %llu -> "
+              "%llu KiB\n",
+              pinned, static_cast<unsigned long long>(mid.pools.at(0).slots), fds_before, open_fds(d.pid()),
+              static_cast<unsigned long long>(rss_before), static_cast<unsigned long long>(rss_after));
   EXPECT_EQ(d.terminate(), 0);
 }
 
