@@ -220,7 +220,8 @@ TEST(Config, AccessRulesDomainsAndLimits) {
   std::string path = write_temp("epkd_trust",
                                 "socket = \"/s\"\nbudget_mb = 4\nallowed_uids = [1000, \"root\"]\n"
                                 "allowed_gids = [\"root\", 7]\nmax_sessions_per_uid = 3\nidle_timeout_ms = 250\n"
-                                "space_wait_ms = 0\n"
+                                "space_wait_ms = 0\nmax_sessions = 300\nuid_pinned_percent = 25\n"
+                                "max_slots_per_pool = 4096\n"
                                 "[[domain]]\nname = \"batch\"\nuids = [4242]\nbudget_mb = 2\n"
                                 "[[model]]\nname = \"m\"\npath = \"/m.epk\"\nuids = [4242]\ngids = [\"root\"]\n");
   auto c = parse({"--config", path});
@@ -231,6 +232,9 @@ TEST(Config, AccessRulesDomainsAndLimits) {
   EXPECT_EQ(cfg.max_sessions_per_uid, 3u);
   EXPECT_EQ(cfg.idle_timeout_ms, 250);
   EXPECT_EQ(cfg.space_wait_ms, 0);
+  EXPECT_EQ(cfg.max_sessions, 300u);
+  EXPECT_EQ(cfg.uid_pinned_percent, 25u);
+  EXPECT_EQ(cfg.max_slots_per_pool, 4096u);
   ASSERT_EQ(cfg.domains.size(), 1u);
   EXPECT_EQ(cfg.domains[0].name, "batch");
   EXPECT_EQ(cfg.domains[0].members.uids, std::vector<std::uint32_t>{4242});
@@ -241,7 +245,8 @@ TEST(Config, AccessRulesDomainsAndLimits) {
   std::filesystem::remove(path);
   for (const char* bad : {"allowed_uids = [\"no-such-user-epk\"]\n", "allowed_gids = [-1]\n", "allowed_uids = 5\n",
                           "[[domain]]\nname = \"x\"\n", "[[domain]]\nuids = [1]\n",
-                          "[[domain]]\nname = \"default\"\nuids = [1]\n"}) {
+                          "[[domain]]\nname = \"default\"\nuids = [1]\n", "uid_pinned_percent = 0\n",
+                          "uid_pinned_percent = 101\n", "max_slots_per_pool = 0\n"}) {
     std::string p = write_temp("epkd_trust_bad", std::string("socket = \"/s\"\nbudget_mb = 4\n") + bad);
     auto r = parse({"--config", p});
     EXPECT_FALSE(r) << bad;
