@@ -32,12 +32,6 @@ std::optional<std::uint64_t> SlotAllocator::allocate(std::uint64_t bytes, std::u
   return std::nullopt;
 }
 
-std::uint64_t SlotAllocator::largest_free() const {
-  std::uint64_t best = 0;
-  for (const auto& [off, len] : free_) best = std::max(best, len);
-  return best;
-}
-
 void SlotAllocator::free(std::uint64_t offset, std::uint64_t bytes) {
   std::uint64_t len = rounded(bytes);
   used_ -= len;

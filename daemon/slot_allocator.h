@@ -30,8 +30,6 @@ class SlotAllocator {
   std::uint64_t capacity() const { return capacity_; }
   std::uint64_t used() const { return used_; }
   bool contains(std::uint64_t offset) const { return offset >= base_ && offset - base_ < capacity_; }
-  // The longest free range (what the largest request that fits without evicting may take).
-  std::uint64_t largest_free() const;
   // Checks that free ranges are disjoint, merged, inside the capacity and sum to capacity - used.
   Status verify() const;
 
