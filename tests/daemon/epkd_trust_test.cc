@@ -259,6 +259,53 @@ TEST(EpkdTrust, AnAllowedUidIsServedAndAModelRuleHidesTheOthers) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// A process under uid `id` that runs `fn`, an attacker present while the test goes on: fn calls hold(report) while
+// its sessions and pins live, which sends the report line and waits for release(); fn's result is the exit code.
+class HeldChild {
+ public:
+  using Hold = std::function<void(const std::string&)>;
+  HeldChild(uid_t id, const std::function<int(const Hold&)>& fn) {
+    if (::pipe(ready_) != 0 || ::pipe(go_) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(id) != 0 || ::setuid(id) != 0) ::_exit(90);
+      ::_exit(fn([this](const std::string& report) {
+        const std::string line = report + "\n";
+        if (::write(ready_[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(93);
+        char byte;
+        (void)!::read(go_[0], &byte, 1);
+      }));
+    }
+    ::close(ready_[1]);
+    ::close(go_[0]);
+  }
+  HeldChild(const HeldChild&) = delete;
+  HeldChild& operator=(const HeldChild&) = delete;
+  ~HeldChild() {
+    if (pid_ > 0) release();
+    ::close(ready_[0]);
+  }
+  std::string report(int timeout_ms) { return read_line(ready_[0], timeout_ms); }
+  // Lets it exit (its sessions close); its exit code.
+  int release() {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // it ended early: a write to its pipe would raise SIGPIPE here
+      ::close(go_[1]);
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    (void)!::write(go_[1], "x", 1);
+    ::close(go_[1]);
+    const int rc = wait_exit(pid_, 10000);
+    pid_ = -1;
+    return rc;
+  }
+
+ private:
+  int ready_[2] = {-1, -1}, go_[2] = {-1, -1};
+  pid_t pid_ = -1;
+};
+
 // Fair shares against a real epkd: one uid's eight sessions together pin at most uid_pinned_percent (50) of the
 // 4 MiB budget, each refusal naming the share; meanwhile another uid acquires every tensor of a model that fits its
 // share, and an acquire that finds no space logs the uids holding the pins (the log only, not the refusal).
@@ -277,16 +324,11 @@ TEST(EpkdTrust, OneUidsSessionsTogetherPinAtMostItsShareAndAnotherUidIsServed) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const std::size_t fds_before = open_fds(d.pid());
   const std::uint64_t rss_before = rss_kib(d.pid());
-  int ready[2], go[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  ASSERT_EQ(::pipe(go), 0);
-  const pid_t attacker = ::fork();
-  if (attacker == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(90);
+  HeldChild attacker(kNobody, [&](const HeldChild::Hold& hold) {
     std::vector<Client> sessions;
     for (int i = 0; i < 8; ++i) {
       auto c = Client::connect(socket, 5000);
-      if (!c) ::_exit(91);
+      if (!c) return 91;
       sessions.push_back(std::move(*c));
     }
     int held = 0, refused = 0;
@@ -298,18 +340,13 @@ TEST(EpkdTrust, OneUidsSessionsTogetherPinAtMostItsShareAndAnotherUidIsServed) {
                  t.error().message.find("uid_pinned_percent = 50") != std::string::npos) {
         ++refused;
       } else {
-        ::_exit(92);
+        return 92;
       }
     }
-    const std::string line = std::to_string(held) + " " + std::to_string(refused) + "\n";
-    if (::write(ready[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(93);
-    char byte;
-    (void)!::read(go[0], &byte, 1);  // holds its pins until the parent is done
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  ::close(go[0]);
-  const std::string line = read_line(ready[0], 10000);
+    hold(std::to_string(held) + " " + std::to_string(refused));
+    return 0;
+  });
+  const std::string line = attacker.report(10000);
   int held = -1, refused = -1;
   ASSERT_EQ(std::sscanf(line.c_str(), "%d %d", &held, &refused), 2) << "the attacker said '" << line << "'";
   EXPECT_GE(held, 1);
@@ -345,10 +382,7 @@ TEST(EpkdTrust, OneUidsSessionsTogetherPinAtMostItsShareAndAnotherUidIsServed) {
     }
   }
   EXPECT_TRUE(no_space);
-  ASSERT_EQ(::write(go[1], "x", 1), 1);
-  ::close(go[1]);
-  ::close(ready[0]);
-  EXPECT_EQ(wait_exit(attacker, 10000), 0);
+  EXPECT_EQ(attacker.release(), 0);
   // The attacker gone, its sessions' fds and buffers are too (root's one session stays).
   auto deadline = Clock::now() + std::chrono::seconds(3);
   while (Clock::now() < deadline && open_fds(d.pid()) > fds_before + 1) {
@@ -399,17 +433,12 @@ TEST(EpkdTrust, SmallShardSlotsNeitherFragmentThePoolNorGrowItsMetadata) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const std::size_t fds_before = open_fds(d.pid());
   const std::uint64_t rss_before = rss_kib(d.pid());
-  int ready[2], go[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  ASSERT_EQ(::pipe(go), 0);
-  const pid_t attacker = ::fork();
-  if (attacker == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(90);
+  HeldChild attacker(kNobody, [&](const HeldChild::Hold& hold) {
     auto c = Client::connect(socket, 5000);
-    if (!c) ::_exit(91);
+    if (!c) return 91;
     for (std::uint64_t r = 0; r < 2048; ++r) {
       auto t = c->acquire("s", "s0", shm::Layout::kDenseF32, 0, shm::ShardSpec::rows(r, r + 1));
-      if (!t || t->bytes != 256 || !c->release(t->handle)) ::_exit(92);
+      if (!t || t->bytes != 256 || !c->release(t->handle)) return 92;
     }
     int pinned = 0;
     for (std::uint64_t r = 0; r < 2048; r += 16) {
@@ -417,15 +446,10 @@ TEST(EpkdTrust, SmallShardSlotsNeitherFragmentThePoolNorGrowItsMetadata) {
       if (!t) break;
       ++pinned;
     }
-    const std::string line = std::to_string(pinned) + "\n";
-    if (::write(ready[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(93);
-    char byte;
-    (void)!::read(go[0], &byte, 1);
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  ::close(go[0]);
-  const std::string line = read_line(ready[0], 20000);
+    hold(std::to_string(pinned));
+    return 0;
+  });
+  const std::string line = attacker.report(20000);
   ASSERT_FALSE(line.empty()) << "the attacker did not report";
   const int pinned = std::atoi(line.c_str());
   EXPECT_GE(pinned, 16) << "the attacker could pin next to nothing";
@@ -447,10 +471,7 @@ TEST(EpkdTrust, SmallShardSlotsNeitherFragmentThePoolNorGrowItsMetadata) {
               return 0;
             }),
             0);
-  ASSERT_EQ(::write(go[1], "x", 1), 1);
-  ::close(go[1]);
-  ::close(ready[0]);
-  EXPECT_EQ(wait_exit(attacker, 10000), 0);
+  EXPECT_EQ(attacker.release(), 0);
   auto deadline = Clock::now() + std::chrono::seconds(3);
   while (Clock::now() < deadline && open_fds(d.pid()) > fds_before) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
