@@ -278,6 +278,9 @@ Slot* Cache::pin_shared(const SlotKey& key, ClientId client) {
   auto p = s.pins.find(client);
   if (p == s.pins.end()) return nullptr;  // a first pin adds entries: exclusive
   if (quota_.pins_per_slot != 0 && p->second >= quota_.pins_per_slot) return nullptr;  // acquire() refuses it
+  // An unpinned slot is the exclusive path's (below): seen here first, it costs no write to a shared counter (a
+  // lone client's hit, released in between, is that case every time).
+  if (s.pin_total.load(std::memory_order_relaxed) == 0) return nullptr;
   // A pin after this client's release of the slot adds its bytes to the client's own entry (see by_client_) and
   // its share charge to its uid's count, which other sessions of the uid move at the same time: the charge is
   // reserved within the share first, and given back if the pin does not happen.

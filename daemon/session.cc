@@ -205,7 +205,6 @@ void Session::on_hello(std::uint32_t req, std::span<const std::uint8_t> payload)
   auto m = shm::decode_hello(payload);
   if (!m) return fail(req, shm::WireStatus::kBadMessage, m.error().message);
   if (hello_done_) return fail(req, shm::WireStatus::kBadMessage, "hello sent twice");
-  // A refused peer was logged once at accept (server.cc), with its credentials.
   hello_done_ = true;
   std::vector<std::uint8_t> out;
   shm::encode_hello_reply(req, svc_.hello_reply(domain_), &out);

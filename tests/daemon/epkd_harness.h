@@ -98,6 +98,20 @@ inline std::size_t open_fds(pid_t pid) {
   return n;
 }
 
+// Whether epkd's heap can be measured: under AddressSanitizer freed memory sits in its quarantine (hundreds of MiB),
+// so RSS bounds are checked only in builds without it.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kHeapMeasurable = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kHeapMeasurable = false;
+#else
+inline constexpr bool kHeapMeasurable = true;
+#endif
+#else
+inline constexpr bool kHeapMeasurable = true;
+#endif
+
 // Anonymous resident memory of process `pid` (the heap; the pool's shared pages are not counted).
 inline std::uint64_t rss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");

@@ -178,7 +178,9 @@ TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtAccept) {
   EXPECT_LE(open_fds(d.pid()), fds_before + 2);
   // No session buffers were made: the heap stays where it was (docs/NOTES.md has the figures).
   const std::uint64_t rss_after = rss_kib(d.pid());
-  EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
+  if (kHeapMeasurable) {
+    EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
+  }
   std::printf("500 refused reconnects: fds %zu -> %zu, RssAnon %llu -> %llu KiB\n", fds_before, open_fds(d.pid()),
               static_cast<unsigned long long>(rss_before), static_cast<unsigned long long>(rss_after));
   const std::string log = read_file(d.log_path());
@@ -346,7 +348,7 @@ TEST(EpkdTrust, OneUidsSessionsTogetherPinAtMostItsShareAndAnotherUidIsServed) {
     hold(std::to_string(held) + " " + std::to_string(refused));
     return 0;
   });
-  const std::string line = attacker.report(10000);
+  const std::string line = attacker.report(60000);
   int held = -1, refused = -1;
   ASSERT_EQ(std::sscanf(line.c_str(), "%d %d", &held, &refused), 2) << "the attacker said '" << line << "'";
   EXPECT_GE(held, 1);
@@ -390,7 +392,9 @@ TEST(EpkdTrust, OneUidsSessionsTogetherPinAtMostItsShareAndAnotherUidIsServed) {
   }
   EXPECT_LE(open_fds(d.pid()), fds_before + 1);
   const std::uint64_t rss_after = rss_kib(d.pid());
-  EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
+  if (kHeapMeasurable) {
+    EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
+  }
   std::printf("share attack (8 sessions of one uid): held %d, refused %d; fds %zu -> %zu, RssAnon %llu -> %llu KiB\n",
               held, refused, fds_before, open_fds(d.pid()), static_cast<unsigned long long>(rss_before),
               static_cast<unsigned long long>(rss_after));
@@ -406,15 +410,22 @@ TEST(EpkdTrust, OneUidsSessionsTogetherPinAtMostItsShareAndAnotherUidIsServed) {
 }
 
 // Fragmentation and slot metadata against a real epkd: one uid acquires and releases 2048 distinct 256-byte row
-// shards, then keeps as many pinned, spread out, as its share lets it; another uid then acquires and holds every
+// shards (one row of 32 small tensors each), then keeps as many pinned, spread out, as its share lets it; another uid then acquires and holds every
 // tensor of a 1.5 MiB model. The small slots live in the small-slot arena, so the main region stays whole; the slot
 // count stays within max_slots_per_pool, and so does epkd's heap (the cached slots' metadata, a few KiB each, stays
 // until they are evicted); epkd's fds come back once the attacker is gone.
 TEST(EpkdTrust, SmallShardSlotsNeitherFragmentThePoolNorGrowItsMetadata) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another uid";
+  // 32 tensors of 64 rows of 256 bytes (the decode of a shard makes its tensor: small ones keep 2048 decodes quick,
+  // under sanitizers too), and a warm-up tensor; shard i is row i % 64 of tensor i / 64.
+  std::string small_spec = "w:64x64";
+  for (int i = 0; i < 32; ++i) small_spec += ",s" + std::to_string(i) + ":64x64";
+  const auto shard = [](std::uint64_t i) {
+    return std::make_pair("s" + std::to_string(i / 64), shm::ShardSpec::rows(i % 64, i % 64 + 1));
+  };
   const ConfigFile cfg(
       "max_slots_per_pool = 500\n"
-      "[[synthetic]]\nname = \"s\"\nspec = \"s0:4096x64\"\n"
+      "[[synthetic]]\nname = \"s\"\nspec = \"" + small_spec + "\"\n"
       "[[synthetic]]\nname = \"big\"\nspec = \"l0:256x256,l1:256x256,l2:256x256,l3:256x256,l4:256x256,l5:256x256\"\n");
   Epkd d({"--config", cfg.path()}, "8");
   ASSERT_TRUE(d.running());
@@ -426,7 +437,7 @@ TEST(EpkdTrust, SmallShardSlotsNeitherFragmentThePoolNorGrowItsMetadata) {
     auto warm = Client::connect(socket, 5000);
     ASSERT_TRUE(warm);
     for (std::uint64_t r = 0; r < 64; ++r) {
-      auto t = warm->acquire("s", "s0", shm::Layout::kDenseF32, 0, shm::ShardSpec::rows(2048 + r, 2049 + r));
+      auto t = warm->acquire("s", "w", shm::Layout::kDenseF32, 0, shm::ShardSpec::rows(r, r + 1));
       ASSERT_TRUE(t && warm->release(t->handle));
     }
   }
@@ -436,20 +447,22 @@ TEST(EpkdTrust, SmallShardSlotsNeitherFragmentThePoolNorGrowItsMetadata) {
   HeldChild attacker(kNobody, [&](const HeldChild::Hold& hold) {
     auto c = Client::connect(socket, 5000);
     if (!c) return 91;
-    for (std::uint64_t r = 0; r < 2048; ++r) {
-      auto t = c->acquire("s", "s0", shm::Layout::kDenseF32, 0, shm::ShardSpec::rows(r, r + 1));
+    for (std::uint64_t i = 0; i < 2048; ++i) {
+      const auto [name, rows] = shard(i);
+      auto t = c->acquire("s", name, shm::Layout::kDenseF32, 0, rows);
       if (!t || t->bytes != 256 || !c->release(t->handle)) return 92;
     }
     int pinned = 0;
-    for (std::uint64_t r = 0; r < 2048; r += 16) {
-      auto t = c->acquire("s", "s0", shm::Layout::kDenseF32, 0, shm::ShardSpec::rows(r, r + 1));
+    for (std::uint64_t i = 0; i < 2048; i += 16) {
+      const auto [name, rows] = shard(i);
+      auto t = c->acquire("s", name, shm::Layout::kDenseF32, 0, rows);
       if (!t) break;
       ++pinned;
     }
     hold(std::to_string(pinned));
     return 0;
   });
-  const std::string line = attacker.report(20000);
+  const std::string line = attacker.report(60000);
   ASSERT_FALSE(line.empty()) << "the attacker did not report";
   const int pinned = std::atoi(line.c_str());
   EXPECT_GE(pinned, 16) << "the attacker could pin next to nothing";
@@ -478,8 +491,10 @@ TEST(EpkdTrust, SmallShardSlotsNeitherFragmentThePoolNorGrowItsMetadata) {
   }
   EXPECT_LE(open_fds(d.pid()), fds_before);
   const std::uint64_t rss_after = rss_kib(d.pid());
-  EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
-  std::printf("shard attack (2048 shard slots, %d pinned 4 KiB apart): slots %llu, fds %zu -> %zu, RssAnon %llu -> "
+  if (kHeapMeasurable) {
+    EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";
+  }
+  std::printf("shard attack (2048 shard slots, every 16th of them pinned: %d): slots %llu, fds %zu -> %zu, RssAnon %llu -> "
               "%llu KiB\n",
               pinned, static_cast<unsigned long long>(mid.pools.at(0).slots), fds_before, open_fds(d.pid()),
               static_cast<unsigned long long>(rss_before), static_cast<unsigned long long>(rss_after));
