@@ -6,7 +6,8 @@
 # epk.torch.attach / load, a diffusers transformer, sentence-transformers all-MiniLM-L6-v2, CUDA-graph capture), with
 # their printed figures.
 # Usage: bash scripts/gpu/python_run.sh STAGE [OUT]   (STAGE: the staged folder, e.g. .gpu; OUT: logs, default $OUT;
-# STAGE/wheels/*.whl, if any, are installed first: stage.sh copies the repository's .whl/ there)
+# STAGE/wheels/*.whl, if any, are installed first: stage.sh copies the repository's .whl/ there; PY_INSTALL_ONLY=1
+# installs and stops)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage="$(cd "$1" && pwd)"
@@ -43,6 +44,9 @@ fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 grep -E 'epk: ' "$out/pip_install.log" || true
 "$py" -c 'import epk; assert epk.HAS_CUDA, "the package was built without device support"; print("epk", epk.__version__, "HAS_CUDA", epk.HAS_CUDA)'
+# PY_INSTALL_ONLY=1: stop here, the package installed in /tmp/epk-pysite (for a run of its tools, such as
+# scripts/gpu/calibration_run.py).
+[[ "${PY_INSTALL_ONLY:-0}" == 1 ]] && exit 0
 # -s: the tests print their figures (MiniLM cosine, NF4 where bitsandbytes is installed).
 "$py" -m pytest -v -s -rs client/python/tests 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}

@@ -9,8 +9,8 @@ padding masked out). A forward pre-hook on every nn.Linear whose weight `epk com
 layer's inputs in F32 (on the model's device) and counts the tokens; the file is keyed by the checkpoint's tensor
 names (the safetensors headers in MODEL_DIR), so that `epk compress MODEL_DIR --calibration STATS` finds them.
 
-The whole model is loaded at once (on the GPU when there is one). torch and transformers are needed here only; the
-rest of the package does not import them."""
+The whole model is loaded at once (on the GPU when there is one), as the class config.json's architectures names.
+torch and transformers are needed here only; the rest of the package does not import them."""
 
 import argparse
 import sys
@@ -126,13 +126,22 @@ def token_sequences(ids: Sequence[int], samples: int, seq: int, pad_id: int) -> 
 
 
 def _load(model_dir: str, device: str, log: Callable[[str], None]) -> Any:
+    """The class the checkpoint was saved from (config.json's architectures), so that every linear it has is the
+    checkpoint's: an Auto class could add a head the checkpoint lacks (AutoModelForCausalLM makes a BERT encoder a
+    BertLMHeadModel with a new, unsaved transform layer). Without that entry: AutoModelForCausalLM, else AutoModel."""
     transformers = _need("transformers")
     kw = {"torch_dtype": "auto", "local_files_only": True}
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, **kw)
-    except ValueError as e:  # not a causal LM: the base model (its linears are the checkpoint's all the same)
-        log(f"not a causal LM ({str(e).splitlines()[0]}): loading AutoModel")
-        model = transformers.AutoModel.from_pretrained(model_dir, **kw)
+    config = transformers.AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    names = [a for a in (getattr(config, "architectures", None) or []) if hasattr(transformers, a)]
+    if names:
+        log(f"loading {names[0]} (config.json's architectures)")
+        model = getattr(transformers, names[0]).from_pretrained(model_dir, **kw)
+    else:
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, **kw)
+        except ValueError as e:  # not a causal LM: the base model (its linears are the checkpoint's all the same)
+            log(f"not a causal LM ({str(e).splitlines()[0]}): loading AutoModel")
+            model = transformers.AutoModel.from_pretrained(model_dir, **kw)
     return model.to(device).eval()
 
 

@@ -319,3 +319,24 @@ def test_llama_model_end_to_end(tmp_path):
     stats = hooks.statistics()
     hooks.close()
     assert int(stats["model.layers.0.self_attn.q_proj.weight.tokens"]) == int(mask.sum())
+
+
+def test_the_model_loads_as_the_class_it_was_saved_from(tmp_path):
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from epk.calibrate import LinearHooks, _load
+
+    # A BERT encoder: AutoModelForCausalLM would make it a BertLMHeadModel with a transform linear the checkpoint
+    # lacks (LinearHooks would then refuse it); loaded as BertModel, every linear is the checkpoint's.
+    cfg = transformers.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                  vocab_size=50, max_position_embeddings=64)
+    transformers.BertModel(cfg).save_pretrained(tmp_path / "bert")
+    bert = _load(str(tmp_path / "bert"), "cpu", lambda s: None)
+    assert type(bert).__name__ == "BertModel"
+    hooks = LinearHooks(bert, checkpoint_tensors(tmp_path / "bert"))
+    assert "encoder.layer.0.attention.self.query.weight" in hooks.layers
+    hooks.close()
+    llama = transformers.LlamaConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2,
+                                     num_key_value_heads=1, vocab_size=50)
+    transformers.LlamaForCausalLM(llama).save_pretrained(tmp_path / "llama")
+    assert type(_load(str(tmp_path / "llama"), "cpu", lambda s: None)).__name__ == "LlamaForCausalLM"
