@@ -142,7 +142,7 @@ class CpuSteps final : public EncodeSteps {
   }
 
   Status set_calibration(const HessianView& h, std::string_view name) override {
-    EPK_TRY_ASSIGN(FeedbackFactor f, make_feedback_factor(h, name));
+    EPK_TRY_ASSIGN(FeedbackFactor f, make_feedback_factor(h, name, threads_));
     factor_ = std::move(f);
     return {};
   }

@@ -30,7 +30,7 @@ double dot(const double* a, const double* b, std::size_t n) {
 
 }  // namespace
 
-Result<FeedbackFactor> make_feedback_factor(const HessianView& hv, std::string_view name) {
+Result<FeedbackFactor> make_feedback_factor(const HessianView& hv, std::string_view name, int threads) {
   const std::size_t n = hv.cols;
   FeedbackFactor out;
   out.cols = hv.cols;
@@ -54,30 +54,54 @@ Result<FeedbackFactor> make_feedback_factor(const HessianView& hv, std::string_v
       a[i * n + j] = v;
     }
   }
-  // Cholesky-Banachiewicz in place (lower triangle), row by row.
-  for (std::size_t i = 0; i < n; ++i) {
-    double* li = &a[i * n];
-    for (std::size_t j = 0; j < i; ++j) li[j] = (li[j] - dot(li, &a[j * n], j)) / a[j * n + j];
-    const double d = li[i] - dot(li, li, i);
+  // Cholesky in place (lower triangle), column by column (Cholesky-Crout): column j's diagonal, then every row
+  // below it, L_ij = (A_ij - <L_i,<j, L_j,<j>) / L_jj. The rows of one column are independent, so they run on
+  // `threads`; each entry is the same dot product in the same order as the row-by-row (Banachiewicz) form, so L does
+  // not depend on the thread count (tests/codec/rate/calibration_test.cc holds it to the row-by-row form bit for bit).
+  for (std::size_t j = 0; j < n; ++j) {
+    double* lj = &a[j * n];
+    const double d = lj[j] - dot(lj, lj, j);
     if (!(d > 0.0)) {
       return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) +
                                                          "': its hessian is not positive definite after damping");
     }
-    li[i] = std::sqrt(d);
+    lj[j] = std::sqrt(d);
+    const std::size_t below = n - j - 1;
+    // Threads only where the column is worth a fork (a few hundred thousand multiply-adds).
+    const int t = below * j >= (std::size_t{1} << 18) ? threads : 1;
+    parallel_for_blocks(below, 64, t, [&](std::size_t b0, std::size_t b1) {
+      for (std::size_t i = j + 1 + b0; i < j + 1 + b1; ++i) {
+        double* li = &a[i * n];
+        li[j] = (li[j] - dot(li, lj, j)) / lj[j];
+      }
+    });
   }
-  // M = L^-1 (lower), row by row: M_i = (e_i - sum_{k<i} L_ik M_k) / L_ii, an axpy of earlier rows.
-  std::vector<double> m(n * n, 0.0);
-  for (std::size_t i = 0; i < n; ++i) {
-    double* mi = &m[i * n];
-    for (std::size_t k = 0; k < i; ++k) {
-      const double c = a[i * n + k];
-      const double* mk = &m[k * n];
-      for (std::size_t j = 0; j <= k; ++j) mi[j] -= c * mk[j];
+  // M = L^-1 (lower) by forward substitution, column by column: M_jj = 1 / L_jj, and below it
+  // M_ij = (0 - L_ij M_jj - L_i,j+1 M_j+1,j - ... - L_i,i-1 M_i-1,j) / L_ii, subtracted in that order. Columns are
+  // independent, so groups of kColumns run on `threads` (the group's columns interleaved for the multiply-add
+  // chains' latency); each entry's arithmetic is fixed, so M does not depend on the thread count. mt holds M
+  // transposed (column j at mt[j * n]).
+  constexpr std::size_t kColumns = 4;
+  std::vector<double> mt(n * n, 0.0);
+  parallel_for_blocks((n + kColumns - 1) / kColumns, 1, threads, [&](std::size_t g0, std::size_t g1) {
+    for (std::size_t g = g0; g < g1; ++g) {
+      const std::size_t j0 = g * kColumns, width = std::min(kColumns, n - j0);
+      double* col[kColumns];
+      for (std::size_t c = 0; c < width; ++c) col[c] = &mt[(j0 + c) * n];
+      for (std::size_t i = j0; i < n; ++i) {
+        const double* li = &a[i * n];
+        double acc[kColumns] = {0.0, 0.0, 0.0, 0.0};
+        // Column c takes k from j0 + c on: the group's first columns alone, then all of them.
+        const std::size_t lead = std::min(i, j0 + width);
+        for (std::size_t k = j0; k < lead; ++k)
+          for (std::size_t c = 0; c <= k - j0; ++c) acc[c] -= li[k] * col[c][k];
+        for (std::size_t k = j0 + width; k < i; ++k)
+          for (std::size_t c = 0; c < width; ++c) acc[c] -= li[k] * col[c][k];
+        const double inv = 1.0 / li[i];
+        for (std::size_t c = 0; c < width && j0 + c <= i; ++c) col[c][i] = (j0 + c == i ? acc[c] + 1.0 : acc[c]) * inv;
+      }
     }
-    mi[i] += 1.0;
-    const double inv = 1.0 / a[i * n + i];
-    for (std::size_t j = 0; j <= i; ++j) mi[j] *= inv;
-  }
+  });
   // U_ij = M_{n-1-i, n-1-j}; then F_b = U_bb^-1 U_b,rest by forward substitution over the block's 8 rows (for the
   // columns after the block; a partial last block has none).
   out.f.assign(n * n, 0.0f);
@@ -85,7 +109,7 @@ Result<FeedbackFactor> make_feedback_factor(const HessianView& hv, std::string_v
   for (std::size_t b0 = 0; b0 + 8 < n; b0 += 8) {
     const std::size_t rest0 = b0 + 8;
     for (std::size_t k = 0; k < 8; ++k)
-      for (std::size_t j = b0; j < n; ++j) u[k * n + j] = m[(n - 1 - (b0 + k)) * n + (n - 1 - j)];
+      for (std::size_t j = b0; j < n; ++j) u[k * n + j] = mt[(n - 1 - j) * n + (n - 1 - (b0 + k))];
     // U_bb F_b = U_b,rest by back substitution: F[k] = (U_b,rest[k] - sum_{m>k} U_bb[k][m] F[m]) / U_bb[k][k].
     for (std::size_t kk = 8; kk-- > 0;) {
       double* fk = &u[kk * n];

@@ -30,7 +30,8 @@ struct FeedbackFactor {
 };
 
 // Errors (kInvalidArgument naming the tensor): H not positive definite after damping (a Cholesky pivot <= 0).
-Result<FeedbackFactor> make_feedback_factor(const HessianView& h, std::string_view name);
+// The same factor, bit for bit, for any thread count.
+Result<FeedbackFactor> make_feedback_factor(const HessianView& h, std::string_view name, int threads = 1);
 
 // Quantizes rows x padded_cols normalised weights at `scale` with error feedback into out (resized to rows *
 // padded_cols / 8 vectors). Dead columns of x must already be zero. Deterministic for any thread count.

@@ -117,6 +117,88 @@ Outcome compare(const std::vector<float>& w, std::uint32_t rows, std::uint32_t c
           h_weighted_relative_error(w, decode_f32(*calib), rows, hv, 2), stored_bpp(*plain), stored_bpp(*calib)};
 }
 
+// The factor in its plain form, row by row (Cholesky-Banachiewicz; L^-1 as an axpy of earlier rows), one thread:
+// the reference make_feedback_factor's column-parallel form must equal bit for bit.
+std::vector<float> reference_factor(const std::vector<float>& h, std::size_t n) {
+  auto dot = [](const double* a, const double* b, std::size_t len) {  // the encoder's order: four accumulators
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    std::size_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+      s0 += a[i] * b[i];
+      s1 += a[i + 1] * b[i + 1];
+      s2 += a[i + 2] * b[i + 2];
+      s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < len; ++i) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+  };
+  std::vector<std::uint8_t> dead(n);
+  double diag_sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    dead[i] = h[i * n + i] == 0.0f;
+    diag_sum += dead[i] ? 1.0 : double(h[i * n + i]);
+  }
+  const double damp = kFeedbackDamping * diag_sum / double(n);
+  std::vector<double> a(n * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j <= i; ++j) {
+      const std::size_t hi = n - 1 - i, hj = n - 1 - j;
+      double v = 0.5 * (double(h[hi * n + hj]) + double(h[hj * n + hi]));
+      if (i == j) v = (dead[hi] ? 1.0 : v) + damp;
+      a[i * n + j] = v;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    double* li = &a[i * n];
+    for (std::size_t j = 0; j < i; ++j) li[j] = (li[j] - dot(li, &a[j * n], j)) / a[j * n + j];
+    li[i] = std::sqrt(li[i] - dot(li, li, i));
+  }
+  std::vector<double> m(n * n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    double* mi = &m[i * n];
+    for (std::size_t k = 0; k < i; ++k)
+      for (std::size_t j = 0; j <= k; ++j) mi[j] -= a[i * n + k] * m[k * n + j];
+    mi[i] += 1.0;
+    const double inv = 1.0 / a[i * n + i];
+    for (std::size_t j = 0; j <= i; ++j) mi[j] *= inv;
+  }
+  std::vector<float> f(n * n, 0.0f);
+  std::vector<double> u(8 * n);
+  for (std::size_t b0 = 0; b0 + 8 < n; b0 += 8) {
+    for (std::size_t k = 0; k < 8; ++k)
+      for (std::size_t j = b0; j < n; ++j) u[k * n + j] = m[(n - 1 - (b0 + k)) * n + (n - 1 - j)];
+    for (std::size_t kk = 8; kk-- > 0;) {
+      for (std::size_t mm = kk + 1; mm < 8; ++mm)
+        for (std::size_t j = b0 + 8; j < n; ++j) u[kk * n + j] -= u[kk * n + b0 + mm] * u[mm * n + j];
+      const double inv = 1.0 / u[kk * n + b0 + kk];
+      for (std::size_t j = b0 + 8; j < n; ++j) u[kk * n + j] *= inv;
+    }
+    for (std::size_t k = 0; k < 8; ++k)
+      for (std::size_t j = b0 + 8; j < n; ++j) f[(b0 + k) * n + j] = float(u[k * n + j]);
+  }
+  return f;
+}
+
+TEST(Calibration, TheFactorEqualsThePlainRowByRowFormForAnyThreadCount) {
+  // Odd sizes, a partial last block, one large enough for the threaded columns (n * j >= 2^18), dead columns.
+  for (std::uint32_t cols : {5u, 37u, 136u, 523u, 640u}) {
+    std::vector<float> h = anisotropic_h(cols, cols + 64, 40 + cols);
+    for (std::uint32_t d : {1u, cols / 2, cols - 1}) {
+      for (std::uint32_t j = 0; j < cols; ++j) h[std::size_t(d) * cols + j] = h[std::size_t(j) * cols + d] = 0.0f;
+    }
+    const HessianView hv{h, cols, double(cols + 64)};
+    const std::vector<float> want = reference_factor(h, cols);
+    for (int threads : {1, 3, 8}) {
+      auto f = make_feedback_factor(hv, "w", threads);
+      ASSERT_TRUE(f.has_value()) << f.error().to_string();
+      ASSERT_EQ(f->f.size(), want.size());
+      EXPECT_EQ(std::memcmp(f->f.data(), want.data(), want.size() * sizeof(float)), 0)
+          << cols << " columns, " << threads << " threads";
+      EXPECT_EQ(f->dead[cols / 2], 1u);
+    }
+  }
+}
+
 TEST(Calibration, AnisotropicHessianLowersTheWeightedErrorAtTheSameRate) {
   const std::uint32_t cols = 256;
   const auto h = anisotropic_h(cols, 1024, 7);
