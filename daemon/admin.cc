@@ -200,22 +200,21 @@ std::size_t Service::model_count() {
   return registry_.live();
 }
 
+bool Service::log_allowed(RefusalLog& log, uid_t uid, std::uint64_t* suppressed) {
+  std::lock_guard<std::mutex> lock(log_limit_mu_);
+  return log.should_log(uid, RefusalLog::Clock::now(), suppressed);
+}
+
 void Service::log_hidden(const Session& s, const std::string& model, const char* request) {
   std::uint64_t suppressed = 0;
-  {
-    std::lock_guard<std::mutex> lock(log_limit_mu_);
-    if (!hidden_log_.should_log(s.peer().uid, RefusalLog::Clock::now(), &suppressed)) return;
-  }
+  if (!log_allowed(hidden_log_, s.peer().uid, &suppressed)) return;
   spdlog::warn("access_denied client={} {} model={} request={} rule=model_uids_gids unlogged_since_last={}", s.id(),
                peer_kv(s.peer()), kv(model), request, suppressed);
 }
 
 void Service::log_blocked(const Session& s, const Lane& lane, const SpaceReport& space) {
   std::uint64_t suppressed = 0;
-  {
-    std::lock_guard<std::mutex> lock(log_limit_mu_);
-    if (!blocked_log_.should_log(s.peer().uid, RefusalLog::Clock::now(), &suppressed)) return;
-  }
+  if (!log_allowed(blocked_log_, s.peer().uid, &suppressed)) return;
   std::string holders;
   for (const UidPins& p : lane.cache->pin_holders()) {
     if (holders.size() > 200) break;  // the largest holders; a line stays a line
@@ -254,7 +253,7 @@ void Service::on_open_model(Session& s, std::uint32_t req, const shm::OpenModelR
 // writable (docs/SECURITY.md).
 void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStoredRequest& m) {
   const PeerCredentials& peer = s.peer();
-  if (peer.uid != 0 && peer.uid != ::geteuid() && !lists(cfg_.client_decode, peer)) {
+  if (!privileged(peer) && !lists(cfg_.client_decode, peer)) {
     spdlog::warn("access_denied client={} {} request=open_stored rule=client_decode_uids_gids", s.id(),
                  peer_kv(peer));
     return s.send_error(req, shm::WireStatus::kDenied,
@@ -289,7 +288,7 @@ void Service::on_stats(Session& s, std::uint32_t req) {
 }
 
 shm::StatsReply Service::stats(const PeerCredentials* peer, std::uint32_t domain) {
-  if (peer != nullptr && privileged(*peer)) peer = nullptr;
+  if (peer != nullptr && epk::daemon::privileged(*peer)) peer = nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   shm::StatsReply r;
   for (const Lane& l : lanes_) {

@@ -37,8 +37,10 @@ std::string describe(const PeerCredentials& p) {
   return "uid " + std::to_string(p.uid) + " gid " + std::to_string(p.gid) + " pid " + std::to_string(p.pid);
 }
 
+bool privileged(const PeerCredentials& peer) { return peer.uid == 0 || peer.uid == ::geteuid(); }
+
 bool allows(const AccessRule& rule, const PeerCredentials& peer) {
-  return rule.open() || peer.uid == 0 || peer.uid == ::geteuid() || lists(rule, peer);
+  return rule.open() || privileged(peer) || lists(rule, peer);
 }
 
 bool lists(const AccessRule& rule, const PeerCredentials& peer) {

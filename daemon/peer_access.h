@@ -35,6 +35,10 @@ struct AccessRule {
   bool open() const { return uids.empty() && gids.empty(); }
 };
 
+// Root and epkd's own uid: both can read and write epkd's memory anyway (ptrace, /proc/PID/mem), so every rule lets
+// them through, and no session cap or pinned share applies to them (docs/SECURITY.md).
+bool privileged(const PeerCredentials& peer);
+// Whether the rule lets the peer through: an open rule, a privileged peer, or one the rule lists.
 bool allows(const AccessRule& rule, const PeerCredentials& peer);
 // Whether the rule names the peer itself: its uid, primary gid or a supplementary gid is listed (root and epkd's
 // own uid get no exception here: trust-domain membership is only ever explicit).

@@ -2,7 +2,6 @@
 #include "daemon/service.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -66,7 +65,7 @@ std::string Service::admit(const PeerCredentials& peer) {
   }
   // The last kPrivilegedSessions sessions are kept for root and epkd's own uid (an operator's epk top still connects
   // while other uids hold every other one).
-  const bool privileged = Service::privileged(peer);
+  const bool privileged = epk::daemon::privileged(peer);
   const std::uint32_t cap =
       privileged || max_sessions_ <= kPrivilegedSessions ? max_sessions_ : max_sessions_ - kPrivilegedSessions;
   if (max_sessions_ != 0 && open_sessions_ >= cap) {

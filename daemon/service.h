@@ -16,7 +16,6 @@
 #pragma once
 
 #include <sys/types.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
@@ -198,8 +197,6 @@ class Service {
     return model.access.open() || allows(model.access, peer);
   }
   static bool may_use(const Session& s, const ModelEntry& model) { return may_use(s.peer(), model); }
-  // Root and epkd's own uid: past every session cap and share, and shown everything.
-  static bool privileged(const PeerCredentials& peer) { return peer.uid == 0 || peer.uid == ::geteuid(); }
   // The answer to a request naming, by id, a model the peer may not use: `request`'s answer for an unknown id
   // (kNotFound, "REQUEST: unknown model id"), so that counting up ids reveals no name; epkd's log names the model
   // (at most once per interval per uid: log_hidden).
@@ -208,6 +205,8 @@ class Service {
   // An acquire refused for space: the log line names the uids holding the pool's pins (never the client's answer).
   // The caller holds the lane's lock.
   void log_blocked(const Session& s, const Lane& lane, const SpaceReport& space);
+  // Whether `log` lets a line for `uid` through now (under log_limit_mu_); *suppressed: the lines it held back.
+  bool log_allowed(RefusalLog& log, uid_t uid, std::uint64_t* suppressed);
   static std::string device_not_served(std::uint32_t device);
 
   // service.cc

@@ -283,6 +283,7 @@ void Session::handle_frame(const shm::FrameHeader& h, std::span<const std::uint8
 
 void Session::read_more() {
   std::size_t pos = 0;
+  std::size_t need = 0;  // the bytes of the message that is not whole yet (its header read)
   while (open() && have_ - pos >= shm::kHeaderSize) {
     auto h = shm::decode_header(std::span<const std::uint8_t>(buf_.data() + pos, have_ - pos));
     if (!h) {
@@ -290,7 +291,10 @@ void Session::read_more() {
            h.error().message);
       break;
     }
-    if (have_ - pos - shm::kHeaderSize < h->payload_size) break;
+    if (have_ - pos - shm::kHeaderSize < h->payload_size) {
+      need = shm::kHeaderSize + h->payload_size;
+      break;
+    }
     handle_frame(*h, std::span<const std::uint8_t>(buf_.data() + pos + shm::kHeaderSize, h->payload_size));
     pos += shm::kHeaderSize + h->payload_size;
   }
@@ -299,13 +303,8 @@ void Session::read_more() {
     std::memmove(buf_.data(), buf_.data() + pos, have_ - pos);
     have_ -= pos;
   }
-  // A message longer than the buffer: it grows to hold it (the header was checked: at most kMaxMessage).
-  if (have_ >= shm::kHeaderSize) {
-    if (auto h = shm::decode_header(std::span<const std::uint8_t>(buf_.data(), have_))) {
-      const std::size_t need = shm::kHeaderSize + h->payload_size;
-      if (need > buf_.size()) buf_.resize(need);
-    }
-  }
+  // A message longer than the buffer: it grows to hold it (decode_header checked it: at most kMaxMessage).
+  if (need > buf_.size()) buf_.resize(need);
   update_deadline(pos > 0);
   if (!open()) return end();
   sock_.async_read_some(asio::buffer(buf_.data() + have_, buf_.size() - have_),

@@ -276,6 +276,24 @@ TEST(Epkd, PrefetchDecodesAheadSoTheAcquireHits) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// A session's read buffer starts at 4 KiB (daemon/session.h): a prefetch of 255 names (about 10 KiB) is read whole
+// all the same, and the session goes on with small messages after it.
+TEST(Epkd, AMessageLongerThanTheFirstReadBufferIsServed) {
+  Epkd d({"--synthetic", "m=" + spec(3, "16x16")});
+  auto c = d.connect();
+  ASSERT_TRUE(c);
+  std::vector<std::string> names;
+  for (int i = 0; i < 254; ++i) names.push_back("a_tensor_name_that_no_model_has_" + std::to_string(i));
+  names.push_back("t2");
+  auto q = c->prefetch("m", names, shm::Layout::kDenseF32);
+  ASSERT_TRUE(q) << q.error().to_string();
+  EXPECT_EQ(*q, 1u);
+  auto t = c->acquire("m", "t0", shm::Layout::kDenseF32);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->bytes, 16u * 16u * 4u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
 TEST(Epkd, ReleaseWithoutWaitingDropsThePinAndCountsAFailureLater) {
   Epkd d({"--synthetic", "m=t0:8x8"});
   auto c = d.connect();
