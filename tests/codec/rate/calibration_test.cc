@@ -180,8 +180,9 @@ std::vector<float> reference_factor(const std::vector<float>& h, std::size_t n) 
 }
 
 TEST(Calibration, TheFactorEqualsThePlainRowByRowFormForAnyThreadCount) {
-  // Odd sizes, a partial last block, one large enough for the threaded columns (n * j >= 2^18), dead columns.
-  for (std::uint32_t cols : {5u, 37u, 136u, 523u, 640u}) {
+  // Odd sizes, a partial last block, dead columns; 1031 columns reach the threaded Cholesky columns (the rows below
+  // times the column, up to (n / 2)^2, at least 2^18).
+  for (std::uint32_t cols : {5u, 37u, 136u, 523u, 1031u}) {
     std::vector<float> h = anisotropic_h(cols, cols + 64, 40 + cols);
     for (std::uint32_t d : {1u, cols / 2, cols - 1}) {
       for (std::uint32_t j = 0; j < cols; ++j) h[std::size_t(d) * cols + j] = h[std::size_t(j) * cols + d] = 0.0f;
