@@ -1,4 +1,4 @@
-// Uncached acquire of intq "int" tensors from epkd's device lane, produced by the device kernels (daemon/gpu_intq.h).
+// Uncached acquire of intq "int" tensors from epkd's device lane, produced by the device kernels (codec/serve/intq_device_form.h).
 // Each of --n tensors is acquired once per layout (every acquire a miss), measured from the acquire request until
 // the slot's decode-done event has completed (acquire, wait(t, nullptr), cuEventSynchronize), then released.
 //

@@ -5,9 +5,7 @@
 
 #include "codec/container/reader.h"
 #include "codec/cuda/decode.h"
-#include "codec/cuda/tier_layout.h"
-#include "codec/serve/device_plan.h"
-#include "codec/serve/producer.h"
+#include "codec/serve/device_tier.h"
 #include "shm/cuda_event.h"
 #include "shm/device_pool.h"
 
@@ -48,10 +46,10 @@ class CudaStoredTier final : public StoredTier {
     EPK_TRY_ASSIGN(t->reader_, container::Reader::open_fd(fds.file.get(), "model '" + model + "' (epkd's file)"));
     const auto& entries = t->reader_.tensors();
     t->producers_.resize(entries.size());
-    std::vector<const rans::LatticeRansStream*> views(entries.size(), nullptr);
+    std::vector<const serve::Producer*> held(entries.size(), nullptr);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const container::TensorEntry& e = entries[i];
-      if (e.encoding != container::Encoding::kLatticeRans) continue;
+      if (!serve::in_device_region(e)) continue;
       // The tables, offsets and scales come from this map: they must be the bytes epkd checked and uploaded. The
       // payload is read only from epkd's tier (checksummed there), so its pages here are not read at all.
       for (std::size_t b = 0; b < e.buffers.size(); ++b) {
@@ -59,23 +57,26 @@ class CudaStoredTier final : public StoredTier {
       }
       // The serving layer validates the stream (its tables and tile offsets) as epkd's does.
       EPK_TRY_ASSIGN(t->producers_[i], serve::make_producer(t->reader_, e, "model '" + model + "'"));
-      views[i] = &t->producers_[i]->lattice_rans()->stream();
+      held[i] = t->producers_[i].get();
       t->index_.emplace(e.name, i);
     }
-    t->layout_ = cuda::tier_layout(views);
-    if (t->layout_.bytes > fds.tier_bytes) {
+    // The same placement as epkd's (from the same file), bound to epkd's region.
+    t->tier_ = std::make_unique<serve::DeviceTier>(nullptr, std::move(held), t->device_, [](std::int64_t) {});
+    if (t->tier_->region_bytes() > fds.tier_bytes) {
       return make_error(ErrorCode::kBadInput, "model '" + model + "': its streams need a " +
-                                                  std::to_string(t->layout_.bytes) + "-byte tier but epkd's is " +
-                                                  std::to_string(fds.tier_bytes) + " bytes (the file changed?)");
+                                                  std::to_string(t->tier_->region_bytes()) +
+                                                  "-byte tier but epkd's is " + std::to_string(fds.tier_bytes) +
+                                                  " bytes (the file changed?)");
     }
-    EPK_TRY_ASSIGN(t->tier_, shm::import_device_pool(std::move(fds.tier), fds.tier_bytes, t->device_));
+    EPK_TRY_ASSIGN(t->region_, shm::import_device_pool(std::move(fds.tier), fds.tier_bytes, t->device_));
+    t->tier_->bind(t->region_.device_ptr());
     t->model_ = model;
     return std::unique_ptr<StoredTier>(std::move(t));
   }
 
   Result<std::uint64_t> decoded_bytes(std::string_view tensor, shm::Layout layout) const override {
-    EPK_TRY_ASSIGN(Found f, find(tensor, layout));
-    return f.bytes;
+    EPK_TRY_ASSIGN(serve::LatticeJob j, job(tensor, layout, 0));
+    return j.bytes;
   }
   bool holds(std::string_view tensor) const override { return index_.count(std::string(tensor)) != 0; }
   Result<std::vector<std::uint64_t>> shape(std::string_view tensor) const override {
@@ -91,15 +92,13 @@ class CudaStoredTier final : public StoredTier {
     std::vector<cuda::DecodeJob> decode_jobs;
     std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges;
     for (const Job& j : jobs) {
-      EPK_TRY_ASSIGN(Found f, find(j.tensor, j.layout));
       if (j.out_dev == 0 || j.out_dev % 16 != 0) {
+        EPK_TRY(job(j.tensor, j.layout, 0));  // an unknown tensor or layout is named first
         return make_error(ErrorCode::kInvalidArgument, "client-side decode: tensor '" + j.tensor +
                                                            "': the output address must be a 16-byte aligned device "
                                                            "address");
       }
-      EPK_TRY_ASSIGN(serve::LatticeJob d,
-                     serve::lattice_job(*producers_[f.index]->lattice_rans(), j.layout,
-                                        cuda::tier_buffers(tier_.device_ptr(), *layout_.tensors[f.index]), j.out_dev));
+      EPK_TRY_ASSIGN(serve::LatticeJob d, job(j.tensor, j.layout, j.out_dev));
       if (d.gap_bytes != 0) zero_ranges.emplace_back(d.gap_at, d.gap_bytes);
       decode_jobs.push_back(std::move(d.job));
     }
@@ -114,43 +113,32 @@ class CudaStoredTier final : public StoredTier {
         new CudaDecodeBatch(std::move(plan), std::move(scratch), device_, std::move(zero_ranges)));
   }
 
-  std::uint64_t tier_bytes() const override { return tier_.size(); }
+  std::uint64_t tier_bytes() const override { return region_.size(); }
   int device() const override { return device_; }
 
  private:
   CudaStoredTier() = default;
 
-  struct Found {
-    std::size_t index = 0;
-    cuda::OutputFormat format = cuda::OutputFormat::kBf16;
-    std::uint64_t bytes = 0;
-  };
-  Result<Found> find(std::string_view tensor, shm::Layout layout) const {
+  // The serving layer's job for `tensor` in `layout` into out_dev (0: only its size is wanted).
+  Result<serve::LatticeJob> job(std::string_view tensor, shm::Layout layout, std::uint64_t out_dev) const {
     auto it = index_.find(std::string(tensor));
     if (it == index_.end()) {
       if (reader_.find(tensor) == nullptr) {
         return make_error(ErrorCode::kNotFound, "model '" + model_ + "': no tensor '" + std::string(tensor) + "'");
       }
       return make_error(ErrorCode::kUnsupported, "model '" + model_ + "': tensor '" + std::string(tensor) +
-                                                     "' is not lattice-rans: acquire it from epkd instead");
+                                                     "' is not in the device tier: acquire it from epkd instead");
     }
-    const serve::LatticeRansProducer& p = *producers_[it->second]->lattice_rans();
-    std::optional<cuda::OutputFormat> fmt = serve::device_format(layout, p.source_dtype());
-    if (!fmt) {
-      return make_error(ErrorCode::kUnsupported, "model '" + model_ + "': tensor '" + std::string(tensor) +
-                                                     "': the GPU decoder does not write layout " +
-                                                     std::string(shm::layout_name(layout)));
-    }
-    return Found{it->second, *fmt, serve::device_output_bytes(*fmt, p.stream().rows, p.stream().cols)};
+    return tier_->job(it->second, layout, out_dev);
   }
 
   std::string model_;
   int device_ = 0;
   container::Reader reader_;
-  std::vector<std::unique_ptr<serve::Producer>> producers_;  // lattice-rans tensors' (null for the others)
-  std::unordered_map<std::string, std::size_t> index_;  // lattice-rans tensors by name
-  cuda::TierLayout layout_;
-  shm::DeviceMapping tier_;
+  std::vector<std::unique_ptr<serve::Producer>> producers_;  // the tier's tensors' (null for the others)
+  std::unordered_map<std::string, std::size_t> index_;       // the tier's tensors by name
+  std::unique_ptr<serve::DeviceTier> tier_;
+  shm::DeviceMapping region_;
 };
 
 }  // namespace

@@ -10,10 +10,8 @@
 #include <optional>
 #include <unordered_map>
 
-#include "codec/serve/intq_producer.h"
+#include "codec/serve/device_tier.h"
 #include "daemon/fence_pool.h"
-#include "daemon/gpu_intq.h"
-#include "daemon/gpu_lattice.h"
 #include "shm/cuda_event.h"
 #include "shm/device_pool.h"
 #include "shm/layout.h"
@@ -59,6 +57,8 @@ class CudaMarkers final : public MarkerSource {
   std::string last_error_;  // under the pool's lock (query runs there)
 };
 
+cuda::Stream cs(const shm::CudaStream& s) { return static_cast<cuda::Stream>(s.get()); }
+
 double mean_us(std::uint64_t total_ns, std::uint64_t n) {
   return n == 0 ? 0.0 : static_cast<double>(total_ns) / 1e3 / static_cast<double>(n);
 }
@@ -72,7 +72,7 @@ class CudaBackend final : public GpuBackend {
         stream_(std::move(stream)),
         ring_(std::move(ring)),
         handles_(std::move(handles)),
-        lattice_(device, [this](std::optional<std::uint32_t> model, std::int64_t delta) { account(model, delta); }) {
+        work_(device, [this](std::int64_t delta) { account(std::nullopt, delta); }) {
     auto markers = std::make_unique<CudaMarkers>(device_, kFenceMarkers);
     markers_ = markers.get();
     fences_ = FencePool::create(std::move(markers), kFenceMarkers, "CUDA device " + std::to_string(device_));
@@ -108,55 +108,43 @@ class CudaBackend final : public GpuBackend {
   }
 
   Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
-    std::uint64_t added = 0;
-    std::vector<std::shared_ptr<gpu_intq::Tensor>> made_intq(src->tensors().size());
-    for (std::size_t i = 0; i < src->tensors().size(); ++i) {
-      const serve::Producer* p = src->producer(i);
-      if (const serve::IntqProducer* iq = p != nullptr ? p->intq() : nullptr; iq != nullptr && iq->header()) {
-        // intq "int" tensors: their logical form, for the repack and dequantize kernels (daemon/gpu_intq.h). One
-        // that cannot be uploaded (device memory) stays on the CPU path; the model's other tensors keep the tier.
-        EPK_TRY(src->verify_stored(i));
-        auto q = gpu_intq::upload(*iq, device_, stream_);
-        if (!q) {
-          spdlog::warn("device {}: intq tensor '{}' not resident ({}); the CPU path serves it", device_,
-                       src->tensors()[i].name, q.error().to_string());
-          continue;
-        }
-        added += (*q)->variants[0]->bytes;
-        made_intq[i] = std::move(*q);
-      }
+    // The model's device tier (codec/serve/device_tier.h): lattice-rans tensors' stored buffers in one shareable
+    // region, placed by the rule libepk's client-side decode reads them by, and intq tensors' device forms.
+    std::vector<const serve::Producer*> producers(src->tensors().size());
+    for (std::size_t i = 0; i < producers.size(); ++i) producers[i] = src->producer(i);
+    const ModelSource* source = src.get();
+    auto tier = std::make_shared<serve::DeviceTier>(
+        src, std::move(producers), device_, [this, model_id](std::int64_t delta) { account(model_id, delta); });
+    std::shared_ptr<shm::DevicePool> region;
+    if (tier->region_bytes() != 0) {
+      EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, tier->region_bytes()));
+      region = std::move(pool);
+      account(model_id, static_cast<std::int64_t>(region->size()));
     }
-    // Lattice-rans tensors: their stored buffers in one shareable region, placed by the rule libepk's client-side
-    // decode reads them by (daemon/gpu_lattice.h).
-    EPK_TRY_ASSIGN(gpu_lattice::Tier tier, gpu_lattice::upload_tier(model_id, src, device_, stream_));
-    added += tier.bytes;
+    std::vector<std::string> warnings;
+    // Resident bytes decode without the host path's after-decode checksum: each tensor is checked before upload.
+    Status uploaded = tier->upload(region ? region->device_ptr() : 0, cs(stream_),
+                                   [source](std::size_t i) { return source->verify_stored(i); }, &warnings);
+    for (const std::string& w : warnings) spdlog::warn("device {}: {}", device_, w);
     std::lock_guard<std::mutex> lock(mu_);
-    models_[model_id] = std::move(tier.tensors);
-    intq_[model_id] = std::move(made_intq);
-    if (tier.region) tiers_[model_id] = std::move(tier.region);
-    resident_bytes_ += added;
-    model_bytes_[model_id] += added;
+    const std::uint64_t added = model_bytes_[model_id];
+    if (!uploaded) {
+      resident_bytes_ -= std::min(resident_bytes_, added);
+      model_bytes_.erase(model_id);
+      return uploaded.error();
+    }
+    models_[model_id] = Model{std::move(tier), std::move(region)};
     return added;
   }
 
   std::uint64_t remove_model(std::uint32_t model_id) override {
-    std::vector<std::shared_ptr<gpu_lattice::Tensor>> made;
-    std::vector<std::shared_ptr<gpu_intq::Tensor>> made_intq;
-    std::shared_ptr<const shm::DevicePool> tier;
+    Model made;
     std::uint64_t freed = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto m = models_.find(model_id); m != models_.end()) {
         made = std::move(m->second);
         models_.erase(m);
-      }
-      if (auto q = intq_.find(model_id); q != intq_.end()) {
-        made_intq = std::move(q->second);
-        intq_.erase(q);
-      }
-      if (auto t = tiers_.find(model_id); t != tiers_.end()) {
-        tier = std::move(t->second);
-        tiers_.erase(t);
       }
       if (auto b = model_bytes_.find(model_id); b != model_bytes_.end()) {
         freed = b->second;
@@ -167,9 +155,7 @@ class CudaBackend final : public GpuBackend {
     // Device memory is freed with this device's context current; nothing on the stream reads it (produce() waits for
     // its work, and no decode of a retired model's last slots is in flight).
     (void)shm::make_device_current(device_);
-    made.clear();
-    made_intq.clear();
-    tier.reset();
+    made = Model();
     return freed;
   }
 
@@ -177,51 +163,28 @@ class CudaBackend final : public GpuBackend {
                  const shm::ShardRange& shard, std::uint64_t slot_offset, std::uint64_t bytes, std::uint64_t slot_id,
                  bool* on_device, const std::function<void()>& on_enqueued) override {
     *on_device = false;
-    lattice_.forget();
-    std::shared_ptr<gpu_lattice::Tensor> r;
-    std::shared_ptr<gpu_intq::Tensor> q;
+    std::shared_ptr<serve::DeviceTier> tier;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto m = models_.find(model_id);
-      if (m != models_.end() && tensor < m->second.size()) r = m->second[tensor];
-      auto iq = intq_.find(model_id);
-      if (iq != intq_.end() && tensor < iq->second.size()) q = iq->second[tensor];
+      if (auto m = models_.find(model_id); m != models_.end() && tensor < m->second.tier->tensors()) {
+        tier = m->second.tier;
+      }
     }
     EPK_TRY(shm::make_device_current(device_));
     const std::uint64_t dst = pool_base_ + slot_offset;
-    const bool lattice = r && gpu_lattice::Decoder::serves(*r, layout);
-    // Row shards decode their rows on the device; column shards decode the whole tensor into the column scratch and
-    // copy their columns; shards of anything else take the CPU path.
-    const bool host_shard = !shard.whole() && !lattice;
     Status enqueued = [&]() -> Status {
-      bool intq_kernels = false;
-      if (q && shard.whole()) {  // the intq kernels write whole tensors only
-        std::uint64_t added = 0;
-        // A layout the kernels cannot be set up for (its padded variant does not fit the device, say) goes to the
-        // CPU path like any layout they do not cover.
-        auto covered = gpu_intq::covers(*q, *src.producer(tensor)->intq(), layout, device_, stream_, &added);
-        if (!covered) {
-          spdlog::warn("device {}: intq tensor {}: the kernels' setup failed ({}); the CPU path serves it", device_,
-                       tensor, covered.error().to_string());
-        }
-        intq_kernels = covered && *covered;
-        if (added != 0) {
-          std::lock_guard<std::mutex> lock(mu_);
-          resident_bytes_ += added;
-          model_bytes_[model_id] += added;
-        }
+      serve::DeviceWrite w;
+      if (tier) {
+        EPK_TRY_ASSIGN(w, tier->enqueue(tensor, layout, shard, dst, bytes, work_, cs(stream_)));
       }
-      if (lattice) {
-        EPK_TRY(lattice_.enqueue(*r, layout, shard, dst, bytes, stream_));
-        *on_device = true;
-      } else if (intq_kernels) {
-        EPK_TRY(gpu_intq::produce(*q, *src.producer(tensor)->intq(), layout, dst, bytes, device_, stream_));
-        *on_device = true;
-        ++intq_kernel_slots_;
-      } else {
+      if (!w.note.empty()) spdlog::warn("device {}: {}", device_, w.note);
+      if (w.path == serve::DevicePath::kHost) {
         EPK_TRY(produce_on_host(src, tensor, layout, shard, dst, bytes));
-        if (q) ++intq_host_slots_;
-        if (host_shard) ++host_shard_slots_;
+        if (w.form == serve::DevicePath::kIntqKernels) ++intq_host_slots_;
+        if (!shard.whole()) ++host_shard_slots_;
+      } else {
+        *on_device = true;
+        if (w.path == serve::DevicePath::kIntqKernels) ++intq_kernel_slots_;
       }
       EPK_TRY(ring_[event_for(slot_id)].record(stream_.get()));
       last_enqueued_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -240,11 +203,11 @@ class CudaBackend final : public GpuBackend {
     // status, which a copy queued before the failure may still read.
     Status synced = stream_.synchronize();
     if (!enqueued) {
-      lattice_.forget();
+      if (tier) tier->forget();
       return enqueued;
     }
     EPK_TRY(synced);
-    return lattice_.check(stream_);
+    return tier ? tier->check(cs(stream_)) : Status{};
   }
 
   Result<std::unique_ptr<shm::Fence>> client_fence(ClientId client, const shm::IpcEventHandle& handle) override {
@@ -357,9 +320,9 @@ class CudaBackend final : public GpuBackend {
 
   std::optional<TierExport> tier(std::uint32_t model_id) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto t = tiers_.find(model_id);
-    if (t == tiers_.end()) return std::nullopt;
-    return TierExport{t->second->export_fd(), t->second->size()};
+    auto m = models_.find(model_id);
+    if (m == models_.end() || !m->second.region) return std::nullopt;
+    return TierExport{m->second.region->export_fd(), m->second.region->size()};
   }
 
   // Resident bytes of `model` (or the lane's own: nullopt) changed by delta.
@@ -389,13 +352,16 @@ class CudaBackend final : public GpuBackend {
   std::vector<shm::CudaEvent> ring_;
   std::vector<shm::IpcEventHandle> handles_;
   shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
-  gpu_lattice::Decoder lattice_;  // lattice-rans slots' device work (GPU thread only)
+  serve::ColumnWork work_;  // column shards' whole decode, for every model of the lane (GPU thread only)
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
-  mutable std::mutex mu_;      // models_, resident_bytes_, clients_, retired_
-  std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_lattice::Tensor>>> models_;
-  std::unordered_map<std::uint32_t, std::shared_ptr<const shm::DevicePool>> tiers_;  // per model with lattice tensors
-  // intq "int" tensors' device forms, per model (null where a tensor has none). Variants are added on the GPU thread.
-  std::unordered_map<std::uint32_t, std::vector<std::shared_ptr<gpu_intq::Tensor>>> intq_;
+  mutable std::mutex mu_;      // models_, resident_bytes_, model_bytes_, clients_, retired_
+  // A model's device tier and its region (null: no tensor of it is in a region); the tier is used by the GPU thread
+  // only once published here.
+  struct Model {
+    std::shared_ptr<serve::DeviceTier> tier;
+    std::shared_ptr<shm::DevicePool> region;
+  };
+  std::unordered_map<std::uint32_t, Model> models_;
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::atomic<std::uint64_t> host_shard_slots_{0};  // shards the CPU path produced (exit log)
   std::uint64_t resident_bytes_ = 0;

@@ -1,18 +1,16 @@
 // epkd's GPU serving path, one per served device: a device pool, one CUDA stream, a ring of interprocess
 // "decode-done" events, and the resident compressed tier.
 //
-// - Resident tier (daemon/gpu_lattice.h): when a model is added, every lattice-rans tensor's stored buffers are
-//   checksummed (ModelSource::verify_stored) and copied into device memory (outside the slot budget: see
-//   docs/NOTES.md), together with the serving layer's plan for bf16 (codec/serve/device_plan.h) whose scratch
-//   (descriptors, lookup tables) is uploaded once. Plans for the other output formats are built and uploaded on a
-//   tensor's first decode in that format, then kept. An uncached acquire then costs a 16-byte descriptor patch (the
-//   slot's address) and one kernel.
+// - Resident tier: when a model is added, the serving layer's device tier (codec/serve/device_tier.h) is made for
+//   it: every lattice-rans tensor's stored buffers, checksummed (ModelSource::verify_stored), in one shareable region
+//   (outside the slot budget) with its bf16 plan's scratch uploaded, and every intq "int" tensor's device form.
+//   Plans for other formats and row shards are built on first use and kept. An uncached acquire of a lattice-rans
+//   tensor then costs a 16-byte descriptor patch (the slot's address) and one kernel.
 // - produce() runs on the GPU scheduler's single thread (a DecodeScheduler with one worker: acquire outranks
-//   prefetch, promote as on the CPU path). Lattice-rans tensors in dense and rowwise layouts decode on the device into
-//   the slot; intq "int" tensors (uploaded at add_model too: daemon/gpu_intq.h) are dequantized (dense bf16/fp16) or
-//   repacked (gptq, gptq-v2, awq, marlin) by codec/cuda's intq kernels; everything else (raw tensors, fp32 dense intq,
-//   layouts codec/cuda does not write) is produced by the tensor's host producer (ModelSource::produce) into a
-//   pinned host buffer and copied to the slot on the stream. Either way the ring event slot_id % ring is recorded after the work, then `on_enqueued` runs
+//   prefetch, promote as on the CPU path). The device tier writes the slot where a device path covers the request;
+//   everything else (raw tensors, shards of intq tensors, layouts no kernel writes) is produced by the tensor's host
+//   producer (ModelSource::produce) into a pinned host buffer and copied to the slot on the stream. Either way the
+//   ring event slot_id % ring is recorded after the work, then `on_enqueued` runs
 //   (epkd answers the acquire there, with a decode status ticket: docs/PROTOCOL.md), and produce() waits for the
 //   stream before returning: its result is the tile status, which epkd publishes in the status table before the slot
 //   is marked ready (shm/decode_status.h).

@@ -119,6 +119,24 @@ bool can_decode(const container::TensorEntry& e, DType out) {
   }
 }
 
+Result<DType> decompress_dtype(const container::TensorEntry& e, std::optional<DType> requested,
+                               std::string_view where) {
+  if (e.encoding == container::Encoding::kRaw) {
+    return requested && dtype_is_float(e.dtype) && can_decode(e, *requested) ? *requested : e.dtype;
+  }
+  const DType d = requested.value_or(e.dtype);
+  if (!can_decode(e, d)) {
+    return make_error(ErrorCode::kUnsupported, std::string(where) + ": tensor '" + e.name + "' (" +
+                                                   std::string(container::encoding_name(e.encoding)) +
+                                                   ") cannot be decoded to " + std::string(dtype_name(d)));
+  }
+  return d;
+}
+
+bool stored_as(const container::TensorEntry& e, DType out) {
+  return e.encoding == container::Encoding::kRaw && e.dtype == out && e.buffers.size() == 1;
+}
+
 std::uint64_t decoded_bytes(const container::TensorEntry& e, DType out) {
   if (!can_decode(e, out)) return 0;
   return e.element_count() * std::uint64_t(dtype_bits(out)) / 8;

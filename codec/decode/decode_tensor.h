@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "codec/common/dtype.h"
@@ -24,6 +26,13 @@ struct DecodeTensorOptions {
 // Whether decode_tensor can produce `out` for entry e (raw: the same dtype, or float <-> float among F32, BF16, F16,
 // F8_E4M3, F8_E5M2; lattice-rans: rans::decode_output_supported).
 bool can_decode(const container::TensorEntry& e, DType out);
+
+// The dtype `epk decompress` writes e in when `requested` (--dtype) is asked or not: raw tensors keep theirs unless
+// they are floating point and can be converted to it; every other encoding decodes to the request, else to its
+// source dtype. kUnsupported naming `where` and the tensor when e cannot be decoded to it.
+Result<DType> decompress_dtype(const container::TensorEntry& e, std::optional<DType> requested, std::string_view where);
+// Whether e's one buffer already holds its elements as `out` (a raw tensor of that dtype): copied, not decoded.
+bool stored_as(const container::TensorEntry& e, DType out);
 
 // Bytes decode_tensor writes for e in dtype out (element count * bits / 8); 0 when it cannot.
 std::uint64_t decoded_bytes(const container::TensorEntry& e, DType out);

@@ -90,28 +90,10 @@ void LatticeDevicePlan::PinnedFree::operator()(void* p) const {
   if (p != nullptr) (void)cudaFreeHost(p);
 }
 
-Result<LatticeDevicePlan> LatticeDevicePlan::create(const LatticeRansProducer& p, Layout layout,
-                                                    std::uint32_t row_begin, std::uint32_t row_end,
-                                                    const cuda::DeviceBuffers& inputs, int device) {
-  const std::optional<cuda::OutputFormat> format = device_format(layout, p.source_dtype());
-  if (!format) {
-    return make_error(ErrorCode::kUnsupported, p.origin() + ": tensor '" + p.entry().name +
-                                                   "': the GPU decoder does not write layout " +
-                                                   std::string(layout_name(layout)));
-  }
-  return make(p.stream(), p.entry().name, *format, row_begin, row_end, inputs, device);
-}
-
 Result<LatticeDevicePlan> LatticeDevicePlan::create(const rans::LatticeRansStream& s, std::string_view name,
-                                                    cuda::OutputFormat format, const cuda::DeviceBuffers& inputs,
+                                                    cuda::OutputFormat format, std::uint32_t row_begin,
+                                                    std::uint32_t row_end, const cuda::DeviceBuffers& inputs,
                                                     int device) {
-  return make(s, name, format, 0, s.rows, inputs, device);
-}
-
-Result<LatticeDevicePlan> LatticeDevicePlan::make(const rans::LatticeRansStream& s, std::string_view name,
-                                                  cuda::OutputFormat format, std::uint32_t row_begin,
-                                                  std::uint32_t row_end, const cuda::DeviceBuffers& inputs,
-                                                  int device) {
   if (row_begin >= row_end || row_end > s.rows) {
     return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) + "': rows [" +
                                                        std::to_string(row_begin) + ", " + std::to_string(row_end) +

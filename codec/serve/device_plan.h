@@ -1,12 +1,12 @@
 // The serving layer's device half for lattice-rans tensors (codec/serve/lattice_rans_producer.h): which layouts the
 // GPU decoder writes, the uploads a decode needs (the stored buffers at their tier places), and a plan that enqueues
-// the decode of one layout into a given device address on a given stream. epkd (daemon/gpu_lattice.cc), libepk's
-// client-side decode (client/stored_tier.cc) and `epk decompress/verify --device cuda` (tools/epk/device_decode.cc)
-// all plan through it, so they write the same bytes for the same request: the CPU producer's, bit for bit.
+// the decode of one layout into a given device address on a given stream. The device tier (device_tier.h), which
+// epkd, libepk's client-side decode and `epk decompress/verify --device cuda` call, plans through it, so they write
+// the same bytes for the same request: the CPU producer's, bit for bit.
 //
 //   auto at = cuda::tier_layout(streams);                         // where each tensor's inputs go in one region
 //   for (const Upload& u : lattice_uploads(p->stream(), *at.tensors[i])) copy(base + u.offset, u.host);
-//   auto plan = LatticeDevicePlan::create(*p, Layout::kDenseBF16, 0, rows, cuda::tier_buffers(base, at), device);
+//   auto plan = LatticeDevicePlan::create(s, name, format, 0, rows, cuda::tier_buffers(base, at), device);
 //   alloc(plan->scratch_bytes()); plan->upload(scratch, stream);  // once
 //   plan->enqueue(dst, scratch, stream);                          // as often as wanted, into any slot
 //   sync(stream); plan->check(scratch, stream);                   // kCorruptTile naming the tile, if any
@@ -61,14 +61,11 @@ Result<LatticeJob> lattice_job(const LatticeRansProducer& p, Layout layout, cons
 
 class LatticeDevicePlan {
  public:
-  // The decode of rows [row_begin, row_end) of the tensor p produces, in `layout` (device_format must have one),
-  // reading the stored buffers at `inputs` on device `device`. kUnsupported naming the tensor for a layout the
-  // decoder does not write; kInvalidArgument for an empty or out-of-range row range.
-  static Result<LatticeDevicePlan> create(const LatticeRansProducer& p, Layout layout, std::uint32_t row_begin,
-                                          std::uint32_t row_end, const cuda::DeviceBuffers& inputs, int device);
-  // The same from a bare stream and output format (the CLI's --dtype: any format the decoder writes), all rows.
+  // The decode of rows [row_begin, row_end) of stream s (tensor `name`, in messages) into `format`, reading the
+  // stored buffers at `inputs` on device `device`. kInvalidArgument for an empty or out-of-range row range.
   static Result<LatticeDevicePlan> create(const rans::LatticeRansStream& s, std::string_view name,
-                                          cuda::OutputFormat format, const cuda::DeviceBuffers& inputs, int device);
+                                          cuda::OutputFormat format, std::uint32_t row_begin, std::uint32_t row_end,
+                                          const cuda::DeviceBuffers& inputs, int device);
 
   LatticeDevicePlan(LatticeDevicePlan&&) noexcept = default;
   LatticeDevicePlan& operator=(LatticeDevicePlan&&) noexcept = default;
@@ -106,9 +103,6 @@ class LatticeDevicePlan {
     void operator()(void* p) const;
   };
   LatticeDevicePlan() = default;
-  static Result<LatticeDevicePlan> make(const rans::LatticeRansStream& s, std::string_view name,
-                                        cuda::OutputFormat format, std::uint32_t row_begin, std::uint32_t row_end,
-                                        const cuda::DeviceBuffers& inputs, int device);
 
   cuda::DecodePlan plan_;
   cuda::OutputFormat format_ = cuda::OutputFormat::kBf16;

@@ -13,6 +13,12 @@ export EPK_CLI="${EPK_CLI:-$bin/../cli/epk}"  # stage.sh puts the CLI there; the
 echo "== epkd device path: tests"
 timeout 240 "$bin/epkd_gpu_test" --gtest_brief=1 2>&1 | tail -60
 test_rc=${PIPESTATUS[0]}
+for t in epkd_gpu_intq_test epkd_shard_gpu_test; do  # intq kernels and shards against the CPU path's bytes
+  if [[ -x "$bin/$t" ]]; then
+    timeout 120 "$bin/$t" --gtest_brief=1 2>&1 | tail -10
+    [[ ${PIPESTATUS[0]} == 0 ]] || test_rc=1
+  fi
+done
 if [[ -x "$bin/client_decode_gpu_test" ]]; then  # client-side decode against the device path's bytes
   timeout 100 "$bin/client_decode_gpu_test" --gtest_brief=1 2>&1 | tail -10
   [[ ${PIPESTATUS[0]} == 0 ]] || test_rc=1

@@ -32,7 +32,7 @@ fi
 # epkd's device path (issue 6): the daemon, a client process, the device integration test and the acquire bench, with
 # the one shared library epkd needs beyond libc/libstdc++ (the device image may lack it).
 mkdir -p "$dest/epkd/lib"
-for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tests/daemon/epkd_multigpu_test \
+for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tests/daemon/epkd_gpu_intq_test tests/daemon/epkd_multigpu_test \
   tests/daemon/client_decode_gpu_test tests/daemon/epkd_shard_gpu_test tests/shm/shm_cuda_event_test bench/gpu_acquire_bench \
   bench/gpu_intq_acquire_bench bench/epk_bench_rtt; do
   strip -o "$dest/epkd/$(basename "$b")" "$build/$b"

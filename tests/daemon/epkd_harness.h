@@ -235,4 +235,13 @@ class Epkd {
   pid_t pid_ = -1;
 };
 
+// The daemon still serves a fresh client: tensor t0 of model m (a synthetic model's first tensor) in dense fp32.
+inline void expect_serving(Epkd& d) {
+  auto c = Client::connect(d.socket(), 2000);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto t = c->acquire("m", "t0", shm::Layout::kDenseF32);
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_TRUE(c->release(t->handle));
+}
+
 }  // namespace epk::test_harness

@@ -16,6 +16,7 @@
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/container_io.h"
 #include "codec/safetensors/writer.h"
+#include "codec/serve/producer.h"
 #include "tools/epk/cli_common.h"
 #include "tools/epk/device_decode.h"
 #include "tools/epk/weights.h"
@@ -59,16 +60,7 @@ Status run_decompress(const DecompressArgs& args) {
       decls.push_back({t.name + std::string(kRowScalesSuffix), DType::kF32, {t.shape[0]}});
       continue;
     }
-    DType d = t.dtype;
-    if (t.encoding == container::Encoding::kRaw) {
-      if (out_dtype && dtype_is_float(t.dtype) && decode::can_decode(t, *out_dtype)) d = *out_dtype;
-    } else {
-      d = out_dtype.value_or(t.dtype);
-      if (!decode::can_decode(t, d))
-        return make_error(ErrorCode::kUnsupported, args.input + ": tensor '" + t.name + "' (" +
-                                                       std::string(container::encoding_name(t.encoding)) +
-                                                       ") cannot be decoded to " + std::string(dtype_name(d)));
-    }
+    EPK_TRY_ASSIGN(DType d, decode::decompress_dtype(t, out_dtype, args.input));
     decls.push_back({t.name, d, t.shape});
   }
   EPK_TRY_ASSIGN(auto metadata, safetensors_metadata(reader));
@@ -96,21 +88,20 @@ Status run_decompress(const DecompressArgs& args) {
       ++on_cpu;
       continue;
     }
-    if (t->encoding == container::Encoding::kRaw && spec.dtype == t->dtype) {
+    if (decode::stored_as(*t, spec.dtype)) {
       EPK_TRY(writer.write(spec.name, reader.buffer(*t, 0)));
       continue;
     }
-    // A lattice-rans stream is checked whole (from_container) before the output is sized by its shape; a size this
-    // machine cannot allocate is an error naming the tensor.
-    std::optional<rans::StoredStream> stored;
-    if (t->encoding == container::Encoding::kLatticeRans) {
-      EPK_TRY_ASSIGN(auto s, rans::from_container(reader, *t));
-      stored = std::move(s);
-    }
+    // The serving layer's producer checks the tensor whole (a lattice-rans stream's tables and tile offsets)
+    // before the output is sized by its shape; a size this machine cannot allocate is an error naming the tensor.
+    EPK_TRY_ASSIGN(auto producer, serve::make_producer(reader, *t, args.input));
     EPK_TRY(resize_for_tensor(buf, decode::decoded_bytes(*t, spec.dtype),
                               args.input + ": tensor '" + t->name + "' decoded to " + std::string(dtype_name(spec.dtype))));
-    if (device == Device::kCuda && stored) {
-      EPK_TRY(gpu_decode(stored->stream, t->name, spec.dtype, buf));
+    bool written = false;
+    if (device == Device::kCuda) {
+      EPK_TRY_ASSIGN(written, gpu_decode(*producer, spec.dtype, buf));
+    }
+    if (written) {
       ++on_gpu;
     } else {
       decode::DecodeTensorOptions o;

@@ -8,6 +8,7 @@
 #include "codec/container/reader.h"
 #include "codec/container/writer.h"
 #include "codec/rans/container_io.h"
+#include "codec/rans/reference_export.h"
 #include "codec/rans/reference_format.h"
 #include "codec/safetensors/checkpoint.h"
 #include "codec/safetensors/writer.h"
@@ -79,19 +80,9 @@ Status run_export(const InputOutputArgs& args) {
   std::vector<safetensors::TensorSpec> decls;
   std::map<std::string, const container::TensorEntry*> by_key;
   for (const auto& t : reader.tensors()) {
-    std::string key = t.name;
-    if (t.encoding == container::Encoding::kLatticeRans) {
-      EPK_TRY_ASSIGN(auto stored, rans::from_container(reader, t));
-      key = stored.info.entropack_key.empty() ? t.name + "." + std::string(rans::kReferenceLeaf)
-                                              : stored.info.entropack_key;
-      decls.push_back({key, DType::kU8, {rans::reference_quant_state_bytes(rans::to_owned(stored))}});
-    } else if (t.encoding == container::Encoding::kRaw) {
-      decls.push_back({key, t.dtype, t.shape});
-    } else {
-      return make_error(ErrorCode::kUnsupported, args.input + ": tensor '" + t.name + "' is " +
-                                                     std::string(container::encoding_name(t.encoding)) +
-                                                     "-encoded; the entropack form holds lattice-rans and raw only");
-    }
+    EPK_TRY_ASSIGN(rans::ReferenceEntry e, rans::reference_entry(reader, t, args.input));
+    const std::string key = e.key;
+    decls.push_back({std::move(e.key), e.dtype, std::move(e.shape)});
     if (!by_key.emplace(key, &t).second)
       return make_error(ErrorCode::kBadInput, args.input + ": two tensors export to the key '" + key + "'");
   }
@@ -103,15 +94,10 @@ Status run_export(const InputOutputArgs& args) {
   for (const auto& spec : writer.tensors()) {
     const auto* t = by_key.at(spec.name);
     EPK_TRY(reader.verify(*t));
-    if (t->encoding == container::Encoding::kRaw) {
-      EPK_TRY(writer.write(spec.name, reader.buffer(*t, 0)));
-      continue;
-    }
-    EPK_TRY_ASSIGN(auto stored, rans::from_container(reader, *t));
-    EPK_TRY_ASSIGN(auto blob, rans::write_reference_quant_state(rans::to_owned(stored)));
-    EPK_TRY(writer.write(
-        spec.name, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(blob.data()), blob.size())));
-    ++exported;
+    std::vector<std::byte> owned;
+    EPK_TRY_ASSIGN(auto bytes, rans::reference_bytes(reader, *t, owned));
+    EPK_TRY(writer.write(spec.name, bytes));
+    if (rans::exports_as_stream(*t)) ++exported;
   }
   EPK_TRY(writer.finish());
   std::printf("exported %zu lattice-rans tensors and %zu raw tensors to %s\n", exported,

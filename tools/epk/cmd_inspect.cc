@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/container/reader.h"
-#include "codec/layouts/intq_io.h"
+#include "codec/describe/tensor_details.h"
 #include "codec/rans/container_io.h"
 #include "tools/epk/cli_common.h"
 
@@ -20,47 +20,6 @@ double bits_per_weight(std::uint64_t bytes, std::uint64_t elements) {
   return elements ? 8.0 * static_cast<double>(bytes) / static_cast<double>(elements) : 0.0;
 }
 
-// The encoding parameters of a lattice-rans tensor (params_json and its rows and cols against the shape checked by
-// codec/rans/container_io; the shape's own rules by the reader at open).
-Result<nlohmann::json> lattice_rans_json(const container::Reader& reader, const container::TensorEntry& t) {
-  rans::LatticeRansStream s;
-  rans::EncodingInfo info;
-  EPK_TRY(rans::parse_entry_params(reader, t, &s, &info));
-  const std::uint64_t stored = rans::stored_bytes(t);
-  const std::uint64_t n = t.element_count();
-  std::uint32_t tiles = 0;
-  for (const auto& b : t.buffers)
-    if (b.name == rans::kOffsetsBuffer && b.size >= 4) tiles = std::uint32_t(b.size / 4 - 1);
-  return nlohmann::json{{"target_bpp", info.target_bpp},
-                        {"stored_bytes", stored},
-                        {"stored_bpp", n ? 8.0 * double(stored) / double(n) : 0.0},
-                        {"prob_bits", s.prob_bits},
-                        {"tile_symbols", s.tile_symbols},
-                        {"tiles", tiles},
-                        {"padded_cols", s.padded_cols},
-                        {"rdo_sweeps", info.rdo_sweeps},
-                        {"scale", info.scale},
-                        {"coarsened", info.coarsened},
-                        {"origin", info.origin}};
-}
-
-// Effective bits per weight of an intq tensor, split as FORMAT.md 11.6 says (codec/layouts/intq_io.h checks it).
-Result<nlohmann::json> intq_json(const container::Reader& reader, const container::TensorEntry& t) {
-  EPK_TRY_ASSIGN(auto f, layouts::intq::footprint_of_entry(reader, t));
-  auto per = [&](std::uint64_t b) { return f.weights ? 8.0 * static_cast<double>(b) / f.weights : 0.0; };
-  EPK_TRY_ASSIGN(auto codes, layouts::intq::code_info(reader, t));
-  auto params = nlohmann::json::parse(t.params_json, nullptr, false);
-  return nlohmann::json{{"kind", params.value("kind", "")},
-                        {"codes", codes.form},
-                        {"code_bytes", codes.stored_bytes},
-                        {"packed_code_bytes", codes.packed_bytes},
-                        {"bits_per_weight", f.bits_per_weight()},
-                        {"codes_bpw", per(f.code_bytes)},
-                        {"scales_bpw", per(f.scale_bytes)},
-                        {"zeros_bpw", per(f.zero_bytes)},
-                        {"indices_bpw", per(f.index_bytes)}};
-}
-
 Status run_inspect(const InspectArgs& args) {
   EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
   std::uint64_t total_bytes = 0, total_elements = 0;
@@ -73,6 +32,7 @@ Status run_inspect(const InspectArgs& args) {
     total_bytes += bytes;
     total_elements += elements;
     double bpw = bits_per_weight(bytes, elements);
+    EPK_TRY_ASSIGN(const describe::TensorDetails details, describe::tensor_details(reader, t));
     if (args.json) {
       nlohmann::json buffers = nlohmann::json::array();
       for (const auto& b : t.buffers)
@@ -86,39 +46,13 @@ Status run_inspect(const InspectArgs& args) {
                               {"stored_bpp", bpw},
                               {"bits_per_weight", bpw},
                               {"buffers", buffers}};
-      if (t.encoding == container::Encoding::kLatticeRans) {
-        EPK_TRY_ASSIGN(auto lr, lattice_rans_json(reader, t));
-        entry["lattice_rans"] = std::move(lr);
-      }
-      if (t.encoding == container::Encoding::kIntq) {
-        EPK_TRY_ASSIGN(auto iq, intq_json(reader, t));
-        entry["intq"] = std::move(iq);
-      }
+      if (!details.section.empty()) entry[details.section] = nlohmann::json::parse(details.json);
       tensors.push_back(std::move(entry));
     } else {
       std::printf("%-48s %-18s %-8s %-13s %12s %8.3f\n", printable(t.name).c_str(), shape_string(t.shape).c_str(),
                   std::string(dtype_name(t.dtype)).c_str(), std::string(container::encoding_name(t.encoding)).c_str(),
                   human_bytes(bytes).c_str(), bpw);
-      if (t.encoding == container::Encoding::kLatticeRans) {
-        EPK_TRY_ASSIGN(auto lr, lattice_rans_json(reader, t));
-        char target[32] = "-";
-        if (lr["target_bpp"].get<double>() > 0)
-          std::snprintf(target, sizeof target, "%.3f", lr["target_bpp"].get<double>());
-        std::printf(
-            "    target %s bpp, prob bits %u, %u tiles of %u symbols, rdo %d, %s\n", target,
-            lr["prob_bits"].get<unsigned>(), lr["tiles"].get<unsigned>(),
-            lr["tile_symbols"].get<unsigned>(), lr["rdo_sweeps"].get<int>(),
-            lr["origin"].get<std::string>() == "entropack" ? "imported from entropack" : "encoded by epk");
-      }
-      if (t.encoding == container::Encoding::kIntq) {
-        EPK_TRY_ASSIGN(auto iq, intq_json(reader, t));
-        // The split of the buffers alone (FORMAT.md 11.6); the tensor's stored rate is the column above.
-        std::printf("    intq %s, codes %s: buffers per weight = codes %.3f + scales %.3f + zeros %.3f + indices %.3f "
-                    "bits\n",
-                    iq["kind"].get<std::string>().c_str(), iq["codes"].get<std::string>().c_str(),
-                    iq["codes_bpw"].get<double>(), iq["scales_bpw"].get<double>(), iq["zeros_bpw"].get<double>(),
-                    iq["indices_bpw"].get<double>());
-      }
+      if (!details.summary.empty()) std::printf("    %s\n", details.summary.c_str());
     }
   }
   double total_bpw = bits_per_weight(total_bytes, total_elements);

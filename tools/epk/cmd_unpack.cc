@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "codec/container/reader.h"
+#include "codec/decode/decode_tensor.h"
 #include "codec/safetensors/writer.h"
 #include "tools/epk/cli_common.h"
 #include "tools/epk/weights.h"
@@ -13,14 +14,12 @@ Status run_unpack(const InputOutputArgs& args) {
   EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
   std::vector<safetensors::TensorSpec> decls;
   for (const auto& t : reader.tensors()) {
-    if (t.encoding != container::Encoding::kRaw)
+    if (!decode::stored_as(t, t.dtype))
       return make_error(ErrorCode::kUnsupported,
                         args.input + ": tensor '" + t.name + "' is " +
-                            std::string(container::encoding_name(t.encoding)) +
-                            "-encoded; unpack writes raw tensors only (use epk decompress)");
-    if (t.buffers.size() != 1)
-      return make_error(ErrorCode::kBadInput, args.input + ": raw tensor '" + t.name + "' has " +
-                                                  std::to_string(t.buffers.size()) + " buffers, expected 1");
+                            std::string(container::encoding_name(t.encoding)) + "-encoded in " +
+                            std::to_string(t.buffers.size()) +
+                            " buffers; unpack writes raw tensors of one buffer only (use epk decompress)");
     decls.push_back({t.name, t.dtype, t.shape});
   }
   EPK_TRY_ASSIGN(auto metadata, safetensors_metadata(reader));

@@ -20,6 +20,7 @@
 #include "codec/rate/calibration.h"
 #include "codec/rate/choose.h"
 #include "codec/safetensors/checkpoint.h"
+#include "codec/serve/lattice_rans_producer.h"
 #include "tools/epk/cli_common.h"
 #include "tools/epk/device_decode.h"
 #include "tools/epk/weights.h"
@@ -68,9 +69,9 @@ struct TensorReport {
 };
 
 // Decodes every tile of s; corrupt tiles into rep. With want_f32, also the reconstruction.
-void check_stream(const rans::StoredStream& st, const std::string& where, Device device, int threads, TensorReport& rep,
-                  std::vector<float>* f32) {
-  const auto& s = st.stream;
+void check_stream(const serve::LatticeRansProducer& p, const std::string& where, Device device, int threads,
+                  TensorReport& rep, std::vector<float>* f32) {
+  const auto& s = p.stream();
   rep.tiles = s.tiles();
   if (device == Device::kCuda) {
     std::vector<float> local;
@@ -81,7 +82,7 @@ void check_stream(const rans::StoredStream& st, const std::string& where, Device
     }
     std::vector<GpuTileFault> faults;
     auto stat =
-        gpu_decode(s, where, DType::kF32,
+        gpu_decode(p, DType::kF32,
                    std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4), &faults);
     for (const auto& f : faults) rep.bad_tiles.push_back({f.tile, f.reason});
     if (!stat && faults.empty()) rep.problems.push_back(stat.error().message);
@@ -159,7 +160,8 @@ Result<int> run_verify(const VerifyArgs& args) {
       } else {
         rep.target = stored->info.target_bpp;
         rep.calibrated = stored->info.calibrated;
-        check_stream(*stored, where, device, threads, rep, src ? &decoded : nullptr);
+        const serve::LatticeRansProducer producer(reader, t, reader.path(), std::move(*stored));
+        check_stream(producer, where, device, threads, rep, src ? &decoded : nullptr);
         have_decoded = src && !decoded.empty();
       }
     } else if (src || t.encoding != container::Encoding::kRaw) {

@@ -1,6 +1,6 @@
-// `--device cuda` for epk decompress and verify: one lattice-rans tensor decoded by codec/cuda's fused decoder
-// (DecodePlan / upload / decode / read_tile_faults). Built with CUDA only where EPK_HAVE_CUDA; elsewhere every call
-// says that this build has no CUDA.
+// `--device cuda` for epk decompress and verify: one tensor written on the GPU by the serving layer's device tier
+// (codec/serve/device_tier.h), where a device path writes it in the asked dtype. Built with CUDA only where
+// EPK_HAVE_CUDA; elsewhere every call says that this build has no CUDA.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
-#include "codec/rans/stream.h"
+#include "codec/serve/producer.h"
 
 namespace epk::cli {
 
@@ -26,9 +26,11 @@ struct GpuTileFault {
   std::string reason;
 };
 
-// Decodes s into dst (rows x cols of out: BF16, F16, F32, F8_E4M3 or F8_E5M2). Corrupt tiles: appended to faults
-// when given, and the call returns kCorruptTile naming the tensor and first tile.
-Status gpu_decode(const rans::LatticeRansStream& s, std::string_view name, DType out, std::span<std::uint8_t> dst,
-                  std::vector<GpuTileFault>* faults = nullptr);
+// Writes the tensor p serves into dst as dense `out` (BF16, F16, F32, F8_E4M3 or F8_E5M2) on the current GPU:
+// true when a device path wrote it, false when none covers it (nothing written: the CPU decodes it). Corrupt tiles:
+// appended to faults when given, and the call returns kCorruptTile naming the tensor and first tile. The caller has
+// checked the tensor's buffers (Reader::verify).
+Result<bool> gpu_decode(const serve::Producer& p, DType out, std::span<std::uint8_t> dst,
+                        std::vector<GpuTileFault>* faults = nullptr);
 
 }  // namespace epk::cli

@@ -1,0 +1,87 @@
+#include "codec/cuda/device_allocation.h"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace epk::cuda {
+namespace {
+
+Error cuda_error(std::string_view what, const char* call, cudaError_t e) {
+  return make_error(ErrorCode::kCuda, std::string(what) + ": " + call + ": " + cudaGetErrorName(e) + " (" +
+                                          cudaGetErrorString(e) + ")");
+}
+
+}  // namespace
+
+DeviceAllocation& DeviceAllocation::operator=(DeviceAllocation&& o) noexcept {
+  if (this != &o) {
+    reset();
+    address_ = o.address_;
+    size_ = o.size_;
+    device_ = o.device_;
+    o.address_ = 0;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+Result<DeviceAllocation> DeviceAllocation::create(std::uint64_t bytes, int device, std::string_view what) {
+  DeviceAllocation out;
+  if (bytes == 0) return out;
+  EPK_TRY(set_device(device));
+  void* p = nullptr;
+  if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) {
+    return cuda_error(what, ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str(), e);
+  }
+  out.address_ = reinterpret_cast<std::uint64_t>(p);
+  out.size_ = bytes;
+  out.device_ = device;
+  return out;
+}
+
+void DeviceAllocation::reset() {
+  if (address_ == 0) return;
+  // Freed on its own device whichever is current here (the caller's current device is kept).
+  int current = -1;
+  const bool switched = cudaGetDevice(&current) == cudaSuccess && current != device_ &&
+                        cudaSetDevice(device_) == cudaSuccess;
+  (void)cudaFree(reinterpret_cast<void*>(address_));
+  if (switched) (void)cudaSetDevice(current);
+  address_ = 0;
+  size_ = 0;
+}
+
+Status set_device(int device) {
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return cuda_error("device " + std::to_string(device), "cudaSetDevice", e);
+  }
+  return {};
+}
+
+Status zero_async(std::uint64_t dst, std::uint64_t bytes, Stream stream, std::string_view what) {
+  if (bytes == 0) return {};
+  if (cudaError_t e = cudaMemsetAsync(reinterpret_cast<void*>(dst), 0, bytes, stream); e != cudaSuccess) {
+    return cuda_error(what, "cudaMemsetAsync", e);
+  }
+  return {};
+}
+
+Status copy_to_device_async(std::uint64_t dst, const void* src, std::uint64_t bytes, Stream stream,
+                            std::string_view what) {
+  if (bytes == 0) return {};
+  if (cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst), src, bytes, cudaMemcpyHostToDevice, stream);
+      e != cudaSuccess) {
+    return cuda_error(what, "cudaMemcpyAsync", e);
+  }
+  return {};
+}
+
+Status synchronize(Stream stream, std::string_view what) {
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+    return cuda_error(what, "cudaStreamSynchronize", e);
+  }
+  return {};
+}
+
+}  // namespace epk::cuda

@@ -1,0 +1,215 @@
+#include "codec/serve/device_tier.h"
+
+#include "codec/serve/intq_device_form.h"
+#include "codec/serve/intq_producer.h"
+#include "codec/serve/lattice_rans_producer.h"
+
+namespace epk::serve {
+
+std::string_view device_path_name(DevicePath path) {
+  switch (path) {
+    case DevicePath::kHost: return "host";
+    case DevicePath::kLatticeDecode: return "lattice decode";
+    case DevicePath::kIntqKernels: return "intq kernels";
+  }
+  return "?";
+}
+
+bool in_device_region(const container::TensorEntry& entry) {
+  return entry.encoding == container::Encoding::kLatticeRans;
+}
+
+Result<std::uint64_t> ColumnWork::reserve(std::uint64_t bytes) {
+  if (buf_.size() < bytes) {
+    // The old buffer goes first (its bytes leave the count with it, whether or not the new one comes).
+    account_(-static_cast<std::int64_t>(buf_.size()));
+    buf_.reset();
+    EPK_TRY_ASSIGN(buf_, cuda::DeviceAllocation::create(bytes, device_, "column shard work"));
+    account_(static_cast<std::int64_t>(buf_.size()));
+  }
+  return buf_.address();
+}
+
+DeviceTier::DeviceTier(std::shared_ptr<const void> owner, std::vector<const Producer*> producers, int device,
+                       DeviceAccount account)
+    : owner_(std::move(owner)), producers_(std::move(producers)), device_(device), account_(std::move(account)) {
+  const std::size_t n = producers_.size();
+  lattice_ = std::vector<Lattice>(n);  // in place: a Lattice holds move-only plans
+  intq_.resize(n);
+  std::vector<const rans::LatticeRansStream*> streams(n, nullptr);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Producer* p = producers_[i];
+    if (p == nullptr || !in_device_region(p->entry())) continue;
+    lattice_[i].producer = p->lattice_rans();
+    if (lattice_[i].producer != nullptr) streams[i] = &lattice_[i].producer->stream();
+  }
+  layout_ = cuda::tier_layout(streams);
+}
+
+DeviceTier::~DeviceTier() = default;
+
+cuda::DeviceBuffers DeviceTier::inputs(std::size_t tensor) const {
+  return cuda::tier_buffers(base_, *layout_.tensors[tensor]);
+}
+
+Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, std::uint64_t out_dev) const {
+  if (!holds(tensor)) {
+    return make_error(ErrorCode::kUnsupported, "tensor " + std::to_string(tensor) + " is not in the device tier");
+  }
+  return lattice_job(*lattice_[tensor].producer, layout, inputs(tensor), out_dev);
+}
+
+Status DeviceTier::upload(std::uint64_t base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
+                          std::vector<std::string>* warnings) {
+  base_ = base;
+  const std::string what = "the device tier on device " + std::to_string(device_);
+  EPK_TRY(cuda::set_device(device_));
+  if (layout_.bytes != 0) EPK_TRY(cuda::zero_async(base, layout_.bytes, stream, what));
+  for (std::size_t i = 0; i < producers_.size(); ++i) {
+    if (!holds(i)) continue;
+    EPK_TRY(verify(i));
+    const LatticeRansProducer& p = *lattice_[i].producer;
+    for (const Upload& u : lattice_uploads(p.stream(), *layout_.tensors[i])) {
+      EPK_TRY(cuda::copy_to_device_async(base + u.offset, u.host.data(), u.host.size(), stream, what));
+    }
+    // The common serving layout's plan, built before the first acquire.
+    const PlanKey key{cuda::OutputFormat::kBf16, 0, p.stream().rows};
+    EPK_TRY(plan_for(lattice_[i], i, key, stream));
+  }
+  EPK_TRY(cuda::synchronize(stream, what));  // the copies read the producers' host bytes
+  for (std::size_t i = 0; i < producers_.size(); ++i) {
+    const IntqProducer* iq = producers_[i] != nullptr ? producers_[i]->intq() : nullptr;
+    if (iq == nullptr || iq->header() == nullptr) continue;
+    EPK_TRY(verify(i));
+    Result<std::unique_ptr<IntqDeviceForm>> form = IntqDeviceForm::make(*iq, device_, stream);
+    if (!form) {
+      // One that cannot be uploaded (device memory) stays on the host path; the model's other tensors keep theirs.
+      if (warnings != nullptr) {
+        warnings->push_back("intq tensor '" + iq->entry().name + "' not resident (" + form.error().to_string() +
+                            "); the host path serves it");
+      }
+      continue;
+    }
+    account_(static_cast<std::int64_t>((*form)->bytes()));
+    intq_[i] = std::move(*form);
+  }
+  return {};
+}
+
+Result<DeviceTier::Plan*> DeviceTier::plan_for(Lattice& t, std::size_t tensor, const PlanKey& key,
+                                               cuda::Stream stream) {
+  if (auto it = t.plans.find(key); it != t.plans.end()) return &it->second;
+  const bool is_whole = key.row_begin == 0 && key.row_end == t.producer->stream().rows;
+  if (!is_whole && t.range_plans.size() >= kMaxRangePlans) {
+    // The oldest range plan goes: nothing still uses it (each enqueue is synchronised before the next).
+    auto old = t.plans.find(t.range_plans.front());
+    t.range_plans.pop_front();
+    if (old != t.plans.end()) {
+      const auto freed = static_cast<std::int64_t>(old->second.scratch.size());
+      t.plans.erase(old);
+      account_(-freed);
+    }
+  }
+  const rans::LatticeRansStream& s = t.producer->stream();
+  EPK_TRY_ASSIGN(LatticeDevicePlan plan,
+                 LatticeDevicePlan::create(s, t.producer->entry().name, key.format, key.row_begin, key.row_end,
+                                           inputs(tensor), device_));
+  EPK_TRY_ASSIGN(cuda::DeviceAllocation scratch,
+                 cuda::DeviceAllocation::create(plan.scratch_bytes(), device_,
+                                                "tensor '" + t.producer->entry().name + "': decode plan"));
+  EPK_TRY(plan.upload(reinterpret_cast<void*>(scratch.address()), stream));
+  account_(static_cast<std::int64_t>(scratch.size()));
+  if (!is_whole) t.range_plans.push_back(key);
+  return &t.plans.emplace(key, Plan{std::move(plan), std::move(scratch)}).first->second;
+}
+
+Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const ShardRange& shard,
+                                        std::uint64_t dst, std::uint64_t bytes, ColumnWork& work,
+                                        cuda::Stream stream) {
+  pending_ = nullptr;
+  if (tensor >= producers_.size()) return make_error(ErrorCode::kInternal, "device tier: no such tensor");
+  if (lattice_[tensor].producer != nullptr) {
+    DeviceWrite w{DevicePath::kHost, DevicePath::kLatticeDecode, {}};
+    if (!device_format(layout, lattice_[tensor].producer->source_dtype())) return w;
+    return enqueue_lattice(tensor, layout, shard, dst, bytes, work, stream);
+  }
+  IntqDeviceForm* q = intq_[tensor].get();
+  if (q == nullptr) return DeviceWrite{};
+  DeviceWrite w{DevicePath::kHost, DevicePath::kIntqKernels, {}};
+  if (!shard.whole()) return w;  // the kernels write whole tensors only
+  std::uint64_t added = 0;
+  // A layout the kernels cannot be set up for (its padded variant does not fit the device, say) goes to the host
+  // path like any layout they do not cover.
+  Result<bool> covered = q->covers(layout, stream, &added);
+  if (added != 0) account_(static_cast<std::int64_t>(added));
+  if (!covered) {
+    w.note = "intq tensor '" + producers_[tensor]->entry().name + "': the kernels' setup failed (" +
+             covered.error().to_string() + "); the host path serves it";
+    return w;
+  }
+  if (!*covered) return w;
+  EPK_TRY(q->produce(layout, dst, bytes, stream));
+  w.path = DevicePath::kIntqKernels;
+  return w;
+}
+
+Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, Layout layout, const ShardRange& shard,
+                                                std::uint64_t dst, std::uint64_t bytes, ColumnWork& work,
+                                                cuda::Stream stream) {
+  Lattice& t = lattice_[tensor];
+  const std::string& name = t.producer->entry().name;
+  const cuda::OutputFormat format = *device_format(layout, t.producer->source_dtype());
+  const std::uint32_t rows = t.producer->stream().rows;
+  const DeviceWrite done{DevicePath::kLatticeDecode, DevicePath::kLatticeDecode, {}};
+  if (shard.dim == ShardDim::kCols) {
+    EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, PlanKey{format, 0, rows}, stream));
+    EPK_TRY_ASSIGN(std::uint64_t work_dev, work.reserve(p->plan.work_bytes()));
+    EPK_TRY(p->plan.enqueue_columns(shard, dst, bytes, work_dev, reinterpret_cast<void*>(p->scratch.address()),
+                                    stream));
+    pending_ = p;
+    return done;
+  }
+  const PlanKey key = shard.whole() ? PlanKey{format, 0, rows}
+                                    : PlanKey{format, static_cast<std::uint32_t>(shard.begin),
+                                              static_cast<std::uint32_t>(shard.end)};
+  EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, key, stream));
+  if (p->plan.output_bytes() != bytes) {  // never write past a slot
+    return make_error(ErrorCode::kInternal, "tensor '" + name + "': slot size");
+  }
+  EPK_TRY(p->plan.enqueue(dst, reinterpret_cast<void*>(p->scratch.address()), stream));
+  pending_ = p;
+  return done;
+}
+
+Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format, std::uint64_t dst,
+                                  std::uint64_t bytes, cuda::Stream stream) {
+  pending_ = nullptr;
+  if (!holds(tensor)) {
+    return make_error(ErrorCode::kUnsupported, "tensor " + std::to_string(tensor) + " is not in the device tier");
+  }
+  Lattice& t = lattice_[tensor];
+  EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, PlanKey{format, 0, t.producer->stream().rows}, stream));
+  if (p->plan.output_bytes() != bytes) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor '" + t.producer->entry().name + "': output of " +
+                                                       std::to_string(bytes) + " bytes, the decode writes " +
+                                                       std::to_string(p->plan.output_bytes()));
+  }
+  EPK_TRY(p->plan.enqueue(dst, reinterpret_cast<void*>(p->scratch.address()), stream));
+  pending_ = p;
+  return {};
+}
+
+Status DeviceTier::check(cuda::Stream stream, std::vector<cuda::TileFaultRecord>* faults) {
+  Plan* p = pending_;
+  pending_ = nullptr;
+  if (p == nullptr) return {};
+  const void* scratch = reinterpret_cast<const void*>(p->scratch.address());
+  Status st = p->plan.check(scratch, stream);
+  if (!st && faults != nullptr) {
+    EPK_TRY_ASSIGN(std::vector<cuda::TileFaultRecord> bad, cuda::read_tile_faults(p->plan.decode_plan(), scratch, stream));
+    faults->insert(faults->end(), bad.begin(), bad.end());
+  }
+  return st;
+}
+
+}  // namespace epk::serve

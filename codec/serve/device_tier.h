@@ -1,0 +1,158 @@
+// The serving layer's device half for one model on one device: its compressed tier (where each tensor's stored
+// buffers sit in one device region), the plans kept per tensor, and the one decision of which device path writes a
+// slot for any (encoding, layout, shard). epkd's device lanes (daemon/gpu_backend.cc), libepk's client-side decode
+// (client/stored_tier.cc) and `epk decompress/verify --device cuda` (tools/epk/device_decode.cc) call it; none of
+// them looks at a tensor's encoding.
+//
+//   DeviceTier tier(owner, producers, device, account);      // placement only: nothing allocated yet
+//   alloc(tier.region_bytes());                              // the caller's region (epkd: a shareable VMM pool)
+//   tier.upload(base, stream, verify, &warnings);             // epkd: region filled, first plans built
+//   tier.bind(base);                                          // a client: the region epkd filled
+//   auto w = tier.enqueue(i, layout, shard, dst, bytes, work, stream);   // kHost: nothing enqueued
+//   sync(stream); tier.check();                               // kCorruptTile naming the tile, if any
+//
+// The paths, each bit for bit its producer's host produce() (codec/serve/producer.h):
+//   kLatticeDecode  lattice-rans tensors in the layouts device_format() names: the whole tensor or a row shard by
+//                   the fused decoder (a row shard decodes the tiles covering its rows), a column shard by a whole
+//                   decode into the lane's ColumnWork and a 2-D copy of its columns;
+//   kIntqKernels    intq "int" tensors: their logical form kept on the device (intq_device_form.h), dense layouts by
+//                   the dequantize kernel, packed layouts by the repack kernels where intq_kernels_write says so;
+//   kHost           everything else (raw tensors, shards of intq tensors, layouts no kernel writes): the caller
+//                   produces the slot on the host and copies it.
+//
+// Threads: upload() and bind() before any other call; then enqueue()/check() from one thread at a time (a lane's
+// GPU thread), each enqueue() followed by a synchronisation of its stream before the next. Built with CUDA only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/common/result.h"
+#include "codec/cuda/device_allocation.h"
+#include "codec/cuda/tier_layout.h"
+#include "codec/serve/device_plan.h"
+#include "codec/serve/producer.h"
+
+namespace epk::serve {
+
+class IntqDeviceForm;
+
+enum class DevicePath : std::uint8_t { kHost, kLatticeDecode, kIntqKernels };
+std::string_view device_path_name(DevicePath path);
+
+// Whether a device tier holds the stored buffers of `entry`'s tensor in its region (lattice-rans tensors): a client decoding from
+// epkd's tier checks every other buffer of such a tensor itself and reads its payload from the tier only.
+bool in_device_region(const container::TensorEntry& entry);
+
+// Device bytes kept beyond the region (plan scratch, intq device forms, column work): + when they come, - when they
+// go. Not called when the tier itself is destroyed (its owner drops the whole count then).
+using DeviceAccount = std::function<void(std::int64_t delta)>;
+
+// Row-range plans kept per tensor: enough for every rank of one world size up to 8 in one format. Each holds device
+// scratch outside any slot budget, and any client may ask for any row range, so the oldest goes past this.
+inline constexpr std::size_t kMaxRangePlans = 8;
+
+// A lane's work buffer for column shards (the whole decode they copy their columns from): grown to the largest
+// asked, kept, shared by every tier the lane serves. Same threading as DeviceTier::enqueue.
+class ColumnWork {
+ public:
+  ColumnWork(int device, DeviceAccount account) : device_(device), account_(std::move(account)) {}
+  Result<std::uint64_t> reserve(std::uint64_t bytes);
+
+ private:
+  const int device_;
+  const DeviceAccount account_;
+  cuda::DeviceAllocation buf_;
+};
+
+struct DeviceWrite {
+  DevicePath path = DevicePath::kHost;  // what wrote the slot (kHost: nothing was enqueued)
+  DevicePath form = DevicePath::kHost;  // the tensor's device form, if any (kHost: none)
+  std::string note;  // why a tensor with a device form took the host path when something failed (else empty)
+};
+
+class DeviceTier {
+ public:
+  // The tier of a model whose tensor i is served by producers[i] (null: none), on `device`. `owner` keeps the
+  // producers valid (epkd's ModelSource, a client's reader). Placement only.
+  DeviceTier(std::shared_ptr<const void> owner, std::vector<const Producer*> producers, int device,
+             DeviceAccount account);
+  ~DeviceTier();
+  DeviceTier(const DeviceTier&) = delete;
+  DeviceTier& operator=(const DeviceTier&) = delete;
+
+  // The bytes of the region the caller allocates (0: no tensor of this model is in it).
+  std::uint64_t region_bytes() const { return layout_.bytes; }
+  // Whether tensor i's stored buffers are in the region.
+  bool holds(std::size_t tensor) const { return tensor < layout_.tensors.size() && layout_.tensors[tensor]; }
+  std::size_t tensors() const { return producers_.size(); }
+
+  // Fills the region at `base` (device memory of region_bytes() on this tier's device): zeros, then each held
+  // tensor's stored buffers after verify(i) (epkd's checksum: device decodes skip the host path's after-decode
+  // check), with its whole bf16 plan built; then every intq "int" tensor's device form (verify(i) first). A tensor
+  // whose device form cannot be made (no device memory) keeps the host path: a line naming it goes to *warnings.
+  // Synchronises `stream` before it returns (the copies read the producers' host bytes).
+  Status upload(std::uint64_t base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
+                std::vector<std::string>* warnings);
+  // A region another process filled by upload() from the same file (client-side decode); builds nothing.
+  void bind(std::uint64_t base) { base_ = base; }
+
+  // Held tensor i's decode inputs in the region (after upload or bind).
+  cuda::DeviceBuffers inputs(std::size_t tensor) const;
+  // A batched decode's job for the whole of held tensor i in `layout` into out_dev (client-side decode).
+  Result<LatticeJob> job(std::size_t tensor, Layout layout, std::uint64_t out_dev) const;
+
+  // Writes `shard` (resolved; whole for the whole tensor) of tensor i in `layout` into [dst, dst + bytes) on
+  // `stream` by a device path, or returns path kHost having enqueued nothing. dst is 16-byte aligned device memory
+  // of this tier's device; bytes is the producer's shard_slot() size.
+  Result<DeviceWrite> enqueue(std::size_t tensor, Layout layout, const ShardRange& shard, std::uint64_t dst,
+                              std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
+  // The whole of held tensor i in `format`, any the decoder writes (the CLI's --dtype, beyond the serving
+  // layouts), into [dst, dst + bytes): kInvalidArgument when bytes is not the decode's size.
+  Status enqueue_format(std::size_t tensor, cuda::OutputFormat format, std::uint64_t dst, std::uint64_t bytes,
+                        cuda::Stream stream);
+  // After the stream has synchronised past the last enqueue: kCorruptTile naming the tensor and tile, once; with
+  // `faults`, every corrupt tile is appended there.
+  Status check(cuda::Stream stream, std::vector<cuda::TileFaultRecord>* faults = nullptr);
+  // The last enqueue failed: nothing to check.
+  void forget() { pending_ = nullptr; }
+
+ private:
+  struct PlanKey {
+    cuda::OutputFormat format;
+    std::uint32_t row_begin = 0, row_end = 0;
+    auto operator<=>(const PlanKey&) const = default;
+  };
+  struct Plan {
+    LatticeDevicePlan plan;
+    cuda::DeviceAllocation scratch;
+  };
+  struct Lattice {
+    const LatticeRansProducer* producer = nullptr;
+    std::map<PlanKey, Plan> plans;
+    std::deque<PlanKey> range_plans;  // the row-range plans among them, oldest first
+  };
+
+  Result<Plan*> plan_for(Lattice& t, std::size_t tensor, const PlanKey& key, cuda::Stream stream);
+  Result<DeviceWrite> enqueue_lattice(std::size_t tensor, Layout layout, const ShardRange& shard, std::uint64_t dst,
+                                      std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
+
+  const std::shared_ptr<const void> owner_;
+  const std::vector<const Producer*> producers_;
+  const int device_;
+  const DeviceAccount account_;
+  cuda::TierLayout layout_;
+  std::uint64_t base_ = 0;
+  std::vector<Lattice> lattice_;                         // per tensor (producer null where not held)
+  std::vector<std::unique_ptr<IntqDeviceForm>> intq_;   // per tensor (null: no device form)
+  Plan* pending_ = nullptr;                              // whose status the last enqueue copied back
+};
+
+}  // namespace epk::serve

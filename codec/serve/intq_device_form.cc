@@ -1,0 +1,211 @@
+#include "codec/serve/intq_device_form.h"
+
+#include <optional>
+#include <span>
+
+#include "codec/cuda/intq_repack.h"
+#include "codec/layouts/convert.h"
+#include "codec/layouts/intq_io.h"
+#include "codec/layouts/pack_bits.h"
+
+namespace epk::serve {
+
+namespace {
+
+namespace ci = cuda::intq;
+
+template <class T>
+Result<cuda::DeviceAllocation> put(std::span<const T> v, int device, cuda::Stream stream, std::string_view what) {
+  EPK_TRY_ASSIGN(cuda::DeviceAllocation b, cuda::DeviceAllocation::create(v.size_bytes(), device, what));
+  EPK_TRY(cuda::copy_to_device_async(b.address(), v.data(), v.size_bytes(), stream, what));
+  return b;
+}
+
+template <class T>
+const T* as(const cuda::DeviceAllocation& b) {
+  return b.address() == 0 ? nullptr : reinterpret_cast<const T*>(b.address());
+}
+
+std::optional<ci::DenseType> dense_type(DType d) {
+  if (d == DType::kBF16) return ci::DenseType::kBf16;
+  if (d == DType::kF16) return ci::DenseType::kFp16;
+  return std::nullopt;
+}
+
+}  // namespace
+
+IntqDeviceForm::~IntqDeviceForm() = default;
+
+std::uint64_t IntqDeviceForm::bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& v : variants_) n += v->bytes();
+  return n;
+}
+
+Result<std::unique_ptr<IntqDeviceForm>> IntqDeviceForm::make(const IntqProducer& p, int device, cuda::Stream stream) {
+  EPK_TRY_ASSIGN(layouts::QuantTensor q, p.read());
+  std::unique_ptr<IntqDeviceForm> t(new IntqDeviceForm(p, device));
+  t->dense_ = p.entry().dtype;
+  t->scale_ = q.scale_dtype;
+  t->bits_ = q.bits;
+  t->rows_ = q.rows;
+  t->cols_ = q.cols;
+  t->group_size_ = q.group_size;
+  EPK_TRY(t->add_variant(q, intq_kernel_traits(q), stream));
+  return t;
+}
+
+ci::DeviceIntq IntqDeviceForm::view(const Variant& v) const {
+  ci::DeviceIntq d;
+  d.codes = as<std::uint32_t>(v.codes);
+  d.scales = as<float>(v.scales);
+  d.zeros = as<std::uint32_t>(v.zeros);
+  d.g_idx = as<std::int32_t>(v.g_idx);
+  d.perm = as<std::int32_t>(v.perm);
+  d.bits = bits_;
+  d.rows = rows_;
+  d.cols = cols_;
+  d.padded_rows = v.padded_rows;
+  d.padded_cols = v.padded_cols;
+  d.group_size = group_size_;
+  d.num_groups = v.num_groups;
+  return d;
+}
+
+Status IntqDeviceForm::add_variant(const layouts::QuantTensor& q, const IntqKernelTraits& traits,
+                                   cuda::Stream stream) {
+  // The act-order kernels below launch on the current device: make it this one, whoever calls.
+  EPK_TRY(cuda::set_device(device_));
+  const std::string what = "intq tensor '" + producer_.entry().name + "' on device " + std::to_string(device_);
+  auto v = std::make_unique<Variant>();
+  static_cast<IntqKernelTraits&>(*v) = traits;
+  std::vector<std::uint32_t> words(layouts::packed_words(q.codes.size(), q.bits));
+  EPK_TRY(layouts::pack_bits(q.codes, q.bits, words));
+  EPK_TRY_ASSIGN(v->codes, put(std::span<const std::uint32_t>(words), device_, stream, what));
+  EPK_TRY_ASSIGN(v->scales, put(std::span<const float>(q.scales), device_, stream, what));
+  std::vector<std::uint32_t> zwords;
+  if (!layouts::is_symmetric(q)) {  // symmetric: the kernels take 2^(bits-1), as the CPU writers do
+    std::vector<std::uint8_t> z8(q.zeros.begin(), q.zeros.end());
+    zwords.resize(layouts::packed_words(z8.size(), q.bits));
+    EPK_TRY(layouts::pack_bits(z8, q.bits, zwords));
+    EPK_TRY_ASSIGN(v->zeros, put(std::span<const std::uint32_t>(zwords), device_, stream, what));
+  }
+  if (!v->static_groups) {
+    EPK_TRY_ASSIGN(v->g_idx, put(std::span<const std::int32_t>(q.g_idx), device_, stream, what));
+  }
+  if (v->has_perm) {
+    EPK_TRY_ASSIGN(v->perm, put(std::span<const std::int32_t>(q.perm), device_, stream, what));
+  }
+  const std::uint64_t map_bytes = static_cast<std::uint64_t>(q.padded_rows) * 4;
+  const ci::DeviceIntq d = view(*v);
+  if (v->has_perm) {
+    EPK_TRY_ASSIGN(v->inv_perm, cuda::DeviceAllocation::create(map_bytes, device_, what));
+    EPK_TRY(ci::invert_perm(d, reinterpret_cast<std::int32_t*>(v->inv_perm.address()), stream));
+  }
+  if (!v->static_groups || v->has_perm) {
+    EPK_TRY_ASSIGN(v->order, cuda::DeviceAllocation::create(map_bytes, device_, what));
+    EPK_TRY(ci::group_order(d, reinterpret_cast<std::int32_t*>(v->order.address()), nullptr, stream));
+  }
+  EPK_TRY(cuda::synchronize(stream, what));  // words, zwords and q's vectors are read by the copies
+  variants_.push_back(std::move(v));
+  return {};
+}
+
+const IntqDeviceForm::Variant* IntqDeviceForm::find(std::uint64_t padded_rows, std::uint64_t padded_cols) const {
+  for (const auto& v : variants_) {
+    if (static_cast<std::uint64_t>(v->padded_rows) == padded_rows &&
+        static_cast<std::uint64_t>(v->padded_cols) == padded_cols) {
+      return v.get();
+    }
+  }
+  return nullptr;
+}
+
+std::optional<ci::DenseType> IntqDeviceForm::dense_layout(Layout layout) const {
+  const std::optional<DType> d = intq_kernel_dense(layout, dense_);
+  return d ? dense_type(*d) : std::nullopt;
+}
+
+Result<bool> IntqDeviceForm::covers(Layout layout, cuda::Stream stream, std::uint64_t* added) {
+  *added = 0;
+  if (!is_packed_int(layout)) return dense_layout(layout).has_value();
+  if (producer_.header() == nullptr || !dense_type(scale_)) return false;
+  const std::uint32_t layout_bit = 1u << static_cast<std::uint32_t>(layout);
+  static_assert(kLayoutCount <= 32);
+  if ((refused_ & layout_bit) != 0) return false;
+  Result<PackedPlan> plan = producer_.packed_plan(layout);
+  if (!plan) return false;  // the host path answers with the same refusal
+  const PackedGeometry& g = plan->geometry;
+  const Variant* v = find(g.padded_rows, g.padded_cols);
+  if (v == nullptr) {
+    // write_layout's padding for this layout, made once on the host from the stored tensor.
+    EPK_TRY_ASSIGN(layouts::QuantTensor q, producer_.read());
+    EPK_TRY(pad_for_layout(q, layout));
+    if (static_cast<std::uint64_t>(q.padded_rows) != g.padded_rows ||
+        static_cast<std::uint64_t>(q.padded_cols) != g.padded_cols) {
+      return false;  // not the geometry the slot was sized by: let the host path report it
+    }
+    // A layout the kernels refuse for this tensor (AWQ or Marlin of an act-order tensor, say) uploads nothing.
+    const IntqKernelTraits traits = intq_kernel_traits(q);
+    if (!intq_kernels_write(traits, layout, g)) {
+      refused_ |= layout_bit;  // the same tensor and layout give the same answer next time
+      return false;
+    }
+    EPK_TRY(add_variant(q, traits, stream));
+    v = variants_.back().get();
+    *added = v->bytes();
+  }
+  return intq_kernels_write(*v, layout, g);
+}
+
+Status IntqDeviceForm::produce(Layout layout, std::uint64_t dst, std::uint64_t bytes, cuda::Stream s) const {
+  const std::string& name = producer_.entry().name;
+  if (std::optional<ci::DenseType> d = dense_layout(layout)) {
+    if (static_cast<std::uint64_t>(rows_) * static_cast<std::uint64_t>(cols_) * 2 != bytes) {
+      return make_error(ErrorCode::kInternal, "tensor '" + name + "': dense intq slot size");
+    }
+    return ci::dequantize_dense(view(*variants_[0]), *d, reinterpret_cast<void*>(dst), s);
+  }
+  EPK_TRY_ASSIGN(PackedPlan plan, producer_.packed_plan(layout));
+  const Variant* v = find(plan.geometry.padded_rows, plan.geometry.padded_cols);
+  if (v == nullptr || plan.bytes != bytes) {
+    return make_error(ErrorCode::kInternal, "tensor '" + name + "': packed intq slot without its device form");
+  }
+  // The gaps between parts (and nothing past the slot): zero, as the host path leaves them.
+  for (std::size_t i = 0; i < plan.count; ++i) {
+    const std::uint64_t end = plan.parts[i].offset + plan.parts[i].bytes;
+    const std::uint64_t next = i + 1 < plan.count ? plan.parts[i + 1].offset : plan.bytes;
+    if (next > end) EPK_TRY(cuda::zero_async(dst + end, next - end, s, "tensor '" + name + "': part gap"));
+  }
+  const ci::DeviceIntq d = view(*v);
+  const ci::DenseType st = *dense_type(scale_);
+  auto part = [&](std::size_t i) { return dst + plan.parts[i].offset; };
+  auto* inv = v->has_perm ? reinterpret_cast<const std::int32_t*>(v->inv_perm.address()) : nullptr;
+  auto* order = v->order.address() != 0 ? reinterpret_cast<const std::int32_t*>(v->order.address()) : nullptr;
+  switch (layout) {
+    case Layout::kGptq:
+    case Layout::kGptqV2:
+      EPK_TRY(ci::repack_gptq_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s, inv));
+      if (layout == Layout::kGptq) {
+        EPK_TRY(ci::repack_gptq_qzeros_v1(d, reinterpret_cast<std::uint32_t*>(part(1)), nullptr, s));
+      } else {
+        EPK_TRY(ci::repack_gptq_qzeros_v2(d, reinterpret_cast<std::uint32_t*>(part(1)), s));
+      }
+      EPK_TRY(ci::convert_scales(d, st, reinterpret_cast<void*>(part(2)), s));
+      return ci::gptq_g_idx(d, inv, reinterpret_cast<std::int32_t*>(part(3)), s);
+    case Layout::kAwq:
+      EPK_TRY(ci::repack_awq_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s));
+      EPK_TRY(ci::repack_awq_qzeros(d, reinterpret_cast<std::uint32_t*>(part(1)), s));
+      return ci::convert_scales(d, st, reinterpret_cast<void*>(part(2)), s);
+    case Layout::kMarlin:
+      EPK_TRY(ci::repack_marlin_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s, order));
+      EPK_TRY(ci::repack_marlin_scales(d, st, reinterpret_cast<void*>(part(1)), s));
+      if (order == nullptr) return {};
+      return ci::marlin_g_idx_perm(d, order, reinterpret_cast<std::int32_t*>(part(2)),
+                                   reinterpret_cast<std::int32_t*>(part(3)), s);
+    default:
+      return make_error(ErrorCode::kInternal, "tensor '" + name + "': not an intq layout the kernels write");
+  }
+}
+
+}  // namespace epk::serve

@@ -1,0 +1,127 @@
+// codec/serve/device_tier.h on the host (no GPU): which tensors the tier places in its region and where (the rule a
+// client and epkd each apply to their own view of one file), and the requests it answers with the host path without
+// any device call: tensors with no device form and layouts no kernel writes.
+#include "codec/serve/device_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "codec/container/writer.h"
+#include "codec/serve/lattice_rans_producer.h"
+#include "tests/codec/serve/serve_test_files.h"
+#include "tests/support/scratch_dir.h"
+
+namespace epk::serve {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DeviceTierHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::scratch_dir("epk_device_tier");
+    path_ = (dir_ / "m.epk").string();
+    auto writer = container::Writer::create(path_, {{"source", "device_tier_host_test"}});
+    ASSERT_TRUE(writer) << writer.error().to_string();
+    ASSERT_TRUE(testing::add_lattice(*writer, "a", 29, 77, 1));
+    const std::vector<std::uint8_t> raw(3 * 5 * 4, 0x3f);
+    container::TensorSpec spec{"b", {3, 5}, DType::kF32, container::Encoding::kRaw, "{}"};
+    ASSERT_TRUE(writer->add_tensor(spec, {container::BufferData{"data", raw}}));
+    ASSERT_TRUE(testing::add_lattice(*writer, "c", 64, 40, 2));
+    ASSERT_TRUE(writer->finish());
+    auto r = container::Reader::open(path_);
+    ASSERT_TRUE(r) << r.error().to_string();
+    reader_ = std::move(*r);
+    for (const auto& e : reader_.tensors()) {
+      auto p = make_producer(reader_, e, path_);
+      ASSERT_TRUE(p) << p.error().to_string();
+      producers_.push_back(std::move(*p));
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<const Producer*> views() const {
+    std::vector<const Producer*> v;
+    for (const auto& p : producers_) v.push_back(p.get());
+    return v;
+  }
+
+  fs::path dir_;
+  std::string path_;
+  container::Reader reader_;
+  std::vector<std::unique_ptr<Producer>> producers_;
+};
+
+TEST_F(DeviceTierHostTest, TheRegionHoldsTheLatticeTensorsAtTheTierLayoutsPlaces) {
+  DeviceTier tier(nullptr, views(), 0, [](std::int64_t) { ADD_FAILURE() << "nothing is allocated"; });
+  EXPECT_TRUE(tier.holds(0));
+  EXPECT_FALSE(tier.holds(1));
+  EXPECT_TRUE(tier.holds(2));
+  EXPECT_FALSE(tier.holds(3));
+  EXPECT_TRUE(in_device_region(reader_.tensors()[0]));
+  EXPECT_FALSE(in_device_region(reader_.tensors()[1]));
+
+  const rans::LatticeRansStream* streams[] = {&producers_[0]->lattice_rans()->stream(), nullptr,
+                                              &producers_[2]->lattice_rans()->stream()};
+  const cuda::TierLayout want = cuda::tier_layout(streams);
+  EXPECT_EQ(tier.region_bytes(), want.bytes);
+  ASSERT_GT(want.bytes, 0u);
+  tier.bind(1 << 20);
+  for (std::size_t i : {0u, 2u}) {
+    const cuda::DeviceBuffers got = tier.inputs(i), at = cuda::tier_buffers(1 << 20, *want.tensors[i]);
+    EXPECT_EQ(got.payload_dev, at.payload_dev) << i;
+    EXPECT_EQ(got.offsets_dev, at.offsets_dev) << i;
+    EXPECT_EQ(got.states_dev, at.states_dev) << i;
+    EXPECT_EQ(got.scales_dev, at.scales_dev) << i;
+  }
+}
+
+TEST_F(DeviceTierHostTest, AModelWithNoLatticeTensorHasNoRegion) {
+  DeviceTier tier(nullptr, {producers_[1].get(), nullptr}, 0, [](std::int64_t) {});
+  EXPECT_EQ(tier.region_bytes(), 0u);
+  EXPECT_FALSE(tier.holds(0));
+  EXPECT_FALSE(tier.holds(1));
+}
+
+TEST_F(DeviceTierHostTest, TheBatchJobOfAHeldTensorIsTheServingLayersAndOthersAreRefused) {
+  DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
+  tier.bind(1 << 20);
+  auto job = tier.job(0, Layout::kRowwiseI8, 4096);
+  ASSERT_TRUE(job) << job.error().to_string();
+  auto want = lattice_job(*producers_[0]->lattice_rans(), Layout::kRowwiseI8, tier.inputs(0), 4096);
+  ASSERT_TRUE(want);
+  EXPECT_EQ(job->bytes, want->bytes);
+  EXPECT_EQ(job->gap_at, want->gap_at);
+  EXPECT_EQ(job->gap_bytes, want->gap_bytes);
+  EXPECT_EQ(job->job.row_scales_dev, want->job.row_scales_dev);
+  auto raw = tier.job(1, Layout::kDenseBF16, 4096);
+  ASSERT_FALSE(raw);
+  EXPECT_EQ(raw.error().code, ErrorCode::kUnsupported);
+  auto packed = tier.job(0, Layout::kGptq, 4096);
+  ASSERT_FALSE(packed);
+  EXPECT_EQ(packed.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(packed.error().message.find("'a'"), std::string::npos) << packed.error().message;
+}
+
+// Requests no device path covers return kHost before anything touches a device (this machine may have none).
+TEST_F(DeviceTierHostTest, RequestsNoKernelWritesAreLeftToTheHostPath) {
+  DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
+  ColumnWork work(0, [](std::int64_t) { ADD_FAILURE() << "no work buffer"; });
+  auto raw = tier.enqueue(1, Layout::kDenseBF16, ShardRange{}, 4096, 3 * 5 * 2, work, nullptr);
+  ASSERT_TRUE(raw) << raw.error().to_string();
+  EXPECT_EQ(raw->path, DevicePath::kHost);
+  EXPECT_EQ(raw->form, DevicePath::kHost);
+  auto packed = tier.enqueue(0, Layout::kGptq, ShardRange{}, 4096, 1024, work, nullptr);
+  ASSERT_TRUE(packed) << packed.error().to_string();
+  EXPECT_EQ(packed->path, DevicePath::kHost);
+  EXPECT_EQ(packed->form, DevicePath::kLatticeDecode);
+  EXPECT_TRUE(packed->note.empty());
+  auto missing = tier.enqueue(7, Layout::kDenseBF16, ShardRange{}, 4096, 64, work, nullptr);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kInternal);
+  EXPECT_EQ(device_path_name(DevicePath::kIntqKernels), "intq kernels");
+}
+
+}  // namespace
+}  // namespace epk::serve
