@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <utility>
 
 namespace epk::cuda {
 namespace {
@@ -15,14 +16,11 @@ Error cuda_error(std::string_view what, const char* call, cudaError_t e) {
 }  // namespace
 
 DeviceAllocation& DeviceAllocation::operator=(DeviceAllocation&& o) noexcept {
-  if (this != &o) {
-    reset();
-    address_ = o.address_;
-    size_ = o.size_;
-    device_ = o.device_;
-    o.address_ = 0;
-    o.size_ = 0;
-  }
+  if (this == &o) return *this;
+  reset();
+  address_ = std::exchange(o.address_, 0);
+  size_ = std::exchange(o.size_, 0);
+  device_ = o.device_;
   return *this;
 }
 

@@ -135,25 +135,11 @@ void iq4_xs(const std::uint8_t* b, float* y) {
   }
 }
 
-void q4_k(const std::uint8_t* b, float* y) {
+// Q4_K / Q5_K: d, dmin, scales[12] (scale_min_k4), then Q5_K's qh[32] (bit s of qh[l] is the fifth bit of element
+// 32 s + l), then qs[128] (sub-block s takes nibble s % 2 of qs[32 (s / 2) + l]). qh null: Q4_K.
+void k_quant(const std::uint8_t* b, const std::uint8_t* qh, const std::uint8_t* qs, float* y) {
   const float d = f16_at(b), dmin = f16_at(b + 2);
   const std::uint8_t* scales = b + 4;
-  const std::uint8_t* qs = b + 16;
-  for (int s = 0; s < 8; ++s) {
-    std::uint8_t sc, m;
-    scale_min_k4(s, scales, &sc, &m);
-    const float ds = d * static_cast<float>(sc), dm = dmin * static_cast<float>(m);
-    const std::uint8_t* q = qs + 32 * (s / 2);
-    const int shift = (s % 2) * 4;
-    for (int l = 0; l < 32; ++l) y[32 * s + l] = ds * static_cast<float>((q[l] >> shift) & 0xF) - dm;
-  }
-}
-
-void q5_k(const std::uint8_t* b, float* y) {
-  const float d = f16_at(b), dmin = f16_at(b + 2);
-  const std::uint8_t* scales = b + 4;
-  const std::uint8_t* qh = b + 16;
-  const std::uint8_t* qs = b + 48;
   for (int s = 0; s < 8; ++s) {
     std::uint8_t sc, m;
     scale_min_k4(s, scales, &sc, &m);
@@ -161,11 +147,14 @@ void q5_k(const std::uint8_t* b, float* y) {
     const std::uint8_t* q = qs + 32 * (s / 2);
     const int shift = (s % 2) * 4;
     for (int l = 0; l < 32; ++l) {
-      const int v = ((q[l] >> shift) & 0xF) | (((qh[l] >> s) & 1) << 4);
-      y[32 * s + l] = ds * static_cast<float>(v) - dm;
+      const int high = qh != nullptr ? ((qh[l] >> s) & 1) << 4 : 0;
+      y[32 * s + l] = ds * static_cast<float>(((q[l] >> shift) & 0xF) | high) - dm;
     }
   }
 }
+
+void q4_k(const std::uint8_t* b, float* y) { k_quant(b, nullptr, b + 16, y); }
+void q5_k(const std::uint8_t* b, float* y) { k_quant(b, b + 16, b + 48, y); }
 
 void q6_k(const std::uint8_t* b, float* y) {
   const std::uint8_t* ql = b;
