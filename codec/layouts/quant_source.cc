@@ -5,6 +5,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "codec/common/alloc.h"
+#include "codec/layouts/intq_io.h"
 #include "codec/layouts/linear_reader.h"
 #include "codec/layouts/requantize.h"
 
@@ -55,6 +57,8 @@ Result<std::unique_ptr<QuantSource>> QuantSource::open(const std::string& path) 
   auto s = std::unique_ptr<QuantSource>(new QuantSource());
   if (ends_with(path, ".gguf")) {
     EPK_TRY(s->open_gguf(path));
+  } else if (ends_with(path, ".epk")) {
+    EPK_TRY(s->open_epk(path));
   } else {
     EPK_TRY(s->open_safetensors(path));
   }
@@ -87,6 +91,49 @@ Status QuantSource::open_gguf(const std::string& path) {
       item.kind = SourceItem::Kind::kGguf;
       item.dtype = DType::kF32;
       item.gguf_info = info;
+    }
+    items_.push_back(std::move(item));
+  }
+  return {};
+}
+
+Status QuantSource::open_epk(const std::string& path) {
+  EPK_TRY_ASSIGN(auto reader, container::Reader::open(path));
+  EPK_TRY(reader.verify_all());
+  epk_.emplace(std::move(reader));
+  format_ = "epk";
+  const container::Reader& r = *epk_;
+  for (const auto& e : r.tensors()) {
+    SourceItem item;
+    item.name = e.name;
+    item.dtype = e.dtype;
+    item.shape = e.shape;
+    if (e.encoding == container::Encoding::kRaw) {
+      EPK_TRY_ASSIGN(item.bytes, r.buffer(e, container::kRawBufferName));
+    } else if (e.encoding == container::Encoding::kIntq) {
+      EPK_TRY_ASSIGN(const intq::Kind kind, intq::kind_of(r, e));
+      const container::TensorEntry* entry = &e;
+      if (kind == intq::Kind::kInt) {
+        item.kind = SourceItem::Kind::kInt;
+        item.source = "intq";
+        item.load_int = [&r, entry]() { return intq::read_int(r, *entry); };
+      } else {
+        item.kind = SourceItem::Kind::kDense;
+        item.source = kind == intq::Kind::kGguf ? "gguf" : "bnb4";
+        item.load_dense = [&r, entry, path]() -> Result<std::vector<float>> {
+          std::vector<float> dense;
+          EPK_TRY(resize_for_tensor(dense, entry->element_count(),
+                                    path + ": tensor '" + entry->name + "': float32 weights"));
+          EPK_TRY(intq::dequantize_intq(
+              r, *entry, DType::kF32,
+              std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(dense.data()), dense.size() * 4)));
+          return dense;
+        };
+      }
+    } else {
+      return make_error(ErrorCode::kUnsupported, path + ": tensor '" + e.name + "' is " +
+                                                     std::string(container::encoding_name(e.encoding)) +
+                                                     ", not raw or intq (decompress it first)");
     }
     items_.push_back(std::move(item));
   }

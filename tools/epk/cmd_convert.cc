@@ -9,12 +9,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "codec/common/alloc.h"
-#include "codec/container/reader.h"
 #include "codec/layouts/bnb.h"
 #include "codec/layouts/convert.h"
 #include "codec/layouts/gguf.h"
-#include "codec/layouts/intq_io.h"
 #include "codec/layouts/quant_source.h"
 #include "codec/layouts/requantize.h"
 #include "codec/safetensors/writer.h"
@@ -140,37 +137,6 @@ class Converter {
   bool requantized_ = false;
 };
 
-Status convert_epk(const ConvertArgs& args, Converter& conv) {
-  EPK_TRY_ASSIGN(auto reader, container::Reader::open(args.input));
-  EPK_TRY(reader.verify_all());
-  for (const auto& e : reader.tensors()) {
-    if (e.encoding == container::Encoding::kRaw) {
-      EPK_TRY_ASSIGN(auto data, reader.buffer(e, container::kRawBufferName));
-      conv.add_raw(e.name, e.dtype, e.shape, data);
-      continue;
-    }
-    if (e.encoding != container::Encoding::kIntq) {
-      return make_error(ErrorCode::kUnsupported, args.input + ": tensor '" + e.name + "' is " +
-                                                     std::string(container::encoding_name(e.encoding)) +
-                                                     ", not raw or intq (decompress it first)");
-    }
-    EPK_TRY_ASSIGN(auto kind, layouts::intq::kind_of(reader, e));
-    if (kind == layouts::intq::Kind::kInt) {
-      EPK_TRY_ASSIGN(auto t, layouts::intq::read_int(reader, e));
-      EPK_TRY(conv.add_exact(e.name, t, "intq"));
-    } else {
-      std::vector<float> dense;
-      EPK_TRY(resize_for_tensor(dense, e.element_count(), args.input + ": tensor '" + e.name + "': float32 weights"));
-      EPK_TRY(layouts::intq::dequantize_intq(
-          reader, e, DType::kF32,
-          std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(dense.data()), dense.size() * 4)));
-      EPK_TRY(conv.add_requantized(e.name, dense, e.shape, kind == layouts::intq::Kind::kGguf ? "gguf" : "bnb4"));
-    }
-  }
-  EPK_TRY(conv.finish());
-  return {};
-}
-
 Status convert_checkpoint(const ConvertArgs& args, Converter& conv) {
   EPK_TRY_ASSIGN(auto source, layouts::QuantSource::open(args.input));
   for (const auto& item : source->items()) {
@@ -187,6 +153,11 @@ Status convert_checkpoint(const ConvertArgs& args, Converter& conv) {
         EPK_TRY_ASSIGN(auto dense,
                        layouts::gguf::dequantize(item.gguf_info.type, item.bytes, item.gguf_info.n_elements));
         EPK_TRY(conv.add_requantized(item.name, dense, item.shape, "gguf"));
+        break;
+      }
+      case layouts::SourceItem::Kind::kDense: {
+        EPK_TRY_ASSIGN(auto dense, item.load_dense());
+        EPK_TRY(conv.add_requantized(item.name, dense, item.shape, item.source));
         break;
       }
       case layouts::SourceItem::Kind::kBnb4: {
@@ -210,7 +181,6 @@ Status run_convert(const ConvertArgs& args) {
     return make_error(ErrorCode::kInvalidArgument, "--bits must be 2..8 and --group-size positive");
   }
   Converter conv(args, *target);
-  if (ends_with(args.input, ".epk")) return convert_epk(args, conv);
   return convert_checkpoint(args, conv);
 }
 

@@ -31,12 +31,18 @@ std::string_view kind_label(layouts::SourceItem::Kind k) {
       return "gguf";
     case layouts::SourceItem::Kind::kBnb4:
       return "bnb4";
+    case layouts::SourceItem::Kind::kDense:
+      return "dense";
   }
   return "?";
 }
 
 Status run_import(const ImportArgs& args) {
   EPK_TRY_ASSIGN(auto source, layouts::QuantSource::open(args.input));
+  if (source->format() == "epk") {
+    return make_error(ErrorCode::kInvalidArgument, args.input + ": already an .epk file (epk convert writes its intq "
+                                                                "tensors in other layouts)");
+  }
   std::map<std::string, std::string> metadata = {
       {"source", args.input},
       {"tool", "epk " + std::string(tool_version())},

@@ -12,18 +12,12 @@
 #include <optional>
 #include <thread>
 
-#include "codec/common/alloc.h"
 #include "codec/container/reader.h"
-#include "codec/decode/decode_tensor.h"
-#include "codec/rans/container_io.h"
-#include "codec/rans/decoder.h"
+#include "codec/describe/check_tensor.h"
 #include "codec/rate/calibration.h"
-#include "codec/rate/choose.h"
 #include "codec/safetensors/checkpoint.h"
-#include "codec/serve/lattice_rans_producer.h"
 #include "tools/epk/cli_common.h"
 #include "tools/epk/device_decode.h"
-#include "tools/epk/weights.h"
 
 namespace epk::cli {
 namespace {
@@ -49,68 +43,6 @@ std::optional<double> recorded_max_error(const container::Reader& reader) {
   return j["max_error"].get<double>();
 }
 
-bool all_zero(std::span<const float> v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
-}
-
-struct TensorReport {
-  std::string name;
-  std::string encoding;
-  std::vector<std::string> problems;
-  std::uint32_t tiles = 0;
-  std::vector<std::pair<std::uint32_t, std::string>> bad_tiles;
-  std::uint64_t weights = 0;
-  std::uint64_t stored = 0;
-  double target = 0;
-  std::optional<double> rel_l2;
-  std::optional<double> max_error;  // the ceiling rel_l2 (h_rel for a calibrated tensor) was held to
-  bool calibrated = false;          // rounded with calibration statistics (params.encoder.calibrated)
-  std::optional<double> h_rel;      // with --calibration: the H-weighted relative error
-};
-
-// Decodes every tile of s; corrupt tiles into rep. With want_f32, also the reconstruction.
-void check_stream(const serve::LatticeRansProducer& p, const std::string& where, Device device, int threads,
-                  TensorReport& rep, std::vector<float>* f32) {
-  const auto& s = p.stream();
-  rep.tiles = s.tiles();
-  if (device == Device::kCuda) {
-    std::vector<float> local;
-    auto& out = f32 ? *f32 : local;
-    if (auto sized = resize_for_tensor(out, std::uint64_t(s.rows) * s.cols, where + ": float32 weights"); !sized) {
-      rep.problems.push_back(sized.error().message);
-      return;
-    }
-    std::vector<GpuTileFault> faults;
-    auto stat =
-        gpu_decode(p, DType::kF32,
-                   std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4), &faults);
-    for (const auto& f : faults) rep.bad_tiles.push_back({f.tile, f.reason});
-    if (!stat && faults.empty()) rep.problems.push_back(stat.error().message);
-    if (!stat && f32) f32->clear();
-    return;
-  }
-  if (f32) {
-    if (auto sized = resize_for_tensor(*f32, std::uint64_t(s.rows) * s.cols, where + ": float32 weights"); !sized) {
-      rep.problems.push_back(sized.error().message);
-      return;
-    }
-    std::vector<rans::TileStatus> faults;
-    auto stat = rans::decode(s, where, DType::kF32,
-                             std::span<std::byte>(reinterpret_cast<std::byte*>(f32->data()), f32->size() * 4), threads,
-                             &faults);
-    for (const auto& f : faults) rep.bad_tiles.push_back({f.tile, rans::tile_fault_name(f.fault)});
-    if (!stat && faults.empty()) rep.problems.push_back(stat.error().message);
-    if (!stat) f32->clear();
-    return;
-  }
-  auto faults = rans::check_tiles(s, where, threads);
-  if (!faults) {
-    rep.problems.push_back(faults.error().message);
-    return;
-  }
-  for (const auto& f : *faults) rep.bad_tiles.push_back({f.tile, rans::tile_fault_name(f.fault)});
-}
-
 Result<int> run_verify(const VerifyArgs& args) {
   EPK_TRY_ASSIGN(auto device, choose_device(args.device));
   const int threads = args.threads > 0 ? args.threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -131,93 +63,27 @@ Result<int> run_verify(const VerifyArgs& args) {
     EPK_TRY(set.check_against(source->tensors()));
     calibration.emplace(std::move(set));
   }
-  std::vector<TensorReport> reports;
-  for (const auto& t : reader.tensors()) {
-    TensorReport rep;
-    rep.name = t.name;
-    rep.encoding = std::string(container::encoding_name(t.encoding));
-    rep.weights = t.element_count();
-    rep.stored = rans::stored_bytes(t);
-    const std::string where = reader.path() + ": tensor '" + t.name + "'";
-    if (auto st = reader.verify(t); !st) rep.problems.push_back(st.error().message);
-    const safetensors::TensorView* src = nullptr;
-    if (source) {
-      src = source->find(t.name);
-      if (!src) {
-        rep.problems.push_back(where + ": not in " + args.against);
-      } else if (src->shape != t.shape) {
-        rep.problems.push_back(where + ": shape " + shape_string(t.shape) + " differs from the source's " +
-                               shape_string(src->shape));
-        src = nullptr;
-      }
-    }
-    std::vector<float> decoded;
-    bool have_decoded = false;
-    if (t.encoding == container::Encoding::kLatticeRans) {
-      auto stored = rans::from_container(reader, t);
-      if (!stored) {
-        rep.problems.push_back(stored.error().message);
-      } else {
-        rep.target = stored->info.target_bpp;
-        rep.calibrated = stored->info.calibrated;
-        const serve::LatticeRansProducer producer(reader, t, reader.path(), std::move(*stored));
-        check_stream(producer, where, device, threads, rep, src ? &decoded : nullptr);
-        have_decoded = src && !decoded.empty();
-      }
-    } else if (src || t.encoding != container::Encoding::kRaw) {
-      // Every tensor that is not stored as plain bytes is decoded, source or not: a tensor reported ok must be one
-      // that decompress, convert and epkd can read.
-      auto d = decode::decode_tensor_f32(reader, t);
-      if (d) {
-        decoded = std::move(*d);
-        have_decoded = src != nullptr;
-      } else if (src && t.encoding == container::Encoding::kRaw && src->dtype == t.dtype && t.buffers.size() == 1) {
-        // A raw tensor of a non-float dtype: compared byte for byte.
-        auto bytes = reader.buffer(t, 0);
-        const bool same = bytes.size() == src->data.size() && std::equal(bytes.begin(), bytes.end(), src->data.begin());
-        rep.rel_l2 = same ? 0.0 : 1.0;
-        if (!same) rep.problems.push_back(where + ": raw bytes differ from the source");
-      } else {
-        rep.problems.push_back(d.error().message);
-      }
-    }
-    if (have_decoded) {
-      auto ref = source_f32(*src);
-      if (ref) {
-        rep.rel_l2 = relative_l2(decoded, *ref);
-        if (const rate::HessianView* h = calibration ? calibration->find(t.name) : nullptr)
-          rep.h_rel = rate::h_weighted_relative_error(*ref, decoded, ref->size() / h->cols, *h, threads);
-        if (all_zero(decoded) && !all_zero(*ref)) {
-          rep.problems.push_back(where + ": decodes to all zeros where the source is not");
-        } else if (t.encoding == container::Encoding::kLatticeRans && (!rep.calibrated || rep.h_rel)) {
-          // The ceiling at the tensor's target rate (its stored rate when no target was recorded, as for streams
-          // imported from the reference package). A calibrated tensor is judged by its H-weighted error, as compress
-          // judged it (docs/FORMAT.md 12.4), so only when its statistics are given.
-          const double rate = rep.target > 0 ? rep.target : 8.0 * double(rep.stored) / double(std::max<std::uint64_t>(rep.weights, 1));
-          const double ceiling = max_error.value_or(rate::default_max_rel_l2(rate));
-          rep.max_error = ceiling;
-          const double e = rep.calibrated ? *rep.h_rel : *rep.rel_l2;
-          if (!(e <= ceiling)) {
-            char buf[160];
-            std::snprintf(buf, sizeof buf, ": %s error %.4f%% is above the ceiling %.4f%%",
-                          rep.calibrated ? "H-weighted relative L2" : "relative L2", 100.0 * e, 100.0 * ceiling);
-            rep.problems.push_back(where + buf);
-          }
-        }
-      } else {
-        rep.problems.push_back(ref.error().message);
-      }
-      if (t.encoding == container::Encoding::kRaw && rep.rel_l2 && *rep.rel_l2 != 0.0)
-        rep.problems.push_back(where + ": raw tensor differs from the source");
-    }
-    for (const auto& [tile, why] : rep.bad_tiles)
-      rep.problems.push_back(where + ": tile " + std::to_string(tile) + " is corrupt (" + why + ")");
-    reports.push_back(std::move(rep));
+  describe::CheckOptions check;
+  check.source = source ? &*source : nullptr;
+  check.source_name = args.against;
+  check.calibration = calibration ? &*calibration : nullptr;
+  check.max_error = max_error;
+  check.threads = threads;
+  if (device == Device::kCuda) {
+    check.gpu = [](const serve::Producer& p, std::span<std::uint8_t> dst,
+                   std::vector<std::pair<std::uint32_t, std::string>>* faults) -> Result<bool> {
+      std::vector<GpuTileFault> bad;
+      Result<bool> done = gpu_decode(p, DType::kF32, dst, &bad);
+      for (const auto& f : bad) faults->push_back({f.tile, f.reason});
+      return done;
+    };
   }
+  std::vector<describe::TensorCheck> reports;
+  for (const auto& t : reader.tensors()) reports.push_back(describe::check_tensor(reader, t, check));
   if (source)
     for (const auto& s : source->tensors())
       if (!reader.find(s.name)) {
-        TensorReport rep;
+        describe::TensorCheck rep;
         rep.name = s.name;
         rep.encoding = "missing";
         rep.problems.push_back(args.against + ": tensor '" + s.name + "' is missing from " + args.input);

@@ -2,35 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include <nlohmann/json.hpp>
 
-#include "codec/decode/decode_tensor.h"
 
 namespace epk::cli {
-
-Result<std::vector<float>> source_f32(const safetensors::TensorView& t) {
-  std::uint64_t n = 1;
-  for (auto d : t.shape) n *= d;
-  std::vector<float> out(n);
-  if (!decode::raw_to_f32(t.dtype, t.data, out))
-    return make_error(ErrorCode::kUnsupported,
-                      "tensor '" + t.name + "': dtype " + std::string(dtype_name(t.dtype)) + " is not a float dtype");
-  return out;
-}
-
-double relative_l2(std::span<const float> x, std::span<const float> ref) {
-  double num = 0, den = 0;
-  const std::size_t n = std::min(x.size(), ref.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = double(x[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  if (den == 0) return num == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  return std::sqrt(num / den);
-}
 
 std::string source_metadata_json(const safetensors::Checkpoint& c) {
   nlohmann::json j = nlohmann::json::object();

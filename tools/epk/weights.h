@@ -1,4 +1,4 @@
-// Source weights as float32 and error figures, shared by epk compress and epk verify.
+// The source checkpoint's metadata carried through compress and decompress, and elapsed-time formatting.
 #pragma once
 
 #include <cstdint>
@@ -13,12 +13,6 @@
 #include "codec/safetensors/reader.h"
 
 namespace epk::cli {
-
-// The tensor's elements as float32 (F32, BF16, F16, F8_E4M3, F8_E5M2, I8); kUnsupported naming it otherwise.
-Result<std::vector<float>> source_f32(const safetensors::TensorView& t);
-
-// sqrt(sum (x - ref)^2 / sum ref^2); 0 when both are all zero, infinity when only ref is.
-double relative_l2(std::span<const float> x, std::span<const float> ref);
 
 // The checkpoint's safetensors __metadata__ as a JSON object of strings, for the .epk metadata key
 // `source_metadata` (docs/FORMAT.md 6.1) that decompress writes back: the first shard's (a sharded checkpoint's
