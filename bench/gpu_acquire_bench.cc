@@ -25,11 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include "bench/timing.h"
 #include "bench/bench_model.h"
+#include "bench/timing.h"
 #include "client/client.h"
 #include "codec/container/writer.h"
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 #include "codec/rans/container_io.h"
 #include "codec/rate/encode.h"
 #include "shm/cuda_event.h"

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 #include "tests/codec/cuda/device_stream.h"
 #include "tests/codec/cuda/raw_stream_file.h"
 

@@ -1,4 +1,4 @@
-// The device encoder (codec/cuda/encode.h) against the CPU encoder: weights per second for the 10240x3840 bf16
+// The device encoder (codec/cuda/encode/encode.h) against the CPU encoder: weights per second for the 10240x3840 bf16
 // layer at 4 bpp and for a Llama-3-8B-shaped set of linear layers (32 x q/o 4096x4096, k/v 1024x4096, gate/up
 // 14336x4096, down 4096x14336; random bf16, generated on the device and copied to pageable host memory, as the
 // mapped safetensors file compress reads would be). Timed: pack_tensor with the device encoder (what
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "codec/common/checksum.h"
-#include "codec/cuda/encode.h"
-#include "codec/cuda/encode_steps.h"
+#include "codec/cuda/encode/encode.h"
+#include "codec/cuda/encode/encode_steps.h"
 #include "codec/rate/choose.h"
 #include "codec/rate/encode.h"
 

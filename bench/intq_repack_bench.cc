@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "codec/cuda/intq_repack.h"
+#include "codec/cuda/intq/intq_repack.h"
 #include "codec/layouts/pack_bits.h"
 
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "codec/container/reader.h"
-#include "daemon/resident_model.h"
+#include "daemon/sources/resident_model.h"
 #include "shm/unique_fd.h"
 
 namespace {

@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "codec/container/reader.h"
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 #include "codec/serve/device_tier.h"
 #include "shm/cuda_event.h"
 #include "shm/device_pool.h"

@@ -9,7 +9,7 @@
 //
 // What epkd shares (open_stored): the model file, read-only, from which the tables and tile offsets are read and
 // checksummed here, and the tier: every lattice-rans tensor's stored buffers, checksummed by epkd, at the places
-// codec/cuda/tier_layout.h gives. The output is bit for bit what epkd writes for the same tensor and layout: both
+// codec/cuda/decode/tier_layout.h gives. The output is bit for bit what epkd writes for the same tensor and layout: both
 // plan through the serving layer (codec/serve/device_plan.h: the format, the output's size and rowwise gap, the
 // decode job). The decoded bytes are the caller's: epkd's budget, cache and pins cover only what it decodes itself. Built with the CUDA toolkit only (stored_tier_none.cc
 // answers kUnsupported elsewhere).

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/peer_access.h"
+#include "daemon/net/peer_access.h"
 
 namespace epk::daemon {
 

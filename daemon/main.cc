@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "daemon/server.h"
 
 int main(int argc, char** argv) {

@@ -1,6 +1,6 @@
 // epkd's process (daemon/server.h): logging, the lanes, the listening socket (systemd's or its own), the io threads
 // and their accept loop, signals (SIGTERM drains, SIGHUP reloads the models), systemd's notifications and watchdog,
-// and the metrics endpoint. What a connection does is daemon/session.h's; what the requests do, daemon/service.h's.
+// and the metrics endpoint. What a connection does is daemon/net/session.h's; what the requests do, daemon/service/service.h's.
 #include "daemon/log_format.h"
 #include "daemon/server.h"
 
@@ -33,13 +33,13 @@
 #include <thread>
 
 #include "codec/common/map_faults.h"
-#include "daemon/device_lanes.h"
-#include "daemon/metrics.h"
+#include "daemon/lanes/device_lanes.h"
+#include "daemon/net/metrics.h"
+#include "daemon/net/refusal_log.h"
+#include "daemon/net/session.h"
+#include "daemon/net/systemd.h"
 #include "daemon/periodic.h"
-#include "daemon/refusal_log.h"
-#include "daemon/service.h"
-#include "daemon/session.h"
-#include "daemon/systemd.h"
+#include "daemon/service/service.h"
 #include "shm/decode_status.h"
 
 namespace epk::daemon {
@@ -283,7 +283,7 @@ int run_daemon(const DaemonConfig& cfg) {
   Periodic beat(io, status_period(watchdog), [&] {
     notify(std::string(watchdog ? "WATCHDOG=1\n" : "") + "STATUS=" + status_text(svc.stats()) + reload_note);
   });
-  // Prometheus metrics (daemon/metrics.h): rendered here once a second, scrapes served from that copy.
+  // Prometheus metrics (daemon/net/metrics.h): rendered here once a second, scrapes served from that copy.
   // Any local user may scrape the endpoint: models with uids/gids stay out of it (their names, their occupancy, and
   // epkd_models' count) unless metrics_restricted_models opts in (docs/SECURITY.md, "The metrics endpoint").
   std::unique_ptr<MetricsServer> metrics;
@@ -309,7 +309,7 @@ int run_daemon(const DaemonConfig& cfg) {
   // Reloads run on a thread of their own, one at a time: opening a model reads and checksums files (and a path on a
   // slow or failing disk can take long), which must never stall the sessions of io thread 0.
   asio::thread_pool admin(1);
-  // Retired models (daemon/service.h) are freed on the reload thread once their last lease has gone: checked ten times
+  // Retired models (daemon/service/service.h) are freed on the reload thread once their last lease has gone: checked ten times
   // a second while any is retiring (a release fence completing has no event to wake it).
   Periodic retired_sweep(io, std::chrono::milliseconds(100), [&] {
     if (svc.retiring()) asio::post(admin, [&] { svc.sweep_retired(); });

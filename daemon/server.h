@@ -1,11 +1,11 @@
 // epkd's process: Asio on a Unix socket, one io_context per io thread with the sessions spread over them
-// (daemon/session.h), and the service they share (daemon/service.h): the registry, the caches (one per pool, each
+// (daemon/net/session.h), and the service they share (daemon/service/service.h): the registry, the caches (one per pool, each
 // under its lane lock) and the decode schedulers. Decodes run on the schedulers' workers, which complete them and
 // post the replies to the sessions' threads, so acquire and release never wait for a decode; cache hits and releases
-// take only their lane's lock (daemon/lane_lock.h).
+// take only their lane's lock (daemon/cache/lane_lock.h).
 #pragma once
 
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 
 namespace epk::daemon {
 

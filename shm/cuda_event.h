@@ -22,7 +22,7 @@ class CudaEvent {
 
   // CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING on `device` (its primary context).
   static Result<CudaEvent> create_interprocess(int device);
-  // CU_EVENT_DISABLE_TIMING on `device`: a daemon-private marker (the per-slot release fences, daemon/fence_pool.h).
+  // CU_EVENT_DISABLE_TIMING on `device`: a daemon-private marker (the per-slot release fences, daemon/cache/fence_pool.h).
   static Result<CudaEvent> create(int device);
   // Opens another process's event (cuIpcOpenEventHandle); destroyed like any event.
   static Result<CudaEvent> open_ipc(const IpcEventHandle& handle, int device);

@@ -13,7 +13,7 @@ enum class FenceKind : std::uint32_t {
   kHostRelease = 0,  // complete when the release message arrives
   kCudaEvent = 1,    // an interprocess CUDA event the client recorded after its last kernel reading the slot; a
                      // daemon side stream waits on it and a daemon marker recorded after that wait becomes the slot's
-                     // Fence (daemon/fence_pool.h): only that slot's reuse waits. Device pools only (a host pool
+                     // Fence (daemon/cache/fence_pool.h): only that slot's reuse waits. Device pools only (a host pool
                      // answers kUnsupported).
 };
 

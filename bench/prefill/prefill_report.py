@@ -52,7 +52,7 @@ def toml_string(s: str) -> str:
 
 
 def epkd_config_text(socket_path: str, model_path: str, budget_mb: int, extra: Sequence[str] = ()) -> str:
-    """epkd's TOML config (daemon/config.h lists the keys): one model, device 0's pool with budget_mb MiB. `extra`:
+    """epkd's TOML config (daemon/config/config.h lists the keys): one model, device 0's pool with budget_mb MiB. `extra`:
     further top-level `key = value` lines, as given (e.g. a setting that client-side decode needs)."""
     if budget_mb < 1:
         raise ValueError(f"budget_mb must be >= 1, not {budget_mb}")

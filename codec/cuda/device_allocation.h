@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "codec/common/result.h"
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 
 namespace epk::cuda {
 

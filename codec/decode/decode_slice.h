@@ -1,5 +1,5 @@
 // A slice of one stored tensor along dimension 0 (rows) or 1 (columns), decoded without producing the whole tensor:
-// what epkd's CPU path serves for tensor-parallel shards (daemon/epk_source.cc). The result is the slice, compact
+// what epkd's CPU path serves for tensor-parallel shards (daemon/sources/epk_source.cc). The result is the slice, compact
 // and row-major, bit-equal to the same slice of decode_tensor's (or decode_tensor_rowwise's) output.
 //   raw           the slice's runs read from the stored bytes (converted as decode_tensor converts)
 //   lattice-rans  rows [r0, r1): only the tiles covering those rows (rans::decode_rows). Columns [c0, c1): every row

@@ -90,7 +90,7 @@ struct ReconstructionError {
   bool source_zero = true;
 };
 
-// What pack_tensor encodes with: rate::encode on the CPU, or a device (codec/cuda/encode.h). A backend that can
+// What pack_tensor encodes with: rate::encode on the CPU, or a device (codec/cuda/encode/encode.h). A backend that can
 // measure its stream's reconstruction against the source (the decoder's arithmetic on the fields it coded, exact for
 // a lossless coder) fills *error; otherwise pack_tensor decodes the stream on the host and measures it there.
 class TensorEncoder {

@@ -1,4 +1,4 @@
-// The heavy steps of rate::encode behind one interface, so that a device (codec/cuda/encode.h) runs them while
+// The heavy steps of rate::encode behind one interface, so that a device (codec/cuda/encode/encode.h) runs them while
 // encode_with keeps the encoder's control flow (the scale search, calibration, whole-tensor retargeting, prob_bits
 // escalation, coarsening) in one place. A backend gives exactly the results of the CPU functions named below; then
 // the stream is the CPU encoder's, byte for byte.

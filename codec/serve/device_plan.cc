@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "codec/cuda/decode_desc.h"
+#include "codec/cuda/decode/decode_desc.h"
 
 namespace epk::serve {
 namespace {

@@ -23,8 +23,8 @@
 #include <span>
 
 #include "codec/common/result.h"
-#include "codec/cuda/decode.h"
-#include "codec/cuda/tier_layout.h"
+#include "codec/cuda/decode/decode.h"
+#include "codec/cuda/decode/tier_layout.h"
 #include "codec/serve/lattice_rans_producer.h"
 #include "codec/serve/layout.h"
 #include "codec/serve/shard.h"

@@ -1,6 +1,6 @@
 // The serving layer's device half for one model on one device: its compressed tier (where each tensor's stored
 // buffers sit in one device region), the plans kept per tensor, and the one decision of which device path writes a
-// slot for any (encoding, layout, shard). epkd's device lanes (daemon/gpu_backend.cc), libepk's client-side decode
+// slot for any (encoding, layout, shard). epkd's device lanes (daemon/lanes/gpu_backend.cc), libepk's client-side decode
 // (client/stored_tier.cc) and `epk decompress/verify --device cuda` (tools/epk/device_decode.cc) call it; none of
 // them looks at a tensor's encoding.
 //
@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "codec/common/result.h"
+#include "codec/cuda/decode/tier_layout.h"
 #include "codec/cuda/device_allocation.h"
-#include "codec/cuda/tier_layout.h"
 #include "codec/serve/device_plan.h"
 #include "codec/serve/producer.h"
 

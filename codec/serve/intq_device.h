@@ -1,5 +1,5 @@
 // The device half of intq "int" tensors in the serving layer (codec/serve/intq_producer.h): which serving layouts
-// the intq kernels (codec/cuda/intq_repack.h) write for a tensor, decided on the host from the logical tensor so that
+// the intq kernels (codec/cuda/intq/intq_repack.h) write for a tensor, decided on the host from the logical tensor so that
 // a refusal costs no upload, and the padding they read it in. The device tier (device_tier.h, intq_device_form.h)
 // takes the kernels where this says they write a layout and the host producer elsewhere, which answers with the same bytes or
 // the same refusal: the kernels never take a case the CPU writers refuse (a GPTQ v1 zero point of 0, a padding row

@@ -3,7 +3,7 @@
 #include <optional>
 #include <span>
 
-#include "codec/cuda/intq_repack.h"
+#include "codec/cuda/intq/intq_repack.h"
 #include "codec/layouts/convert.h"
 #include "codec/layouts/intq_io.h"
 #include "codec/layouts/pack_bits.h"

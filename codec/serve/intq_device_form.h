@@ -1,5 +1,5 @@
 // intq "int" tensors (FORMAT.md 11) on a device: their stored logical form kept in device memory and the serving
-// layouts codec/cuda's kernels write from it (codec/cuda/intq_repack.h), bit for bit the host producer's
+// layouts codec/cuda's kernels write from it (codec/cuda/intq/intq_repack.h), bit for bit the host producer's
 // (codec/serve/intq_producer.h for the packed layouts, decode_tensor/dequantize_intq for the dense ones). The
 // device tier (device_tier.h) holds one per intq tensor; nothing else uses it.
 //
@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "codec/common/result.h"
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 #include "codec/cuda/device_allocation.h"
-#include "codec/cuda/intq_repack.h"
+#include "codec/cuda/intq/intq_repack.h"
 #include "codec/serve/intq_device.h"
 #include "codec/serve/intq_producer.h"
 

@@ -1,6 +1,6 @@
 // The serving layer: one producer per stored tensor, chosen by its encoding, that says which serving layouts
 // (codec/serve/layout.h) the tensor is served in and their slots (codec/serve/slot.h), and writes a layout on the
-// host into a destination, whole or as a tensor-parallel shard (codec/serve/shard.h). epkd (daemon/epk_source.cc),
+// host into a destination, whole or as a tensor-parallel shard (codec/serve/shard.h). epkd (daemon/sources/epk_source.cc),
 // the `epk` CLI and libepk call it; the device half (a decode or repack enqueued into a device address) is
 // codec/serve/device_plan.h.
 //

@@ -1,6 +1,6 @@
 // Shards of served tensors (codec/serve/shard.h): the slot a shard takes, and the plain reference that cuts a shard
 // out of the whole tensor's slot bytes. Producers without a cheaper path (producer.h) and epkd's sources without a
-// file (daemon/model_source.h) produce shards with these (the whole tensor, then the slice); the producers' decodes
+// file (daemon/sources/model_source.h) produce shards with these (the whole tensor, then the slice); the producers' decodes
 // that touch only what a shard covers are held to this reference bit for bit by the tests.
 //
 // Layouts and what a shard of each holds:

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "daemon/synthetic_source.h"
+#include "daemon/sources/synthetic_source.h"
 #include "tests/daemon/epkd_harness.h"
 
 namespace epk {

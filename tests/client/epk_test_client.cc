@@ -33,7 +33,7 @@
 
 #include "client/client.h"
 #include "codec/common/checksum.h"
-#include "daemon/synthetic_source.h"
+#include "daemon/sources/synthetic_source.h"
 #if EPK_HAVE_CUDA
 #include "shm/device_pool.h"
 #endif

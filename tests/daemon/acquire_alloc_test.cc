@@ -1,4 +1,4 @@
-// The cache-hit acquire path allocates nothing (daemon/dims.h, daemon/handler_memory.h say why).
+// The cache-hit acquire path allocates nothing (daemon/service/dims.h, daemon/net/handler_memory.h say why).
 //
 // epkd's own code (run_daemon: sessions, service, cache, sources) runs in this process on a thread whose heap
 // allocations are counted by the replaced global operator new below; a client in the test's thread does cache-hit
@@ -19,7 +19,7 @@
 
 #include "client/client.h"
 #include "client/epk.h"
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "daemon/server.h"
 #include "tests/daemon/epk_test_models.h"
 

@@ -1,4 +1,4 @@
-// The cache's per-slot release fences (daemon/cache.h): a fenced slot is passed over by the LRU walk while younger
+// The cache's per-slot release fences (daemon/cache/cache.h): a fenced slot is passed over by the LRU walk while younger
 // slots go, a dropped client's fences still guard its slots, completed fences are dropped on release, and a release
 // queries fences only up to the slot's oldest pending one.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "daemon/cache.h"
+#include "daemon/cache/cache.h"
 #include "tests/daemon/cache_test_util.h"
 
 namespace epk::daemon {

@@ -1,4 +1,4 @@
-// The cache's fair shares (daemon/cache.h): a uid's pinned bytes are capped over all its sessions (root and the owner
+// The cache's fair shares (daemon/cache/cache.h): a uid's pinned bytes are capped over all its sessions (root and the owner
 // uncapped), small slots live in the arena and cannot split the main region, each pinned slot counts at least
 // kSmallSlotMax against the share, and the slot count is bounded.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include "daemon/cache.h"
+#include "daemon/cache/cache.h"
 
 namespace epk::daemon {
 namespace {

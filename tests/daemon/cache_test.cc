@@ -1,4 +1,4 @@
-#include "daemon/cache.h"
+#include "daemon/cache/cache.h"
 
 #include <gtest/gtest.h>
 

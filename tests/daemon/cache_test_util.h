@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "daemon/cache.h"
+#include "daemon/cache/cache.h"
 #include "shm/fence.h"
 
 namespace epk::daemon::cache_test {

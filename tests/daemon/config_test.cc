@@ -1,4 +1,4 @@
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -207,7 +207,7 @@ TEST(Config, BadDeviceListsAreRefused) {
 
 TEST(Config, TheExampleFileParses) {
   DaemonConfig cfg;
-  Status st = load_config_file(std::string(EPK_SOURCE_DIR) + "/daemon/epkd.example.toml", &cfg);
+  Status st = load_config_file(std::string(EPK_SOURCE_DIR) + "/daemon/config/epkd.example.toml", &cfg);
   ASSERT_TRUE(st) << st.error().to_string();
   EXPECT_EQ(cfg.budget_bytes, 8192ull << 20);
   EXPECT_EQ(cfg.socket_mode, 0660u);
@@ -388,7 +388,7 @@ TEST(Config, EveryProblemIsReportedInFileOrder) {
 
 TEST(Config, EveryKeyOfTheShippedFilesIsKnown) {
   // The example and the systemd config list (or comment) the keys; both must load as they are shipped.
-  for (const char* f : {"/daemon/epkd.example.toml", "/systemd/epkd.toml"}) {
+  for (const char* f : {"/daemon/config/epkd.example.toml", "/systemd/epkd.toml"}) {
     DaemonConfig cfg;
     Status st = load_config_file(std::string(EPK_SOURCE_DIR) + f, &cfg);
     EXPECT_TRUE(st) << f << ": " << st.error().to_string();

@@ -1,4 +1,4 @@
-#include "daemon/decode_scheduler.h"
+#include "daemon/lanes/decode_scheduler.h"
 
 #include <gtest/gtest.h>
 

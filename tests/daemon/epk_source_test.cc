@@ -1,5 +1,5 @@
 // EpkSource over real .epk files made here: raw and lattice-rans tensors, served layouts, corrupt data refused.
-#include "daemon/epk_source.h"
+#include "daemon/sources/epk_source.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -22,13 +22,13 @@
 #include <vector>
 
 #include "client/client.h"
-#include "daemon/synthetic_source.h"
+#include "codec/common/bytes.h"
+#include "daemon/sources/synthetic_source.h"
+#include "shm/fd_passing.h"
+#include "shm/protocol.h"
+#include "shm/spin.h"
 #include "tests/daemon/epkd_harness.h"
 #include "tests/daemon/raw_wire.h"
-#include "codec/common/bytes.h"
-#include "shm/fd_passing.h"
-#include "shm/spin.h"
-#include "shm/protocol.h"
 
 namespace epk {
 namespace {
@@ -267,7 +267,7 @@ TEST(Epkd, PrefetchDecodesAheadSoTheAcquireHits) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
-// A session's read buffer starts at 4 KiB (daemon/session.h): a prefetch of 255 names (about 10 KiB) is read whole
+// A session's read buffer starts at 4 KiB (daemon/net/session.h): a prefetch of 255 names (about 10 KiB) is read whole
 // all the same, and the session goes on with small messages after it.
 TEST(Epkd, AMessageLongerThanTheFirstReadBufferIsServed) {
   Epkd d({"--synthetic", "m=" + spec(3, "16x16")});

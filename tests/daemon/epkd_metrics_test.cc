@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/config.h"
-#include "daemon/metrics.h"
+#include "daemon/config/config.h"
+#include "daemon/net/metrics.h"
 #include "tests/daemon/epkd_harness.h"
 #include "tests/daemon/raw_wire.h"
 #include "tests/support/scratch_dir.h"

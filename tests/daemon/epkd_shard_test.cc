@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "codec/layouts/convert.h"
-#include "daemon/slot_allocator.h"
+#include "daemon/cache/slot_allocator.h"
 #include "tests/daemon/epkd_harness.h"
 #include "tests/daemon/epkd_shard_checks.h"
 #include "tests/support/scratch_dir.h"

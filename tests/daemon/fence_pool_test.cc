@@ -1,5 +1,5 @@
-// daemon/fence_pool.h without a GPU: a fake MarkerSource stands for the CUDA events.
-#include "daemon/fence_pool.h"
+// daemon/cache/fence_pool.h without a GPU: a fake MarkerSource stands for the CUDA events.
+#include "daemon/cache/fence_pool.h"
 
 #include <gtest/gtest.h>
 

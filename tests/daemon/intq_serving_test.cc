@@ -9,7 +9,7 @@
 
 #include "codec/layouts/convert.h"
 #include "codec/layouts/intq_io.h"
-#include "daemon/epk_source.h"
+#include "daemon/sources/epk_source.h"
 #include "tests/codec/layouts/intq_test_util.h"
 
 namespace epk::daemon {

@@ -1,4 +1,4 @@
-#include "daemon/lane_lock.h"
+#include "daemon/cache/lane_lock.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "daemon/metrics.h"
+#include "daemon/net/metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "daemon/peer_access.h"
+#include "daemon/net/peer_access.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "daemon/registry.h"
+#include "daemon/service/registry.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/synthetic_source.h"
+#include "daemon/sources/synthetic_source.h"
 
 namespace epk::daemon {
 namespace {

@@ -1,6 +1,6 @@
 // The resident tier: an EpkSource opened with `resident` serves the same bytes as one over the file's map, from
 // memory read at open (io_uring or pread, identical), checksummed there, and unaffected by later changes to the file.
-#include "daemon/resident_model.h"
+#include "daemon/sources/resident_model.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include <filesystem>
 
-#include "daemon/epk_source.h"
+#include "daemon/sources/epk_source.h"
 #include "shm/unique_fd.h"
 #include "tests/daemon/epk_test_models.h"
 

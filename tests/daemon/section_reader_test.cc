@@ -1,7 +1,7 @@
 // The io_uring section reader against its pread reference and the file's own bytes: odd ranges, many requests in
 // flight, O_DIRECT and buffered pieces, short reads, a truncated file, a descriptor that is not open, an open file
 // whose path was replaced.
-#include "daemon/section_reader.h"
+#include "daemon/sources/section_reader.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

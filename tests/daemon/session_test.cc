@@ -1,8 +1,8 @@
-// Session's write queue (daemon/session.h) over a real socketpair: replies leave in the order they were made, a reply
+// Session's write queue (daemon/net/session.h) over a real socketpair: replies leave in the order they were made, a reply
 // with fds waits behind the queued bytes and carries its fds, a second one while one waits is refused, and a client
 // that does not read is dropped past kMaxPendingReplyBytes. The daemon end's send buffer is shrunk so that the first
 // reply cannot leave at once and everything after it takes the queue.
-#include "daemon/session.h"
+#include "daemon/net/session.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/device_lanes.h"
-#include "daemon/service.h"
+#include "daemon/lanes/device_lanes.h"
+#include "daemon/service/service.h"
 #include "shm/fd_passing.h"
 #include "shm/protocol.h"
 #include "shm/unique_fd.h"

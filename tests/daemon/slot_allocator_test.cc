@@ -1,4 +1,4 @@
-#include "daemon/slot_allocator.h"
+#include "daemon/cache/slot_allocator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "daemon/spin_mutex.h"
+#include "daemon/cache/spin_mutex.h"
 
 #include <gtest/gtest.h>
 

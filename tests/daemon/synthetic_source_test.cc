@@ -1,4 +1,4 @@
-#include "daemon/synthetic_source.h"
+#include "daemon/sources/synthetic_source.h"
 
 #include <gtest/gtest.h>
 

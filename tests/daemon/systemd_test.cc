@@ -1,4 +1,4 @@
-#include "daemon/systemd.h"
+#include "daemon/net/systemd.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

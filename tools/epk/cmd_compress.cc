@@ -4,7 +4,7 @@
 //   Hessian-aware error feedback (codec/rate/feedback.h) on the CPU encoder; the others encode as without it.
 // A weight whose lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor,
 // codec/rate/choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
-// --device cuda (the default where a GPU is visible) encodes on the GPU (codec/cuda/encode.h): the same streams, so
+// --device cuda (the default where a GPU is visible) encodes on the GPU (codec/cuda/encode/encode.h): the same streams, so
 // the same file, as the CPU encoder. Which tensors are encoded, at what rate, is rate::CompressPlan's
 // (codec/rate/compress_plan.h); this file parses the flags, drives the encoders, writes the file and prints the table.
 #include <unistd.h>
@@ -33,7 +33,7 @@
 #include "tools/epk/weights.h"
 
 #ifdef EPK_HAVE_CUDA
-#include "codec/cuda/encode.h"
+#include "codec/cuda/encode/encode.h"
 #endif
 
 namespace epk::cli {
@@ -261,7 +261,7 @@ Status run_compress(const CompressArgs& args) {
         for (const auto& b : form.buffers) row.stored += b.bytes.size();
         row.encoded = true;
         row.rel_l2 = packed.rel_l2;
-        // The device encoder hands calibrated tensors to the CPU encoder (codec/cuda/encode.h): say so.
+        // The device encoder hands calibrated tensors to the CPU encoder (codec/cuda/encode/encode.h): say so.
         if (stats_of(i)) row.note = device == Device::kCuda ? "calibrated, CPU encoder" : "calibrated";
         // The pool owns the result from here on and frees it once written: nothing below may read `packed`.
         EPK_TRY(writes.add(form.spec, std::move(form.buffers), std::move(kept)));

@@ -3,7 +3,7 @@
 #ifdef EPK_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 #include "codec/cuda/device_allocation.h"
 #include "codec/serve/device_plan.h"
 #include "codec/serve/device_tier.h"

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 #include "codec/rans/decoder.h"
 
 namespace epk::testing {

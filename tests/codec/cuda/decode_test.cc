@@ -2,7 +2,7 @@
 // stored with the vectors are checked against it too), bit for bit, for every output format (dense and rowwise), each
 // kernel (lean and general) and table placement; row ranges; batches; corrupt tiles.
 // Tests that need a GPU skip where none is present; plan validation tests run everywhere.
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <memory>
 #include <random>
 
-#include "codec/cuda/decode_desc.h"
-#include "codec/cuda/plan_overrides.h"
+#include "codec/cuda/decode/decode_desc.h"
+#include "codec/cuda/decode/plan_overrides.h"
 #include "tests/codec/cuda/cpu_oracle.h"
 #include "tests/codec/cuda/device_stream.h"
 #include "tests/codec/cuda/plan_cases.h"

@@ -2,7 +2,7 @@
 // whole 16-byte chunk).
 #pragma once
 
-#include "codec/cuda/decode.h"
+#include "codec/cuda/decode/decode.h"
 #include "codec/rans/stream.h"
 #include "tests/codec/cuda/device_buffer.h"
 

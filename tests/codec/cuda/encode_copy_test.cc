@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "codec/common/mapped_file.h"
-#include "codec/cuda/encode_copy.h"
+#include "codec/cuda/encode/encode_copy.h"
 #include "tests/codec/cuda/device_buffer.h"
 #include "tests/support/scratch_dir.h"
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "codec/common/float_convert.h"
-#include "codec/cuda/encode.h"
-#include "codec/cuda/encode_steps.h"
+#include "codec/cuda/encode/encode.h"
+#include "codec/cuda/encode/encode_steps.h"
 #include "codec/rate/choose.h"
 #include "codec/rate/encode.h"
 #include "codec/rate/encode_steps.h"

@@ -56,7 +56,7 @@ inline std::uint32_t atomicOr(std::uint32_t* p, std::uint32_t v) {
   return std::atomic_ref<std::uint32_t>(*p).fetch_or(v);
 }
 
-#include "codec/cuda/intq_kernels.cuh"
+#include "codec/cuda/intq/intq_kernels.cuh"
 #include "codec/layouts/awq.h"
 #include "codec/layouts/gptq.h"
 #include "codec/layouts/intq_io.h"

@@ -1,6 +1,6 @@
 // GPU dequantization and repacking of intq tensors, bit for bit against the CPU path: dequantize_intq on the same
 // stored .epk entry, and the "qweight" of write_gptq / write_awq / write_marlin. Skips without a GPU.
-#include "codec/cuda/intq_repack.h"
+#include "codec/cuda/intq/intq_repack.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "codec/cuda/decode.h"
-#include "codec/cuda/decode_desc.h"
-#include "codec/cuda/plan_overrides.h"
+#include "codec/cuda/decode/decode.h"
+#include "codec/cuda/decode/decode_desc.h"
+#include "codec/cuda/decode/plan_overrides.h"
 #include "codec/rans/decoder.h"
 #include "codec/rate/encode.h"
 #include "tests/codec/cuda/cpu_oracle.h"

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "codec/cuda/decode.h"
-#include "codec/cuda/decode_desc.h"
-#include "codec/cuda/plan_overrides.h"
+#include "codec/cuda/decode/decode.h"
+#include "codec/cuda/decode/decode_desc.h"
+#include "codec/cuda/decode/plan_overrides.h"
 
 namespace epk::testing {
 

@@ -1,4 +1,4 @@
-// The GPU decoder's planner (codec/cuda/decode_plan.cc) on the host, against a device of the test's own (the H200's
+// The GPU decoder's planner (codec/cuda/decode/decode_plan.cc) on the host, against a device of the test's own (the H200's
 // 132 SMs and 227 KiB of shared memory per block) instead of the CUDA runtime: which kernel and table placement each
 // stream and batch gets, what the overrides force and refuse, and the work split. No GPU and no nvcc needed, so CI
 // checks the kernel choice; the GPU tests (decode_test.cc, oracle_test.cc) check the same choices on the device and
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "codec/cuda/decode.h"
-#include "codec/cuda/decode_desc.h"
-#include "codec/cuda/decode_launch.h"
-#include "codec/cuda/plan_overrides.h"
+#include "codec/cuda/decode/decode.h"
+#include "codec/cuda/decode/decode_desc.h"
+#include "codec/cuda/decode/decode_launch.h"
+#include "codec/cuda/decode/plan_overrides.h"
 #include "codec/rate/encode.h"
 #include "tests/codec/cuda/plan_cases.h"
 #include "tests/codec/cuda/raw_stream_file.h"

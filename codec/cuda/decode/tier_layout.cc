@@ -1,0 +1,35 @@
+#include "codec/cuda/decode/tier_layout.h"
+
+namespace epk::cuda {
+namespace {
+
+std::uint64_t align_up(std::uint64_t v) { return (v + kTierAlign - 1) / kTierAlign * kTierAlign; }
+
+}  // namespace
+
+TierLayout tier_layout(std::span<const rans::LatticeRansStream* const> streams) {
+  TierLayout out;
+  out.tensors.resize(streams.size());
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    const rans::LatticeRansStream* s = streams[i];
+    if (s == nullptr) continue;
+    TierPlacement p;
+    p.payload = align_up(at);
+    p.offsets = align_up(p.payload + s->payload.size_bytes() + kTierPayloadPad);
+    p.states = align_up(p.offsets + s->offsets.size_bytes());
+    p.scales = align_up(p.states + s->states.size_bytes());
+    at = p.scales + s->scales.size_bytes();
+    out.tensors[i] = p;
+  }
+  out.bytes = at == 0 ? 0 : align_up(at);
+  return out;
+}
+
+DeviceBuffers tier_buffers(std::uint64_t base, const TierPlacement& p) {
+  return {reinterpret_cast<const std::uint16_t*>(base + p.payload),
+          reinterpret_cast<const std::uint32_t*>(base + p.offsets),
+          reinterpret_cast<const std::uint32_t*>(base + p.states), reinterpret_cast<const float*>(base + p.scales)};
+}
+
+}  // namespace epk::cuda
