@@ -8,6 +8,7 @@
 #include "client/client.h"
 #include "client/epk.h"
 #include "client/stored_tier.h"
+#include "shm/error_table.h"
 
 struct epk_client {
   epk::client::Client client;
@@ -23,21 +24,11 @@ namespace {
 
 thread_local std::string g_last_error;
 
-int status_for(epk::ErrorCode code) {
-  switch (code) {
-    case epk::ErrorCode::kIo: return EPK_E_IO;
-    case epk::ErrorCode::kBadInput:
-    case epk::ErrorCode::kChecksum: return EPK_E_BAD_INPUT;
-    case epk::ErrorCode::kUnsupported: return EPK_E_UNSUPPORTED;
-    case epk::ErrorCode::kNotFound: return EPK_E_NOT_FOUND;
-    case epk::ErrorCode::kNoSpace: return EPK_E_NO_SPACE;
-    case epk::ErrorCode::kPermission: return EPK_E_DENIED;
-    case epk::ErrorCode::kQuota: return EPK_E_QUOTA;
-    case epk::ErrorCode::kCorruptTile: return EPK_E_DECODE;
-    case epk::ErrorCode::kInvalidArgument: return EPK_E_INVALID;
-    default: return EPK_E_INTERNAL;
-  }
-}
+// The error table's C status (shm/error_table.h); its numbers are epk.h's.
+static_assert(EPK_E_IO == 1 && EPK_E_BAD_INPUT == 2 && EPK_E_UNSUPPORTED == 3 && EPK_E_NOT_FOUND == 4 &&
+              EPK_E_NO_SPACE == 5 && EPK_E_DECODE == 6 && EPK_E_INVALID == 7 && EPK_E_INTERNAL == 8 &&
+              EPK_E_DENIED == 9 && EPK_E_QUOTA == 10 && EPK_E_CUDA == 11);
+int status_for(epk::ErrorCode code) { return epk::shm::error_row(code).c_status; }
 
 int fail(const epk::Error& e) {
   g_last_error = e.to_string();

@@ -10,29 +10,15 @@
 #include <string>
 #include <utility>
 
+#include "shm/error_table.h"
 #include "shm/fd_passing.h"
 
 namespace epk::client {
 
 namespace {
 
-// An error reply's wire status as libepk's error code.
-ErrorCode code_for(shm::WireStatus s) {
-  switch (s) {
-    case shm::WireStatus::kNotFound:
-    case shm::WireStatus::kModelGone: return ErrorCode::kNotFound;
-    case shm::WireStatus::kUnsupported:
-    case shm::WireStatus::kBadVersion: return ErrorCode::kUnsupported;
-    case shm::WireStatus::kNoSpace: return ErrorCode::kNoSpace;
-    case shm::WireStatus::kDecodeFailed: return ErrorCode::kCorruptTile;
-    case shm::WireStatus::kBadMessage: return ErrorCode::kBadInput;
-    case shm::WireStatus::kShuttingDown: return ErrorCode::kIo;
-    case shm::WireStatus::kDenied: return ErrorCode::kPermission;
-    case shm::WireStatus::kOverQuota: return ErrorCode::kQuota;
-    case shm::WireStatus::kInvalidArgument: return ErrorCode::kInvalidArgument;
-    default: return ErrorCode::kInternal;
-  }
-}
+// An error reply's wire status as libepk's error code (the error table's inverse).
+ErrorCode code_for(shm::WireStatus s) { return shm::error_code_for(s); }
 
 }  // namespace
 

@@ -20,15 +20,16 @@ typedef struct epk_client epk_client;
 enum epk_status {
   EPK_OK = 0,
   EPK_E_IO = 1,            /* socket or mapping failure; the connection may be gone */
-  EPK_E_BAD_INPUT = 2,     /* the daemon (or this library) saw a malformed message */
+  EPK_E_BAD_INPUT = 2,     /* a malformed model file or message (the stored tensor cannot be read) */
   EPK_E_UNSUPPORTED = 3,   /* layout or feature not served */
   EPK_E_NOT_FOUND = 4,     /* unknown model, tensor or handle */
   EPK_E_NO_SPACE = 5,      /* does not fit in the daemon's budget without evicting pinned slots */
-  EPK_E_DECODE = 6,        /* the stored tensor is corrupt */
+  EPK_E_DECODE = 6,        /* the stored tensor is corrupt (a tile or a checksum) */
   EPK_E_INVALID = 7,       /* bad argument */
   EPK_E_INTERNAL = 8,
   EPK_E_DENIED = 9,        /* epkd's access rules refuse this client (its uid/gids) or this model to it */
-  EPK_E_QUOTA = 10         /* the client is over its own pin quota (pinned bytes, or pins of one tensor) */
+  EPK_E_QUOTA = 10,        /* the client is over its own pin quota (pinned bytes, or pins of one tensor) */
+  EPK_E_CUDA = 11          /* a CUDA call in this library failed (client-side decode, device pools) */
 };
 
 #define EPK_MAX_DIMS 8

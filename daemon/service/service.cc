@@ -7,24 +7,13 @@
 #include <boost/asio/post.hpp>
 #include <thread>
 
+#include "shm/error_table.h"
+
 namespace epk::daemon::server {
 
 namespace asio = boost::asio;
 
-shm::WireStatus wire_status_for(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kNotFound: return shm::WireStatus::kNotFound;
-    case ErrorCode::kUnsupported: return shm::WireStatus::kUnsupported;
-    case ErrorCode::kNoSpace: return shm::WireStatus::kNoSpace;
-    case ErrorCode::kPermission: return shm::WireStatus::kDenied;
-    case ErrorCode::kQuota: return shm::WireStatus::kOverQuota;
-    case ErrorCode::kBadInput:
-    case ErrorCode::kChecksum:
-    case ErrorCode::kCorruptTile: return shm::WireStatus::kDecodeFailed;
-    case ErrorCode::kInvalidArgument: return shm::WireStatus::kBadMessage;
-    default: return shm::WireStatus::kInternal;
-  }
-}
+shm::WireStatus wire_status_for(ErrorCode code) { return shm::error_row(code).wire; }
 
 // Evicted ranges keep their pages: the next slot there rewrites them, and faulting them in again would cost more than
 // the memory (the budget is the pool's size either way).

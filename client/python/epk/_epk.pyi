@@ -1,9 +1,17 @@
 """Type stubs of epk's extension module (docstrings in the module itself: help(epk.Client))."""
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 DEFAULT_SOCKET: str
 HAS_CUDA: bool
+
+
+def _error_table() -> List[Tuple[str, int, str]]:
+    """libepk's error table: (code name, C ABI status, epk exception class name) per error code."""
+
+
+def _raise_error(code: str, message: str) -> NoReturn:
+    """Raises what a libepk error of `code` becomes in Python (the table's class, with .code set)."""
 
 # A stream for release(after=...): a torch.cuda.Stream, a CuPy stream, a cudaStream_t as int, or None.
 StreamLike = Any

@@ -24,7 +24,7 @@ import threading
 import weakref
 from typing import Iterable, Optional, Sequence, Tuple
 
-from . import _errors
+from . import _epk, _errors
 
 __all__ = ["StoredTier", "DecodeBatch", "available"]
 
@@ -82,16 +82,16 @@ def available() -> bool:
         return False
 
 
-# epk_status codes (client/epk.h) -> exceptions
-_CODES = {1: _errors.ConnectionLost, 2: _errors.InvalidArgument, 3: _errors.Unsupported, 4: _errors.NotFound,
-          5: _errors.NoSpace, 6: _errors.DecodeError, 7: _errors.InvalidArgument, 8: _errors.Error,
-          9: _errors.PermissionDenied, 10: _errors.QuotaExceeded}
+# C ABI status -> exception class, from libepk's one error table (shm/error_table.h) as the extension carries it.
+_CODES = {status: getattr(_errors, cls) for _name, status, cls in _epk._error_table()}
+_IO = {name: status for name, status, _cls in _epk._error_table()}["io"]
 
 
-def _check(lib: ctypes.CDLL, rc: int, what: str) -> None:
+def _check(lib: ctypes.CDLL, rc: int, what: str, io_error=None) -> None:
     if rc != 0:
         msg = (lib.epk_last_error() or b"").decode("utf-8", "replace")
-        raise _CODES.get(rc, _errors.Error)(f"{what}: {msg}")
+        cls = io_error if io_error is not None and rc == _IO else _CODES.get(rc, _errors.Error)
+        raise cls(f"{what}: {msg}")
 
 
 class _Owned:
@@ -152,7 +152,9 @@ class StoredTier(_Owned):
         self._lib = lib = _load()
         self._h = ctypes.c_void_p()
         client = ctypes.c_void_p()
-        _check(lib, lib.epk_connect(socket.encode(), ctypes.byref(client)), f"epk.stored: connect {socket}")
+        # An I/O error at connect is no epkd on the socket, as epk.Client says it.
+        _check(lib, lib.epk_connect(socket.encode(), ctypes.byref(client)), f"epk.stored: connect {socket}",
+               io_error=_errors.Unavailable)
         try:
             _check(lib, lib.epk_stored_open(client, model.encode(), device, ctypes.byref(self._h)),
                    f"epk.stored: model '{model}' on device {device}")

@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 
 #include "bindings.h"
+#include "errors.h"
 
 namespace nb = nanobind;
 
@@ -21,6 +22,7 @@ NB_MODULE(_epk, m) {
   m.attr("HAS_CUDA") = false;
 #endif
 
+  bind_errors(m);
   bind_shard(m);
   bind_lease(m);
   bind_client(m);

@@ -1,6 +1,9 @@
 #include "errors.h"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include "shm/error_table.h"
 
 namespace nb = nanobind;
 
@@ -27,20 +30,30 @@ nb::object error_class(const char* name) {
 [[noreturn]] void raise_error(const Error& e, bool gone) {
   const char* code = error_code_name(e.code);
   if (gone) raise_as("ConnectionLost", e.message, code);
-  switch (e.code) {
-    case ErrorCode::kNotFound: raise_as("NotFound", e.message, code);
-    case ErrorCode::kNoSpace: raise_as("NoSpace", e.message, code);
-    case ErrorCode::kQuota: raise_as("QuotaExceeded", e.message, code);
-    case ErrorCode::kPermission: raise_as("PermissionDenied", e.message, code);
-    case ErrorCode::kCorruptTile:
-    case ErrorCode::kChecksum: raise_as("DecodeError", e.message, code);
-    case ErrorCode::kUnsupported: raise_as("Unsupported", e.message, code);
-    case ErrorCode::kInvalidArgument: raise_as("InvalidArgument", e.message, code);
-    case ErrorCode::kCuda: raise_as("CudaError", e.message, code);
-    default: raise_as("Error", e.message, code);
-  }
+  raise_as(shm::error_row(e.code).python_class, e.message, code);
 }
 
 [[noreturn]] void raise_closed() { raise_as("Closed", "epk: the client is closed", "closed"); }
+
+void bind_errors(nb::module_& m) {
+  m.def(
+      "_error_table",
+      [] {
+        nb::list rows;
+        for (const shm::ErrorRow& r : shm::kErrorTable)
+          rows.append(nb::make_tuple(error_code_name(r.code), r.c_status, r.python_class));
+        return rows;
+      },
+      "libepk's error table (shm/error_table.h): (code name, C ABI status, exception class name) per code.");
+  m.def(
+      "_raise_error",
+      [](const std::string& code, const std::string& message) {
+        for (const shm::ErrorRow& r : shm::kErrorTable)
+          if (code == error_code_name(r.code)) raise_error(Error{r.code, message}, false);
+        raise_as("InvalidArgument", "epk: no error code '" + code + "'", "invalid-argument");
+      },
+      nb::arg("code"), nb::arg("message"),
+      "Raises what a libepk error of `code` becomes in Python: the table's class, with .code set.");
+}
 
 }  // namespace epk::py

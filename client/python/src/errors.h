@@ -2,6 +2,8 @@
 // sets the instance's `code` to libepk's error code name (or the name given).
 #pragma once
 
+#include <nanobind/nanobind.h>
+
 #include <string>
 
 #include "codec/common/result.h"
@@ -15,5 +17,7 @@ namespace epk::py {
 [[noreturn]] void raise_error(const Error& e, bool gone);
 // epk.Closed: a call on a closed Client.
 [[noreturn]] void raise_closed();
+// epk._epk._error_table and _raise_error: the table itself, and any code raised as the package raises it.
+void bind_errors(nanobind::module_& m);
 
 }  // namespace epk::py

@@ -35,7 +35,7 @@ def test_a_host_pool_has_no_tier_and_says_so(bins, model):
 
 
 def test_no_daemon_is_a_connection_error(tmp_path):
-    with pytest.raises(epk.ConnectionLost) as e:
+    with pytest.raises(epk.Unavailable) as e:  # as epk.Client raises it
         stored.StoredTier(str(tmp_path / "none.sock"), "test", 0)
     assert "connect" in str(e.value)
 
