@@ -156,7 +156,7 @@ TEST_F(EpkdGpuIntq, ARefusedPackedLayoutUploadsNoPaddedCopy) {
   };
   const std::uint64_t at_open = resident();
   ASSERT_GT(at_open, 0u);
-  for (int attempt = 0; attempt < 2; ++attempt) {  // the second refusal comes from gpu_intq's memory of the first
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second refusal comes from the device form's memory of the first
     auto v1 = g->acquire("q", "asym4_zero0", shm::Layout::kGptq);
     const bool v1_ok = v1 && static_cast<bool>(g->wait(*v1, nullptr));
     EXPECT_FALSE(v1_ok) << "GPTQ v1 cannot store a zero point of 0 (attempt " << attempt << ")";
