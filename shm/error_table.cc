@@ -2,12 +2,6 @@
 
 namespace epk::shm {
 
-const ErrorRow& error_row(ErrorCode code) {
-  for (const ErrorRow& r : kErrorTable)
-    if (r.code == code) return r;
-  return error_row(ErrorCode::kInternal);
-}
-
 ErrorCode error_code_for(WireStatus s) {
   switch (s) {
     case WireStatus::kModelGone: return ErrorCode::kNotFound;

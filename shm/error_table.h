@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "codec/common/result.h"
@@ -36,8 +37,15 @@ inline constexpr std::array<ErrorRow, 12> kErrorTable = {{
     {ErrorCode::kQuota, 10, WireStatus::kOverQuota, "QuotaExceeded"},
 }};
 
-// The row of `code` (every ErrorCode has one).
-const ErrorRow& error_row(ErrorCode code);
+// Row i is ErrorCode i's, so a code indexes its row.
+constexpr bool rows_in_code_order() {
+  for (std::size_t i = 0; i < kErrorTable.size(); ++i)
+    if (static_cast<std::size_t>(kErrorTable[i].code) != i) return false;
+  return kErrorTable.size() == static_cast<std::size_t>(ErrorCode::kQuota) + 1;
+}
+static_assert(rows_in_code_order(), "one row per ErrorCode, in the enum's order");
+
+inline const ErrorRow& error_row(ErrorCode code) { return kErrorTable[static_cast<std::size_t>(code)]; }
 // The code libepk reports for an error reply of status `s`: the table's inverse, with the statuses no row sends
 // (a retired model, a protocol version, a daemon shutting down) as the nearest code.
 ErrorCode error_code_for(WireStatus s);

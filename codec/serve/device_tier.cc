@@ -6,15 +6,6 @@
 
 namespace epk::serve {
 
-std::string_view device_path_name(DevicePath path) {
-  switch (path) {
-    case DevicePath::kHost: return "host";
-    case DevicePath::kLatticeDecode: return "lattice decode";
-    case DevicePath::kIntqKernels: return "intq kernels";
-  }
-  return "?";
-}
-
 bool in_device_region(const container::TensorEntry& entry) {
   return entry.encoding == container::Encoding::kLatticeRans;
 }
@@ -38,9 +29,7 @@ DeviceTier::DeviceTier(std::shared_ptr<const void> owner, std::vector<const Prod
   intq_.resize(n);
   std::vector<const rans::LatticeRansStream*> streams(n, nullptr);
   for (std::size_t i = 0; i < n; ++i) {
-    const Producer* p = producers_[i];
-    if (p == nullptr || !in_device_region(p->entry())) continue;
-    lattice_[i].producer = p->lattice_rans();
+    lattice_[i].producer = producers_[i] != nullptr ? producers_[i]->lattice_rans() : nullptr;
     if (lattice_[i].producer != nullptr) streams[i] = &lattice_[i].producer->stream();
   }
   layout_ = cuda::tier_layout(streams);
@@ -60,7 +49,7 @@ Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, std::uint6
 }
 
 Status DeviceTier::upload(std::uint64_t base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
-                          std::vector<std::string>* warnings) {
+                          std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings) {
   base_ = base;
   const std::string what = "the device tier on device " + std::to_string(device_);
   EPK_TRY(cuda::set_device(device_));
@@ -72,9 +61,7 @@ Status DeviceTier::upload(std::uint64_t base, cuda::Stream stream, const std::fu
     for (const Upload& u : lattice_uploads(p.stream(), *layout_.tensors[i])) {
       EPK_TRY(cuda::copy_to_device_async(base + u.offset, u.host.data(), u.host.size(), stream, what));
     }
-    // The common serving layout's plan, built before the first acquire.
-    const PlanKey key{cuda::OutputFormat::kBf16, 0, p.stream().rows};
-    EPK_TRY(plan_for(lattice_[i], i, key, stream));
+    if (ready) EPK_TRY(plan_for(lattice_[i], i, PlanKey{*ready, 0, p.stream().rows}, stream));
   }
   EPK_TRY(cuda::synchronize(stream, what));  // the copies read the producers' host bytes
   for (std::size_t i = 0; i < producers_.size(); ++i) {
@@ -129,9 +116,9 @@ Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const
   pending_ = nullptr;
   if (tensor >= producers_.size()) return make_error(ErrorCode::kInternal, "device tier: no such tensor");
   if (lattice_[tensor].producer != nullptr) {
-    DeviceWrite w{DevicePath::kHost, DevicePath::kLatticeDecode, {}};
-    if (!device_format(layout, lattice_[tensor].producer->source_dtype())) return w;
-    return enqueue_lattice(tensor, layout, shard, dst, bytes, work, stream);
+    const std::optional<cuda::OutputFormat> format = device_format(layout, lattice_[tensor].producer->source_dtype());
+    if (!format) return DeviceWrite{DevicePath::kHost, DevicePath::kLatticeDecode, {}};
+    return enqueue_lattice(tensor, *format, shard, dst, bytes, work, stream);
   }
   IntqDeviceForm* q = intq_[tensor].get();
   if (q == nullptr) return DeviceWrite{};
@@ -153,12 +140,10 @@ Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const
   return w;
 }
 
-Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, Layout layout, const ShardRange& shard,
-                                                std::uint64_t dst, std::uint64_t bytes, ColumnWork& work,
-                                                cuda::Stream stream) {
+Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, cuda::OutputFormat format,
+                                                const ShardRange& shard, std::uint64_t dst, std::uint64_t bytes,
+                                                ColumnWork& work, cuda::Stream stream) {
   Lattice& t = lattice_[tensor];
-  const std::string& name = t.producer->entry().name;
-  const cuda::OutputFormat format = *device_format(layout, t.producer->source_dtype());
   const std::uint32_t rows = t.producer->stream().rows;
   const DeviceWrite done{DevicePath::kLatticeDecode, DevicePath::kLatticeDecode, {}};
   if (shard.dim == ShardDim::kCols) {
@@ -172,13 +157,21 @@ Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, Layout layou
   const PlanKey key = shard.whole() ? PlanKey{format, 0, rows}
                                     : PlanKey{format, static_cast<std::uint32_t>(shard.begin),
                                               static_cast<std::uint32_t>(shard.end)};
+  EPK_TRY(enqueue_plan(t, tensor, key, dst, bytes, stream));
+  return done;
+}
+
+Status DeviceTier::enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, std::uint64_t dst,
+                                std::uint64_t bytes, cuda::Stream stream) {
   EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, key, stream));
-  if (p->plan.output_bytes() != bytes) {  // never write past a slot
-    return make_error(ErrorCode::kInternal, "tensor '" + name + "': slot size");
+  if (p->plan.output_bytes() != bytes) {  // never write past the destination (every caller sized it as the plan)
+    return make_error(ErrorCode::kInternal, "tensor '" + t.producer->entry().name + "': output of " +
+                                                       std::to_string(bytes) + " bytes, the decode writes " +
+                                                       std::to_string(p->plan.output_bytes()));
   }
   EPK_TRY(p->plan.enqueue(dst, reinterpret_cast<void*>(p->scratch.address()), stream));
   pending_ = p;
-  return done;
+  return {};
 }
 
 Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format, std::uint64_t dst,
@@ -188,15 +181,7 @@ Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format,
     return make_error(ErrorCode::kUnsupported, "tensor " + std::to_string(tensor) + " is not in the device tier");
   }
   Lattice& t = lattice_[tensor];
-  EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, PlanKey{format, 0, t.producer->stream().rows}, stream));
-  if (p->plan.output_bytes() != bytes) {
-    return make_error(ErrorCode::kInvalidArgument, "tensor '" + t.producer->entry().name + "': output of " +
-                                                       std::to_string(bytes) + " bytes, the decode writes " +
-                                                       std::to_string(p->plan.output_bytes()));
-  }
-  EPK_TRY(p->plan.enqueue(dst, reinterpret_cast<void*>(p->scratch.address()), stream));
-  pending_ = p;
-  return {};
+  return enqueue_plan(t, tensor, PlanKey{format, 0, t.producer->stream().rows}, dst, bytes, stream);
 }
 
 Status DeviceTier::check(cuda::Stream stream, std::vector<cuda::TileFaultRecord>* faults) {

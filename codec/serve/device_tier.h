@@ -45,7 +45,6 @@ namespace epk::serve {
 class IntqDeviceForm;
 
 enum class DevicePath : std::uint8_t { kHost, kLatticeDecode, kIntqKernels };
-std::string_view device_path_name(DevicePath path);
 
 // Whether a device tier holds the stored buffers of `entry`'s tensor in its region (lattice-rans tensors): a client decoding from
 // epkd's tier checks every other buffer of such a tensor itself and reads its payload from the tier only.
@@ -96,11 +95,12 @@ class DeviceTier {
 
   // Fills the region at `base` (device memory of region_bytes() on this tier's device): zeros, then each held
   // tensor's stored buffers after verify(i) (epkd's checksum: device decodes skip the host path's after-decode
-  // check), with its whole bf16 plan built; then every intq "int" tensor's device form (verify(i) first). A tensor
-  // whose device form cannot be made (no device memory) keeps the host path: a line naming it goes to *warnings.
-  // Synchronises `stream` before it returns (the copies read the producers' host bytes).
+  // check), with its whole-tensor plan in format `ready` built now when given (epkd: bf16, so that the first acquire
+  // only patches and launches; other plans are built on first use); then every intq "int" tensor's device form
+  // (verify(i) first). A tensor whose device form cannot be made (no device memory) keeps the host path: a line
+  // naming it goes to *warnings. Synchronises `stream` before it returns (the copies read the producers' host bytes).
   Status upload(std::uint64_t base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
-                std::vector<std::string>* warnings);
+                std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
   // A region another process filled by upload() from the same file (client-side decode); builds nothing.
   void bind(std::uint64_t base) { base_ = base; }
 
@@ -141,8 +141,11 @@ class DeviceTier {
   };
 
   Result<Plan*> plan_for(Lattice& t, std::size_t tensor, const PlanKey& key, cuda::Stream stream);
-  Result<DeviceWrite> enqueue_lattice(std::size_t tensor, Layout layout, const ShardRange& shard, std::uint64_t dst,
-                                      std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
+  // The plan of `key` (built on first use) enqueued into [dst, dst + bytes), which must be what it writes.
+  Status enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, std::uint64_t dst, std::uint64_t bytes,
+                      cuda::Stream stream);
+  Result<DeviceWrite> enqueue_lattice(std::size_t tensor, cuda::OutputFormat format, const ShardRange& shard,
+                                      std::uint64_t dst, std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
 
   const std::shared_ptr<const void> owner_;
   const std::vector<const Producer*> producers_;

@@ -124,7 +124,8 @@ class CudaBackend final : public GpuBackend {
     std::vector<std::string> warnings;
     // Resident bytes decode without the host path's after-decode checksum: each tensor is checked before upload.
     Status uploaded = tier->upload(region ? region->device_ptr() : 0, cs(stream_),
-                                   [source](std::size_t i) { return source->verify_stored(i); }, &warnings);
+                                   [source](std::size_t i) { return source->verify_stored(i); },
+                                   cuda::OutputFormat::kBf16, &warnings);
     for (const std::string& w : warnings) spdlog::warn("device {}: {}", device_, w);
     std::lock_guard<std::mutex> lock(mu_);
     const std::uint64_t added = model_bytes_[model_id];

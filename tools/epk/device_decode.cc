@@ -42,7 +42,7 @@ Result<bool> gpu_decode(const serve::Producer& p, DType out, std::span<std::uint
   // On the legacy default stream: this process runs nothing else on the device.
   EPK_TRY_ASSIGN(cuda::DeviceAllocation region,
                  cuda::DeviceAllocation::create(tier.region_bytes(), device, "tensor '" + name + "': inputs"));
-  EPK_TRY(tier.upload(region.address(), nullptr, [](std::size_t) { return Status{}; }, nullptr));
+  EPK_TRY(tier.upload(region.address(), nullptr, [](std::size_t) { return Status{}; }, *format, nullptr));
   EPK_TRY_ASSIGN(cuda::DeviceAllocation output,
                  cuda::DeviceAllocation::create(dst.size(), device, "tensor '" + name + "': output"));
   EPK_TRY(tier.enqueue_format(0, *format, output.address(), dst.size(), nullptr));

@@ -1,7 +1,6 @@
 """libepk's one error table (shm/error_table.h) through the Python package: every error code raises its class, with
 .code set, through the extension, and the C ABI status of that code maps to the same class in epk.stored's ctypes
-path. A checksum error, which once surfaced as DecodeError through epk.Client and as InvalidArgument through
-epk.stored, is one of them."""
+path: a checksum error, for one, is DecodeError through both."""
 
 import pytest
 
