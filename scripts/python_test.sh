@@ -9,6 +9,10 @@ build="build/$preset"
 venv="$build/pyvenv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q nanobind scikit-build-core numpy pytest
+# The extension (with CUDA: codec/ and the decoder too) compiles through ccache where installed: CMake takes the
+# compiler launchers from the environment.
+export PATH="$PATH:/usr/local/cuda/bin"
+source scripts/ccache_env.sh
 "$venv/bin/python" -m pip install -q ./client/python
 # From the repository root, so that `import epk` is the installed package, not client/python/epk. pytest exits 5
 # when it collected no tests, which fails here like any other failure.

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
-import importlib.util
 import json
 import mmap
 import os
@@ -221,17 +220,6 @@ def cmd_epk_acquire_all(a) -> None:
                       "models": st.models, "resident_bytes": st.resident_bytes}), flush=True)
 
 
-def import_epk_stored(tree: str):
-    """epk.stored alone (ctypes over libepk.so.2): the package's __init__ needs the compiled extension, this does not."""
-    pkg = os.path.join(tree, "client", "python", "epk")
-    if "epk" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("epk", os.path.join(pkg, "__init__.py"),
-                                                      submodule_search_locations=[pkg])
-        sys.modules["epk"] = importlib.util.module_from_spec(spec)  # not executed: only its submodules are used
-    import epk.stored  # noqa: E402
-    return epk.stored
-
-
 def cmd_attach(a) -> None:
     """A second process attaching to a serving epkd: its first tensor and every tensor, both paths."""
     torch = None
@@ -264,12 +252,18 @@ def cmd_attach(a) -> None:
     if a.device == "cpu":
         res["client_note"] = "client-side decode needs a device pool (skipped on --device cpu)"
     else:
-        os.environ["EPK_LIBEPK"] = a.libepk
-        stored = import_epk_stored(a.tree)
+        try:  # the installed package (scripts/gpu/python_run.sh with PY_INSTALL_ONLY=1 builds it in /tmp/epk-pysite)
+            import epk
+            import epk.stored as stored
+        except ImportError as e:
+            res["client_note"] = f"client-side decode needs the epk package installed: {e}"
+            print(json.dumps(res), flush=True)
+            return
         lattice = [t for t in tensors if t.get("encoding") == "lattice-rans"]
         s = torch.cuda.current_stream()
         t0 = time.perf_counter()
-        tier = stored.StoredTier(a.socket, a.model, device=0)
+        client = epk.Client(a.socket)
+        tier = stored.StoredTier(client, a.model, device=0)
         res["client_open_s"] = time.perf_counter() - t0
         # One plan per group of consecutive tensors (a layer's worth), decoded into one reused buffer per group slot.
         group = max(1, a.group)
@@ -295,6 +289,7 @@ def cmd_attach(a) -> None:
         res["client_scratch_bytes"] = sum(b.scratch_bytes for b in batches)
         res["client_tier_bytes"] = tier.tier_bytes
         tier.close()
+        client.close()
     print(json.dumps(res), flush=True)
 
 

@@ -89,9 +89,9 @@ def _load_model(p: dict, work: Work, res: dict):
 
     res["versions"]["epk"] = getattr(epk, "__version__", "?")
     if p["decode"] == "client":
-        lib = os.environ.get("EPK_LIBEPK")
-        if not lib or not os.path.isfile(lib):
-            raise RuntimeError(f"client-side decode needs EPK_LIBEPK = the path of libepk.so (now: {lib!r})")
+        import epk.stored
+        if not epk.stored.available():
+            raise RuntimeError(f"client-side decode: the epk package has none ({epk.stored.missing()})")
     client = epk.Client(p["socket"])
     if not client.has_device_pools:
         raise RuntimeError("epkd serves host pools, not device 0's: it found no usable GPU (see its log)")

@@ -1,6 +1,23 @@
 #include "codec/common/checksum.h"
 
+// xxhash's header where it is installed (libxxhash-dev); elsewhere (the Python package built on a machine without
+// it) the six functions of libxxhash.so.0's stable XXH3 API, which apt itself needs on every Debian and Ubuntu, are
+// declared here with the header's types: XXH64_hash_t is a uint64_t, XXH_errorcode an int-sized enum (ignored),
+// XXH3_state_t opaque behind XXH3_createState.
+#if __has_include(<xxhash.h>) && !defined(EPK_XXHASH_DECLARED)
 #include <xxhash.h>
+#else
+extern "C" {
+typedef struct XXH3_state_s XXH3_state_t;
+typedef enum { XXH_OK = 0, XXH_ERROR } XXH_errorcode;
+std::uint64_t XXH3_64bits(const void* input, std::size_t length);
+XXH3_state_t* XXH3_createState(void);
+XXH_errorcode XXH3_freeState(XXH3_state_t* state);
+XXH_errorcode XXH3_64bits_reset(XXH3_state_t* state);
+XXH_errorcode XXH3_64bits_update(XXH3_state_t* state, const void* input, std::size_t length);
+std::uint64_t XXH3_64bits_digest(const XXH3_state_t* state);
+}
+#endif
 
 namespace epk {
 

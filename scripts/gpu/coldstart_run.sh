@@ -63,6 +63,9 @@ else
   echo "coldstart_run: no wheels in $stage/wheels (fastsafetensors and runai will report it)"
 fi
 
+# The epk package for the attach step's client-side decode, where scripts/gpu/python_run.sh (PY_INSTALL_ONLY=1)
+# installed it.
+[[ -d /tmp/epk-pysite/epk ]] && export PYTHONPATH="/tmp/epk-pysite${PYTHONPATH:+:$PYTHONPATH}"
 driver=(--stage "$stage" --out "$out" --work "$work" --tree "$PWD" --deadline-s "$((limit - 10))")
 if [[ $dry == 1 ]]; then
   # A small model the same way prepare makes the real one: BF16 safetensors, compressed at 4 bpp, decompressed.

@@ -46,9 +46,8 @@ if [[ $quick == 1 ]]; then
 fi
 mkdir -p "$work"
 export LD_LIBRARY_PATH="$stage/epkd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk" EPK_LIBEPK="$stage/epkd/libepk.so.2"
+export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk"
 for f in "$EPK_EPKD" "$EPK_CLI"; do [[ -x "$f" ]] || { echo "prefill_run: $f is missing (stage.sh)" >&2; exit 1; }; done
-[[ -f "$EPK_LIBEPK" ]] || echo "prefill_run: $EPK_LIBEPK is missing: epk-client (client-side decode) will fail" >&2
 
 stamp() { echo "$(date -u +%H:%M:%S) +${SECONDS}s"; }
 {
@@ -72,8 +71,8 @@ src_hash="$(find client codec shm daemon cmake CMakeLists.txt -type f \( -name '
 if [[ "$(cat "$site/.stamp" 2>/dev/null || true)" != "$src_hash" ]]; then
   t0=$SECONDS
   rm -rf "$site"
-  EPK_PY_CUDA=ON "$py" -m pip install --no-build-isolation --no-deps --no-index --target "$site" -v ./client/python \
-    > "$out/pip_install.log" 2>&1 || { tail -40 "$out/pip_install.log"; exit 1; }
+  EPK_PY_CUDA=ON EPK_PY_CLIENT_DECODE=ON "$py" -m pip install --no-build-isolation --no-deps --no-index \
+    --target "$site" -v ./client/python > "$out/pip_install.log" 2>&1 || { tail -40 "$out/pip_install.log"; exit 1; }
   echo "$src_hash" > "$site/.stamp"
   echo "== epk package built in $((SECONDS - t0)) s"
 else

@@ -15,7 +15,7 @@ out="${2:-${OUT:-/tmp/epk-python-run}}"
 mkdir -p "$out"
 py="${PYTHON:-python3.12}"
 export LD_LIBRARY_PATH="$stage/epkd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk" EPK_LIBEPK="$stage/epkd/libepk.so.2"
+export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -2 || true
@@ -24,7 +24,9 @@ export EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk" EPK_LIBEPK="$stage/e
   cmake --version 2>/dev/null | head -1 || "$py" -c 'import cmake; print("cmake (PyPI)", cmake.__version__)' || true
 } 2>&1 | tee "$out/machine.txt"
 # cuda.h (types only; the driver is loaded at run time): the toolkit's, CUDA_HOME's, the nvidia-* wheels' beside
-# torch, or the copy stage.sh puts in STAGE/include. EPK_PY_CUDA=ON makes a missing header an error.
+# torch, or the copy stage.sh puts in STAGE/include. EPK_PY_CUDA=ON makes a missing header an error, and
+# EPK_PY_CLIENT_DECODE=ON a package without client-side decode (nvcc, nlohmann-json, libxxhash: client/python's
+# CMakeLists.txt).
 if [ -z "${CUDA_HOME:-}" ] && [ ! -f /usr/local/cuda/include/cuda.h ] && [ -f "$stage/include/cuda.h" ]; then
   export CUDA_HOME="$stage"
 fi
@@ -34,7 +36,7 @@ fi
 # the user's site (scikit-build-core is one there), and the build runs without isolation (no network).
 site=/tmp/epk-pysite
 rm -rf "$site"
-EPK_PY_CUDA=ON "$py" -m pip install --no-build-isolation --no-deps --no-index --target "$site" -v ./client/python \
+EPK_PY_CUDA=ON EPK_PY_CLIENT_DECODE=ON "$py" -m pip install --no-build-isolation --no-deps --no-index --target "$site" -v ./client/python \
   > "$out/pip_install.log" 2>&1 || { tail -40 "$out/pip_install.log"; exit 1; }
 # Wheels the GPU machine lacks (pure-Python ones such as diffusers), carried in STAGE/wheels, go beside the package.
 if compgen -G "$stage/wheels/*.whl" > /dev/null; then
@@ -44,6 +46,7 @@ fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 grep -E 'epk: ' "$out/pip_install.log" || true
 "$py" -c 'import epk; assert epk.HAS_CUDA, "the package was built without device support"; print("epk", epk.__version__, "HAS_CUDA", epk.HAS_CUDA)'
+"$py" -c 'import epk.stored as s; assert s.available(), s.missing(); print("epk.stored: client-side decode")'
 # PY_INSTALL_ONLY=1: stop here, the package installed in /tmp/epk-pysite (for a run of its tools, such as
 # scripts/gpu/calibration_run.py).
 [[ "${PY_INSTALL_ONLY:-0}" == 1 ]] && exit 0

@@ -38,7 +38,7 @@ for b in daemon/epkd tests/client/epk_test_client tests/daemon/epkd_gpu_test tes
   strip -o "$dest/epkd/$(basename "$b")" "$build/$b"
 done
 cp -L "$(ldd "$build/daemon/epkd" | awk '/libtomlplusplus/ {print $3}')" "$dest/epkd/lib/"
-# libepk.so.2 with client-side decode, for the Python package's epk.stored (EPK_LIBEPK) and epk.torch decode="client".
+# libepk.so.2: the cold-start bench attaches through its C ABI (bench/coldstart/coldstart_bench.py).
 strip -o "$dest/epkd/libepk.so.2" "$build/client/libepk.so.2"
 cp "$root/scripts/gpu/epkd_gpu_check.sh" "$root/scripts/gpu/latency_run.sh" "$root/scripts/gpu/multigpu_check.sh" \
   "$root/scripts/gpu/uncached_run.sh" "$root/scripts/gpu/uncached_matrix.sh" "$root/scripts/gpu/rtt_compare.sh" \

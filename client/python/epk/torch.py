@@ -280,7 +280,8 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     decode: "daemon" (epkd decodes into its slots; prefetch, default 2, is the number of blocks epkd decodes ahead)
     or "client" (this process decodes the lattice-rans weights itself from epkd's compressed tier on the GPU, on a
     side stream, `prefetch` units ahead of the compute stream, into a decode buffer it owns: epk.stored; needs
-    libepk.so.2 with CUDA (EPK_LIBEPK) and epkd's leave (same user by default: client_decode_uids)). In client mode
+    the package built with client-side decode (epk.stored.available()) and epkd's leave (same user by default:
+    client_decode_uids)). In client mode
     the token embedding and the LM head are decoded at every forward too when they are compressed; everything not in
     the tier is acquired from epkd as in daemon mode. prefetch=None: a ring of two blocks, the depth checked against
     the decode time measured at attach and one block's compute time measured in the second forward (a warning says
@@ -332,7 +333,7 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     client_params: Dict[int, Tuple[str, str]] = {}  # id(param) -> (unit module name, qualified name)
     if decode == "client":
         from .stored import StoredTier
-        tier = StoredTier(client.socket, model_name, device)
+        tier = StoredTier(client, model_name, device)  # set up over the attachment's own connection
         module_names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
         block_name = {bi: n for bi, (n, _) in enumerate(blocks)}
         for pid, holders in owners.items():

@@ -28,9 +28,6 @@ using namespace nb::literals;
 
 namespace epk::py {
 
-namespace {
-
-// A layout by its name (shm/layout.h); epk.InvalidArgument listing the known names otherwise.
 shm::Layout parse_layout(const std::string& name) {
   if (auto l = shm::layout_from_name(name)) return *l;
   std::string known;
@@ -40,6 +37,8 @@ shm::Layout parse_layout(const std::string& name) {
   }
   raise_as("InvalidArgument", "epk: unknown layout '" + name + "' (known: " + known + ")", "invalid-argument");
 }
+
+namespace {
 
 // epk.Client: the ClientCore it shares with its leases, and whether the daemon announced a device pool.
 struct PyClient {
@@ -215,6 +214,15 @@ struct PyClient {
 };
 
 }  // namespace
+
+std::shared_ptr<ClientCore> client_core(nb::handle client) {
+  PyClient* c = nullptr;
+  if (!nb::try_cast<PyClient*>(client, c) || c == nullptr) {
+    raise_as("InvalidArgument", "epk: expected an epk.Client, got " + std::string(nb::type_name(client.type()).c_str()),
+             "invalid-argument");
+  }
+  return c->core;
+}
 
 void bind_client(nb::module_& m) {
   nb::class_<PyClient>(m, "Client",

@@ -2,7 +2,8 @@
 // documentation is in the docstrings of the bindings and in epk/_epk.pyi; the package's __init__ re-exports these
 // classes. The module's files: client_core.h (the connection a Client shares with its leases: ownership, threads),
 // lease.h (a pinned slot), errors.h (epk's exceptions), cuda_streams.h (Python's stream objects), dlpack_export.h
-// (DLPack capsules), and the bindings of each class: shard_bindings.cc, lease_bindings.cc, client_bindings.cc.
+// (DLPack capsules), and the bindings of each class: shard_bindings.cc, lease_bindings.cc, client_bindings.cc,
+// stored_bindings.cc (client-side decode).
 #include <nanobind/nanobind.h>
 
 #include "bindings.h"
@@ -26,4 +27,5 @@ NB_MODULE(_epk, m) {
   bind_shard(m);
   bind_lease(m);
   bind_client(m);
+  bind_stored(m);
 }

@@ -1,50 +1,52 @@
-"""epk.stored (client-side decode through libepk's C ABI): what can be checked without a GPU. libepk.so.2 comes from
-$EPK_LIBEPK, else the build folder's client/; the GPU cases (the bytes against epkd's) are in test_torch.py."""
-
-import os
-import subprocess
-import sys
+"""epk.stored (client-side decode, in the package's extension): what can be checked without a GPU, against a real
+`epkd --cpu`. The GPU cases (the bytes against epkd's) are in test_torch.py."""
 
 import pytest
 
 import epk
 import epk.stored as stored
-from conftest import Daemon, _build_dir
+from conftest import Daemon
+
+needs_decode = pytest.mark.skipif(not stored.available(),
+                                  reason=f"the package was built without client-side decode: {stored.missing()}")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def libepk():
-    path = os.environ.get("EPK_LIBEPK") or str(_build_dir() / "client" / "libepk.so.2")
-    if not os.path.isfile(path):
-        pytest.fail(f"libepk.so.2 not found at {path}: build the repository first (scripts/build.sh)")
-    os.environ["EPK_LIBEPK"] = path
-    yield path
-
-
+@needs_decode
 def test_a_host_pool_has_no_tier_and_says_so(bins, model):
     d = Daemon(bins, model["epk"])
     try:
-        assert stored.available()
-        with pytest.raises(epk.Unsupported) as e:
-            stored.StoredTier(d.socket, "test", 0)
-        assert "no compressed tier" in str(e.value) and "host pool" in str(e.value)
-        with pytest.raises(epk.NotFound):
-            stored.StoredTier(d.socket, "no-such-model", 0)
+        with epk.Client(d.socket) as c:
+            with pytest.raises(epk.Unsupported) as e:
+                stored.StoredTier(c, "test", 0)
+            assert "no compressed tier" in str(e.value) and "host pool" in str(e.value)
+            with pytest.raises(epk.NotFound):
+                stored.StoredTier(c, "no-such-model", 0)
+            # The set-up used the client's own connection, which still serves.
+            assert c.connected and any(m["name"] == "test" for m in c.models())
     finally:
         d.close()
 
 
-def test_no_daemon_is_a_connection_error(tmp_path):
-    with pytest.raises(epk.Unavailable) as e:  # as epk.Client raises it
-        stored.StoredTier(str(tmp_path / "none.sock"), "test", 0)
-    assert "connect" in str(e.value)
+@needs_decode
+def test_only_an_open_client_sets_up_a_tier(bins, model):
+    with pytest.raises(epk.InvalidArgument, match="expected an epk.Client"):
+        stored.StoredTier("/run/epkd/epkd.sock", "test", 0)
+    d = Daemon(bins, model["epk"])
+    try:
+        c = epk.Client(d.socket)
+        c.close()
+        with pytest.raises(epk.Closed):
+            stored.StoredTier(c, "test", 0)
+        with epk.Client(d.socket) as c2, pytest.raises(epk.InvalidArgument, match="device must be"):
+            stored.StoredTier(c2, "test", -1)
+    finally:
+        d.close()
 
 
-def test_a_missing_library_is_unsupported_naming_it(tmp_path):
-    # A fresh interpreter: the library is loaded once per process.
-    code = ("import epk, epk.stored as s\n"
-            "try:\n    s.StoredTier('/nonexistent.sock', 'm', 0)\n"
-            "except epk.Unsupported as e:\n    print('UNSUPPORTED', e)\n")
-    env = dict(os.environ, EPK_LIBEPK=str(tmp_path / "libepk.so.2"))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert "UNSUPPORTED" in r.stdout and "libepk.so.2" in r.stdout, r.stdout + r.stderr
+def test_the_build_says_whether_it_decodes_and_what_it_lacked():
+    if stored.available():
+        assert stored.missing() == "" and stored.StoredTier is epk._epk.StoredTier
+    else:
+        assert stored.missing().startswith("the package was built with")
+        with pytest.raises(epk.Unsupported, match="no client-side decode: " + stored.missing()):
+            stored.StoredTier(None, "m", 0)

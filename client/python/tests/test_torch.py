@@ -17,7 +17,7 @@ from conftest import Daemon, run, wait_until
 torch = pytest.importorskip("torch")
 import epk.torch as epk_torch  # noqa: E402  (needs torch)
 from torch_helpers import (CUDA, MODEL, UP, as_bits, build_llama, decompressed_llama, llama_config,  # noqa: E402
-                           needs_cuda, needs_libepk, ref_tensor)
+                           needs_cuda, needs_client_decode, ref_tensor)
 
 
 # ---- CUDA: zero copy, the decode wait, release fences
@@ -196,7 +196,7 @@ def test_llama_attach_gives_the_decompressed_models_logits(bins, model, where):
 
 @needs_cuda
 def test_client_side_decode_gives_epkds_bytes_and_the_decompressed_models_logits(bins, model):
-    needs_libepk()
+    needs_client_decode()
     import epk.stored
     config = llama_config()
     dev = torch.device("cuda", 0)
@@ -208,7 +208,7 @@ def test_client_side_decode_gives_epkds_bytes_and_the_decompressed_models_logits
     try:
         with epk.Client(d.socket) as c:
             # The tier's bytes against epkd's, every dense and rowwise layout, one batch per layout.
-            tier = epk.stored.StoredTier(d.socket, MODEL, 0)
+            tier = epk.stored.StoredTier(c, MODEL, 0)
             assert tier.tier_bytes > 0 and tier.holds(UP) and not tier.holds("model.norm.weight")
             names = [UP, "model.layers.1.self_attn.k_proj.weight"]
             for layout in ("dense:bf16", "dense:fp16", "dense:fp32", "rowwise:int8", "rowwise:fp8_e4m3"):

@@ -11,7 +11,7 @@ from conftest import Daemon
 torch = pytest.importorskip("torch")
 import epk.torch as epk_torch  # noqa: E402  (needs torch)
 from torch_helpers import (MODEL, build_llama, decompressed_llama, llama_config, needs_cuda,  # noqa: E402
-                           needs_libepk, ref_tensor)
+                           needs_client_decode, ref_tensor)
 
 
 class _Mlp(torch.nn.Module):
@@ -71,7 +71,7 @@ def _capture(fn, *args):
 
 @needs_cuda
 def test_static_slots_replay_in_a_cuda_graph_with_their_decodes(bins, model):
-    needs_libepk()
+    needs_client_decode()
     dev = torch.device("cuda", 0)
     reference = decompressed_stack(model, dev)
     g = torch.Generator().manual_seed(3)
@@ -114,7 +114,7 @@ def test_static_slots_replay_in_a_cuda_graph_with_their_decodes(bins, model):
 def test_static_slots_under_torch_compile(bins, model):
     # torch.compile traces through the hooks (graph breaks at the decode calls); its kernels may round otherwise than
     # eager ones, so the reference is the same module compiled.
-    needs_libepk()
+    needs_client_decode()
     dev = torch.device("cuda", 0)
     reference = decompressed_stack(model, dev)
     x = torch.randn(5, epk_testdata.HIDDEN, generator=torch.Generator().manual_seed(4)).to(dev, torch.bfloat16)
@@ -136,7 +136,7 @@ def test_static_slots_under_torch_compile(bins, model):
 
 @needs_cuda
 def test_static_slots_capture_a_transformers_forward(bins, model):
-    needs_libepk()
+    needs_client_decode()
     config = llama_config()
     dev = torch.device("cuda", 0)
     reference = decompressed_llama(config, model, dev)

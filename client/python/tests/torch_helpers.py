@@ -1,8 +1,6 @@
 """What the torch tests share: the test model's references as torch tensors, the Llama that carries its
-weights, and the skips for CUDA and for libepk.so.2 (client-side decode). Importing it skips the importing module
-without torch."""
-
-import os
+weights, and the skips for CUDA and for a package built without client-side decode. Importing it skips the
+importing module without torch."""
 
 import pytest
 
@@ -57,14 +55,7 @@ def decompressed_llama(config, model, dev):
     return reference.to(dev)
 
 
-def _libepk():
-    from conftest import _build_dir
-    path = os.environ.get("EPK_LIBEPK") or str(_build_dir() / "client" / "libepk.so.2")
-    os.environ["EPK_LIBEPK"] = path
+def needs_client_decode():
     import epk.stored
-    return epk.stored.available()
-
-
-def needs_libepk():
-    if not _libepk():
-        pytest.skip("libepk.so.2 with CUDA not found (EPK_LIBEPK)")
+    if not epk.stored.available():
+        pytest.skip(f"the package was built without client-side decode: {epk.stored.missing()}")
