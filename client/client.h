@@ -136,9 +136,10 @@ class Client {
   // The models the daemon serves, with what of each is in its cache (for `epk status`).
   Result<shm::ModelsReply> models();
   // Client-side decode (client/stored_tier.h builds on this): the model file, open read-only, and the model's
-  // compressed tier on `device` (a device pool fd of tier_bytes bytes). kPermission unless epkd lets this client
-  // decode itself (root, epkd's uid, client_decode_uids / client_decode_gids); kUnsupported where the model has no
-  // tier on that device.
+  // compressed tier on `device` (a device pool fd of tier_bytes bytes; none, tier_bytes 0, where epkd keeps no tier
+  // on the device: device_resident = false). kPermission unless epkd lets this client decode itself (root, epkd's
+  // uid, client_decode_uids / client_decode_gids); kUnsupported where the model has no tier (a host pool, no
+  // lattice-rans tensor).
   struct StoredFds {
     shm::UniqueFd file;
     shm::UniqueFd tier;

@@ -28,11 +28,13 @@ Result<Client::StoredFds> Client::open_stored_once(const std::string& model, std
   std::vector<shm::UniqueFd> fds;
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kOpenStored, &fds));
   EPK_TRY_ASSIGN(shm::OpenStoredReply r, shm::decode_open_stored_reply(f.payload));
-  if (fds.size() != 2) {
+  // The file, then the device tier; the file alone (tier_bytes 0) where epkd keeps no tier on the device.
+  const std::size_t want = r.tier_bytes == 0 ? 1 : 2;
+  if (fds.size() != want) {
     return make_error(ErrorCode::kBadInput, "epk client: open_stored reply carried " + std::to_string(fds.size()) +
-                                                " fds, not 2");
+                                                " fds, not " + std::to_string(want));
   }
-  return StoredFds{std::move(fds[0]), std::move(fds[1]), r.tier_bytes};
+  return StoredFds{std::move(fds[0]), want == 2 ? std::move(fds[1]) : shm::UniqueFd(), r.tier_bytes};
 }
 
 Result<std::vector<shm::TensorInfo>> Client::tensors(const std::string& model) {

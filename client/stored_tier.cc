@@ -12,11 +12,44 @@
 namespace epk::client {
 namespace {
 
+// One host-to-device copy of a staged batch: bytes from the host tier at src to the device at dst.
+struct StageCopy {
+  std::uint64_t dst = 0;
+  const std::byte* src = nullptr;
+  std::uint64_t bytes = 0;
+};
+
+// The copies of `jobs`' inputs (host tier offsets and sizes, device destinations), in job order, a run whose next
+// input starts where the previous one's span would reach in both places (the gap between two adjacent tensors of the
+// tier, zeros, copied along) merged into one copy.
+std::vector<StageCopy> stage_copies(const std::byte* region,
+                                    std::span<const std::pair<StoredTier::Span, std::uint64_t>> staged) {
+  std::vector<StageCopy> out;
+  for (const auto& [span, dst] : staged) {
+    const std::byte* src = region + span.offset;
+    if (!out.empty()) {
+      StageCopy& last = out.back();
+      const std::uint64_t src_gap = static_cast<std::uint64_t>(src - (last.src + last.bytes));
+      if (src >= last.src + last.bytes && dst >= last.dst + last.bytes && dst - (last.dst + last.bytes) == src_gap &&
+          src_gap < cuda::kTierAlign) {
+        last.bytes += src_gap + span.bytes;
+        continue;
+      }
+    }
+    out.push_back({dst, src, span.bytes});
+  }
+  return out;
+}
+
 class CudaDecodeBatch final : public DecodeBatch {
  public:
   CudaDecodeBatch(cuda::DecodePlan plan, shm::DeviceBuffer scratch, int device,
-                  std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges)
-      : plan_(std::move(plan)), scratch_(std::move(scratch)), device_(device), zero_ranges_(std::move(zero_ranges)) {}
+                  std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges, std::vector<StageCopy> copies)
+      : plan_(std::move(plan)),
+        scratch_(std::move(scratch)),
+        device_(device),
+        zero_ranges_(std::move(zero_ranges)),
+        copies_(std::move(copies)) {}
 
   Status enqueue(void* stream) override {
     EPK_TRY(shm::make_device_current(device_));
@@ -28,6 +61,10 @@ class CudaDecodeBatch final : public DecodeBatch {
     EPK_TRY(shm::make_device_current(device_));
     return cuda::read_status(plan_, reinterpret_cast<const void*>(scratch_.ptr()), static_cast<cuda::Stream>(stream));
   }
+  Status enqueue_copy(void* stream) override {
+    for (const StageCopy& c : copies_) EPK_TRY(shm::copy_to_device_async(c.dst, c.src, c.bytes, stream, device_));
+    return {};
+  }
   std::uint64_t scratch_bytes() const override { return scratch_.size(); }
 
  private:
@@ -35,6 +72,7 @@ class CudaDecodeBatch final : public DecodeBatch {
   shm::DeviceBuffer scratch_;
   int device_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges_;
+  std::vector<StageCopy> copies_;
 };
 
 class CudaStoredTier final : public StoredTier {
@@ -43,6 +81,7 @@ class CudaStoredTier final : public StoredTier {
     EPK_TRY_ASSIGN(Client::StoredFds fds, client.open_stored(model, device));
     std::unique_ptr<CudaStoredTier> t(new CudaStoredTier());
     t->device_ = static_cast<int>(device);
+    t->model_ = model;
     EPK_TRY_ASSIGN(t->reader_, container::Reader::open_fd(fds.file.get(), "model '" + model + "' (epkd's file)"));
     const auto& entries = t->reader_.tensors();
     t->producers_.resize(entries.size());
@@ -51,7 +90,8 @@ class CudaStoredTier final : public StoredTier {
       const container::TensorEntry& e = entries[i];
       if (!serve::in_device_region(e)) continue;
       // The tables, offsets and scales come from this map: they must be the bytes epkd checked and uploaded. The
-      // payload is read only from epkd's tier (checksummed there), so its pages here are not read at all.
+      // payload is read from epkd's tier (checksummed there), so its pages here are not read at all, or, for a host
+      // tier, checksummed as it is copied in (make_host_tier).
       for (std::size_t b = 0; b < e.buffers.size(); ++b) {
         if (e.buffers[b].name != rans::kPayloadBuffer) EPK_TRY(t->reader_.verify_buffer(e, b));
       }
@@ -60,8 +100,12 @@ class CudaStoredTier final : public StoredTier {
       held[i] = t->producers_[i].get();
       t->index_.emplace(e.name, i);
     }
-    // The same placement as epkd's (from the same file), bound to epkd's region.
+    // The same placement as epkd's (from the same file), bound to epkd's region, or to this process's host tier.
     t->tier_ = std::make_unique<serve::DeviceTier>(nullptr, std::move(held), t->device_, [](std::int64_t) {});
+    if (!fds.tier.valid()) {
+      EPK_TRY(t->make_host_tier());
+      return std::unique_ptr<StoredTier>(std::move(t));
+    }
     if (t->tier_->region_bytes() > fds.tier_bytes) {
       return make_error(ErrorCode::kBadInput, "model '" + model + "': its streams need a " +
                                                   std::to_string(t->tier_->region_bytes()) +
@@ -70,15 +114,20 @@ class CudaStoredTier final : public StoredTier {
     }
     EPK_TRY_ASSIGN(t->region_, shm::import_device_pool(std::move(fds.tier), fds.tier_bytes, t->device_));
     t->tier_->bind(t->region_.device_ptr());
-    t->model_ = model;
     return std::unique_ptr<StoredTier>(std::move(t));
   }
 
   Result<std::uint64_t> decoded_bytes(std::string_view tensor, shm::Layout layout) const override {
-    EPK_TRY_ASSIGN(serve::LatticeJob j, job(tensor, layout, 0));
+    EPK_TRY_ASSIGN(serve::LatticeJob j, job(tensor, layout, 0, 0));
     return j.bytes;
   }
   bool holds(std::string_view tensor) const override { return index_.count(std::string(tensor)) != 0; }
+  Result<Span> span(std::string_view tensor) const override {
+    EPK_TRY_ASSIGN(std::size_t i, held_index(tensor));
+    const serve::DeviceTier::Span s = tier_->span(i);
+    return Span{s.offset, s.bytes};
+  }
+  bool host_tier() const override { return host_.data() != nullptr; }
   Result<std::vector<std::uint64_t>> shape(std::string_view tensor) const override {
     const container::TensorEntry* e = reader_.find(tensor);
     if (e == nullptr) {
@@ -91,14 +140,21 @@ class CudaStoredTier final : public StoredTier {
     if (jobs.empty()) return make_error(ErrorCode::kInvalidArgument, "client-side decode: a batch with no tensor");
     std::vector<cuda::DecodeJob> decode_jobs;
     std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges;
+    std::vector<std::pair<Span, std::uint64_t>> staged;
     for (const Job& j : jobs) {
       if (j.out_dev == 0 || j.out_dev % 16 != 0) {
-        EPK_TRY(job(j.tensor, j.layout, 0));  // an unknown tensor or layout is named first
+        EPK_TRY(job(j.tensor, j.layout, 0, 0));  // an unknown tensor or layout is named first
         return make_error(ErrorCode::kInvalidArgument, "client-side decode: tensor '" + j.tensor +
                                                            "': the output address must be a 16-byte aligned device "
                                                            "address");
       }
-      EPK_TRY_ASSIGN(serve::LatticeJob d, job(j.tensor, j.layout, j.out_dev));
+      if (j.inputs_at != 0 && !host_tier()) {
+        return make_error(ErrorCode::kInvalidArgument, "client-side decode: tensor '" + j.tensor +
+                                                           "': staged inputs need a host tier (epkd keeps this "
+                                                           "model's tier on the device: decode from it in place)");
+      }
+      EPK_TRY_ASSIGN(serve::LatticeJob d, job(j.tensor, j.layout, j.out_dev, j.inputs_at));
+      if (j.inputs_at != 0) staged.emplace_back(*span(j.tensor), j.inputs_at);
       if (d.gap_bytes != 0) zero_ranges.emplace_back(d.gap_at, d.gap_bytes);
       decode_jobs.push_back(std::move(d.job));
     }
@@ -109,18 +165,36 @@ class CudaStoredTier final : public StoredTier {
     EPK_TRY_ASSIGN(shm::DeviceBuffer scratch, shm::DeviceBuffer::alloc(plan.scratch_bytes(), device_));
     // upload() waits for its copy (the plan's host image must outlive it), so the null stream serves.
     EPK_TRY(cuda::upload(plan, reinterpret_cast<void*>(scratch.ptr()), plan.scratch_bytes(), nullptr));
-    return std::unique_ptr<DecodeBatch>(
-        new CudaDecodeBatch(std::move(plan), std::move(scratch), device_, std::move(zero_ranges)));
+    return std::unique_ptr<DecodeBatch>(new CudaDecodeBatch(std::move(plan), std::move(scratch), device_,
+                                                            std::move(zero_ranges),
+                                                            stage_copies(reinterpret_cast<const std::byte*>(host_.data()), staged)));
   }
 
-  std::uint64_t tier_bytes() const override { return region_.size(); }
+  std::uint64_t tier_bytes() const override { return host_tier() ? host_.size() : region_.size(); }
   int device() const override { return device_; }
 
  private:
   CudaStoredTier() = default;
 
-  // The serving layer's job for `tensor` in `layout` into out_dev (0: only its size is wanted).
-  Result<serve::LatticeJob> job(std::string_view tensor, shm::Layout layout, std::uint64_t out_dev) const {
+  // The host tier: the region in pinned host memory, filled from this process's map of the file with every payload
+  // checksummed (the other buffers were, at open), bound at its device-visible address (the same as the host one
+  // under unified addressing, which every 64-bit CUDA process has).
+  Status make_host_tier() {
+    EPK_TRY_ASSIGN(host_, shm::PinnedBuffer::alloc(tier_->region_bytes(), device_));
+    const auto& entries = reader_.tensors();
+    EPK_TRY(tier_->fill_host({reinterpret_cast<std::byte*>(host_.data()), host_.size()}, [&](std::size_t i) -> Status {
+      const container::TensorEntry& e = entries[i];
+      for (std::size_t b = 0; b < e.buffers.size(); ++b) {
+        if (e.buffers[b].name == rans::kPayloadBuffer) EPK_TRY(reader_.verify_buffer(e, b));
+      }
+      return {};
+    }));
+    tier_->bind(reinterpret_cast<std::uint64_t>(host_.data()));
+    return {};
+  }
+
+  // The index of held `tensor`: kNotFound for one the model lacks, kUnsupported for one not in the tier.
+  Result<std::size_t> held_index(std::string_view tensor) const {
     auto it = index_.find(std::string(tensor));
     if (it == index_.end()) {
       if (reader_.find(tensor) == nullptr) {
@@ -129,7 +203,14 @@ class CudaStoredTier final : public StoredTier {
       return make_error(ErrorCode::kUnsupported, "model '" + model_ + "': tensor '" + std::string(tensor) +
                                                      "' is not in the device tier: acquire it from epkd instead");
     }
-    return tier_->job(it->second, layout, out_dev);
+    return it->second;
+  }
+  // The serving layer's job for `tensor` in `layout` into out_dev (0: only its size is wanted), its inputs where the
+  // tier is or (inputs_at != 0) staged there.
+  Result<serve::LatticeJob> job(std::string_view tensor, shm::Layout layout, std::uint64_t out_dev,
+                                std::uint64_t inputs_at) const {
+    EPK_TRY_ASSIGN(std::size_t i, held_index(tensor));
+    return tier_->job(i, layout, out_dev, inputs_at);
   }
 
   std::string model_;
@@ -138,7 +219,8 @@ class CudaStoredTier final : public StoredTier {
   std::vector<std::unique_ptr<serve::Producer>> producers_;  // the tier's tensors' (null for the others)
   std::unordered_map<std::string, std::size_t> index_;       // the tier's tensors by name
   std::unique_ptr<serve::DeviceTier> tier_;
-  shm::DeviceMapping region_;
+  shm::DeviceMapping region_;  // epkd's device tier, or
+  shm::PinnedBuffer host_;     // this process's host tier (when epkd sent none)
 };
 
 }  // namespace

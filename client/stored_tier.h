@@ -9,7 +9,10 @@
 //
 // What epkd shares (open_stored): the model file, read-only, from which the tables and tile offsets are read and
 // checksummed here, and the tier: every lattice-rans tensor's stored buffers, checksummed by epkd, at the places
-// codec/cuda/decode/tier_layout.h gives. The output is bit for bit what epkd writes for the same tensor and layout: both
+// codec/cuda/decode/tier_layout.h gives. Where epkd keeps no tier on the device (device_resident = false: a model
+// larger than its share of the GPU), this process builds the same region in its own pinned host memory from the
+// file, every buffer checksummed here (the host tier): decodes read it in place over PCIe, or a batch first copies
+// its tensors' inputs into device memory of the caller's (a staged decode: enqueue_copy, then enqueue). The output is bit for bit what epkd writes for the same tensor and layout: both
 // plan through the serving layer (codec/serve/device_plan.h: the format, the output's size and rowwise gap, the
 // decode job). The decoded bytes are the caller's: epkd's budget, cache and pins cover only what it decodes itself. Built with the CUDA toolkit only (stored_tier_none.cc
 // answers kUnsupported elsewhere).
@@ -36,6 +39,10 @@ class DecodeBatch {
   virtual Status enqueue(void* stream) = 0;
   // Waits for `stream`, then kCorruptTile naming the first corrupt tensor and tile of the last decode, if any.
   virtual Status check(void* stream) = 0;
+  // Copies the staged jobs' inputs from the host tier to their inputs_at on `stream` (nothing for a batch without
+  // staged jobs). Stream-ordered: a decode enqueued after it on the same stream, or on one that waits for it, reads
+  // the copy. Contiguous inputs go in one copy.
+  virtual Status enqueue_copy(void* stream) = 0;
   virtual std::uint64_t scratch_bytes() const = 0;  // device memory this batch holds (descriptors, tables)
 };
 
@@ -50,6 +57,9 @@ class StoredTier {
     std::string tensor;
     shm::Layout layout = shm::Layout::kDenseBF16;
     std::uint64_t out_dev = 0;  // device address, 16-byte aligned, decoded_bytes(tensor, layout) long
+    // 0: the inputs are read from the tier where it is. Else (host tier only) a 256-byte aligned device address
+    // where the batch's enqueue_copy puts the tensor's inputs, span(tensor).bytes long.
+    std::uint64_t inputs_at = 0;
   };
   // The bytes `tensor` takes in `layout` (rowwise layouts: values, padding, then per-row scales, as shm/layout.h
   // says); kNotFound for an unknown tensor, kUnsupported for a tensor not in the tier or a layout the decoder does
@@ -57,11 +67,20 @@ class StoredTier {
   virtual Result<std::uint64_t> decoded_bytes(std::string_view tensor, shm::Layout layout) const = 0;
   // Whether `tensor` is in the tier (a lattice-rans tensor).
   virtual bool holds(std::string_view tensor) const = 0;
+  // Where `tensor`'s inputs sit in the tier region (offset from its start) and how many bytes they take: a staged
+  // job's inputs_at holds a copy of those bytes. kNotFound / kUnsupported as decoded_bytes.
+  struct Span {
+    std::uint64_t offset = 0, bytes = 0;
+  };
+  virtual Result<Span> span(std::string_view tensor) const = 0;
+  // Whether the tier is this process's host tier (epkd keeps none on the device), rather than epkd's device tier.
+  virtual bool host_tier() const = 0;
   // A tensor's shape as stored (any tensor of the model); kNotFound when absent.
   virtual Result<std::vector<std::uint64_t>> shape(std::string_view tensor) const = 0;
   virtual Result<std::unique_ptr<DecodeBatch>> plan(std::span<const Job> jobs) const = 0;
 
-  virtual std::uint64_t tier_bytes() const = 0;  // the mapped region (epkd's memory, not this process's)
+  // The region: epkd's device memory mapped here (not this process's), or this process's pinned host tier.
+  virtual std::uint64_t tier_bytes() const = 0;
   virtual int device() const = 0;
 };
 

@@ -1,5 +1,7 @@
 #include "codec/serve/device_tier.h"
 
+#include <algorithm>
+
 #include "codec/serve/intq_device_form.h"
 #include "codec/serve/intq_producer.h"
 #include "codec/serve/lattice_rans_producer.h"
@@ -41,11 +43,42 @@ cuda::DeviceBuffers DeviceTier::inputs(std::size_t tensor) const {
   return cuda::tier_buffers(base_, *layout_.tensors[tensor]);
 }
 
-Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, std::uint64_t out_dev) const {
+DeviceTier::Span DeviceTier::span(std::size_t tensor) const {
+  const cuda::TierPlacement& p = *layout_.tensors[tensor];
+  return {p.payload, p.scales + lattice_[tensor].producer->stream().scales.size_bytes() - p.payload};
+}
+
+Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, std::uint64_t out_dev,
+                                   std::uint64_t inputs_at) const {
   if (!holds(tensor)) {
     return make_error(ErrorCode::kUnsupported, "tensor " + std::to_string(tensor) + " is not in the device tier");
   }
-  return lattice_job(*lattice_[tensor].producer, layout, inputs(tensor), out_dev);
+  if (inputs_at % cuda::kTierAlign != 0) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor " + std::to_string(tensor) + ": staged inputs at " +
+                                                       std::to_string(inputs_at) + " are not 256-byte aligned");
+  }
+  // A staged copy of span(i) is the region shifted so that the span's start lands at inputs_at.
+  const cuda::DeviceBuffers in = inputs_at == 0 ? inputs(tensor)
+                                                : cuda::tier_buffers(inputs_at - span(tensor).offset,
+                                                                     *layout_.tensors[tensor]);
+  return lattice_job(*lattice_[tensor].producer, layout, in, out_dev);
+}
+
+Status DeviceTier::fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify) const {
+  if (region.size() != layout_.bytes) {
+    return make_error(ErrorCode::kInvalidArgument, "host tier: " + std::to_string(region.size()) +
+                                                       " bytes given for a " + std::to_string(layout_.bytes) +
+                                                       "-byte region");
+  }
+  std::fill(region.begin(), region.end(), std::byte{0});
+  for (std::size_t i = 0; i < producers_.size(); ++i) {
+    if (!holds(i)) continue;
+    EPK_TRY(verify(i));
+    for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *layout_.tensors[i])) {
+      std::copy(u.host.begin(), u.host.end(), region.begin() + static_cast<std::ptrdiff_t>(u.offset));
+    }
+  }
+  return {};
 }
 
 Status DeviceTier::upload(std::uint64_t base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,

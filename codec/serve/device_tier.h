@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -103,11 +104,24 @@ class DeviceTier {
                 std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
   // A region another process filled by upload() from the same file (client-side decode); builds nothing.
   void bind(std::uint64_t base) { base_ = base; }
+  // The region's bytes in host memory (the host tier of client-side decode, when epkd keeps none on the device):
+  // zeros, then each held tensor's stored buffers after verify(i), exactly as upload() lays them on a device.
+  // region.size() must be region_bytes(). Then bind() the region's device-visible address (pinned host memory is
+  // one under unified addressing) for decodes that read it in place.
+  Status fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify) const;
+
+  // Held tensor i's inputs as one span of the region: what a copy of [offset, offset + bytes) to a 256-aligned
+  // device address A holds, A given to job() as inputs_at (a staged decode).
+  struct Span {
+    std::uint64_t offset = 0, bytes = 0;
+  };
+  Span span(std::size_t tensor) const;
 
   // Held tensor i's decode inputs in the region (after upload or bind).
   cuda::DeviceBuffers inputs(std::size_t tensor) const;
-  // A batched decode's job for the whole of held tensor i in `layout` into out_dev (client-side decode).
-  Result<LatticeJob> job(std::size_t tensor, Layout layout, std::uint64_t out_dev) const;
+  // A batched decode's job for the whole of held tensor i in `layout` into out_dev (client-side decode), reading the
+  // inputs from the bound region, or (inputs_at != 0) from a copy of span(i) at inputs_at, 256-byte aligned.
+  Result<LatticeJob> job(std::size_t tensor, Layout layout, std::uint64_t out_dev, std::uint64_t inputs_at = 0) const;
 
   // Writes `shard` (resolved; whole for the whole tensor) of tensor i in `layout` into [dst, dst + bytes) on
   // `stream` by a device path, or returns path kHost having enqueued nothing. dst is 16-byte aligned device memory

@@ -250,7 +250,8 @@ void Service::on_open_model(Session& s, std::uint32_t req, const shm::OpenModelR
 
 // Client-side decode: the model file (read-only) and the model's compressed tier on the device, for a client that
 // decodes in its own CUDA context. Only root, epkd's own uid and cfg.client_decode get them: the tier is mapped
-// writable (docs/SECURITY.md).
+// writable (docs/SECURITY.md). A device lane that keeps no tier of the model (device_resident = false) sends the
+// file alone: the client builds its host tier from it.
 void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStoredRequest& m) {
   const PeerCredentials& peer = s.peer();
   if (!privileged(peer) && !lists(cfg_.client_decode, peer)) {
@@ -270,6 +271,11 @@ void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStore
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
   std::optional<GpuBackend::TierExport> tier = lane->gpu ? lane->gpu->tier(m.model_id) : std::nullopt;
   const int file = model->source->file_fd();
+  if (lane->gpu && !cfg_.device_resident && file >= 0) {
+    std::vector<std::uint8_t> out;
+    shm::encode_open_stored_reply(req, {0}, &out);
+    return s.send_with_fds(std::move(out), {file});
+  }
   if (!tier || file < 0) {
     return s.send_error(req, shm::WireStatus::kUnsupported,
                         "model '" + model->name + "' has no compressed tier on device " + std::to_string(m.device) +

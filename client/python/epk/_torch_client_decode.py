@@ -1,6 +1,7 @@
 """epk.torch's client-side decode (attach(..., decode="client")): this process decodes the model's lattice-rans
 weights from epkd's compressed tier on a side stream, a few units ahead of the compute stream, into a ring of decode
-buffers it owns (epk.stored). See attach()'s docstring for what a user sets.
+buffers it owns (epk.stored). See attach()'s docstring for what a user sets. Where the tier is this process's host
+tier (epkd keeps none on the GPU), epk._torch_host_tier says where each unit's inputs are copied before its decode.
 
 Units are what the hooks stream, in forward order: the modules outside the blocks that hold a tier tensor (the
 token embedding, the LM head: each decoded once per forward) and the blocks. The decode buffer is one allocation cut
@@ -35,6 +36,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from . import _errors
+from ._torch_host_tier import HostInputs
 from .stored import StoredTier
 
 _ALIGN = 256  # each tensor of a unit starts 256-byte aligned in its buffer (the decoder needs 16)
@@ -64,7 +66,8 @@ class ClientDecode:
     """The client-side decode state of one Attachment."""
 
     def __init__(self, device: int, tier: StoredTier, units: List[_Unit], layout: str,
-                 prefetch: Optional[int], max_decoded_bytes: Optional[int], static: bool = False):
+                 prefetch: Optional[int], max_decoded_bytes: Optional[int], static: bool = False,
+                 max_gpu_bytes: Optional[int] = None):
         self.tier = tier
         self.static = static
         self.units = units
@@ -91,17 +94,28 @@ class ClientDecode:
         self.slot_bytes = block_bytes
         self.buffer = torch.empty(max(self.ring_slots * block_bytes, outer_bytes), dtype=torch.uint8,
                                   device=self.device)
+        # A host tier: the inputs' places on the GPU (a resident share, a staging ring) within what the limit leaves.
+        self.host: Optional[HostInputs] = None
+        if tier.host_tier:
+            if static:
+                raise _errors.Unsupported("epk.torch: static=True decodes from epkd's device tier; this model's tier "
+                                          "is in host memory (device_resident = false)")
+            budget = None if max_gpu_bytes is None else max_gpu_bytes - self.buffer.numel()
+            if budget is not None and budget < 0:
+                raise _errors.NoSpace(f"epk.torch: max_gpu_gb={max_gpu_bytes / 2**30:.3f} cannot hold the decode "
+                                      f"buffer ({self.buffer.numel() / 2**30:.3f} GiB)")
+            self.host = HostInputs(self.device, tier, units, max(2, self.ring_slots), budget)
         # Per slot: the unit that used it last and the event its post-hook recorded (None: never used).
         self.last_user: List[Optional[int]] = [None] * self.ring_slots
         self.free: List[Optional[torch.cuda.Event]] = [None] * self.ring_slots
         bi = 0
-        for u in units:
+        for ui, u in enumerate(units):
             if u.ring == "block":
                 u.slots = [bi % self.ring_slots]
                 bi += 1
             else:
                 u.slots = list(range(self.ring_slots))
-            self._plan(u)
+            self._plan(ui, u)
         self.posted = set()  # units whose post-hook ran since their last decode
         self.timing = {"decode_ms": None, "compute_ms": None, "wanted_depth": None}
         self._measure_decode()
@@ -111,12 +125,13 @@ class ClientDecode:
 
     # ---- set-up
 
-    def _plan(self, u: _Unit) -> None:
+    def _plan(self, i: int, u: _Unit) -> None:
         base = u.slots[0] * self.slot_bytes if u.ring == "block" else 0
         buf = self.buffer[base:base + u.bytes]
         jobs, at = [], 0
         for holders, tensor, shape, pdtype, _, n in u.params:
-            jobs.append((tensor, self.layout, buf.data_ptr() + at))
+            job = (tensor, self.layout, buf.data_ptr() + at)
+            jobs.append(job if self.host is None else job + (self.host.inputs_at(i, tensor),))
             view = buf[at:at + n].view(pdtype).view(shape)
             u.views.append(torch.nn.Parameter(view, requires_grad=False))
             at += _aligned(n)
@@ -125,23 +140,36 @@ class ClientDecode:
     def _measure_decode(self) -> None:
         """Decodes every unit once and checks its tiles (a corrupt tile fails attach: forwards do not read the
         status, which would wait for the stream), then times the largest block's decode on the side stream (median
-        of 3), for the automatic depth."""
-        for u in self.units:
-            u.batch.enqueue(self.side.cuda_stream)
+        of 3), with its copy from the host tier where it has one, for the automatic depth. A host tier's resident
+        share is copied first."""
+        if self.host is not None:
+            self.host.place_resident(self.units, self.side)
+        for i, u in enumerate(self.units):
+            self._decode(i, u)
             u.batch.check(self.side.cuda_stream)
-        blocks = [u for u in self.units if u.ring == "block"]
+        blocks = [i for i, u in enumerate(self.units) if u.ring == "block"]
         if not blocks:
             return
-        u = max(blocks, key=lambda x: x.bytes)
+        i = max(blocks, key=lambda x: self.units[x].bytes)
         times = []
         for _ in range(3):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record(self.side)
-            u.batch.enqueue(self.side.cuda_stream)
+            if self.host is not None:
+                self.host.copy.wait_event(a)  # the copy is timed too
+            self._decode(i, self.units[i])
             b.record(self.side)
             b.synchronize()
             times.append(a.elapsed_time(b))
         self.timing["decode_ms"] = sorted(times)[1]
+
+    def _decode(self, i: int, u: _Unit) -> None:
+        """Unit i's decode on the side stream, after its copy where it streams from a host tier."""
+        if self.host is not None:
+            self.host.before_decode(i, u, self.side)
+        u.batch.enqueue(self.side.cuda_stream)
+        if self.host is not None:
+            self.host.after_decode(i, self.side)
 
     # ---- the hooks' work
 
@@ -157,7 +185,7 @@ class ClientDecode:
         for s in u.slots:
             if self.free[s] is not None:
                 self.side.wait_event(self.free[s])
-        u.batch.enqueue(self.side.cuda_stream)
+        self._decode(i, u)
         u.ready = torch.cuda.Event()
         u.ready.record(self.side)
         u.issued = True
@@ -252,9 +280,12 @@ class ClientDecode:
 
     def memory(self) -> Dict[str, int]:
         scratch = sum(u.batch.scratch_bytes for u in self.units if u.batch is not None)
-        return {"tier_bytes": self.tier.tier_bytes, "decode_buffer_bytes": self.buffer.numel(),
-                "slot_bytes": self.slot_bytes, "plan_scratch_bytes": scratch, "ring_slots": self.ring_slots,
-                "prefetch_depth": self.depth}
+        out = {"tier_bytes": self.tier.tier_bytes, "decode_buffer_bytes": self.buffer.numel(),
+               "slot_bytes": self.slot_bytes, "plan_scratch_bytes": scratch, "ring_slots": self.ring_slots,
+               "prefetch_depth": self.depth, "host_tier": self.host is not None}
+        if self.host is not None:
+            out.update(self.host.memory())
+        return out
 
     def close(self) -> None:
         torch.cuda.synchronize(self.device)

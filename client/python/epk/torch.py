@@ -266,7 +266,7 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
            prefetch: Optional[int] = None, device: Optional[int] = None,
            rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
            max_decoded_gb: Optional[float] = None, static: bool = False, rank: int = 0, world_size: int = 1,
-           tp_plan: Optional[Dict[str, str]] = None) -> Attachment:
+           tp_plan: Optional[Dict[str, str]] = None, max_gpu_gb: Optional[float] = None) -> Attachment:
     """Serves `model`'s weights from epkd model `model_name` (see the module's docstring).
 
     rank, world_size: tensor parallelism; each parameter tp_shard() names (tp_plan, default TP_PLAN) is served as
@@ -288,6 +288,14 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     when a deeper prefetch would keep the decode ahead). max_decoded_gb bounds the decode buffer (the block ring,
     which also holds the largest outer weight); the ring then holds fewer blocks. Attachment.memory() says what the
     buffers take.
+
+    A model larger than its GPU share: with epkd's device_resident = false, epkd keeps no tier on the GPU and the
+    client decodes from its own host tier (pinned host memory, read from the model file and checksummed at attach).
+    max_gpu_gb is then the attachment's one GPU memory limit for client-side decode: the decode buffer, a staging
+    ring of two units' compressed inputs, and the share of the tier kept on the GPU (the embedding and the LM head
+    first, then blocks in forward order); every other unit's compressed inputs are copied over PCIe before its
+    decode, on a copy stream, ahead of the compute. None: the whole tier is kept on the GPU.
+    Attachment.memory() reports the split (resident_tier_bytes, streamed_tier_bytes, staging_bytes).
 
     static=True (decode="client" only): every weight stays at one address for the attachment's life and a forward's
     decodes are all enqueued, and waited on, within that forward, so a forward can be captured in a CUDA graph
@@ -378,7 +386,7 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
                     mod._buffers[bname] = buf.to(target)
         if tier is not None:
             att.client_decode = _client_decode(model, att, tier, owners, client_params, layout, rename, target,
-                                               prefetch, max_decoded_gb, static)
+                                               prefetch, max_decoded_gb, static, max_gpu_gb)
             tier = None  # the ClientDecode owns it now
     except BaseException:
         if tier is not None:
@@ -429,7 +437,7 @@ def _shard_parameters(model, att, client, model_name, rename, rank, world_size, 
 
 
 def _client_decode(model, att, tier, owners, client_params, layout, rename, target, prefetch, max_decoded_gb,
-                   static):
+                   static, max_gpu_gb):
     """The units of client-side decode, in module order (forward order for transformers models), and their state."""
     from ._torch_client_decode import ClientDecode, _Unit, _aligned
 
@@ -456,7 +464,8 @@ def _client_decode(model, att, tier, owners, client_params, layout, rename, targ
     order = [n for n, _ in model.named_modules(remove_duplicate=False) if n in by_unit]
     units = [by_unit[n] for n in order]
     limit = None if max_decoded_gb is None else int(max_decoded_gb * 2**30)
-    return ClientDecode(att.device, tier, units, layout, prefetch, limit, static)
+    gpu_limit = None if max_gpu_gb is None else int(max_gpu_gb * 2**30)
+    return ClientDecode(att.device, tier, units, layout, prefetch, limit, static, gpu_limit)
 
 
 @contextlib.contextmanager
@@ -481,7 +490,7 @@ def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense
          prefetch: Optional[int] = None, device: Optional[int] = None, model_class=None,
          rename: Optional[Callable[[str], str]] = None, decode: str = "daemon",
          max_decoded_gb: Optional[float] = None, static: bool = False, rank: int = 0, world_size: int = 1,
-         tp_plan: Optional[Dict[str, str]] = None):
+         tp_plan: Optional[Dict[str, str]] = None, max_gpu_gb: Optional[float] = None):
     """Builds a transformers model from its config (a PretrainedConfig or a directory / hub name holding
     config.json) with its parameters on the meta device, then attaches it: no copy of the weights is ever made in
     this process. model_class: the transformers class (default: the config's architectures[0], else AutoModel).
@@ -507,5 +516,6 @@ def load(config_or_dir, client: Client, model_name: str, *, layout: str = "dense
         torch.set_default_dtype(previous)
     model.eval()
     attach(model, client, model_name, layout=layout, prefetch=prefetch, device=device, rename=rename, decode=decode,
-           max_decoded_gb=max_decoded_gb, static=static, rank=rank, world_size=world_size, tp_plan=tp_plan)
+           max_decoded_gb=max_decoded_gb, static=static, rank=rank, world_size=world_size, tp_plan=tp_plan,
+           max_gpu_gb=max_gpu_gb)
     return model

@@ -67,6 +67,11 @@ struct PyDecodeBatch {
     void* s = stream_from_handle(stream);
     unlocked([&] { return b.enqueue(s); });
   }
+  void enqueue_copy(long long stream) {
+    client::DecodeBatch& b = live();
+    void* s = stream_from_handle(stream);
+    unlocked([&] { return b.enqueue_copy(s); });
+  }
 };
 
 struct PyStoredTier {
@@ -102,11 +107,23 @@ struct PyStoredTier {
     for (std::uint64_t d : dims) out.append(d);
     return nb::tuple(out);
   }
-  PyDecodeBatch plan(const std::vector<std::tuple<std::string, std::string, std::uint64_t>>& jobs) const {
+  nb::tuple span(const std::string& tensor) const {
+    client::StoredTier& t = live();
+    const client::StoredTier::Span s = unlocked([&] { return t.span(tensor); });
+    return nb::make_tuple(s.offset, s.bytes);
+  }
+  // Jobs as (tensor, layout, out) or (tensor, layout, out, inputs_at).
+  PyDecodeBatch plan(const std::vector<nb::tuple>& jobs) const {
     client::StoredTier& t = live();
     std::vector<client::StoredTier::Job> js;
     js.reserve(jobs.size());
-    for (const auto& [tensor, layout, out] : jobs) js.push_back({tensor, parse_layout(layout), out});
+    for (const nb::tuple& j : jobs) {
+      if (j.size() != 3 && j.size() != 4) {
+        raise_as("InvalidArgument", "epk.stored: a job is (tensor, layout, out[, inputs_at])", "invalid-argument");
+      }
+      js.push_back({nb::cast<std::string>(j[0]), parse_layout(nb::cast<std::string>(j[1])),
+                    nb::cast<std::uint64_t>(j[2]), j.size() == 4 ? nb::cast<std::uint64_t>(j[3]) : 0});
+    }
     PyDecodeBatch b{tier, unlocked([&] { return t.plan(js); })};
     return b;
   }
@@ -121,6 +138,9 @@ void bind_stored(nb::module_& m) {
                             "A decode plan for several tensors into fixed device addresses (epk.stored).")
       .def_prop_ro("scratch_bytes", [](const PyDecodeBatch& b) { return b.batch ? b.batch->scratch_bytes() : 0; },
                    "Device memory the plan holds (descriptors, lookup tables).")
+      .def("enqueue_copy", &PyDecodeBatch::enqueue_copy, "stream"_a = 0,
+           "Copies the staged jobs' inputs from the host tier to their inputs_at on `stream` (stream-ordered, as\n"
+           "enqueue); nothing for a batch without staged jobs.")
       .def("enqueue", &PyDecodeBatch::enqueue, "stream"_a = 0,
            "One kernel launch on `stream` (a cudaStream_t as an int, e.g. torch's stream.cuda_stream; 0: the legacy\n"
            "default stream). Stream-ordered: later work on the stream sees the output.")
@@ -139,7 +159,14 @@ void bind_stored(nb::module_& m) {
       .def_ro("model", &PyStoredTier::model)
       .def_ro("device", &PyStoredTier::device)
       .def_prop_ro("tier_bytes", [](const PyStoredTier& t) { return t.tier ? t.tier->tier_bytes() : 0; },
-                   "The mapped tier's size (epkd's device memory, shared, not this process's).")
+                   "The tier's size: epkd's device memory mapped here (shared, not this process's), or this\n"
+                   "process's pinned host tier.")
+      .def_prop_ro("host_tier", [](const PyStoredTier& t) { return t.tier && t.tier->host_tier(); },
+                   "Whether the tier is this process's pinned host tier (epkd keeps none on the device:\n"
+                   "device_resident = false): decodes read it over PCIe, or from a staged copy.")
+      .def("span", &PyStoredTier::span, "tensor"_a,
+           "(offset, bytes): where `tensor`'s inputs sit in the tier; a staged job's inputs_at holds a copy of\n"
+           "those bytes.")
       .def("decoded_bytes", &PyStoredTier::decoded_bytes, "tensor"_a, "layout"_a = "dense:bf16",
            "The bytes `tensor` takes in `layout`; Unsupported for a tensor not in the tier (acquire it from epkd),\n"
            "NotFound for a tensor the model lacks.")
@@ -147,8 +174,10 @@ void bind_stored(nb::module_& m) {
            "Whether `tensor` is in the tier and decodes to `layout` here.")
       .def("shape", &PyStoredTier::shape, "tensor"_a, "`tensor`'s shape as stored (any tensor of the model).")
       .def("plan", &PyStoredTier::plan, "jobs"_a,
-           "One plan for `jobs`: (tensor, layout, device address) each, the address 16-byte aligned and\n"
-           "decoded_bytes(tensor, layout) long. The plan writes to those addresses at every enqueue.")
+           "One plan for `jobs`: (tensor, layout, device address[, inputs_at]) each, the address 16-byte aligned\n"
+           "and decoded_bytes(tensor, layout) long. The plan writes to those addresses at every enqueue. inputs_at\n"
+           "(host tier only): a 256-byte aligned device address of span(tensor)[1] bytes where enqueue_copy puts\n"
+           "the tensor's inputs; without it the decode reads them where the tier is.")
       .def("close", [](PyStoredTier& t) { t.tier.reset(); },
            "Drops this tier; its mapping goes with the last batch planned from it. Idempotent.");
 }

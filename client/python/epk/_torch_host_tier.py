@@ -1,0 +1,118 @@
+"""Client-side decode from a host tier (epk._torch_client_decode): when epkd keeps no tier of the model on the GPU
+(device_resident = false), the compressed tier is this process's pinned host memory (epk.stored's host tier), and
+each unit's inputs reach the GPU one of two ways:
+
+- resident: copied once at attach into one device buffer, as many units as the attachment's GPU limit leaves room
+  for (the policy: outer units first, decoded at every forward, then blocks in forward order);
+- streamed: before each decode, copied into a staging ring slot on a copy stream of its own, so the copy of the next
+  unit overlaps the decode of this one and the compute of the one before.
+
+A unit's inputs are one span of the tier ([lo, hi) over its tensors: a block's tensors are adjacent in the file), laid
+out in its buffer as in the tier, so its batch copies them in one piece (DecodeBatch.enqueue_copy).
+
+Ordering of a streamed unit, all stream-ordered: the copy stream waits until the decode of the staging slot's
+previous user is done (its consumed event, recorded on the side stream), copies, and records the unit's copied event;
+the side stream waits on it before the decode.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from . import _errors
+
+_ALIGN = 256  # staged inputs start 256-byte aligned (the tier's own alignment)
+
+
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class HostInputs:
+    """Where each unit's decode inputs are on the GPU, and the copies that put them there."""
+
+    def __init__(self, device: torch.device, tier, units, staging_slots: int, budget: Optional[int]):
+        """budget: the bytes for the resident share and the staging ring together (None: every unit resident)."""
+        self.tier = tier
+        self.device = device
+        self.copy = torch.cuda.Stream(device=device)
+        # Per unit: (lo, hi) of its inputs in the tier and each tensor's offset.
+        self.span: List[Tuple[int, int]] = []
+        self.offsets: List[Dict[str, int]] = []
+        for u in units:
+            offs = {tensor: tier.span(tensor) for _, tensor, *_ in u.params}
+            lo = min(o for o, _ in offs.values())
+            hi = max(o + n for o, n in offs.values())
+            self.span.append((lo, hi))
+            self.offsets.append({t: o for t, (o, _) in offs.items()})
+        sizes = [_aligned(hi - lo) for lo, hi in self.span]
+        # The resident share: outer units first, then blocks in forward order, while they fit beside the staging ring.
+        # The ring's slot fits the largest streamed unit: start from the largest block, grow it (and shrink the
+        # share) if an outer unit is left to stream, until the slot holds every streamed unit.
+        order = [i for i, u in enumerate(units) if u.ring == "outer"] + \
+                [i for i, u in enumerate(units) if u.ring == "block"]
+        slot = max((sizes[i] for i, u in enumerate(units) if u.ring == "block"), default=0)
+        while True:
+            self.resident_at: Dict[int, int] = {}
+            used = 0
+            left = None if budget is None else budget - staging_slots * slot
+            for i in order:
+                if left is None or used + sizes[i] <= left:
+                    self.resident_at[i] = used
+                    used += sizes[i]
+            self.streamed = [i for i in range(len(units)) if i not in self.resident_at]
+            need = max((sizes[i] for i in self.streamed), default=0)
+            if need <= slot:
+                break
+            slot = need
+        if left is not None and left < 0:
+            raise _errors.NoSpace(f"epk.torch: the GPU limit leaves {budget / 2**30:.3f} GiB beside the decode "
+                                  f"buffer, less than a staging ring of {staging_slots} x {slot / 2**30:.3f} GiB")
+        self.staging_slots = staging_slots if self.streamed else 0
+        self.slot_bytes = slot if self.streamed else 0
+        self.slot_of = {i: k % self.staging_slots for k, i in enumerate(self.streamed)}
+        self.resident = torch.empty(max(used, 1), dtype=torch.uint8, device=device)
+        self.staging = torch.empty(max(self.staging_slots * self.slot_bytes, 1), dtype=torch.uint8, device=device)
+        self.consumed: List[Optional[torch.cuda.Event]] = [None] * self.staging_slots
+        self.streamed_bytes = sum(self.span[i][1] - self.span[i][0] for i in self.streamed)
+        self.resident_tier_bytes = sum(self.span[i][1] - self.span[i][0] for i in self.resident_at)
+
+    def inputs_at(self, i: int, tensor: str) -> int:
+        """The device address of `tensor`'s inputs for unit i's batch."""
+        if i in self.resident_at:
+            base = self.resident.data_ptr() + self.resident_at[i]
+        else:
+            base = self.staging.data_ptr() + self.slot_of[i] * self.slot_bytes
+        return base + self.offsets[i][tensor] - self.span[i][0]
+
+    def place_resident(self, units, side: torch.cuda.Stream) -> None:
+        """Copies the resident units' inputs once (on the side stream, before their first decode)."""
+        for i in self.resident_at:
+            units[i].batch.enqueue_copy(side.cuda_stream)
+
+    def before_decode(self, i: int, u, side: torch.cuda.Stream) -> None:
+        """A streamed unit's copy into its staging slot, ordered before its decode on `side`."""
+        if i in self.resident_at:
+            return
+        s = self.slot_of[i]
+        if self.consumed[s] is not None:
+            self.copy.wait_event(self.consumed[s])
+        u.batch.enqueue_copy(self.copy.cuda_stream)
+        copied = torch.cuda.Event()
+        copied.record(self.copy)
+        side.wait_event(copied)
+
+    def after_decode(self, i: int, side: torch.cuda.Stream) -> None:
+        if i in self.resident_at:
+            return
+        ev = torch.cuda.Event()
+        ev.record(side)
+        self.consumed[self.slot_of[i]] = ev
+
+    def memory(self) -> Dict[str, int]:
+        return {"host_tier_bytes": self.tier.tier_bytes, "resident_tier_bytes": self.resident_tier_bytes,
+                "resident_buffer_bytes": self.resident.numel(), "streamed_tier_bytes": self.streamed_bytes,
+                "staging_bytes": self.staging.numel(), "staging_slots": self.staging_slots}
+
