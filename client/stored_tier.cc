@@ -165,9 +165,9 @@ class CudaStoredTier final : public StoredTier {
     EPK_TRY_ASSIGN(shm::DeviceBuffer scratch, shm::DeviceBuffer::alloc(plan.scratch_bytes(), device_));
     // upload() waits for its copy (the plan's host image must outlive it), so the null stream serves.
     EPK_TRY(cuda::upload(plan, reinterpret_cast<void*>(scratch.ptr()), plan.scratch_bytes(), nullptr));
+    const auto* region = reinterpret_cast<const std::byte*>(host_.data());
     return std::unique_ptr<DecodeBatch>(new CudaDecodeBatch(std::move(plan), std::move(scratch), device_,
-                                                            std::move(zero_ranges),
-                                                            stage_copies(reinterpret_cast<const std::byte*>(host_.data()), staged)));
+                                                            std::move(zero_ranges), stage_copies(region, staged)));
   }
 
   std::uint64_t tier_bytes() const override { return host_tier() ? host_.size() : region_.size(); }

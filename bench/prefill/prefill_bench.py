@@ -50,7 +50,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 # The pure parts, the sampler and the torch side live beside this file; tests/bench/prefill_bench_test.py reaches
 # the pure parts through this module (median, attribute_pids, summarize_samples, MEMORY_KEYS, targets: imported for
 # it).
-from prefill_report import (EPK_SETUPS, GEN_SETUPS, MEMORY_KEYS, MIB, REF_SETUPS, SETUPS, Work,  # noqa: F401
+from prefill_report import (CAPPED_SETUPS, EPK_SETUPS, GEN_SETUPS, MEMORY_KEYS, MIB, REF_SETUPS, SETUPS, Work,  # noqa: F401
                             _mib, attribute_pids, epkd_config_text, format_tables, gpu_total, load_json, median,
                             merge_memory, summarize_samples, targets, write_json)
 from prefill_sampler import make_sampler
@@ -192,12 +192,17 @@ def child_params(args, work: Work, setup: str, socket_path: Optional[str]) -> di
         "gen_warmup_tokens": min(2, args.gen_tokens) if setup == "accelerate" else args.gen_tokens,
         "prefetch": None,
         "max_decoded_gb": args.max_decoded_gb,
+        "max_gpu_gb": None,
+        "cap_bytes": None,
         "decode": None,
         "gpu_bytes": None,
     }
-    if setup == "epk-client":
+    if setup in ("epk-client", "epk-client-host"):
         p["decode"] = "client"
         p["prefetch"] = args.client_prefetch
+    if setup in CAPPED_SETUPS:
+        p["cap_bytes"] = int(args.cap_gb * 2**30)
+        p["max_gpu_gb"] = args.cap_gb - args.cap_headroom_gb if setup == "epk-client-host" else None
     elif setup in ("epk-daemon", "epk-daemon-mps"):
         p["decode"] = "daemon"
         p["prefetch"] = args.daemon_prefetch
@@ -233,9 +238,10 @@ def run_one(args, work: Work, setup: str, left_s: float) -> dict:
             env = env | mps.env
         if setup in EPK_SETUPS:
             # epk-client decodes every tier tensor itself: epkd's pool holds only the kept raw tensors (norms).
-            budget = args.client_budget_mb if setup == "epk-client" else args.budget_mb
-            epkd = Epkd(args.epkd, run_dir, work.epk, budget, args.epkd_setting,
-                        work.logs / f"epkd-{setup}.log", env)
+            budget = args.client_budget_mb if setup in ("epk-client", "epk-client-host") else args.budget_mb
+            # epk-client-host: epkd keeps no tier on the GPU (the model is larger than its share).
+            settings = args.epkd_setting + (["device_resident = false"] if setup == "epk-client-host" else [])
+            epkd = Epkd(args.epkd, run_dir, work.epk, budget, settings, work.logs / f"epkd-{setup}.log", env)
             t = sampler.now()
             epkd.start(timeout_s=min(300.0, left_s))
             roles.append(("epkd", epkd.proc.pid, t))
@@ -448,6 +454,9 @@ def parser() -> argparse.ArgumentParser:
     dr.add_argument("--client-prefetch", type=_prefetch, default=None, help="epk-client's prefetch (default auto)")
     dr.add_argument("--daemon-prefetch", type=_prefetch, default=2)
     dr.add_argument("--max-decoded-gb", type=float, default=None)
+    dr.add_argument("--cap-gb", type=float, default=6.0, help="the GPU memory cap of the capped setups (issue 32)")
+    dr.add_argument("--cap-headroom-gb", type=float, default=2.0,
+                    help="what epk-client-host leaves of the cap for activations, CUDA contexts and epkd")
     dr.add_argument("--accelerate-gpu-mib", type=int, default=None,
                     help="accelerate's GPU max_memory instead of epk-client's measured peak")
     dr.add_argument("--epkd", default=os.environ.get("EPK_EPKD"), help="the epkd binary ($EPK_EPKD)")

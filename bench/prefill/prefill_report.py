@@ -10,9 +10,13 @@ import statistics
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-SETUPS = ("decompressed", "resident", "epk-client", "epk-daemon", "epk-daemon-mps", "accelerate")
-EPK_SETUPS = ("epk-client", "epk-daemon", "epk-daemon-mps")
-GEN_SETUPS = ("resident", "epk-client", "accelerate")
+SETUPS = ("decompressed", "resident", "epk-client", "epk-daemon", "epk-daemon-mps", "accelerate", "epk-client-host",
+          "offload-bf16")
+EPK_SETUPS = ("epk-client", "epk-daemon", "epk-daemon-mps", "epk-client-host")
+GEN_SETUPS = ("resident", "epk-client", "accelerate", "epk-client-host", "offload-bf16")
+# Setups under the GPU memory cap (issue 32): epk-client-host (epkd keeps no tier on the GPU; the client keeps what
+# its limit leaves and streams the rest from its host tier) and its streaming peer, the BF16 prefetching offloader.
+CAPPED_SETUPS = ("epk-client-host", "offload-bf16")
 REF_SETUPS = ("decompressed", "resident")  # their logits are saved as references
 MODEL_NAME = "llama"  # the model's name in epkd's config
 MIB = 1 << 20
@@ -280,6 +284,7 @@ def format_tables(results: Dict[str, dict], lengths: Sequence[int]) -> str:
     out += ["", "## Generation (greedy, KV cache)", ""] + gen
 
     out += ["", "## Targets (issue 14)", ""] + targets(results)
+    out += ["", "## Under the GPU memory cap (issue 32)", ""] + capped_targets(results)
     mps = (results.get("epk-daemon-mps") or {}).get("mps")
     if mps is not None:
         held = ((results["epk-daemon-mps"].get("memory") or {}).get("mps_server_bytes"))
@@ -325,6 +330,38 @@ def targets(results: Dict[str, dict]) -> List[str]:
         if c and not c.get("missing") and not c.get("error"):
             lines.append(f"- {s} logits bit-equal to the decompressed model's: "
                          f"{'yes' if c.get('equal') else 'NO (max abs diff %.4g)' % c['max_abs_diff']}")
+    return lines
+
+
+def capped_targets(results: Dict[str, dict]) -> List[str]:
+    """Issue 32's figures at the cap: epk-client-host against resident and against the BF16 offloader."""
+    lines = []
+    res, host, off = results.get("resident"), results.get("epk-client-host"), results.get("offload-bf16")
+    for s in CAPPED_SETUPS:
+        r = results.get(s)
+        if r is not None:
+            cap = (r.get("params") or {}).get("cap_bytes")
+            lines.append(f"- {s}: client+epkd peak {_mib(gpu_total(r))} MiB (cap {_mib(cap)} MiB)"
+                         + (f", attachment {json.dumps(r.get('attachment_memory_after_load'))}"
+                            if r.get("attachment_memory_after_load") else ""))
+    for n, limit, peer in ((1024, None, 2.5), (4096, 1.15, 1.8), (16384, 1.02, 1.0)):
+        a, b, c = prefill_median(host, n), prefill_median(res, n), prefill_median(off, n)
+        if a is None:
+            lines.append(f"- epk-client-host at {n} tokens: n/a")
+            continue
+        parts = [f"{a:.1f} ms"]
+        if b is not None:
+            parts.append(f"{a / b:.3f}x resident" + (f" (target {limit:.2f}x: {'met' if a / b <= limit else 'missed'})"
+                                                      if limit else ""))
+        if c is not None:
+            parts.append(f"{c / a:.2f}x faster than offload-bf16 ({c:.1f} ms; target {peer:.1f}x: "
+                         f"{'met' if c / a >= peer else 'missed'})")
+        lines.append(f"- epk-client-host at {n} tokens: " + ", ".join(parts))
+    gh, go = (host or {}).get("generate"), (off or {}).get("generate")
+    if gh and go:
+        th, to = gh["median_ms"] / gh["new_tokens"], go["median_ms"] / go["new_tokens"]
+        lines.append(f"- generation ms/token: epk-client-host {th:.1f}, offload-bf16 {to:.1f}: {th / to:.2f} of it "
+                     f"(target at most 0.33: {'met' if th / to <= 0.34 else 'missed'})")
     return lines
 
 

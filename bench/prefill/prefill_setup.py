@@ -63,6 +63,13 @@ def _load_model(p: dict, work: Work, res: dict):
         model = transformers.LlamaForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="sdpa",
                                                               device_map={"": 0})
         return model.eval(), None
+    if setup == "offload-bf16":
+        from prefill_offload import offload_bf16
+
+        model = transformers.LlamaForCausalLM.from_pretrained(work.src, dtype=torch.bfloat16,
+                                                              attn_implementation="sdpa").eval()
+        res["offload"] = offload_bf16(model, 0).memory()
+        return model, None
     if setup == "accelerate":
         import accelerate
         from accelerate import dispatch_model, infer_auto_device_map
@@ -99,7 +106,7 @@ def _load_model(p: dict, work: Work, res: dict):
     config._attn_implementation = "sdpa"
     # None (automatic prefetch depth, no limit on decoded blocks) is load()'s default: left out, not passed.
     kw = {"decode": p["decode"]}
-    for k in ("prefetch", "max_decoded_gb"):
+    for k in ("prefetch", "max_decoded_gb", "max_gpu_gb"):
         if p[k] is not None:
             kw[k] = p[k]
     res["load_kwargs"] = kw

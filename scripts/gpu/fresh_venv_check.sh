@@ -21,7 +21,7 @@ t0=$SECONDS
 "$venv/bin/pip" install --no-index --find-links "$wheels" ./client/python > "$out/fresh_pip.log" 2>&1 ||
   { tail -40 "$out/fresh_pip.log"; exit 1; }
 echo "fresh venv: pip install ./client/python took $((SECONDS - t0)) s"
-"$venv/bin/python" -c 'import epk.stored as s; assert s.available(), s.missing(); print("epk.stored: client-side decode")'
+"$venv/bin/python" -c 'import epk.stored as s; assert s.available(), s.missing(); print("epk.stored: decode")'
 export LD_LIBRARY_PATH="$stage/epkd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The test's fixtures find epkd and epk here (the package itself takes no variable).
 EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk" "$venv/bin/python" -m pytest -q -rs \
