@@ -80,12 +80,23 @@ def test_a_gpu_limit_streams_part_of_the_tier_and_the_logits_stay_exact(bins, mo
             with torch.no_grad():
                 assert torch.equal(m(ids).logits, want)
             att.close()
-            # A limit that keeps about half of the tier: the rest streams, through a ring of two staging slots.
-            limit = whole["decode_buffer_bytes"] + whole["resident_buffer_bytes"] // 2
-            loaded = epk_torch.load(config, c, MODEL, layout="dense:bf16", decode="client", prefetch=None,
-                                    max_gpu_gb=limit / 2**30)
-            mem = loaded._epk_attachment.memory()
-            assert mem["streamed_tier_bytes"] > 0 and mem["resident_tier_bytes"] > 0 and mem["staging_slots"] == 2
+            # A limit that keeps part of the tier: the rest streams, through a ring of two staging slots. The largest
+            # such limit below the whole tier (the test model's units are few and uneven: not every limit splits).
+            loaded = mem = None
+            for k in range(1, 40):
+                limit = whole["decode_buffer_bytes"] + whole["resident_buffer_bytes"] * (40 - k) // 40
+                try:
+                    loaded = epk_torch.load(config, c, MODEL, layout="dense:bf16", decode="client", prefetch=None,
+                                            max_gpu_gb=limit / 2**30)
+                except epk.NoSpace:
+                    continue
+                mem = loaded._epk_attachment.memory()
+                if mem["streamed_tier_bytes"] > 0 and mem["resident_tier_bytes"] > 0:
+                    break
+                loaded._epk_attachment.close()
+                loaded = None
+            assert loaded is not None, "no limit split the tier between the GPU and the host"
+            assert mem["staging_slots"] == 2
             assert mem["decode_buffer_bytes"] + mem["resident_buffer_bytes"] + mem["staging_bytes"] <= limit
             with torch.no_grad():
                 for _ in range(3):
