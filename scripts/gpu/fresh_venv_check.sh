@@ -6,12 +6,14 @@
 # That machine reaches no package index: pip's isolated build takes scikit-build-core and nanobind (and their needs,
 # packaging and pathspec) from WHEELS, as it would from PyPI; torch, transformers and numpy come from the system's
 # site-packages (--system-site-packages).
-# Usage: bash scripts/gpu/fresh_venv_check.sh STAGE WHEELS [OUT]   (STAGE: scripts/gpu/stage.sh's folder)
+# Usage: bash scripts/gpu/fresh_venv_check.sh STAGE WHEELS OUT [PYTEST ARGS...]   (STAGE: scripts/gpu/stage.sh's
+# folder; PYTEST ARGS: more tests to run in the venv)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage="$(cd "$1" && pwd)"
 wheels="$(cd "$2" && pwd)"
-out="${3:-${OUT:-/tmp/epk-fresh-venv}}"
+out="$3"
+shift 3
 mkdir -p "$out"
 py="${PYTHON:-python3.12}"
 venv=/tmp/epk-fresh-venv
@@ -25,5 +27,6 @@ echo "fresh venv: pip install ./client/python took $((SECONDS - t0)) s"
 export LD_LIBRARY_PATH="$stage/epkd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The test's fixtures find epkd and epk here (the package itself takes no variable).
 EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk" "$venv/bin/python" -m pytest -q -rs \
-  client/python/tests/test_torch.py -k client_side_decode 2>&1 | tee "$out/fresh_pytest.log"
+  client/python/tests/test_torch.py::test_client_side_decode_gives_epkds_bytes_and_the_decompressed_models_logits \
+  "$@" 2>&1 | tee "$out/fresh_pytest.log"
 exit "${PIPESTATUS[0]}"
