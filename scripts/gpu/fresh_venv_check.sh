@@ -25,7 +25,11 @@ t0=$SECONDS
 echo "fresh venv: pip install ./client/python took $((SECONDS - t0)) s"
 "$venv/bin/python" -c 'import epk.stored as s; assert s.available(), s.missing(); print("epk.stored: decode")'
 export LD_LIBRARY_PATH="$stage/epkd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# The test's fixtures find epkd and epk here (the package itself takes no variable).
+# The test's fixtures find epkd and epk here (the package itself takes no variable). torch, transformers and pytest
+# are in the site-packages of the machine's python (itself a venv there, which a new venv does not inherit): a .pth
+# adds them after the new venv's own packages, as a user's venv with torch would have them.
+machine_site="$("$py" -c 'import site; print(site.getsitepackages()[0])')"
+echo "$machine_site" > "$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/machine_site.pth"
 EPK_EPKD="$stage/epkd/epkd" EPK_CLI="$stage/cli/epk" "$venv/bin/python" -m pytest -q -rs \
   client/python/tests/test_torch.py::test_client_side_decode_gives_epkds_bytes_and_the_decompressed_models_logits \
   "$@" 2>&1 | tee "$out/fresh_pytest.log"

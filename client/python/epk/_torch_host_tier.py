@@ -3,7 +3,8 @@
 each unit's inputs reach the GPU one of two ways:
 
 - resident: copied once at attach into one device buffer, as many units as the attachment's GPU limit leaves room
-  for (the policy: outer units first, decoded at every forward, then blocks in forward order);
+  for beside the staging ring (the policy: outer units first, decoded at every forward, then blocks in forward
+  order);
 - streamed: before each decode, copied into a staging ring slot on a copy stream of its own, so the copy of the next
   unit overlaps the decode of this one and the compute of the one before.
 
@@ -48,30 +49,34 @@ class HostInputs:
             self.span.append((lo, hi))
             self.offsets.append({t: o for t, (o, _) in offs.items()})
         sizes = [_aligned(hi - lo) for lo, hi in self.span]
-        # The resident share: outer units first, then blocks in forward order, while they fit beside the staging ring.
-        # The ring's slot fits the largest streamed unit: start from the largest block, grow it (and shrink the
-        # share) if an outer unit is left to stream, until the slot holds every streamed unit.
+        # The resident share is a prefix of `order` (outer units first, then blocks in forward order); the rest stream
+        # through a ring of staging slots, each the largest streamed unit's size. The longest prefix that fits beside
+        # a ring of `staging_slots` (where fewer units stream, one slot each); failing that, beside one slot (a copy
+        # then waits for the previous unit's decode).
         order = [i for i, u in enumerate(units) if u.ring == "outer"] + \
                 [i for i, u in enumerate(units) if u.ring == "block"]
-        slot = max((sizes[i] for i, u in enumerate(units) if u.ring == "block"), default=0)
-        while True:
-            self.resident_at: Dict[int, int] = {}
-            used = 0
-            left = None if budget is None else budget - staging_slots * slot
-            for i in order:
-                if left is None or used + sizes[i] <= left:
-                    self.resident_at[i] = used
-                    used += sizes[i]
-            self.streamed = [i for i in range(len(units)) if i not in self.resident_at]
-            need = max((sizes[i] for i in self.streamed), default=0)
-            if need <= slot:
+        choice = None
+        for slots in (staging_slots, 1):
+            for r in range(len(order), -1, -1):
+                streamed = order[r:]
+                slot = max((sizes[i] for i in streamed), default=0)
+                ring = min(slots, len(streamed))
+                if budget is None or sum(sizes[i] for i in order[:r]) + ring * slot <= budget:
+                    choice = (r, ring, slot)
+                    break
+            if choice is not None:
                 break
-            slot = need
-        if left is not None and left < 0:
+        if choice is None:
             raise _errors.NoSpace(f"epk.torch: the GPU limit leaves {budget / 2**30:.3f} GiB beside the decode "
-                                  f"buffer, less than a staging ring of {staging_slots} x {slot / 2**30:.3f} GiB")
-        self.staging_slots = staging_slots if self.streamed else 0
-        self.slot_bytes = slot if self.streamed else 0
+                                  f"buffer, less than one staging slot of "
+                                  f"{max(sizes, default=0) / 2**30:.3f} GiB (the largest unit's inputs)")
+        r, self.staging_slots, self.slot_bytes = choice
+        self.resident_at: Dict[int, int] = {}
+        used = 0
+        for i in order[:r]:
+            self.resident_at[i] = used
+            used += sizes[i]
+        self.streamed = [i for i in range(len(units)) if i not in self.resident_at]
         self.slot_of = {i: k % self.staging_slots for k, i in enumerate(self.streamed)}
         self.resident = torch.empty(max(used, 1), dtype=torch.uint8, device=device)
         self.staging = torch.empty(max(self.staging_slots * self.slot_bytes, 1), dtype=torch.uint8, device=device)
