@@ -8,8 +8,9 @@ each unit's inputs reach the GPU one of two ways:
 - streamed: before each decode, copied into a staging ring slot on a copy stream of its own, so the copy of the next
   unit overlaps the decode of this one and the compute of the one before.
 
-A unit's inputs are one span of the tier ([lo, hi) over its tensors: a block's tensors are adjacent in the file), laid
-out in its buffer as in the tier, so its batch copies them in one piece (DecodeBatch.enqueue_copy).
+A unit's tensors' inputs are laid out one after the other in tier order, each 256-aligned as in the tier, so the
+tensors that are adjacent in the tier (a block's, unless a checkpoint shard boundary splits it) go in one copy
+(DecodeBatch.enqueue_copy merges them) and no other tensor's bytes cross PCIe.
 
 Ordering of a streamed unit, all stream-ordered: the copy stream waits until the decode of the staging slot's
 previous user is done (its consumed event, recorded on the side stream), copies, and records the unit's copied event;
@@ -18,7 +19,7 @@ the side stream waits on it before the decode.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import torch
 
@@ -39,16 +40,20 @@ class HostInputs:
         self.tier = tier
         self.device = device
         self.copy = torch.cuda.Stream(device=device)
-        # Per unit: (lo, hi) of its inputs in the tier and each tensor's offset.
-        self.span: List[Tuple[int, int]] = []
+        # Per unit: its tensors' inputs laid out one after the other in tier order, each 256-aligned (the tier's own
+        # rule, so tensors adjacent in the tier stay adjacent here and their copy is one), and the inputs' bytes.
         self.offsets: List[Dict[str, int]] = []
+        self.tier_bytes_of: List[int] = []
+        sizes = []
         for u in units:
-            offs = {tensor: tier.span(tensor) for _, tensor, *_ in u.params}
-            lo = min(o for o, _ in offs.values())
-            hi = max(o + n for o, n in offs.values())
-            self.span.append((lo, hi))
-            self.offsets.append({t: o for t, (o, _) in offs.items()})
-        sizes = [_aligned(hi - lo) for lo, hi in self.span]
+            spans = sorted((tier.span(tensor), tensor) for _, tensor, *_ in u.params)
+            at, offs = 0, {}
+            for (_, n), tensor in spans:
+                offs[tensor] = at
+                at = _aligned(at + n)
+            self.offsets.append(offs)
+            self.tier_bytes_of.append(sum(n for (_, n), _ in spans))
+            sizes.append(at)
         # The resident share is a prefix of `order` (outer units first, then blocks in forward order); the rest stream
         # through a ring of staging slots, each the largest streamed unit's size. The longest prefix that fits beside
         # a ring of `staging_slots` (where fewer units stream, one slot each); failing that, beside one slot (a copy
@@ -81,8 +86,8 @@ class HostInputs:
         self.resident = torch.empty(max(used, 1), dtype=torch.uint8, device=device)
         self.staging = torch.empty(max(self.staging_slots * self.slot_bytes, 1), dtype=torch.uint8, device=device)
         self.consumed: List[Optional[torch.cuda.Event]] = [None] * self.staging_slots
-        self.streamed_bytes = sum(self.span[i][1] - self.span[i][0] for i in self.streamed)
-        self.resident_tier_bytes = sum(self.span[i][1] - self.span[i][0] for i in self.resident_at)
+        self.streamed_bytes = sum(self.tier_bytes_of[i] for i in self.streamed)
+        self.resident_tier_bytes = sum(self.tier_bytes_of[i] for i in self.resident_at)
 
     def inputs_at(self, i: int, tensor: str) -> int:
         """The device address of `tensor`'s inputs for unit i's batch."""
@@ -90,7 +95,7 @@ class HostInputs:
             base = self.resident.data_ptr() + self.resident_at[i]
         else:
             base = self.staging.data_ptr() + self.slot_of[i] * self.slot_bytes
-        return base + self.offsets[i][tensor] - self.span[i][0]
+        return base + self.offsets[i][tensor]
 
     def place_resident(self, units, side: torch.cuda.Stream) -> None:
         """Copies the resident units' inputs once (on the side stream, before their first decode)."""
