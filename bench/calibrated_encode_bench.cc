@@ -1,6 +1,7 @@
-// Calibrated encode time on the CPU (docs/NOTES.md, issue 30): a ROWS x COLS Gaussian layer at RATE bpp, plain and
-// with a correlated synthetic H (factor, feedback rounding, H-weighted refit), each timed, with the H-weighted
-// relative errors and stored rates. Usage: calibrated_encode_bench [ROWS COLS RATE THREADS] (default 10240 3840 4 2).
+// Calibrated encode time on the CPU (docs/measurements/calibration.md): a ROWS x COLS Gaussian layer at RATE bpp,
+// plain and with a correlated synthetic H (factor, feedback rounding, H-weighted refit), each timed, with the
+// H-weighted relative errors and stored rates. Usage: calibrated_encode_bench [ROWS COLS RATE THREADS] (default
+// 10240 3840 4 2).
 #include <chrono>
 #include <cmath>
 #include <cstdio>

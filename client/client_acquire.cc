@@ -195,8 +195,7 @@ Status Client::release_after(std::uint64_t handle, void* stream) {
   const int device = impl_->pool_info[pool].device;
   // A stream with nothing left to run has finished every read of the slot: the release message is then the fence,
   // and no event is recorded in this process's context. Without MPS such a record makes the GPU switch to this
-  // context between two of epkd's decodes: about 250 us per miss on the H200 (docs/NOTES.md, Measurements, the
-  // runs of merged main on two H200s).
+  // context between two of epkd's decodes, a large cost per miss (docs/measurements/acquire-latency.md).
   EPK_TRY_ASSIGN(const bool idle, impl_->device->stream_idle(stream, device));
   if (idle) {
     lock.unlock();

@@ -219,9 +219,9 @@ int run_daemon(const DaemonConfig& cfg) {
     status = std::move(*t);
   }
   const std::uint32_t spin_us = spin_us_for(cfg.spin_us, std::thread::hardware_concurrency());
-  // Half the cores, 1 to 16: the hit path scales with io threads (16 clients on the 32-core H200 host: p50 14.5-15.3
-  // us at 16 threads, 19.3 at 8, 34-37 at 4; on the 16-core host 8 threads beat 4 in every measured setting, and 16
-  // collapsed with 16 spinning clients; docs/NOTES.md, the cache-hit round trip measurements).
+  // Half the cores, 1 to 16: the hit path scales with io threads (16 clients on the 32-core H200 host); on the
+  // 16-core host 8 threads beat 4 in every measured setting, and 16 collapsed with 16 spinning clients
+  // (docs/measurements/cache-hit-round-trips.md).
   unsigned io_threads =
       cfg.io_threads != 0 ? cfg.io_threads : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 16u);
   std::vector<std::unique_ptr<asio::io_context>> contexts;

@@ -2,8 +2,8 @@
 // daemon maps into its own address space and passes to clients once (SCM_RIGHTS); a client imports the fd, maps it and
 // sets read-write access for the device. Built only with the CUDA toolkit (EPK_HAVE_CUDA, target epk_shm_cuda); the
 // driver API is loaded at run time (dlopen, shm/cuda_driver.h) and used on the device's primary context. epkd serves
-// from one of these on device 0 (daemon/lanes/gpu_backend.h) and libepk imports it (client/device_client.cc); both checked
-// on the H200 by tests/daemon/epkd_gpu_test.cc (docs/NOTES.md).
+// from one of these per device (daemon/lanes/gpu_backend.h) and libepk imports it (client/device_client.cc); both
+// checked on the GPU by tests/daemon/epkd_gpu_test.cc (docs/measurements/device-test-runs.md).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,7 @@
 // How long a waiter polls before it sleeps when nobody configured it. epkd's io threads (after a request) and
 // libepk's reply wait use the same rule: on a machine with cores to spare, a reply that comes back within the window
-// is picked up without a sleeping thread's wake-up (about 10 us each way on the H200 host); on a small machine the
-// polling thread takes the core the other side needs. Measured on the H200 host, epkd's and the client's side:
-// docs/NOTES.md, Measurements, "Issue 6 latency on the H200 host".
+// is picked up without a sleeping thread's wake-up; on a small machine the polling thread takes the core the other
+// side needs. Measured on the H200 host and the 2-core build VM: docs/measurements/cache-hit-round-trips.md.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Large host blocks kept for reuse instead of going back to the operating system: a block that is freed and
-// allocated again costs its page faults each time (a fresh 19 MB payload took 2.6-2.8 ms to download on the H200
-// host, a recycled one 0.9-1.0 ms: docs/NOTES.md, "Codec: the GPU encoder"). `epk compress` frees each
+// allocated again costs its page faults each time (a fresh payload's download takes about three times a recycled
+// one's: docs/measurements/gpu-encoder.md). `epk compress` frees each
 // tensor's encoded payload once it is written and allocates the next one of much the same size, which glibc hands
 // back to the kernel and faults in again when the blocks are large.
 // Blocks are grouped by size class (the size rounded up to 2 MiB); a request takes a kept block of its own class or
@@ -9,7 +9,7 @@
 // process's until it exits (the encoders and the tools hold PayloadWords; epkd does not). Thread-safe.
 // A device encoder installs a Pinner: from then on blocks are pinned (registered for direct device copies) when they
 // are first kept, so that a payload is downloaded straight into a recycled block instead of through staging memory
-// (docs/NOTES.md, "Codec: the GPU encoder").
+// (docs/decisions/gpu-encoder.md).
 #pragma once
 
 #include <cstddef>

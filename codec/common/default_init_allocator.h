@@ -1,8 +1,8 @@
 // An allocator whose construction without a value default-initialises: resize() of a vector of trivially
 // constructible elements (std::uint16_t) then writes nothing, where std::allocator zero-fills. For a buffer about to
 // be written whole by other means: the device encoder's payload download, where the zero-fill of fresh memory was
-// one thread faulting in every page (5-6 ms of a 20 MB payload on the H200 host) before the copy threads wrote it
-// again (docs/NOTES.md, "Codec: the GPU encoder"). A vector with it must not be read where it was not written.
+// one thread faulting in every page before the copy threads wrote it again (docs/measurements/gpu-encoder.md). A
+// vector with it must not be read where it was not written.
 #pragma once
 
 #include <memory>

@@ -1,9 +1,8 @@
 // A fixed team of host threads for work done in phases: in each phase every member runs its share of the phase's
 // work, and once all of them have, one member runs the step between phases before any member starts the next.
 // The staged device copies (codec/cuda/encode/encode_copy.h) use it: each phase copies one chunk through a pinned slot and
-// the step between orders the chunk's DMA. The threads are started once, with the team, because starting eight
-// threads for each chunk cost 0.2-0.4 ms a time on the H200 host, as much as copying a chunk (docs/NOTES.md,
-// "Codec: the GPU encoder").
+// the step between orders the chunk's DMA. The threads are started once, with the team, because starting threads
+// for each chunk costs about as much as copying the chunk (docs/measurements/gpu-encoder.md).
 // One run at a time: run() is not reentrant and the team is not shared between threads that call run().
 #pragma once
 

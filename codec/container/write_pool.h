@@ -1,6 +1,6 @@
 // Writes tensors into a container::Writer from several threads. Copying a model's bytes into the page cache and
-// hashing them is what bounds `epk compress` once tensors are encoded on a GPU (one writing thread spent 1.9 s of a
-// 3.9 s run on an 8B model's 4.8 GB, docs/NOTES.md "Codec: the GPU encoder"), so add() reserves each tensor's place
+// hashing them is what bounds `epk compress` once tensors are encoded on a GPU (docs/measurements/
+// compress-end-to-end.md), so add() reserves each tensor's place
 // on the caller's thread, in call order (the file is byte for byte what Writer::add_tensor in that order writes),
 // and a worker hashes and writes its bytes. At most `max_pending` tensors wait for a worker; add() blocks beyond
 // that, which bounds the memory the callers' results hold.

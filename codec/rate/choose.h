@@ -15,8 +15,8 @@
 // The default ceiling follows the rate: default_max_rel_l2(R) = min(kMaxRelL2Cap, max(kMaxRelL2Floor,
 // kMaxRelL2Factor * 2^-R)), i.e. min(0.9, max(0.01, 3 * 2^-R)): 0.75 at 2 bpp, 18.75% at 4, 1.17% at 8, 1% from
 // 8.2 bpp up. 2^-R is the Gaussian rate-distortion bound on the relative error at R bits per weight; a large
-// Gaussian layer lands at 1.16-1.26x of it from 0.5 to 6 bpp and 1.4-2x at 8-11 bpp (docs/NOTES.md, "Never destroy
-// a tensor"), so 3x keeps every normal layer encoded and refuses what is several times worse than a normal layer
+// Gaussian layer lands at 1.16-1.26x of it from 0.5 to 6 bpp and 1.4-2x at 8-11 bpp (docs/measurements/
+// pack-choice.md), so 3x keeps every normal layer encoded and refuses what is several times worse than a normal layer
 // at the same rate. The floor: an error under 1% destroys nothing, whatever the rate; the cap: at 0.5-1 bpp a large
 // layer's own error is 60-82%, and an all-zero reconstruction (100%) is refused by its own rule.
 #pragma once

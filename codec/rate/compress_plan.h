@@ -73,8 +73,8 @@ struct TensorPlan {
 
 // The encoder's settings for one tensor at `target_bpp`, and what the file records of them. rdo_sweeps > 0 (row
 // RDO) also turns on the encoder's other slower levers, ECVQ point choice, table pruning and the fine rate step
-// (each trades encode time for a little rate at the same error: docs/NOTES.md), so one setting asks for "slower and
-// smaller"; rdo_levers names them as compress records them in the file's settings.
+// (each trades encode time for a little rate at the same error: docs/measurements/cpu-codec-error.md), so one
+// setting asks for "slower and smaller"; rdo_levers names them as compress records them in the file's settings.
 EncodeOptions packer_encode_options(double target_bpp, int rdo_sweeps, int threads);
 rans::EncodingInfo packer_encoding_info(double target_bpp, int rdo_sweeps);
 std::vector<std::string> rdo_levers(int rdo_sweeps);

@@ -36,7 +36,7 @@ struct EncodeOptions {
   bool calibrate_rate = true;       // correct the size model by the coder's measured overhead (search.h); false
                                     // keeps the reference's search exactly
   StoredBytes stored_bytes;         // with calibrate_rate: what the target counts (empty: the reference's blob)
-  // Beyond the reference (docs/NOTES.md has the measurements): entropy-constrained choice of each vector's lattice
+  // Beyond the reference (docs/measurements/cpu-codec-error.md): entropy-constrained choice of each vector's lattice
   // point under the tensor's own tables (codec/rate/ecvq.h), iterated with the table fit, the scale then re-searched
   // on the whole tensor so the stored rate still meets the target.
   bool ecvq = false;

@@ -1,6 +1,6 @@
 // Tensor-parallel shards: the one place that says what a shard request means, checks it against a tensor's shape and
 // resolves it into a range. epkd keys its cache by the resolved range, sizes slots by it and decodes only what it
-// covers; libepk and the Python package build requests with it (docs/NOTES.md, "Tensor-parallel shards").
+// covers; libepk and the Python package build requests with it (docs/decisions/shards.md).
 //
 // A shard cuts one dimension of a tensor of shape [d0, d1, ...]:
 //   rows     dimension 0: the output features of a torch Linear weight [out, in] (column-parallel layers:

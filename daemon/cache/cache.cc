@@ -101,8 +101,8 @@ std::vector<UidPins> Cache::pin_holders() const {
 
 // Fences are kept in release order, and the slot is reusable only once all have completed: the walk drops the
 // completed ones from the front and stops at the first still pending. A slot released again and again while its
-// oldest fence is pending costs one query per release, not one per fence held (on the H200, querying every fence
-// held made Cache::release 26 us on average with hundreds of markers pending; docs/NOTES.md).
+// oldest fence is pending costs one query per release, not one per fence held (querying every fence held made
+// Cache::release slow with hundreds of markers pending: docs/measurements/acquire-latency.md).
 bool Cache::has_pending_fence(const Slot& s) {
   return std::any_of(s.fences.begin(), s.fences.end(), [](const auto& f) { return !f->completed(); });
 }

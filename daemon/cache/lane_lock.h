@@ -3,8 +3,7 @@
 // (Cache::pin_shared / unpin_shared), which they do with atomics on the slot and on their own client's entry. A shared
 // lock writes only its own slot's cache line and reads a flag that changes only when an exclusive holder comes, so
 // cache hits on different io threads neither wait for each other nor pass a lock's line between cores (one lock
-// shared by every io thread limits cache-hit round trips at 16 clients: docs/NOTES.md, Measurements, "cache-hit
-// round trips with 16 clients").
+// shared by every io thread limits cache-hit round trips at 16 clients: docs/measurements/cache-hit-round-trips.md).
 //
 // Rules: reader slot r is used by one thread at a time (io thread r); a thread never asks for the exclusive lock while
 // it holds a shared one. Exclusive holders are serialised by a SpinMutex; a reader that meets one backs off until it

@@ -110,9 +110,9 @@ struct DaemonConfig {
 };
 
 // The io threads' poll window for a configured spin_us: as given when >= 0; automatic otherwise: kAutoSpinUs on a
-// machine of at least kAutoSpinMinCores cores, else 0. Measured (docs/NOTES.md, polling before blocking): on the
-// 16-core H200 host 50 us cut the 1-client cache-hit pair from 32.7 to 22.4 us p50 and the 16-client p99 from 290 to
-// 131 us; on a 2-core VM it made both worse (the polling thread takes the core the client needs).
+// machine of at least kAutoSpinMinCores cores, else 0. On the 16-core H200 host 50 us cut the 1-client cache-hit
+// latency and the 16-client tail; on a 2-core VM it made both worse (the polling thread takes the core the client
+// needs): docs/measurements/cache-hit-round-trips.md.
 using shm::kAutoSpinMinCores;
 using shm::kAutoSpinUs;
 std::uint32_t spin_us_for(std::int64_t configured, unsigned cores);

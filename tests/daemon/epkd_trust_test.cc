@@ -119,7 +119,7 @@ TEST(EpkdTrust, AUidTheConfigDoesNotAllowIsRefusedAtAccept) {
             }),
             0);
   EXPECT_LE(open_fds(d.pid()), fds_before + 2);
-  // No session buffers were made: the heap stays where it was (docs/NOTES.md has the figures).
+  // No session buffers were made: the heap stays where it was (docs/decisions/epkd-trust.md has the figures).
   const std::uint64_t rss_after = rss_kib(d.pid());
   if (kHeapMeasurable) {
     EXPECT_LE(rss_after, rss_before + 2048) << "RssAnon " << rss_before << " -> " << rss_after << " KiB";

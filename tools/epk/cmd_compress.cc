@@ -55,7 +55,8 @@ struct CompressArgs {
   std::string calibration;
 };
 
-// Device encoders packing tensors together (EncodePipeline): 3 gave 2.6x one on the H200 (docs/NOTES.md).
+// Device encoders packing tensors together (EncodePipeline): one leaves the GPU mostly idle between its steps' syncs
+// (docs/decisions/gpu-encoder.md); 4 were no better than 3 (docs/measurements/compress-end-to-end.md).
 inline constexpr int kDeviceEncoders = 3;
 // Threads hashing and writing tensors into the file (container::WritePool), and the tensors that may wait for them.
 inline constexpr int kWriterThreads = 4;
@@ -134,7 +135,7 @@ Status run_compress(const CompressArgs& args) {
     return make_error(ErrorCode::kInvalidArgument,
                       "--calibration with --rdo: calibrated rounding does not combine with ECVQ and row RDO");
   // The budget allocator prices each tensor by its weight error (rate::allocate_budget's energy); pricing by the
-  // H-weighted output error is not built (docs/NOTES.md, issue 30).
+  // H-weighted output error is not built (docs/decisions/calibration.md).
   if (!args.calibration.empty() && args.budget_bpp)
     return make_error(ErrorCode::kInvalidArgument,
                       "--calibration with --budget-bpp is not supported yet: give --bpp (and --rule) instead");

@@ -18,7 +18,7 @@ inline constexpr int kLeanProbBits = 11;
 // A kernel's block shape: compiled for blocks of at most kMaxWarps warps and one block per SM, so ptxas fits each
 // thread into 65536 / (32 kMaxWarps) registers. Every kernel has the 32-warp form (64 registers per thread: any plan
 // fits); the shared-table kernels also have a 24-warp form (80 registers), which the plan takes where its blocks
-// have at most 24 warps: faster on the H200 (docs/NOTES.md, GPU decoder).
+// have at most 24 warps: faster on the H200 (docs/measurements/gpu-decode.md).
 template <int kMaxWarps_>
 struct BlockShape {
   static constexpr int kMaxWarps = kMaxWarps_;

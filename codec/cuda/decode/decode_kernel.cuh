@@ -4,7 +4,7 @@
 // as one 16-byte (or 8/32-byte) write per lane. Two loops use them: the lean loop (decode_lean.cuh: packed shared
 // tables at prob_bits 11, the 2 and 4 bpp streams) and the general loop here (everything else, 8 bpp included).
 //
-// Why it looks like this (docs/NOTES.md has the measurements):
+// Why it looks like this (docs/decisions/gpu-decoder.md; figures in docs/measurements/gpu-decode.md):
 // - Each renormalisation reads at most one 16-bit word; a ballot and a popcount of the lower lanes give every lane
 //   its word without a prefix-sum pass (lanes wrote in ascending order, the decoder walks backwards).
 // - The state chain (lookup -> multiply-add -> compare -> ballot -> word) is the critical path, so the words come from
@@ -270,9 +270,9 @@ __device__ __forceinline__ void record_tile(const TensorDesc& d, std::uint32_t t
 // rings of 2 KiB][descriptor][tile counter]. Copies the descriptor and (with_luts) the tables and sets the counter to
 // the first tile after the `static_tiles` the caller hands out itself; the caller then joins the block's barrier.
 // The tables (up to 128 KiB, the same for every block) go by cp.async, all in flight at once: a copy loop through
-// registers waited one L2 round trip per 16 bytes per thread, and took ~10% of the lean kernel's warp samples (ncu,
-// H200, docs/NOTES.md). defer_lut_wait: the caller waits (cp.async.wait_all) before its __syncthreads(), after it has
-// started its first tile, so that tile's loads overlap the copy.
+// registers waited one L2 round trip per 16 bytes per thread (docs/measurements/gpu-decode.md). defer_lut_wait: the
+// caller waits (cp.async.wait_all) before its __syncthreads(), after it has started its first tile, so that tile's
+// loads overlap the copy.
 struct BlockSetup {
   std::uint32_t smem0;   // shared address of the dynamic shared memory
   std::uint32_t ring0;   // first word ring

@@ -3,7 +3,7 @@
 // instructions per symbol and per group, and groups without branches. Same output bit for bit; its plain reference is
 // codec/rans's decoder, which the tests in tests/codec/cuda compare it against.
 //
-// Why it looks like this (SASS of the general loop, docs/NOTES.md):
+// Why it looks like this (against the general loop's SASS: docs/decisions/gpu-decoder.md):
 // - prob_bits is a template parameter, so the eight field tables of a coset sit at compile-time offsets from one
 //   per-lane base: each lookup is slot = x & mask, one LEA and an LDS with an immediate offset (no table pointer
 //   recomputed per symbol).
@@ -196,7 +196,7 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       // One predicate for the vote, the word load and the merge (the C++ form compiles to two compares), the
       // prefix count of the needing lanes at or above this one, the ring address and the pointer step. The step
       // comes from lane 0, whose prefix count is the whole vote's (one SHFL off the chain instead of a second POPC
-      // and IMAD: H200, 10240x3840 4 bpp 74.8 -> 73.0 us, 1024x4096 51.4 -> 48.2 us, docs/NOTES.md).
+      // and IMAD: docs/measurements/gpu-decode.md).
       auto renorm = [&]() {
         if constexpr (kPartial) {
           const bool need = valid && x < kStateLow;

@@ -323,9 +323,8 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     two_level_ok = two_level_ok && checked[t].total_symbols < 65535 && jobs[t].stream->prob_bits <= 15;
   }
   const bool two_level_fits = two_level_ok && two_level_max + fixed_shared + 1024 <= limits.max_shared_per_block;
-  // The first placement that holds the whole batch, fastest first (H200, docs/NOTES.md: packed shared 95 us vs
-  // two-level 99 us at 4 bpp; where packed entries do not fit, two-level 96 us vs 64-bit entries through L1 252 us,
-  // 10240x3840 at 8 bpp).
+  // The first placement that holds the whole batch, fastest first (packed shared ahead of two-level at 4 bpp; where
+  // packed entries do not fit, two-level far ahead of 64-bit entries through L1: docs/measurements/gpu-decode.md).
   switch (overrides.lut_mode) {
     case detail::kPackedShared:
       if (!shared_fits) {

@@ -97,7 +97,7 @@ Result<rans::EncodedTensor> TileCoder::code(const FieldSet& fs, const model::Fie
   // Faulting the payload's host memory in was most of its download: PayloadWords takes a block used before where
   // the process has one (its writer gave the last payload's back), faults a fresh one in huge pages where the
   // kernel gives them, and writes nothing on resize(), so the copier's threads fault in what is fresh together
-  // (docs/NOTES.md, "Codec: the GPU encoder"). A block the recycler pinned (TileCoder's pinner: a block is
+  // (docs/decisions/gpu-encoder.md). A block the recycler pinned (TileCoder's pinner: a block is
   // registered when first kept, by the thread that frees it, and stays so while recycled) takes the payload
   // straight from the device, without the copier.
   out.payload.resize(std::size_t(total));

@@ -11,8 +11,8 @@ namespace epk::cuda {
 
 namespace {
 
-// Every core: the copies are bound by memory bandwidth, and on the H200 host one 78.6 MB upload's copy into the
-// slots took 2.0 ms with 16 threads against 3.0 ms with 8 (docs/NOTES.md, "Codec: the GPU encoder").
+// Every core: the copies are bound by memory bandwidth, and more threads copied faster on the H200 host
+// (docs/measurements/gpu-encoder.md).
 int team_members(int spare_cores) {
   const int cores = int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   return std::max(1, cores - spare_cores);

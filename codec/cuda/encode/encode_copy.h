@@ -1,8 +1,8 @@
 // Host <-> device copies of pageable memory (a mapped safetensors file, std::vector) at pinned-memory speed: the
 // bytes go through two pinned staging slots; a team of host threads copies one chunk into (or out of) a slot while
-// the other slot's DMA runs. A pageable cudaMemcpy measured 6.4 GB/s on the H200 host (docs/NOTES.md); the device
-// encoder's source upload and payload download use this instead. One copier per host thread (its slots and team
-// are its own).
+// the other slot's DMA runs. A pageable cudaMemcpy is several times slower (docs/measurements/gpu-encoder.md); the
+// device encoder's source upload and payload download use this instead. One copier per host thread (its slots and
+// team are its own).
 #pragma once
 
 #include <cuda_runtime_api.h>

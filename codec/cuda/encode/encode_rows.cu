@@ -6,8 +6,8 @@
 //   which every large layer is): the block's four warps copy slices kStages - 1 ahead into shared memory with
 //   asynchronous 16-byte copies while warp 0 sums the current one, so the sums never wait on a load;
 // - plain, for any shape: warp 0 alone stages 32-column slices with ordinary loads, then sums them.
-// The plain form took 0.44 ms (row statistics) and 0.71 ms (refit) of kernel time for a 10240x3840 bf16 layer on
-// the H200, bound by each warp waiting on its own loads (320 warps for 132 SMs: docs/NOTES.md).
+// The plain form is bound by each warp waiting on its own loads (a 10240x3840 layer gives 320 warps for the H200's
+// 132 SMs): several times the streamed form's kernel time (docs/measurements/gpu-encoder.md).
 #include <cuda_pipeline.h>
 
 #include <type_traits>

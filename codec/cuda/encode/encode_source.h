@@ -2,8 +2,8 @@
 // compact block ahead of them. load() puts the sample's rows on the device first (gathered on the host into the
 // staged copier's slots) and copies the whole tensor on a second stream from a helper thread, so that the sample's
 // steps (the scale search: about 15 quantise-and-count round trips) run while the tensor is still arriving; whole()
-// waits for it. The upload is bound by the host's memory bandwidth (the staging copy and the DMA share it: 2.7-4.1
-// ms for a 78.6 MB layer on the H200 host, docs/NOTES.md), so it is the step worth hiding.
+// waits for it. The upload is bound by the host's memory bandwidth (the staging copy and the DMA share it:
+// docs/measurements/gpu-encoder.md), so it is the step worth hiding.
 // The next tensor's bytes (prefetch_next) are copied the same way while the current one is encoded; a tensor
 // found there has its sample gathered on the device.
 // Host-only; one encoding thread at a time (the helper thread is the object's own).
