@@ -184,14 +184,14 @@ Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format,
   return enqueue_plan(t, tensor, PlanKey{format, 0, t.producer->stream().rows}, dst, bytes, stream);
 }
 
-Status DeviceTier::check(cuda::Stream stream, std::vector<cuda::TileFaultRecord>* faults) {
+Status DeviceTier::check(cuda::Stream stream, std::vector<rans::TileFaultRecord>* faults) {
   Plan* p = pending_;
   pending_ = nullptr;
   if (p == nullptr) return {};
   const void* scratch = reinterpret_cast<const void*>(p->scratch.address());
   Status st = p->plan.check(scratch, stream);
   if (!st && faults != nullptr) {
-    EPK_TRY_ASSIGN(std::vector<cuda::TileFaultRecord> bad, cuda::read_tile_faults(p->plan.decode_plan(), scratch, stream));
+    EPK_TRY_ASSIGN(std::vector<rans::TileFaultRecord> bad, cuda::read_tile_faults(p->plan.decode_plan(), scratch, stream));
     faults->insert(faults->end(), bad.begin(), bad.end());
   }
   return st;

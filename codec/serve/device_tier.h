@@ -120,7 +120,7 @@ class DeviceTier {
                         cuda::Stream stream);
   // After the stream has synchronised past the last enqueue: kCorruptTile naming the tensor and tile, once; with
   // `faults`, every corrupt tile is appended there.
-  Status check(cuda::Stream stream, std::vector<cuda::TileFaultRecord>* faults = nullptr);
+  Status check(cuda::Stream stream, std::vector<rans::TileFaultRecord>* faults = nullptr);
   // The last enqueue failed: nothing to check.
   void forget() { pending_ = nullptr; }
 

@@ -204,17 +204,6 @@ std::uint32_t output_element_bytes(OutputFormat format) {
   return 0;
 }
 
-std::string_view tile_fault_name(TileFault fault) {
-  switch (fault) {
-    case TileFault::kOk: return "ok";
-    case TileFault::kBadOffsets: return "bad offsets";
-    case TileFault::kUnderflow: return "read before the tile start";
-    case TileFault::kNotDrained: return "words left over";
-    case TileFault::kBadFinalState: return "final state is not 2^15";
-  }
-  return "?";
-}
-
 Int8Gain int8_gain(const rans::LatticeRansStream& s) {
   const rans::RowwiseGain g = rans::rowwise_gain(s, rans::RowwiseType::kInt8);
   return Int8Gain{g.gain, g.half_over_gain};
