@@ -73,13 +73,13 @@ Luts build_luts(const LatticeRansStream& s) {
 // Vectors of one tile's scratch (coset[n], fields[8n]): no tile holds more than the tensor's vectors, whatever
 // tile_symbols says (a stream of a few vectors may declare up to 2^32 - 1 symbols per tile).
 std::uint64_t tile_scratch_vectors(const LatticeRansStream& s) {
-  return std::min<std::uint64_t>(std::max<std::uint32_t>(32, s.tile_symbols / 9), s.vectors());
+  return std::min<std::uint64_t>(vectors_per_tile(s.tile_symbols), s.vectors());
 }
 
 // Decodes tile t into coset[n] and fields[8n] (tile-local vector order), n <= tile_scratch_vectors(s).
 TileFault decode_tile(const LatticeRansStream& s, const Luts& luts, std::uint32_t t, std::uint8_t* coset,
                       std::int32_t* fields) {
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
+  const std::uint64_t tile_vectors = vectors_per_tile(s.tile_symbols);
   const std::uint64_t begin = std::uint64_t(t) * tile_vectors;
   const std::uint32_t count = std::uint32_t(std::min<std::uint64_t>(tile_vectors, s.vectors() - begin));
   const std::uint16_t* words = s.payload.data() + s.offsets[t];
@@ -213,9 +213,7 @@ Status validate_stream(const LatticeRansStream& s, std::string_view name) {
   }
   if (s.prob_bits < 9 || s.prob_bits > 15) return bad(name, "prob_bits " + std::to_string(s.prob_bits));
   if (s.tile_symbols == 0) return bad(name, "tile_symbols 0");
-  const std::uint64_t vectors = s.vectors();
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
-  const std::uint64_t tiles = (vectors + tile_vectors - 1) / tile_vectors;
+  const std::uint64_t tiles = tiles_for_vectors(s.vectors(), s.tile_symbols);  // s.vectors() >= 1 here
   if (s.offsets.size() != tiles + 1) {
     return bad(name, "offsets has " + std::to_string(s.offsets.size()) + " entries, expected " +
                          std::to_string(tiles + 1));
@@ -333,11 +331,11 @@ Status decode_range(const LatticeRansStream& s, std::string_view name, const Lut
                     std::uint32_t row_end, int threads, std::vector<TileFaultRecord>* faults, Write&& write) {
   if (row_begin == row_end) return {};
   const std::uint64_t vpr = s.padded_cols / 8;
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
+  const std::uint64_t tile_vectors = vectors_per_tile(s.tile_symbols);
   const std::uint64_t v0 = std::uint64_t(row_begin) * vpr;
   const std::uint64_t v1 = std::uint64_t(row_end) * vpr;
   const std::uint64_t t0 = v0 / tile_vectors;
-  const std::uint64_t t1 = (v1 + tile_vectors - 1) / tile_vectors;
+  const std::uint64_t t1 = tiles_for_vectors(v1, s.tile_symbols);
   const std::uint64_t scratch = tile_scratch_vectors(s);
   std::vector<TileFault> status(t1 - t0, TileFault::kOk);
   parallel_for_blocks(t1 - t0, 4, threads, [&](std::size_t b0, std::size_t b1) {
@@ -362,7 +360,9 @@ Status decode_range(const LatticeRansStream& s, std::string_view name, const Lut
   if (bad_tiles.empty()) return {};
   std::string msg = prefix(name) + std::to_string(bad_tiles.size()) + " corrupt tile(s):";
   for (std::size_t i = 0; i < bad_tiles.size() && i < 8; ++i) {
-    msg += " tile " + std::to_string(bad_tiles[i].tile) + " (" + std::string(tile_fault_name(bad_tiles[i].fault)) + ")";
+    msg += " tile " + std::to_string(bad_tiles[i].tile) + " (";
+    msg += tile_fault_name(bad_tiles[i].fault);
+    msg += ")";
   }
   if (faults) faults->insert(faults->end(), bad_tiles.begin(), bad_tiles.end());
   return make_error(ErrorCode::kCorruptTile, msg);
@@ -497,7 +497,7 @@ Result<std::vector<TileFaultRecord>> check_tiles(const LatticeRansStream& s, std
 Result<lattice::QuantizedFields> decode_fields(const LatticeRansStream& s, std::string_view name) {
   EPK_TRY(validate_stream(s, name));
   const Luts luts = build_luts(s);
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
+  const std::uint64_t tile_vectors = vectors_per_tile(s.tile_symbols);
   lattice::QuantizedFields q;
   q.resize(s.vectors());
   for (std::uint32_t t = 0; t < s.tiles(); ++t) {
