@@ -10,7 +10,7 @@ bool in_device_region(const container::TensorEntry& entry) {
   return entry.encoding == container::Encoding::kLatticeRans;
 }
 
-Result<std::uint64_t> ColumnWork::reserve(std::uint64_t bytes) {
+Result<DeviceAddress> ColumnWork::reserve(std::uint64_t bytes) {
   if (buf_.size() < bytes) {
     // The old buffer goes first (its bytes leave the count with it, whether or not the new one comes).
     account_(-static_cast<std::int64_t>(buf_.size()));
@@ -41,14 +41,14 @@ cuda::DeviceBuffers DeviceTier::inputs(std::size_t tensor) const {
   return cuda::tier_buffers(base_, *layout_.tensors[tensor]);
 }
 
-Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, std::uint64_t out_dev) const {
+Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, DeviceAddress out_dev) const {
   if (!holds(tensor)) {
     return make_error(ErrorCode::kUnsupported, "tensor " + std::to_string(tensor) + " is not in the device tier");
   }
   return lattice_job(*lattice_[tensor].producer, layout, inputs(tensor), out_dev);
 }
 
-Status DeviceTier::upload(std::uint64_t base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
+Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                           std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings) {
   base_ = base;
   const std::string what = "the device tier on device " + std::to_string(device_);
@@ -104,14 +104,14 @@ Result<DeviceTier::Plan*> DeviceTier::plan_for(Lattice& t, std::size_t tensor, c
   EPK_TRY_ASSIGN(cuda::DeviceAllocation scratch,
                  cuda::DeviceAllocation::create(plan.scratch_bytes(), device_,
                                                 "tensor '" + t.producer->entry().name + "': decode plan"));
-  EPK_TRY(plan.upload(reinterpret_cast<void*>(scratch.address()), stream));
+  EPK_TRY(plan.upload(scratch.address().as<void>(), stream));
   account_(static_cast<std::int64_t>(scratch.size()));
   if (!is_whole) t.range_plans.push_back(key);
   return &t.plans.emplace(key, Plan{std::move(plan), std::move(scratch)}).first->second;
 }
 
 Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const ShardRange& shard,
-                                        std::uint64_t dst, std::uint64_t bytes, ColumnWork& work,
+                                        DeviceAddress dst, std::uint64_t bytes, ColumnWork& work,
                                         cuda::Stream stream) {
   pending_ = nullptr;
   if (tensor >= producers_.size()) return make_error(ErrorCode::kInternal, "device tier: no such tensor");
@@ -141,16 +141,15 @@ Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const
 }
 
 Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, cuda::OutputFormat format,
-                                                const ShardRange& shard, std::uint64_t dst, std::uint64_t bytes,
+                                                const ShardRange& shard, DeviceAddress dst, std::uint64_t bytes,
                                                 ColumnWork& work, cuda::Stream stream) {
   Lattice& t = lattice_[tensor];
   const std::uint32_t rows = t.producer->stream().rows;
   const DeviceWrite done{DevicePath::kLatticeDecode, DevicePath::kLatticeDecode, {}};
   if (shard.dim == ShardDim::kCols) {
     EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, PlanKey{format, 0, rows}, stream));
-    EPK_TRY_ASSIGN(std::uint64_t work_dev, work.reserve(p->plan.work_bytes()));
-    EPK_TRY(p->plan.enqueue_columns(shard, dst, bytes, work_dev, reinterpret_cast<void*>(p->scratch.address()),
-                                    stream));
+    EPK_TRY_ASSIGN(DeviceAddress work_dev, work.reserve(p->plan.work_bytes()));
+    EPK_TRY(p->plan.enqueue_columns(shard, dst, bytes, work_dev, p->scratch.address().as<void>(), stream));
     pending_ = p;
     return done;
   }
@@ -161,7 +160,7 @@ Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, cuda::Output
   return done;
 }
 
-Status DeviceTier::enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, std::uint64_t dst,
+Status DeviceTier::enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, DeviceAddress dst,
                                 std::uint64_t bytes, cuda::Stream stream) {
   EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, key, stream));
   if (p->plan.output_bytes() != bytes) {  // never write past the destination (every caller sized it as the plan)
@@ -169,12 +168,12 @@ Status DeviceTier::enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& k
                                                        std::to_string(bytes) + " bytes, the decode writes " +
                                                        std::to_string(p->plan.output_bytes()));
   }
-  EPK_TRY(p->plan.enqueue(dst, reinterpret_cast<void*>(p->scratch.address()), stream));
+  EPK_TRY(p->plan.enqueue(dst, p->scratch.address().as<void>(), stream));
   pending_ = p;
   return {};
 }
 
-Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format, std::uint64_t dst,
+Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format, DeviceAddress dst,
                                   std::uint64_t bytes, cuda::Stream stream) {
   pending_ = nullptr;
   if (!holds(tensor)) {
@@ -188,10 +187,11 @@ Status DeviceTier::check(cuda::Stream stream, std::vector<rans::TileFaultRecord>
   Plan* p = pending_;
   pending_ = nullptr;
   if (p == nullptr) return {};
-  const void* scratch = reinterpret_cast<const void*>(p->scratch.address());
+  const void* scratch = p->scratch.address().as<const void>();
   Status st = p->plan.check(scratch, stream);
   if (!st && faults != nullptr) {
-    EPK_TRY_ASSIGN(std::vector<rans::TileFaultRecord> bad, cuda::read_tile_faults(p->plan.decode_plan(), scratch, stream));
+    EPK_TRY_ASSIGN(std::vector<rans::TileFaultRecord> bad,
+                   cuda::read_tile_faults(p->plan.decode_plan(), scratch, stream));
     faults->insert(faults->end(), bad.begin(), bad.end());
   }
   return st;

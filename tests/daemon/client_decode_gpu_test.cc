@@ -22,9 +22,10 @@ using shm::Layout;
 
 class ClientDecodeGpu : public DeviceModelTest {};
 
+// ptr: an integer, as StoredTier::Job's out_dev.
 std::vector<std::uint8_t> device_bytes(std::uint64_t ptr, std::uint64_t bytes) {
   std::vector<std::uint8_t> out(bytes);
-  EXPECT_TRUE(shm::copy_from_device(out.data(), ptr, bytes, 0));
+  EXPECT_TRUE(shm::copy_from_device(out.data(), DeviceAddress(ptr), bytes, 0));
   return out;
 }
 
@@ -59,7 +60,7 @@ TEST_F(ClientDecodeGpu, EveryLayoutIsTheDaemonsBytesInOneBatch) {
     auto out = shm::DeviceBuffer::alloc(total, 0);
     ASSERT_TRUE(out) << out.error().to_string();
     // Stale bytes in the buffer: the decode (rowwise padding included) must overwrite every byte it serves.
-    ASSERT_TRUE(shm::fill_device_async(out->ptr(), 0xA5, total, nullptr, 0));
+    ASSERT_TRUE(shm::fill_device_async(out->address(), 0xA5, total, nullptr, 0));
     for (std::size_t i = 0; i < names.size(); ++i) jobs.push_back({names[i], l, out->ptr() + at[i]});
     auto batch = (*tier)->plan(jobs);
     ASSERT_TRUE(batch) << batch.error().to_string();
@@ -144,7 +145,7 @@ TEST_F(ClientDecodeGpu, TheCApiDecodesTheSameBytes) {
   EXPECT_EQ(dims[1], 320u);
   auto out = shm::DeviceBuffer::alloc(bytes, 0);
   ASSERT_TRUE(out);
-  epk_decode_job job{"w3", "dense:bf16", reinterpret_cast<void*>(out->ptr())};
+  epk_decode_job job{"w3", "dense:bf16", out->address().as<void>()};
   epk_batch* b = nullptr;
   ASSERT_EQ(epk_batch_create(s, &job, 1, &b), EPK_OK) << epk_last_error();
   ASSERT_EQ(epk_batch_enqueue(b, nullptr), EPK_OK) << epk_last_error();

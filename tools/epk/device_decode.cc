@@ -51,7 +51,7 @@ Result<bool> gpu_decode(const serve::Producer& p, DType out, std::span<std::uint
   Status checked = tier.check(nullptr, &bad);
   if (faults) faults->insert(faults->end(), bad.begin(), bad.end());
   EPK_TRY(checked);
-  if (cudaError_t e = cudaMemcpy(dst.data(), reinterpret_cast<const void*>(output.address()), dst.size(),
+  if (cudaError_t e = cudaMemcpy(dst.data(), output.address().as<const void>(), dst.size(),
                                  cudaMemcpyDeviceToHost);
       e != cudaSuccess) {
     return make_error(ErrorCode::kCuda, "tensor '" + name + "': copy back: " + cudaGetErrorString(e));
