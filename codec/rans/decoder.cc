@@ -213,7 +213,8 @@ Status validate_stream(const LatticeRansStream& s, std::string_view name) {
   }
   if (s.prob_bits < 9 || s.prob_bits > 15) return bad(name, "prob_bits " + std::to_string(s.prob_bits));
   if (s.tile_symbols == 0) return bad(name, "tile_symbols 0");
-  const std::uint64_t tiles = tiles_for_vectors(s.vectors(), s.tile_symbols);  // s.vectors() >= 1 here
+  const std::uint64_t vectors = s.vectors();
+  const std::uint64_t tiles = tiles_for_vectors(vectors, s.tile_symbols);  // vectors >= 1 here
   if (s.offsets.size() != tiles + 1) {
     return bad(name, "offsets has " + std::to_string(s.offsets.size()) + " entries, expected " +
                          std::to_string(tiles + 1));
