@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
     auto dev = [&](const void* p, std::uint64_t bytes, std::uint64_t pad) -> epk::shm::DeviceBuffer {
       auto b = epk::shm::DeviceBuffer::alloc(bytes + pad, 0);
       if (!b) std::exit(die(b.error().to_string()));
-      if (pad) (void)epk::shm::fill_device_async(b->ptr(), 0, bytes + pad, stream->get(), 0);
-      if (bytes) (void)epk::shm::copy_to_device_async(b->ptr(), p, bytes, stream->get(), 0);
+      if (pad) (void)epk::shm::fill_device_async(b->address(), 0, bytes + pad, stream->get(), 0);
+      if (bytes) (void)epk::shm::copy_to_device_async(b->address(), p, bytes, stream->get(), 0);
       return std::move(*b);
     };
     auto payload = dev(s.payload.data(), s.payload.size_bytes(), 32);
@@ -108,26 +108,25 @@ int main(int argc, char** argv) {
     epk::cuda::DecodeJob job;
     job.name = "w";
     job.stream = &s;
-    job.dev = {reinterpret_cast<const std::uint16_t*>(payload.ptr()),
-               reinterpret_cast<const std::uint32_t*>(offsets.ptr()),
-               reinterpret_cast<const std::uint32_t*>(states.ptr()), reinterpret_cast<const float*>(scales.ptr())};
+    job.dev = {payload.address().as<const std::uint16_t>(), offsets.address().as<const std::uint32_t>(),
+               states.address().as<const std::uint32_t>(), scales.address().as<const float>()};
     job.row_end = rows;
     job.format = epk::cuda::OutputFormat::kBf16;
-    job.out_dev = reinterpret_cast<void*>(out.ptr());
+    job.out_dev = out.address().as<void>();
     auto plan = epk::cuda::DecodePlan::create(std::span<const epk::cuda::DecodeJob>(&job, 1));
     if (!plan) return die(plan.error().to_string());
     auto scratch = dev(nullptr, plan->scratch_bytes(), 0);
     auto cs = static_cast<epk::cuda::Stream>(stream->get());
-    if (auto st = epk::cuda::upload(*plan, reinterpret_cast<void*>(scratch.ptr()), plan->scratch_bytes(), cs); !st)
+    if (auto st = epk::cuda::upload(*plan, scratch.address().as<void>(), plan->scratch_bytes(), cs); !st)
       return die(st.error().to_string());
     for (int i = 0; i < 220; ++i) {
       auto t0 = Clock::now();
-      if (auto st = epk::cuda::decode(*plan, reinterpret_cast<void*>(scratch.ptr()), cs); !st)
+      if (auto st = epk::cuda::decode(*plan, scratch.address().as<void>(), cs); !st)
         return die(st.error().to_string());
       if (auto st = stream->synchronize(); !st) return die(st.error().to_string());
       if (i >= 20) bare.push_back(us_since(t0));
     }
-    if (auto st = epk::cuda::read_status(*plan, reinterpret_cast<void*>(scratch.ptr()), cs); !st)
+    if (auto st = epk::cuda::read_status(*plan, scratch.address().as<void>(), cs); !st)
       return die(st.error().to_string());
     std::printf("plan: %s, %zu blocks of %u warps; payload %.2f MiB\n", plan->kernel_name().c_str(), plan->blocks(),
                 plan->warps_per_block(), static_cast<double>(s.payload.size_bytes()) / 1048576.0);

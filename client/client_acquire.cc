@@ -82,7 +82,7 @@ Status Client::acquire_once(const std::string& model, const std::string& tensor,
   t.row_scales = nullptr;
   t.parts.clear();
   if (info.kind == shm::PoolKind::kDevice) {
-    t.data = reinterpret_cast<void*>(impl_->device_base[r.pool_id] + r.offset);
+    t.data = (impl_->device_base[r.pool_id] + r.offset).as<void>();
     t.on_device = true;
     t.device = info.device;
     if (r.done_event != shm::kNoEvent) {
@@ -176,7 +176,7 @@ Status Client::copy_to_host(const Tensor& t, void* dst) {
   EPK_TRY(check_decoded(t.handle));
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->device) return make_error(ErrorCode::kInvalidArgument, "epk client: no device pool");
-  return impl_->device->copy_to_host(dst, reinterpret_cast<std::uint64_t>(t.data), t.bytes, t.event, t.device);
+  return impl_->device->copy_to_host(dst, DeviceAddress::of(t.data), t.bytes, t.event, t.device);
 }
 
 Status Client::release_after(std::uint64_t handle, void* stream) {

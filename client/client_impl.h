@@ -42,7 +42,7 @@ struct [[gnu::visibility("hidden")]] Client::Impl {
   // By pool id. The hello lists the pools of this client's trust domain only, so ids may have gaps: a gap's entry has
   // size 0 (a real pool never does) and nothing mapped.
   std::vector<shm::PoolInfo> pool_info;  // as the hello reply announced them
-  std::vector<std::uint64_t> device_base;  // device pools: the mapped base address (0 for host pools)
+  std::vector<DeviceAddress> device_base;  // device pools: the mapped base address (null for host pools)
   std::unique_ptr<DeviceSide> device;      // device pools and events; null when the daemon serves host pools only
   std::vector<std::uint32_t> ring_first;   // per pool: its ring's first index in the hello's event list
   std::uint32_t ring_length = 0;           // events per device pool's ring

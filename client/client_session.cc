@@ -129,7 +129,7 @@ Result<Client> Client::connect(const std::string& socket_path, const ClientOptio
     const std::size_t slots = std::size_t{p.pool_id} + 1;
     impl->pools.resize(slots);
     impl->pool_info.resize(slots);  // gaps: size 0
-    impl->device_base.resize(slots, 0);
+    impl->device_base.resize(slots);
     impl->ring_first.resize(slots, 0);
     impl->ring_first[p.pool_id] = next_event;
     if (p.kind == shm::PoolKind::kDevice) {

@@ -12,7 +12,7 @@ class CudaSide final : public DeviceSide {
  public:
   explicit CudaSide(std::vector<shm::IpcEventHandle> events) : handles_(std::move(events)), opened_(handles_.size()) {}
 
-  Result<std::uint64_t> import_pool(std::uint32_t pool_id, shm::UniqueFd fd, std::uint64_t size, int device,
+  Result<DeviceAddress> import_pool(std::uint32_t pool_id, shm::UniqueFd fd, std::uint64_t size, int device,
                                     std::uint32_t first_event, std::uint32_t event_count) override {
     if (first_event > handles_.size() || event_count > handles_.size() - first_event) {
       return make_error(ErrorCode::kBadInput, "epk client: hello reply: pool " + std::to_string(pool_id) +
@@ -20,7 +20,7 @@ class CudaSide final : public DeviceSide {
                                                   std::to_string(handles_.size()));
     }
     EPK_TRY_ASSIGN(shm::DeviceMapping m, shm::import_device_pool(std::move(fd), size, device));
-    const std::uint64_t base = m.device_ptr();
+    const DeviceAddress base = m.device_ptr();
     if (pools_.size() <= pool_id) pools_.resize(pool_id + 1);
     pools_[pool_id] = std::move(m);
     // Every event of the ring is opened now, once: cuIpcOpenEventHandle costs far more than an acquire (measured on
@@ -77,7 +77,7 @@ class CudaSide final : public DeviceSide {
 
   Result<bool> stream_idle(void* stream, int device) override { return shm::stream_idle(stream, device); }
 
-  Status copy_to_host(void* dst, std::uint64_t src, std::uint64_t bytes, void* event, int device) override {
+  Status copy_to_host(void* dst, DeviceAddress src, std::uint64_t bytes, void* event, int device) override {
     EPK_TRY(shm::make_device_current(device));
     if (event != nullptr) {
       EPK_TRY_ASSIGN(const shm::CudaEvent* e, find(event));

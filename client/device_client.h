@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "codec/common/device_address.h"
 #include "codec/common/result.h"
 #include "shm/protocol.h"
 #include "shm/unique_fd.h"
@@ -21,8 +22,8 @@ class DeviceSide {
   static Result<std::unique_ptr<DeviceSide>> create(std::vector<shm::IpcEventHandle> events);
 
   // Imports pool `pool_id` (the fd is consumed) and opens its ring, events [first_event, first_event + event_count)
-  // of the hello's list, on `device`; returns its device base address.
-  virtual Result<std::uint64_t> import_pool(std::uint32_t pool_id, shm::UniqueFd fd, std::uint64_t size, int device,
+  // of the hello's list, on `device`; returns its base address.
+  virtual Result<DeviceAddress> import_pool(std::uint32_t pool_id, shm::UniqueFd fd, std::uint64_t size, int device,
                                             std::uint32_t first_event, std::uint32_t event_count) = 0;
   // The daemon's event `index` of the ring, opened on first use (a CUevent as void*).
   virtual Result<void*> event(std::uint32_t index, int device) = 0;
@@ -35,7 +36,7 @@ class DeviceSide {
   // Whether `stream` has no work left to run on `device` (cuStreamQuery).
   virtual Result<bool> stream_idle(void* stream, int device) = 0;
   // Waits for `event` on the CPU, then copies device bytes to host memory.
-  virtual Status copy_to_host(void* dst, std::uint64_t src, std::uint64_t bytes, void* event, int device) = 0;
+  virtual Status copy_to_host(void* dst, DeviceAddress src, std::uint64_t bytes, void* event, int device) = 0;
 };
 
 }  // namespace epk::client

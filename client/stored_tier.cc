@@ -14,7 +14,7 @@ namespace {
 
 // One host-to-device copy of a staged batch: bytes from the host tier at src to the device at dst.
 struct StageCopy {
-  std::uint64_t dst = 0;
+  DeviceAddress dst;
   const std::byte* src = nullptr;
   std::uint64_t bytes = 0;
 };
@@ -23,14 +23,15 @@ struct StageCopy {
 // input starts where the previous one's span would reach in both places (the gap between two adjacent tensors of the
 // tier, zeros, copied along) merged into one copy.
 std::vector<StageCopy> stage_copies(const std::byte* region,
-                                    std::span<const std::pair<StoredTier::Span, std::uint64_t>> staged) {
+                                    std::span<const std::pair<StoredTier::Span, DeviceAddress>> staged) {
   std::vector<StageCopy> out;
   for (const auto& [span, dst] : staged) {
     const std::byte* src = region + span.offset;
     if (!out.empty()) {
       StageCopy& last = out.back();
       const std::uint64_t src_gap = static_cast<std::uint64_t>(src - (last.src + last.bytes));
-      if (src >= last.src + last.bytes && dst >= last.dst + last.bytes && dst - (last.dst + last.bytes) == src_gap &&
+      const std::uint64_t dst_end = (last.dst + last.bytes).value;
+      if (src >= last.src + last.bytes && dst.value >= dst_end && dst.value - dst_end == src_gap &&
           src_gap < cuda::kTierAlign) {
         last.bytes += src_gap + span.bytes;
         continue;
@@ -44,7 +45,7 @@ std::vector<StageCopy> stage_copies(const std::byte* region,
 class CudaDecodeBatch final : public DecodeBatch {
  public:
   CudaDecodeBatch(cuda::DecodePlan plan, shm::DeviceBuffer scratch, int device,
-                  std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges, std::vector<StageCopy> copies)
+                  std::vector<std::pair<DeviceAddress, std::uint64_t>> zero_ranges, std::vector<StageCopy> copies)
       : plan_(std::move(plan)),
         scratch_(std::move(scratch)),
         device_(device),
@@ -55,11 +56,11 @@ class CudaDecodeBatch final : public DecodeBatch {
     EPK_TRY(shm::make_device_current(device_));
     // Rowwise outputs: the gap between values and scales holds zeros, as in epkd's slots.
     for (const auto& [at, bytes] : zero_ranges_) EPK_TRY(shm::fill_device_async(at, 0, bytes, stream, device_));
-    return cuda::decode(plan_, reinterpret_cast<void*>(scratch_.ptr()), static_cast<cuda::Stream>(stream));
+    return cuda::decode(plan_, scratch_.address().as<void>(), static_cast<cuda::Stream>(stream));
   }
   Status check(void* stream) override {
     EPK_TRY(shm::make_device_current(device_));
-    return cuda::read_status(plan_, reinterpret_cast<const void*>(scratch_.ptr()), static_cast<cuda::Stream>(stream));
+    return cuda::read_status(plan_, scratch_.address().as<const void>(), static_cast<cuda::Stream>(stream));
   }
   Status enqueue_copy(void* stream) override {
     for (const StageCopy& c : copies_) EPK_TRY(shm::copy_to_device_async(c.dst, c.src, c.bytes, stream, device_));
@@ -71,7 +72,7 @@ class CudaDecodeBatch final : public DecodeBatch {
   cuda::DecodePlan plan_;
   shm::DeviceBuffer scratch_;
   int device_;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges_;
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> zero_ranges_;
   std::vector<StageCopy> copies_;
 };
 
@@ -118,7 +119,7 @@ class CudaStoredTier final : public StoredTier {
   }
 
   Result<std::uint64_t> decoded_bytes(std::string_view tensor, shm::Layout layout) const override {
-    EPK_TRY_ASSIGN(serve::LatticeJob j, job(tensor, layout, 0, 0));
+    EPK_TRY_ASSIGN(serve::LatticeJob j, job(tensor, layout, DeviceAddress(), DeviceAddress()));
     return j.bytes;
   }
   bool holds(std::string_view tensor) const override { return index_.count(std::string(tensor)) != 0; }
@@ -139,22 +140,22 @@ class CudaStoredTier final : public StoredTier {
   Result<std::unique_ptr<DecodeBatch>> plan(std::span<const Job> jobs) const override {
     if (jobs.empty()) return make_error(ErrorCode::kInvalidArgument, "client-side decode: a batch with no tensor");
     std::vector<cuda::DecodeJob> decode_jobs;
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> zero_ranges;
-    std::vector<std::pair<Span, std::uint64_t>> staged;
+    std::vector<std::pair<DeviceAddress, std::uint64_t>> zero_ranges;
+    std::vector<std::pair<Span, DeviceAddress>> staged;
     for (const Job& j : jobs) {
-      if (j.out_dev == 0 || j.out_dev % 16 != 0) {
-        EPK_TRY(job(j.tensor, j.layout, 0, 0));  // an unknown tensor or layout is named first
+      if (!j.out_dev || !j.out_dev.aligned(16)) {
+        EPK_TRY(job(j.tensor, j.layout, DeviceAddress(), DeviceAddress()));  // an unknown tensor or layout first
         return make_error(ErrorCode::kInvalidArgument, "client-side decode: tensor '" + j.tensor +
                                                            "': the output address must be a 16-byte aligned device "
                                                            "address");
       }
-      if (j.inputs_at != 0 && !host_tier()) {
+      if (j.inputs_at && !host_tier()) {
         return make_error(ErrorCode::kInvalidArgument, "client-side decode: tensor '" + j.tensor +
                                                            "': staged inputs need a host tier (epkd keeps this "
                                                            "model's tier on the device: decode from it in place)");
       }
       EPK_TRY_ASSIGN(serve::LatticeJob d, job(j.tensor, j.layout, j.out_dev, j.inputs_at));
-      if (j.inputs_at != 0) staged.emplace_back(*span(j.tensor), j.inputs_at);
+      if (j.inputs_at) staged.emplace_back(*span(j.tensor), j.inputs_at);
       if (d.gap_bytes != 0) zero_ranges.emplace_back(d.gap_at, d.gap_bytes);
       decode_jobs.push_back(std::move(d.job));
     }
@@ -164,7 +165,7 @@ class CudaStoredTier final : public StoredTier {
     EPK_TRY_ASSIGN(cuda::DecodePlan plan, cuda::DecodePlan::create(decode_jobs, options));
     EPK_TRY_ASSIGN(shm::DeviceBuffer scratch, shm::DeviceBuffer::alloc(plan.scratch_bytes(), device_));
     // upload() waits for its copy (the plan's host image must outlive it), so the null stream serves.
-    EPK_TRY(cuda::upload(plan, reinterpret_cast<void*>(scratch.ptr()), plan.scratch_bytes(), nullptr));
+    EPK_TRY(cuda::upload(plan, scratch.address().as<void>(), plan.scratch_bytes(), nullptr));
     const auto* region = reinterpret_cast<const std::byte*>(host_.data());
     return std::unique_ptr<DecodeBatch>(new CudaDecodeBatch(std::move(plan), std::move(scratch), device_,
                                                             std::move(zero_ranges), stage_copies(region, staged)));
@@ -189,7 +190,7 @@ class CudaStoredTier final : public StoredTier {
       }
       return {};
     }));
-    tier_->bind(reinterpret_cast<std::uint64_t>(host_.data()));
+    tier_->bind(DeviceAddress::of(host_.data()));
     return {};
   }
 
@@ -205,10 +206,10 @@ class CudaStoredTier final : public StoredTier {
     }
     return it->second;
   }
-  // The serving layer's job for `tensor` in `layout` into out_dev (0: only its size is wanted), its inputs where the
-  // tier is or (inputs_at != 0) staged there.
-  Result<serve::LatticeJob> job(std::string_view tensor, shm::Layout layout, std::uint64_t out_dev,
-                                std::uint64_t inputs_at) const {
+  // The serving layer's job for `tensor` in `layout` into out_dev (none: only its size is wanted), its inputs where
+  // the tier is or (inputs_at set) staged there.
+  Result<serve::LatticeJob> job(std::string_view tensor, shm::Layout layout, DeviceAddress out_dev,
+                                DeviceAddress inputs_at) const {
     EPK_TRY_ASSIGN(std::size_t i, held_index(tensor));
     return tier_->job(i, layout, out_dev, inputs_at);
   }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "codec/common/device_address.h"
 #include "codec/common/result.h"
 #include "shm/layout.h"
 
@@ -56,10 +57,10 @@ class StoredTier {
   struct Job {
     std::string tensor;
     shm::Layout layout = shm::Layout::kDenseBF16;
-    std::uint64_t out_dev = 0;  // device address, 16-byte aligned, decoded_bytes(tensor, layout) long
-    // 0: the inputs are read from the tier where it is. Else (host tier only) a 256-byte aligned device address
+    DeviceAddress out_dev;  // 16-byte aligned, decoded_bytes(tensor, layout) long
+    // None: the inputs are read from the tier where it is. Else (host tier only) 256-byte aligned device memory
     // where the batch's enqueue_copy puts the tensor's inputs, span(tensor).bytes long.
-    std::uint64_t inputs_at = 0;
+    DeviceAddress inputs_at;
   };
   // The bytes `tensor` takes in `layout` (rowwise layouts: values, padding, then per-row scales, as shm/layout.h
   // says); kNotFound for an unknown tensor, kUnsupported for a tensor not in the tier or a layout the decoder does

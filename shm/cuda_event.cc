@@ -176,28 +176,28 @@ Result<PinnedBuffer> PinnedBuffer::alloc(std::uint64_t bytes, int device) {
   return b;
 }
 
-Status copy_to_device_async(std::uint64_t dst, const void* src, std::uint64_t bytes, void* stream, int device) {
+Status copy_to_device_async(DeviceAddress dst, const void* src, std::uint64_t bytes, void* stream, int device) {
   EPK_TRY(make_current(device));
-  EPK_CU(driver().MemcpyHtoDAsync(dst, src, bytes, static_cast<CUstream>(stream)), device);
+  EPK_CU(driver().MemcpyHtoDAsync(dst.value, src, bytes, static_cast<CUstream>(stream)), device);
   return {};
 }
 
-Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes, void* stream, int device) {
+Status copy_from_device_async(void* dst, DeviceAddress src, std::uint64_t bytes, void* stream, int device) {
   EPK_TRY(make_current(device));
-  EPK_CU(driver().MemcpyDtoHAsync(dst, src, bytes, static_cast<CUstream>(stream)), device);
+  EPK_CU(driver().MemcpyDtoHAsync(dst, src.value, bytes, static_cast<CUstream>(stream)), device);
   return {};
 }
 
-Status copy_2d_device_async(std::uint64_t dst, std::uint64_t dst_pitch, std::uint64_t src, std::uint64_t src_pitch,
+Status copy_2d_device_async(DeviceAddress dst, std::uint64_t dst_pitch, DeviceAddress src, std::uint64_t src_pitch,
                             std::uint64_t width, std::uint64_t height, void* stream, int device) {
   if (width == 0 || height == 0) return {};
   EPK_TRY(make_current(device));
   CUDA_MEMCPY2D c{};
   c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-  c.srcDevice = src;
+  c.srcDevice = src.value;
   c.srcPitch = src_pitch;
   c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  c.dstDevice = dst;
+  c.dstDevice = dst.value;
   c.dstPitch = dst_pitch;
   c.WidthInBytes = width;
   c.Height = height;
@@ -223,9 +223,9 @@ Status stream_wait_event(void* stream, void* event) {
   return {};
 }
 
-Status fill_device_async(std::uint64_t dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device) {
+Status fill_device_async(DeviceAddress dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device) {
   EPK_TRY(make_current(device));
-  EPK_CU(driver().MemsetD8Async(dst, value, bytes, static_cast<CUstream>(stream)), device);
+  EPK_CU(driver().MemsetD8Async(dst.value, value, bytes, static_cast<CUstream>(stream)), device);
   return {};
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "codec/common/device_address.h"
 #include "codec/common/result.h"
 #include "shm/protocol.h"
 
@@ -80,12 +81,12 @@ class DeviceBuffer {
   ~DeviceBuffer() { reset(); }
 
   static Result<DeviceBuffer> alloc(std::uint64_t bytes, int device);
-  std::uint64_t ptr() const { return ptr_; }  // a CUdeviceptr
+  DeviceAddress address() const { return DeviceAddress(ptr_); }
   std::uint64_t size() const { return size_; }
 
  private:
   void reset();
-  std::uint64_t ptr_ = 0;
+  std::uint64_t ptr_ = 0;  // a CUdeviceptr
   std::uint64_t size_ = 0;
   int device_ = -1;
 };
@@ -111,12 +112,12 @@ class PinnedBuffer {
 };
 
 // Stream-ordered copies and fills on `device` (its primary context made current on this thread).
-Status copy_to_device_async(std::uint64_t dst, const void* src, std::uint64_t bytes, void* stream, int device);
-Status copy_from_device_async(void* dst, std::uint64_t src, std::uint64_t bytes, void* stream, int device);
-Status fill_device_async(std::uint64_t dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device);
+Status copy_to_device_async(DeviceAddress dst, const void* src, std::uint64_t bytes, void* stream, int device);
+Status copy_from_device_async(void* dst, DeviceAddress src, std::uint64_t bytes, void* stream, int device);
+Status fill_device_async(DeviceAddress dst, std::uint8_t value, std::uint64_t bytes, void* stream, int device);
 // Device to device, `height` rows of `width` bytes: row i from src + i * src_pitch to dst + i * dst_pitch (a column
 // slice of a row-major array).
-Status copy_2d_device_async(std::uint64_t dst, std::uint64_t dst_pitch, std::uint64_t src, std::uint64_t src_pitch,
+Status copy_2d_device_async(DeviceAddress dst, std::uint64_t dst_pitch, DeviceAddress src, std::uint64_t src_pitch,
                             std::uint64_t width, std::uint64_t height, void* stream, int device);
 // Makes `stream` (null: the legacy default stream of the current context) wait on `event` without blocking the CPU.
 Status stream_wait_event(void* stream, void* event);

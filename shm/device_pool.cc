@@ -190,15 +190,15 @@ Result<std::unique_ptr<DevicePool>> DevicePool::create(int device, std::uint64_t
   return std::unique_ptr<DevicePool>(new DevicePool(std::move(owned), std::move(mapping)));
 }
 
-Status copy_to_device(std::uint64_t dst, const void* src, std::uint64_t bytes, int device) {
+Status copy_to_device(DeviceAddress dst, const void* src, std::uint64_t bytes, int device) {
   EPK_TRY(make_current(device));
-  EPK_CU(driver().MemcpyHtoD(dst, src, bytes), device);
+  EPK_CU(driver().MemcpyHtoD(dst.value, src, bytes), device);
   return {};
 }
 
-Status copy_from_device(void* dst, std::uint64_t src, std::uint64_t bytes, int device) {
+Status copy_from_device(void* dst, DeviceAddress src, std::uint64_t bytes, int device) {
   EPK_TRY(make_current(device));
-  EPK_CU(driver().MemcpyDtoH(dst, src, bytes), device);
+  EPK_CU(driver().MemcpyDtoH(dst, src.value, bytes), device);
   return {};
 }
 

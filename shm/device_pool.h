@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "codec/common/device_address.h"
 #include "codec/common/result.h"
 #include "shm/pool.h"
 #include "shm/unique_fd.h"
@@ -29,14 +30,14 @@ class DeviceMapping {
   // Maps `handle` (a CUmemGenericAllocationHandle, owned from now on) of `size` bytes on `device`, read-write.
   static Result<DeviceMapping> map(std::uint64_t handle, std::uint64_t size, int device);
 
-  std::uint64_t device_ptr() const { return ptr_; }  // a CUdeviceptr
+  DeviceAddress device_ptr() const { return DeviceAddress(ptr_); }
   std::uint64_t size() const { return size_; }
   int device() const { return device_; }
 
  private:
   void reset();
   std::uint64_t handle_ = 0;
-  std::uint64_t ptr_ = 0;
+  std::uint64_t ptr_ = 0;  // a CUdeviceptr
   std::uint64_t size_ = 0;
   int device_ = -1;
   bool mapped_ = false;
@@ -52,7 +53,7 @@ class DevicePool final : public Pool {
   std::uint64_t size() const override { return mapping_.size(); }
   int export_fd() const override { return fd_.get(); }
   std::span<std::uint8_t> host_span(std::uint64_t, std::uint64_t) override { return {}; }
-  std::uint64_t device_ptr() const { return mapping_.device_ptr(); }
+  DeviceAddress device_ptr() const { return mapping_.device_ptr(); }
 
  private:
   DevicePool(UniqueFd fd, DeviceMapping mapping) : fd_(std::move(fd)), mapping_(std::move(mapping)) {}
@@ -64,8 +65,8 @@ class DevicePool final : public Pool {
 Result<DeviceMapping> import_device_pool(UniqueFd fd, std::uint64_t size, int device);
 
 // Synchronous copies between host memory and a device address (a pool's range), on the primary context of `device`.
-Status copy_to_device(std::uint64_t dst, const void* src, std::uint64_t bytes, int device);
-Status copy_from_device(void* dst, std::uint64_t src, std::uint64_t bytes, int device);
+Status copy_to_device(DeviceAddress dst, const void* src, std::uint64_t bytes, int device);
+Status copy_from_device(void* dst, DeviceAddress src, std::uint64_t bytes, int device);
 
 // Whether libcuda.so.1 loads, the driver initialises and `device` exists (tests skip otherwise). The driver is loaded
 // with dlopen, so binaries using this run (and skip) on machines without it.

@@ -18,7 +18,7 @@ Error cuda_error(std::string_view what, const char* call, cudaError_t e) {
 DeviceAllocation& DeviceAllocation::operator=(DeviceAllocation&& o) noexcept {
   if (this == &o) return *this;
   reset();
-  address_ = std::exchange(o.address_, 0);
+  address_ = std::exchange(o.address_, DeviceAddress());
   size_ = std::exchange(o.size_, 0);
   device_ = o.device_;
   return *this;
@@ -32,21 +32,21 @@ Result<DeviceAllocation> DeviceAllocation::create(std::uint64_t bytes, int devic
   if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) {
     return cuda_error(what, ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str(), e);
   }
-  out.address_ = reinterpret_cast<std::uint64_t>(p);
+  out.address_ = DeviceAddress::of(p);
   out.size_ = bytes;
   out.device_ = device;
   return out;
 }
 
 void DeviceAllocation::reset() {
-  if (address_ == 0) return;
+  if (!address_) return;
   // Freed on its own device whichever is current here (the caller's current device is kept).
   int current = -1;
   const bool switched = cudaGetDevice(&current) == cudaSuccess && current != device_ &&
                         cudaSetDevice(device_) == cudaSuccess;
-  (void)cudaFree(reinterpret_cast<void*>(address_));
+  (void)cudaFree(address_.as<void>());
   if (switched) (void)cudaSetDevice(current);
-  address_ = 0;
+  address_ = DeviceAddress();
   size_ = 0;
 }
 
@@ -57,18 +57,18 @@ Status set_device(int device) {
   return {};
 }
 
-Status zero_async(std::uint64_t dst, std::uint64_t bytes, Stream stream, std::string_view what) {
+Status zero_async(DeviceAddress dst, std::uint64_t bytes, Stream stream, std::string_view what) {
   if (bytes == 0) return {};
-  if (cudaError_t e = cudaMemsetAsync(reinterpret_cast<void*>(dst), 0, bytes, stream); e != cudaSuccess) {
+  if (cudaError_t e = cudaMemsetAsync(dst.as<void>(), 0, bytes, stream); e != cudaSuccess) {
     return cuda_error(what, "cudaMemsetAsync", e);
   }
   return {};
 }
 
-Status copy_to_device_async(std::uint64_t dst, const void* src, std::uint64_t bytes, Stream stream,
+Status copy_to_device_async(DeviceAddress dst, const void* src, std::uint64_t bytes, Stream stream,
                             std::string_view what) {
   if (bytes == 0) return {};
-  if (cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst), src, bytes, cudaMemcpyHostToDevice, stream);
+  if (cudaError_t e = cudaMemcpyAsync(dst.as<void>(), src, bytes, cudaMemcpyHostToDevice, stream);
       e != cudaSuccess) {
     return cuda_error(what, "cudaMemcpyAsync", e);
   }

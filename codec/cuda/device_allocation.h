@@ -5,12 +5,13 @@
 
 #include <cstdint>
 
+#include "codec/common/device_address.h"
 #include "codec/common/result.h"
 #include "codec/cuda/decode/decode.h"
 
 namespace epk::cuda {
 
-// cudaMalloc'd bytes on one device, freed (with that device current) when the object goes. Empty: address() == 0.
+// cudaMalloc'd bytes on one device, freed (with that device current) when the object goes. Empty: a null address().
 class DeviceAllocation {
  public:
   DeviceAllocation() = default;
@@ -22,12 +23,13 @@ class DeviceAllocation {
 
   // `bytes` on `device` (0: an empty allocation, no call). kCuda naming `what` when the device has no room.
   static Result<DeviceAllocation> create(std::uint64_t bytes, int device, std::string_view what);
-  std::uint64_t address() const { return address_; }
+  DeviceAddress address() const { return address_; }
   std::uint64_t size() const { return size_; }
   void reset();
 
  private:
-  std::uint64_t address_ = 0, size_ = 0;
+  DeviceAddress address_;
+  std::uint64_t size_ = 0;
   int device_ = -1;
 };
 
@@ -35,8 +37,8 @@ class DeviceAllocation {
 Status set_device(int device);
 // Stream-ordered: `bytes` zeros at dst; `bytes` from host memory src to dst (src must stay valid until the stream
 // passes the copy). Errors name `what`.
-Status zero_async(std::uint64_t dst, std::uint64_t bytes, Stream stream, std::string_view what);
-Status copy_to_device_async(std::uint64_t dst, const void* src, std::uint64_t bytes, Stream stream,
+Status zero_async(DeviceAddress dst, std::uint64_t bytes, Stream stream, std::string_view what);
+Status copy_to_device_async(DeviceAddress dst, const void* src, std::uint64_t bytes, Stream stream,
                             std::string_view what);
 Status synchronize(Stream stream, std::string_view what);
 

@@ -20,7 +20,7 @@ namespace epk::decode {
 struct DecodeTensorOptions {
   int threads = 1;
   bool verify_checksums = false;                    // hash the tensor's buffers first (Reader::verify)
-  std::vector<rans::TileStatus>* faults = nullptr;  // lattice-rans: every corrupt tile is appended
+  std::vector<rans::TileFaultRecord>* faults = nullptr;  // lattice-rans: every corrupt tile is appended
 };
 
 // Whether decode_tensor can produce `out` for entry e (raw: the same dtype, or float <-> float among F32, BF16, F16,

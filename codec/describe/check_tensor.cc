@@ -20,6 +20,10 @@ bool all_zero(std::span<const float> v) {
   return std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; });
 }
 
+void add_bad_tiles(const std::vector<rans::TileFaultRecord>& faults, TensorCheck& c) {
+  for (const auto& f : faults) c.bad_tiles.push_back({f.tile, std::string(rans::tile_fault_name(f.fault))});
+}
+
 // Decodes every tile of p's stream; corrupt tiles into c. With f32, also the reconstruction (cleared on failure).
 void check_stream(const serve::LatticeRansProducer& p, const std::string& where, const CheckOptions& o,
                   TensorCheck& c, std::vector<float>* f32) {
@@ -32,10 +36,10 @@ void check_stream(const serve::LatticeRansProducer& p, const std::string& where,
       c.problems.push_back(sized.error().message);
       return;
     }
-    std::vector<std::pair<std::uint32_t, std::string>> faults;
+    std::vector<rans::TileFaultRecord> faults;
     auto stat = o.gpu(p, std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4),
                       &faults);
-    c.bad_tiles.insert(c.bad_tiles.end(), faults.begin(), faults.end());
+    add_bad_tiles(faults, c);
     if (!stat && faults.empty()) c.problems.push_back(stat.error().message);
     if (!stat && f32) f32->clear();
     return;
@@ -45,11 +49,11 @@ void check_stream(const serve::LatticeRansProducer& p, const std::string& where,
       c.problems.push_back(sized.error().message);
       return;
     }
-    std::vector<rans::TileStatus> faults;
+    std::vector<rans::TileFaultRecord> faults;
     auto stat = rans::decode(s, where, DType::kF32,
                              std::span<std::byte>(reinterpret_cast<std::byte*>(f32->data()), f32->size() * 4),
                              o.threads, &faults);
-    for (const auto& f : faults) c.bad_tiles.push_back({f.tile, std::string(rans::tile_fault_name(f.fault))});
+    add_bad_tiles(faults, c);
     if (!stat && faults.empty()) c.problems.push_back(stat.error().message);
     if (!stat) f32->clear();
     return;
@@ -59,7 +63,7 @@ void check_stream(const serve::LatticeRansProducer& p, const std::string& where,
     c.problems.push_back(faults.error().message);
     return;
   }
-  for (const auto& f : *faults) c.bad_tiles.push_back({f.tile, std::string(rans::tile_fault_name(f.fault))});
+  add_bad_tiles(*faults, c);
 }
 
 // The error against the source (decoded and ref of one size): the relative L2 error, the H-weighted one where the

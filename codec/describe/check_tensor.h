@@ -15,6 +15,7 @@
 
 #include "codec/common/result.h"
 #include "codec/container/reader.h"
+#include "codec/rans/tile_fault.h"
 #include "codec/rate/calibration.h"
 #include "codec/safetensors/checkpoint.h"
 #include "codec/serve/producer.h"
@@ -37,9 +38,9 @@ struct TensorCheck {
 };
 
 // A tensor decoded to float32 on a GPU into dst (rows x cols floats): true when a device path wrote it, false when
-// none covers it; corrupt tiles appended to *faults (tile, reason).
+// none covers it; corrupt tiles appended to *faults.
 using GpuDecodeF32 = std::function<Result<bool>(const serve::Producer& p, std::span<std::uint8_t> dst,
-                                                std::vector<std::pair<std::uint32_t, std::string>>* faults)>;
+                                                std::vector<rans::TileFaultRecord>* faults)>;
 
 struct CheckOptions {
   const safetensors::Checkpoint* source = nullptr;  // the source checkpoint (--against), or none

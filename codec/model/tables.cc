@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "codec/lattice/e8.h"
+#include "codec/rans/stream.h"
 
 namespace epk::model {
 
@@ -241,9 +242,7 @@ double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint3
     }
     frequency_bytes += std::uint64_t(t.alphabet()) * 2;
   }
-  const std::uint64_t tile_vectors = vectors_per_tile(tile_symbols);
-  const std::uint64_t vectors = counts[0].total;
-  const std::uint64_t tiles = std::max<std::uint64_t>(1, (vectors + tile_vectors - 1) / tile_vectors);
+  const std::uint64_t tiles = rans::tiles_for_vectors(counts[0].total, tile_symbols);
   const double residual_bits = double(tiles * kLanes * 16);
   const double payload_words = std::ceil(std::max(0.0, bits - residual_bits) / 16.0);
   return payload_words * 2.0 + double(tiles * kLanes * 4) + double((tiles + 1) * 4) + double(frequency_bytes) +

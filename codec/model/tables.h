@@ -42,12 +42,9 @@ std::uint32_t max_alphabet(const FieldCounts& counts);
 Result<std::vector<std::uint16_t>> normalize_frequencies(std::span<const std::uint64_t> counts, std::uint32_t table_size);
 
 // Defaults of the reference: prob bits 11 up to 7 bpp, else 12; tile symbols 32768 up to 2 bpp, 16384 up to 4,
-// 8192 up to 7, else 4096; vectors per tile max(32, tile_symbols / 9).
+// 8192 up to 7, else 4096 (the vectors per tile they give: rans::vectors_per_tile, codec/rans/stream.h).
 int initial_prob_bits(double target_bpp);
 std::uint32_t default_tile_symbols(double target_bpp);
-inline std::uint32_t vectors_per_tile(std::uint32_t tile_symbols) {
-  return tile_symbols / 9 > 32 ? tile_symbols / 9 : 32;
-}
 
 // Coded bytes without encoding: the cross-entropy of the counts under their normalised tables, less the bits the
 // final states hold (tiles * 32 * 16), rounded up to 16-bit words; plus states, offsets and frequency tables.

@@ -14,18 +14,6 @@
 
 namespace epk::rans {
 
-const char* tile_fault_name(TileFault f) {
-  switch (f) {
-    case TileFault::kNone: return "ok";
-    case TileFault::kBadInitialState: return "stored state outside [2^15, 2^31)";
-    case TileFault::kTruncated: return "payload exhausted before the last symbol";
-    case TileFault::kEmptyTable: return "decoded coset selects an empty table";
-    case TileFault::kUnreadWords: return "payload words left unread";
-    case TileFault::kBadFinalState: return "final state not 2^15";
-  }
-  return "?";
-}
-
 bool decode_output_supported(DType t) {
   switch (t) {
     case DType::kF32:
@@ -85,13 +73,13 @@ Luts build_luts(const LatticeRansStream& s) {
 // Vectors of one tile's scratch (coset[n], fields[8n]): no tile holds more than the tensor's vectors, whatever
 // tile_symbols says (a stream of a few vectors may declare up to 2^32 - 1 symbols per tile).
 std::uint64_t tile_scratch_vectors(const LatticeRansStream& s) {
-  return std::min<std::uint64_t>(std::max<std::uint32_t>(32, s.tile_symbols / 9), s.vectors());
+  return std::min<std::uint64_t>(vectors_per_tile(s.tile_symbols), s.vectors());
 }
 
 // Decodes tile t into coset[n] and fields[8n] (tile-local vector order), n <= tile_scratch_vectors(s).
 TileFault decode_tile(const LatticeRansStream& s, const Luts& luts, std::uint32_t t, std::uint8_t* coset,
                       std::int32_t* fields) {
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
+  const std::uint64_t tile_vectors = vectors_per_tile(s.tile_symbols);
   const std::uint64_t begin = std::uint64_t(t) * tile_vectors;
   const std::uint32_t count = std::uint32_t(std::min<std::uint64_t>(tile_vectors, s.vectors() - begin));
   const std::uint16_t* words = s.payload.data() + s.offsets[t];
@@ -134,22 +122,22 @@ TileFault decode_tile(const LatticeRansStream& s, const Luts& luts, std::uint32_
         fields[std::size_t(vec) * lattice::kFields + std::size_t(field)] = e.value;
       }
     }
-    return TileFault::kNone;
+    return TileFault::kOk;
   };
   const std::uint32_t rem = count % kLanes;
   std::uint32_t off = count - rem;
   if (rem) {
-    if (TileFault f = group(off, int(rem)); f != TileFault::kNone) return f;
+    if (TileFault f = group(off, int(rem)); f != TileFault::kOk) return f;
   }
   while (off > 0) {
     off -= kLanes;
-    if (TileFault f = group(off, kLanes); f != TileFault::kNone) return f;
+    if (TileFault f = group(off, kLanes); f != TileFault::kOk) return f;
   }
   if (ptr != 0) return TileFault::kUnreadWords;
   for (std::uint32_t v : x) {
     if (v != kStateLow) return TileFault::kBadFinalState;
   }
-  return TileFault::kNone;
+  return TileFault::kOk;
 }
 
 std::size_t element_size(DType t) { return std::size_t(dtype_bits(t) / 8); }
@@ -226,8 +214,7 @@ Status validate_stream(const LatticeRansStream& s, std::string_view name) {
   if (s.prob_bits < 9 || s.prob_bits > 15) return bad(name, "prob_bits " + std::to_string(s.prob_bits));
   if (s.tile_symbols == 0) return bad(name, "tile_symbols 0");
   const std::uint64_t vectors = s.vectors();
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
-  const std::uint64_t tiles = (vectors + tile_vectors - 1) / tile_vectors;
+  const std::uint64_t tiles = tiles_for_vectors(vectors, s.tile_symbols);  // vectors >= 1 here
   if (s.offsets.size() != tiles + 1) {
     return bad(name, "offsets has " + std::to_string(s.offsets.size()) + " entries, expected " +
                          std::to_string(tiles + 1));
@@ -342,16 +329,16 @@ Status check_size(std::string_view name, const char* what, std::size_t have, std
 // write(coset, fields, tile_first_vector, v0, v1); reports the bad tiles.
 template <typename Write>
 Status decode_range(const LatticeRansStream& s, std::string_view name, const Luts& luts, std::uint32_t row_begin,
-                    std::uint32_t row_end, int threads, std::vector<TileStatus>* faults, Write&& write) {
+                    std::uint32_t row_end, int threads, std::vector<TileFaultRecord>* faults, Write&& write) {
   if (row_begin == row_end) return {};
   const std::uint64_t vpr = s.padded_cols / 8;
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
+  const std::uint64_t tile_vectors = vectors_per_tile(s.tile_symbols);
   const std::uint64_t v0 = std::uint64_t(row_begin) * vpr;
   const std::uint64_t v1 = std::uint64_t(row_end) * vpr;
   const std::uint64_t t0 = v0 / tile_vectors;
-  const std::uint64_t t1 = (v1 + tile_vectors - 1) / tile_vectors;
+  const std::uint64_t t1 = tiles_for_vectors(v1, s.tile_symbols);
   const std::uint64_t scratch = tile_scratch_vectors(s);
-  std::vector<TileFault> status(t1 - t0, TileFault::kNone);
+  std::vector<TileFault> status(t1 - t0, TileFault::kOk);
   parallel_for_blocks(t1 - t0, 4, threads, [&](std::size_t b0, std::size_t b1) {
     std::vector<std::uint8_t> coset(scratch);
     std::vector<std::int32_t> fields(scratch * lattice::kFields);
@@ -359,20 +346,24 @@ Status decode_range(const LatticeRansStream& s, std::string_view name, const Lut
       const std::uint32_t t = std::uint32_t(t0 + i);
       const TileFault f = decode_tile(s, luts, t, coset.data(), fields.data());
       status[i] = f;
-      if (f != TileFault::kNone) continue;
+      if (f != TileFault::kOk) continue;
       const std::uint64_t tb = std::uint64_t(t) * tile_vectors;
       const std::uint64_t te = std::min(tb + tile_vectors, s.vectors());
       write(coset.data(), fields.data(), tb, std::max(tb, v0), std::min(te, v1));
     }
   });
-  std::vector<TileStatus> bad_tiles;
+  std::vector<TileFaultRecord> bad_tiles;
   for (std::size_t i = 0; i < status.size(); ++i) {
-    if (status[i] != TileFault::kNone) bad_tiles.push_back(TileStatus{std::uint32_t(t0 + i), status[i]});
+    if (status[i] != TileFault::kOk) {
+      bad_tiles.push_back(TileFaultRecord{.tile = std::uint32_t(t0 + i), .fault = status[i]});
+    }
   }
   if (bad_tiles.empty()) return {};
   std::string msg = prefix(name) + std::to_string(bad_tiles.size()) + " corrupt tile(s):";
   for (std::size_t i = 0; i < bad_tiles.size() && i < 8; ++i) {
-    msg += " tile " + std::to_string(bad_tiles[i].tile) + " (" + tile_fault_name(bad_tiles[i].fault) + ")";
+    msg += " tile " + std::to_string(bad_tiles[i].tile) + " (";
+    msg += tile_fault_name(bad_tiles[i].fault);
+    msg += ")";
   }
   if (faults) faults->insert(faults->end(), bad_tiles.begin(), bad_tiles.end());
   return make_error(ErrorCode::kCorruptTile, msg);
@@ -434,7 +425,7 @@ RowwiseGain rowwise_gain(const LatticeRansStream& s, RowwiseType type) {
 }
 
 Status DecodePlan::decode_rows(DType out_type, std::span<std::byte> out, std::uint32_t row_begin,
-                               std::uint32_t row_end, int threads, std::vector<TileStatus>* faults) const {
+                               std::uint32_t row_end, int threads, std::vector<TileFaultRecord>* faults) const {
   const LatticeRansStream& s = impl_->s;
   const std::string_view name = impl_->name;
   if (!decode_output_supported(out_type)) {
@@ -452,7 +443,7 @@ Status DecodePlan::decode_rows(DType out_type, std::span<std::byte> out, std::ui
 
 Status DecodePlan::decode_rowwise(RowwiseType type, std::span<std::byte> values, std::span<float> row_scales,
                                   std::uint32_t row_begin, std::uint32_t row_end, int threads,
-                                  std::vector<TileStatus>* faults) const {
+                                  std::vector<TileFaultRecord>* faults) const {
   const LatticeRansStream& s = impl_->s;
   const std::string_view name = impl_->name;
   if (type != RowwiseType::kInt8 && type != RowwiseType::kF8E4M3) {
@@ -471,7 +462,7 @@ Status DecodePlan::decode_rowwise(RowwiseType type, std::span<std::byte> values,
 }
 
 Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_type, std::span<std::byte> out,
-                   std::uint32_t row_begin, std::uint32_t row_end, int threads, std::vector<TileStatus>* faults) {
+                   std::uint32_t row_begin, std::uint32_t row_end, int threads, std::vector<TileFaultRecord>* faults) {
   if (!decode_output_supported(out_type)) {
     return make_error(ErrorCode::kUnsupported, prefix(name) + "output dtype " + std::string(dtype_name(out_type)));
   }
@@ -481,25 +472,25 @@ Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_
 
 Status decode_rowwise(const LatticeRansStream& s, std::string_view name, RowwiseType type, std::span<std::byte> values,
                       std::span<float> row_scales, std::uint32_t row_begin, std::uint32_t row_end, int threads,
-                      std::vector<TileStatus>* faults) {
+                      std::vector<TileFaultRecord>* faults) {
   EPK_TRY_ASSIGN(const DecodePlan plan, DecodePlan::create(s, name));
   return plan.decode_rowwise(type, values, row_scales, row_begin, row_end, threads, faults);
 }
 
-Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads) {
+Result<std::vector<TileFaultRecord>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads) {
   EPK_TRY(validate_stream(s, name));
   const Luts luts = build_luts(s);
   const std::uint64_t scratch = tile_scratch_vectors(s);
   const std::uint32_t tiles = s.tiles();
-  std::vector<TileFault> status(tiles, TileFault::kNone);
+  std::vector<TileFault> status(tiles, TileFault::kOk);
   parallel_for_blocks(tiles, 4, threads, [&](std::size_t b0, std::size_t b1) {
     std::vector<std::uint8_t> coset(scratch);
     std::vector<std::int32_t> fields(scratch * lattice::kFields);
     for (std::size_t t = b0; t < b1; ++t) status[t] = decode_tile(s, luts, std::uint32_t(t), coset.data(), fields.data());
   });
-  std::vector<TileStatus> out;
+  std::vector<TileFaultRecord> out;
   for (std::uint32_t t = 0; t < tiles; ++t) {
-    if (status[t] != TileFault::kNone) out.push_back(TileStatus{t, status[t]});
+    if (status[t] != TileFault::kOk) out.push_back(TileFaultRecord{.tile = t, .fault = status[t]});
   }
   return out;
 }
@@ -507,15 +498,15 @@ Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::str
 Result<lattice::QuantizedFields> decode_fields(const LatticeRansStream& s, std::string_view name) {
   EPK_TRY(validate_stream(s, name));
   const Luts luts = build_luts(s);
-  const std::uint64_t tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
+  const std::uint64_t tile_vectors = vectors_per_tile(s.tile_symbols);
   lattice::QuantizedFields q;
   q.resize(s.vectors());
   for (std::uint32_t t = 0; t < s.tiles(); ++t) {
     const std::uint64_t tb = std::uint64_t(t) * tile_vectors;
     const TileFault f = decode_tile(s, luts, t, &q.coset[tb], &q.fields[tb * lattice::kFields]);
-    if (f != TileFault::kNone) {
+    if (f != TileFault::kOk) {
       return make_error(ErrorCode::kCorruptTile,
-                        prefix(name) + "tile " + std::to_string(t) + " (" + tile_fault_name(f) + ")");
+                        prefix(name) + "tile " + std::to_string(t) + " (" + std::string(tile_fault_name(f)) + ")");
     }
   }
   return q;

@@ -15,23 +15,9 @@
 #include "codec/common/result.h"
 #include "codec/lattice/quantize.h"
 #include "codec/rans/stream.h"
+#include "codec/rans/tile_fault.h"
 
 namespace epk::rans {
-
-enum class TileFault : std::uint8_t {
-  kNone = 0,
-  kBadInitialState,  // a stored state outside [2^15, 2^31)
-  kTruncated,        // the decoder needed a word before the tile's start
-  kEmptyTable,       // a decoded coset selects a table with no symbols
-  kUnreadWords,      // words left between the tile start and the read pointer at the end
-  kBadFinalState,    // a lane's state did not return to 2^15
-};
-const char* tile_fault_name(TileFault f);
-
-struct TileStatus {
-  std::uint32_t tile = 0;
-  TileFault fault = TileFault::kNone;
-};
 
 // Output element types: kF32, kBF16, kF16, kF8E4M3, kF8E5M2 (saturated to the finite range) and kI8 (rounded half
 // to even, saturated), as the reference's snap_to_container.
@@ -71,11 +57,11 @@ class DecodePlan {
 
   // As the free decode_rows below, without validating or building tables again.
   Status decode_rows(DType out_type, std::span<std::byte> out, std::uint32_t row_begin, std::uint32_t row_end,
-                     int threads = 1, std::vector<TileStatus>* faults = nullptr) const;
+                     int threads = 1, std::vector<TileFaultRecord>* faults = nullptr) const;
   // As the free decode_rowwise below.
   Status decode_rowwise(RowwiseType type, std::span<std::byte> values, std::span<float> row_scales,
                         std::uint32_t row_begin, std::uint32_t row_end, int threads = 1,
-                        std::vector<TileStatus>* faults = nullptr) const;
+                        std::vector<TileFaultRecord>* faults = nullptr) const;
   const LatticeRansStream& stream() const;
 
   struct Impl;
@@ -90,11 +76,11 @@ class DecodePlan {
 // the tensor and the first bad tiles; every bad tile is appended to faults when given. threads >= 1.
 Status decode_rows(const LatticeRansStream& s, std::string_view name, DType out_type, std::span<std::byte> out,
                    std::uint32_t row_begin, std::uint32_t row_end, int threads = 1,
-                   std::vector<TileStatus>* faults = nullptr);
+                   std::vector<TileFaultRecord>* faults = nullptr);
 
 // Whole tensor.
 inline Status decode(const LatticeRansStream& s, std::string_view name, DType out_type, std::span<std::byte> out,
-                     int threads = 1, std::vector<TileStatus>* faults = nullptr) {
+                     int threads = 1, std::vector<TileFaultRecord>* faults = nullptr) {
   return decode_rows(s, name, out_type, out, 0, s.rows, threads, faults);
 }
 
@@ -102,11 +88,11 @@ inline Status decode(const LatticeRansStream& s, std::string_view name, DType ou
 // (row-major, logical columns), row_scales (row_end - row_begin) floats. Corrupt tiles as decode_rows.
 Status decode_rowwise(const LatticeRansStream& s, std::string_view name, RowwiseType type, std::span<std::byte> values,
                       std::span<float> row_scales, std::uint32_t row_begin, std::uint32_t row_end, int threads = 1,
-                      std::vector<TileStatus>* faults = nullptr);
+                      std::vector<TileFaultRecord>* faults = nullptr);
 
 // Validates the stream, then decodes every tile without producing weights; returns the status of each bad tile
 // (empty when all are good), or validate_stream's error.
-Result<std::vector<TileStatus>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads = 1);
+Result<std::vector<TileFaultRecord>> check_tiles(const LatticeRansStream& s, std::string_view name, int threads = 1);
 
 // Decodes the fields of every vector (the sym_min offsets restored): for tests and re-encoding.
 Result<lattice::QuantizedFields> decode_fields(const LatticeRansStream& s, std::string_view name);

@@ -124,8 +124,8 @@ Result<EncodedTensor> encode_fields(const lattice::QuantizedFields& q, std::vect
     }
   }
 
-  const std::size_t tile_vectors = model::vectors_per_tile(g.tile_symbols);
-  const std::size_t tiles = std::max<std::size_t>(1, (vectors + tile_vectors - 1) / tile_vectors);
+  const std::size_t tile_vectors = vectors_per_tile(g.tile_symbols);
+  const std::size_t tiles = tiles_for_vectors(vectors, g.tile_symbols);
   std::vector<std::vector<std::uint16_t>> tile_words(tiles);
   out.states.resize(tiles * kLanes);
   parallel_for_blocks(tiles, 1, threads, [&](std::size_t t0, std::size_t t1) {

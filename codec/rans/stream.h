@@ -14,6 +14,18 @@ inline constexpr int kFieldsPerVector = 9;  // coset + z1..z7 + m
 inline constexpr std::uint32_t kStateLow = 1u << 15;  // initial and final state of every lane
 inline constexpr std::int32_t kMaxSymbolMagnitude = 1 << 28;  // |every table symbol| (validate_stream, FORMAT.md 10.4)
 
+// The tiles (the reference's): tile t codes vectors [t * V, min(n, (t + 1) * V)) of a tensor of n vectors, with
+// V = vectors_per_tile(tile_symbols). Every encoder, decoder and size estimate counts tiles with these two.
+constexpr std::uint32_t vectors_per_tile(std::uint32_t tile_symbols) {
+  return tile_symbols / 9 > 32 ? tile_symbols / 9 : 32;
+}
+// The tiles that code vectors [0, n): ceil(n / V), at least one (a tensor of no vectors has one empty tile). For a
+// row range ending at vector n > 0, the tile past its last.
+constexpr std::uint64_t tiles_for_vectors(std::uint64_t n, std::uint32_t tile_symbols) {
+  const std::uint64_t v = vectors_per_tile(tile_symbols);
+  return n == 0 ? 1 : (n + v - 1) / v;
+}
+
 // One row of stream_meta i32[17,4].
 struct TableMeta {
   std::int32_t n_symbols;

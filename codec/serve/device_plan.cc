@@ -60,7 +60,7 @@ std::array<Upload, 4> lattice_uploads(const rans::LatticeRansStream& s, const cu
 }
 
 Result<LatticeJob> lattice_job(const LatticeRansProducer& p, Layout layout, const cuda::DeviceBuffers& inputs,
-                               std::uint64_t out_dev) {
+                               DeviceAddress out_dev) {
   const std::optional<cuda::OutputFormat> format = device_format(layout, p.source_dtype());
   if (!format) {
     return make_error(ErrorCode::kUnsupported, p.origin() + ": tensor '" + p.entry().name +
@@ -75,11 +75,11 @@ Result<LatticeJob> lattice_job(const LatticeRansProducer& p, Layout layout, cons
   out.job.row_begin = 0;
   out.job.row_end = s.rows;
   out.job.format = *format;
-  out.job.out_dev = reinterpret_cast<void*>(out_dev);
+  out.job.out_dev = out_dev.as<void>();
   out.bytes = device_output_bytes(*format, s.rows, s.cols);
   if (cuda::is_rowwise(*format)) {
     const std::uint64_t values = std::uint64_t{s.rows} * s.cols, at = rowwise_scales_offset(s.rows, s.cols);
-    out.job.row_scales_dev = reinterpret_cast<float*>(out_dev + at);
+    out.job.row_scales_dev = (out_dev + at).as<float>();
     out.gap_at = out_dev + values;
     out.gap_bytes = at - values;
   }
@@ -132,22 +132,22 @@ Status LatticeDevicePlan::upload(void* scratch_dev, cuda::Stream stream) const {
   return cuda::upload(plan_, scratch_dev, plan_.scratch_bytes(), stream);
 }
 
-Status LatticeDevicePlan::enqueue(std::uint64_t dst, void* scratch_dev, cuda::Stream stream) {
+Status LatticeDevicePlan::enqueue(DeviceAddress dst, void* scratch_dev, cuda::Stream stream) {
   const std::string& name = plan_.job_name(0);
   const std::uint64_t rows = row_end_ - row_begin_;
-  std::uint64_t scales_dst = 0;
+  DeviceAddress scales_dst;
   if (cuda::is_rowwise(format_)) {
     const std::uint64_t values = rows * cols_, at = rowwise_scales_offset(rows, cols_);
     scales_dst = dst + at;
     // The gap between values and scales: zeros, as the host producer leaves it.
     if (at > values) {
-      if (cudaError_t e = cudaMemsetAsync(reinterpret_cast<void*>(dst + values), 0, at - values, stream);
+      if (cudaError_t e = cudaMemsetAsync((dst + values).as<void>(), 0, at - values, stream);
           e != cudaSuccess) {
         return cuda_error(name, "rowwise gap: cudaMemsetAsync", e);
       }
     }
   }
-  const std::uint64_t patch[2] = {dst, scales_dst};
+  const std::uint64_t patch[2] = {dst.value, scales_dst.value};
   std::memcpy(pinned_.get() + kPatchAt, patch, sizeof(patch));
   auto* scratch = static_cast<std::uint8_t*>(scratch_dev);
   void* desc_out = scratch + plan_.descs_offset() + offsetof(cuda::detail::TensorDesc, out);
@@ -171,8 +171,8 @@ std::uint64_t LatticeDevicePlan::column_shard_bytes(cuda::OutputFormat format, s
   return device_output_bytes(format, rows, cols.extent());
 }
 
-Status LatticeDevicePlan::enqueue_columns(const ShardRange& cols, std::uint64_t dst, std::uint64_t dst_bytes,
-                                          std::uint64_t work_dev, void* scratch_dev, cuda::Stream stream) {
+Status LatticeDevicePlan::enqueue_columns(const ShardRange& cols, DeviceAddress dst, std::uint64_t dst_bytes,
+                                          DeviceAddress work_dev, void* scratch_dev, cuda::Stream stream) {
   const std::string& name = plan_.job_name(0);
   const std::uint64_t rows = rows_;
   const bool rowwise = cuda::is_rowwise(format_);
@@ -184,22 +184,21 @@ Status LatticeDevicePlan::enqueue_columns(const ShardRange& cols, std::uint64_t 
     return make_error(ErrorCode::kInternal, "tensor '" + name + "': column shard slot size");
   }
   EPK_TRY(enqueue(work_dev, scratch_dev, stream));
-  if (cudaError_t e = cudaMemcpy2DAsync(reinterpret_cast<void*>(dst), width,
-                                        reinterpret_cast<const void*>(work_dev + cols.begin * elem), cols_ * elem,
-                                        width, rows, cudaMemcpyDeviceToDevice, stream);
+  if (cudaError_t e = cudaMemcpy2DAsync(dst.as<void>(), width, (work_dev + cols.begin * elem).as<const void>(),
+                                        cols_ * elem, width, rows, cudaMemcpyDeviceToDevice, stream);
       e != cudaSuccess) {
     return cuda_error(name, "column shard: cudaMemcpy2DAsync", e);
   }
   if (rowwise) {
     if (at > rows * width) {
-      if (cudaError_t e = cudaMemsetAsync(reinterpret_cast<void*>(dst + rows * width), 0, at - rows * width, stream);
+      if (cudaError_t e = cudaMemsetAsync((dst + rows * width).as<void>(), 0, at - rows * width, stream);
           e != cudaSuccess) {
         return cuda_error(name, "column shard gap: cudaMemsetAsync", e);
       }
     }
-    if (cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst + at),
-                                        reinterpret_cast<const void*>(work_dev + rowwise_scales_offset(rows, cols_)),
-                                        rows * 4, cudaMemcpyDeviceToDevice, stream);
+    const DeviceAddress work_scales = work_dev + rowwise_scales_offset(rows, cols_);
+    if (cudaError_t e = cudaMemcpyAsync((dst + at).as<void>(), work_scales.as<const void>(), rows * 4,
+                                        cudaMemcpyDeviceToDevice, stream);
         e != cudaSuccess) {
       return cuda_error(name, "column shard scales: cudaMemcpyAsync", e);
     }

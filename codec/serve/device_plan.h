@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 
+#include "codec/common/device_address.h"
 #include "codec/common/result.h"
 #include "codec/cuda/decode/decode.h"
 #include "codec/cuda/decode/tier_layout.h"
@@ -54,10 +55,11 @@ std::array<Upload, 4> lattice_uploads(const rans::LatticeRansStream& s, const cu
 struct LatticeJob {
   cuda::DecodeJob job;
   std::uint64_t bytes = 0;  // what the decode writes at out_dev
-  std::uint64_t gap_at = 0, gap_bytes = 0;
+  DeviceAddress gap_at;
+  std::uint64_t gap_bytes = 0;
 };
 Result<LatticeJob> lattice_job(const LatticeRansProducer& p, Layout layout, const cuda::DeviceBuffers& inputs,
-                               std::uint64_t out_dev);
+                               DeviceAddress out_dev);
 
 class LatticeDevicePlan {
  public:
@@ -85,14 +87,14 @@ class LatticeDevicePlan {
   // plan pointed at dst, one kernel, and the decode's status copied back to host memory for check(). Launch errors
   // only. Stream-ordered; a next enqueue() of this plan must wait until this one's copies have run (the stream
   // synchronised past them), since both read and write the plan's one pinned block.
-  Status enqueue(std::uint64_t dst, void* scratch_dev, cuda::Stream stream);
+  Status enqueue(DeviceAddress dst, void* scratch_dev, cuda::Stream stream);
   // A column shard [cols.begin, cols.end) of an all-rows plan: the whole output decoded into `work_dev` (work_bytes()
   // long, the caller's, 16-byte aligned), then the shard's columns copied row by row into [dst, dst + dst_bytes)
   // (rowwise formats: every row's scale after the values and their zeroed gap). Every tile is decoded: a column
   // shard saves the slot's bytes, not the decode.
   std::uint64_t work_bytes() const { return output_bytes(); }
   static std::uint64_t column_shard_bytes(cuda::OutputFormat format, std::uint64_t rows, const ShardRange& cols);
-  Status enqueue_columns(const ShardRange& cols, std::uint64_t dst, std::uint64_t dst_bytes, std::uint64_t work_dev,
+  Status enqueue_columns(const ShardRange& cols, DeviceAddress dst, std::uint64_t dst_bytes, DeviceAddress work_dev,
                          void* scratch_dev, cuda::Stream stream);
   // After the stream has passed the last enqueue: kCorruptTile naming the tensor and its first corrupt tile, if any
   // (the per-tile status is read again for the message only when the copied status says a tile is bad).

@@ -12,7 +12,7 @@ bool in_device_region(const container::TensorEntry& entry) {
   return entry.encoding == container::Encoding::kLatticeRans;
 }
 
-Result<std::uint64_t> ColumnWork::reserve(std::uint64_t bytes) {
+Result<DeviceAddress> ColumnWork::reserve(std::uint64_t bytes) {
   if (buf_.size() < bytes) {
     // The old buffer goes first (its bytes leave the count with it, whether or not the new one comes).
     account_(-static_cast<std::int64_t>(buf_.size()));
@@ -48,19 +48,19 @@ DeviceTier::Span DeviceTier::span(std::size_t tensor) const {
   return {p.payload, p.scales + lattice_[tensor].producer->stream().scales.size_bytes() - p.payload};
 }
 
-Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, std::uint64_t out_dev,
-                                   std::uint64_t inputs_at) const {
+Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, DeviceAddress out_dev,
+                                   DeviceAddress inputs_at) const {
   if (!holds(tensor)) {
     return make_error(ErrorCode::kUnsupported, "tensor " + std::to_string(tensor) + " is not in the device tier");
   }
-  if (inputs_at % cuda::kTierAlign != 0) {
+  if (!inputs_at.aligned(cuda::kTierAlign)) {
     return make_error(ErrorCode::kInvalidArgument, "tensor " + std::to_string(tensor) + ": staged inputs at " +
-                                                       std::to_string(inputs_at) + " are not 256-byte aligned");
+                                                       std::to_string(inputs_at.value) + " are not 256-byte aligned");
   }
   // A staged copy of span(i) is the region shifted so that the span's start lands at inputs_at.
-  const cuda::DeviceBuffers in = inputs_at == 0 ? inputs(tensor)
-                                                : cuda::tier_buffers(inputs_at - span(tensor).offset,
-                                                                     *layout_.tensors[tensor]);
+  const cuda::DeviceBuffers in =
+      inputs_at ? cuda::tier_buffers(DeviceAddress(inputs_at.value - span(tensor).offset), *layout_.tensors[tensor])
+                : inputs(tensor);
   return lattice_job(*lattice_[tensor].producer, layout, in, out_dev);
 }
 
@@ -81,7 +81,7 @@ Status DeviceTier::fill_host(std::span<std::byte> region, const std::function<St
   return {};
 }
 
-Status DeviceTier::upload(std::uint64_t base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
+Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                           std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings) {
   base_ = base;
   const std::string what = "the device tier on device " + std::to_string(device_);
@@ -137,14 +137,14 @@ Result<DeviceTier::Plan*> DeviceTier::plan_for(Lattice& t, std::size_t tensor, c
   EPK_TRY_ASSIGN(cuda::DeviceAllocation scratch,
                  cuda::DeviceAllocation::create(plan.scratch_bytes(), device_,
                                                 "tensor '" + t.producer->entry().name + "': decode plan"));
-  EPK_TRY(plan.upload(reinterpret_cast<void*>(scratch.address()), stream));
+  EPK_TRY(plan.upload(scratch.address().as<void>(), stream));
   account_(static_cast<std::int64_t>(scratch.size()));
   if (!is_whole) t.range_plans.push_back(key);
   return &t.plans.emplace(key, Plan{std::move(plan), std::move(scratch)}).first->second;
 }
 
 Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const ShardRange& shard,
-                                        std::uint64_t dst, std::uint64_t bytes, ColumnWork& work,
+                                        DeviceAddress dst, std::uint64_t bytes, ColumnWork& work,
                                         cuda::Stream stream) {
   pending_ = nullptr;
   if (tensor >= producers_.size()) return make_error(ErrorCode::kInternal, "device tier: no such tensor");
@@ -174,16 +174,15 @@ Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const
 }
 
 Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, cuda::OutputFormat format,
-                                                const ShardRange& shard, std::uint64_t dst, std::uint64_t bytes,
+                                                const ShardRange& shard, DeviceAddress dst, std::uint64_t bytes,
                                                 ColumnWork& work, cuda::Stream stream) {
   Lattice& t = lattice_[tensor];
   const std::uint32_t rows = t.producer->stream().rows;
   const DeviceWrite done{DevicePath::kLatticeDecode, DevicePath::kLatticeDecode, {}};
   if (shard.dim == ShardDim::kCols) {
     EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, PlanKey{format, 0, rows}, stream));
-    EPK_TRY_ASSIGN(std::uint64_t work_dev, work.reserve(p->plan.work_bytes()));
-    EPK_TRY(p->plan.enqueue_columns(shard, dst, bytes, work_dev, reinterpret_cast<void*>(p->scratch.address()),
-                                    stream));
+    EPK_TRY_ASSIGN(DeviceAddress work_dev, work.reserve(p->plan.work_bytes()));
+    EPK_TRY(p->plan.enqueue_columns(shard, dst, bytes, work_dev, p->scratch.address().as<void>(), stream));
     pending_ = p;
     return done;
   }
@@ -194,7 +193,7 @@ Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, cuda::Output
   return done;
 }
 
-Status DeviceTier::enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, std::uint64_t dst,
+Status DeviceTier::enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, DeviceAddress dst,
                                 std::uint64_t bytes, cuda::Stream stream) {
   EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, key, stream));
   if (p->plan.output_bytes() != bytes) {  // never write past the destination (every caller sized it as the plan)
@@ -202,12 +201,12 @@ Status DeviceTier::enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& k
                                                        std::to_string(bytes) + " bytes, the decode writes " +
                                                        std::to_string(p->plan.output_bytes()));
   }
-  EPK_TRY(p->plan.enqueue(dst, reinterpret_cast<void*>(p->scratch.address()), stream));
+  EPK_TRY(p->plan.enqueue(dst, p->scratch.address().as<void>(), stream));
   pending_ = p;
   return {};
 }
 
-Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format, std::uint64_t dst,
+Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format, DeviceAddress dst,
                                   std::uint64_t bytes, cuda::Stream stream) {
   pending_ = nullptr;
   if (!holds(tensor)) {
@@ -217,14 +216,15 @@ Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format,
   return enqueue_plan(t, tensor, PlanKey{format, 0, t.producer->stream().rows}, dst, bytes, stream);
 }
 
-Status DeviceTier::check(cuda::Stream stream, std::vector<cuda::TileFaultRecord>* faults) {
+Status DeviceTier::check(cuda::Stream stream, std::vector<rans::TileFaultRecord>* faults) {
   Plan* p = pending_;
   pending_ = nullptr;
   if (p == nullptr) return {};
-  const void* scratch = reinterpret_cast<const void*>(p->scratch.address());
+  const void* scratch = p->scratch.address().as<const void>();
   Status st = p->plan.check(scratch, stream);
   if (!st && faults != nullptr) {
-    EPK_TRY_ASSIGN(std::vector<cuda::TileFaultRecord> bad, cuda::read_tile_faults(p->plan.decode_plan(), scratch, stream));
+    EPK_TRY_ASSIGN(std::vector<rans::TileFaultRecord> bad,
+                   cuda::read_tile_faults(p->plan.decode_plan(), scratch, stream));
     faults->insert(faults->end(), bad.begin(), bad.end());
   }
   return st;

@@ -64,7 +64,7 @@ inline constexpr std::size_t kMaxRangePlans = 8;
 class ColumnWork {
  public:
   ColumnWork(int device, DeviceAccount account) : device_(device), account_(std::move(account)) {}
-  Result<std::uint64_t> reserve(std::uint64_t bytes);
+  Result<DeviceAddress> reserve(std::uint64_t bytes);
 
  private:
   const int device_;
@@ -100,10 +100,10 @@ class DeviceTier {
   // only patches and launches; other plans are built on first use); then every intq "int" tensor's device form
   // (verify(i) first). A tensor whose device form cannot be made (no device memory) keeps the host path: a line
   // naming it goes to *warnings. Synchronises `stream` before it returns (the copies read the producers' host bytes).
-  Status upload(std::uint64_t base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
+  Status upload(DeviceAddress base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                 std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
   // A region another process filled by upload() from the same file (client-side decode); builds nothing.
-  void bind(std::uint64_t base) { base_ = base; }
+  void bind(DeviceAddress base) { base_ = base; }
   // The region's bytes in host memory (the host tier of client-side decode, when epkd keeps none on the device):
   // zeros, then each held tensor's stored buffers after verify(i), exactly as upload() lays them on a device.
   // region.size() must be region_bytes(). Then bind() the region's device-visible address (pinned host memory is
@@ -120,21 +120,22 @@ class DeviceTier {
   // Held tensor i's decode inputs in the region (after upload or bind).
   cuda::DeviceBuffers inputs(std::size_t tensor) const;
   // A batched decode's job for the whole of held tensor i in `layout` into out_dev (client-side decode), reading the
-  // inputs from the bound region, or (inputs_at != 0) from a copy of span(i) at inputs_at, 256-byte aligned.
-  Result<LatticeJob> job(std::size_t tensor, Layout layout, std::uint64_t out_dev, std::uint64_t inputs_at = 0) const;
+  // inputs from the bound region, or (inputs_at set) from a copy of span(i) at inputs_at, 256-byte aligned.
+  Result<LatticeJob> job(std::size_t tensor, Layout layout, DeviceAddress out_dev,
+                         DeviceAddress inputs_at = DeviceAddress()) const;
 
   // Writes `shard` (resolved; whole for the whole tensor) of tensor i in `layout` into [dst, dst + bytes) on
   // `stream` by a device path, or returns path kHost having enqueued nothing. dst is 16-byte aligned device memory
   // of this tier's device; bytes is the producer's shard_slot() size.
-  Result<DeviceWrite> enqueue(std::size_t tensor, Layout layout, const ShardRange& shard, std::uint64_t dst,
+  Result<DeviceWrite> enqueue(std::size_t tensor, Layout layout, const ShardRange& shard, DeviceAddress dst,
                               std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
   // The whole of held tensor i in `format`, any the decoder writes (the CLI's --dtype, beyond the serving
   // layouts), into [dst, dst + bytes): kInvalidArgument when bytes is not the decode's size.
-  Status enqueue_format(std::size_t tensor, cuda::OutputFormat format, std::uint64_t dst, std::uint64_t bytes,
+  Status enqueue_format(std::size_t tensor, cuda::OutputFormat format, DeviceAddress dst, std::uint64_t bytes,
                         cuda::Stream stream);
   // After the stream has synchronised past the last enqueue: kCorruptTile naming the tensor and tile, once; with
   // `faults`, every corrupt tile is appended there.
-  Status check(cuda::Stream stream, std::vector<cuda::TileFaultRecord>* faults = nullptr);
+  Status check(cuda::Stream stream, std::vector<rans::TileFaultRecord>* faults = nullptr);
   // The last enqueue failed: nothing to check.
   void forget() { pending_ = nullptr; }
 
@@ -156,17 +157,17 @@ class DeviceTier {
 
   Result<Plan*> plan_for(Lattice& t, std::size_t tensor, const PlanKey& key, cuda::Stream stream);
   // The plan of `key` (built on first use) enqueued into [dst, dst + bytes), which must be what it writes.
-  Status enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, std::uint64_t dst, std::uint64_t bytes,
+  Status enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, DeviceAddress dst, std::uint64_t bytes,
                       cuda::Stream stream);
   Result<DeviceWrite> enqueue_lattice(std::size_t tensor, cuda::OutputFormat format, const ShardRange& shard,
-                                      std::uint64_t dst, std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
+                                      DeviceAddress dst, std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
 
   const std::shared_ptr<const void> owner_;
   const std::vector<const Producer*> producers_;
   const int device_;
   const DeviceAccount account_;
   cuda::TierLayout layout_;
-  std::uint64_t base_ = 0;
+  DeviceAddress base_;
   std::vector<Lattice> lattice_;                         // per tensor (producer null where not held)
   std::vector<std::unique_ptr<IntqDeviceForm>> intq_;   // per tensor (null: no device form)
   Plan* pending_ = nullptr;                              // whose status the last enqueue copied back

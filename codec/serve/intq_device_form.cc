@@ -23,7 +23,7 @@ Result<cuda::DeviceAllocation> put(std::span<const T> v, int device, cuda::Strea
 
 template <class T>
 const T* as(const cuda::DeviceAllocation& b) {
-  return b.address() == 0 ? nullptr : reinterpret_cast<const T*>(b.address());
+  return b.address() ? b.address().as<const T>() : nullptr;
 }
 
 std::optional<ci::DenseType> dense_type(DType d) {
@@ -100,11 +100,11 @@ Status IntqDeviceForm::add_variant(const layouts::QuantTensor& q, const IntqKern
   const ci::DeviceIntq d = view(*v);
   if (v->has_perm) {
     EPK_TRY_ASSIGN(v->inv_perm, cuda::DeviceAllocation::create(map_bytes, device_, what));
-    EPK_TRY(ci::invert_perm(d, reinterpret_cast<std::int32_t*>(v->inv_perm.address()), stream));
+    EPK_TRY(ci::invert_perm(d, v->inv_perm.address().as<std::int32_t>(), stream));
   }
   if (!v->static_groups || v->has_perm) {
     EPK_TRY_ASSIGN(v->order, cuda::DeviceAllocation::create(map_bytes, device_, what));
-    EPK_TRY(ci::group_order(d, reinterpret_cast<std::int32_t*>(v->order.address()), nullptr, stream));
+    EPK_TRY(ci::group_order(d, v->order.address().as<std::int32_t>(), nullptr, stream));
   }
   EPK_TRY(cuda::synchronize(stream, what));  // words, zwords and q's vectors are read by the copies
   variants_.push_back(std::move(v));
@@ -158,13 +158,13 @@ Result<bool> IntqDeviceForm::covers(Layout layout, cuda::Stream stream, std::uin
   return intq_kernels_write(*v, layout, g);
 }
 
-Status IntqDeviceForm::produce(Layout layout, std::uint64_t dst, std::uint64_t bytes, cuda::Stream s) const {
+Status IntqDeviceForm::produce(Layout layout, DeviceAddress dst, std::uint64_t bytes, cuda::Stream s) const {
   const std::string& name = producer_.entry().name;
   if (std::optional<ci::DenseType> d = dense_layout(layout)) {
     if (static_cast<std::uint64_t>(rows_) * static_cast<std::uint64_t>(cols_) * 2 != bytes) {
       return make_error(ErrorCode::kInternal, "tensor '" + name + "': dense intq slot size");
     }
-    return ci::dequantize_dense(view(*variants_[0]), *d, reinterpret_cast<void*>(dst), s);
+    return ci::dequantize_dense(view(*variants_[0]), *d, dst.as<void>(), s);
   }
   EPK_TRY_ASSIGN(PackedPlan plan, producer_.packed_plan(layout));
   const Variant* v = find(plan.geometry.padded_rows, plan.geometry.padded_cols);
@@ -180,29 +180,29 @@ Status IntqDeviceForm::produce(Layout layout, std::uint64_t dst, std::uint64_t b
   const ci::DeviceIntq d = view(*v);
   const ci::DenseType st = *dense_type(scale_);
   auto part = [&](std::size_t i) { return dst + plan.parts[i].offset; };
-  auto* inv = v->has_perm ? reinterpret_cast<const std::int32_t*>(v->inv_perm.address()) : nullptr;
-  auto* order = v->order.address() != 0 ? reinterpret_cast<const std::int32_t*>(v->order.address()) : nullptr;
+  auto* inv = v->has_perm ? v->inv_perm.address().as<const std::int32_t>() : nullptr;
+  auto* order = v->order.address() ? v->order.address().as<const std::int32_t>() : nullptr;
   switch (layout) {
     case Layout::kGptq:
     case Layout::kGptqV2:
-      EPK_TRY(ci::repack_gptq_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s, inv));
+      EPK_TRY(ci::repack_gptq_qweight(d, part(0).as<std::uint32_t>(), s, inv));
       if (layout == Layout::kGptq) {
-        EPK_TRY(ci::repack_gptq_qzeros_v1(d, reinterpret_cast<std::uint32_t*>(part(1)), nullptr, s));
+        EPK_TRY(ci::repack_gptq_qzeros_v1(d, part(1).as<std::uint32_t>(), nullptr, s));
       } else {
-        EPK_TRY(ci::repack_gptq_qzeros_v2(d, reinterpret_cast<std::uint32_t*>(part(1)), s));
+        EPK_TRY(ci::repack_gptq_qzeros_v2(d, part(1).as<std::uint32_t>(), s));
       }
-      EPK_TRY(ci::convert_scales(d, st, reinterpret_cast<void*>(part(2)), s));
-      return ci::gptq_g_idx(d, inv, reinterpret_cast<std::int32_t*>(part(3)), s);
+      EPK_TRY(ci::convert_scales(d, st, part(2).as<void>(), s));
+      return ci::gptq_g_idx(d, inv, part(3).as<std::int32_t>(), s);
     case Layout::kAwq:
-      EPK_TRY(ci::repack_awq_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s));
-      EPK_TRY(ci::repack_awq_qzeros(d, reinterpret_cast<std::uint32_t*>(part(1)), s));
-      return ci::convert_scales(d, st, reinterpret_cast<void*>(part(2)), s);
+      EPK_TRY(ci::repack_awq_qweight(d, part(0).as<std::uint32_t>(), s));
+      EPK_TRY(ci::repack_awq_qzeros(d, part(1).as<std::uint32_t>(), s));
+      return ci::convert_scales(d, st, part(2).as<void>(), s);
     case Layout::kMarlin:
-      EPK_TRY(ci::repack_marlin_qweight(d, reinterpret_cast<std::uint32_t*>(part(0)), s, order));
-      EPK_TRY(ci::repack_marlin_scales(d, st, reinterpret_cast<void*>(part(1)), s));
+      EPK_TRY(ci::repack_marlin_qweight(d, part(0).as<std::uint32_t>(), s, order));
+      EPK_TRY(ci::repack_marlin_scales(d, st, part(1).as<void>(), s));
       if (order == nullptr) return {};
-      return ci::marlin_g_idx_perm(d, order, reinterpret_cast<std::int32_t*>(part(2)),
-                                   reinterpret_cast<std::int32_t*>(part(3)), s);
+      return ci::marlin_g_idx_perm(d, order, part(2).as<std::int32_t>(),
+                                   part(3).as<std::int32_t>(), s);
     default:
       return make_error(ErrorCode::kInternal, "tensor '" + name + "': not an intq layout the kernels write");
   }

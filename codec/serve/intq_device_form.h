@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/common/device_address.h"
 #include "codec/common/result.h"
 #include "codec/cuda/decode/decode.h"
 #include "codec/cuda/device_allocation.h"
@@ -39,7 +40,7 @@ class IntqDeviceForm {
   // tensor again); *added receives the device bytes that took.
   Result<bool> covers(Layout layout, cuda::Stream stream, std::uint64_t* added);
   // Writes `layout` into [dst, dst + bytes) on `stream`; covers() returned true for it.
-  Status produce(Layout layout, std::uint64_t dst, std::uint64_t bytes, cuda::Stream stream) const;
+  Status produce(Layout layout, DeviceAddress dst, std::uint64_t bytes, cuda::Stream stream) const;
   // The device bytes of every variant.
   std::uint64_t bytes() const;
 

@@ -65,7 +65,7 @@ double mean_us(std::uint64_t total_ns, std::uint64_t n) {
 
 class CudaBackend final : public GpuBackend {
  public:
-  CudaBackend(int device, std::uint64_t pool_base, shm::CudaStream stream, std::vector<shm::CudaEvent> ring,
+  CudaBackend(int device, DeviceAddress pool_base, shm::CudaStream stream, std::vector<shm::CudaEvent> ring,
               std::vector<shm::IpcEventHandle> handles)
       : device_(device),
         pool_base_(pool_base),
@@ -123,7 +123,7 @@ class CudaBackend final : public GpuBackend {
     }
     std::vector<std::string> warnings;
     // Resident bytes decode without the host path's after-decode checksum: each tensor is checked before upload.
-    Status uploaded = tier->upload(region ? region->device_ptr() : 0, cs(stream_),
+    Status uploaded = tier->upload(region ? region->device_ptr() : DeviceAddress(), cs(stream_),
                                    [source](std::size_t i) { return source->verify_stored(i); },
                                    cuda::OutputFormat::kBf16, &warnings);
     for (const std::string& w : warnings) spdlog::warn("device {}: {}", device_, w);
@@ -172,7 +172,7 @@ class CudaBackend final : public GpuBackend {
       }
     }
     EPK_TRY(shm::make_device_current(device_));
-    const std::uint64_t dst = pool_base_ + slot_offset;
+    const DeviceAddress dst = pool_base_ + slot_offset;
     Status enqueued = [&]() -> Status {
       serve::DeviceWrite w;
       if (tier) {
@@ -337,7 +337,7 @@ class CudaBackend final : public GpuBackend {
   }
 
   Status produce_on_host(const ModelSource& src, std::size_t tensor, shm::Layout layout, const shm::ShardRange& shard,
-                         std::uint64_t dst, std::uint64_t bytes) {
+                         DeviceAddress dst, std::uint64_t bytes) {
     if (staging_.size() < bytes) {
       staging_ = shm::PinnedBuffer();
       EPK_TRY_ASSIGN(staging_, shm::PinnedBuffer::alloc(bytes, device_));
@@ -348,7 +348,7 @@ class CudaBackend final : public GpuBackend {
   }
 
   const int device_;
-  const std::uint64_t pool_base_;
+  const DeviceAddress pool_base_;
   shm::CudaStream stream_;
   std::vector<shm::CudaEvent> ring_;
   std::vector<shm::IpcEventHandle> handles_;
@@ -405,7 +405,7 @@ Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uin
     ring.push_back(std::move(ev));
     handles.push_back(h);
   }
-  const std::uint64_t base = pool->device_ptr();
+  const DeviceAddress base = pool->device_ptr();
   GpuSetup out;
   out.backend = std::make_unique<CudaBackend>(device, base, std::move(stream), std::move(ring), std::move(handles));
   out.pool = std::move(pool);

@@ -121,7 +121,7 @@ int tamper(int argc, char** argv) {
   if (t->on_device) {
 #if EPK_HAVE_CUDA
     overwrote = static_cast<bool>(
-        epk::shm::copy_to_device(reinterpret_cast<std::uint64_t>(t->data), junk.data(), junk.size(), t->device));
+        epk::shm::copy_to_device(epk::DeviceAddress::of(t->data), junk.data(), junk.size(), t->device));
 #endif
   } else {
     const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));

@@ -25,9 +25,9 @@ class ClientDecodeGpu : public DeviceModelTest {
   static int compare_every_layout(client::Client& c, StoredTier& tier, bool staged);
 };
 
-std::vector<std::uint8_t> device_bytes(std::uint64_t ptr, std::uint64_t bytes) {
+std::vector<std::uint8_t> device_bytes(DeviceAddress at, std::uint64_t bytes) {
   std::vector<std::uint8_t> out(bytes);
-  EXPECT_TRUE(shm::copy_from_device(out.data(), ptr, bytes, 0));
+  EXPECT_TRUE(shm::copy_from_device(out.data(), at, bytes, 0));
   return out;
 }
 
@@ -61,10 +61,10 @@ int ClientDecodeGpu::compare_every_layout(client::Client& c, StoredTier& tier, b
     if (!out || !inputs) return compared;
     // Stale bytes in the buffers: the decode (rowwise padding included) must overwrite every byte it serves, and a
     // staged decode must read only what its copy wrote.
-    EXPECT_TRUE(shm::fill_device_async(out->ptr(), 0xA5, total, nullptr, 0));
-    EXPECT_TRUE(shm::fill_device_async(inputs->ptr(), 0x5A, in_total, nullptr, 0));
+    EXPECT_TRUE(shm::fill_device_async(out->address(), 0xA5, total, nullptr, 0));
+    EXPECT_TRUE(shm::fill_device_async(inputs->address(), 0x5A, in_total, nullptr, 0));
     for (std::size_t i = 0; i < names.size(); ++i) {
-      jobs.push_back({names[i], l, out->ptr() + at[i], staged ? inputs->ptr() + in_at[i] : 0});
+      jobs.push_back({names[i], l, out->address() + at[i], staged ? inputs->address() + in_at[i] : DeviceAddress()});
     }
     auto batch = tier.plan(jobs);
     EXPECT_TRUE(batch) << batch.error().to_string();
@@ -82,7 +82,7 @@ int ClientDecodeGpu::compare_every_layout(client::Client& c, StoredTier& tier, b
       if (!t) return compared;
       EXPECT_EQ(t->bytes, bytes[i]) << names[i] << " " << shm::layout_name(l);
       auto want = host_bytes(c, *t);
-      auto got = device_bytes(out->ptr() + at[i], bytes[i]);
+      auto got = device_bytes(out->address() + at[i], bytes[i]);
       EXPECT_EQ(got, want) << names[i] << " " << shm::layout_name(l) << (staged ? " staged" : "");
       EXPECT_TRUE(c.release_after(t->handle, nullptr));
       ++compared;
@@ -109,13 +109,13 @@ TEST_F(ClientDecodeGpu, EveryLayoutIsTheDaemonsBytesInOneBatch) {
   // Staged inputs need a host tier: epkd's device tier is read where it is.
   auto out = shm::DeviceBuffer::alloc(129 * 67 * 4, 0);
   ASSERT_TRUE(out);
-  std::vector<StoredTier::Job> staged = {{"w0", Layout::kDenseF32, out->ptr(), out->ptr()}};
+  std::vector<StoredTier::Job> staged = {{"w0", Layout::kDenseF32, out->address(), out->address()}};
   auto refused = (*tier)->plan(staged);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
   // The tier outlives the connection it came from.
   c->disconnect();
-  std::vector<StoredTier::Job> one = {{"w0", Layout::kDenseF32, out->ptr()}};
+  std::vector<StoredTier::Job> one = {{"w0", Layout::kDenseF32, out->address()}};
   auto batch = (*tier)->plan(one);
   ASSERT_TRUE(batch) << batch.error().to_string();
   ASSERT_TRUE((*batch)->enqueue(nullptr));
@@ -130,12 +130,12 @@ TEST_F(ClientDecodeGpu, BadJobsAreRefusedByName) {
   ASSERT_TRUE(tier) << tier.error().to_string();
   auto out = shm::DeviceBuffer::alloc(1 << 20, 0);
   ASSERT_TRUE(out);
-  std::vector<StoredTier::Job> misaligned = {{"w1", Layout::kDenseBF16, out->ptr() + 8}};
+  std::vector<StoredTier::Job> misaligned = {{"w1", Layout::kDenseBF16, out->address() + 8}};
   auto b = (*tier)->plan(misaligned);
   ASSERT_FALSE(b);
   EXPECT_EQ(b.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(b.error().message.find("'w1'"), std::string::npos) << b.error().message;
-  std::vector<StoredTier::Job> packed = {{"w1", Layout::kGptq, out->ptr()}};
+  std::vector<StoredTier::Job> packed = {{"w1", Layout::kGptq, out->address()}};
   b = (*tier)->plan(packed);
   ASSERT_FALSE(b);
   EXPECT_EQ(b.error().code, ErrorCode::kUnsupported);
@@ -159,7 +159,7 @@ TEST_F(ClientDecodeGpu, WithoutTheDeviceTierTheClientDecodesFromItsHostTier) {
   EXPECT_EQ(compare_every_layout(*c, **tier, true), 24);
   auto out = shm::DeviceBuffer::alloc(129 * 67 * 4, 0);
   ASSERT_TRUE(out);
-  std::vector<StoredTier::Job> unaligned = {{"w0", Layout::kDenseF32, out->ptr(), out->ptr() + 16}};
+  std::vector<StoredTier::Job> unaligned = {{"w0", Layout::kDenseF32, out->address(), out->address() + 16}};
   auto refused = (*tier)->plan(unaligned);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
@@ -183,7 +183,7 @@ TEST_F(ClientDecodeGpu, TheCApiDecodesTheSameBytes) {
   EXPECT_EQ(dims[1], 320u);
   auto out = shm::DeviceBuffer::alloc(bytes, 0);
   ASSERT_TRUE(out);
-  epk_decode_job job{"w3", "dense:bf16", reinterpret_cast<void*>(out->ptr())};
+  epk_decode_job job{"w3", "dense:bf16", out->address().as<void>()};
   epk_batch* b = nullptr;
   ASSERT_EQ(epk_batch_create(s, &job, 1, &b), EPK_OK) << epk_last_error();
   ASSERT_EQ(epk_batch_enqueue(b, nullptr), EPK_OK) << epk_last_error();
@@ -192,7 +192,7 @@ TEST_F(ClientDecodeGpu, TheCApiDecodesTheSameBytes) {
   ASSERT_EQ(epk_acquire(c, "m", "w3", "dense:bf16", &t), EPK_OK) << epk_last_error();
   std::vector<std::uint8_t> want(t.bytes);
   ASSERT_EQ(epk_copy_to_host(c, &t, want.data()), EPK_OK) << epk_last_error();
-  EXPECT_EQ(device_bytes(out->ptr(), bytes), want);
+  EXPECT_EQ(device_bytes(out->address(), bytes), want);
   EXPECT_EQ(epk_release(c, t.handle), EPK_OK);
   epk_batch_free(b);
   epk_stored_close(s);

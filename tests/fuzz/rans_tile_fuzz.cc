@@ -18,7 +18,7 @@ namespace {
 using namespace epk;
 using fuzz::violated;
 
-std::vector<std::uint32_t> tiles_of(std::vector<rans::TileStatus> v) {
+std::vector<std::uint32_t> tiles_of(std::vector<rans::TileFaultRecord> v) {
   std::vector<std::uint32_t> out;
   for (const auto& s : v) out.push_back(s.tile);
   std::sort(out.begin(), out.end());
@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   const std::size_t n = std::size_t(s.rows) * s.cols;
   std::vector<float> all(n);
-  std::vector<rans::TileStatus> faults;
+  std::vector<rans::TileFaultRecord> faults;
   auto st = rans::decode(s, "fuzz", DType::kF32, {reinterpret_cast<std::byte*>(all.data()), n * 4}, 1, &faults);
   if (bool(st) != bad.empty() || tiles_of(faults) != bad) violated();
 

@@ -54,10 +54,10 @@ TEST_F(CudaResources, PinnedAndDeviceBuffersRoundTripOnAStream) {
   auto dev = DeviceBuffer::alloc(n, 0);
   ASSERT_TRUE(host && dev);
   for (std::uint64_t i = 0; i < n; ++i) host->data()[i] = static_cast<std::uint8_t>(i * 131 + 7);
-  ASSERT_TRUE(copy_to_device_async(dev->ptr(), host->data(), n, s->get(), 0));
-  ASSERT_TRUE(fill_device_async(dev->ptr() + 10, 0xEE, 5, s->get(), 0));
+  ASSERT_TRUE(copy_to_device_async(dev->address(), host->data(), n, s->get(), 0));
+  ASSERT_TRUE(fill_device_async(dev->address() + 10, 0xEE, 5, s->get(), 0));
   std::vector<std::uint8_t> back(n);
-  ASSERT_TRUE(copy_from_device_async(back.data(), dev->ptr(), n, s->get(), 0));
+  ASSERT_TRUE(copy_from_device_async(back.data(), dev->address(), n, s->get(), 0));
   ASSERT_TRUE(s->synchronize());
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint8_t want = i >= 10 && i < 15 ? 0xEE : static_cast<std::uint8_t>(i * 131 + 7);

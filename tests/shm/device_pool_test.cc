@@ -33,7 +33,7 @@ TEST(DevicePool, CreateRoundsUpToTheGranularityAndExportsAnFd) {
   EXPECT_GE((*p)->size(), (3u << 20) + 1);
   EXPECT_EQ((*p)->size() % (2u << 20), 0u);  // 2 MiB granularity on current GPUs
   EXPECT_GE((*p)->export_fd(), 0);
-  EXPECT_NE((*p)->device_ptr(), 0u);
+  EXPECT_TRUE((*p)->device_ptr());
   EXPECT_TRUE((*p)->host_span(0, 16).empty());
 }
 

@@ -71,11 +71,8 @@ Result<int> run_verify(const VerifyArgs& args) {
   check.threads = threads;
   if (device == Device::kCuda) {
     check.gpu = [](const serve::Producer& p, std::span<std::uint8_t> dst,
-                   std::vector<std::pair<std::uint32_t, std::string>>* faults) -> Result<bool> {
-      std::vector<GpuTileFault> bad;
-      Result<bool> done = gpu_decode(p, DType::kF32, dst, &bad);
-      for (const auto& f : bad) faults->push_back({f.tile, f.reason});
-      return done;
+                   std::vector<rans::TileFaultRecord>* faults) -> Result<bool> {
+      return gpu_decode(p, DType::kF32, dst, faults);
     };
   }
   std::vector<describe::TensorCheck> reports;

@@ -24,7 +24,7 @@ Result<Device> choose_device(std::string_view name) {
 }
 
 Result<bool> gpu_decode(const serve::Producer& p, DType out, std::span<std::uint8_t> dst,
-                        std::vector<GpuTileFault>* faults) {
+                        std::vector<rans::TileFaultRecord>* faults) {
   const std::string& name = p.entry().name;
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
@@ -47,12 +47,11 @@ Result<bool> gpu_decode(const serve::Producer& p, DType out, std::span<std::uint
                  cuda::DeviceAllocation::create(dst.size(), device, "tensor '" + name + "': output"));
   EPK_TRY(tier.enqueue_format(0, *format, output.address(), dst.size(), nullptr));
   EPK_TRY(cuda::synchronize(nullptr, "tensor '" + name + "'"));
-  std::vector<cuda::TileFaultRecord> bad;
+  std::vector<rans::TileFaultRecord> bad;
   Status checked = tier.check(nullptr, &bad);
-  if (faults)
-    for (const auto& f : bad) faults->push_back({f.tile, std::string(cuda::tile_fault_name(f.fault))});
+  if (faults) faults->insert(faults->end(), bad.begin(), bad.end());
   EPK_TRY(checked);
-  if (cudaError_t e = cudaMemcpy(dst.data(), reinterpret_cast<const void*>(output.address()), dst.size(),
+  if (cudaError_t e = cudaMemcpy(dst.data(), output.address().as<const void>(), dst.size(),
                                  cudaMemcpyDeviceToHost);
       e != cudaSuccess) {
     return make_error(ErrorCode::kCuda, "tensor '" + name + "': copy back: " + cudaGetErrorString(e));
@@ -71,7 +70,8 @@ Result<Device> choose_device(std::string_view name) {
   return make_error(ErrorCode::kInvalidArgument, "--device '" + std::string(name) + "': expected cpu or cuda");
 }
 
-Result<bool> gpu_decode(const serve::Producer& p, DType, std::span<std::uint8_t>, std::vector<GpuTileFault>*) {
+Result<bool> gpu_decode(const serve::Producer& p, DType, std::span<std::uint8_t>,
+                        std::vector<rans::TileFaultRecord>*) {
   return make_error(ErrorCode::kUnsupported, "tensor '" + p.entry().name + "': this build of epk has no CUDA");
 }
 

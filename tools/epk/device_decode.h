@@ -11,6 +11,7 @@
 
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
+#include "codec/rans/tile_fault.h"
 #include "codec/serve/producer.h"
 
 namespace epk::cli {
@@ -21,16 +22,11 @@ enum class Device { kCpu, kCuda };
 // where this build has no CUDA or no GPU is visible (a message that says which).
 Result<Device> choose_device(std::string_view name);
 
-struct GpuTileFault {
-  std::uint32_t tile = 0;
-  std::string reason;
-};
-
 // Writes the tensor p serves into dst as dense `out` (BF16, F16, F32, F8_E4M3 or F8_E5M2) on the current GPU:
 // true when a device path wrote it, false when none covers it (nothing written: the CPU decodes it). Corrupt tiles:
 // appended to faults when given, and the call returns kCorruptTile naming the tensor and first tile. The caller has
 // checked the tensor's buffers (Reader::verify).
 Result<bool> gpu_decode(const serve::Producer& p, DType out, std::span<std::uint8_t> dst,
-                        std::vector<GpuTileFault>* faults = nullptr);
+                        std::vector<rans::TileFaultRecord>* faults = nullptr);
 
 }  // namespace epk::cli

@@ -122,7 +122,8 @@ struct PyStoredTier {
         raise_as("InvalidArgument", "epk.stored: a job is (tensor, layout, out[, inputs_at])", "invalid-argument");
       }
       js.push_back({nb::cast<std::string>(j[0]), parse_layout(nb::cast<std::string>(j[1])),
-                    nb::cast<std::uint64_t>(j[2]), j.size() == 4 ? nb::cast<std::uint64_t>(j[3]) : 0});
+                    DeviceAddress(nb::cast<std::uint64_t>(j[2])),
+                    DeviceAddress(j.size() == 4 ? nb::cast<std::uint64_t>(j[3]) : 0)});
     }
     PyDecodeBatch b{tier, unlocked([&] { return t.plan(js); })};
     return b;

@@ -20,6 +20,7 @@
 
 #include "codec/common/result.h"
 #include "codec/rans/stream.h"
+#include "codec/rans/tile_fault.h"
 
 struct CUstream_st;  // cudaStream_t without including the CUDA headers
 
@@ -91,15 +92,8 @@ struct DecodeStatus {
 };
 static_assert(sizeof(DecodeStatus) == 16);
 
-// Reasons in the per-tile status array (one u8 per tile of the plan, after the DecodeStatus in scratch).
-enum class TileFault : std::uint8_t {
-  kOk = 0,
-  kBadOffsets = 1,    // offsets[t] > offsets[t+1] or past the payload
-  kUnderflow = 2,     // the decoder needed a word before the tile's first word
-  kNotDrained = 3,    // words left over at the end
-  kBadFinalState = 4, // a lane did not end at 2^15
-};
-std::string_view tile_fault_name(TileFault fault);
+// The per-tile status array (one u8 per tile of the plan, after the DecodeStatus in scratch) holds rans::TileFault
+// codes (codec/rans/tile_fault.h): kOk, kBadOffsets, kTruncated, kUnreadWords or kBadFinalState.
 
 // Which kernel decodes a plan (the first that serves every job of the batch, in this order):
 // - the lean kernel: every tensor at prob_bits 11 with packed tables in shared memory (the 2 and 4 bpp streams), with
@@ -161,13 +155,9 @@ Status upload(const DecodePlan& plan, void* scratch_dev, std::size_t scratch_byt
 Status decode(const DecodePlan& plan, void* scratch_dev, Stream stream);
 // Waits for stream, copies the status back and returns kCorruptTile naming the first bad tensor and tile, if any.
 Status read_status(const DecodePlan& plan, const void* scratch_dev, Stream stream);
-struct TileFaultRecord {
-  std::uint32_t tensor = 0;
-  std::uint32_t tile = 0;  // tile index within the tensor
-  TileFault fault = TileFault::kOk;
-};
-// Every corrupt tile of the last decode, after waiting for stream.
-Result<std::vector<TileFaultRecord>> read_tile_faults(const DecodePlan& plan, const void* scratch_dev, Stream stream);
+// Every corrupt tile of the last decode (tensor: the job's index in the plan), after waiting for stream.
+Result<std::vector<rans::TileFaultRecord>> read_tile_faults(const DecodePlan& plan, const void* scratch_dev,
+                                                            Stream stream);
 
 // Number of CUDA devices (0 where there is no driver or no GPU): tests use it to skip.
 int device_count();

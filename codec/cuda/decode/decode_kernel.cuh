@@ -244,21 +244,21 @@ struct GroupPlacer {
 };
 
 // End of a tile: the word position must be back at the tile's first word and every state at 2^15 (warp-wide).
-__device__ __forceinline__ TileFault tile_end_fault(std::uint32_t p2, std::uint32_t x, std::uint32_t wb,
-                                                    std::uint32_t we) {
+__device__ __forceinline__ rans::TileFault tile_end_fault(std::uint32_t p2, std::uint32_t x, std::uint32_t wb,
+                                                          std::uint32_t we) {
   const std::uint32_t p = p2 >> 1;
   const bool states_ok = __all_sync(kFull, x == kStateLow);
-  if (p > we) return TileFault::kUnderflow;  // p wrapped below zero: a word before the tile start was needed
-  if (p != wb) return p > wb ? TileFault::kNotDrained : TileFault::kUnderflow;
-  if (!states_ok) return TileFault::kBadFinalState;
-  return TileFault::kOk;
+  if (p > we) return rans::TileFault::kTruncated;  // p wrapped below zero: a word before the tile start was needed
+  if (p != wb) return p > wb ? rans::TileFault::kUnreadWords : rans::TileFault::kTruncated;
+  if (!states_ok) return rans::TileFault::kBadFinalState;
+  return rans::TileFault::kOk;
 }
 // Lane 0 writes the tile's status and, for a corrupt tile, counts it and keeps the lowest (tensor, tile).
 __device__ __forceinline__ void record_tile(const TensorDesc& d, std::uint32_t tensor, std::uint32_t tile,
-                                            TileFault fault, DecodeStatus* status, std::uint8_t* tile_status) {
+                                            rans::TileFault fault, DecodeStatus* status, std::uint8_t* tile_status) {
   if ((threadIdx.x & 31) == 0) {
     tile_status[d.tile_base + (tile - d.first_tile)] = static_cast<std::uint8_t>(fault);
-    if (fault != TileFault::kOk) {
+    if (fault != rans::TileFault::kOk) {
       atomicAdd(&status->bad_tiles, 1u);
       atomicMax(reinterpret_cast<unsigned long long*>(&status->first_bad_inverted),
                 ~((static_cast<unsigned long long>(tensor) << 32) | tile));
@@ -366,9 +366,9 @@ __device__ __forceinline__ void decode_tile(const TensorDesc& d, std::uint32_t t
       static_cast<std::uint32_t>(d.vectors - v0 < d.tile_vectors ? d.vectors - v0 : d.tile_vectors);
   const std::uint32_t wb = __ldg(d.offsets + tile);
   const std::uint32_t we = __ldg(d.offsets + tile + 1);
-  TileFault fault = TileFault::kOk;
+  rans::TileFault fault = rans::TileFault::kOk;
   if (wb > we || we > d.payload_words) {
-    fault = TileFault::kBadOffsets;
+    fault = rans::TileFault::kBadOffsets;
   } else {
     std::uint32_t x = __ldg(d.states + static_cast<std::uint64_t>(tile) * 32 + lane);
     std::uint32_t p2 = 2 * we;  // twice the next word index + 1: the next word read is at byte p2 - 2

@@ -178,8 +178,8 @@ Status read_status(const DecodePlan& plan, const void* scratch_dev, Stream strea
   std::string name = tensor < plan.tensors() ? plan.job_name(tensor) : "?";
   std::string fault = "?";
   if (auto faults = read_tile_faults(plan, scratch_dev, stream)) {
-    for (const TileFaultRecord& f : *faults) {
-      if (f.tensor == tensor && f.tile == tile) fault = std::string(tile_fault_name(f.fault));
+    for (const rans::TileFaultRecord& f : *faults) {
+      if (f.tensor == tensor && f.tile == tile) fault = std::string(rans::tile_fault_name(f.fault));
     }
   }
   return make_error(ErrorCode::kCorruptTile, "tensor '" + name + "': tile " + std::to_string(tile) + " is corrupt (" +
@@ -187,7 +187,8 @@ Status read_status(const DecodePlan& plan, const void* scratch_dev, Stream strea
                                                  " corrupt tile(s) in the batch");
 }
 
-Result<std::vector<TileFaultRecord>> read_tile_faults(const DecodePlan& plan, const void* scratch_dev, Stream stream) {
+Result<std::vector<rans::TileFaultRecord>> read_tile_faults(const DecodePlan& plan, const void* scratch_dev,
+                                                            Stream stream) {
   std::vector<std::uint8_t> codes(plan.tiles());
   const auto* scratch = static_cast<const std::uint8_t*>(scratch_dev);
   if (!codes.empty()) {
@@ -200,14 +201,14 @@ Result<std::vector<TileFaultRecord>> read_tile_faults(const DecodePlan& plan, co
   if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
     return cuda_error("decode tile status: cudaStreamSynchronize", e);
   }
-  std::vector<TileFaultRecord> out;
+  std::vector<rans::TileFaultRecord> out;
   for (std::size_t t = 0; t < plan.tensors(); ++t) {
     const std::uint32_t base = plan.tile_base(t);
     const std::uint32_t end = t + 1 < plan.tensors() ? plan.tile_base(t + 1) : static_cast<std::uint32_t>(codes.size());
     for (std::uint32_t i = base; i < end; ++i) {
       if (codes[i] != 0) {
         out.push_back(
-            {static_cast<std::uint32_t>(t), plan.first_tile(t) + (i - base), static_cast<TileFault>(codes[i])});
+            {static_cast<std::uint32_t>(t), plan.first_tile(t) + (i - base), static_cast<rans::TileFault>(codes[i])});
       }
     }
   }

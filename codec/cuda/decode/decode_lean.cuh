@@ -108,9 +108,9 @@ __device__ __forceinline__ void decode_tile_lean(const TensorDesc& d, std::uint3
       static_cast<std::uint32_t>(d.vectors - v0 < d.tile_vectors ? d.vectors - v0 : d.tile_vectors);
   const std::uint32_t wb = __ldg(d.offsets + tile);
   const std::uint32_t we = __ldg(d.offsets + tile + 1);
-  TileFault fault = TileFault::kOk;
+  rans::TileFault fault = rans::TileFault::kOk;
   if (wb > we || we > d.payload_words) {
-    fault = TileFault::kBadOffsets;
+    fault = rans::TileFault::kBadOffsets;
     if (syncs_block) join_block_after_tables();
   } else {
     std::uint32_t x = __ldg(d.states + static_cast<std::uint64_t>(tile) * 32 + lane);

@@ -50,8 +50,8 @@ Result<Checked> validate(const DecodeJob& job) {
   c.vecs_per_row = s.padded_cols / 8;
   c.vectors = std::uint64_t{s.rows} * c.vecs_per_row;
   if (c.vectors > (std::uint64_t{1} << 32) - 64) return bad(job, "more than 2^32 - 64 vectors");
-  c.tile_vectors = std::max<std::uint32_t>(32, s.tile_symbols / 9);
-  const std::uint64_t tiles = std::max<std::uint64_t>(1, (c.vectors + c.tile_vectors - 1) / c.tile_vectors);
+  c.tile_vectors = rans::vectors_per_tile(s.tile_symbols);
+  const std::uint64_t tiles = rans::tiles_for_vectors(c.vectors, s.tile_symbols);
   if (tiles >= (std::uint64_t{1} << 31)) return bad(job, "too many tiles");
   c.tiles = static_cast<std::uint32_t>(tiles);
   if (s.offsets.size() != std::size_t{c.tiles} + 1) {
@@ -204,17 +204,6 @@ std::uint32_t output_element_bytes(OutputFormat format) {
   return 0;
 }
 
-std::string_view tile_fault_name(TileFault fault) {
-  switch (fault) {
-    case TileFault::kOk: return "ok";
-    case TileFault::kBadOffsets: return "bad offsets";
-    case TileFault::kUnderflow: return "read before the tile start";
-    case TileFault::kNotDrained: return "words left over";
-    case TileFault::kBadFinalState: return "final state is not 2^15";
-  }
-  return "?";
-}
-
 Int8Gain int8_gain(const rans::LatticeRansStream& s) {
   const rans::RowwiseGain g = rans::rowwise_gain(s, rans::RowwiseType::kInt8);
   return Int8Gain{g.gain, g.half_over_gain};
@@ -270,7 +259,7 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
     const std::uint64_t v_begin = std::uint64_t{job.row_begin} * c.vecs_per_row;
     const std::uint64_t v_end = std::uint64_t{row_end} * c.vecs_per_row;
     const auto t0 = static_cast<std::uint32_t>(v_begin / c.tile_vectors);
-    const auto t1 = static_cast<std::uint32_t>((v_end + c.tile_vectors - 1) / c.tile_vectors);
+    const auto t1 = static_cast<std::uint32_t>(rans::tiles_for_vectors(v_end, s.tile_symbols));
     plan.job_names_.push_back(job.name);
     plan.first_tile_.push_back(t0);
     plan.tile_base_.push_back(static_cast<std::uint32_t>(total_tiles));

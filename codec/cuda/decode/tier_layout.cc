@@ -26,10 +26,9 @@ TierLayout tier_layout(std::span<const rans::LatticeRansStream* const> streams) 
   return out;
 }
 
-DeviceBuffers tier_buffers(std::uint64_t base, const TierPlacement& p) {
-  return {reinterpret_cast<const std::uint16_t*>(base + p.payload),
-          reinterpret_cast<const std::uint32_t*>(base + p.offsets),
-          reinterpret_cast<const std::uint32_t*>(base + p.states), reinterpret_cast<const float*>(base + p.scales)};
+DeviceBuffers tier_buffers(DeviceAddress base, const TierPlacement& p) {
+  return {(base + p.payload).as<const std::uint16_t>(), (base + p.offsets).as<const std::uint32_t>(),
+          (base + p.states).as<const std::uint32_t>(), (base + p.scales).as<const float>()};
 }
 
 }  // namespace epk::cuda

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "codec/common/device_address.h"
 #include "codec/cuda/decode/decode.h"
 
 namespace epk::cuda {
@@ -30,7 +31,7 @@ struct TierLayout {
 // the buffers are zero in the region (the writer fills it with zeros first).
 TierLayout tier_layout(std::span<const rans::LatticeRansStream* const> streams);
 
-// Tensor `placement`'s buffers at `base` (a device address of the region).
-DeviceBuffers tier_buffers(std::uint64_t base, const TierPlacement& placement);
+// Tensor `placement`'s buffers in the region at `base`.
+DeviceBuffers tier_buffers(DeviceAddress base, const TierPlacement& placement);
 
 }  // namespace epk::cuda

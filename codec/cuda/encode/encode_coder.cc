@@ -5,6 +5,7 @@
 #include <string>
 
 #include "codec/common/block_recycler.h"
+#include "codec/rans/stream.h"
 
 namespace epk::cuda {
 
@@ -52,8 +53,8 @@ Result<rans::EncodedTensor> TileCoder::code(const FieldSet& fs, const model::Fie
       running += out.freq_tables[std::size_t(m.freq_offset + i)];
     }
   }
-  const std::uint32_t tile_vectors = model::vectors_per_tile(g.tile_symbols);
-  const std::uint64_t tiles64 = std::max<std::uint64_t>(1, (fs.n + tile_vectors - 1) / tile_vectors);
+  const std::uint32_t tile_vectors = rans::vectors_per_tile(g.tile_symbols);
+  const std::uint64_t tiles64 = rans::tiles_for_vectors(fs.n, g.tile_symbols);
   if (tiles64 > 0xffffffffull) return make_error(ErrorCode::kInvalidArgument, "encode_fields: too many tiles");
   const auto tiles = std::uint32_t(tiles64);
   const std::uint64_t capacity = std::uint64_t(tile_vectors) * 9;

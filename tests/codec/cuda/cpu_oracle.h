@@ -38,7 +38,7 @@ inline DType oracle_dtype(cuda::OutputFormat f) {
 // Rows [b, e) (e == 0: all). Corrupt tiles are appended to faults (their elements keep the 0 fill); with faults null
 // the decode must succeed.
 inline HostResult cpu_oracle(const rans::LatticeRansStream& s, cuda::OutputFormat f, std::uint32_t b, std::uint32_t e,
-                             std::vector<rans::TileStatus>* faults = nullptr) {
+                             std::vector<rans::TileFaultRecord>* faults = nullptr) {
   if (e == 0) e = s.rows;
   HostResult r;
   r.values.assign(std::size_t{e - b} * s.cols * cuda::output_element_bytes(f), 0);

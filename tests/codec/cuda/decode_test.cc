@@ -68,18 +68,6 @@ std::size_t first_difference(const std::vector<std::uint8_t>& a, const std::vect
   return a.size();
 }
 
-// The CPU decoder's name for a GPU tile fault.
-rans::TileFault as_oracle_fault(TileFault f) {
-  switch (f) {
-    case TileFault::kOk: return rans::TileFault::kNone;
-    case TileFault::kUnderflow: return rans::TileFault::kTruncated;
-    case TileFault::kNotDrained: return rans::TileFault::kUnreadWords;
-    case TileFault::kBadFinalState: return rans::TileFault::kBadFinalState;
-    case TileFault::kBadOffsets: break;
-  }
-  return rans::TileFault::kBadInitialState;  // no counterpart: never equal to a CPU fault of a valid-offsets stream
-}
-
 using detail::PlanOverrides;
 using testing::general_loop;
 
@@ -356,14 +344,14 @@ TEST(GpuCorruption, TruncatedTileIsReported) {
   ASSERT_EQ(faults->size(), 2u);
   EXPECT_EQ((*faults)[0].tile, 0u);
   EXPECT_EQ((*faults)[1].tile, 1u);
-  std::vector<rans::TileStatus> ref_faults;
+  std::vector<rans::TileFaultRecord> ref_faults;
   testing::cpu_oracle(s, OutputFormat::kBf16, 0, 0, &ref_faults);
   ASSERT_EQ(ref_faults.size(), 2u);
-  // The same tiles, for the same reason in each decoder's words.
+  // The same tiles, for the same reason.
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(ref_faults[i].tile, (*faults)[i].tile);
-    EXPECT_EQ(as_oracle_fault((*faults)[i].fault), ref_faults[i].fault)
-        << "tile " << i << ": " << tile_fault_name((*faults)[i].fault) << " vs "
+    EXPECT_EQ((*faults)[i].fault, ref_faults[i].fault)
+        << "tile " << i << ": " << rans::tile_fault_name((*faults)[i].fault) << " vs "
         << rans::tile_fault_name(ref_faults[i].fault);
   }
 }
@@ -405,17 +393,17 @@ TEST(GpuLean, CorruptTilesAreReportedLikeTheCpuDecoder) {
                                std::to_string(tiles_per_block);
       if (damage == Damage::kBadDeviceOffsets) {
         ASSERT_EQ(faults->size(), 2u) << what;  // tile 0 ends past the payload, tile 1 starts after its end
-        for (const auto& f : *faults) EXPECT_EQ(f.fault, TileFault::kBadOffsets) << what;
+        for (const auto& f : *faults) EXPECT_EQ(f.fault, rans::TileFault::kBadOffsets) << what;
         continue;
       }
-      std::vector<rans::TileStatus> ref_faults;
+      std::vector<rans::TileFaultRecord> ref_faults;
       testing::cpu_oracle(s, OutputFormat::kBf16, 0, 0, &ref_faults);
       ASSERT_FALSE(ref_faults.empty()) << what;
       ASSERT_EQ(faults->size(), ref_faults.size()) << what;
       for (std::size_t i = 0; i < ref_faults.size(); ++i) {
         EXPECT_EQ((*faults)[i].tile, ref_faults[i].tile) << what;
-        EXPECT_EQ(as_oracle_fault((*faults)[i].fault), ref_faults[i].fault)
-            << what << ", tile " << i << ": " << tile_fault_name((*faults)[i].fault) << " vs "
+        EXPECT_EQ((*faults)[i].fault, ref_faults[i].fault)
+            << what << ", tile " << i << ": " << rans::tile_fault_name((*faults)[i].fault) << " vs "
             << rans::tile_fault_name(ref_faults[i].fault);
       }
     }

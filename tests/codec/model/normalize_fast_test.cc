@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec/model/tables.h"
+#include "codec/rans/stream.h"
 
 namespace epk::model {
 namespace {
@@ -147,8 +148,7 @@ double estimate_by_log2(const FieldCounts& counts, int prob_bits, std::uint32_t 
       if (t.counts[i] != 0) bits += double(t.counts[i]) * (double(prob_bits) - std::log2(double(freq[i])));
     frequency_bytes += std::uint64_t(t.alphabet()) * 2;
   }
-  const std::uint64_t tile_vectors = vectors_per_tile(tile_symbols);
-  const std::uint64_t tiles = std::max<std::uint64_t>(1, (counts[0].total + tile_vectors - 1) / tile_vectors);
+  const std::uint64_t tiles = rans::tiles_for_vectors(counts[0].total, tile_symbols);
   const double residual_bits = double(tiles * 32 * 16);
   const double payload_words = std::ceil(std::max(0.0, bits - residual_bits) / 16.0);
   return payload_words * 2.0 + double(tiles * 32 * 4) + double((tiles + 1) * 4) + double(frequency_bytes) +

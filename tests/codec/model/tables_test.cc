@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codec/lattice/quantize.h"
+#include "codec/rans/stream.h"
 #include "tests/codec/testing/vector_file.h"
 
 namespace epk::model {
@@ -124,8 +125,11 @@ TEST(Defaults, ProbBitsAndTileSizesFollowTheTarget) {
   EXPECT_EQ(default_tile_symbols(3.0), 16384u);
   EXPECT_EQ(default_tile_symbols(6.5), 8192u);
   EXPECT_EQ(default_tile_symbols(8.0), 4096u);
-  EXPECT_EQ(vectors_per_tile(16384), 1820u);
-  EXPECT_EQ(vectors_per_tile(100), 32u);
+  EXPECT_EQ(rans::vectors_per_tile(16384), 1820u);
+  EXPECT_EQ(rans::vectors_per_tile(100), 32u);
+  EXPECT_EQ(rans::tiles_for_vectors(0, 16384), 1u);
+  EXPECT_EQ(rans::tiles_for_vectors(1820, 16384), 1u);
+  EXPECT_EQ(rans::tiles_for_vectors(1821, 16384), 2u);
 }
 
 }  // namespace

@@ -175,7 +175,7 @@ class Corrupt : public ::testing::Test {
     good_ = encode_or_die(w_, rows_, cols_, 8.0);  // 4096-symbol tiles: 455 vectors, 5 tiles
     ASSERT_EQ(good_.offsets.size(), 6u);
   }
-  Status run(const EncodedTensor& t, std::vector<TileStatus>* faults) {
+  Status run(const EncodedTensor& t, std::vector<TileFaultRecord>* faults) {
     std::vector<float> out(w_.size());
     return decode(t.view(), "w", DType::kF32, {reinterpret_cast<std::byte*>(out.data()), out.size() * 4}, 2, faults);
   }
@@ -189,7 +189,7 @@ TEST_F(Corrupt, FlippedPayloadBitIsReportedForItsTile) {
     EncodedTensor t = good_;
     const std::uint32_t mid = (t.offsets[tile] + t.offsets[tile + 1]) / 2;
     t.payload[mid] ^= 0x0100;
-    std::vector<TileStatus> faults;
+    std::vector<TileFaultRecord> faults;
     Status st = run(t, &faults);
     ASSERT_FALSE(st.has_value());
     EXPECT_EQ(st.error().code, ErrorCode::kCorruptTile);
@@ -203,7 +203,7 @@ TEST_F(Corrupt, FlippedPayloadBitIsReportedForItsTile) {
 TEST_F(Corrupt, WrongFinalStateIsReported) {
   EncodedTensor t = good_;
   t.states[3 * 32 + 5] += 1;
-  std::vector<TileStatus> faults;
+  std::vector<TileFaultRecord> faults;
   ASSERT_FALSE(run(t, &faults).has_value());
   ASSERT_EQ(faults.size(), 1u);
   EXPECT_EQ(faults[0].tile, 3u);
@@ -225,10 +225,10 @@ TEST_F(Corrupt, SwappedTilePayloadsAreReported) {
   swapped.insert(swapped.end(), t.payload.begin() + a0, t.payload.begin() + a1);
   std::copy(swapped.begin(), swapped.end(), t.payload.begin() + a0);
   t.offsets[2] = a0 + (b1 - a1);
-  std::vector<TileStatus> faults;
+  std::vector<TileFaultRecord> faults;
   ASSERT_FALSE(run(t, &faults).has_value());
   ASSERT_GE(faults.size(), 1u);
-  for (const TileStatus& f : faults) EXPECT_TRUE(f.tile == 1 || f.tile == 2) << f.tile;
+  for (const TileFaultRecord& f : faults) EXPECT_TRUE(f.tile == 1 || f.tile == 2) << f.tile;
 }
 
 TEST_F(Corrupt, TruncatedTileIsReported) {
@@ -236,7 +236,7 @@ TEST_F(Corrupt, TruncatedTileIsReported) {
   // drop the first two words of tile 2: offsets shift, tile 2 runs out
   t.payload.erase(t.payload.begin() + t.offsets[2], t.payload.begin() + t.offsets[2] + 2);
   for (std::size_t i = 3; i < t.offsets.size(); ++i) t.offsets[i] -= 2;
-  std::vector<TileStatus> faults;
+  std::vector<TileFaultRecord> faults;
   ASSERT_FALSE(run(t, &faults).has_value());
   ASSERT_EQ(faults.size(), 1u);
   EXPECT_EQ(faults[0].tile, 2u);
@@ -286,7 +286,7 @@ TEST_F(Corrupt, RandomDamageNeverCrashes) {
         default: t.offsets[1 + rng() % (t.offsets.size() - 2)] ^= 1u << (rng() % 12); break;
       }
     }
-    std::vector<TileStatus> faults;
+    std::vector<TileFaultRecord> faults;
     detected += !run(t, &faults).has_value();
     auto checked = check_tiles(t.view(), "w", 1);
     EXPECT_EQ(checked.has_value() && checked->empty(), faults.empty() && run(t, nullptr).has_value());

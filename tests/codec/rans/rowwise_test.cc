@@ -120,7 +120,7 @@ TEST(RowwiseBadInput, ACorruptTileIsReported) {
   const LatticeRansStream s = raw.view();
   std::vector<std::uint8_t> q(std::size_t{s.rows} * s.cols);
   std::vector<float> scales(s.rows);
-  std::vector<TileStatus> faults;
+  std::vector<TileFaultRecord> faults;
   const Status st =
       decode_rowwise(s, "w", RowwiseType::kInt8, std::as_writable_bytes(std::span(q)), scales, 0, s.rows, 1, &faults);
   ASSERT_FALSE(st);

@@ -88,21 +88,21 @@ TEST_F(DevicePlanHostTest, TheDeviceWritesTheSlotTheHostSizes) {
 TEST_F(DevicePlanHostTest, BatchJobsPutTheRowScalesWhereTheSlotKeepsThem) {
   const LatticeRansProducer& p = *producer_->lattice_rans();
   const std::uint64_t out = 1 << 20;
-  auto job = lattice_job(p, Layout::kRowwiseI8, {}, out);
+  auto job = lattice_job(p, Layout::kRowwiseI8, {}, DeviceAddress(out));
   ASSERT_TRUE(job) << job.error().to_string();
   EXPECT_EQ(job->job.format, cuda::OutputFormat::kInt8Rowwise);
   EXPECT_EQ(job->job.row_end, kRows);
   EXPECT_EQ(reinterpret_cast<std::uint64_t>(job->job.out_dev), out);
   EXPECT_EQ(reinterpret_cast<std::uint64_t>(job->job.row_scales_dev), out + rowwise_scales_offset(kRows, kCols));
-  EXPECT_EQ(job->gap_at, out + std::uint64_t{kRows} * kCols);
-  EXPECT_EQ(job->gap_at + job->gap_bytes, out + rowwise_scales_offset(kRows, kCols));
+  EXPECT_EQ(job->gap_at.value, out + std::uint64_t{kRows} * kCols);
+  EXPECT_EQ((job->gap_at + job->gap_bytes).value, out + rowwise_scales_offset(kRows, kCols));
   EXPECT_GT(job->gap_bytes, 0u);
   EXPECT_EQ(job->bytes, p.slot(Layout::kRowwiseI8)->bytes);
-  auto dense = lattice_job(p, Layout::kDenseBF16, {}, out);
+  auto dense = lattice_job(p, Layout::kDenseBF16, {}, DeviceAddress(out));
   ASSERT_TRUE(dense);
   EXPECT_EQ(dense->job.row_scales_dev, nullptr);
   EXPECT_EQ(dense->gap_bytes, 0u);
-  auto packed = lattice_job(p, Layout::kGptq, {}, out);
+  auto packed = lattice_job(p, Layout::kGptq, {}, DeviceAddress(out));
   ASSERT_FALSE(packed);
   EXPECT_EQ(packed.error().code, ErrorCode::kUnsupported);
   EXPECT_NE(packed.error().message.find("tensor 'w'"), std::string::npos) << packed.error().message;

@@ -67,9 +67,9 @@ TEST_F(DeviceTierHostTest, TheRegionHoldsTheLatticeTensorsAtTheTierLayoutsPlaces
   const cuda::TierLayout want = cuda::tier_layout(streams);
   EXPECT_EQ(tier.region_bytes(), want.bytes);
   ASSERT_GT(want.bytes, 0u);
-  tier.bind(1 << 20);
+  tier.bind(DeviceAddress(1 << 20));
   for (std::size_t i : {0u, 2u}) {
-    const cuda::DeviceBuffers got = tier.inputs(i), at = cuda::tier_buffers(1 << 20, *want.tensors[i]);
+    const cuda::DeviceBuffers got = tier.inputs(i), at = cuda::tier_buffers(DeviceAddress(1 << 20), *want.tensors[i]);
     EXPECT_EQ(got.payload_dev, at.payload_dev) << i;
     EXPECT_EQ(got.offsets_dev, at.offsets_dev) << i;
     EXPECT_EQ(got.states_dev, at.states_dev) << i;
@@ -86,19 +86,19 @@ TEST_F(DeviceTierHostTest, AModelWithNoLatticeTensorHasNoRegion) {
 
 TEST_F(DeviceTierHostTest, TheBatchJobOfAHeldTensorIsTheServingLayersAndOthersAreRefused) {
   DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
-  tier.bind(1 << 20);
-  auto job = tier.job(0, Layout::kRowwiseI8, 4096);
+  tier.bind(DeviceAddress(1 << 20));
+  auto job = tier.job(0, Layout::kRowwiseI8, DeviceAddress(4096));
   ASSERT_TRUE(job) << job.error().to_string();
-  auto want = lattice_job(*producers_[0]->lattice_rans(), Layout::kRowwiseI8, tier.inputs(0), 4096);
+  auto want = lattice_job(*producers_[0]->lattice_rans(), Layout::kRowwiseI8, tier.inputs(0), DeviceAddress(4096));
   ASSERT_TRUE(want);
   EXPECT_EQ(job->bytes, want->bytes);
   EXPECT_EQ(job->gap_at, want->gap_at);
   EXPECT_EQ(job->gap_bytes, want->gap_bytes);
   EXPECT_EQ(job->job.row_scales_dev, want->job.row_scales_dev);
-  auto raw = tier.job(1, Layout::kDenseBF16, 4096);
+  auto raw = tier.job(1, Layout::kDenseBF16, DeviceAddress(4096));
   ASSERT_FALSE(raw);
   EXPECT_EQ(raw.error().code, ErrorCode::kUnsupported);
-  auto packed = tier.job(0, Layout::kGptq, 4096);
+  auto packed = tier.job(0, Layout::kGptq, DeviceAddress(4096));
   ASSERT_FALSE(packed);
   EXPECT_EQ(packed.error().code, ErrorCode::kUnsupported);
   EXPECT_NE(packed.error().message.find("'a'"), std::string::npos) << packed.error().message;
@@ -108,16 +108,16 @@ TEST_F(DeviceTierHostTest, TheBatchJobOfAHeldTensorIsTheServingLayersAndOthersAr
 TEST_F(DeviceTierHostTest, RequestsNoKernelWritesAreLeftToTheHostPath) {
   DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
   ColumnWork work(0, [](std::int64_t) { ADD_FAILURE() << "no work buffer"; });
-  auto raw = tier.enqueue(1, Layout::kDenseBF16, ShardRange{}, 4096, 3 * 5 * 2, work, nullptr);
+  auto raw = tier.enqueue(1, Layout::kDenseBF16, ShardRange{}, DeviceAddress(4096), 3 * 5 * 2, work, nullptr);
   ASSERT_TRUE(raw) << raw.error().to_string();
   EXPECT_EQ(raw->path, DevicePath::kHost);
   EXPECT_EQ(raw->form, DevicePath::kHost);
-  auto packed = tier.enqueue(0, Layout::kGptq, ShardRange{}, 4096, 1024, work, nullptr);
+  auto packed = tier.enqueue(0, Layout::kGptq, ShardRange{}, DeviceAddress(4096), 1024, work, nullptr);
   ASSERT_TRUE(packed) << packed.error().to_string();
   EXPECT_EQ(packed->path, DevicePath::kHost);
   EXPECT_EQ(packed->form, DevicePath::kLatticeDecode);
   EXPECT_TRUE(packed->note.empty());
-  auto missing = tier.enqueue(7, Layout::kDenseBF16, ShardRange{}, 4096, 64, work, nullptr);
+  auto missing = tier.enqueue(7, Layout::kDenseBF16, ShardRange{}, DeviceAddress(4096), 64, work, nullptr);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::kInternal);
 }
