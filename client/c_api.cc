@@ -345,7 +345,7 @@ int epk_batch_create(const epk_stored* s, const epk_decode_job* jobs, size_t cou
       if (jobs[i].tensor == nullptr) return invalid("epk_batch_create: a job's tensor is NULL");
       if (!parse_layout(jobs[i].layout, &js[i].layout)) return invalid("epk_batch_create: unknown layout");
       js[i].tensor = jobs[i].tensor;
-      js[i].out_dev = DeviceAddress::of(jobs[i].out);
+      js[i].out_dev = epk::DeviceAddress::of(jobs[i].out);
     }
     auto b = s->tier->plan(js);
     if (!b) return fail(b.error());

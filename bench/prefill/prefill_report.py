@@ -344,6 +344,15 @@ def capped_targets(results: Dict[str, dict]) -> List[str]:
             lines.append(f"- {s}: client+epkd peak {_mib(gpu_total(r))} MiB (cap {_mib(cap)} MiB)"
                          + (f", attachment {json.dumps(r.get('attachment_memory_after_load'))}"
                             if r.get("attachment_memory_after_load") else ""))
+    streamed = ((host or {}).get("attachment_memory_after_load") or {}).get("streamed_tier_bytes")
+    rate = (host or {}).get("copy_gbs")
+    if streamed is not None and rate and prefill_median(res, 1024) is not None:
+        bound = streamed / (rate * 1e9) * 1e3 + prefill_median(res, 1024)
+        a = prefill_median(host, 1024)
+        lines.append(f"- PCIe bound at 1024 tokens: {streamed / 1e9:.2f} GB streamed at {rate:.1f} GB/s + resident's "
+                     f"forward = {bound:.1f} ms; epk-client-host "
+                     + (f"{a:.1f} ms = {a / bound:.2f}x of it (target 1.1x: {'met' if a / bound <= 1.1 else 'missed'})"
+                        if a is not None else "n/a"))
     for n, limit, peer in ((1024, None, 2.5), (4096, 1.15, 1.8), (16384, 1.02, 1.0)):
         a, b, c = prefill_median(host, n), prefill_median(res, n), prefill_median(off, n)
         if a is None:

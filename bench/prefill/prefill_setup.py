@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from prefill_report import MODEL_NAME, REF_SETUPS, Work, load_json, median, write_json
+from prefill_report import CAPPED_SETUPS, MODEL_NAME, REF_SETUPS, Work, load_json, median, write_json
 
 # Llama-3-8B's shape (issue 14): transformers LlamaConfig fields.
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -164,6 +164,24 @@ def _client_decode_timeline(torch, cd, forward, grad, ids, log) -> dict:
     return out
 
 
+def _pinned_copy_rate(torch) -> float:
+    """GB/s of 256 MiB host-to-device copies from pinned memory (median of 5, after one), the rate the capped setups
+    stream at: the PCIe bound of a forward is the bytes it copies at this rate."""
+    src = torch.empty(256 << 20, dtype=torch.uint8).pin_memory()
+    dst = torch.empty_like(src, device="cuda")
+    dst.copy_(src, non_blocking=True)
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src, non_blocking=True)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    del dst
+    return src.numel() / (median(times) * 1e-3) / 1e9
+
+
 def _attachment_memory(model):
     att = getattr(model, "_epk_attachment", None)
     fn = getattr(att, "memory", None)
@@ -218,6 +236,9 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
     if mem is not None:
         print("attachment memory after load:", mem, flush=True)
         res["attachment_memory_after_load"] = mem
+    if setup in CAPPED_SETUPS and "copy_gbs" not in res:
+        res["copy_gbs"] = _pinned_copy_rate(torch)
+        log(f"pinned host-to-device copies: {res['copy_gbs']:.1f} GB/s")
     log(f"loaded in {res['load_s']} s, attn {res['attn_implementation']}")
     save()
     vocab = model.config.vocab_size
