@@ -70,14 +70,23 @@ Status DeviceTier::fill_host(std::span<std::byte> region, const std::function<St
                                                        " bytes given for a " + std::to_string(layout_.bytes) +
                                                        "-byte region");
   }
-  std::fill(region.begin(), region.end(), std::byte{0});
+  // tier_layout places the buffers in increasing offsets: only the gaps before each, and the tail, are zeroed (the
+  // decoder reads up to kTierPayloadPad bytes past a payload), so each byte of the region is written once.
+  std::uint64_t at = 0;
+  auto zero_to = [&](std::uint64_t end) {
+    std::fill(region.begin() + static_cast<std::ptrdiff_t>(at), region.begin() + static_cast<std::ptrdiff_t>(end),
+              std::byte{0});
+  };
   for (std::size_t i = 0; i < producers_.size(); ++i) {
     if (!holds(i)) continue;
     EPK_TRY(verify(i));
     for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *layout_.tensors[i])) {
+      zero_to(u.offset);
       std::copy(u.host.begin(), u.host.end(), region.begin() + static_cast<std::ptrdiff_t>(u.offset));
+      at = u.offset + u.host.size();
     }
   }
+  zero_to(region.size());
   return {};
 }
 

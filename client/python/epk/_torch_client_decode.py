@@ -36,14 +36,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from . import _errors
-from ._torch_host_tier import HostInputs
+from ._torch_host_tier import HostInputs, _aligned  # a unit's tensors start 256-byte aligned (the decoder needs 16)
 from .stored import StoredTier
-
-_ALIGN = 256  # each tensor of a unit starts 256-byte aligned in its buffer (the decoder needs 16)
-
-
-def _aligned(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
 class _Unit:
@@ -105,6 +99,10 @@ class ClientDecode:
                 raise _errors.NoSpace(f"epk.torch: max_gpu_gb={max_gpu_bytes / 2**30:.3f} cannot hold the decode "
                                       f"buffer ({self.buffer.numel() / 2**30:.3f} GiB)")
             self.host = HostInputs(self.device, tier, units, max(2, self.ring_slots), budget)
+        elif max_gpu_bytes is not None and self.buffer.numel() > max_gpu_bytes:
+            # epkd's device tier is epkd's memory: the limit covers only what this process allocates.
+            raise _errors.NoSpace(f"epk.torch: max_gpu_gb={max_gpu_bytes / 2**30:.3f} cannot hold the decode "
+                                  f"buffer ({self.buffer.numel() / 2**30:.3f} GiB)")
         # Per slot: the unit that used it last and the event its post-hook recorded (None: never used).
         self.last_user: List[Optional[int]] = [None] * self.ring_slots
         self.free: List[Optional[torch.cuda.Event]] = [None] * self.ring_slots

@@ -25,7 +25,7 @@ import torch
 
 from . import _errors
 
-_ALIGN = 256  # staged inputs start 256-byte aligned (the tier's own alignment)
+_ALIGN = 256  # staged inputs start 256-byte aligned (the tier's own alignment; the decode buffer uses it too)
 
 
 def _aligned(n: int) -> int:
@@ -38,7 +38,6 @@ class HostInputs:
     def __init__(self, device: torch.device, tier, units, staging_slots: int, budget: Optional[int]):
         """budget: the bytes for the resident share and the staging ring together (None: every unit resident)."""
         self.tier = tier
-        self.device = device
         self.copy = torch.cuda.Stream(device=device)
         # Per unit: its tensors' inputs laid out one after the other in tier order, each 256-aligned (the tier's own
         # rule, so tensors adjacent in the tier stay adjacent here and their copy is one), and the inputs' bytes.

@@ -294,7 +294,8 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     max_gpu_gb is then the attachment's one GPU memory limit for client-side decode: the decode buffer, a staging
     ring of two units' compressed inputs, and the share of the tier kept on the GPU (the embedding and the LM head
     first, then blocks in forward order); every other unit's compressed inputs are copied over PCIe before its
-    decode, on a copy stream, ahead of the compute. None: the whole tier is kept on the GPU.
+    decode, on a copy stream, ahead of the compute. None: the whole tier is kept on the GPU. With epkd's device tier
+    (epkd's memory) max_gpu_gb bounds the decode buffer only.
     Attachment.memory() reports the split (resident_tier_bytes, streamed_tier_bytes, staging_bytes).
 
     static=True (decode="client" only): every weight stays at one address for the attachment's life and a forward's

@@ -104,6 +104,56 @@ TEST_F(DeviceTierHostTest, TheBatchJobOfAHeldTensorIsTheServingLayersAndOthersAr
   EXPECT_NE(packed.error().message.find("'a'"), std::string::npos) << packed.error().message;
 }
 
+TEST_F(DeviceTierHostTest, TheHostTierHoldsEachBufferAtItsPlaceAndZerosElsewhere) {
+  DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
+  std::vector<std::byte> region(tier.region_bytes(), std::byte{0xA5});  // stale bytes: every one must be written
+  std::vector<std::size_t> verified;
+  ASSERT_TRUE(tier.fill_host(region, [&](std::size_t i) {
+    verified.push_back(i);
+    return Status{};
+  }));
+  EXPECT_EQ(verified, (std::vector<std::size_t>{0, 2}));
+  const rans::LatticeRansStream* streams[] = {&producers_[0]->lattice_rans()->stream(), nullptr,
+                                              &producers_[2]->lattice_rans()->stream()};
+  const cuda::TierLayout layout = cuda::tier_layout(streams);
+  std::vector<std::byte> want(region.size(), std::byte{0});
+  for (std::size_t i : {0u, 2u}) {
+    for (const Upload& u : lattice_uploads(*streams[i], *layout.tensors[i])) {
+      std::copy(u.host.begin(), u.host.end(), want.begin() + static_cast<std::ptrdiff_t>(u.offset));
+    }
+    // A tensor's span runs from its payload to the end of its scales.
+    const DeviceTier::Span span = tier.span(i);
+    EXPECT_EQ(span.offset, layout.tensors[i]->payload) << i;
+    EXPECT_EQ(span.offset + span.bytes, layout.tensors[i]->scales + streams[i]->scales.size_bytes()) << i;
+  }
+  EXPECT_TRUE(region == want);
+  // A verify failure stops the fill and is returned.
+  auto refused = tier.fill_host(region, [](std::size_t) { return Status(make_error(ErrorCode::kChecksum, "x")); });
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kChecksum);
+  std::vector<std::byte> short_region(region.size() - 1);
+  EXPECT_FALSE(tier.fill_host(short_region, [](std::size_t) { return Status{}; }));
+}
+
+TEST_F(DeviceTierHostTest, AStagedJobReadsTheCopyOfItsSpan) {
+  DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
+  tier.bind(DeviceAddress(1 << 20));
+  const DeviceTier::Span span = tier.span(2);
+  auto staged = tier.job(2, Layout::kDenseBF16, DeviceAddress(4096), DeviceAddress(1 << 24));
+  ASSERT_TRUE(staged) << staged.error().to_string();
+  const cuda::DeviceBuffers in = tier.inputs(2);
+  const auto shift = [&](const void* p) {  // where the bound region's pointer lands in a copy of the span
+    return reinterpret_cast<std::uintptr_t>(p) - ((1u << 20) + span.offset) + (1u << 24);
+  };
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(staged->job.dev.payload_dev), shift(in.payload_dev));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(staged->job.dev.offsets_dev), shift(in.offsets_dev));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(staged->job.dev.states_dev), shift(in.states_dev));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(staged->job.dev.scales_dev), shift(in.scales_dev));
+  auto unaligned = tier.job(2, Layout::kDenseBF16, DeviceAddress(4096), DeviceAddress((1 << 24) + 16));
+  ASSERT_FALSE(unaligned);
+  EXPECT_EQ(unaligned.error().code, ErrorCode::kInvalidArgument);
+}
+
 // Requests no device path covers return kHost before anything touches a device (this machine may have none).
 TEST_F(DeviceTierHostTest, RequestsNoKernelWritesAreLeftToTheHostPath) {
   DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
