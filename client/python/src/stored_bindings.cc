@@ -53,24 +53,30 @@ auto unlocked(F&& f) {
 }
 
 // A batch shares its tier: it reads the tier's region at every enqueue, so the region stays mapped until the tier
-// and every batch planned from it are closed.
+// and every batch planned from it are closed. Every call holds its own reference while the GIL is released, so a
+// close() from another thread cannot free what the call is using.
 struct PyDecodeBatch {
   std::shared_ptr<client::StoredTier> tier;
-  std::unique_ptr<client::DecodeBatch> batch;
+  std::shared_ptr<client::DecodeBatch> batch;
 
-  client::DecodeBatch& live() {
+  std::shared_ptr<client::DecodeBatch> live() const {
     if (!batch) raise_as("Closed", "epk.stored: the batch is closed", "closed");
-    return *batch;
+    return batch;
   }
-  void enqueue(long long stream) {
-    client::DecodeBatch& b = live();
+  void enqueue(long long stream) const {
+    std::shared_ptr<client::DecodeBatch> b = live();
     void* s = stream_from_handle(stream);
-    unlocked([&] { return b.enqueue(s); });
+    unlocked([&] { return b->enqueue(s); });
   }
-  void enqueue_copy(long long stream) {
-    client::DecodeBatch& b = live();
+  void enqueue_copy(long long stream) const {
+    std::shared_ptr<client::DecodeBatch> b = live();
     void* s = stream_from_handle(stream);
-    unlocked([&] { return b.enqueue_copy(s); });
+    unlocked([&] { return b->enqueue_copy(s); });
+  }
+  void check(long long stream) const {
+    std::shared_ptr<client::DecodeBatch> b = live();
+    void* s = stream_from_handle(stream);
+    unlocked([&] { return b->check(s); });
   }
 };
 
@@ -87,34 +93,34 @@ struct PyStoredTier {
            }).value();
   }
 
-  client::StoredTier& live() const {
+  std::shared_ptr<client::StoredTier> live() const {
     if (!tier) raise_as("Closed", "epk.stored: the tier is closed", "closed");
-    return *tier;
+    return tier;
   }
   std::uint64_t decoded_bytes(const std::string& tensor, const std::string& layout) const {
     const shm::Layout l = parse_layout(layout);
-    client::StoredTier& t = live();
-    return unlocked([&] { return t.decoded_bytes(tensor, l); });
+    std::shared_ptr<client::StoredTier> t = live();
+    return unlocked([&] { return t->decoded_bytes(tensor, l); });
   }
   bool holds(const std::string& tensor, const std::string& layout) const {
     const shm::Layout l = parse_layout(layout);
-    return live().decoded_bytes(tensor, l).has_value();
+    return live()->decoded_bytes(tensor, l).has_value();
   }
   nb::tuple shape(const std::string& tensor) const {
-    client::StoredTier& t = live();
-    std::vector<std::uint64_t> dims = unlocked([&] { return t.shape(tensor); });
+    std::shared_ptr<client::StoredTier> t = live();
+    std::vector<std::uint64_t> dims = unlocked([&] { return t->shape(tensor); });
     nb::list out;
     for (std::uint64_t d : dims) out.append(d);
     return nb::tuple(out);
   }
   nb::tuple span(const std::string& tensor) const {
-    client::StoredTier& t = live();
-    const client::StoredTier::Span s = unlocked([&] { return t.span(tensor); });
+    std::shared_ptr<client::StoredTier> t = live();
+    const client::StoredTier::Span s = unlocked([&] { return t->span(tensor); });
     return nb::make_tuple(s.offset, s.bytes);
   }
   // Jobs as (tensor, layout, out) or (tensor, layout, out, inputs_at).
   PyDecodeBatch plan(const std::vector<nb::tuple>& jobs) const {
-    client::StoredTier& t = live();
+    std::shared_ptr<client::StoredTier> t = live();
     std::vector<client::StoredTier::Job> js;
     js.reserve(jobs.size());
     for (const nb::tuple& j : jobs) {
@@ -125,8 +131,7 @@ struct PyStoredTier {
                     DeviceAddress(nb::cast<std::uint64_t>(j[2])),
                     DeviceAddress(j.size() == 4 ? nb::cast<std::uint64_t>(j[3]) : 0)});
     }
-    PyDecodeBatch b{tier, unlocked([&] { return t.plan(js); })};
-    return b;
+    return PyDecodeBatch{t, unlocked([&] { return t->plan(js); })};
   }
 };
 
@@ -145,14 +150,7 @@ void bind_stored(nb::module_& m) {
       .def("enqueue", &PyDecodeBatch::enqueue, "stream"_a = 0,
            "One kernel launch on `stream` (a cudaStream_t as an int, e.g. torch's stream.cuda_stream; 0: the legacy\n"
            "default stream). Stream-ordered: later work on the stream sees the output.")
-      .def(
-          "check",
-          [](PyDecodeBatch& b, long long stream) {
-            client::DecodeBatch& batch = b.live();
-            void* s = stream_from_handle(stream);
-            unlocked([&] { return batch.check(s); });
-          },
-          "stream"_a = 0, "Waits for `stream`; raises DecodeError naming the first corrupt tile of the last decode.")
+      .def("check", &PyDecodeBatch::check, "stream"_a = 0, "Waits for `stream`; raises DecodeError naming the first corrupt tile of the last decode.")
       .def("close", [](PyDecodeBatch& b) { b.batch.reset(); b.tier.reset(); },
            "Frees the plan's device memory. Idempotent.");
   nb::class_<PyStoredTier>(m, "StoredTier", "epkd's compressed tier of a model on one CUDA device (epk.stored).")
