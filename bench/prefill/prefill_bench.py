@@ -47,12 +47,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-# The pure parts, the sampler and the torch side live beside this file; tests/bench/prefill_bench_test.py reaches
-# the pure parts through this module (median, attribute_pids, summarize_samples, MEMORY_KEYS, targets: imported for
-# it).
-from prefill_report import (CAPPED_SETUPS, EPK_SETUPS, GEN_SETUPS, MEMORY_KEYS, MIB, REF_SETUPS, SETUPS, Work,  # noqa: F401
-                            _mib, attribute_pids, epkd_config_text, format_tables, gpu_total, load_json, median,
-                            merge_memory, summarize_samples, targets, write_json)
+# The pure parts (tested on their own by tests/bench/prefill_bench_test.py), the sampler and the torch side live beside
+# this file.
+from prefill_report import (DEFAULT_SETUPS, EPK_SETUPS, GEN_SETUPS, MIB, REF_SETUPS, SETUPS, Work, _mib,
+                            epkd_config_text, format_tables, gpu_total, key_order, load_json, merge_memory, run_key,
+                            split_key, write_json)
 from prefill_sampler import make_sampler
 from prefill_setup import make_model, setup_main
 
@@ -164,18 +163,51 @@ class Epkd:
 # ---------------------------------------------------------------------------------------------------------------------
 # The driver
 
-def setup_done(work: Work, setup: str, check_len: int) -> bool:
-    res = load_json(work.result(setup))
+def setup_done(work: Work, key: str, check_len: int) -> bool:
+    res = load_json(work.result(key))
     if not res or res.get("status") != "done":
         return False
+    setup = split_key(key)[0]
     return setup not in REF_SETUPS or work.ref_logits(setup, check_len).exists()
 
 
-def child_params(args, work: Work, setup: str, socket_path: Optional[str]) -> dict:
+def caps(args) -> List[float]:
+    """The caps (GiB) of this call: --cap-gb's, else the one default cap of 6 GiB."""
+    return list(args.cap_gb) if args.cap_gb else [6.0]
+
+
+def headroom(args, cap: float) -> float:
+    """What a capped run leaves of `cap` beside its weights (activations, CUDA contexts, epkd): one value for every
+    cap, or one per cap in --cap-gb's order."""
+    h = args.cap_headroom_gb
+    return h[0] if len(h) == 1 else h[caps(args).index(cap)]
+
+
+def capped_by_run(args, setup: str) -> bool:
+    """Whether `setup` runs once per cap: epk-client-host always; accelerate when --cap-gb is given (without it,
+    accelerate gets epk-client's peak, issue 14's comparison)."""
+    return setup == "epk-client-host" or (setup == "accelerate" and bool(args.cap_gb))
+
+
+def plan(args) -> List[Tuple[str, Optional[float]]]:
+    """(setup, cap or None) in the order they run: SETUPS' order, a setup run per cap at each cap, smallest first."""
+    out: List[Tuple[str, Optional[float]]] = []
+    for setup in [s for s in SETUPS if s in args.setups]:
+        if capped_by_run(args, setup):
+            out += [(setup, c) for c in sorted(caps(args))]
+        else:
+            out.append((setup, None))
+    return out
+
+
+def child_params(args, work: Work, setup: str, socket_path: Optional[str], cap: Optional[float] = None) -> dict:
+    key = run_key(setup, cap)
     p = {
         "setup": setup,
+        "key": key,
+        "cap_gb": cap,
         "workdir": str(work.root),
-        "result": str(work.result(setup)),
+        "result": str(work.result(key)),
         "lengths": list(args.lengths),
         "check_len": args.check_len,
         "warmup": args.warmup,
@@ -184,8 +216,12 @@ def child_params(args, work: Work, setup: str, socket_path: Optional[str]) -> di
         "logits_to_keep": args.logits_to_keep,
         "grad_mode": args.grad_mode,
         "socket": socket_path,
-        "timing": setup != "decompressed",
-        "generate": setup in GEN_SETUPS and args.gen_tokens > 0,
+        # The decompressed model is timed where it is the compute-only reference (--time-decompressed: the 70B shape,
+        # which has no resident BF16 model).
+        "timing": setup != "decompressed" or args.time_decompressed,
+        "generate": (setup in GEN_SETUPS or (setup == "decompressed" and args.time_decompressed))
+                    and args.gen_tokens > 0,
+        "fit_layers": list(args.fit_layers),
         "gen_prompt": args.gen_prompt,
         "gen_tokens": args.gen_tokens,
         "gen_runs": args.slow_gen_runs if setup == "accelerate" else args.gen_runs,
@@ -200,29 +236,37 @@ def child_params(args, work: Work, setup: str, socket_path: Optional[str]) -> di
     if setup in ("epk-client", "epk-client-host"):
         p["decode"] = "client"
         p["prefetch"] = args.client_prefetch
-    if setup in CAPPED_SETUPS:
-        p["cap_bytes"] = int(args.cap_gb * 2**30)
-        p["max_gpu_gb"] = args.cap_gb - args.cap_headroom_gb if setup == "epk-client-host" else None
-    elif setup in ("epk-daemon", "epk-daemon-mps"):
+    if cap is not None:
+        p["cap_bytes"] = int(cap * 2**30)
+        p["headroom_gb"] = headroom(args, cap)
+        if setup == "epk-client-host":
+            p["max_gpu_gb"] = cap - p["headroom_gb"]
+    if setup in ("epk-daemon", "epk-daemon-mps"):
         p["decode"] = "daemon"
         p["prefetch"] = args.daemon_prefetch
     return p
 
 
-def accelerate_gpu_bytes(args, work: Work) -> Tuple[Optional[int], str]:
+def accelerate_gpu_bytes(args, work: Work, cap: Optional[float] = None) -> Tuple[Optional[int], str]:
+    if cap is not None:
+        # The same share of the cap as epk-client-host's attachment gets: the rest is left to activations and the
+        # CUDA context.
+        h = headroom(args, cap)
+        return int((cap - h) * 2**30), f"the cap's share: {cap:g} GiB - {h:g} GiB headroom"
     if args.accelerate_gpu_mib:
         return args.accelerate_gpu_mib * MIB, "--accelerate-gpu-mib"
     b = gpu_total(load_json(work.result("epk-client")))
     return (b, "epk-client's peak (client + epkd)") if b else (None, "")
 
 
-def run_one(args, work: Work, setup: str, left_s: float) -> dict:
+def run_one(args, work: Work, setup: str, left_s: float, cap: Optional[float] = None) -> dict:
     """Runs one setup's child (and epkd, and MPS) under the sampler; merges the memory figures into its result."""
     t_start = time.monotonic()
+    key = run_key(setup, cap)
     work.logs.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix=f"{setup}-", dir=work.root))
     env = os.environ | {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    res = load_json(work.result(setup)) or {}
+    res = load_json(work.result(key)) or {}
     res["setup"] = setup
     attempt: dict = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     mps = epkd = None
@@ -241,22 +285,25 @@ def run_one(args, work: Work, setup: str, left_s: float) -> dict:
             budget = args.client_budget_mb if setup in ("epk-client", "epk-client-host") else args.budget_mb
             # epk-client-host: epkd keeps no tier on the GPU (the model is larger than its share).
             settings = args.epkd_setting + (["device_resident = false"] if setup == "epk-client-host" else [])
-            epkd = Epkd(args.epkd, run_dir, work.epk, budget, settings, work.logs / f"epkd-{setup}.log", env)
+            epkd = Epkd(args.epkd, run_dir, work.epk, budget, settings, work.logs / f"epkd-{key}.log", env)
             t = sampler.now()
             epkd.start(timeout_s=min(300.0, left_s))
             roles.append(("epkd", epkd.proc.pid, t))
             # The client starts once epkd is on the GPU, so that attribution by order (attribute_pids) holds.
             attempt["epkd_on_gpu"] = sampler.wait_new_pid(10.0)
             socket_path = epkd.socket
-        params = child_params(args, work, setup, socket_path)
+        params = child_params(args, work, setup, socket_path, cap)
+        if params["max_gpu_gb"] is not None and params["max_gpu_gb"] <= 0:
+            raise RuntimeError(f"the cap {cap:g} GiB minus the headroom {params['headroom_gb']:g} GiB leaves no GPU "
+                               f"memory for the weights (--cap-headroom-gb)")
         if setup == "accelerate":
-            params["gpu_bytes"], params["gpu_bytes_from"] = accelerate_gpu_bytes(args, work)
+            params["gpu_bytes"], params["gpu_bytes_from"] = accelerate_gpu_bytes(args, work, cap)
             if params["gpu_bytes"] is None:
                 raise RuntimeError("accelerate needs epk-client's peak GPU memory (run epk-client first) or "
                                    "--accelerate-gpu-mib")
-        params_path = work.results / f"{setup}.params.json"
+        params_path = work.results / f"{key}.params.json"
         write_json(params_path, params)
-        log_path = work.logs / f"{setup}.log"
+        log_path = work.logs / f"{key}.log"
         with open(log_path, "ab") as log:
             t = sampler.now()
             child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "setup", "--params",
@@ -274,11 +321,11 @@ def run_one(args, work: Work, setup: str, left_s: float) -> dict:
         if mps is not None:
             attempt["mps_servers"] = mps.servers()  # before epkd stops: the server serves while it has clients
         if rc != 0:
-            print(f"[drive] {setup}: child {'ran out of time' if rc == 'timeout' else f'exited {rc}'}; "
+            print(f"[drive] {key}: child {'ran out of time' if rc == 'timeout' else f'exited {rc}'}; "
                   f"its log's tail ({log_path}):\n{_tail(log_path, 25)}", flush=True)
     except Exception as e:  # noqa: BLE001 - the setup fails, the others still run
         attempt["error"] = f"{type(e).__name__}: {e}"
-        print(f"[drive] {setup}: {attempt['error']}", flush=True)
+        print(f"[drive] {key}: {attempt['error']}", flush=True)
     finally:
         if epkd is not None:
             attempt["epkd_rc"] = epkd.stop()
@@ -288,7 +335,7 @@ def run_one(args, work: Work, setup: str, left_s: float) -> dict:
         attempt["memory"] = sampler.summary(roles, mps=mps is not None)
         attempt["wall_s"] = round(time.monotonic() - t_start, 1)
         shutil.rmtree(run_dir, ignore_errors=True)
-    res = (load_json(work.result(setup)) or res) | {"setup": setup}  # the child's latest write
+    res = (load_json(work.result(key)) or res) | {"setup": setup, "cap_gb": cap}  # the child's latest write
     res.setdefault("attempts", []).append(attempt)
     res["memory"] = merge_memory([a["memory"] for a in res["attempts"]])
     if "mps_servers" in attempt:
@@ -304,17 +351,22 @@ def run_one(args, work: Work, setup: str, left_s: float) -> dict:
     elif res.get("status") != "done":
         res["status"] = "failed"
         res["error"] = f"the setup's process exited 0 without finishing (status {res.get('status')!r})"
-    write_json(work.result(setup), res)
+    write_json(work.result(key), res)
     return res
 
 
 def collect(work: Work) -> Dict[str, dict]:
+    """Every run's result in W/results (run key -> result), earlier calls' too, in the order they run."""
     out = {}
-    for s in SETUPS:
-        r = load_json(work.result(s))
+    if not work.results.is_dir():
+        return out
+    for f in work.results.glob("*.json"):
+        if f.name.endswith(".params.json") or split_key(f.stem)[0] not in SETUPS:
+            continue
+        r = load_json(f)
         if r is not None:
-            out[s] = r
-    return out
+            out[f.stem] = r
+    return dict(sorted(out.items(), key=lambda kv: key_order(kv[0])))
 
 
 def publish(work: Work, out_dir: Optional[Path], table: str, meta: dict) -> None:
@@ -346,27 +398,29 @@ def drive(args) -> int:
         print(f"[drive] epkd not found or not executable: '{args.epkd}' (--epkd or $EPK_EPKD)", file=sys.stderr)
         return 1
     work.results.mkdir(parents=True, exist_ok=True)
+    todo = plan(args)
     if args.force:
-        for s in args.setups:
-            work.result(s).unlink(missing_ok=True)
+        for s, c in todo:
+            work.result(run_key(s, c)).unlink(missing_ok=True)
     unfinished = []
-    for setup in [s for s in SETUPS if s in args.setups]:
-        if setup_done(work, setup, args.check_len):
-            print(f"[drive] {setup}: done in an earlier call (results/{setup}.json); --force reruns it", flush=True)
+    for setup, cap in todo:
+        key = run_key(setup, cap)
+        if setup_done(work, key, args.check_len):
+            print(f"[drive] {key}: done in an earlier call (results/{key}.json); --force reruns it", flush=True)
             continue
         left = args.deadline_s - (time.monotonic() - t0)
         if left < args.min_setup_s:
-            print(f"[drive] {setup}: not started, {left:.0f} s left of this call's {args.deadline_s:.0f} s", flush=True)
-            unfinished.append(setup)
+            print(f"[drive] {key}: not started, {left:.0f} s left of this call's {args.deadline_s:.0f} s", flush=True)
+            unfinished.append(key)
             continue
-        print(f"[drive] {setup}: starting ({left:.0f} s left)", flush=True)
-        res = run_one(args, work, setup, left)
+        print(f"[drive] {key}: starting ({left:.0f} s left)", flush=True)
+        res = run_one(args, work, setup, left, cap)
         mem = res.get("memory") or {}
-        print(f"[drive] {setup}: {res.get('status')} after {res['attempts'][-1]['wall_s']} s; GPU MiB client "
+        print(f"[drive] {key}: {res.get('status')} after {res['attempts'][-1]['wall_s']} s; GPU MiB client "
               f"{_mib(mem.get('client_bytes'))}, epkd {_mib(mem.get('epkd_bytes'))}, device used "
               f"{_mib(mem.get('device_delta_bytes'))}", flush=True)
         if res.get("status") != "done":
-            unfinished.append(setup)
+            unfinished.append(key)
     results = collect(work)
     table = format_tables(results, args.lengths)  # every setup's latest results, earlier calls' too
     meta = {"args": vars(args), "wall_s": round(time.monotonic() - t0, 1),
@@ -406,6 +460,16 @@ def _setups(s: str) -> List[str]:
     return out
 
 
+def _gib_list(s: str) -> List[float]:
+    try:
+        out = [float(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}': expected comma-separated GiB such as 4,6,8,12")
+    if not out or any(v <= 0 for v in out) or len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"'{s}': GiB must be > 0 and distinct")
+    return out
+
+
 def _prefetch(s: str) -> Optional[int]:
     if s == "auto":
         return None
@@ -432,7 +496,7 @@ def parser() -> argparse.ArgumentParser:
     dr = sub.add_parser("drive", help="run the setups, each in a process of its own, and print the tables")
     dr.add_argument("--workdir", required=True)
     dr.add_argument("--out", default=os.environ.get("OUT"), help="where results and tables are copied ($OUT)")
-    dr.add_argument("--setups", type=_setups, default=list(SETUPS))
+    dr.add_argument("--setups", type=_setups, default=list(DEFAULT_SETUPS))
     dr.add_argument("--lengths", type=_lengths, default=[1024, 4096, 16384])
     dr.add_argument("--check-len", type=int, default=1024, help="tokens of the logits check")
     dr.add_argument("--warmup", type=int, default=1)
@@ -454,9 +518,17 @@ def parser() -> argparse.ArgumentParser:
     dr.add_argument("--client-prefetch", type=_prefetch, default=None, help="epk-client's prefetch (default auto)")
     dr.add_argument("--daemon-prefetch", type=_prefetch, default=2)
     dr.add_argument("--max-decoded-gb", type=float, default=None)
-    dr.add_argument("--cap-gb", type=float, default=6.0, help="the GPU memory cap of the capped setups (issue 32)")
-    dr.add_argument("--cap-headroom-gb", type=float, default=2.0,
-                    help="what epk-client-host leaves of the cap for activations, CUDA contexts and epkd")
+    dr.add_argument("--cap-gb", type=_gib_list, default=None,
+                    help="the GPU memory caps (GiB, comma-separated: a sweep) of the capped setups (issue 32): "
+                         "epk-client-host and accelerate run once per cap, offload-bf16 and nf4 once, judged at each; "
+                         "default 6 for epk-client-host, accelerate then uncapped")
+    dr.add_argument("--cap-headroom-gb", type=_gib_list, default=[2.0],
+                    help="what a capped run leaves of the cap beside its weights (activations, CUDA contexts, epkd): "
+                         "one value, or one per cap")
+    dr.add_argument("--time-decompressed", action="store_true",
+                    help="time the decompressed model too (prefill, generation): compute-only for the 70B shape")
+    dr.add_argument("--fit-layers", type=_lengths, default=[10, 20],
+                    help="fit-bf16's layer counts (random resident BF16 models; a line in the count)")
     dr.add_argument("--accelerate-gpu-mib", type=int, default=None,
                     help="accelerate's GPU max_memory instead of epk-client's measured peak")
     dr.add_argument("--epkd", default=os.environ.get("EPK_EPKD"), help="the epkd binary ($EPK_EPKD)")
@@ -484,6 +556,10 @@ def main(argv=None) -> int:
             raise SystemExit("--check-len, --runs and --slow-runs must be >= 1, --warmup >= 0")
         if args.gen_tokens and (args.gen_runs < 1 or args.slow_gen_runs < 1 or args.gen_prompt < 1):
             raise SystemExit("--gen-runs, --slow-gen-runs and --gen-prompt must be >= 1")
+        if args.cap_gb and len(args.cap_headroom_gb) not in (1, len(args.cap_gb)):
+            raise SystemExit("--cap-headroom-gb: one value, or one per --cap-gb cap")
+        if len(set(args.fit_layers)) < 2:
+            raise SystemExit("--fit-layers: at least two distinct layer counts (a line needs two points)")
         return drive(args)
     if args.cmd == "table":
         return table_cmd(args)
