@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Issue 14's prefill benchmark: a Llama-3-8B-shaped model with random bf16 weights, served six ways on one GPU.
+"""Issue 14's and 32's prefill benchmark: a Llama-3-8B- (or 70B-) shaped model with random bf16 weights, served
+several ways on one GPU, some under GPU memory caps.
 
-    prefill_bench.py make-model --out DIR [--layers N]   the model (config.json + safetensors shards), built on the GPU
+    prefill_bench.py make-model --out DIR [--shape 8b|70b] [--layers N] [--config-only]
+                                                         the model (config.json + safetensors shards), built on the GPU
     prefill_bench.py drive --workdir W [--out OUT] ...   every setup in a process of its own, then the tables
     prefill_bench.py table --workdir W                   the tables again from W/results (no GPU needed)
     prefill_bench.py setup --params FILE                 one setup (started by `drive`, never by hand)
@@ -18,12 +20,23 @@ Setups, in the order they run:
   epk-client      epk.torch.load(decode="client"): libepk decodes blocks in this process, prefetching ahead
   epk-daemon      epk.torch.load(decode="daemon", prefetch=2): epkd decodes in its own CUDA context
   epk-daemon-mps  the same under the CUDA MPS control daemon (epkd and the client both its clients)
+  epk-client-host epkd keeps no tier on the GPU (device_resident = false); the client decodes from its own pinned host
+                  tier under max_gpu_gb = cap - headroom; run once per --cap-gb cap (results/epk-client-host@CAP.json)
+  offload-bf16    the BF16 prefetching offloader (prefill_offload.py); its GPU memory does not depend on the cap: run
+                  once, its peak judged against each cap
+  nf4             bitsandbytes NF4 (blocksize 64, BF16 compute) from decompressed/; run once, judged against each cap
+  fit-bf16        random resident BF16 models of --fit-layers layers of src/config.json's shape, timed: a line in the
+                  layer count gives compute-only for a shape too large to keep resident (the 70B); not by default
   accelerate      accelerate's infer_auto_device_map + dispatch_model, GPU max_memory = epk-client's peak
-                  (client plus epkd), the rest offloaded to the CPU
+                  (client plus epkd), or with --cap-gb the cap's share (cap - headroom) at each cap, the rest
+                  offloaded to the CPU
+When decompressed/ holds fewer layers than src/config.json names (the 70B: epk_replicate_layers repeated k encoded
+layers), the decompressed model is src's shape with layer l tied to decoded layer l mod k: what the .epk computes,
+all weights resident; --time-decompressed times it as compute-only.
 Each: the logits at --check-len tokens (all positions) against the references; prefill at each of --lengths (batch 1,
 use_cache=False, sdpa, torch.inference_mode, random ids from a fixed seed, only the last position's logits as a
 prefill for generation computes them), --warmup untimed runs then the median of --runs (torch.cuda.synchronize
-around each); for resident, epk-client and accelerate, greedy generation of --gen-tokens tokens after a
+around each); for GEN_SETUPS (prefill_report), greedy generation of --gen-tokens tokens after a
 prompt of --gen-prompt tokens, with a KV cache. GPU memory: NVML's per-process figures, sampled every --sample-ms by the
 driver (which never creates a CUDA context), for the client and epkd, their largest sum, and the device's used memory
 above what it was before the setup started; torch's peak allocation of the client per length.
@@ -489,7 +502,9 @@ def parser() -> argparse.ArgumentParser:
 
     mm = sub.add_parser("make-model", help="the random Llama-3-8B-shaped model, saved with save_pretrained")
     mm.add_argument("--out", required=True)
+    mm.add_argument("--shape", choices=("8b", "70b"), default="8b", help="Llama-3-8B's or -70B's shape")
     mm.add_argument("--layers", type=int, default=32)
+    mm.add_argument("--config-only", action="store_true", help="config.json only (no weights)")
     mm.add_argument("--seed", type=int, default=0)
     mm.add_argument("--force", action="store_true")
 

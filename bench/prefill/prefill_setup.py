@@ -1,5 +1,5 @@
 """The prefill benchmark's torch side (bench/prefill/prefill_bench.py): one setup in a process of its own (`setup`,
-started by the driver) and the random Llama-3-8B-shaped model (`make-model`). torch, transformers and epk are
+started by the driver) and the random Llama-3-8B- or 70B-shaped model (`make-model`). torch, transformers and epk are
 imported inside the functions, so the driver and its tests need none of them."""
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from prefill_report import CAPPED_SETUPS, MODEL_NAME, REF_SETUPS, Work, load_json, median, write_json
+from prefill_report import MODEL_NAME, REF_SETUPS, STREAMING_SETUPS, Work, load_json, median, write_json
 
 # Llama-3-8B's shape (issue 14): transformers LlamaConfig fields.
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                  num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072, rms_norm_eps=1e-5,
                  rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False,
                  bos_token_id=128000, eos_token_id=128001, hidden_act="silu")
+# Llama-3-70B's (issue 32): the 8B's but for these.
+LLAMA3_70B = LLAMA3_8B | dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64)
+SHAPES = {"8b": LLAMA3_8B, "70b": LLAMA3_70B}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -58,6 +61,16 @@ def _load_model(p: dict, work: Work, res: dict):
     import transformers
 
     setup = p["setup"]
+    if setup == "decompressed":
+        k = _layers(work.decompressed)
+        if k < _layers(work.src):
+            # A replicated .epk (the 70B): decompressed/ holds its k encoded layers, decoded.
+            from prefill_fit import tied_model
+
+            res["tied"] = {"layers": _layers(work.src), "source_layers": k}
+            return tied_model(work, k), None
+    if setup == "nf4":
+        return _nf4_model(work, res), None
     if setup in ("resident", "decompressed"):
         path = work.src if setup == "resident" else work.decompressed
         model = transformers.LlamaForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="sdpa",
@@ -112,6 +125,44 @@ def _load_model(p: dict, work: Work, res: dict):
     res["load_kwargs"] = kw
     model = epk.torch.load(config, client, MODEL_NAME, **kw)
     return model, client
+
+
+def _layers(folder: Path) -> int:
+    return int(load_json(folder / "config.json")["num_hidden_layers"])
+
+
+def _nf4_model(work: Work, res: dict):
+    """bitsandbytes NF4 from the decompressed BF16 weights, as transformers quantizes at load: every Linear of the
+    blocks a Linear4bit (NF4, bnb's default blocksize 64, no double quantization, BF16 compute); the embedding and
+    the LM head (transformers leaves lm_head out) stay BF16. The quantization actually made is recorded and checked."""
+    import importlib.util
+
+    import torch
+    import transformers
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise RuntimeError("bitsandbytes absent (no wheel installed: scripts/gpu/trim_bnb_wheel.sh here, then "
+                           "prefill_run.sh installs it from .whl/)")
+    import bitsandbytes as bnb
+
+    res["versions"]["bitsandbytes"] = bnb.__version__
+    q = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                        bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_use_double_quant=False)
+    model = transformers.LlamaForCausalLM.from_pretrained(work.decompressed, dtype=torch.bfloat16,
+                                                          quantization_config=q, attn_implementation="sdpa",
+                                                          device_map={"": 0}).eval()
+    lin = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    if not lin:
+        raise RuntimeError("no Linear4bit in the model: transformers did not quantize it")
+    qs = lin[0].weight.quant_state
+    info = {"linear4bit_modules": len(lin), "blocksize": qs.blocksize, "quant_type": qs.quant_type,
+            "double_quant": bool(getattr(qs, "nested", False)), "compute_dtype": str(lin[0].compute_dtype),
+            "bf16_parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()
+                                        if p.dtype == torch.bfloat16)}
+    res["nf4"] = info
+    if (qs.blocksize, qs.quant_type) != (64, "nf4"):
+        raise RuntimeError(f"expected NF4 with blocksize 64, got {info}")
+    return model
 
 
 def _client_decode_timeline(torch, cd, forward, grad, ids, log) -> dict:
@@ -224,6 +275,21 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
                        "cuda": torch.version.cuda, "transformers": transformers.__version__,
                        "gpu": torch.cuda.get_device_name(0)}
     save()
+
+    def sync_time(fn) -> float:
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t) * 1e3
+
+    if setup == "fit-bf16":
+        from prefill_fit import fit_body
+
+        fit_body(p, work, res, save, log, _ids, sync_time)
+        res["status"] = "done"
+        save()
+        return 0
     t = time.perf_counter()
     model, client = _load_model(p, work, res)
     torch.cuda.synchronize()
@@ -236,7 +302,7 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
     if mem is not None:
         print("attachment memory after load:", mem, flush=True)
         res["attachment_memory_after_load"] = mem
-    if setup in CAPPED_SETUPS and "copy_gbs" not in res:
+    if setup in STREAMING_SETUPS and "copy_gbs" not in res:
         res["copy_gbs"] = _pinned_copy_rate(torch)
         log(f"pinned host-to-device copies: {res['copy_gbs']:.1f} GB/s")
     log(f"loaded in {res['load_s']} s, attn {res['attn_implementation']}")
@@ -284,13 +350,6 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
         res["logits"] = lg
         log(f"logits: {json.dumps({k: v for k, v in lg.items() if k.startswith('vs_')}, default=str)}")
         save()
-
-    def sync_time(fn) -> float:
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t) * 1e3
 
     if p["timing"]:
         res.setdefault("prefill", {})
@@ -363,10 +422,10 @@ def _setup_body(p: dict, work: Work, res: dict, result_path: Path) -> int:
 # ---------------------------------------------------------------------------------------------------------------------
 # make-model
 
-def llama_config(layers: int):
+def llama_config(layers: int, shape: str = "8b"):
     import transformers
 
-    kw = dict(LLAMA3_8B)
+    kw = dict(SHAPES[shape])
     kw["num_hidden_layers"] = layers
     return transformers.LlamaConfig(**kw, dtype="bfloat16", architectures=["LlamaForCausalLM"])
 
@@ -383,7 +442,15 @@ def make_model(args) -> int:
         return 0
     if args.layers < 1:
         raise SystemExit("--layers must be >= 1")
-    config = llama_config(args.layers)
+    config = llama_config(args.layers, args.shape)
+    if args.config_only:
+        # The shape alone (config.json), for a model whose weights are made another way (the replicated 70B .epk).
+        out.mkdir(parents=True, exist_ok=True)
+        config.save_pretrained(out)
+        (out / ".complete").write_text(json.dumps({"layers": args.layers, "shape": args.shape,
+                                                   "config_only": True}) + "\n")
+        print(f"make-model: {args.shape} config, {args.layers} layers, in {out}")
+        return 0
     t0 = time.perf_counter()
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
@@ -414,7 +481,7 @@ def make_model(args) -> int:
     model.save_pretrained(partial, max_shard_size="5GB")
     os.replace(partial, out)
     t_save = time.perf_counter() - t0 - t_build
-    info = {"layers": args.layers, "parameters": n, "seed": args.seed, "build_s": round(t_build, 2),
+    info = {"shape": args.shape, "layers": args.layers, "parameters": n, "seed": args.seed, "build_s": round(t_build, 2),
             "save_s": round(t_save, 2), "transformers": transformers.__version__, "torch": torch.__version__}
     (out / ".complete").write_text(json.dumps(info) + "\n")
     print(f"make-model: {n / 1e9:.3f} B parameters, {args.layers} layers: built in {t_build:.1f} s, saved to {out} in "
