@@ -11,10 +11,16 @@
 # Usage: bash scripts/gpu/prefill_run.sh STAGE [OUT] [prepare|run|all] [--quick] [DRIVER ARGS...]
 #   (STAGE: the staged folder, e.g. .gpu; OUT: default $OUT; DRIVER ARGS go to `prefill_bench.py drive`, e.g.
 #    --setups resident,epk-client --force)
+# Issue 32's cap sweep, one call (resumable: repeat it until the driver exits 0):
+#   bash scripts/gpu/prefill_run.sh .gpu $OUT all --setups decompressed,resident,epk-client-host,offload-bf16,nf4,accelerate \
+#     --cap-gb 4,6,8,12 --cap-headroom-gb 2.5,4,4,4
+# epk-client-host and accelerate run once per cap; offload-bf16 and nf4 once, their peak judged against each cap.
+# nf4 needs bitsandbytes' wheel in .whl/ (scripts/gpu/trim_bnb_wheel.sh on the build machine; carry .whl).
+# The 70B shape: scripts/gpu/prefill70b_run.sh.
 # LIMIT (seconds, default 590): this call's time; the driver gets what prepare leaves of it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[[ $# -ge 1 ]] || { sed -n '2,15p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,21p' "$0"; exit 2; }
 stage="$(cd "$1" && pwd)"
 shift
 out="${OUT:-/tmp/epk-prefill-out}"
@@ -59,27 +65,8 @@ stamp() { echo "$(date -u +%H:%M:%S) +${SECONDS}s"; }
   echo "nproc $(nproc); free disk in /tmp: $(df -h --output=avail /tmp | tail -1)"
 } 2>&1 | tee "$out/machine.txt"
 
-# The epk package, built from this tree as scripts/gpu/python_run.sh does; kept between calls while its sources are
-# unchanged (a hash of the sources it compiles).
-if [[ -z "${CUDA_HOME:-}" && ! -f /usr/local/cuda/include/cuda.h && -f "$stage/include/cuda.h" ]]; then
-  export CUDA_HOME="$stage"
-fi
-site="$root/pysite"
-src_hash="$(find client codec shm daemon cmake CMakeLists.txt -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' \
-  -o -name '*.cuh' -o -name '*.py' -o -name '*.pyi' -o -name '*.txt' -o -name '*.toml' -o -name '*.cmake' \) \
-  -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
-if [[ "$(cat "$site/.stamp" 2>/dev/null || true)" != "$src_hash" ]]; then
-  t0=$SECONDS
-  rm -rf "$site"
-  EPK_PY_CUDA=ON EPK_PY_CLIENT_DECODE=ON "$py" -m pip install --no-build-isolation --no-deps --no-index \
-    --target "$site" -v ./client/python > "$out/pip_install.log" 2>&1 || { tail -40 "$out/pip_install.log"; exit 1; }
-  echo "$src_hash" > "$site/.stamp"
-  echo "== epk package built in $((SECONDS - t0)) s"
-else
-  echo "== epk package: built earlier from the same sources ($site)"
-fi
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-"$py" -c 'import epk; assert epk.HAS_CUDA, "the package was built without device support"; print("epk", epk.__version__)'
+# The epk package (rebuilt when its sources change) and bitsandbytes' wheel, if there is one (the nf4 setup).
+source scripts/gpu/prefill_pysite.sh
 
 bench=bench/prefill/prefill_bench.py
 prepare() {
