@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
   app.add_option("--spin-us", spin_us, "epkd's --spin-us (-1: its default)");
   app.add_option("--client-spin-us", copts.spin_us, "ClientOptions::spin_us of every client (-1: EPK_SPIN_US)");
   app.add_option("--io-threads", io_threads, "epkd's --io-threads (0: its default, half the cores)");
+  int tier_budget_mb = -1;
+  app.add_option("--tier-budget-mb", tier_budget_mb,
+                 "epkd's --tier-budget-mb (-1: its default, no limit; 0: the tier in host memory, each miss copied "
+                 "to the device first)");
   app.add_option("--status-spin-us", copts.status_spin_us, "ClientOptions::status_spin_us (decode status polling)");
   app.add_flag("--timeline", timeline, "epkd at debug level: per-miss timeline lines on stderr");
   std::string miss_release = "event";
@@ -135,13 +139,18 @@ int main(int argc, char** argv) {
   const std::string budget = std::to_string((out_bytes * std::uint64_t(n) >> 20) + 64);
   pid_t pid = ::fork();
   if (pid == 0) {
-    const std::string model_arg = "m=" + path, io = std::to_string(io_threads), spin = std::to_string(spin_us);
+    const std::string model_arg = "m=" + path, io = std::to_string(io_threads), spin = std::to_string(spin_us),
+                      tier = std::to_string(tier_budget_mb);
     std::vector<const char*> args = {epkd.c_str(), "--socket", sock.c_str(), "--budget-mb", budget.c_str(),
                                      "--io-threads", io.c_str(), "--log-level", timeline ? "debug" : "warn",
                                      "--model", model_arg.c_str()};
     if (spin_us >= 0) {
       args.push_back("--spin-us");
       args.push_back(spin.c_str());
+    }
+    if (tier_budget_mb >= 0) {
+      args.push_back("--tier-budget-mb");
+      args.push_back(tier.c_str());
     }
     args.push_back(nullptr);
     ::execv(epkd.c_str(), const_cast<char* const*>(args.data()));

@@ -2,7 +2,8 @@
 // by scripts/gpu/make_bench_streams.py; the kernel it takes is named in each row), checked bit for bit against the
 // reference package's own output, timed with CUDA events (median of many runs after warm-up, rotating over copies of
 // inputs and outputs larger than L2), next to a device-to-device copy of the output size and the reference decoder's
-// time (ref_times.txt from the same script). Also a 32-layer 8B-class stack decoded layer by layer.
+// time (ref_times.txt from the same script). Also a 32-layer 8B-class stack decoded layer by layer, and two tensors'
+// inputs read from pinned host memory in place and staged (the host tier's two reads).
 //
 // Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR]
 //   --quick: a shorter stack; --only: that tensor in bf16, no stack (for profilers).
@@ -174,6 +175,80 @@ void bench_tensor(const std::string& name, const RawStream& raw, const std::vect
   }
 }
 
+// The host tier's two reads of one tensor's inputs (docs/decisions/client-side-decode.md): the decoder reading them in
+// place from pinned host memory over PCIe, against a copy to the device first and the decode from there (copy and
+// decode on one stream, as epkd's lanes run them); the decode from device memory beside both. Inputs laid out as in a
+// tier (each buffer 256-byte aligned), one copy of them; every variant's output compared with the device decode's.
+void bench_host_inputs(const std::string& name, const RawStream& raw, int runs, cudaStream_t stream) {
+  const epk::rans::LatticeRansStream s = raw.view();
+  auto align = [](std::size_t v) { return (v + 255) / 256 * 256; };
+  const std::size_t payload_bytes = (s.payload.size() + 8) / 8 * 16;  // as DeviceStream pads it
+  const std::size_t at_offsets = align(payload_bytes), at_states = at_offsets + align(s.offsets.size_bytes());
+  const std::size_t at_scales = at_states + align(s.states.size_bytes());
+  const std::size_t total = at_scales + align(s.scales.size_bytes());
+  void* host = nullptr;
+  EPK_CUDA_CHECK(cudaHostAlloc(&host, total, cudaHostAllocMapped));
+  auto* h = static_cast<std::uint8_t*>(host);
+  std::memset(h, 0, total);
+  std::memcpy(h, s.payload.data(), s.payload.size_bytes());
+  std::memcpy(h + at_offsets, s.offsets.data(), s.offsets.size_bytes());
+  std::memcpy(h + at_states, s.states.data(), s.states.size_bytes());
+  std::memcpy(h + at_scales, s.scales.data(), s.scales.size_bytes());
+  DeviceBuffer staging(total);
+  auto buffers_at = [&](const std::uint8_t* base) {
+    return epk::cuda::DeviceBuffers{reinterpret_cast<const std::uint16_t*>(base),
+                                    reinterpret_cast<const std::uint32_t*>(base + at_offsets),
+                                    reinterpret_cast<const std::uint32_t*>(base + at_states),
+                                    reinterpret_cast<const float*>(base + at_scales)};
+  };
+  void* host_dev = nullptr;  // the same address under unified addressing; asked for all the same
+  EPK_CUDA_CHECK(cudaHostGetDevicePointer(&host_dev, host, 0));
+  const DeviceStream dev(s);
+  const std::size_t out_bytes = std::size_t{s.rows} * s.cols * 2;
+  DeviceBuffer out(out_bytes), ref_out(out_bytes);
+  struct Variant {
+    const char* what;
+    epk::cuda::DeviceBuffers in;
+    bool copy_first;
+  };
+  const Variant variants[] = {{"device", dev.buffers(), false},
+                              {"host in place", buffers_at(static_cast<const std::uint8_t*>(host_dev)), false},
+                              {"host staged (copy + decode)", buffers_at(staging.get<const std::uint8_t>()), true}};
+  std::vector<std::uint8_t> want(out_bytes), got(out_bytes);
+  for (const Variant& v : variants) {
+    DecodeJob job{name, &s, v.in, 0, 0, OutputFormat::kBf16, out.get(), nullptr};
+    auto plan = DecodePlan::create({&job, 1});
+    if (!plan) die(plan.error());
+    DeviceBuffer scratch(plan->scratch_bytes());
+    if (auto st = epk::cuda::upload(*plan, scratch.get(), scratch.bytes(), stream); !st) die(st.error());
+    auto body = [&](int) {
+      if (v.copy_first) EPK_CUDA_CHECK(cudaMemcpyAsync(staging.get(), host, total, cudaMemcpyHostToDevice, stream));
+      if (auto st = epk::cuda::decode(*plan, scratch.get(), stream); !st) die(st.error());
+    };
+    EPK_CUDA_CHECK(cudaMemsetAsync(out.get(), 0xAB, out_bytes, stream));
+    body(0);
+    if (auto st = epk::cuda::read_status(*plan, scratch.get(), stream); !st) die(st.error());
+    EPK_CUDA_CHECK(cudaMemcpy(got.data(), out.get(), out_bytes, cudaMemcpyDeviceToHost));
+    if (&v == &variants[0]) want = got;
+    const char* exact = got == want ? "yes" : "NO";
+    const double us = median(time_runs(5, runs, stream, body));
+    std::printf("%-22s inputs %-28s median %8.1f us  (%.2f MB of inputs)  same bytes as the device decode: %s\n",
+                name.c_str(), v.what, us, total / 1e6, exact);
+    Row r;
+    r.name = name;
+    r.variant = std::string("bf16, inputs ") + v.what;
+    r.us = us;
+    r.out_gbs = double(out_bytes) / (us * 1e3);
+    r.exact = exact;
+    g_rows.push_back(r);
+  }
+  const double copy = median(time_runs(5, runs, stream, [&](int) {
+    EPK_CUDA_CHECK(cudaMemcpyAsync(staging.get(), host, total, cudaMemcpyHostToDevice, stream));
+  }));
+  std::printf("%-22s the copy alone: median %8.1f us (%.1f GB/s)\n", name.c_str(), copy, total / (copy * 1e3));
+  EPK_CUDA_CHECK(cudaFreeHost(host));
+}
+
 // 32 layers x 7 linear weights, each layer's copy in its own device buffers, decoded one layer per launch.
 void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cudaStream_t stream) {
   const char* names[] = {"q4096x4096_4bpp", "k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp",
@@ -307,12 +382,14 @@ int main(int argc, char** argv) {
                                                          OutputFormat::kFp8E4M3Rowwise}
                              : std::vector<OutputFormat>{OutputFormat::kBf16},
                    runs, ref_of(n), l2, stream);
+      if (main_case) bench_host_inputs(n, *r, runs, stream);
       loaded.erase(n);
     }
   }
   for (const char* n : {"q4096x4096_4bpp", "up14336x4096_4bpp"}) {
     if (const RawStream* r = load(n)) {
       bench_tensor(n, *r, {OutputFormat::kBf16}, runs, ref_of(n), l2, stream);
+      if (std::string(n) == "up14336x4096_4bpp") bench_host_inputs(n, *r, runs, stream);
     }
   }
   for (const char* n : {"k1024x4096_4bpp", "v1024x4096_4bpp", "o4096x4096_4bpp", "gate14336x4096_4bpp",

@@ -136,14 +136,15 @@ class Client {
   // The models the daemon serves, with what of each is in its cache (for `epk status`).
   Result<shm::ModelsReply> models();
   // Client-side decode (client/stored_tier.h builds on this): the model file, open read-only, and the model's
-  // compressed tier on `device` (a device pool fd of tier_bytes bytes; none, tier_bytes 0, where epkd keeps no tier
-  // on the device: device_resident = false). kPermission unless epkd lets this client decode itself (root, epkd's
-  // uid, client_decode_uids / client_decode_gids); kUnsupported where the model has no tier (a host pool, no
-  // lattice-rans tensor).
+  // compressed tier for `device` of tier_bytes bytes: a device pool fd, or (host) epkd's host tier, a sealed memfd
+  // (shm/host_tier.h) where its tier budget keeps the model's tier in host memory. kPermission for a device tier
+  // unless epkd lets this client decode itself (root, epkd's uid, client_decode_uids / client_decode_gids);
+  // kUnsupported where the model has no tier (a host pool, no lattice-rans tensor).
   struct StoredFds {
     shm::UniqueFd file;
     shm::UniqueFd tier;
     std::uint64_t tier_bytes = 0;
+    bool host = false;
   };
   Result<StoredFds> open_stored(const std::string& model, std::uint32_t device);
   // The daemon's pools (kind, device, size) as announced at connect.

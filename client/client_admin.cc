@@ -28,13 +28,18 @@ Result<Client::StoredFds> Client::open_stored_once(const std::string& model, std
   std::vector<shm::UniqueFd> fds;
   EPK_TRY_ASSIGN(Frame f, impl_->call(id, shm::MsgType::kOpenStored, &fds));
   EPK_TRY_ASSIGN(shm::OpenStoredReply r, shm::decode_open_stored_reply(f.payload));
-  // The file, then the device tier; the file alone (tier_bytes 0) where epkd keeps no tier on the device.
-  const std::size_t want = r.tier_bytes == 0 ? 1 : 2;
-  if (fds.size() != want) {
+  // The file, then the tier (a device pool, or the host tier's memfd).
+  if (fds.size() != 2) {
     return make_error(ErrorCode::kBadInput, "epk client: open_stored reply carried " + std::to_string(fds.size()) +
-                                                " fds, not " + std::to_string(want));
+                                                " fds, not 2");
   }
-  return StoredFds{std::move(fds[0]), want == 2 ? std::move(fds[1]) : shm::UniqueFd(), r.tier_bytes};
+  if (r.where != static_cast<std::uint32_t>(shm::TierWhere::kDevice) &&
+      r.where != static_cast<std::uint32_t>(shm::TierWhere::kHost)) {
+    return make_error(ErrorCode::kBadInput, "epk client: open_stored reply names tier place " +
+                                                std::to_string(r.where) + ", neither device (0) nor host (1)");
+  }
+  return StoredFds{std::move(fds[0]), std::move(fds[1]), r.tier_bytes,
+                   r.where == static_cast<std::uint32_t>(shm::TierWhere::kHost)};
 }
 
 Result<std::vector<shm::TensorInfo>> Client::tensors(const std::string& model) {

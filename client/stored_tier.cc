@@ -8,6 +8,7 @@
 #include "codec/serve/device_tier.h"
 #include "shm/cuda_event.h"
 #include "shm/device_pool.h"
+#include "shm/host_tier.h"
 
 namespace epk::client {
 namespace {
@@ -101,17 +102,17 @@ class CudaStoredTier final : public StoredTier {
       held[i] = t->producers_[i].get();
       t->index_.emplace(e.name, i);
     }
-    // The same placement as epkd's (from the same file), bound to epkd's region, or to this process's host tier.
+    // The same placement as epkd's (from the same file), bound to epkd's region on the device or in host memory.
     t->tier_ = std::make_unique<serve::DeviceTier>(nullptr, std::move(held), t->device_, [](std::int64_t) {});
-    if (!fds.tier.valid()) {
-      EPK_TRY(t->make_host_tier());
-      return std::unique_ptr<StoredTier>(std::move(t));
-    }
-    if (t->tier_->region_bytes() > fds.tier_bytes) {
+    if (t->tier_->region_bytes() > fds.tier_bytes || (fds.host && t->tier_->region_bytes() != fds.tier_bytes)) {
       return make_error(ErrorCode::kBadInput, "model '" + model + "': its streams need a " +
                                                   std::to_string(t->tier_->region_bytes()) +
                                                   "-byte tier but epkd's is " + std::to_string(fds.tier_bytes) +
                                                   " bytes (the file changed?)");
+    }
+    if (fds.host) {
+      EPK_TRY(t->map_host_tier(std::move(fds.tier), fds.tier_bytes));
+      return std::unique_ptr<StoredTier>(std::move(t));
     }
     EPK_TRY_ASSIGN(t->region_, shm::import_device_pool(std::move(fds.tier), fds.tier_bytes, t->device_));
     t->tier_->bind(t->region_.device_ptr());
@@ -129,6 +130,7 @@ class CudaStoredTier final : public StoredTier {
     return Span{s.offset, s.bytes};
   }
   bool host_tier() const override { return host_.data() != nullptr; }
+  bool host_tier_shared() const override { return host_registration_.registered(); }
   Result<std::vector<std::uint64_t>> shape(std::string_view tensor) const override {
     const container::TensorEntry* e = reader_.find(tensor);
     if (e == nullptr) {
@@ -166,7 +168,7 @@ class CudaStoredTier final : public StoredTier {
     EPK_TRY_ASSIGN(shm::DeviceBuffer scratch, shm::DeviceBuffer::alloc(plan.scratch_bytes(), device_));
     // upload() waits for its copy (the plan's host image must outlive it), so the null stream serves.
     EPK_TRY(cuda::upload(plan, scratch.address().as<void>(), plan.scratch_bytes(), nullptr));
-    const auto* region = reinterpret_cast<const std::byte*>(host_.data());
+    const std::byte* region = host_.data();
     return std::unique_ptr<DecodeBatch>(new CudaDecodeBatch(std::move(plan), std::move(scratch), device_,
                                                             std::move(zero_ranges), stage_copies(region, staged)));
   }
@@ -177,19 +179,26 @@ class CudaStoredTier final : public StoredTier {
  private:
   CudaStoredTier() = default;
 
-  // The host tier: the region in pinned host memory, filled from this process's map of the file with every payload
-  // checksummed (the other buffers were, at open), bound at its device-visible address (the same as the host one
-  // under unified addressing, which every 64-bit CUDA process has).
-  Status make_host_tier() {
-    EPK_TRY_ASSIGN(host_, shm::PinnedBuffer::alloc(tier_->region_bytes(), device_));
-    const auto& entries = reader_.tensors();
-    EPK_TRY(tier_->fill_host({reinterpret_cast<std::byte*>(host_.data()), host_.size()}, [&](std::size_t i) -> Status {
-      const container::TensorEntry& e = entries[i];
-      for (std::size_t b = 0; b < e.buffers.size(); ++b) {
-        if (e.buffers[b].name == rans::kPayloadBuffer) EPK_TRY(reader_.verify_buffer(e, b));
-      }
-      return {};
-    }));
+  // epkd's host tier (a sealed memfd): mapped read-only and page-locked with the driver, so that copies from it run
+  // at the copy engine's speed and kernels may read it in place; bound at its device-visible address (the same as
+  // the host one under unified addressing, which every 64-bit CUDA process has). Where the device cannot register
+  // read-only memory, a pinned copy of it is this process's instead (host memory twice, the same bytes).
+  Status map_host_tier(shm::UniqueFd fd, std::uint64_t bytes) {
+    EPK_TRY_ASSIGN(host_map_, shm::HostTierMemory::map(std::move(fd), bytes, "model '" + model_ + "'"));
+    const std::span<const std::byte> mapped = host_map_.bytes();
+    Result<shm::HostRegistration> reg = shm::HostRegistration::register_memory(mapped.data(), mapped.size(), true,
+                                                                               device_);
+    if (reg) {
+      host_registration_ = std::move(*reg);
+      host_ = mapped;
+    } else if (reg.error().code == ErrorCode::kUnsupported) {
+      EPK_TRY_ASSIGN(host_copy_, shm::PinnedBuffer::alloc(mapped.size(), device_));
+      std::copy(mapped.begin(), mapped.end(), reinterpret_cast<std::byte*>(host_copy_.data()));
+      host_ = {reinterpret_cast<const std::byte*>(host_copy_.data()), mapped.size()};
+      host_map_ = shm::HostTierMemory();
+    } else {
+      return reg.error();
+    }
     tier_->bind(DeviceAddress::of(host_.data()));
     return {};
   }
@@ -220,8 +229,11 @@ class CudaStoredTier final : public StoredTier {
   std::vector<std::unique_ptr<serve::Producer>> producers_;  // the tier's tensors' (null for the others)
   std::unordered_map<std::string, std::size_t> index_;       // the tier's tensors by name
   std::unique_ptr<serve::DeviceTier> tier_;
-  shm::DeviceMapping region_;  // epkd's device tier, or
-  shm::PinnedBuffer host_;     // this process's host tier (when epkd sent none)
+  shm::DeviceMapping region_;  // epkd's device tier, or its host tier:
+  std::span<const std::byte> host_;         // where it is read: host_map_ registered, or host_copy_
+  shm::HostTierMemory host_map_;            // epkd's memfd mapped read-only
+  shm::HostRegistration host_registration_;  // of host_map_ (destroyed before it: declared after)
+  shm::PinnedBuffer host_copy_;             // a pinned copy where the device cannot register read-only memory
 };
 
 }  // namespace

@@ -9,13 +9,14 @@
 //
 // What epkd shares (open_stored): the model file, read-only, from which the tables and tile offsets are read and
 // checksummed here, and the tier: every lattice-rans tensor's stored buffers, checksummed by epkd, at the places
-// codec/cuda/decode/tier_layout.h gives. Where epkd keeps no tier on the device (device_resident = false: a model
-// larger than its share of the GPU), this process builds the same region in its own pinned host memory from the
-// file, every buffer checksummed here (the host tier): decodes read it in place over PCIe, or a batch first copies
-// its tensors' inputs into device memory of the caller's (a staged decode: enqueue_copy, then enqueue). The output is bit for bit what epkd writes for the same tensor and layout: both
-// plan through the serving layer (codec/serve/device_plan.h: the format, the output's size and rowwise gap, the
-// decode job). The decoded bytes are the caller's: epkd's budget, cache and pins cover only what it decodes itself. Built with the CUDA toolkit only (stored_tier_none.cc
-// answers kUnsupported elsewhere).
+// codec/cuda/decode/tier_layout.h gives. Where epkd's tier budget keeps the model's tier on the device, that is its
+// device region; else (tier_budget_mb: a model larger than its share of the GPU) it is epkd's host tier, a sealed
+// memfd this process maps read-only and page-locks with the driver: decodes read it in place over PCIe, or a batch
+// first copies its tensors' inputs into device memory of the caller's (a staged decode: enqueue_copy, then
+// enqueue). The output is bit for bit what epkd writes for the same tensor and layout: both plan through the serving
+// layer (codec/serve/device_plan.h: the format, the output's size and rowwise gap, the decode job). The decoded bytes
+// are the caller's: epkd's budget, cache and pins cover only what it decodes itself. Built with the CUDA toolkit
+// only (stored_tier_none.cc answers kUnsupported elsewhere).
 #pragma once
 
 #include <cstdint>
@@ -74,13 +75,16 @@ class StoredTier {
     std::uint64_t offset = 0, bytes = 0;
   };
   virtual Result<Span> span(std::string_view tensor) const = 0;
-  // Whether the tier is this process's host tier (epkd keeps none on the device), rather than epkd's device tier.
+  // Whether the tier is in host memory (epkd's host tier), rather than epkd's region on the device.
   virtual bool host_tier() const = 0;
+  // A host tier: whether it is epkd's memory mapped here (registered with the driver), rather than a pinned copy of
+  // this process's (a device that cannot register read-only host memory).
+  virtual bool host_tier_shared() const = 0;
   // A tensor's shape as stored (any tensor of the model); kNotFound when absent.
   virtual Result<std::vector<std::uint64_t>> shape(std::string_view tensor) const = 0;
   virtual Result<std::unique_ptr<DecodeBatch>> plan(std::span<const Job> jobs) const = 0;
 
-  // The region: epkd's device memory mapped here (not this process's), or this process's pinned host tier.
+  // The region's bytes: epkd's device memory or host tier, mapped here (not this process's), or the pinned copy.
   virtual std::uint64_t tier_bytes() const = 0;
   virtual int device() const = 0;
 };

@@ -50,6 +50,9 @@ struct Driver {
   decltype(&cuMemFree) MemFree = nullptr;
   decltype(&cuMemHostAlloc) MemHostAlloc = nullptr;
   decltype(&cuMemFreeHost) MemFreeHost = nullptr;
+  decltype(&cuMemHostRegister) MemHostRegister = nullptr;
+  decltype(&cuMemHostUnregister) MemHostUnregister = nullptr;
+  decltype(&cuDeviceGetAttribute) DeviceGetAttribute = nullptr;
   decltype(&cuMemcpyHtoDAsync) MemcpyHtoDAsync = nullptr;
   decltype(&cuMemcpyDtoHAsync) MemcpyDtoHAsync = nullptr;
   decltype(&cuMemsetD8Async) MemsetD8Async = nullptr;

@@ -176,6 +176,45 @@ Result<PinnedBuffer> PinnedBuffer::alloc(std::uint64_t bytes, int device) {
   return b;
 }
 
+HostRegistration& HostRegistration::operator=(HostRegistration&& o) noexcept {
+  if (this != &o) {
+    reset();
+    p_ = o.p_;
+    device_ = o.device_;
+    o.p_ = nullptr;
+  }
+  return *this;
+}
+
+void HostRegistration::reset() {
+  if (p_ != nullptr && make_current(device_)) driver().MemHostUnregister(p_);
+  p_ = nullptr;
+}
+
+Result<HostRegistration> HostRegistration::register_memory(const void* p, std::uint64_t bytes, bool read_only,
+                                                           int device) {
+  EPK_TRY(make_current(device));
+  if (read_only) {
+    CUdevice dev = 0;
+    EPK_CU(driver().DeviceGet(&dev, device), device);
+    int supported = 0;
+    EPK_CU(driver().DeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, dev),
+           device);
+    if (supported == 0) {
+      return make_error(ErrorCode::kUnsupported, "device " + std::to_string(device) +
+                                                     " cannot register read-only host memory with the driver");
+    }
+  }
+  unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
+  if (read_only) flags |= CU_MEMHOSTREGISTER_READ_ONLY;
+  void* q = const_cast<void*>(p);  // the driver's signature; READ_ONLY registration never writes
+  EPK_CU(driver().MemHostRegister(q, bytes, flags), device);
+  HostRegistration r;
+  r.p_ = q;
+  r.device_ = device;
+  return r;
+}
+
 Status copy_to_device_async(DeviceAddress dst, const void* src, std::uint64_t bytes, void* stream, int device) {
   EPK_TRY(make_current(device));
   EPK_CU(driver().MemcpyHtoDAsync(dst.value, src, bytes, static_cast<CUstream>(stream)), device);

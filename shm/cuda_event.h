@@ -111,6 +111,29 @@ class PinnedBuffer {
   std::uint64_t size_ = 0;
 };
 
+// Host memory this process mapped (a host tier: shm/host_tier.h) page-locked with the driver for every context
+// (cuMemHostRegister, portable and device-mapped): copies from it run at the copy engine's speed and kernels may read
+// it in place at the same address. Read-only mappings (a client's map of a sealed memfd) need the device's
+// read-only registration (CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED): kUnsupported where it lacks it.
+// Unregistered on destruction; the memory must outlive this object.
+class HostRegistration {
+ public:
+  HostRegistration() = default;
+  HostRegistration(HostRegistration&& o) noexcept { *this = std::move(o); }
+  HostRegistration& operator=(HostRegistration&& o) noexcept;
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+  ~HostRegistration() { reset(); }
+
+  static Result<HostRegistration> register_memory(const void* p, std::uint64_t bytes, bool read_only, int device);
+  bool registered() const { return p_ != nullptr; }
+
+ private:
+  void reset();
+  void* p_ = nullptr;
+  int device_ = -1;
+};
+
 // Stream-ordered copies and fills on `device` (its primary context made current on this thread).
 Status copy_to_device_async(DeviceAddress dst, const void* src, std::uint64_t bytes, void* stream, int device);
 Status copy_from_device_async(void* dst, DeviceAddress src, std::uint64_t bytes, void* stream, int device);

@@ -59,6 +59,9 @@ const Driver& driver() {
     load(d.MemFree, "cuMemFree_v2");
     load(d.MemHostAlloc, "cuMemHostAlloc");
     load(d.MemFreeHost, "cuMemFreeHost");
+    load(d.MemHostRegister, "cuMemHostRegister_v2");
+    load(d.MemHostUnregister, "cuMemHostUnregister");
+    load(d.DeviceGetAttribute, "cuDeviceGetAttribute");
     load(d.MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     load(d.MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
     load(d.MemsetD8Async, "cuMemsetD8Async");

@@ -22,7 +22,7 @@
 namespace epk::shm {
 
 inline constexpr std::uint32_t kWireMagic = 0x5750454Bu;
-inline constexpr std::uint16_t kProtocolVersion = 4;
+inline constexpr std::uint16_t kProtocolVersion = 5;
 inline constexpr std::size_t kHeaderSize = 16;
 inline constexpr std::uint32_t kMaxPayload = 64 * 1024 - kHeaderSize;
 inline constexpr std::size_t kMaxMessage = kHeaderSize + kMaxPayload;
@@ -163,9 +163,13 @@ struct PoolStats {
   std::uint64_t resident_bytes = 0;
   std::uint64_t fenced_bytes = 0;      // unpinned slots released behind fences still pending
   std::uint64_t prefetched_bytes = 0;  // slots a prefetch made that no client has acquired yet
+  // Version 5: compressed tiers this device lane decodes from host memory (tier_budget_mb left them no room on the
+  // device), and the bytes its decodes copied from them to the device so far.
+  std::uint64_t host_tier_bytes = 0;
+  std::uint64_t staged_bytes = 0;
   bool operator==(const PoolStats&) const = default;
 };
-inline constexpr std::uint32_t kPoolStatsFields = 12;
+inline constexpr std::uint32_t kPoolStatsFields = 14;
 struct StatsReply {
   std::uint64_t budget_bytes = 0;
   std::uint64_t used_bytes = 0;
@@ -230,6 +234,8 @@ inline constexpr StatsCounter<PoolStats> kPoolCounters[] = {
     {"resident_bytes", &PoolStats::resident_bytes},
     {"fenced_bytes", &PoolStats::fenced_bytes},
     {"prefetched_bytes", &PoolStats::prefetched_bytes},
+    {"host_tier_bytes", &PoolStats::host_tier_bytes},
+    {"staged_bytes", &PoolStats::staged_bytes},
 };
 static_assert(std::size(kPoolCounters) == kPoolStatsFields);
 struct ModelInfo {
@@ -247,8 +253,14 @@ struct OpenStoredRequest {
   std::uint32_t model_id = 0;
   std::uint32_t device = 0;
 };
+// Where the tier an open_stored reply passes lives (version 5).
+enum class TierWhere : std::uint32_t {
+  kDevice = 0,  // a device pool fd (CUDA VMM) on the device asked for
+  kHost = 1,    // epkd's host tier: a sealed memfd (shm/host_tier.h)
+};
 struct OpenStoredReply {
   std::uint64_t tier_bytes = 0;
+  std::uint32_t where = static_cast<std::uint32_t>(TierWhere::kDevice);
 };
 struct TensorsRequest {
   std::uint32_t model_id = 0;

@@ -13,7 +13,8 @@ namespace {
 constexpr auto kOpenStoredLayout = plain_layout("open_stored", Field{"model_id", &OpenStoredRequest::model_id},
                                                 Field{"device", &OpenStoredRequest::device});
 constexpr auto kOpenStoredReplyLayout =
-    plain_layout("open_stored reply", Field{"tier_bytes", &OpenStoredReply::tier_bytes});
+    plain_layout("open_stored reply", Field{"tier_bytes", &OpenStoredReply::tier_bytes},
+                 Field{"where", &OpenStoredReply::where});
 constexpr auto kTensorsLayout =
     plain_layout("tensors", Field{"model_id", &TensorsRequest::model_id}, Field{"first", &TensorsRequest::first});
 

@@ -20,8 +20,11 @@ Setups, in the order they run:
   epk-client      epk.torch.load(decode="client"): libepk decodes blocks in this process, prefetching ahead
   epk-daemon      epk.torch.load(decode="daemon", prefetch=2): epkd decodes in its own CUDA context
   epk-daemon-mps  the same under the CUDA MPS control daemon (epkd and the client both its clients)
-  epk-client-host epkd keeps no tier on the GPU (device_resident = false); the client decodes from its own pinned host
-                  tier under max_gpu_gb = cap - headroom; run once per --cap-gb cap (results/epk-client-host@CAP.json)
+  epk-client-host epkd keeps the tier in its host tier (tier_budget_mb = 0); the client maps it and decodes under
+                  max_gpu_gb = cap - headroom; run once per --cap-gb cap (results/epk-client-host@CAP.json)
+  epk-daemon-host epk-daemon with tier_budget_mb = 0: epkd decodes every miss on the GPU from its host tier (each
+                  tensor's compressed bytes copied first); its GPU memory is epkd's pool (--budget-mb) and the
+                  client's, whatever the cap: run once, judged against each cap
   offload-bf16    the BF16 prefetching offloader (prefill_offload.py); its GPU memory does not depend on the cap: run
                   once, its peak judged against each cap
   nf4             bitsandbytes NF4 (blocksize 64, BF16 compute) from decompressed/; run once, judged against each cap
@@ -62,7 +65,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 # The pure parts (tested on their own by tests/bench/prefill_bench_test.py), the sampler and the torch side live beside
 # this file.
-from prefill_report import (DEFAULT_SETUPS, EPK_SETUPS, GEN_SETUPS, MIB, REF_SETUPS, SETUPS, Work, _mib,
+from prefill_report import (DEFAULT_SETUPS, EPK_SETUPS, GEN_SETUPS, HOST_TIER_SETUPS, MIB, REF_SETUPS, SETUPS, Work,
+                            _mib,
                             epkd_config_text, format_tables, gpu_total, key_order, load_json, merge_memory, run_key,
                             split_key, write_json)
 from prefill_sampler import make_sampler
@@ -254,7 +258,7 @@ def child_params(args, work: Work, setup: str, socket_path: Optional[str], cap: 
         p["headroom_gb"] = headroom(args, cap)
         if setup == "epk-client-host":
             p["max_gpu_gb"] = cap - p["headroom_gb"]
-    if setup in ("epk-daemon", "epk-daemon-mps"):
+    if setup in ("epk-daemon", "epk-daemon-mps", "epk-daemon-host"):
         p["decode"] = "daemon"
         p["prefetch"] = args.daemon_prefetch
     return p
@@ -296,8 +300,8 @@ def run_one(args, work: Work, setup: str, left_s: float, cap: Optional[float] = 
         if setup in EPK_SETUPS:
             # epk-client decodes every tier tensor itself: epkd's pool holds only the kept raw tensors (norms).
             budget = args.client_budget_mb if setup in ("epk-client", "epk-client-host") else args.budget_mb
-            # epk-client-host: epkd keeps no tier on the GPU (the model is larger than its share).
-            settings = args.epkd_setting + (["device_resident = false"] if setup == "epk-client-host" else [])
+            # The host-tier setups: epkd keeps none of the tier on the GPU (the model is larger than its share).
+            settings = args.epkd_setting + (["tier_budget_mb = 0"] if setup in HOST_TIER_SETUPS else [])
             epkd = Epkd(args.epkd, run_dir, work.epk, budget, settings, work.logs / f"epkd-{key}.log", env)
             t = sampler.now()
             epkd.start(timeout_s=min(300.0, left_s))

@@ -10,16 +10,19 @@ import statistics
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-SETUPS = ("decompressed", "resident", "epk-client", "epk-daemon", "epk-daemon-mps", "epk-client-host", "offload-bf16",
-          "nf4", "fit-bf16", "accelerate")
+SETUPS = ("decompressed", "resident", "epk-client", "epk-daemon", "epk-daemon-mps", "epk-client-host",
+          "epk-daemon-host", "offload-bf16", "nf4", "fit-bf16", "accelerate")
 # What `drive` runs without --setups: every setup but fit-bf16, which only the 70B shape needs (its compute-only line).
 DEFAULT_SETUPS = tuple(s for s in SETUPS if s != "fit-bf16")
-EPK_SETUPS = ("epk-client", "epk-daemon", "epk-daemon-mps", "epk-client-host")
-GEN_SETUPS = ("resident", "epk-client", "accelerate", "epk-client-host", "offload-bf16", "nf4")
-# Setups under the GPU memory cap (issue 32): epk-client-host (epkd keeps no tier on the GPU; the client keeps what
-# its limit leaves and streams the rest from its host tier), its streaming peer (the BF16 prefetching offloader),
-# bitsandbytes NF4 and, when --cap-gb is given, accelerate's CPU offload.
-CAPPED_SETUPS = ("epk-client-host", "offload-bf16", "nf4", "accelerate")
+EPK_SETUPS = ("epk-client", "epk-daemon", "epk-daemon-mps", "epk-client-host", "epk-daemon-host")
+# Setups whose epkd keeps the model's tier in its host tier (tier_budget_mb = 0: none of it on the GPU).
+HOST_TIER_SETUPS = ("epk-client-host", "epk-daemon-host")
+GEN_SETUPS = ("resident", "epk-client", "accelerate", "epk-client-host", "epk-daemon-host", "offload-bf16", "nf4")
+# Setups under the GPU memory cap (issue 32): epk-client-host (epkd keeps the tier in its host tier; the client keeps
+# what its limit leaves on the GPU and streams the rest from there), epk-daemon-host (epkd decodes every acquire on the
+# GPU from its host tier, copying each tensor's compressed bytes first), the streaming peer (the BF16 prefetching
+# offloader), bitsandbytes NF4 and, when --cap-gb is given, accelerate's CPU offload.
+CAPPED_SETUPS = ("epk-client-host", "epk-daemon-host", "offload-bf16", "nf4", "accelerate")
 # Those that take the cap as a parameter run once per cap; the others' GPU memory does not depend on it (the
 # offloader keeps the embedding, the head and two block slots; NF4 keeps the whole model), so they run once and their
 # peak is judged against each cap.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "codec/common/parallel.h"
+
 #include "codec/serve/intq_device_form.h"
 #include "codec/serve/intq_producer.h"
 #include "codec/serve/lattice_rans_producer.h"
@@ -40,7 +42,17 @@ DeviceTier::DeviceTier(std::shared_ptr<const void> owner, std::vector<const Prod
 DeviceTier::~DeviceTier() = default;
 
 cuda::DeviceBuffers DeviceTier::inputs(std::size_t tensor) const {
-  return cuda::tier_buffers(base_, *layout_.tensors[tensor]);
+  // Staged: the staging buffer holds span(tensor), so the region is seen shifted to put that span's start there.
+  const DeviceAddress base = staged() ? DeviceAddress(staging_.address().value - span(tensor).offset) : base_;
+  return cuda::tier_buffers(base, *layout_.tensors[tensor]);
+}
+
+std::uint64_t DeviceTier::max_span_bytes() const {
+  std::uint64_t most = 0;
+  for (std::size_t i = 0; i < producers_.size(); ++i) {
+    if (holds(i)) most = std::max(most, span(i).bytes);
+  }
+  return most;
 }
 
 DeviceTier::Span DeviceTier::span(std::size_t tensor) const {
@@ -64,29 +76,50 @@ Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, DeviceAddr
   return lattice_job(*lattice_[tensor].producer, layout, in, out_dev);
 }
 
-Status DeviceTier::fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify) const {
+Status DeviceTier::fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify,
+                             int threads) const {
   if (region.size() != layout_.bytes) {
     return make_error(ErrorCode::kInvalidArgument, "host tier: " + std::to_string(region.size()) +
                                                        " bytes given for a " + std::to_string(layout_.bytes) +
                                                        "-byte region");
   }
   // tier_layout places the buffers in increasing offsets: only the gaps before each, and the tail, are zeroed (the
-  // decoder reads up to kTierPayloadPad bytes past a payload), so each byte of the region is written once.
-  std::uint64_t at = 0;
-  auto zero_to = [&](std::uint64_t end) {
-    std::fill(region.begin() + static_cast<std::ptrdiff_t>(at), region.begin() + static_cast<std::ptrdiff_t>(end),
-              std::byte{0});
+  // decoder reads up to kTierPayloadPad bytes past a payload), so each byte of the region is written once. Each held
+  // tensor owns the bytes from the end of the previous one's buffers to the end of its own: tensors are checked and
+  // copied on `threads` threads (the file's pages are read by as many), each writing only its own bytes.
+  struct Part {
+    std::size_t tensor = 0;
+    std::uint64_t from = 0;
   };
+  std::vector<Part> parts;
+  std::uint64_t end = 0;
   for (std::size_t i = 0; i < producers_.size(); ++i) {
     if (!holds(i)) continue;
-    EPK_TRY(verify(i));
+    parts.push_back({i, end});
     for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *layout_.tensors[i])) {
-      zero_to(u.offset);
-      std::copy(u.host.begin(), u.host.end(), region.begin() + static_cast<std::ptrdiff_t>(u.offset));
-      at = u.offset + u.host.size();
+      end = u.offset + u.host.size();
     }
   }
-  zero_to(region.size());
+  auto zero = [&](std::uint64_t from, std::uint64_t to) {
+    std::fill(region.begin() + static_cast<std::ptrdiff_t>(from), region.begin() + static_cast<std::ptrdiff_t>(to),
+              std::byte{0});
+  };
+  std::vector<Status> results(parts.size());
+  parallel_for_blocks(parts.size(), 1, threads, [&](std::size_t begin, std::size_t stop) {
+    for (std::size_t k = begin; k < stop; ++k) {
+      const std::size_t i = parts[k].tensor;
+      results[k] = verify(i);
+      if (!results[k]) continue;
+      std::uint64_t at = parts[k].from;
+      for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *layout_.tensors[i])) {
+        zero(at, u.offset);
+        std::copy(u.host.begin(), u.host.end(), region.begin() + static_cast<std::ptrdiff_t>(u.offset));
+        at = u.offset + u.host.size();
+      }
+    }
+  });
+  for (const Status& st : results) EPK_TRY(st);  // the first tensor refused, in file order
+  zero(end, region.size());
   return {};
 }
 
@@ -99,13 +132,43 @@ Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::fu
   for (std::size_t i = 0; i < producers_.size(); ++i) {
     if (!holds(i)) continue;
     EPK_TRY(verify(i));
-    const LatticeRansProducer& p = *lattice_[i].producer;
-    for (const Upload& u : lattice_uploads(p.stream(), *layout_.tensors[i])) {
+    for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *layout_.tensors[i])) {
       EPK_TRY(cuda::copy_to_device_async(base + u.offset, u.host.data(), u.host.size(), stream, what));
     }
-    if (ready) EPK_TRY(plan_for(lattice_[i], i, PlanKey{*ready, 0, p.stream().rows}, stream));
   }
+  EPK_TRY(make_ready_plans(ready, stream));
   EPK_TRY(cuda::synchronize(stream, what));  // the copies read the producers' host bytes
+  return make_intq_forms(stream, verify, warnings);
+}
+
+Status DeviceTier::bind_host(std::span<const std::byte> host, cuda::Stream stream,
+                             const std::function<Status(std::size_t)>& verify,
+                             std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings) {
+  if (host.size() != layout_.bytes || host.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "host tier: " + std::to_string(host.size()) +
+                                                       " bytes given for a " + std::to_string(layout_.bytes) +
+                                                       "-byte region");
+  }
+  EPK_TRY(cuda::set_device(device_));
+  EPK_TRY_ASSIGN(staging_, cuda::DeviceAllocation::create(max_span_bytes(), device_, "host tier staging"));
+  account_(static_cast<std::int64_t>(staging_.size()));
+  host_ = host;
+  EPK_TRY(make_ready_plans(ready, stream));
+  EPK_TRY(cuda::synchronize(stream, "the host tier's plans on device " + std::to_string(device_)));
+  return make_intq_forms(stream, verify, warnings);
+}
+
+Status DeviceTier::make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream) {
+  if (!ready) return {};
+  for (std::size_t i = 0; i < producers_.size(); ++i) {
+    if (!holds(i)) continue;
+    EPK_TRY(plan_for(lattice_[i], i, PlanKey{*ready, 0, lattice_[i].producer->stream().rows}, stream));
+  }
+  return {};
+}
+
+Status DeviceTier::make_intq_forms(cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
+                                   std::vector<std::string>* warnings) {
   for (std::size_t i = 0; i < producers_.size(); ++i) {
     const IntqProducer* iq = producers_[i] != nullptr ? producers_[i]->intq() : nullptr;
     if (iq == nullptr || iq->header() == nullptr) continue;
@@ -122,6 +185,16 @@ Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::fu
     account_(static_cast<std::int64_t>((*form)->bytes()));
     intq_[i] = std::move(*form);
   }
+  return {};
+}
+
+Status DeviceTier::stage_inputs(std::size_t tensor, cuda::Stream stream) {
+  if (!staged()) return {};
+  const Span s = span(tensor);
+  EPK_TRY(cuda::copy_to_device_async(staging_.address(), host_.data() + s.offset, s.bytes, stream,
+                                     "the host tier's copy of tensor '" + lattice_[tensor].producer->entry().name +
+                                         "'"));
+  staged_bytes_ += s.bytes;
   return {};
 }
 
@@ -190,6 +263,7 @@ Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, cuda::Output
   const DeviceWrite done{DevicePath::kLatticeDecode, DevicePath::kLatticeDecode, {}};
   if (shard.dim == ShardDim::kCols) {
     EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, PlanKey{format, 0, rows}, stream));
+    EPK_TRY(stage_inputs(tensor, stream));
     EPK_TRY_ASSIGN(DeviceAddress work_dev, work.reserve(p->plan.work_bytes()));
     EPK_TRY(p->plan.enqueue_columns(shard, dst, bytes, work_dev, p->scratch.address().as<void>(), stream));
     pending_ = p;
@@ -210,6 +284,7 @@ Status DeviceTier::enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& k
                                                        std::to_string(bytes) + " bytes, the decode writes " +
                                                        std::to_string(p->plan.output_bytes()));
   }
+  EPK_TRY(stage_inputs(tensor, stream));
   EPK_TRY(p->plan.enqueue(dst, p->scratch.address().as<void>(), stream));
   pending_ = p;
   return {};

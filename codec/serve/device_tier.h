@@ -104,11 +104,26 @@ class DeviceTier {
                 std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
   // A region another process filled by upload() from the same file (client-side decode); builds nothing.
   void bind(DeviceAddress base) { base_ = base; }
+  // epkd's host tier: the region in host memory at `host` (region_bytes(), filled by fill_host, best registered with
+  // the driver so that copies from it run at the copy engine's speed). Every decode of a held tensor first copies
+  // its span() into this tier's staging buffer (max_span_bytes() of device memory, allocated here and counted) on the
+  // decode's stream, then decodes from there: the decoder never reads host memory in place, and nothing decodes on
+  // the CPU. Then, as upload(): the whole-tensor plans in `ready` and every intq "int" tensor's device form.
+  Status bind_host(std::span<const std::byte> host, cuda::Stream stream,
+                   const std::function<Status(std::size_t)>& verify, std::optional<cuda::OutputFormat> ready,
+                   std::vector<std::string>* warnings);
+  bool staged() const { return host_.data() != nullptr; }
+  // The largest span() of a held tensor: a staging buffer of this size holds any one tensor's inputs.
+  std::uint64_t max_span_bytes() const;
+  // Bytes copied from the host tier to the staging buffer so far (same thread as enqueue()).
+  std::uint64_t staged_bytes() const { return staged_bytes_; }
   // The region's bytes in host memory (the host tier of client-side decode, when epkd keeps none on the device):
   // zeros, then each held tensor's stored buffers after verify(i), exactly as upload() lays them on a device.
   // region.size() must be region_bytes(). Then bind() the region's device-visible address (pinned host memory is
-  // one under unified addressing) for decodes that read it in place.
-  Status fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify) const;
+  // one under unified addressing) for decodes that read it in place. verify(i) and the copies run on `threads`
+  // threads (verify must be safe to call concurrently); the first tensor refused, in file order, is the error.
+  Status fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify,
+                   int threads = 1) const;
 
   // Held tensor i's inputs as one span of the region: what a copy of [offset, offset + bytes) to a 256-aligned
   // device address A holds, A given to job() as inputs_at (a staged decode).
@@ -159,6 +174,11 @@ class DeviceTier {
   // The plan of `key` (built on first use) enqueued into [dst, dst + bytes), which must be what it writes.
   Status enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, DeviceAddress dst, std::uint64_t bytes,
                       cuda::Stream stream);
+  // A staged tier: the copy of tensor's span into the staging buffer, on `stream` (nothing otherwise).
+  Status stage_inputs(std::size_t tensor, cuda::Stream stream);
+  Status make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream);
+  Status make_intq_forms(cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
+                         std::vector<std::string>* warnings);
   Result<DeviceWrite> enqueue_lattice(std::size_t tensor, cuda::OutputFormat format, const ShardRange& shard,
                                       DeviceAddress dst, std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
 
@@ -167,7 +187,10 @@ class DeviceTier {
   const int device_;
   const DeviceAccount account_;
   cuda::TierLayout layout_;
-  DeviceAddress base_;
+  DeviceAddress base_;                  // the region on the device (not staged)
+  std::span<const std::byte> host_;     // staged: the host tier region
+  cuda::DeviceAllocation staging_;      // staged: one tensor's inputs at a time
+  std::uint64_t staged_bytes_ = 0;
   std::vector<Lattice> lattice_;                         // per tensor (producer null where not held)
   std::vector<std::unique_ptr<IntqDeviceForm>> intq_;   // per tensor (null: no device form)
   Plan* pending_ = nullptr;                              // whose status the last enqueue copied back

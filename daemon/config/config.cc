@@ -56,6 +56,13 @@ std::uint64_t budget_for_device(const DaemonConfig& cfg, int device) {
   return cfg.budget_bytes;
 }
 
+std::uint64_t tier_budget_for_device(const DaemonConfig& cfg, int device) {
+  for (const auto& [d, bytes] : cfg.device_tier_budgets) {
+    if (d == device) return bytes;
+  }
+  return cfg.tier_budget_bytes;
+}
+
 Status add_device(std::vector<int>* out, std::int64_t d, const std::string& where) {
   if (d < 0 || d >= kMaxDeviceId) {
     return make_error(ErrorCode::kBadInput, where + ": device " + std::to_string(d) + " is not in [0, 64)");
@@ -159,10 +166,12 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
   app.add_flag("--resident-compressed", resident,
                "read every model's tensor sections into memory at open (io_uring), checksum them there and decode "
                "from memory; the file is then not read again (config: resident_compressed = true)");
-  bool no_device_resident = false;
-  app.add_flag("--no-device-resident", no_device_resident,
-               "keep no compressed tensors on the devices: uncached acquires of lattice-rans tensors decode on the CPU "
-               "and are copied (config: device_resident = false)");
+  std::int64_t tier_budget_mb = -1;
+  app.add_option("--tier-budget-mb", tier_budget_mb,
+                 "device memory per device lane for models' compressed tiers, in MiB; a model whose tier does not "
+                 "fit keeps it in host memory and copies each tensor's compressed bytes to the device to decode it "
+                 "there; 0: every tier in host memory (config: tier_budget_mb; default: no limit)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
   bool check_invariants = false;
   app.add_flag("--check-invariants", check_invariants, "verify the cache after every change; exit 3 if broken (tests)");
   app.add_flag("--cpu", cpu,
@@ -214,7 +223,10 @@ Result<std::optional<DaemonConfig>> parse_command_line(int argc, char** argv) {
     EPK_TRY_ASSIGN(cfg.devices, parse_device_list(devices));
   }
   if (resident) cfg.resident_compressed = true;
-  if (no_device_resident) cfg.device_resident = false;
+  if (tier_budget_mb >= 0) {
+    cfg.tier_budget_bytes = static_cast<std::uint64_t>(tier_budget_mb) << 20;
+    cfg.device_tier_budgets.clear();  // the flag is for every device
+  }
   if (check_invariants) cfg.check_invariants = true;
   std::vector<ModelSpec> parsed;
   for (const std::string& m : models) {

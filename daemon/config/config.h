@@ -1,12 +1,12 @@
 // epkd's settings: from a TOML file (--config) and from flags, flags overriding the file.
 //
 // TOML keys: socket = "PATH", socket_mode = "0660", budget_mb = N, threads = N (0: one per core, at least 1),
-// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, device_resident = true|false,
+// io_threads = N, cpu = true|false (ServingMode), resident_compressed = true|false, tier_budget_mb = N,
 // read_timeout_ms = N, idle_timeout_ms = N, max_sessions_per_uid = N, max_sessions = N, space_wait_ms = N,
 // allowed_uids = [1000, "alice"], allowed_gids = ["epk"] (numbers or names), quota_pinned_mb = N,
 // max_pins_per_tensor = N, uid_pinned_percent = N, max_slots_per_pool = N, client_decode_uids = [...], client_decode_gids = [...],
 // devices = [0, 1] (the CUDA devices served; absent: every usable one), device_budget_mb = { "1" = N } (a device's
-// own budget instead of budget_mb),
+// own budget instead of budget_mb), device_tier_budget_mb = { "1" = N } (a device's own tier_budget_mb),
 // synthetic_delay_us = N, log_level = "info", spin_us = N, metrics_listen = "127.0.0.1:9464" | "/run/epkd/metrics.sock",
 // metrics_restricted_models = true|false,
 // [[domain]] name = "..." uids = [...] gids = [...] [budget_mb = N],
@@ -50,6 +50,8 @@ struct DomainSpec {
   std::uint64_t budget_bytes = 0;  // per pool; 0: the default budget
 };
 
+inline constexpr std::uint64_t kNoTierBudget = ~std::uint64_t{0};
+
 struct DaemonConfig {
   std::string socket_path;
   std::uint32_t socket_mode = 0660;
@@ -62,10 +64,14 @@ struct DaemonConfig {
   // Read every model's tensor sections into epkd's memory at open (io_uring), checksum them there and decode from
   // memory (daemon/sources/resident_model.h); off: decode from the file's map.
   bool resident_compressed = false;
-  // The device path's resident tier: every lattice-rans tensor's compressed buffers and decode plan kept on each
-  // served device from model open, outside the slot budget, so an uncached acquire is one kernel. Off: those tensors
-  // decode on the CPU and are copied into the slot (much slower misses, no device memory beyond the pools).
-  bool device_resident = true;
+  // The device memory, per device lane (each trust domain's own), that models' compressed tiers may take beyond the
+  // slot budget (tier_budget_mb; device_tier_budget_mb overrides it per device). Models are placed as they open: a
+  // model whose tier fits what is left keeps it on the device (an uncached acquire is one kernel); any other keeps it
+  // in epkd's host tier (shm/host_tier.h: one sealed memfd per model, shared read-only with clients that decode
+  // themselves), and each of its decodes first copies the tensor's compressed bytes to the device. Every acquire
+  // still decodes on the GPU. 0: every tier in host memory. Default: no limit but the device's memory.
+  std::uint64_t tier_budget_bytes = kNoTierBudget;
+  std::vector<std::pair<int, std::uint64_t>> device_tier_budgets;  // (device, bytes): overrides tier_budget_bytes
   int read_timeout_ms = 5000;  // how long a started message (or the first hello) may take to arrive, whole
   // Who may connect (SO_PEERCRED at accept; daemon/net/peer_access.h). Empty: whoever the socket's mode lets connect.
   AccessRule access;
@@ -119,6 +125,8 @@ std::uint32_t spin_us_for(std::int64_t configured, unsigned cores);
 
 // The budget of device `device`'s pool: its override, else budget_bytes.
 std::uint64_t budget_for_device(const DaemonConfig& cfg, int device);
+// The device tier budget of `device`'s lanes: device_tier_budget_mb there, else tier_budget_mb (kNoTierBudget: none).
+std::uint64_t tier_budget_for_device(const DaemonConfig& cfg, int device);
 
 // Parses a device list "0,1" (--devices): distinct ids in [0, 64).
 Result<std::vector<int>> parse_device_list(const std::string& arg);

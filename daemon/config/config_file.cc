@@ -243,26 +243,29 @@ Status parse_devices(const toml::node& n, const Where& w, DaemonConfig* cfg) {
   return {};
 }
 
-Status parse_device_budgets(const toml::node& n, const Where& w, DaemonConfig* cfg) {
-  const toml::table* dt = n.as_table();
-  if (dt == nullptr) return w.fail("must be a table such as { \"1\" = 512 }");
-  std::vector<std::pair<int, std::uint64_t>> budgets;
-  std::vector<int> seen;
-  for (const auto& [key, value] : *dt) {
-    std::string k(key.str());
-    const Where at_key{w.file, w.key, key.source().begin};
-    if (k.empty() || k.size() > 2 || k.find_first_not_of("0123456789") != std::string::npos) {
-      return at_key.fail("key '" + k + "' is not a device number");
+// { "1" = N, ... }: a number of MiB per device, N in [lo, 2^30], each device once.
+ApplyKey device_table(std::int64_t lo, std::vector<std::pair<int, std::uint64_t>> DaemonConfig::*out) {
+  return [=](const toml::node& n, const Where& w, DaemonConfig* cfg) -> Status {
+    const toml::table* dt = n.as_table();
+    if (dt == nullptr) return w.fail("must be a table such as { \"1\" = 512 }");
+    std::vector<std::pair<int, std::uint64_t>> budgets;
+    std::vector<int> seen;
+    for (const auto& [key, value] : *dt) {
+      std::string k(key.str());
+      const Where at_key{w.file, w.key, key.source().begin};
+      if (k.empty() || k.size() > 2 || k.find_first_not_of("0123456789") != std::string::npos) {
+        return at_key.fail("key '" + k + "' is not a device number");
+      }
+      EPK_TRY(add_device(&seen, std::stoll(k), at_key.at() + "'" + w.key + "'"));
+      const toml::value<std::int64_t>* mb = value.as_integer();
+      if (mb == nullptr || mb->get() < lo || mb->get() > (std::int64_t{1} << 30)) {
+        return at_key.fail("for device " + k + " must be an integer in [" + std::to_string(lo) + ", 2^30]");
+      }
+      budgets.emplace_back(seen.back(), static_cast<std::uint64_t>(mb->get()) << 20);
     }
-    EPK_TRY(add_device(&seen, std::stoll(k), at_key.at() + "'device_budget_mb'"));
-    const toml::value<std::int64_t>* mb = value.as_integer();
-    if (mb == nullptr || mb->get() < 1 || mb->get() > (std::int64_t{1} << 30)) {
-      return at_key.fail("for device " + k + " must be an integer in [1, 2^30]");
-    }
-    budgets.emplace_back(seen.back(), static_cast<std::uint64_t>(mb->get()) << 20);
-  }
-  cfg->device_budgets = std::move(budgets);
-  return {};
+    cfg->*out = std::move(budgets);
+    return {};
+  };
 }
 
 constexpr std::int64_t kMaxBudgetMb = std::int64_t{1} << 30;
@@ -280,7 +283,11 @@ const std::vector<ConfigKey>& config_keys() {
          c->budget_bytes = static_cast<std::uint64_t>(v) << 20;
        })},
       {"devices", parse_devices},
-      {"device_budget_mb", parse_device_budgets},
+      {"device_budget_mb", device_table(1, &DaemonConfig::device_budgets)},
+      {"tier_budget_mb", integer(0, kMaxBudgetMb, [](DaemonConfig* c, std::int64_t v) {
+         c->tier_budget_bytes = static_cast<std::uint64_t>(v) << 20;
+       })},
+      {"device_tier_budget_mb", device_table(0, &DaemonConfig::device_tier_budgets)},
       {"threads", integer(0, 1024, [](DaemonConfig* c, std::int64_t v) { c->threads = static_cast<unsigned>(v); })},
       {"io_threads",
        integer(0, 64, [](DaemonConfig* c, std::int64_t v) { c->io_threads = static_cast<unsigned>(v); })},
@@ -292,7 +299,10 @@ const std::vector<ConfigKey>& config_keys() {
        })},
       {"cpu", boolean([](DaemonConfig* c, bool v) { c->serving = v ? ServingMode::kHost : ServingMode::kAuto; })},
       {"resident_compressed", boolean([](DaemonConfig* c, bool v) { c->resident_compressed = v; })},
-      {"device_resident", boolean([](DaemonConfig* c, bool v) { c->device_resident = v; })},
+      {"device_resident", [](const toml::node&, const Where& w, DaemonConfig*) -> Status {
+         return w.fail("was replaced by tier_budget_mb (0 keeps every model's compressed tier in host memory, "
+                       "decoded on the GPU; absent: no limit)");
+       }},
       {"log_level", string([](DaemonConfig* c, const std::string& v, const Where& w) -> Status {
          if (!is_log_level(v)) return w.fail(std::string("must be one of ") + kLogLevels);
          c->log_level = v;

@@ -34,7 +34,7 @@ std::unique_ptr<Cache> make_cache(const DaemonConfig& cfg, const Lane& lane) {
 // One domain's lanes, appended to `lanes` (pool ids continue from lanes.size()). `budget_override`: the domain's own
 // budget per pool, 0 for the configured ones.
 Status add_domain_lanes(const DaemonConfig& cfg, std::uint32_t domain, std::uint64_t budget_override,
-                        std::vector<Lane>& lanes) {
+                        const std::shared_ptr<HostTiers>& host_tiers, std::vector<Lane>& lanes) {
   const std::size_t first_lane = lanes.size();
   const std::size_t room = shm::kMaxPools - first_lane;
   if (cfg.serving == ServingMode::kHost) {
@@ -52,7 +52,7 @@ Status add_domain_lanes(const DaemonConfig& cfg, std::uint32_t domain, std::uint
         continue;
       }
       const std::uint64_t budget = budget_override != 0 ? budget_override : budget_for_device(cfg, device);
-      auto setup = make_gpu_setup(device, budget, ring);
+      auto setup = make_gpu_setup(device, budget, ring, tier_budget_for_device(cfg, device), host_tiers);
       if (!setup) {
         spdlog::warn("CUDA device {} is present but unusable ({}); not served", device, setup.error().to_string());
         continue;
@@ -97,7 +97,10 @@ Status add_domain_lanes(const DaemonConfig& cfg, std::uint32_t domain, std::uint
 
 Result<std::vector<Lane>> make_lanes(const DaemonConfig& cfg) {
   std::vector<Lane> lanes;
-  EPK_TRY(add_domain_lanes(cfg, 0, 0, lanes));
+  // Host tiers are checked on as many threads as the CPU decoder has (they run at model open, before any decode).
+  const unsigned threads = cfg.threads != 0 ? cfg.threads : std::max(1u, std::thread::hardware_concurrency());
+  const std::shared_ptr<HostTiers> host_tiers = make_host_tiers(static_cast<int>(threads));
+  EPK_TRY(add_domain_lanes(cfg, 0, 0, host_tiers, lanes));
   const std::size_t per_domain = lanes.size();
   for (std::size_t d = 0; d < cfg.domains.size(); ++d) {
     const DomainSpec& spec = cfg.domains[d];
@@ -106,7 +109,7 @@ Result<std::vector<Lane>> make_lanes(const DaemonConfig& cfg) {
                         "domain '" + spec.name + "': " + std::to_string(per_domain) + " more pools would pass the " +
                             std::to_string(shm::kMaxPools) + " one epkd serves");
     }
-    EPK_TRY(add_domain_lanes(cfg, static_cast<std::uint32_t>(d + 1), spec.budget_bytes, lanes));
+    EPK_TRY(add_domain_lanes(cfg, static_cast<std::uint32_t>(d + 1), spec.budget_bytes, host_tiers, lanes));
     spdlog::info("domain {} '{}': pools {} to {}", d + 1, spec.name, lanes.size() - per_domain, lanes.size() - 1);
   }
   return lanes;

@@ -12,6 +12,8 @@
 
 #include "codec/serve/device_tier.h"
 #include "daemon/cache/fence_pool.h"
+#include "daemon/config/config.h"
+#include "daemon/lanes/host_tiers.h"
 #include "shm/cuda_event.h"
 #include "shm/device_pool.h"
 #include "shm/layout.h"
@@ -66,8 +68,11 @@ double mean_us(std::uint64_t total_ns, std::uint64_t n) {
 class CudaBackend final : public GpuBackend {
  public:
   CudaBackend(int device, DeviceAddress pool_base, shm::CudaStream stream, std::vector<shm::CudaEvent> ring,
-              std::vector<shm::IpcEventHandle> handles)
+              std::vector<shm::IpcEventHandle> handles, std::uint64_t tier_budget,
+              std::shared_ptr<HostTiers> host_tiers)
       : device_(device),
+        tier_budget_(tier_budget),
+        host_tiers_(std::move(host_tiers)),
         pool_base_(pool_base),
         stream_(std::move(stream)),
         ring_(std::move(ring)),
@@ -106,36 +111,53 @@ class CudaBackend final : public GpuBackend {
     std::lock_guard<std::mutex> lock(mu_);
     return resident_bytes_;
   }
+  std::uint64_t host_tier_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return host_tier_bytes_;
+  }
+  std::uint64_t staged_bytes() const override { return staged_bytes_.load(std::memory_order_relaxed); }
 
-  Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
-    // The model's device tier (codec/serve/device_tier.h): lattice-rans tensors' stored buffers in one shareable
-    // region, placed by the rule libepk's client-side decode reads them by, and intq tensors' device forms.
+  Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
+    // The model's device tier (codec/serve/device_tier.h): lattice-rans tensors' stored buffers in one region, placed
+    // by the rule libepk's client-side decode reads them by, and intq tensors' device forms. The region is a
+    // shareable device pool where the tier budget has room for it, else the model's host tier.
     std::vector<const serve::Producer*> producers(src->tensors().size());
     for (std::size_t i = 0; i < producers.size(); ++i) producers[i] = src->producer(i);
     const ModelSource* source = src.get();
     auto tier = std::make_shared<serve::DeviceTier>(
         src, std::move(producers), device_, [this, model_id](std::int64_t delta) { account(model_id, delta); });
-    std::shared_ptr<shm::DevicePool> region;
-    if (tier->region_bytes() != 0) {
-      EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, tier->region_bytes()));
-      region = std::move(pool);
-      account(model_id, static_cast<std::int64_t>(region->size()));
-    }
-    std::vector<std::string> warnings;
     // Resident bytes decode without the host path's after-decode checksum: each tensor is checked before upload.
-    Status uploaded = tier->upload(region ? region->device_ptr() : DeviceAddress(), cs(stream_),
-                                   [source](std::size_t i) { return source->verify_stored(i); },
-                                   cuda::OutputFormat::kBf16, &warnings);
+    auto verify = [source](std::size_t i) { return source->verify_stored(i); };
+    std::vector<std::string> warnings;
+    Model made;
+    made.tier = tier;
+    const std::uint64_t region = tier->region_bytes();
+    Status placed = [&]() -> Status {
+      if (region != 0 && !tier_budget_allows(region)) {
+        EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, *source, device_));
+        return tier->bind_host(made.host->memory.bytes(), cs(stream_), verify, cuda::OutputFormat::kBf16, &warnings);
+      }
+      if (region != 0) {
+        EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, region));
+        made.region = std::move(pool);
+        account(model_id, static_cast<std::int64_t>(made.region->size()));
+      }
+      return tier->upload(made.region ? made.region->device_ptr() : DeviceAddress(), cs(stream_), verify,
+                          cuda::OutputFormat::kBf16, &warnings);
+    }();
     for (const std::string& w : warnings) spdlog::warn("device {}: {}", device_, w);
     std::lock_guard<std::mutex> lock(mu_);
     const std::uint64_t added = model_bytes_[model_id];
-    if (!uploaded) {
+    if (!placed) {
       resident_bytes_ -= std::min(resident_bytes_, added);
       model_bytes_.erase(model_id);
-      return uploaded.error();
+      return placed.error();
     }
-    models_[model_id] = Model{std::move(tier), std::move(region)};
-    return added;
+    TierAdded out{made.host != nullptr, added, made.host ? made.host->memory.size() : 0};
+    if (made.region) tier_region_bytes_ += made.region->size();
+    if (made.host) host_tier_bytes_ += made.host->memory.size();
+    models_[model_id] = std::move(made);
+    return out;
   }
 
   std::uint64_t remove_model(std::uint32_t model_id) override {
@@ -146,6 +168,8 @@ class CudaBackend final : public GpuBackend {
       if (auto m = models_.find(model_id); m != models_.end()) {
         made = std::move(m->second);
         models_.erase(m);
+        if (made.region) tier_region_bytes_ -= std::min(tier_region_bytes_, made.region->size());
+        if (made.host) host_tier_bytes_ -= std::min(host_tier_bytes_, made.host->memory.size());
       }
       if (auto b = model_bytes_.find(model_id); b != model_bytes_.end()) {
         freed = b->second;
@@ -176,7 +200,9 @@ class CudaBackend final : public GpuBackend {
     Status enqueued = [&]() -> Status {
       serve::DeviceWrite w;
       if (tier) {
+        const std::uint64_t staged_before = tier->staged_bytes();
         EPK_TRY_ASSIGN(w, tier->enqueue(tensor, layout, shard, dst, bytes, work_, cs(stream_)));
+        staged_bytes_.fetch_add(tier->staged_bytes() - staged_before, std::memory_order_relaxed);
       }
       if (!w.note.empty()) spdlog::warn("device {}: {}", device_, w.note);
       if (w.path == serve::DevicePath::kHost) {
@@ -322,8 +348,17 @@ class CudaBackend final : public GpuBackend {
   std::optional<TierExport> tier(std::uint32_t model_id) const override {
     std::lock_guard<std::mutex> lock(mu_);
     auto m = models_.find(model_id);
-    if (m == models_.end() || !m->second.region) return std::nullopt;
-    return TierExport{m->second.region->export_fd(), m->second.region->size()};
+    if (m == models_.end()) return std::nullopt;
+    if (m->second.host) return TierExport{m->second.host->memory.fd(), m->second.host->memory.size(), true};
+    if (!m->second.region) return std::nullopt;
+    return TierExport{m->second.region->export_fd(), m->second.region->size(), false};
+  }
+
+  // Whether a device region of `bytes` fits what the tier budget leaves.
+  bool tier_budget_allows(std::uint64_t bytes) {
+    if (tier_budget_ == kNoTierBudget) return true;
+    std::lock_guard<std::mutex> lock(mu_);
+    return tier_region_bytes_ <= tier_budget_ && bytes <= tier_budget_ - tier_region_bytes_;
   }
 
   // Resident bytes of `model` (or the lane's own: nullopt) changed by delta.
@@ -348,6 +383,8 @@ class CudaBackend final : public GpuBackend {
   }
 
   const int device_;
+  const std::uint64_t tier_budget_;  // device bytes for models' tier regions (kNoTierBudget: no limit)
+  const std::shared_ptr<HostTiers> host_tiers_;
   const DeviceAddress pool_base_;
   shm::CudaStream stream_;
   std::vector<shm::CudaEvent> ring_;
@@ -360,12 +397,16 @@ class CudaBackend final : public GpuBackend {
   // only once published here.
   struct Model {
     std::shared_ptr<serve::DeviceTier> tier;
-    std::shared_ptr<shm::DevicePool> region;
+    std::shared_ptr<shm::DevicePool> region;  // the tier on the device
+    std::shared_ptr<const HostTier> host;     // or in the model's host tier
   };
   std::unordered_map<std::uint32_t, Model> models_;
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::atomic<std::uint64_t> host_shard_slots_{0};  // shards the CPU path produced (exit log)
   std::uint64_t resident_bytes_ = 0;
+  std::uint64_t tier_region_bytes_ = 0;  // the device regions of models_ (what the tier budget counts)
+  std::uint64_t host_tier_bytes_ = 0;    // the host tiers of models_
+  std::atomic<std::uint64_t> staged_bytes_{0};
   std::unordered_map<std::uint32_t, std::uint64_t> model_bytes_;  // resident_bytes_ by model
   // A client's release events, each opened once, with the side stream that waits on it.
   struct ClientLink {
@@ -389,7 +430,10 @@ class CudaBackend final : public GpuBackend {
 int gpu_device_count() { return shm::cuda_device_count(); }
 bool gpu_device_present(int device) { return shm::cuda_device_available(device); }
 
-Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uint32_t ring_events) {
+std::shared_ptr<HostTiers> make_host_tiers(int threads) { return std::make_shared<HostTiers>(threads); }
+
+Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uint32_t ring_events,
+                                std::uint64_t tier_budget, std::shared_ptr<HostTiers> host_tiers) {
   if (ring_events == 0 || ring_events > shm::kMaxEvents) {
     return make_error(ErrorCode::kInvalidArgument, "GPU event ring length out of range");
   }
@@ -407,7 +451,8 @@ Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uin
   }
   const DeviceAddress base = pool->device_ptr();
   GpuSetup out;
-  out.backend = std::make_unique<CudaBackend>(device, base, std::move(stream), std::move(ring), std::move(handles));
+  out.backend = std::make_unique<CudaBackend>(device, base, std::move(stream), std::move(ring), std::move(handles),
+                                              tier_budget, std::move(host_tiers));
   out.pool = std::move(pool);
   return out;
 }

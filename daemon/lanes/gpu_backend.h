@@ -54,21 +54,33 @@ class GpuBackend {
     return static_cast<std::uint32_t>(slot_id % event_handles().size());
   }
 
-  // Makes `src`'s lattice-rans and intq "int" tensors resident on the device (model `model_id`). Returns the bytes
-  // added.
-  virtual Result<std::uint64_t> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) = 0;
+  // Makes `src`'s lattice-rans tensors servable on the GPU (model `model_id`): their tier on the device where this
+  // lane's tier budget (tier_budget_mb) has room for it, else in the model's host tier (daemon/lanes/host_tiers.h),
+  // each decode copying the tensor's compressed bytes to the device first; either way the intq "int" tensors' device
+  // forms. Returns where the tier went and the bytes each side holds.
+  struct TierAdded {
+    bool host = false;               // the tier is in host memory
+    std::uint64_t device_bytes = 0;  // device memory added (the region or the staging buffer, plans, intq forms)
+    std::uint64_t host_bytes = 0;    // the host tier's size
+  };
+  virtual Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) = 0;
   // A model retired at a reload whose last slot has gone: its tier, plans and intq forms are freed (on the calling
   // thread, which must not be the GPU scheduler's; no decode of the model may be in flight). A tier a client imported
   // through open_stored stays mapped in that client until it unmaps it (CUDA VMM keeps the memory while any handle
   // lives). Returns the resident bytes freed.
   virtual std::uint64_t remove_model(std::uint32_t model_id) = 0;
   virtual std::uint64_t resident_bytes() const = 0;
+  // Host tiers this lane decodes from, and the bytes its decodes copied from them to the device so far.
+  virtual std::uint64_t host_tier_bytes() const = 0;
+  virtual std::uint64_t staged_bytes() const = 0;
   // The model's compressed tier on this device, for clients that decode in their own context: the region's fd (owned
-  // by the backend, valid while it lives) and size. nullopt when the model has no lattice-rans tensor here. The
-  // region holds every lattice-rans tensor's stored buffers at codec/cuda/decode/tier_layout.h's places, checksummed.
+  // by the backend, valid while it lives) and size, a device pool or (host) the host tier's sealed memfd. nullopt
+  // when the model has no lattice-rans tensor here. The region holds every lattice-rans tensor's stored buffers at
+  // codec/cuda/decode/tier_layout.h's places, checksummed.
   struct TierExport {
     int fd = -1;
     std::uint64_t bytes = 0;
+    bool host = false;
   };
   virtual std::optional<TierExport> tier(std::uint32_t model_id) const = 0;
 
@@ -106,7 +118,14 @@ struct GpuSetup {
 int gpu_device_count();
 // Whether this build has the GPU path and device `device` is usable (the driver loads, the device exists).
 bool gpu_device_present(int device);
-// The device pool (budget bytes) and the backend over it; kUnsupported in builds without CUDA.
-Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uint32_t ring_events = 64);
+class HostTiers;
+// The host tiers every device lane of this process shares (daemon/lanes/host_tiers.h), made and checked on `threads`
+// threads; null in builds without CUDA.
+std::shared_ptr<HostTiers> make_host_tiers(int threads);
+// The device pool (budget bytes) and the backend over it, with `tier_budget` bytes of the device for models' tiers
+// (kNoTierBudget in daemon/config/config.h: no limit) and `host_tiers` for the others (shared by every lane of the
+// process); kUnsupported in builds without CUDA.
+Result<GpuSetup> make_gpu_setup(int device, std::uint64_t budget_bytes, std::uint32_t ring_events,
+                                std::uint64_t tier_budget, std::shared_ptr<HostTiers> host_tiers);
 
 }  // namespace epk::daemon

@@ -138,15 +138,17 @@ bool Service::add_model(const ModelSpec& spec, std::shared_ptr<const ModelSource
   }
   // Outside the service lock: until a device's tier is published, its acquires of this model take the CPU fallback.
   for (Lane& l : lanes_) {
-    if (!l.gpu || !cfg_.device_resident) continue;
-    // Resident compressed tier, at open, on every served device (eager: an uncached acquire on any device is one
-    // kernel). A model whose tensors cannot be made resident there still serves (CPU decoder and a copy), but says so.
+    if (!l.gpu) continue;
+    // The compressed tier, at open, for every served device (eager: an uncached acquire on any device is one copy and
+    // one kernel at most): on the device where its tier budget has room, else in the model's host tier. A model whose
+    // tier cannot be made there still serves (CPU decoder and a copy), but says so.
     auto added = l.gpu->add_model(*id, kept);
     if (!added) {
-      spdlog::error("model_resident model={} where=device device={} ok=false fallback=cpu error={}", kv(name),
-                    l.gpu->device(), kv(added.error().to_string()));
+      spdlog::error("model_resident model={} device={} ok=false fallback=cpu error={}", kv(name), l.gpu->device(),
+                    kv(added.error().to_string()));
     } else {
-      spdlog::info("model_resident model={} where=device device={} bytes={}", kv(name), l.gpu->device(), *added);
+      spdlog::info("model_resident model={} where={} device={} device_bytes={} host_bytes={}", kv(name),
+                   added->host ? "host" : "device", l.gpu->device(), added->device_bytes, added->host_bytes);
     }
   }
   spdlog::info("model_opened model={} id={} origin={} tensors={}", kv(name), *id, kv(origin), n);
@@ -248,20 +250,12 @@ void Service::on_open_model(Session& s, std::uint32_t req, const shm::OpenModelR
   s.send(out);
 }
 
-// Client-side decode: the model file (read-only) and the model's compressed tier on the device, for a client that
-// decodes in its own CUDA context. Only root, epkd's own uid and cfg.client_decode get them: the tier is mapped
-// writable (docs/SECURITY.md). A device lane that keeps no tier of the model (device_resident = false) sends the
-// file alone: the client builds its host tier from it.
+// Client-side decode: the model file (read-only) and the model's compressed tier for that device: its region on the
+// device, or its host tier (a sealed memfd). A device region is mapped writable (CUDA VMM has no read-only device
+// mapping), so only root, epkd's own uid and cfg.client_decode get it; a host tier is read-only to everyone, so any
+// peer that may use the model gets it (docs/SECURITY.md).
 void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStoredRequest& m) {
   const PeerCredentials& peer = s.peer();
-  if (!privileged(peer) && !lists(cfg_.client_decode, peer)) {
-    spdlog::warn("access_denied client={} {} request=open_stored rule=client_decode_uids_gids", s.id(),
-                 peer_kv(peer));
-    return s.send_error(req, shm::WireStatus::kDenied,
-                        "access denied: " + describe(peer) +
-                            " may not decode in its own context (client_decode_uids / client_decode_gids); acquire "
-                            "the tensors instead");
-  }
   std::lock_guard<std::mutex> lock(mu_);  // a retired model's source and tiers go under it (sweep_retired)
   const ModelEntry* model = registry_.get(m.model_id);
   if (model == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, "open_stored: unknown model id");
@@ -271,19 +265,25 @@ void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStore
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
   std::optional<GpuBackend::TierExport> tier = lane->gpu ? lane->gpu->tier(m.model_id) : std::nullopt;
   const int file = model->source->file_fd();
-  if (lane->gpu && !cfg_.device_resident && file >= 0) {
-    std::vector<std::uint8_t> out;
-    shm::encode_open_stored_reply(req, {0}, &out);
-    return s.send_with_fds(std::move(out), {file});
+  const bool host = tier && tier->host;
+  if (!host && !privileged(peer) && !lists(cfg_.client_decode, peer)) {
+    spdlog::warn("access_denied client={} {} request=open_stored rule=client_decode_uids_gids", s.id(),
+                 peer_kv(peer));
+    return s.send_error(req, shm::WireStatus::kDenied,
+                        "access denied: " + describe(peer) +
+                            " may not decode in its own context from a tier on the device (client_decode_uids / "
+                            "client_decode_gids); acquire the tensors instead");
   }
   if (!tier || file < 0) {
     return s.send_error(req, shm::WireStatus::kUnsupported,
                         "model '" + model->name + "' has no compressed tier on device " + std::to_string(m.device) +
-                            (lane->gpu ? " (no lattice-rans tensor, or not an .epk file)"
+                            (lane->gpu ? " (no lattice-rans tensor, not an .epk file, or its tier could not be made: "
+                                         "epkd's log says why)"
                                        : " (a host pool serves it)"));
   }
   std::vector<std::uint8_t> out;
-  shm::encode_open_stored_reply(req, {tier->bytes}, &out);
+  const shm::TierWhere where = host ? shm::TierWhere::kHost : shm::TierWhere::kDevice;
+  shm::encode_open_stored_reply(req, {tier->bytes, static_cast<std::uint32_t>(where)}, &out);
   s.send_with_fds(std::move(out), {file, tier->fd});
 }
 
@@ -306,7 +306,8 @@ shm::StatsReply Service::stats(const PeerCredentials* peer, std::uint32_t domain
     c.hits += lane_hits(l);
     shm::PoolStats ps{l.pool_id,      l.pool->device(), c.budget_bytes, c.used_bytes, c.pinned_bytes, c.slots,
                       c.pinned_slots, c.pins,           c.hits,         c.misses,     c.evictions,
-                      l.gpu ? l.gpu->resident_bytes() : 0, c.fenced_bytes, c.prefetched_bytes};
+                      l.gpu ? l.gpu->resident_bytes() : 0, c.fenced_bytes, c.prefetched_bytes,
+                      l.gpu ? l.gpu->host_tier_bytes() : 0, l.gpu ? l.gpu->staged_bytes() : 0};
     r.budget_bytes += ps.budget_bytes;
     r.used_bytes += ps.used_bytes;
     r.pinned_bytes += ps.pinned_bytes;

@@ -21,10 +21,11 @@
 #   /tmp/epk-prefill's model files (src, decompressed, model.epk; its results and the built package are kept)
 #   when the free space is short. Without it a short disk stops prepare with a message.
 # K (default 2): the encoded layers. LIMIT (seconds, default 590): this call's time.
-# Host memory: the client's pinned host tier is the whole .epk (~35 GB) beside the page cache; 128 GiB is enough.
+# Host memory: epkd's host tier is the whole tier (~35 GB, shared with the client) beside the page cache of the .epk;
+# 128 GiB is enough.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[[ $# -ge 1 ]] || { sed -n '2,27p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,25p' "$0"; exit 2; }
 stage="$(cd "$1" && pwd)"
 shift
 out="${OUT:-/tmp/epk-prefill70b-out}"

@@ -146,15 +146,18 @@ TEST_F(ClientDecodeGpu, BadJobsAreRefusedByName) {
   EXPECT_EQ(none.error().code, ErrorCode::kNotFound);
 }
 
-TEST_F(ClientDecodeGpu, WithoutTheDeviceTierTheClientDecodesFromItsHostTier) {
-  DevEpkd gpu({"--model", "m=" + path_, "--devices", "0", "--no-device-resident"}, "16");
+// tier_budget_mb = 0: epkd's host tier (a sealed memfd) mapped here read-only; decodes from it read it in place or
+// from staged copies, and give epkd's bytes (epkd decodes from the same host tier, staged, on the GPU).
+TEST_F(ClientDecodeGpu, FromEpkdsHostTierTheClientDecodesTheSameBytes) {
+  DevEpkd gpu({"--model", "m=" + path_, "--devices", "0", "--tier-budget-mb", "0"}, "16");
   auto c = gpu.connect();
   ASSERT_TRUE(c);
   auto tier = StoredTier::open(*c, "m", 0);
   ASSERT_TRUE(tier) << tier.error().to_string();
   EXPECT_TRUE((*tier)->host_tier());
   EXPECT_GT((*tier)->tier_bytes(), 0u);
-  // In place over PCIe, then from staged copies: both epkd's bytes (epkd decodes them on the CPU here).
+  std::printf("host tier shared (registered read-only): %s\n", (*tier)->host_tier_shared() ? "yes" : "no (copy)");
+  // In place over PCIe, then from staged copies.
   EXPECT_EQ(compare_every_layout(*c, **tier, false), 24);
   EXPECT_EQ(compare_every_layout(*c, **tier, true), 24);
   auto out = shm::DeviceBuffer::alloc(129 * 67 * 4, 0);

@@ -96,8 +96,7 @@ TEST_P(ConfigBool, DefaultFlagFileAndBadValue) {
 INSTANTIATE_TEST_SUITE_P(
     Settings, ConfigBool,
     testing::Values(
-        BoolSetting{"resident_compressed", "--resident-compressed", false, &DaemonConfig::resident_compressed},
-        BoolSetting{"device_resident", "--no-device-resident", true, &DaemonConfig::device_resident}),
+        BoolSetting{"resident_compressed", "--resident-compressed", false, &DaemonConfig::resident_compressed}),
     [](const testing::TestParamInfo<BoolSetting>& i) { return std::string(i.param.key); });
 
 // Flags epkd does not have (these were measurement switches) are refused by name, not ignored.
@@ -183,6 +182,49 @@ TEST(Config, DevicesFromFlagAndFile) {
   auto over = parse({"--config", path, "--devices", "2"});  // the flag overrides the file's list
   ASSERT_TRUE(over) << over.error().to_string();
   EXPECT_EQ((*over)->devices, (std::vector<int>{2}));
+  std::filesystem::remove(path);
+}
+
+// tier_budget_mb: absent is no limit; 0 is allowed (every tier in host memory); the per-device table overrides it;
+// the flag overrides both, for every device.
+TEST(Config, TierBudgetFromFileAndFlag) {
+  auto none = parse({"--socket", "/tmp/s", "--budget-mb", "8"});
+  ASSERT_TRUE(none && none->has_value());
+  EXPECT_EQ(tier_budget_for_device(**none, 0), kNoTierBudget);
+  auto path = write_temp("cfg_tier_budget", "socket = \"/tmp/s\"\nbudget_mb = 8\ntier_budget_mb = 100\n"
+                                            "device_tier_budget_mb = { \"1\" = 0, \"2\" = 7 }\n");
+  auto file = parse({"--config", path});
+  ASSERT_TRUE(file) << file.error().to_string();
+  EXPECT_EQ(tier_budget_for_device(**file, 0), 100u << 20);
+  EXPECT_EQ(tier_budget_for_device(**file, 1), 0u);
+  EXPECT_EQ(tier_budget_for_device(**file, 2), 7u << 20);
+  auto flag = parse({"--config", path, "--tier-budget-mb", "0"});
+  ASSERT_TRUE(flag) << flag.error().to_string();
+  EXPECT_EQ(tier_budget_for_device(**flag, 0), 0u);
+  EXPECT_EQ(tier_budget_for_device(**flag, 2), 0u);
+  EXPECT_FALSE(parse({"--socket", "/tmp/s", "--budget-mb", "8", "--tier-budget-mb", "-1"}));
+  for (const char* bad : {"tier_budget_mb = -1\n", "tier_budget_mb = \"1\"\n", "device_tier_budget_mb = 4\n",
+                          "device_tier_budget_mb = { \"0\" = -1 }\n"}) {
+    auto p = write_temp("cfg_bad_tier_budget", std::string("socket = \"/tmp/s\"\nbudget_mb = 8\n") + bad);
+    DaemonConfig cfg;
+    Status st = load_config_file(p, &cfg);
+    EXPECT_FALSE(st) << bad;
+    if (!st) {
+      EXPECT_NE(st.error().message.find("tier_budget_mb"), std::string::npos) << st.error().message;
+    }
+    std::filesystem::remove(p);
+  }
+  std::filesystem::remove(path);
+}
+
+// device_resident was replaced by tier_budget_mb: refused with its replacement named, never silently ignored.
+TEST(Config, DeviceResidentNamesItsReplacement) {
+  auto path = write_temp("cfg_device_resident", "socket = \"/tmp/s\"\nbudget_mb = 8\ndevice_resident = false\n");
+  DaemonConfig cfg;
+  Status st = load_config_file(path, &cfg);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("tier_budget_mb"), std::string::npos) << st.error().message;
+  EXPECT_FALSE(parse({"--socket", "/tmp/s", "--budget-mb", "8", "--no-device-resident"}));
   std::filesystem::remove(path);
 }
 

@@ -129,18 +129,25 @@ TEST_F(EpkdGpu, AReloadRemovingAModelFreesItsTierOnlyAfterItsLastLease) {
   EXPECT_TRUE(c->release_after(other->handle, nullptr));
 }
 
-// device_resident = false: no compressed tensor is kept on the device, and every layout still arrives in the device
-// pool with the host path's bytes (the CPU decoder, then a copy into the slot).
-TEST_F(EpkdGpu, WithoutTheDeviceTierTheCpuFallbackServesTheSameBytes) {
-  DeviceAndHost both({"--model", "m=" + path_, "--devices", "0", "--no-device-resident"}, "m=" + path_, "16");
+// tier_budget_mb = 0: the model's tier is in epkd's host tier; every miss copies its tensor's compressed bytes to the
+// device and decodes there (staged_bytes grows by each miss's, never on the CPU), and every layout arrives in the
+// device pool with the host path's bytes.
+TEST_F(EpkdGpu, FromTheHostTierTheGpuServesTheSameBytes) {
+  DeviceAndHost both({"--model", "m=" + path_, "--devices", "0", "--tier-budget-mb", "0"}, "m=" + path_, "16");
   ASSERT_TRUE(both.connect());
   std::optional<Client>& g = both.on_device;
   std::optional<Client>& h = both.on_host;
-  auto st = g->stats();
-  ASSERT_TRUE(st);
-  EXPECT_EQ(st->resident_bytes, 0u);
+  auto pool_of = [&]() -> shm::PoolStats {
+    auto st = g->stats();
+    EXPECT_TRUE(st);
+    return st && !st->pools.empty() ? st->pools[0] : shm::PoolStats{};
+  };
+  const shm::PoolStats at_open = pool_of();
+  EXPECT_GT(at_open.host_tier_bytes, 0u);
+  EXPECT_EQ(at_open.staged_bytes, 0u);
+  std::uint64_t staged = 0;
   for (const std::string name : {"w0", "w1"}) {
-    for (shm::Layout l : {shm::Layout::kDenseBF16, shm::Layout::kRowwiseI8}) {
+    for (shm::Layout l : {shm::Layout::kDenseBF16, shm::Layout::kRowwiseI8, shm::Layout::kDenseF32}) {
       auto ht = h->acquire("m", name, l);
       auto gt = g->acquire("m", name, l);
       ASSERT_TRUE(ht) << ht.error().to_string();
@@ -149,6 +156,9 @@ TEST_F(EpkdGpu, WithoutTheDeviceTierTheCpuFallbackServesTheSameBytes) {
       ASSERT_EQ(gt->bytes, ht->bytes);
       auto got = host_bytes(*g, *gt);
       EXPECT_EQ(std::memcmp(got.data(), ht->data, ht->bytes), 0) << name << " " << shm::layout_name(l);
+      const std::uint64_t now = pool_of().staged_bytes;
+      EXPECT_GT(now, staged) << name << " " << shm::layout_name(l) << ": the miss copied nothing to the device";
+      staged = now;
       EXPECT_TRUE(h->release(ht->handle));
       EXPECT_TRUE(g->release(gt->handle));
     }

@@ -73,7 +73,7 @@ TEST_F(EpkEscape, StatusAndTopPrintHostileModelNamesEscaped) {
     ASSERT_EQ(m->models[0].name, kHostile);  // the name as configured reaches the CLI raw
   }
   const std::string socket = " --socket " + d.socket();
-  for (const std::string cmd : {std::string("status"), std::string("status --json"), std::string("top -n 2")}) {
+  for (const std::string& cmd : {std::string("status"), std::string("status --json"), std::string("top -n 2")}) {
     auto r = run_command("TERM=dumb " + std::string(EPK_TOOL) + " " + cmd + socket + " </dev/null");
     EXPECT_EQ(r.status, 0) << cmd << ": " << r.out;
     EXPECT_FALSE(has_raw_control(r.out)) << cmd << " printed a raw control byte: " << r.out;

@@ -53,7 +53,9 @@ Status run_status(const StatusArgs& args) {
                             {"evictions", ps.evictions},
                             {"resident_bytes", ps.resident_bytes},
                             {"fenced_bytes", ps.fenced_bytes},
-                            {"prefetched_bytes", ps.prefetched_bytes}});
+                            {"prefetched_bytes", ps.prefetched_bytes},
+                            {"host_tier_bytes", ps.host_tier_bytes},
+                            {"staged_bytes", ps.staged_bytes}});
     }
     j["cache"] = {{"budget_bytes", s.budget_bytes},
                   {"used_bytes", s.used_bytes},
@@ -101,6 +103,10 @@ Status run_status(const StatusArgs& args) {
     if (ps.resident_bytes != 0) {
       std::printf("  resident compressed tier on device %d: %s (outside the budget)\n", p.device,
                   human_bytes(ps.resident_bytes).c_str());
+    }
+    if (ps.host_tier_bytes != 0) {
+      std::printf("  host tier (decoded on device %d): %s; copied to the device so far: %s\n", p.device,
+                  human_bytes(ps.host_tier_bytes).c_str(), human_bytes(ps.staged_bytes).c_str());
     }
   }
   std::printf(

@@ -165,6 +165,21 @@ std::vector<std::string> render(const TopArgs& args, const std::vector<shm::Pool
       out.emplace_back("                 resident compressed tier: " + human_bytes(ps.resident_bytes) +
                        " (outside the budget)");
     }
+    if (ps.host_tier_bytes != 0) {
+      // The copy traffic of decodes from the host tier: its rate over the last refresh where there is one.
+      std::string rate;
+      if (prev != nullptr) {
+        for (const shm::PoolStats& x : prev->stats.pools) {
+          if (x.pool_id != info.pool_id) continue;
+          const double secs = std::chrono::duration<double>(now.at - prev->at).count();
+          rate = ", " + human_bytes(static_cast<std::uint64_t>(
+                            secs > 0 ? static_cast<double>(ps.staged_bytes - x.staged_bytes) / secs : 0.0)) +
+                 "/s";
+        }
+      }
+      out.emplace_back("                 host tier: " + human_bytes(ps.host_tier_bytes) + ", copied to the device " +
+                       human_bytes(ps.staged_bytes) + rate);
+    }
   }
   out.emplace_back("");
   // Models by cached bytes, largest first: what holds the cache.

@@ -1,7 +1,7 @@
 """epk.torch's client-side decode (attach(..., decode="client")): this process decodes the model's lattice-rans
 weights from epkd's compressed tier on a side stream, a few units ahead of the compute stream, into a ring of decode
-buffers it owns (epk.stored). See attach()'s docstring for what a user sets. Where the tier is this process's host
-tier (epkd keeps none on the GPU), epk._torch_host_tier says where each unit's inputs are copied before its decode.
+buffers it owns (epk.stored). See attach()'s docstring for what a user sets. Where the tier is epkd's host tier
+(in host memory, not on the GPU), epk._torch_host_tier says where each unit's inputs are copied before its decode.
 
 Units are what the hooks stream, in forward order: the modules outside the blocks that hold a tier tensor (the
 token embedding, the LM head: each decoded once per forward) and the blocks. The decode buffer is one allocation cut
@@ -93,7 +93,7 @@ class ClientDecode:
         if tier.host_tier:
             if static:
                 raise _errors.Unsupported("epk.torch: static=True decodes from epkd's device tier; this model's tier "
-                                          "is in host memory (device_resident = false)")
+                                          "is in host memory (epkd's tier_budget_mb)")
             budget = None if max_gpu_bytes is None else max_gpu_bytes - self.buffer.numel()
             if budget is not None and budget < 0:
                 raise _errors.NoSpace(f"epk.torch: max_gpu_gb={max_gpu_bytes / 2**30:.3f} cannot hold the decode "

@@ -1,6 +1,6 @@
-"""Client-side decode from a host tier (epk._torch_client_decode): when epkd keeps no tier of the model on the GPU
-(device_resident = false), the compressed tier is this process's pinned host memory (epk.stored's host tier), and
-each unit's inputs reach the GPU one of two ways:
+"""Client-side decode from a host tier (epk._torch_client_decode): when epkd keeps the model's tier in host memory
+(its tier_budget_mb leaves no room on the GPU), the compressed tier is epkd's host tier mapped here read-only and
+page-locked (epk.stored's host tier), and each unit's inputs reach the GPU one of two ways:
 
 - resident: copied once at attach into one device buffer, as many units as the attachment's GPU limit leaves room
   for beside the staging ring (the policy: outer units first, decoded at every forward, then blocks in forward
@@ -121,7 +121,8 @@ class HostInputs:
         self.consumed[self.slot_of[i]] = ev
 
     def memory(self) -> Dict[str, int]:
-        return {"host_tier_bytes": self.tier.tier_bytes, "resident_tier_bytes": self.resident_tier_bytes,
+        return {"host_tier_bytes": self.tier.tier_bytes, "host_tier_shared": self.tier.host_tier_shared,
+                "resident_tier_bytes": self.resident_tier_bytes,
                 "resident_buffer_bytes": self.resident.numel(), "streamed_tier_bytes": self.streamed_bytes,
                 "staging_bytes": self.staging.numel(), "staging_slots": self.staging_slots}
 

@@ -289,8 +289,8 @@ def attach(model: torch.nn.Module, client: Client, model_name: str, *, layout: s
     which also holds the largest outer weight); the ring then holds fewer blocks. Attachment.memory() says what the
     buffers take.
 
-    A model larger than its GPU share: with epkd's device_resident = false, epkd keeps no tier on the GPU and the
-    client decodes from its own host tier (pinned host memory, read from the model file and checksummed at attach).
+    A model larger than its GPU share: where epkd's tier_budget_mb leaves the model's tier no room on the GPU, epkd
+    keeps it in its host tier (host memory shared read-only with every client) and the client decodes from there.
     max_gpu_gb is then the attachment's one GPU memory limit for client-side decode: the decode buffer, a staging
     ring of two units' compressed inputs, and the share of the tier kept on the GPU (the embedding and the LM head
     first, then blocks in forward order); every other unit's compressed inputs are copied over PCIe before its

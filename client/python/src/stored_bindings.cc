@@ -158,11 +158,14 @@ void bind_stored(nb::module_& m) {
       .def_ro("model", &PyStoredTier::model)
       .def_ro("device", &PyStoredTier::device)
       .def_prop_ro("tier_bytes", [](const PyStoredTier& t) { return t.tier ? t.tier->tier_bytes() : 0; },
-                   "The tier's size: epkd's device memory mapped here (shared, not this process's), or this\n"
-                   "process's pinned host tier.")
+                   "The tier's size: epkd's device memory or host tier mapped here (shared, not this process's),\n"
+                   "or this process's pinned copy of the host tier.")
       .def_prop_ro("host_tier", [](const PyStoredTier& t) { return t.tier && t.tier->host_tier(); },
-                   "Whether the tier is this process's pinned host tier (epkd keeps none on the device:\n"
-                   "device_resident = false): decodes read it over PCIe, or from a staged copy.")
+                   "Whether the tier is in host memory (epkd's tier_budget_mb leaves the model no room on the\n"
+                   "device): decodes read it over PCIe, or from a staged copy.")
+      .def_prop_ro("host_tier_shared", [](const PyStoredTier& t) { return t.tier && t.tier->host_tier_shared(); },
+                   "A host tier: whether it is epkd's memory mapped here read-only (no host memory of this\n"
+                   "process's), rather than a pinned copy (a device that cannot register read-only memory).")
       .def("span", &PyStoredTier::span, "tensor"_a,
            "(offset, bytes): where `tensor`'s inputs sit in the tier; a staged job's inputs_at holds a copy of\n"
            "those bytes.")

@@ -1,5 +1,5 @@
-"""Client-side decode from a host tier (epkd with --no-device-resident keeps no tier on the GPU; the client builds
-its own in pinned host memory): decodes that read it in place and staged ones give epkd's bytes, and a model whose
+"""Client-side decode from a host tier (epkd with --tier-budget-mb 0 keeps the tier in its host tier, a sealed memfd
+the client maps read-only): decodes that read it in place and staged ones give epkd's bytes, and a model whose
 GPU limit keeps only part of the tier on the GPU (the rest copied over PCIe before each decode) gives the decompressed
 model's logits bit for bit. Skipped without torch, a GPU or client-side decode; scripts/gpu/python_run.sh runs them."""
 
@@ -19,7 +19,7 @@ IDS = [[1, 5, 9, 33, 96, 0, 42, 17]]
 
 
 def host_daemon(bins, model):
-    return Daemon(bins, model["epk"], budget_mb=64, cpu=False, args=["--no-device-resident"])
+    return Daemon(bins, model["epk"], budget_mb=64, cpu=False, args=["--tier-budget-mb", "0"])
 
 
 @needs_cuda
