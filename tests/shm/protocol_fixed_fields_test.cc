@@ -51,9 +51,13 @@ std::vector<Case> cases() {
        {{"model_id", 4}, {"device", 4}}, status_of(decode_open_stored)};
   encode_open_stored(5, {7, 2}, &c.msg);
   out.push_back(c);
-  c = {"open_stored reply", reply_type(MsgType::kOpenStored), {}, {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01},
-       {{"tier_bytes", 8}}, status_of(decode_open_stored_reply)};
-  encode_open_stored_reply(5, {0x0102030405060708ull}, &c.msg);
+  c = {"open_stored reply",
+       reply_type(MsgType::kOpenStored),
+       {},
+       {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 1, 0, 0, 0},
+       {{"tier_bytes", 8}, {"where", 4}},
+       status_of(decode_open_stored_reply)};
+  encode_open_stored_reply(5, {0x0102030405060708ull, 1}, &c.msg);
   out.push_back(c);
   c = {"tensors", static_cast<std::uint16_t>(MsgType::kTensors), {}, {3, 0, 0, 0, 0x2C, 0x01, 0, 0},
        {{"model_id", 4}, {"first", 4}}, status_of(decode_tensors)};
@@ -92,10 +96,11 @@ TEST(ProtocolFixedFields, DecodersReadTheFieldsBack) {
   ASSERT_TRUE(os) << os.error().to_string();
   EXPECT_EQ(os->model_id, 7u);
   EXPECT_EQ(os->device, 2u);
-  encode_open_stored_reply(1, {0x0102030405060708ull}, &msg);
+  encode_open_stored_reply(1, {0x0102030405060708ull, 1}, &msg);
   auto osr = decode_open_stored_reply(payload_of(msg));
   ASSERT_TRUE(osr) << osr.error().to_string();
   EXPECT_EQ(osr->tier_bytes, 0x0102030405060708ull);
+  EXPECT_EQ(osr->where, static_cast<std::uint32_t>(TierWhere::kHost));
   encode_tensors(1, {3, 300}, &msg);
   auto t = decode_tensors(payload_of(msg));
   ASSERT_TRUE(t) << t.error().to_string();

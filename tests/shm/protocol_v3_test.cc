@@ -65,7 +65,7 @@ TEST(ProtocolV3, StatsCarryEveryPool) {
   StatsReply m;
   m.used_bytes = 300;
   m.pools.push_back({0, 0, 1000, 100, 10, 1, 1, 2, 3, 4, 5, 77});
-  m.pools.push_back({1, 3, 2000, 200, 20, 2, 2, 6, 7, 8, 9, 88});
+  m.pools.push_back({1, 3, 2000, 200, 20, 2, 2, 6, 7, 8, 9, 88, 11, 12, 1ull << 35, 99});
   std::vector<std::uint8_t> msg;
   encode_stats_reply(1, m, &msg);
   auto r = decode_stats_reply(payload_of(msg));
@@ -76,6 +76,8 @@ TEST(ProtocolV3, StatsCarryEveryPool) {
   EXPECT_EQ(r->pools[1], m.pools[1]);
   EXPECT_EQ(r->pools[1].device, 3);
   EXPECT_EQ(r->pools[1].resident_bytes, 88u);
+  EXPECT_EQ(r->pools[1].host_tier_bytes, 1ull << 35);  // version 5
+  EXPECT_EQ(r->pools[1].staged_bytes, 99u);
 }
 
 TEST(ProtocolV3, StatsWithAHostPoolKeepItsNegativeDevice) {

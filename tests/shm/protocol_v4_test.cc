@@ -77,12 +77,15 @@ TEST(ProtocolV4, EveryTruncationOfAnAcquireReplyIsRefused) {
   EXPECT_FALSE(decode_acquire_reply(longer));
 }
 
-TEST(ProtocolV4, Version3FramesAreRefused) {
-  EXPECT_EQ(kProtocolVersion, 4);
-  std::vector<std::uint8_t> msg;
-  encode_empty(1, MsgType::kStats, &msg);
-  store_le<std::uint16_t>(msg.data() + 4, 3);
-  EXPECT_FALSE(decode_header(msg));
+// Version 5 (the open_stored reply's `where`, the pools' host-tier figures) refuses the frames of every earlier one.
+TEST(ProtocolV4, EarlierVersionsFramesAreRefused) {
+  EXPECT_EQ(kProtocolVersion, 5);
+  for (std::uint16_t v : {3, 4}) {
+    std::vector<std::uint8_t> msg;
+    encode_empty(1, MsgType::kStats, &msg);
+    store_le<std::uint16_t>(msg.data() + 4, v);
+    EXPECT_FALSE(decode_header(msg)) << v;
+  }
 }
 
 }  // namespace
