@@ -8,6 +8,7 @@
 #include "codec/common/bytes.h"
 #include "codec/common/parallel.h"
 #include "codec/common/shape.h"
+#include "codec/rate/feedback_kernels.h"
 
 namespace epk::rate {
 namespace {
@@ -127,7 +128,8 @@ const HessianView* CalibrationSet::find(std::string_view weight) const {
   return it == layers_.end() ? nullptr : &it->second;
 }
 
-void h_times_rows(const float* v, std::size_t r0, std::size_t r1, std::size_t stride, const HessianView& hv, float* g) {
+void h_times_rows_reference(const float* v, std::size_t r0, std::size_t r1, std::size_t stride, const HessianView& hv,
+                            float* g) {
   const std::size_t n = hv.cols;
   std::fill(g, g + (r1 - r0) * n, 0.0f);
   // g_r = H v_r = sum_i v_r[i] * H_i (H symmetric): an axpy per nonzero v_r[i], each row of H read once per call.
@@ -138,6 +140,33 @@ void h_times_rows(const float* v, std::size_t r0, std::size_t r1, std::size_t st
       if (a == 0.0f) continue;
       float* gr = g + (r - r0) * n;
       for (std::size_t j = 0; j < n; ++j) gr[j] += a * hi[j];
+    }
+  }
+}
+
+void h_times_rows(const float* v, std::size_t r0, std::size_t r1, std::size_t stride, const HessianView& hv, float* g) {
+  // The reference's sums, blocked for the caches: g's columns in chunks (a chunk of every row stays in cache while
+  // H's rows pass), H's rows in chunks (a chunk of H is reused across the rows); for each entry of g the terms still
+  // come in H's row order, zeros of v skipped, so the result is the reference's bit for bit.
+  constexpr std::size_t kColChunk = 1024, kRowChunk = 64;
+  const std::size_t n = hv.cols;
+  std::fill(g, g + (r1 - r0) * n, 0.0f);
+  float a[kRowChunk];
+  const float* h[kRowChunk];
+  for (std::size_t c0 = 0; c0 < n; c0 += kColChunk) {
+    const std::size_t len = std::min(kColChunk, n - c0);
+    for (std::size_t i0 = 0; i0 < n; i0 += kRowChunk) {
+      const std::size_t i1 = std::min(n, i0 + kRowChunk);
+      for (std::size_t r = r0; r < r1; ++r) {
+        std::size_t count = 0;
+        for (std::size_t i = i0; i < i1; ++i) {
+          const float x = v[r * stride + i];
+          if (x == 0.0f) continue;
+          a[count] = x;
+          h[count++] = hv.h.data() + i * n + c0;
+        }
+        axpy_rows(a, h, count, g + (r - r0) * n + c0, len);
+      }
     }
   }
 }

@@ -6,6 +6,8 @@
 
 #include "codec/common/parallel.h"
 #include "codec/lattice/e8.h"
+#include "codec/rate/cholesky.h"
+#include "codec/rate/feedback_kernels.h"
 
 namespace epk::rate {
 namespace {
@@ -13,20 +15,9 @@ namespace {
 constexpr double kMinScale = 1e-12;
 // Rows quantized together, so that each block's update rows are read once per tile (F is far larger than caches).
 constexpr std::size_t kTileRows = 16;
-
-// sum a[i] * b[i] with four accumulators (a fixed order: the result does not depend on the caller's threads).
-double dot(const double* a, const double* b, std::size_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
+// Rows refitted together: H's products are blocked across them (h_times_rows), so more rows read H fewer times; each
+// row's arithmetic does not depend on the tile.
+constexpr std::size_t kRefitTileRows = 64;
 
 }  // namespace
 
@@ -54,54 +45,14 @@ Result<FeedbackFactor> make_feedback_factor(const HessianView& hv, std::string_v
       a[i * n + j] = v;
     }
   }
-  // Cholesky in place (lower triangle), column by column (Cholesky-Crout): column j's diagonal, then every row
-  // below it, L_ij = (A_ij - <L_i,<j, L_j,<j>) / L_jj. The rows of one column are independent, so they run on
-  // `threads`; each entry is the same dot product in the same order as the row-by-row (Banachiewicz) form, so L does
-  // not depend on the thread count (tests/codec/rate/calibration_test.cc holds it to the row-by-row form bit for bit).
-  for (std::size_t j = 0; j < n; ++j) {
-    double* lj = &a[j * n];
-    const double d = lj[j] - dot(lj, lj, j);
-    if (!(d > 0.0)) {
-      return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) +
-                                                         "': its hessian is not positive definite after damping");
-    }
-    lj[j] = std::sqrt(d);
-    const std::size_t below = n - j - 1;
-    // Threads only where the column is worth a fork (a few hundred thousand multiply-adds).
-    const int t = below * j >= (std::size_t{1} << 18) ? threads : 1;
-    parallel_for_blocks(below, 64, t, [&](std::size_t b0, std::size_t b1) {
-      for (std::size_t i = j + 1 + b0; i < j + 1 + b1; ++i) {
-        double* li = &a[i * n];
-        li[j] = (li[j] - dot(li, lj, j)) / lj[j];
-      }
-    });
+  // Cholesky in place (lower triangle), then M = L^-1, held transposed (column j at mt[j * n]): the blocked forms,
+  // bit for bit the plain ones (codec/rate/cholesky.h), so the factor does not depend on the thread count.
+  if (cholesky_lower_blocked(a.data(), n, threads) != n) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor '" + std::string(name) +
+                                                       "': its hessian is not positive definite after damping");
   }
-  // M = L^-1 (lower) by forward substitution, column by column: M_jj = 1 / L_jj, and below it
-  // M_ij = (0 - L_ij M_jj - L_i,j+1 M_j+1,j - ... - L_i,i-1 M_i-1,j) / L_ii, subtracted in that order. Columns are
-  // independent, so groups of kColumns run on `threads` (the group's columns interleaved for the multiply-add
-  // chains' latency); each entry's arithmetic is fixed, so M does not depend on the thread count. mt holds M
-  // transposed (column j at mt[j * n]).
-  constexpr std::size_t kColumns = 4;
-  std::vector<double> mt(n * n, 0.0);
-  parallel_for_blocks((n + kColumns - 1) / kColumns, 1, threads, [&](std::size_t g0, std::size_t g1) {
-    for (std::size_t g = g0; g < g1; ++g) {
-      const std::size_t j0 = g * kColumns, width = std::min(kColumns, n - j0);
-      double* col[kColumns];
-      for (std::size_t c = 0; c < width; ++c) col[c] = &mt[(j0 + c) * n];
-      for (std::size_t i = j0; i < n; ++i) {
-        const double* li = &a[i * n];
-        double acc[kColumns] = {0.0, 0.0, 0.0, 0.0};
-        // Column c takes k from j0 + c on: the group's first columns alone, then all of them.
-        const std::size_t lead = std::min(i, j0 + width);
-        for (std::size_t k = j0; k < lead; ++k)
-          for (std::size_t c = 0; c <= k - j0; ++c) acc[c] -= li[k] * col[c][k];
-        for (std::size_t k = j0 + width; k < i; ++k)
-          for (std::size_t c = 0; c < width; ++c) acc[c] -= li[k] * col[c][k];
-        const double inv = 1.0 / li[i];
-        for (std::size_t c = 0; c < width && j0 + c <= i; ++c) col[c][i] = (j0 + c == i ? acc[c] + 1.0 : acc[c]) * inv;
-      }
-    }
-  });
+  std::vector<double> mt(n * n);
+  lower_inverse_t_blocked(a.data(), n, mt.data(), threads);
   // U_ij = M_{n-1-i, n-1-j}; then F_b = U_bb^-1 U_b,rest by forward substitution over the block's 8 rows (for the
   // columns after the block; a partial last block has none).
   out.f.assign(n * n, 0.0f);
@@ -132,6 +83,9 @@ void quantize_feedback(const float* x, std::size_t rows, std::uint32_t padded_co
   const std::size_t n = f.cols;
   const std::size_t vpr = padded_cols / 8;
   out.resize(rows * vpr);
+  std::vector<std::size_t> dead_cols;
+  for (std::size_t j = 0; j < n; ++j)
+    if (f.dead[j]) dead_cols.push_back(j);
   const std::size_t tiles = (rows + kTileRows - 1) / kTileRows;
   parallel_for_blocks(tiles, 1, threads, [&](std::size_t t0, std::size_t t1) {
     std::vector<float> w(kTileRows * padded_cols);
@@ -152,14 +106,10 @@ void quantize_feedback(const float* x, std::size_t rows, std::uint32_t padded_co
           float e[8];
           for (int i = 0; i < 8; ++i) e[i] = wr[b0 + i] - scale * lattice::coordinate(p.z[i], p.c);
           // w_rest -= e F_b, one pass over the row's remaining columns.
-          const float* fb = &f.f[b0 * n];
-          for (std::size_t j = b0 + 8; j < n; ++j) {
-            float acc = 0.0f;
-            for (int k = 0; k < 8; ++k) acc += e[k] * fb[std::size_t(k) * n + j];
-            wr[j] -= acc;
-          }
-          for (std::size_t j = b0 + 8; j < n; ++j)
-            if (f.dead[j]) wr[j] = 0.0f;  // a dead column stays zero, as GPTQ keeps it
+          feedback_update(wr, &f.f[b0 * n], n, e, b0 + 8, n);
+          // A dead column stays zero, as GPTQ keeps it.
+          for (auto d = std::upper_bound(dead_cols.begin(), dead_cols.end(), b0 + 7); d != dead_cols.end(); ++d)
+            wr[*d] = 0.0f;
         }
       }
     }
@@ -171,11 +121,11 @@ void refit_rows_h(const float* x, std::uint32_t rows, std::uint32_t padded_cols,
   const std::size_t n = f.cols;
   const std::size_t vpr = padded_cols / 8;
   scales.resize(rows);
-  const std::size_t tiles = (rows + kTileRows - 1) / kTileRows;
+  const std::size_t tiles = (rows + kRefitTileRows - 1) / kRefitTileRows;
   parallel_for_blocks(tiles, 1, threads, [&](std::size_t t0, std::size_t t1) {
-    std::vector<float> p(kTileRows * padded_cols), g(kTileRows * n);
+    std::vector<float> p(kRefitTileRows * padded_cols), g(kRefitTileRows * n);
     for (std::size_t t = t0; t < t1; ++t) {
-      const std::size_t r0 = t * kTileRows, r1 = std::min<std::size_t>(rows, r0 + kTileRows);
+      const std::size_t r0 = t * kRefitTileRows, r1 = std::min<std::size_t>(rows, r0 + kRefitTileRows);
       for (std::size_t r = r0; r < r1; ++r) {
         for (std::size_t v = 0; v < vpr; ++v) {
           const lattice::E8Point pt = lattice::fields_to_point(q.coset[r * vpr + v], &q.fields[(r * vpr + v) * 8]);

@@ -17,6 +17,7 @@
 #include "codec/rans/reference_format.h"
 #include "codec/rate/encode.h"
 #include "codec/rate/feedback.h"
+#include "codec/rate/simd.h"
 #include "codec/safetensors/writer.h"
 
 namespace epk::rate {
@@ -278,6 +279,25 @@ TEST(Calibration, DecodesToWhatTheEncoderWrote) {
   ASSERT_TRUE(e3.has_value());
   EXPECT_EQ(e->payload, e3->payload);
   EXPECT_EQ(e->scales, e3->scales);
+}
+
+TEST(Calibration, TheStreamDoesNotDependOnTheKernelBuild) {
+  // The AVX2 and baseline builds of the calibrated kernels (codec/rate/simd.h) give the same stream.
+  const std::uint32_t rows = 48, cols = 203;
+  const auto h = anisotropic_h(cols, 512, 8);
+  const HessianView hv{h, cols, 512.0};
+  const auto w = layer(rows, cols, 12);
+  EncodeOptions o;
+  o.target_bpp = 3.0;
+  o.threads = 2;
+  o.calibration = &hv;
+  auto a = encode(bytes_of(w), rows, cols, DType::kF32, o, "w");
+  simd::allow_avx2(false);
+  auto b = encode(bytes_of(w), rows, cols, DType::kF32, o, "w");
+  simd::allow_avx2(true);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(a->payload, b->payload);
+  EXPECT_EQ(a->scales, b->scales);
 }
 
 TEST(Calibration, WithoutStatisticsTheStreamIsUnchanged) {
