@@ -181,8 +181,9 @@ class CudaStoredTier final : public StoredTier {
 
   // epkd's host tier (a sealed memfd): mapped read-only and page-locked with the driver, so that copies from it run
   // at the copy engine's speed and kernels may read it in place; bound at its device-visible address (the same as
-  // the host one under unified addressing, which every 64-bit CUDA process has). Where the device cannot register
-  // read-only memory, a pinned copy of it is this process's instead (host memory twice, the same bytes).
+  // the host one under unified addressing, which every 64-bit CUDA process has). Where the driver does not register
+  // it (a device without read-only registration, or any refusal), a pinned copy of it is this process's instead
+  // (host memory twice, the same bytes; host_tier_shared() says so).
   Status map_host_tier(shm::UniqueFd fd, std::uint64_t bytes) {
     EPK_TRY_ASSIGN(host_map_, shm::HostTierMemory::map(std::move(fd), bytes, "model '" + model_ + "'"));
     const std::span<const std::byte> mapped = host_map_.bytes();
@@ -191,13 +192,11 @@ class CudaStoredTier final : public StoredTier {
     if (reg) {
       host_registration_ = std::move(*reg);
       host_ = mapped;
-    } else if (reg.error().code == ErrorCode::kUnsupported) {
+    } else {
       EPK_TRY_ASSIGN(host_copy_, shm::PinnedBuffer::alloc(mapped.size(), device_));
       std::copy(mapped.begin(), mapped.end(), reinterpret_cast<std::byte*>(host_copy_.data()));
       host_ = {reinterpret_cast<const std::byte*>(host_copy_.data()), mapped.size()};
       host_map_ = shm::HostTierMemory();
-    } else {
-      return reg.error();
     }
     tier_->bind(DeviceAddress::of(host_.data()));
     return {};

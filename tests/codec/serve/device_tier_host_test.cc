@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <mutex>
 
 #include "codec/container/writer.h"
 #include "codec/serve/lattice_rans_producer.h"
@@ -133,6 +135,40 @@ TEST_F(DeviceTierHostTest, TheHostTierHoldsEachBufferAtItsPlaceAndZerosElsewhere
   EXPECT_EQ(refused.error().code, ErrorCode::kChecksum);
   std::vector<std::byte> short_region(region.size() - 1);
   EXPECT_FALSE(tier.fill_host(short_region, [](std::size_t) { return Status{}; }));
+}
+
+// epkd fills its host tier on several threads: the same bytes as one thread, each held tensor checked once, and the
+// first tensor refused in file order is the error whichever thread met it first.
+TEST_F(DeviceTierHostTest, AHostTierFilledOnThreadsIsTheSameAndNamesTheFirstRefusal) {
+  DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
+  std::vector<std::byte> one(tier.region_bytes(), std::byte{0x5A});
+  ASSERT_TRUE(tier.fill_host(one, [](std::size_t) { return Status{}; }));
+  for (int threads : {2, 3, 8}) {
+    std::vector<std::byte> many(tier.region_bytes(), std::byte{0xC3});
+    std::mutex mu;
+    std::vector<std::size_t> verified;
+    ASSERT_TRUE(tier.fill_host(
+        many,
+        [&](std::size_t i) {
+          std::lock_guard<std::mutex> lock(mu);
+          verified.push_back(i);
+          return Status{};
+        },
+        threads));
+    std::sort(verified.begin(), verified.end());
+    EXPECT_EQ(verified, (std::vector<std::size_t>{0, 2})) << threads;
+    EXPECT_TRUE(many == one) << threads;
+    auto refused = tier.fill_host(
+        many,
+        [](std::size_t i) {
+          return Status(make_error(ErrorCode::kChecksum, i == 0 ? "tensor zero" : "tensor two"));
+        },
+        threads);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().message, "tensor zero") << threads;
+  }
+  EXPECT_EQ(tier.max_span_bytes(), std::max(tier.span(0).bytes, tier.span(2).bytes));
+  EXPECT_FALSE(tier.staged());
 }
 
 TEST_F(DeviceTierHostTest, AStagedJobReadsTheCopyOfItsSpan) {
