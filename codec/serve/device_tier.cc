@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "codec/common/parallel.h"
-
 #include "codec/serve/intq_device_form.h"
 #include "codec/serve/intq_producer.h"
 #include "codec/serve/lattice_rans_producer.h"

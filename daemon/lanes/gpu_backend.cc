@@ -132,8 +132,9 @@ class CudaBackend final : public GpuBackend {
     Model made;
     made.tier = tier;
     const std::uint64_t region = tier->region_bytes();
+    const bool on_device = region == 0 || reserve_tier_region(region);
     Status placed = [&]() -> Status {
-      if (region != 0 && !tier_budget_allows(region)) {
+      if (!on_device) {
         EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, *source, device_));
         return tier->bind_host(made.host->memory.bytes(), cs(stream_), verify, cuda::OutputFormat::kBf16, &warnings);
       }
@@ -151,10 +152,10 @@ class CudaBackend final : public GpuBackend {
     if (!placed) {
       resident_bytes_ -= std::min(resident_bytes_, added);
       model_bytes_.erase(model_id);
+      if (on_device) tier_region_bytes_ -= std::min(tier_region_bytes_, region);
       return placed.error();
     }
     TierAdded out{made.host != nullptr, added, made.host ? made.host->memory.size() : 0};
-    if (made.region) tier_region_bytes_ += made.region->size();
     if (made.host) host_tier_bytes_ += made.host->memory.size();
     models_[model_id] = std::move(made);
     return out;
@@ -168,7 +169,7 @@ class CudaBackend final : public GpuBackend {
       if (auto m = models_.find(model_id); m != models_.end()) {
         made = std::move(m->second);
         models_.erase(m);
-        if (made.region) tier_region_bytes_ -= std::min(tier_region_bytes_, made.region->size());
+        if (!made.host) tier_region_bytes_ -= std::min(tier_region_bytes_, made.tier->region_bytes());
         if (made.host) host_tier_bytes_ -= std::min(host_tier_bytes_, made.host->memory.size());
       }
       if (auto b = model_bytes_.find(model_id); b != model_bytes_.end()) {
@@ -354,11 +355,16 @@ class CudaBackend final : public GpuBackend {
     return TierExport{m->second.region->export_fd(), m->second.region->size(), false};
   }
 
-  // Whether a device region of `bytes` fits what the tier budget leaves.
-  bool tier_budget_allows(std::uint64_t bytes) {
-    if (tier_budget_ == kNoTierBudget) return true;
+  // Takes `bytes` of the tier budget for a device region if what it leaves has room (false: none taken). Taken
+  // before the region is made, so two models added at once never both take the last room.
+  bool reserve_tier_region(std::uint64_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    return tier_region_bytes_ <= tier_budget_ && bytes <= tier_budget_ - tier_region_bytes_;
+    if (tier_budget_ != kNoTierBudget &&
+        (tier_region_bytes_ > tier_budget_ || bytes > tier_budget_ - tier_region_bytes_)) {
+      return false;
+    }
+    tier_region_bytes_ += bytes;
+    return true;
   }
 
   // Resident bytes of `model` (or the lane's own: nullopt) changed by delta.
@@ -404,7 +410,7 @@ class CudaBackend final : public GpuBackend {
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::atomic<std::uint64_t> host_shard_slots_{0};  // shards the CPU path produced (exit log)
   std::uint64_t resident_bytes_ = 0;
-  std::uint64_t tier_region_bytes_ = 0;  // the device regions of models_ (what the tier budget counts)
+  std::uint64_t tier_region_bytes_ = 0;  // the device regions of models_ and those being made (the tier budget's)
   std::uint64_t host_tier_bytes_ = 0;    // the host tiers of models_
   std::atomic<std::uint64_t> staged_bytes_{0};
   std::unordered_map<std::uint32_t, std::uint64_t> model_bytes_;  // resident_bytes_ by model

@@ -5,7 +5,9 @@
 //   it: every lattice-rans tensor's stored buffers, checksummed (ModelSource::verify_stored), in one shareable region
 //   (outside the slot budget) with its bf16 plan's scratch uploaded, and every intq "int" tensor's device form.
 //   Plans for other formats and row shards are built on first use and kept. An uncached acquire of a lattice-rans
-//   tensor then costs a 16-byte descriptor patch (the slot's address) and one kernel.
+//   tensor then costs a 16-byte descriptor patch (the slot's address) and one kernel. Where the lane's tier budget
+//   (tier_budget_mb) has no room for the region, the region is the model's host tier instead
+//   (daemon/lanes/host_tiers.h) and each such acquire first copies the tensor's compressed bytes to the device.
 // - produce() runs on the GPU scheduler's single thread (a DecodeScheduler with one worker: acquire outranks
 //   prefetch, promote as on the CPU path). The device tier writes the slot where a device path covers the request;
 //   everything else (raw tensors, shards of intq tensors, layouts no kernel writes) is produced by the tensor's host
