@@ -140,21 +140,21 @@ Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::fu
   return make_intq_forms(stream, verify, warnings);
 }
 
-Status DeviceTier::bind_host(std::span<const std::byte> host, cuda::Stream stream,
-                             const std::function<Status(std::size_t)>& verify,
-                             std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings) {
+Status DeviceTier::bind_host(std::span<const std::byte> host) {
   if (host.size() != layout_.bytes || host.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "host tier: " + std::to_string(host.size()) +
                                                        " bytes given for a " + std::to_string(layout_.bytes) +
                                                        "-byte region");
   }
-  EPK_TRY(cuda::set_device(device_));
+  host_ = host;
+  return {};
+}
+
+Status DeviceTier::make_staging() {
+  if (!staged() || staging_.size() != 0) return {};
   EPK_TRY_ASSIGN(staging_, cuda::DeviceAllocation::create(max_span_bytes(), device_, "host tier staging"));
   account_(static_cast<std::int64_t>(staging_.size()));
-  host_ = host;
-  EPK_TRY(make_ready_plans(ready, stream));
-  EPK_TRY(cuda::synchronize(stream, "the host tier's plans on device " + std::to_string(device_)));
-  return make_intq_forms(stream, verify, warnings);
+  return {};
 }
 
 Status DeviceTier::make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream) {
@@ -260,6 +260,7 @@ Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, cuda::Output
   Lattice& t = lattice_[tensor];
   const std::uint32_t rows = t.producer->stream().rows;
   const DeviceWrite done{DevicePath::kLatticeDecode, DevicePath::kLatticeDecode, {}};
+  EPK_TRY(make_staging());  // before any plan: plans read their inputs at the staging buffer's address
   if (shard.dim == ShardDim::kCols) {
     EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, PlanKey{format, 0, rows}, stream));
     EPK_TRY(stage_inputs(tensor, stream));
@@ -296,6 +297,7 @@ Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format,
     return make_error(ErrorCode::kUnsupported, "tensor " + std::to_string(tensor) + " is not in the device tier");
   }
   Lattice& t = lattice_[tensor];
+  EPK_TRY(make_staging());
   return enqueue_plan(t, tensor, PlanKey{format, 0, t.producer->stream().rows}, dst, bytes, stream);
 }
 

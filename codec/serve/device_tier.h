@@ -106,12 +106,12 @@ class DeviceTier {
   void bind(DeviceAddress base) { base_ = base; }
   // epkd's host tier: the region in host memory at `host` (region_bytes(), filled by fill_host, best registered with
   // the driver so that copies from it run at the copy engine's speed). Every decode of a held tensor first copies
-  // its span() into this tier's staging buffer (max_span_bytes() of device memory, allocated here and counted) on the
-  // decode's stream, then decodes from there: the decoder never reads host memory in place, and nothing decodes on
-  // the CPU. Then, as upload(): the whole-tensor plans in `ready` and every intq "int" tensor's device form.
-  Status bind_host(std::span<const std::byte> host, cuda::Stream stream,
-                   const std::function<Status(std::size_t)>& verify, std::optional<cuda::OutputFormat> ready,
-                   std::vector<std::string>* warnings);
+  // its span() into this tier's staging buffer (max_span_bytes() of device memory, allocated at the first decode and
+  // counted) on the decode's stream, then decodes from there: the decoder never reads host memory in place, and
+  // nothing decodes on the CPU. Nothing is allocated on the device here: plans are built on first use, and intq
+  // tensors get no device form (the host path serves them), so a model kept in host memory takes no device memory
+  // until a decode needs it.
+  Status bind_host(std::span<const std::byte> host);
   bool staged() const { return host_.data() != nullptr; }
   // The largest span() of a held tensor: a staging buffer of this size holds any one tensor's inputs.
   std::uint64_t max_span_bytes() const;
@@ -174,7 +174,9 @@ class DeviceTier {
   // The plan of `key` (built on first use) enqueued into [dst, dst + bytes), which must be what it writes.
   Status enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, DeviceAddress dst, std::uint64_t bytes,
                       cuda::Stream stream);
-  // A staged tier: the copy of tensor's span into the staging buffer, on `stream` (nothing otherwise).
+  // A staged tier: the staging buffer, allocated at the first call (before any plan is built against it), and the
+  // copy of tensor's span into it on `stream` (nothing otherwise).
+  Status make_staging();
   Status stage_inputs(std::size_t tensor, cuda::Stream stream);
   Status make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream);
   Status make_intq_forms(cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
@@ -189,7 +191,7 @@ class DeviceTier {
   cuda::TierLayout layout_;
   DeviceAddress base_;                  // the region on the device (not staged)
   std::span<const std::byte> host_;     // staged: the host tier region
-  cuda::DeviceAllocation staging_;      // staged: one tensor's inputs at a time
+  cuda::DeviceAllocation staging_;      // staged: one tensor's inputs at a time (from the first decode)
   std::uint64_t staged_bytes_ = 0;
   std::vector<Lattice> lattice_;                         // per tensor (producer null where not held)
   std::vector<std::unique_ptr<IntqDeviceForm>> intq_;   // per tensor (null: no device form)

@@ -136,7 +136,7 @@ class CudaBackend final : public GpuBackend {
     Status placed = [&]() -> Status {
       if (!on_device) {
         EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, *source, device_));
-        return tier->bind_host(made.host->memory.bytes(), cs(stream_), verify, cuda::OutputFormat::kBf16, &warnings);
+        return tier->bind_host(made.host->memory.bytes());
       }
       if (region != 0) {
         EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, region));
