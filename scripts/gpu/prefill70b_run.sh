@@ -90,38 +90,21 @@ check_disk() {
   }
 }
 
+# src_k's config.json (K layers) beside the decoded weights: the decompressed model's layer count tells the driver
+# to tie its layers.
+k_layer_config() {
+  "$py" "$bench" make-model --shape 70b --layers "$k" --config-only --out "$work/decompressed" > /dev/null
+}
 prepare() {
   local t0
   check_disk
-  if [[ ! -f "$work/layers.epk" ]]; then
-    if [[ ! -f "$work/src_k/.complete" ]]; then
-      t0=$SECONDS
-      "$py" "$bench" make-model --shape 70b --layers "$k" --out "$work/src_k"
-      echo "== make-model ($k layers): $((SECONDS - t0)) s ($(stamp))"
-    fi
+  if [[ ! -f "$work/layers.epk" && ! -f "$work/src_k/.complete" ]]; then
     t0=$SECONDS
-    rm -f "$work/layers.epk.partial"
-    "$EPK_CLI" compress "$work/src_k" -o "$work/layers.epk.partial" --bpp 4 --threads 16 --include-embeddings \
-      > "$out/compress.log" 2>&1 || { tail -30 "$out/compress.log"; exit 1; }
-    mv "$work/layers.epk.partial" "$work/layers.epk"
-    tail -6 "$out/compress.log"
-    echo "== compress: $((SECONDS - t0)) s ($(stamp)), $(du -h "$work/layers.epk" | cut -f1)"
-  else
-    echo "== compress: $work/layers.epk done earlier"
+    "$py" "$bench" make-model --shape 70b --layers "$k" --out "$work/src_k"
+    echo "== make-model ($k layers): $((SECONDS - t0)) s ($(stamp))"
   fi
-  if [[ ! -f "$work/decompressed/.complete" ]]; then
-    t0=$SECONDS
-    rm -rf "$work/decompressed"
-    mkdir -p "$work/decompressed"
-    "$EPK_CLI" decompress "$work/layers.epk" -o "$work/decompressed/model.safetensors" --device cuda \
-      > "$out/decompress.log" 2>&1 || { tail -30 "$out/decompress.log"; exit 1; }
-    # src_k's config.json (K layers): the decompressed model's layer count tells the driver to tie its layers.
-    "$py" "$bench" make-model --shape 70b --layers "$k" --config-only --out "$work/decompressed" > /dev/null
-    tail -2 "$out/decompress.log"
-    echo "== decompress: $((SECONDS - t0)) s ($(stamp))"
-  else
-    echo "== decompress: $work/decompressed done earlier"
-  fi
+  epk_compress_once "$work/src_k" "$work/layers.epk"
+  epk_decompress_once "$work/layers.epk" "$work/decompressed" k_layer_config
   rm -rf "$work/src_k"  # layers.epk and decompressed/ are all that is needed of it
   if [[ ! -f "$work/src/.complete" ]]; then
     "$py" "$bench" make-model --shape 70b --layers "$layers" --config-only --out "$work/src"

@@ -4,7 +4,8 @@
 #   between calls while its sources are unchanged (a hash of the sources it compiles);
 # - bitsandbytes for the nf4 setup, from a wheel in .whl/ or STAGE/wheels (scripts/gpu/trim_bnb_wheel.sh makes it),
 #   installed with pip --no-deps into /tmp/epk-prefill/bnbsite once per wheel; without one the nf4 setup reports
-#   "bitsandbytes absent".
+#   "bitsandbytes absent";
+# and defines the compress and decompress steps of both scripts' prepare() (below; they need EPK_CLI, out, stamp).
 if [[ -z "${CUDA_HOME:-}" && ! -f /usr/local/cuda/include/cuda.h && -f "$stage/include/cuda.h" ]]; then
   export CUDA_HOME="$stage"
 fi
@@ -41,3 +42,38 @@ if [[ -n "$bnb_wheel" ]]; then
 else
   echo "== bitsandbytes: no wheel in .whl/ or $stage/wheels (the nf4 setup will report it absent)"
 fi
+
+# The steps both scripts' prepare() take, each skipped when its output exists (a cut-off call is resumed):
+# epk_compress_once SRC EPK: `epk compress SRC --bpp 4 --include-embeddings` into EPK (through EPK.partial, so a
+# cut-off compress leaves nothing that looks done).
+epk_compress_once() {
+  local src="$1" epk="$2" t0=$SECONDS
+  if [[ -f "$epk" ]]; then
+    echo "== compress: $epk done earlier"
+    return
+  fi
+  rm -f "$epk.partial"
+  "$EPK_CLI" compress "$src" -o "$epk.partial" --bpp 4 --threads 16 --include-embeddings > "$out/compress.log" 2>&1 \
+    || { tail -30 "$out/compress.log"; exit 1; }
+  mv "$epk.partial" "$epk"
+  tail -6 "$out/compress.log"
+  echo "== compress: $((SECONDS - t0)) s ($(stamp)), $(du -h "$epk" | cut -f1)"
+}
+# epk_decompress_once EPK DIR CONFIG_STEP: `epk decompress EPK` on the GPU into DIR/model.safetensors, then
+# CONFIG_STEP (a command that puts the model's config.json into DIR), then DIR/.complete.
+epk_decompress_once() {
+  local epk="$1" dir="$2" t0=$SECONDS
+  shift 2
+  if [[ -f "$dir/.complete" ]]; then
+    echo "== decompress: $dir done earlier"
+    return
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  "$EPK_CLI" decompress "$epk" -o "$dir/model.safetensors" --device cuda > "$out/decompress.log" 2>&1 \
+    || { tail -30 "$out/decompress.log"; exit 1; }
+  "$@"
+  touch "$dir/.complete"
+  tail -2 "$out/decompress.log"
+  echo "== decompress: $((SECONDS - t0)) s ($(stamp))"
+}

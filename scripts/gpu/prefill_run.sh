@@ -69,6 +69,10 @@ stamp() { echo "$(date -u +%H:%M:%S) +${SECONDS}s"; }
 source scripts/gpu/prefill_pysite.sh
 
 bench=bench/prefill/prefill_bench.py
+copy_src_config() {  # the decompressed model's config: src's (epk decompress writes the weights only)
+  cp "$work/src/config.json" "$work/decompressed/"
+  if [[ -f "$work/src/generation_config.json" ]]; then cp "$work/src/generation_config.json" "$work/decompressed/"; fi
+}
 prepare() {
   local t0
   if [[ ! -f "$work/src/.complete" ]]; then
@@ -84,31 +88,8 @@ prepare() {
   else
     echo "== make-model: $work/src done earlier"
   fi
-  if [[ ! -f "$work/model.epk" ]]; then
-    t0=$SECONDS
-    rm -f "$work/model.epk.partial"
-    "$EPK_CLI" compress "$work/src" -o "$work/model.epk.partial" --bpp 4 --threads 16 --include-embeddings \
-      > "$out/compress.log" 2>&1 || { tail -30 "$out/compress.log"; exit 1; }
-    mv "$work/model.epk.partial" "$work/model.epk"
-    tail -6 "$out/compress.log"
-    echo "== compress: $((SECONDS - t0)) s ($(stamp)), $(du -h "$work/model.epk" | cut -f1)"
-  else
-    echo "== compress: $work/model.epk done earlier"
-  fi
-  if [[ ! -f "$work/decompressed/.complete" ]]; then
-    t0=$SECONDS
-    rm -rf "$work/decompressed"
-    mkdir -p "$work/decompressed"
-    "$EPK_CLI" decompress "$work/model.epk" -o "$work/decompressed/model.safetensors" --device cuda \
-      > "$out/decompress.log" 2>&1 || { tail -30 "$out/decompress.log"; exit 1; }
-    cp "$work/src/config.json" "$work/decompressed/"
-    if [[ -f "$work/src/generation_config.json" ]]; then cp "$work/src/generation_config.json" "$work/decompressed/"; fi
-    touch "$work/decompressed/.complete"
-    tail -2 "$out/decompress.log"
-    echo "== decompress: $((SECONDS - t0)) s ($(stamp))"
-  else
-    echo "== decompress: $work/decompressed done earlier"
-  fi
+  epk_compress_once "$work/src" "$work/model.epk"
+  epk_decompress_once "$work/model.epk" "$work/decompressed" copy_src_config
 }
 
 rc=0
