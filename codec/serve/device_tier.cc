@@ -36,14 +36,29 @@ DeviceTier::DeviceTier(std::shared_ptr<const void> owner, std::vector<const Prod
     if (lattice_[i].producer != nullptr) streams[i] = &lattice_[i].producer->stream();
   }
   layout_ = cuda::tier_layout(streams);
+  device_layout_ = layout_;
+}
+
+std::uint64_t DeviceTier::footprint(std::size_t tensor) const {
+  if (!holds(tensor)) return 0;
+  return (span(tensor).bytes + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign;
+}
+
+void DeviceTier::place(std::vector<bool> on_device) {
+  std::vector<const rans::LatticeRansStream*> streams(producers_.size(), nullptr);
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    if (holds(i) && i < on_device.size() && on_device[i]) streams[i] = &lattice_[i].producer->stream();
+  }
+  device_layout_ = cuda::tier_layout(streams);
 }
 
 DeviceTier::~DeviceTier() = default;
 
 cuda::DeviceBuffers DeviceTier::inputs(std::size_t tensor) const {
-  // Staged: the staging buffer holds span(tensor), so the region is seen shifted to put that span's start there.
-  const DeviceAddress base = staged() ? DeviceAddress(staging_.address().value - span(tensor).offset) : base_;
-  return cuda::tier_buffers(base, *layout_.tensors[tensor]);
+  if (on_device(tensor)) return cuda::tier_buffers(base_, *device_layout_.tensors[tensor]);
+  // From the host tier: the staging buffer holds span(tensor), so the region is seen shifted to put that span's
+  // start there.
+  return cuda::tier_buffers(DeviceAddress(staging_.address().value - span(tensor).offset), *layout_.tensors[tensor]);
 }
 
 std::uint64_t DeviceTier::max_span_bytes() const {
@@ -127,11 +142,11 @@ Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::fu
   base_ = base;
   const std::string what = "the device tier on device " + std::to_string(device_);
   EPK_TRY(cuda::set_device(device_));
-  if (layout_.bytes != 0) EPK_TRY(cuda::zero_async(base, layout_.bytes, stream, what));
+  if (device_layout_.bytes != 0) EPK_TRY(cuda::zero_async(base, device_layout_.bytes, stream, what));
   for (std::size_t i = 0; i < producers_.size(); ++i) {
-    if (!holds(i)) continue;
+    if (!on_device(i)) continue;
     EPK_TRY(verify(i));
-    for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *layout_.tensors[i])) {
+    for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *device_layout_.tensors[i])) {
       EPK_TRY(cuda::copy_to_device_async(base + u.offset, u.host.data(), u.host.size(), stream, what));
     }
   }
@@ -152,7 +167,12 @@ Status DeviceTier::bind_host(std::span<const std::byte> host) {
 
 Status DeviceTier::make_staging() {
   if (!staged() || staging_.size() != 0) return {};
-  EPK_TRY_ASSIGN(staging_, cuda::DeviceAllocation::create(max_span_bytes(), device_, "host tier staging"));
+  std::uint64_t most = 0;
+  for (std::size_t i = 0; i < producers_.size(); ++i) {
+    if (holds(i) && !on_device(i)) most = std::max(most, span(i).bytes);
+  }
+  if (most == 0) return {};  // every held tensor is on the device
+  EPK_TRY_ASSIGN(staging_, cuda::DeviceAllocation::create(most, device_, "host tier staging"));
   account_(static_cast<std::int64_t>(staging_.size()));
   return {};
 }
@@ -160,7 +180,7 @@ Status DeviceTier::make_staging() {
 Status DeviceTier::make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream) {
   if (!ready) return {};
   for (std::size_t i = 0; i < producers_.size(); ++i) {
-    if (!holds(i)) continue;
+    if (!on_device(i)) continue;  // the others' plans read the staging buffer, made at their first decode
     EPK_TRY(plan_for(lattice_[i], i, PlanKey{*ready, 0, lattice_[i].producer->stream().rows}, stream));
   }
   return {};
@@ -188,7 +208,7 @@ Status DeviceTier::make_intq_forms(cuda::Stream stream, const std::function<Stat
 }
 
 Status DeviceTier::stage_inputs(std::size_t tensor, cuda::Stream stream) {
-  if (!staged()) return {};
+  if (!staged() || on_device(tensor)) return {};
   const Span s = span(tensor);
   EPK_TRY(cuda::copy_to_device_async(staging_.address(), host_.data() + s.offset, s.bytes, stream,
                                      "the host tier's copy of tensor '" + lattice_[tensor].producer->entry().name +

@@ -88,14 +88,26 @@ class DeviceTier {
   DeviceTier(const DeviceTier&) = delete;
   DeviceTier& operator=(const DeviceTier&) = delete;
 
-  // The bytes of the region the caller allocates (0: no tensor of this model is in it).
+  // The bytes of the whole region (0: no tensor of this model is in it): a device region that holds every held
+  // tensor (what a client binds), or a host tier.
   std::uint64_t region_bytes() const { return layout_.bytes; }
   // Whether tensor i's stored buffers are in the region.
   bool holds(std::size_t tensor) const { return tensor < layout_.tensors.size() && layout_.tensors[tensor]; }
+  // The bytes held tensor i takes in a region, alignment included: a device region of some held tensors takes the
+  // sum of theirs.
+  std::uint64_t footprint(std::size_t tensor) const;
+
+  // epkd's split of a model between the device and its host tier: only the held tensors with on_device[i] keep their
+  // inputs in the device region, placed compactly in tensor order (device_region_bytes()); the others are decoded
+  // from the host tier (bind_host). Before upload() or bind_host(); by default every held tensor is on the device
+  // and the device region is the whole region (the only form a client binds).
+  void place(std::vector<bool> on_device);
+  bool on_device(std::size_t tensor) const { return holds(tensor) && device_layout_.tensors[tensor].has_value(); }
+  std::uint64_t device_region_bytes() const { return device_layout_.bytes; }
   std::size_t tensors() const { return producers_.size(); }
 
-  // Fills the region at `base` (device memory of region_bytes() on this tier's device): zeros, then each held
-  // tensor's stored buffers after verify(i) (epkd's checksum: device decodes skip the host path's after-decode
+  // Fills the device region at `base` (device memory of device_region_bytes() on this tier's device): zeros, then each
+  // tensor on the device's stored buffers after verify(i) (epkd's checksum: device decodes skip the host path's after-decode
   // check), with its whole-tensor plan in format `ready` built now when given (epkd: bf16, so that the first acquire
   // only patches and launches; other plans are built on first use); then every intq "int" tensor's device form
   // (verify(i) first). A tensor whose device form cannot be made (no device memory) keeps the host path: a line
@@ -104,13 +116,13 @@ class DeviceTier {
                 std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
   // A region another process filled by upload() from the same file (client-side decode); builds nothing.
   void bind(DeviceAddress base) { base_ = base; }
-  // epkd's host tier: the region in host memory at `host` (region_bytes(), filled by fill_host, best registered with
-  // the driver so that copies from it run at the copy engine's speed). Every decode of a held tensor first copies
-  // its span() into this tier's staging buffer (max_span_bytes() of device memory, allocated at the first decode and
-  // counted) on the decode's stream, then decodes from there: the decoder never reads host memory in place, and
-  // nothing decodes on the CPU. Nothing is allocated on the device here: plans are built on first use, and intq
-  // tensors get no device form (the host path serves them), so a model kept in host memory takes no device memory
-  // until a decode needs it.
+  // epkd's host tier: the whole region in host memory at `host` (region_bytes(), filled by fill_host, best registered
+  // with the driver so that copies from it run at the copy engine's speed). Every decode of a held tensor that is not
+  // on the device first copies its span() into this tier's staging buffer (the largest such span of device memory,
+  // allocated at the first such decode and counted) on the decode's stream, then decodes from there: the decoder
+  // never reads host memory in place, and nothing decodes on the CPU. Nothing is allocated on the device here: those
+  // tensors' plans are built on first use. A tier with no tensor on the device makes no intq device forms either
+  // (upload() is not called: the host path serves intq tensors), so it takes no device memory until a decode needs it.
   Status bind_host(std::span<const std::byte> host);
   bool staged() const { return host_.data() != nullptr; }
   // The largest span() of a held tensor: a staging buffer of this size holds any one tensor's inputs.
@@ -188,7 +200,8 @@ class DeviceTier {
   const std::vector<const Producer*> producers_;
   const int device_;
   const DeviceAccount account_;
-  cuda::TierLayout layout_;
+  cuda::TierLayout layout_;          // every held tensor: the host tier's and a client's view
+  cuda::TierLayout device_layout_;   // those kept on the device (place()); layout_ by default
   DeviceAddress base_;                  // the region on the device (not staged)
   std::span<const std::byte> host_;     // staged: the host tier region
   cuda::DeviceAllocation staging_;      // staged: one tensor's inputs at a time (from the first decode)

@@ -66,9 +66,10 @@ struct DaemonConfig {
   bool resident_compressed = false;
   // The device memory, per device lane (each trust domain's own), that models' compressed tiers may take beyond the
   // slot budget (tier_budget_mb; device_tier_budget_mb overrides it per device). Models are placed as they open: a
-  // model whose tier fits what is left keeps it on the device (an uncached acquire is one kernel); any other keeps it
-  // in epkd's host tier (shm/host_tier.h: one sealed memfd per model, shared read-only with clients that decode
-  // themselves), and each of its decodes first copies the tensor's compressed bytes to the device. Every acquire
+  // model whose tier fits what is left keeps it on the device (an uncached acquire is one kernel); any other gets a
+  // host tier (shm/host_tier.h: one sealed memfd per model, shared read-only with clients that decode themselves) and
+  // keeps on the device what is left of the budget, in forward order (daemon/lanes/tier_placement.h); a decode of a
+  // tensor not kept there first copies its compressed bytes to the device. Every acquire of a lattice-rans tensor
   // still decodes on the GPU. 0: every tier in host memory. Default: no limit but the device's memory.
   std::uint64_t tier_budget_bytes = kNoTierBudget;
   std::vector<std::pair<int, std::uint64_t>> device_tier_budgets;  // (device, bytes): overrides tier_budget_bytes

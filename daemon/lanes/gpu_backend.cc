@@ -14,6 +14,7 @@
 #include "daemon/cache/fence_pool.h"
 #include "daemon/config/config.h"
 #include "daemon/lanes/host_tiers.h"
+#include "daemon/lanes/tier_placement.h"
 #include "shm/cuda_event.h"
 #include "shm/device_pool.h"
 #include "shm/layout.h"
@@ -120,7 +121,8 @@ class CudaBackend final : public GpuBackend {
   Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
     // The model's device tier (codec/serve/device_tier.h): lattice-rans tensors' stored buffers in one region, placed
     // by the rule libepk's client-side decode reads them by, and intq tensors' device forms. The region is a
-    // shareable device pool where the tier budget has room for it, else the model's host tier.
+    // shareable device pool where the tier budget has room for it; else the model's host tier, with what the budget
+    // leaves in a device region of the tensors placed there.
     std::vector<const serve::Producer*> producers(src->tensors().size());
     for (std::size_t i = 0; i < producers.size(); ++i) producers[i] = src->producer(i);
     const ModelSource* source = src.get();
@@ -131,15 +133,18 @@ class CudaBackend final : public GpuBackend {
     std::vector<std::string> warnings;
     Model made;
     made.tier = tier;
-    const std::uint64_t region = tier->region_bytes();
-    const bool on_device = region == 0 || reserve_tier_region(region);
+    // The tensors whose inputs stay on the device (all where the budget has room for the whole region); their region
+    // bytes are taken from the budget now, before the region is made.
+    const std::uint64_t device_bytes = reserve_tier_region(*tier, *source);
+    const bool whole = tier->device_region_bytes() == tier->region_bytes();
     Status placed = [&]() -> Status {
-      if (!on_device) {
+      if (!whole) {
         EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, *source, device_));
-        return tier->bind_host(made.host->memory.bytes());
+        EPK_TRY(tier->bind_host(made.host->memory.bytes()));
+        if (device_bytes == 0) return {};  // all in host memory: nothing on the device until a decode needs it
       }
-      if (region != 0) {
-        EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, region));
+      if (device_bytes != 0) {
+        EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, device_bytes));
         made.region = std::move(pool);
         account(model_id, static_cast<std::int64_t>(made.region->size()));
       }
@@ -152,10 +157,10 @@ class CudaBackend final : public GpuBackend {
     if (!placed) {
       resident_bytes_ -= std::min(resident_bytes_, added);
       model_bytes_.erase(model_id);
-      if (on_device) tier_region_bytes_ -= std::min(tier_region_bytes_, region);
+      tier_region_bytes_ -= std::min(tier_region_bytes_, device_bytes);
       return placed.error();
     }
-    TierAdded out{made.host != nullptr, added, made.host ? made.host->memory.size() : 0};
+    TierAdded out{device_bytes, made.host ? made.host->memory.size() : 0, added};
     if (made.host) host_tier_bytes_ += made.host->memory.size();
     models_[model_id] = std::move(made);
     return out;
@@ -169,7 +174,7 @@ class CudaBackend final : public GpuBackend {
       if (auto m = models_.find(model_id); m != models_.end()) {
         made = std::move(m->second);
         models_.erase(m);
-        if (!made.host) tier_region_bytes_ -= std::min(tier_region_bytes_, made.tier->region_bytes());
+        tier_region_bytes_ -= std::min(tier_region_bytes_, made.tier->device_region_bytes());
         if (made.host) host_tier_bytes_ -= std::min(host_tier_bytes_, made.host->memory.size());
       }
       if (auto b = model_bytes_.find(model_id); b != model_bytes_.end()) {
@@ -355,16 +360,25 @@ class CudaBackend final : public GpuBackend {
     return TierExport{m->second.region->export_fd(), m->second.region->size(), false};
   }
 
-  // Takes `bytes` of the tier budget for a device region if what it leaves has room (false: none taken). Taken
-  // before the region is made, so two models added at once never both take the last room.
-  bool reserve_tier_region(std::uint64_t bytes) {
+  // Places `tier`'s tensors (DeviceTier::place): all on the device where what the tier budget leaves holds the whole
+  // region, else those daemon/lanes/tier_placement.h picks within it. Takes their device region's bytes from the
+  // budget before the region is made (two models added at once never both take the last room) and returns them.
+  std::uint64_t reserve_tier_region(serve::DeviceTier& tier, const ModelSource& src) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (tier_budget_ != kNoTierBudget &&
-        (tier_region_bytes_ > tier_budget_ || bytes > tier_budget_ - tier_region_bytes_)) {
-      return false;
+    const std::uint64_t left = tier_budget_ == kNoTierBudget ? kNoTierBudget
+                               : tier_region_bytes_ >= tier_budget_ ? 0
+                                                                    : tier_budget_ - tier_region_bytes_;
+    if (tier.region_bytes() > left) {
+      std::vector<std::string> names(tier.tensors());
+      std::vector<std::uint64_t> footprint(tier.tensors());
+      for (std::size_t i = 0; i < tier.tensors(); ++i) {
+        names[i] = src.tensors()[i].name;
+        footprint[i] = tier.footprint(i);
+      }
+      tier.place(place_tier(names, footprint, left));
     }
-    tier_region_bytes_ += bytes;
-    return true;
+    tier_region_bytes_ += tier.device_region_bytes();
+    return tier.device_region_bytes();
   }
 
   // Resident bytes of `model` (or the lane's own: nullopt) changed by delta.
@@ -410,7 +424,7 @@ class CudaBackend final : public GpuBackend {
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::atomic<std::uint64_t> host_shard_slots_{0};  // shards the CPU path produced (exit log)
   std::uint64_t resident_bytes_ = 0;
-  std::uint64_t tier_region_bytes_ = 0;  // the device regions of models_ and those being made (the tier budget's)
+  std::uint64_t tier_region_bytes_ = 0;  // device regions of models_ and of those being made (the tier budget's)
   std::uint64_t host_tier_bytes_ = 0;    // the host tiers of models_
   std::atomic<std::uint64_t> staged_bytes_{0};
   std::unordered_map<std::uint32_t, std::uint64_t> model_bytes_;  // resident_bytes_ by model

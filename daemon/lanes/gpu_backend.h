@@ -57,13 +57,14 @@ class GpuBackend {
   }
 
   // Makes `src`'s lattice-rans tensors servable on the GPU (model `model_id`): their tier on the device where this
-  // lane's tier budget (tier_budget_mb) has room for it, else in the model's host tier (daemon/lanes/host_tiers.h),
-  // each decode copying the tensor's compressed bytes to the device first; either way the intq "int" tensors' device
-  // forms. Returns where the tier went and the bytes each side holds.
+  // lane's tier budget (tier_budget_mb) has room for it; else the model's host tier (daemon/lanes/host_tiers.h) with
+  // what the budget leaves kept on the device (daemon/lanes/tier_placement.h), each decode of another tensor copying
+  // its compressed bytes to the device first. The intq "int" tensors' device forms, unless no tensor is on the device.
+  // Returns the bytes each side holds.
   struct TierAdded {
-    bool host = false;               // the tier is in host memory
-    std::uint64_t device_bytes = 0;  // device memory added (the region or the staging buffer, plans, intq forms)
-    std::uint64_t host_bytes = 0;    // the host tier's size
+    std::uint64_t tier_on_device = 0;  // the device region: the tier's tensors kept on the device
+    std::uint64_t host_bytes = 0;      // the host tier's size (0: none; the whole tier is on the device)
+    std::uint64_t device_bytes = 0;    // all device memory added (the region, plans, intq forms)
   };
   virtual Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) = 0;
   // A model retired at a reload whose last slot has gone: its tier, plans and intq forms are freed (on the calling

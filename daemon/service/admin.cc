@@ -147,8 +147,9 @@ bool Service::add_model(const ModelSpec& spec, std::shared_ptr<const ModelSource
       spdlog::error("model_resident model={} device={} ok=false fallback=cpu error={}", kv(name), l.gpu->device(),
                     kv(added.error().to_string()));
     } else {
-      spdlog::info("model_resident model={} where={} device={} device_bytes={} host_bytes={}", kv(name),
-                   added->host ? "host" : "device", l.gpu->device(), added->device_bytes, added->host_bytes);
+      const char* where = added->host_bytes == 0 ? "device" : added->tier_on_device == 0 ? "host" : "split";
+      spdlog::info("model_resident model={} where={} device={} tier_on_device={} host_bytes={} device_bytes={}",
+                   kv(name), where, l.gpu->device(), added->tier_on_device, added->host_bytes, added->device_bytes);
     }
   }
   spdlog::info("model_opened model={} id={} origin={} tensors={}", kv(name), *id, kv(origin), n);

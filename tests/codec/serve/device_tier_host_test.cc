@@ -171,6 +171,35 @@ TEST_F(DeviceTierHostTest, AHostTierFilledOnThreadsIsTheSameAndNamesTheFirstRefu
   EXPECT_FALSE(tier.staged());
 }
 
+// epkd's split between the device and the host tier: the tensors placed on the device are laid out compactly in
+// tensor order, their footprints adding up to the device region; by default every held tensor is there and the
+// device region is the whole region (what a client binds).
+TEST_F(DeviceTierHostTest, APlacedSubsetTakesItsFootprintsOnTheDevice) {
+  DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
+  EXPECT_EQ(tier.device_region_bytes(), tier.region_bytes());
+  EXPECT_TRUE(tier.on_device(0));
+  EXPECT_TRUE(tier.on_device(2));
+  EXPECT_EQ(tier.footprint(1), 0u);
+  EXPECT_EQ(tier.footprint(0) + tier.footprint(2), tier.region_bytes());
+  EXPECT_EQ(tier.footprint(0) % cuda::kTierAlign, 0u);
+  EXPECT_GE(tier.footprint(2), tier.span(2).bytes);
+
+  tier.place({false, true, true});  // tensor 1 is not in the tier: asking for it places nothing
+  EXPECT_FALSE(tier.on_device(0));
+  EXPECT_FALSE(tier.on_device(1));
+  EXPECT_TRUE(tier.on_device(2));
+  EXPECT_EQ(tier.device_region_bytes(), tier.footprint(2));
+  EXPECT_EQ(tier.region_bytes(), tier.footprint(0) + tier.footprint(2));  // the host tier's region is unchanged
+  tier.bind(DeviceAddress(1 << 20));
+  const cuda::DeviceBuffers in = tier.inputs(2);  // first in the device region now
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(in.payload_dev), std::uintptr_t{1} << 20);
+
+  tier.place({});
+  EXPECT_EQ(tier.device_region_bytes(), 0u);
+  tier.place({true, true, true, true});
+  EXPECT_EQ(tier.device_region_bytes(), tier.region_bytes());
+}
+
 TEST_F(DeviceTierHostTest, AStagedJobReadsTheCopyOfItsSpan) {
   DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
   tier.bind(DeviceAddress(1 << 20));
