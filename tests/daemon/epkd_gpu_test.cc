@@ -165,6 +165,56 @@ TEST_F(EpkdGpu, FromTheHostTierTheGpuServesTheSameBytes) {
   }
 }
 
+// A tier budget that holds part of a model: the outer tensor and the first block stay on the device (their misses
+// copy nothing), the last block is decoded from the host tier (its misses are staged), and every tensor arrives with
+// the host path's bytes.
+TEST_F(EpkdGpu, ASplitTierKeepsTheOuterTensorsAndFirstBlocksOnTheDevice) {
+  const std::string split = (dir_ / "split.epk").string();
+  {
+    auto w = container::Writer::create(split, {{"source", "epkd_gpu_test"}});
+    ASSERT_TRUE(w) << w.error().to_string();
+    // About 0.41 MiB each at 4 bpp, so that a 1 MiB budget holds two of the three; file order puts layer 10 before
+    // layer 2, as safetensors' sorted names do.
+    const char* names[] = {"model.layers.10.w", "model.layers.2.w", "lm_head.weight"};
+    for (int i = 0; i < 3; ++i) {
+      auto enc = encode_f32(gaussian(1024, 800, 40 + i), 1024, 800, 4.0);
+      ASSERT_TRUE(enc) << enc.error().to_string();
+      ASSERT_TRUE(write_lattice(*w, names[i], *enc));
+    }
+    ASSERT_TRUE(w->finish());
+  }
+  DeviceAndHost both({"--model", "m=" + split, "--devices", "0", "--tier-budget-mb", "1"}, "m=" + split, "16");
+  ASSERT_TRUE(both.connect());
+  std::optional<Client>& g = both.on_device;
+  std::optional<Client>& h = both.on_host;
+  auto staged = [&]() -> std::uint64_t {
+    auto st = g->stats();
+    EXPECT_TRUE(st && !st->pools.empty());
+    return st && !st->pools.empty() ? st->pools[0].staged_bytes : 0;
+  };
+  {
+    auto st = g->stats();
+    ASSERT_TRUE(st && !st->pools.empty());
+    EXPECT_GT(st->pools[0].host_tier_bytes, 0u);
+    EXPECT_GT(st->resident_bytes, 0u);  // part of the tier is on the device
+  }
+  for (const auto& [name, on_device] : {std::pair<std::string, bool>{"lm_head.weight", true},
+                                        {"model.layers.2.w", true},
+                                        {"model.layers.10.w", false}}) {
+    const std::uint64_t before = staged();
+    auto ht = h->acquire("m", name, shm::Layout::kDenseBF16);
+    auto gt = g->acquire("m", name, shm::Layout::kDenseBF16);
+    ASSERT_TRUE(ht) << ht.error().to_string();
+    ASSERT_TRUE(gt) << gt.error().to_string();
+    ASSERT_EQ(gt->bytes, ht->bytes);
+    auto got = host_bytes(*g, *gt);
+    EXPECT_EQ(std::memcmp(got.data(), ht->data, ht->bytes), 0) << name;
+    EXPECT_EQ(staged() == before, on_device) << name << ": staged " << before << " -> " << staged();
+    EXPECT_TRUE(h->release(ht->handle));
+    EXPECT_TRUE(g->release(gt->handle));
+  }
+}
+
 TEST_F(EpkdGpu, CApiExposesTheEventAndCopiesBack) {
   GpuEpkd gpu("m=" + path_, "16");
   ASSERT_TRUE(gpu.running());
