@@ -244,6 +244,10 @@ struct ModelInfo {
   std::uint64_t cached_slots = 0;  // slots of this model in the cache (ready or decoding)
   std::uint64_t cached_bytes = 0;
   std::uint64_t pinned_slots = 0;
+  // Version 5: the model's compressed tier on the devices (its regions, summed over the pools) and in host memory
+  // (its host tier, one per model), so that a user sees each model's split.
+  std::uint64_t tier_device_bytes = 0;
+  std::uint64_t tier_host_bytes = 0;
 };
 struct ModelsReply {
   std::uint32_t total = 0;  // models served; models.size() may be smaller when the list did not fit one message

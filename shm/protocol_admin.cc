@@ -101,13 +101,15 @@ void encode_models_reply(std::uint32_t id, const ModelsReply& m, std::vector<std
   Writer w(out, id, reply(MsgType::kModels));
   put_list(
       w, out, m.total, m.models,
-      [](const ModelInfo& info) { return 2 + std::min(info.name.size(), kMaxModelName) + 4 + 3 * 8; },
+      [](const ModelInfo& info) { return 2 + std::min(info.name.size(), kMaxModelName) + 4 + 5 * 8; },
       [&](const ModelInfo& info) {
         w.put_str(info.name, kMaxModelName);
         w.put<std::uint32_t>(info.tensors);
         w.put<std::uint64_t>(info.cached_slots);
         w.put<std::uint64_t>(info.cached_bytes);
         w.put<std::uint64_t>(info.pinned_slots);
+        w.put<std::uint64_t>(info.tier_device_bytes);
+        w.put<std::uint64_t>(info.tier_host_bytes);
       });
 }
 
@@ -115,7 +117,7 @@ Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p) {
   Reader r(p, "models reply");
   ModelsReply m;
   EPK_TRY_ASSIGN(m.total, r.get<std::uint32_t>("total"));
-  EPK_TRY_ASSIGN(std::uint32_t count, get_list_count(r, m.total, 2 + 4 + 3 * 8));
+  EPK_TRY_ASSIGN(std::uint32_t count, get_list_count(r, m.total, 2 + 4 + 5 * 8));
   m.models.resize(count);
   for (ModelInfo& info : m.models) {
     EPK_TRY_ASSIGN(info.name, r.get_str("name", kMaxModelName));
@@ -123,6 +125,8 @@ Result<ModelsReply> decode_models_reply(std::span<const std::uint8_t> p) {
     EPK_TRY_ASSIGN(info.cached_slots, r.get<std::uint64_t>("cached_slots"));
     EPK_TRY_ASSIGN(info.cached_bytes, r.get<std::uint64_t>("cached_bytes"));
     EPK_TRY_ASSIGN(info.pinned_slots, r.get<std::uint64_t>("pinned_slots"));
+    EPK_TRY_ASSIGN(info.tier_device_bytes, r.get<std::uint64_t>("tier_device_bytes"));
+    EPK_TRY_ASSIGN(info.tier_host_bytes, r.get<std::uint64_t>("tier_host_bytes"));
   }
   EPK_TRY(r.finish());
   return m;

@@ -117,6 +117,12 @@ class CudaBackend final : public GpuBackend {
     return host_tier_bytes_;
   }
   std::uint64_t staged_bytes() const override { return staged_bytes_.load(std::memory_order_relaxed); }
+  ModelTier model_tier(std::uint32_t model_id) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto m = models_.find(model_id);
+    if (m == models_.end()) return {};
+    return {m->second.tier->device_region_bytes(), m->second.host ? m->second.host->memory.size() : 0};
+  }
 
   Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
     // The model's device tier (codec/serve/device_tier.h): lattice-rans tensors' stored buffers in one region, placed

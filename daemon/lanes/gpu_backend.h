@@ -73,6 +73,11 @@ class GpuBackend {
   // lives). Returns the resident bytes freed.
   virtual std::uint64_t remove_model(std::uint32_t model_id) = 0;
   virtual std::uint64_t resident_bytes() const = 0;
+  // Where model `model_id`'s tier is on this lane: its device region's bytes and its host tier's (0, 0: none here).
+  struct ModelTier {
+    std::uint64_t device = 0, host = 0;
+  };
+  virtual ModelTier model_tier(std::uint32_t model_id) const = 0;
   // Host tiers this lane decodes from, and the bytes its decodes copied from them to the device so far.
   virtual std::uint64_t host_tier_bytes() const = 0;
   virtual std::uint64_t staged_bytes() const = 0;

@@ -143,6 +143,10 @@ std::string metrics_text(const MetricsInput& in) {
        [](const shm::ModelInfo& m) { return m.cached_slots; }},
       {"epkd_model_pinned_slots", "The model's cached tensors that clients hold pinned.",
        [](const shm::ModelInfo& m) { return m.pinned_slots; }},
+      {"epkd_model_tier_device_bytes", "The model's compressed tier kept on the devices, over every pool.",
+       [](const shm::ModelInfo& m) { return m.tier_device_bytes; }},
+      {"epkd_model_tier_host_bytes", "The model's compressed tier in host memory (its host tier).",
+       [](const shm::ModelInfo& m) { return m.tier_host_bytes; }},
   };
   for (const ModelMetric& m : kModel) {
     w.family(m.name, "gauge", m.help);

@@ -395,6 +395,14 @@ shm::ModelsReply Service::models_info(const PeerCredentials* peer, bool restrict
       m.cached_bytes += slot.bytes;
       if (slot.pin_total > 0) ++m.pinned_slots;
     });
+    if (!l.gpu) continue;
+    for (std::uint32_t id = 0; id < index.size(); ++id) {
+      if (index[id] < 0) continue;
+      shm::ModelInfo& m = r.models[static_cast<std::size_t>(index[id])];
+      const GpuBackend::ModelTier t = l.gpu->model_tier(id);
+      m.tier_device_bytes += t.device;
+      m.tier_host_bytes = std::max(m.tier_host_bytes, t.host);  // one host tier per model, shared by the lanes
+    }
   }
   return r;
 }

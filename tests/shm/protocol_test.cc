@@ -455,7 +455,7 @@ TEST(ProtocolMalformed, RandomBytesNeverCrashTheDecoders) {
 TEST(Protocol, ModelsReplyRoundTrip) {
   ModelsReply m;
   m.total = 2;
-  m.models = {{"llama", 291, 7, 123456789ull, 2}, {"", 0, 0, 0, 0}};
+  m.models = {{"llama", 291, 7, 123456789ull, 2, 3ull << 30, 5ull << 32}, {"", 0, 0, 0, 0}};
   std::vector<std::uint8_t> msg;
   encode_models_reply(9, m, &msg);
   EXPECT_EQ(header_of(msg).type, static_cast<std::uint16_t>(MsgType::kModels) | kReplyBit);
@@ -468,7 +468,10 @@ TEST(Protocol, ModelsReplyRoundTrip) {
   EXPECT_EQ(r->models[0].cached_slots, 7u);
   EXPECT_EQ(r->models[0].cached_bytes, 123456789ull);
   EXPECT_EQ(r->models[0].pinned_slots, 2u);
+  EXPECT_EQ(r->models[0].tier_device_bytes, 3ull << 30);  // version 5
+  EXPECT_EQ(r->models[0].tier_host_bytes, 5ull << 32);
   EXPECT_EQ(r->models[1].name, "");
+  EXPECT_EQ(r->models[1].tier_host_bytes, 0u);
 }
 
 TEST(Protocol, ModelsReplyKeepsToOneMessage) {

@@ -78,7 +78,9 @@ Status run_status(const StatusArgs& args) {
                              {"tensors", m.tensors},
                              {"cached_slots", m.cached_slots},
                              {"cached_bytes", m.cached_bytes},
-                             {"pinned_slots", m.pinned_slots}});
+                             {"pinned_slots", m.pinned_slots},
+                             {"tier_device_bytes", m.tier_device_bytes},
+                             {"tier_host_bytes", m.tier_host_bytes}});
     }
     j["models_total"] = models.total;
     std::printf("%s\n", json_text(j).c_str());
@@ -120,11 +122,13 @@ Status run_status(const StatusArgs& args) {
   std::printf("decode: %llu decode(s), %.2f ms in total", static_cast<unsigned long long>(s.decodes), ms);
   if (s.decodes) std::printf(", %.3f ms each", ms / static_cast<double>(s.decodes));
   std::printf("\n");
-  std::printf("%-32s %8s %8s %12s %8s\n", "model", "tensors", "cached", "bytes", "pinned");
+  std::printf("%-32s %8s %8s %12s %8s %12s %12s\n", "model", "tensors", "cached", "bytes", "pinned", "tier on GPU",
+              "tier in host");
   for (const auto& m : models.models) {
-    std::printf("%-32s %8u %8llu %12s %8llu\n", printable(m.name).c_str(), m.tensors,
+    std::printf("%-32s %8u %8llu %12s %8llu %12s %12s\n", printable(m.name).c_str(), m.tensors,
                 static_cast<unsigned long long>(m.cached_slots), human_bytes(m.cached_bytes).c_str(),
-                static_cast<unsigned long long>(m.pinned_slots));
+                static_cast<unsigned long long>(m.pinned_slots), human_bytes(m.tier_device_bytes).c_str(),
+                human_bytes(m.tier_host_bytes).c_str());
   }
   if (models.models.size() < models.total) {
     std::printf("(%zu of %u models listed)\n", models.models.size(), models.total);

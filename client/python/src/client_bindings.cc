@@ -170,6 +170,8 @@ struct PyClient {
       d["cached_slots"] = i.cached_slots;
       d["cached_bytes"] = i.cached_bytes;
       d["pinned_slots"] = i.pinned_slots;
+      d["tier_device_bytes"] = i.tier_device_bytes;
+      d["tier_host_bytes"] = i.tier_host_bytes;
       out.append(d);
     }
     return out;
@@ -259,7 +261,8 @@ void bind_client(nb::module_& m) {
            "hits, misses, evictions, decodes, decode_ns, clients, models, prefetches, resident_bytes, and pools: a\n"
            "list of per-pool dicts).")
       .def("models", &PyClient::models,
-           "The models epkd serves: a list of dicts (name, tensors, cached_slots, cached_bytes, pinned_slots).")
+           "The models epkd serves: a list of dicts (name, tensors, cached_slots, cached_bytes, pinned_slots,\n"
+           "tier_device_bytes, tier_host_bytes: the compressed tier on the GPUs and in host memory).")
       .def("tensors", &PyClient::tensors, nb::arg("model"),
            "`model`'s tensors in file order: a list of dicts (name, dtype as stored such as 'BF16', encoding such\n"
            "as 'raw' or 'lattice-rans', shape tuple, stored_bytes). NotFound for an unknown model.")
