@@ -22,9 +22,14 @@ Result<std::vector<double>> allocate_budget(const std::vector<LayerStats>& layer
     if (layers[i].weights == 0) {
       return make_error(ErrorCode::kInvalidArgument, "allocate_budget: layer " + std::to_string(i) + " is empty");
     }
+    if (!(std::isfinite(layers[i].gain) && layers[i].gain >= 0.0)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "allocate_budget: layer " + std::to_string(i) + " has gain " + std::to_string(layers[i].gain));
+    }
     total += double(layers[i].weights);
-    // An all-zero layer costs nothing to describe: it takes the minimum.
-    const double ms = layers[i].energy / double(layers[i].weights);
+    // An all-zero layer (or one whose error costs nothing) takes the minimum. A gain of exactly 1 leaves the mean
+    // square as it is, so the weight-error allocation is unchanged bit for bit.
+    const double ms = layers[i].gain * (layers[i].energy / double(layers[i].weights));
     offset[i] = ms > 0.0 ? 0.5 * std::log2(ms) : -1e300;
   }
   auto spend = [&](double c, std::vector<double>* rates) {

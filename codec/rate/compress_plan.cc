@@ -93,7 +93,7 @@ Result<TensorPlan> plan_tensor(const safetensors::TensorView& t, const CompressS
 }
 
 Result<CompressPlan> CompressPlan::create(std::span<const safetensors::TensorView> tensors,
-                                          const CompressSettings& settings) {
+                                          const CompressSettings& settings, const ErrorGain& error_gain) {
   EPK_TRY(check_rates(settings));
   CompressPlan p;
   p.budget_bpp_ = settings.budget_bpp;
@@ -113,7 +113,11 @@ Result<CompressPlan> CompressPlan::create(std::span<const safetensors::TensorVie
       continue;
     }
     EPK_TRY_ASSIGN(double e, energy(tensors[i]));
-    p.free_.push_back({i, {p.weights_[i], e}});
+    double gain = 1.0;
+    if (error_gain) {
+      EPK_TRY_ASSIGN(gain, error_gain(i));
+    }
+    p.free_.push_back({i, {p.weights_[i], e, gain}});
     free_weights += n;
   }
   p.budget_bits_ = *settings.budget_bpp * all_weights;

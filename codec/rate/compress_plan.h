@@ -14,12 +14,15 @@
 // stored as (buffers plus index entry, docs/FORMAT.md 10.5; a raw fallback at its raw size). Rule-fixed rates are
 // spent first; the rest goes to the free tensors by rate::allocate_budget (codec/rate/budget.h), within
 // [kMinBudgetBpp, kMaxBudgetBpp] per tensor. The allocation is redone before each free tensor over the free tensors
-// still to come with the bits still left, so a fallback's extra bits are taken from the tensors after it.
+// still to come with the bits still left, so a fallback's extra bits are taken from the tensors after it. What the
+// allocation minimises is the packer's error model (ErrorGain): the weight error by default; under calibration the
+// estimated output error of the tensors with statistics (codec/rate/output_error.h).
 //
 // Settings are named in errors by epk compress's flags (--bpp, --budget-bpp, --rule).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -82,14 +85,18 @@ std::vector<std::string> rdo_levers(int rdo_sweeps);
 // Steps 1-3 of the planning for one tensor.
 Result<TensorPlan> plan_tensor(const safetensors::TensorView& t, const CompressSettings& settings);
 
+// The error model of the budget: tensor i's gain (LayerStats::gain), asked once for each free tensor under a budget.
+// Empty: every gain 1, the weight error.
+using ErrorGain = std::function<Result<double>(std::size_t i)>;
+
 class CompressPlan {
  public:
   // Plans every tensor; under a budget, measures each free tensor's energy (reading its bytes) and checks that the
   // rate left for the free tensors after the rule-fixed ones is in [kMinBudgetBpp, kMaxBudgetBpp]. Errors: those of
-  // check_rates and plan_tensor, and that refusal, naming --budget-bpp and the rate left. The plan
-  // keeps no reference to `tensors`.
+  // check_rates, plan_tensor and error_gain, and that refusal, naming --budget-bpp and the rate left. The plan
+  // keeps no reference to `tensors` or `error_gain`.
   static Result<CompressPlan> create(std::span<const safetensors::TensorView> tensors,
-                                     const CompressSettings& settings);
+                                     const CompressSettings& settings, const ErrorGain& error_gain = {});
 
   std::size_t size() const { return plans_.size(); }
   const TensorPlan& plan(std::size_t i) const { return plans_[i]; }

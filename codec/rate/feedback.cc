@@ -21,30 +21,36 @@ constexpr std::size_t kRefitTileRows = 64;
 
 }  // namespace
 
+std::vector<double> damped_reversed_hessian(const HessianView& hv, std::vector<std::uint8_t>& dead, double& damp) {
+  const std::size_t n = hv.cols;
+  dead.assign(n, 0);
+  std::vector<double> a(n * n);
+  double diag_sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (hv.h[i * n + i] == 0.0f) dead[i] = 1;
+    diag_sum += dead[i] ? 1.0 : double(hv.h[i * n + i]);
+  }
+  damp = kFeedbackDamping * diag_sum / double(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j <= i; ++j) {
+      const std::size_t hi = n - 1 - i, hj = n - 1 - j;
+      double v = 0.5 * (double(hv.h[hi * n + hj]) + double(hv.h[hj * n + hi]));
+      if (i == j) v = (dead[hi] ? 1.0 : v) + damp;
+      a[i * n + j] = v;
+    }
+  }
+  return a;
+}
+
 Result<FeedbackFactor> make_feedback_factor(const HessianView& hv, std::string_view name, int threads) {
   const std::size_t n = hv.cols;
   FeedbackFactor out;
   out.cols = hv.cols;
   out.h = &hv;
-  out.dead.assign(n, 0);
   // A = J H J (J the reversal), symmetrised, with GPTQ's dead-column fix-up and damping. Its lower Cholesky factor
   // L gives H = R R^T with R = J L J upper triangular, so H^-1 = R^-T R^-1 and U = R^-1 = J L^-1 J is H^-1's upper
   // Cholesky factor: one factorisation and one triangular inverse instead of GPTQ's three steps.
-  std::vector<double> a(n * n);
-  double diag_sum = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (hv.h[i * n + i] == 0.0f) out.dead[i] = 1;
-    diag_sum += out.dead[i] ? 1.0 : double(hv.h[i * n + i]);
-  }
-  out.damp = kFeedbackDamping * diag_sum / double(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j <= i; ++j) {
-      const std::size_t hi = n - 1 - i, hj = n - 1 - j;
-      double v = 0.5 * (double(hv.h[hi * n + hj]) + double(hv.h[hj * n + hi]));
-      if (i == j) v = (out.dead[hi] ? 1.0 : v) + out.damp;
-      a[i * n + j] = v;
-    }
-  }
+  std::vector<double> a = damped_reversed_hessian(hv, out.dead, out.damp);
   // Cholesky in place (lower triangle), then M = L^-1, held transposed (column j at mt[j * n]): the blocked forms,
   // bit for bit the plain ones (codec/rate/cholesky.h), so the factor does not depend on the thread count.
   if (cholesky_lower_blocked(a.data(), n, threads) != n) {

@@ -29,6 +29,11 @@ struct FeedbackFactor {
   const HessianView* h = nullptr;  // the statistics the factor came from (the refit's objective)
 };
 
+// The matrix whose lower Cholesky factor make_feedback_factor takes: A = J H J (J the reversal: A's index i is H's
+// column n-1-i), symmetrised, each dead column's diagonal set to 1 and damp added to the diagonal; row-major n x n,
+// the lower triangle filled and the upper one zero. dead (per H column) and damp are set as FeedbackFactor's.
+std::vector<double> damped_reversed_hessian(const HessianView& h, std::vector<std::uint8_t>& dead, double& damp);
+
 // Errors (kInvalidArgument naming the tensor): H not positive definite after damping (a Cholesky pivot <= 0).
 // The same factor, bit for bit, for any thread count.
 Result<FeedbackFactor> make_feedback_factor(const HessianView& h, std::string_view name, int threads = 1);

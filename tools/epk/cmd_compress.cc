@@ -1,7 +1,8 @@
 // epk compress IN -o OUT.epk --bpp R [--rdo N] [--rule PATTERN=R]... [--budget-bpp R] [--max-error E] [--threads N]
 //   [--include-embeddings] [--device cpu|cuda] [--calibration STATS]: 2-D linear weights become lattice-rans tensors,
 //   the rest stays raw. With --calibration, the weights that have statistics (docs/FORMAT.md 12) are rounded with
-//   Hessian-aware error feedback (codec/rate/feedback.h) on the CPU encoder; the others encode as without it.
+//   Hessian-aware error feedback (codec/rate/feedback.h) on the CPU encoder; the others encode as without it. Under
+//   --budget-bpp those weights are priced by their estimated output error (codec/rate/output_error.h).
 // A weight whose lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor,
 // codec/rate/choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
 // --device cuda (the default where a GPU is visible) encodes on the GPU (codec/cuda/encode/encode.h): the same streams, so
@@ -26,6 +27,7 @@
 #include "codec/rate/choose.h"
 #include "codec/rate/compress_plan.h"
 #include "codec/rate/encode.h"
+#include "codec/rate/output_error.h"
 #include "codec/safetensors/checkpoint.h"
 #include "tools/epk/cli_common.h"
 #include "tools/epk/device_decode.h"
@@ -134,11 +136,6 @@ Status run_compress(const CompressArgs& args) {
   if (!args.calibration.empty() && args.rdo > 0)
     return make_error(ErrorCode::kInvalidArgument,
                       "--calibration with --rdo: calibrated rounding does not combine with ECVQ and row RDO");
-  // The budget allocator prices each tensor by its weight error (rate::allocate_budget's energy); pricing by the
-  // H-weighted output error is not built (docs/decisions/calibration.md).
-  if (!args.calibration.empty() && args.budget_bpp)
-    return make_error(ErrorCode::kInvalidArgument,
-                      "--calibration with --budget-bpp is not supported yet: give --bpp (and --rule) instead");
   EPK_TRY_ASSIGN(Device device, choose_device(args.device));
   EPK_TRY_ASSIGN(auto encoder, make_encoder(device));
   EPK_TRY_ASSIGN(auto checkpoint, safetensors::Checkpoint::open(args.input));
@@ -154,7 +151,18 @@ Status run_compress(const CompressArgs& args) {
     return calibration ? calibration->find(tensors[i].name) : nullptr;
   };
 
-  EPK_TRY_ASSIGN(auto plan, rate::CompressPlan::create(tensors, settings));
+  // Under a budget with statistics, a tensor that has them is priced by its estimated output error, the others by
+  // their weight error (docs/decisions/calibration.md). Without statistics the gain is left out, so the allocation
+  // is the weight-error one bit for bit.
+  rate::ErrorGain error_gain;
+  if (calibration && calibration->size() > 0) {
+    error_gain = [&](std::size_t i) -> Result<double> {
+      const rate::HessianView* h = stats_of(i);
+      if (!h) return 1.0;
+      return rate::calibrated_output_gain(*h, tensors[i].name, args.threads);
+    };
+  }
+  EPK_TRY_ASSIGN(auto plan, rate::CompressPlan::create(tensors, settings, error_gain));
   std::uint64_t total_bytes = 0;
   for (const auto& t : tensors) total_bytes += t.data.size();
 
@@ -360,7 +368,8 @@ void add_compress_command(CLI::App& app, int* exit_code) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--budget-bpp", args->budget_bpp,
-                  "spend this many bits per weight over all encoded tensors, chosen per layer to minimise error");
+                  "spend this many bits per weight over all encoded tensors, chosen per layer to minimise error: the "
+                  "weight error, or with --calibration the estimated output error of the weights that have statistics");
   cmd->add_option("--max-error", args->max_error,
                   "ceiling on a tensor's relative L2 error (0, 1]: a weight whose lattice-rans form is worse, or "
                   "misses the rate, is stored raw (default: min(0.9, max(0.01, 3 * 2^-R)) at target R)");

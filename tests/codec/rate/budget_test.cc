@@ -63,5 +63,44 @@ TEST(Budget, RefusesBadInput) {
   EXPECT_FALSE(allocate_budget({{10, 1.0}}, {4.0, 5.0, 3.0}).has_value());
 }
 
+TEST(Budget, ALayerWhoseErrorCostsMoreGetsMoreBits) {
+  // Identical weights; the second layer's output error is 16x its weight error, the first's 1/16: four gain
+  // doublings apart, so two bits apart, around the budget.
+  const std::vector<LayerStats> l = {{1000, 10.0, 1.0 / 16}, {1000, 10.0, 16.0}};
+  auto r = allocate_budget(l, {4.0, 1.0, 8.0});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_NEAR((*r)[0], 2.0, 1e-9);
+  EXPECT_NEAR((*r)[1], 6.0, 1e-9);
+  EXPECT_NEAR(spent(l, *r), 4.0, 1e-9);
+}
+
+TEST(Budget, EqualGainsLeaveTheWeightErrorAllocation) {
+  // A gain of exactly 1 is the weight-error model bit for bit; one common gain only shifts c, so the rates move by
+  // the bisection's rounding at most.
+  const std::vector<LayerStats> plain = {{4096, 0.4}, {1 << 20, 400.0}, {65536, 160.0}};
+  auto base = allocate_budget(plain, {3.5, 1.0, 8.0});
+  ASSERT_TRUE(base.has_value());
+  for (double gain : {1.0, 1.01, 1e-3, 250.0}) {
+    std::vector<LayerStats> l = plain;
+    for (auto& s : l) s.gain = gain;
+    auto r = allocate_budget(l, {3.5, 1.0, 8.0});
+    ASSERT_TRUE(r.has_value());
+    for (std::size_t i = 0; i < l.size(); ++i) {
+      if (gain == 1.0) {
+        EXPECT_EQ((*r)[i], (*base)[i]);
+      } else {
+        EXPECT_NEAR((*r)[i], (*base)[i], 1e-9) << "gain " << gain;
+      }
+    }
+  }
+}
+
+TEST(Budget, RefusesABadGain) {
+  EXPECT_FALSE(allocate_budget({{10, 1.0, -1.0}}, {}).has_value());
+  EXPECT_FALSE(allocate_budget({{10, 1.0, std::nan("")}}, {}).has_value());
+  EXPECT_FALSE(allocate_budget({{10, 1.0, INFINITY}}, {}).has_value());
+  EXPECT_TRUE(allocate_budget({{10, 1.0, 0.0}, {10, 1.0, 1.0}}, {}).has_value());
+}
+
 }  // namespace
 }  // namespace epk::rate

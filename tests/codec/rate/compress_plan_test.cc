@@ -286,5 +286,41 @@ TEST(PackerSettings, RdoTurnsOnTheSlowerLeversAndTheFileRecordsThem) {
   EXPECT_EQ(info.rdo_candidates, slow.rdo_candidates);
 }
 
+TEST(CompressPlan, TheErrorGainPricesEachFreeTensor) {
+  // Three identical free tensors; the error model says b's output error costs 16x a's and c's 1x: b gets two bits
+  // more than a (four gain doublings), and the three still spend the budget. The gain is asked of free tensors only.
+  Tensors t;
+  for (const char* name : {"q.weight", "a.weight", "b.weight", "c.weight"}) t.add(name, {16, 32});
+  std::vector<std::size_t> asked;
+  const ErrorGain gain = [&](std::size_t i) -> Result<double> {
+    asked.push_back(i);
+    return i == 2 ? 16.0 : i == 1 ? 1.0 / 16 : 1.0;
+  };
+  auto p = CompressPlan::create(t.views(), with_rules({}, 4.0, {"q*=4"}), gain);
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(asked, (std::vector<std::size_t>{1, 2, 3}));
+  EXPECT_NEAR(*p->target(1), 2.0, 1e-9);
+  p->record_stored(0, bytes_at(4.0, 512));
+  p->record_stored(1, bytes_at(2.0, 512));
+  EXPECT_NEAR(*p->target(2), 6.0, 1e-9);
+  p->record_stored(2, bytes_at(6.0, 512));
+  EXPECT_NEAR(*p->target(3), 4.0, 1e-9);
+  // A gain of 1 everywhere is the plan without a model; a gain's error is the plan's.
+  auto ones =
+      CompressPlan::create(t.views(), with_rules({}, 3.0, {}), [](std::size_t) -> Result<double> { return 1.0; });
+  auto none = CompressPlan::create(t.views(), with_rules({}, 3.0, {}));
+  ASSERT_TRUE(ones && none);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(*ones->target(i), *none->target(i));
+  auto bad = CompressPlan::create(t.views(), with_rules({}, 3.0, {}), [](std::size_t) -> Result<double> {
+    return make_error(ErrorCode::kInvalidArgument, "tensor 'b.weight': bad");
+  });
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("b.weight"), std::string::npos);
+  // Without a budget the model is not asked.
+  asked.clear();
+  ASSERT_TRUE(CompressPlan::create(t.views(), with_rules(4.0, {}, {}), gain).has_value());
+  EXPECT_TRUE(asked.empty());
+}
+
 }  // namespace
 }  // namespace epk::rate
