@@ -1,5 +1,6 @@
 """Writes a model folder whose encoded linears are replaced by a baseline's quantize-dequantize (quantizers.py):
-"nf4" or "gptq" (GPTQ against the H of an epk-calibrate statistics file, the one calibrated epk uses).
+"nf4", "gptq" (GPTQ against the H of an epk-calibrate statistics file, the one calibrated epk uses) or "rtn" (GPTQ's
+group quantizer without feedback: what GPTQ's error feedback adds over plain rounding at the same 4.25 bpp).
 
 The tensors replaced are exactly those `epk compress` encodes without --include-embeddings (epk._calibration's
 why_not_encoded: every 2-D non-embedding weight; the token embedding, and so the tied LM head, stays as it is), and
@@ -38,6 +39,8 @@ def write_baseline(model_dir: Path, out_dir: Path, method: str, stats: Optional[
             if key not in h:
                 raise SystemExit(f"{stats}: no statistics for {name}")
             q = quantizers.gptq(w, h[key])
+        elif method == "rtn":
+            q = quantizers.rtn_groups(w)
         else:
             raise SystemExit(f"unknown baseline {method}")
         tensors[name] = torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32)).to(t.dtype)

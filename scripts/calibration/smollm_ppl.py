@@ -1,11 +1,12 @@
 """Issue 30's perplexity table on the CPU: a causal LM (staged by smollm_stage.py) original, epk plain and calibrated
-at each rate, NF4 (4.5 bpp) and GPTQ (4-bit, group 128, act-order: 4.25 bpp) with epk's calibration statistics.
+at each rate, NF4 (4.5 bpp), GPTQ (4-bit, group 128, act-order: 4.25 bpp) with epk's calibration statistics, and
+GPTQ's quantizer without feedback (rtn, 4.25 bpp).
 
 Steps, each result kept in OUT/results.json so that a rerun skips what is done (delete it to start over):
   1. the calibration text (CALIB files concatenated) and the held-out evaluation text (EVAL files) into OUT;
   2. epk-calibrate (epk.calibrate.calibrate, on the CPU) -> OUT/stats.safetensors;
   3. perplexity of the original; of `epk compress --bpp R [--calibration STATS] --device cpu` then `epk decompress`
-     at each rate; of NF4 and GPTQ (baselines.py) on the same tensors;
+     at each rate; of NF4, GPTQ and RTN (baselines.py) on the same tensors;
   4. the table (markdown) on stdout.
 Needs torch, transformers, safetensors and the epk Python package (for epk.calibrate) importable.
 
@@ -105,7 +106,7 @@ def main() -> None:
             score(name, folder, bpp=rate, epk_bytes=packed.stat().st_size, compress_secs=secs)
             shutil.rmtree(folder)
         if rate == a.rates[0]:
-            for method, bpp in (("nf4", 4.5), ("gptq", 4.25)):
+            for method, bpp in (("nf4", 4.5), ("gptq", 4.25), ("rtn", 4.25)):
                 if method in results:
                     continue
                 folder = out / method
