@@ -17,3 +17,6 @@ source scripts/ccache_env.sh
 # From the repository root, so that `import epk` is the installed package, not client/python/epk. pytest exits 5
 # when it collected no tests, which fails here like any other failure.
 EPK_BUILD_DIR="$PWD/$build" "$venv/bin/python" -m pytest -q -rs client/python/tests
+# The perplexity table's NumPy baselines (scripts/calibration/quantizers.py: NF4, GPTQ) against plain loops: numpy is
+# in this venv, not always in the system's python.
+"$venv/bin/python" tests/calibration/quantizers_test.py
