@@ -92,8 +92,8 @@ class CudaStoredTier final : public StoredTier {
       const container::TensorEntry& e = entries[i];
       if (!serve::in_device_region(e)) continue;
       // The tables, offsets and scales come from this map: they must be the bytes epkd checked and uploaded. The
-      // payload is read from epkd's tier (checksummed there), so its pages here are not read at all, or, for a host
-      // tier, checksummed as it is copied in (make_host_tier).
+      // payload is read from epkd's tier, on the device or in host memory (checksummed there), so its pages here are
+      // not read at all.
       for (std::size_t b = 0; b < e.buffers.size(); ++b) {
         if (e.buffers[b].name != rans::kPayloadBuffer) EPK_TRY(t->reader_.verify_buffer(e, b));
       }

@@ -66,9 +66,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 # The pure parts (tested on their own by tests/bench/prefill_bench_test.py), the sampler and the torch side live beside
 # this file.
 from prefill_report import (DEFAULT_SETUPS, EPK_SETUPS, GEN_SETUPS, HOST_TIER_SETUPS, MIB, REF_SETUPS, SETUPS, Work,
-                            _mib,
-                            epkd_config_text, format_tables, gpu_total, key_order, load_json, merge_memory, run_key,
-                            split_key, write_json)
+                            _mib, epkd_config_text, gpu_total, key_order, load_json, merge_memory, run_key, split_key,
+                            write_json)
+from prefill_tables import format_tables
 from prefill_sampler import make_sampler
 from prefill_setup import make_model, setup_main
 

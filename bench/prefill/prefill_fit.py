@@ -3,7 +3,7 @@ resident in BF16 (the 70B), the same shape with fewer layers, each layer's weigh
 
 fit_body: random BF16 models of each of --fit-layers layer counts, built on the GPU one after another (the shape of
 W/src/config.json, N(0, 0.02) weights: their values do not change a GEMM's time), each timed at every length as the
-other setups are; the report fits a line in the layer count (prefill_report.fit_estimate).
+other setups are; the report fits a line in the layer count (prefill_tables.fit_estimate).
 
 tied_model: the model of W/src/config.json with its weights from W/decompressed, which holds fewer layers: layer l's
 parameters are layer (l mod k)'s tensors, as epk_replicate_layers repeats the encoded layers, so this model computes

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "prefill"))
 import prefill_bench as pb  # noqa: E402
 import prefill_report as pr  # noqa: E402
+import prefill_tables as pt  # noqa: E402
 
 EPKD = None
 EPK = None
@@ -147,7 +148,7 @@ class Tables(unittest.TestCase):
         self.assertIn("| epk-client | - | - | not measured |", t)
 
     def test_targets_are_judged_on_the_figures(self):
-        lines = pr.targets(self.results())
+        lines = pt.targets(self.results())
         self.assertIn("- epk-client at 4096 tokens within 1.05x of resident: 1.033x (124.0 vs 120.0 ms): met", lines)
         self.assertIn("- epk-client at 16384 tokens within 1.02x of resident: 1.034x (600.0 vs 580.0 ms): missed",
                       lines)
@@ -167,7 +168,7 @@ class Tables(unittest.TestCase):
         self.assertIn("none seen (MPS not in use)", pb.format_tables(r, [1024]))
 
     def test_missing_figures_are_na(self):
-        lines = pr.targets({"resident": result("resident", {4096: 120.0})})
+        lines = pt.targets({"resident": result("resident", {4096: 120.0})})
         self.assertTrue(all(line.endswith(": n/a") for line in lines), lines)
 
     def test_gpu_total_falls_back_to_the_device_figure(self):
@@ -212,7 +213,7 @@ class CapSweep(unittest.TestCase):
                          ["decompressed", "resident", "epk-client-host@4", "epk-client-host@12", "accelerate@4"])
 
     def test_one_row_per_setup_and_cap(self):
-        rows = pr.cap_table(self.results(), [1024, 4096, 16384])
+        rows = pt.cap_table(self.results(), [1024, 4096, 16384])
         self.assertIn("| epk-client-host | 4 | max_gpu_gb 1.5 | 80.0 (2.67x) | 150.0 (1.25x) | 600.0 (1.03x) | n/a | "
                       "5000 MiB | does not fit: peak 5000 MiB > cap 4096 MiB | bit-equal to decompressed |", rows)
         self.assertIn("| epk-client-host | 6 | max_gpu_gb 2 | 60.0 (2.00x) | 130.0 (1.08x) | 585.0 (1.01x) | "
@@ -228,7 +229,7 @@ class CapSweep(unittest.TestCase):
         self.assertIn("| accelerate | 6 | max_memory 2048 MiB, 3 of 36 modules on the GPU | 1100 (36.67x) |", acc[0])
 
     def test_targets_per_cap(self):
-        lines = pr.capped_targets(self.results())
+        lines = pt.capped_targets(self.results())
         self.assertIn("- epk-client-host at 6 GiB, 4096 tokens: 130.0 ms, 1.083x resident (target 1.15x: met), "
                       "2.00x faster than offload-bf16 (260.0 ms; target 1.8x: met; offload-bf16 does not fit: peak "
                       "6336 MiB > cap 6144 MiB)", lines)
@@ -244,20 +245,20 @@ class CapSweep(unittest.TestCase):
 
     def test_a_result_from_before_the_sweep_keeps_its_cap(self):
         r = {"epk-client-host": result("epk-client-host", {1024: 60.0}, params={"cap_bytes": 6 << 30})}
-        self.assertEqual(pr.caps_in(r), [6.0])
-        self.assertEqual(len(pr.cap_table(r, [1024])), 3)
+        self.assertEqual(pt.caps_in(r), [6.0])
+        self.assertEqual(len(pt.cap_table(r, [1024])), 3)
 
     def test_no_capped_runs_no_sweep(self):
-        self.assertEqual(pr.cap_table({"resident": result("resident", {1024: 30.0})}, [1024]), [])
+        self.assertEqual(pt.cap_table({"resident": result("resident", {1024: 30.0})}, [1024]), [])
 
 
 class ComputeOnly(unittest.TestCase):
     def test_line_fit(self):
-        a, b = pr.fit_line([10, 20, 30], [110.0, 210.0, 310.0])
+        a, b = pt.fit_line([10, 20, 30], [110.0, 210.0, 310.0])
         self.assertAlmostEqual(a, 10.0)
         self.assertAlmostEqual(b, 10.0)
         with self.assertRaises(ValueError):
-            pr.fit_line([10, 10], [1.0, 2.0])
+            pt.fit_line([10, 10], [1.0, 2.0])
 
     def results(self):
         fit = result("fit-bf16", fit={"layers": [10, 20], "target_layers": 80, "prefill": {
@@ -270,21 +271,21 @@ class ComputeOnly(unittest.TestCase):
         return {"decompressed": dec, "fit-bf16": fit, "epk-client-host@24": host}
 
     def test_estimate_is_intercept_plus_layers_times_slope(self):
-        e = pr.fit_estimate(self.results()["fit-bf16"], 4096)
+        e = pt.fit_estimate(self.results()["fit-bf16"], 4096)
         self.assertAlmostEqual(e["per_layer_ms"], 14.0)
         self.assertAlmostEqual(e["intercept_ms"], 10.0)
         self.assertAlmostEqual(e["estimate_ms"], 1130.0)
-        self.assertIsNone(pr.fit_estimate(self.results()["fit-bf16"], 16384))  # one layer count: no line
+        self.assertIsNone(pt.fit_estimate(self.results()["fit-bf16"], 16384))  # one layer count: no line
 
     def test_targets_judged_on_both_figures(self):
-        lines = pr.compute_only_lines(self.results(), [4096, 16384])
+        lines = pt.compute_only_lines(self.results(), [4096, 16384])
         self.assertIn("  - epk-client-host@24: 1250.0 ms = 1.106x measured (target 1.15x: met), 1.106x fit (target "
                       "1.15x: met)", lines)
         self.assertIn("  - epk-client-host@24: 4900.0 ms = 1.043x measured (target 1.05x: met)", lines)
         self.assertIn("- epk-client-host@24 generation: 400.0 ms/token (compute-only, the decompressed model: 30.0 "
                       "ms/token)", lines)
         self.assertTrue(any("80 layers tied to the 2 decoded layers" in x for x in lines), lines)
-        self.assertEqual(pr.compute_only_lines({"resident": result("resident", {4096: 1.0})}, [4096]), [])
+        self.assertEqual(pt.compute_only_lines({"resident": result("resident", {4096: 1.0})}, [4096]), [])
         # The decompressed row is a timed one here, in the prefill table.
         self.assertIn("| decompressed | 4096 | 1130 |", pb.format_tables(self.results(), [4096, 16384]))
 
