@@ -61,10 +61,10 @@ cuda::DeviceBuffers DeviceTier::inputs(std::size_t tensor) const {
   return cuda::tier_buffers(DeviceAddress(staging_.address().value - span(tensor).offset), *layout_.tensors[tensor]);
 }
 
-std::uint64_t DeviceTier::max_span_bytes() const {
+std::uint64_t DeviceTier::staging_bytes() const {
   std::uint64_t most = 0;
   for (std::size_t i = 0; i < producers_.size(); ++i) {
-    if (holds(i)) most = std::max(most, span(i).bytes);
+    if (holds(i) && !on_device(i)) most = std::max(most, span(i).bytes);
   }
   return most;
 }
@@ -167,10 +167,7 @@ Status DeviceTier::bind_host(std::span<const std::byte> host) {
 
 Status DeviceTier::make_staging() {
   if (!staged() || staging_.size() != 0) return {};
-  std::uint64_t most = 0;
-  for (std::size_t i = 0; i < producers_.size(); ++i) {
-    if (holds(i) && !on_device(i)) most = std::max(most, span(i).bytes);
-  }
+  const std::uint64_t most = staging_bytes();
   if (most == 0) return {};  // every held tensor is on the device
   EPK_TRY_ASSIGN(staging_, cuda::DeviceAllocation::create(most, device_, "host tier staging"));
   account_(static_cast<std::int64_t>(staging_.size()));

@@ -125,11 +125,11 @@ class DeviceTier {
   // (upload() is not called: the host path serves intq tensors), so it takes no device memory until a decode needs it.
   Status bind_host(std::span<const std::byte> host);
   bool staged() const { return host_.data() != nullptr; }
-  // The largest span() of a held tensor: a staging buffer of this size holds any one tensor's inputs.
-  std::uint64_t max_span_bytes() const;
+  // The largest span() of a held tensor not on the device (place()): the staging buffer's size.
+  std::uint64_t staging_bytes() const;
   // Bytes copied from the host tier to the staging buffer so far (same thread as enqueue()).
   std::uint64_t staged_bytes() const { return staged_bytes_; }
-  // The region's bytes in host memory (the host tier of client-side decode, when epkd keeps none on the device):
+  // The region's bytes in host memory (epkd's host tier, daemon/lanes/host_tiers.h):
   // zeros, then each held tensor's stored buffers after verify(i), exactly as upload() lays them on a device.
   // region.size() must be region_bytes(). Then bind() the region's device-visible address (pinned host memory is
   // one under unified addressing) for decodes that read it in place. verify(i) and the copies run on `threads`

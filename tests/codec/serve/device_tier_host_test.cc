@@ -167,7 +167,7 @@ TEST_F(DeviceTierHostTest, AHostTierFilledOnThreadsIsTheSameAndNamesTheFirstRefu
     ASSERT_FALSE(refused);
     EXPECT_EQ(refused.error().message, "tensor zero") << threads;
   }
-  EXPECT_EQ(tier.max_span_bytes(), std::max(tier.span(0).bytes, tier.span(2).bytes));
+  EXPECT_EQ(tier.staging_bytes(), 0u);  // every held tensor is on the device: nothing to stage
   EXPECT_FALSE(tier.staged());
 }
 
@@ -189,6 +189,7 @@ TEST_F(DeviceTierHostTest, APlacedSubsetTakesItsFootprintsOnTheDevice) {
   EXPECT_FALSE(tier.on_device(1));
   EXPECT_TRUE(tier.on_device(2));
   EXPECT_EQ(tier.device_region_bytes(), tier.footprint(2));
+  EXPECT_EQ(tier.staging_bytes(), tier.span(0).bytes);  // the one tensor decoded from the host tier
   EXPECT_EQ(tier.region_bytes(), tier.footprint(0) + tier.footprint(2));  // the host tier's region is unchanged
   tier.bind(DeviceAddress(1 << 20));
   const cuda::DeviceBuffers in = tier.inputs(2);  // first in the device region now
@@ -196,6 +197,7 @@ TEST_F(DeviceTierHostTest, APlacedSubsetTakesItsFootprintsOnTheDevice) {
 
   tier.place({});
   EXPECT_EQ(tier.device_region_bytes(), 0u);
+  EXPECT_EQ(tier.staging_bytes(), std::max(tier.span(0).bytes, tier.span(2).bytes));
   tier.place({true, true, true, true});
   EXPECT_EQ(tier.device_region_bytes(), tier.region_bytes());
 }
