@@ -1,5 +1,6 @@
 // Our encoder's streams decoded by the reference package itself (live: needs /opt/refvenv/bin/python with
-// entropack; skips cleanly without it). Label: reference.
+// entropack; skips cleanly without it), calibrated ones among them (the calibrated encoder writes the same stream
+// format). Label: reference.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,6 +11,7 @@
 
 #include "codec/rans/decoder.h"
 #include "codec/rans/reference_format.h"
+#include "codec/rate/calibration.h"
 #include "codec/rate/encode.h"
 #include "tests/codec/testing/vector_file.h"
 
@@ -28,6 +30,23 @@ testing::VectorTensor tensor_of(const std::string& dtype, std::vector<std::uint6
   return t;
 }
 
+// H = X^T X of `samples` input rows whose columns have unequal scales and are correlated with their neighbour: the
+// calibrated encoder's feedback then moves most points away from the plain encoder's.
+std::vector<float> correlated_h(std::uint32_t cols, std::uint32_t samples, std::mt19937& rng) {
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::vector<double> h(std::size_t(cols) * cols, 0.0), x(cols);
+  for (std::uint32_t s = 0; s < samples; ++s) {
+    double prev = 0.0;
+    for (std::uint32_t j = 0; j < cols; ++j) {
+      prev = 0.8 * prev + g(rng);
+      x[j] = prev * (1.0 + double(j % 7));
+    }
+    for (std::uint32_t i = 0; i < cols; ++i)
+      for (std::uint32_t j = 0; j < cols; ++j) h[std::size_t(i) * cols + j] += x[i] * x[j];
+  }
+  return std::vector<float>(h.begin(), h.end());
+}
+
 TEST(ReferenceLive, ReferenceDecodesOurStreamsBitExact) {
   if (!std::filesystem::exists(kPython)) GTEST_SKIP() << kPython << " missing";
   const struct {
@@ -36,9 +55,12 @@ TEST(ReferenceLive, ReferenceDecodesOurStreamsBitExact) {
     double bpp;
     int rdo;
     bool ecvq = false;  // the entropy-constrained point choice with table pruning and the fine rate step
+    bool calibrated = false;  // encoded with input statistics (correlated_h)
   } cases[] = {{"a", 40, 96, 4.0, 0},        {"b", 33, 101, 2.5, 0},       {"c", 64, 64, 8.0, 0},
                {"d", 1, 13, 6.0, 0},         {"e", 50, 200, 3.0, 2},       {"f", 24, 200, 10.0, 0},
-               {"g", 37, 203, 4.0, 0, true}, {"h", 29, 99, 2.0, 1, true},  {"i", 1, 8, 5.0, 0, true}};
+               {"g", 37, 203, 4.0, 0, true}, {"h", 29, 99, 2.0, 1, true},  {"i", 1, 8, 5.0, 0, true},
+               {"j", 48, 96, 4.0, 0, false, true},   {"k", 31, 101, 3.0, 0, false, true},
+               {"l", 20, 203, 2.5, 0, false, true},  {"m", 3, 17, 6.0, 0, false, true}};
   const struct {
     const char* torch;
     const char* st;
@@ -56,9 +78,20 @@ TEST(ReferenceLive, ReferenceDecodesOurStreamsBitExact) {
     o.target_bpp = c.bpp;
     o.rdo_sweeps = c.rdo;
     o.ecvq = o.prune_tables = o.fine_rate = c.ecvq;
+    const std::vector<float> h = c.calibrated ? correlated_h(c.cols, c.cols + 64, rng) : std::vector<float>();
+    const rate::HessianView hv{h, c.cols, double(c.cols + 64)};
+    if (c.calibrated) o.calibration = &hv;
     auto enc = rate::encode({reinterpret_cast<const std::byte*>(w.data()), w.size() * 4}, c.rows, c.cols,
                             DType::kF32, o, c.name);
     ASSERT_TRUE(enc.has_value()) << enc.error().to_string();
+    if (c.calibrated) {  // the statistics moved the points: this case is not a plain stream again
+      rate::EncodeOptions plain_options = o;
+      plain_options.calibration = nullptr;
+      auto plain = rate::encode({reinterpret_cast<const std::byte*>(w.data()), w.size() * 4}, c.rows, c.cols,
+                                DType::kF32, plain_options, c.name);
+      ASSERT_TRUE(plain.has_value());
+      EXPECT_FALSE(plain->payload == enc->payload && plain->scales == enc->scales) << c.name;
+    }
     auto blob = write_reference_quant_state(*enc);
     ASSERT_TRUE(blob.has_value());
     file[std::string(c.name) + ".quant_state"] = tensor_of("U8", {blob->size()}, blob->data(), blob->size());
