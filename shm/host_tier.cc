@@ -30,16 +30,23 @@ Result<HostTierMemory> HostTierMemory::create(std::uint64_t bytes, const std::st
 }
 
 std::span<std::byte> HostTierMemory::writable() const {
-  if (sealed_) return {};
+  if (!writable_) return {};
   return {reinterpret_cast<std::byte*>(mapping_.data()), mapping_.size()};
 }
 
 Status HostTierMemory::seal() {
   if (sealed_) return {};
-  // F_SEAL_WRITE is refused while a writable shared mapping exists: the read-write map goes first.
-  mapping_ = Mapping();
+  writable_ = false;
+  // Each MAP_FIXED map replaces the range's pages at once (a concurrent reader faults on the new map, which shows the
+  // same page-cache pages); mapping_ keeps owning the range.
+  auto remap = [&](int flags, const char* step) -> Status {
+    void* p = ::mmap(mapping_.data(), size_, PROT_READ, flags | MAP_FIXED, fd_.get(), 0);
+    if (p == MAP_FAILED) return make_errno_error(std::string("host tier: ") + step, errno);
+    return {};
+  };
+  EPK_TRY(remap(MAP_PRIVATE, "mapping the memfd read-only before the seal"));
   if (::fcntl(fd_.get(), F_ADD_SEALS, kHostTierSeals) != 0) return make_errno_error("host tier: sealing the memfd", errno);
-  EPK_TRY_ASSIGN(mapping_, Mapping::map_shared_readonly(fd_.get(), size_, "host tier"));
+  EPK_TRY(remap(MAP_SHARED, "mapping the sealed memfd shared"));
   sealed_ = true;
   return {};
 }

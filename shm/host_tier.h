@@ -25,8 +25,12 @@ class HostTierMemory {
   static Result<HostTierMemory> create(std::uint64_t bytes, const std::string& name);
   // Before seal(): the bytes to fill.
   std::span<std::byte> writable() const;
-  // Drops the read-write mapping, maps the memfd read-only and seals it (write, shrink, grow, seal). After it, bytes()
-  // is the read-only view; writable() is empty.
+  // Seals the memfd (write, shrink, grow, seal) with the read-write mapping replaced by a read-only one at the same
+  // address, so bytes() stays valid throughout: epkd's decodes read the parts already filled while the last ones
+  // are written and the tier is sealed. F_SEAL_WRITE is refused while any shared mapping could write (before Linux
+  // 6.7 a read-only shared map of a read-write fd counts too), so the address is first held by a private read-only
+  // map of the same pages, then by the shared read-only one once sealed. After it writable() is empty, also when it
+  // failed.
   Status seal();
 
   // A client: maps `fd` read-only after checking that it is sealed as seal() leaves it and holds exactly `bytes`.
@@ -43,6 +47,7 @@ class HostTierMemory {
   Mapping mapping_;
   std::uint64_t size_ = 0;
   bool sealed_ = false;
+  bool writable_ = true;  // until seal() starts
 };
 
 }  // namespace epk::shm

@@ -90,6 +90,40 @@ Result<LatticeJob> DeviceTier::job(std::size_t tensor, Layout layout, DeviceAddr
   return lattice_job(*lattice_[tensor].producer, layout, in, out_dev);
 }
 
+std::vector<DeviceTier::HostPart> DeviceTier::host_parts() const {
+  // tier_layout places the buffers in increasing offsets: only the gaps before each, and the tail, are zeroed (the
+  // decoder reads up to kTierPayloadPad bytes past a payload), so each byte of the region is written once. Each held
+  // tensor owns the bytes from the end of the previous one's buffers to the end of its own.
+  std::vector<HostPart> parts;
+  std::uint64_t end = 0;
+  for (std::size_t i = 0; i < producers_.size(); ++i) {
+    if (!holds(i)) continue;
+    HostPart& part = parts.emplace_back(HostPart{i, end, lattice_uploads(lattice_[i].producer->stream(),
+                                                                         *layout_.tensors[i])});
+    for (const Upload& u : part.uploads) end = u.offset + u.host.size();
+  }
+  return parts;
+}
+
+void DeviceTier::write_host_part(std::span<std::byte> region, const HostPart& part) {
+  std::uint64_t at = part.from;
+  for (const Upload& u : part.uploads) {
+    std::fill(region.begin() + static_cast<std::ptrdiff_t>(at), region.begin() + static_cast<std::ptrdiff_t>(u.offset),
+              std::byte{0});
+    std::copy(u.host.begin(), u.host.end(), region.begin() + static_cast<std::ptrdiff_t>(u.offset));
+    at = u.offset + u.host.size();
+  }
+}
+
+void DeviceTier::zero_host_tail(std::span<std::byte> region, const std::vector<HostPart>& parts) {
+  std::uint64_t end = 0;
+  if (!parts.empty()) {
+    const Upload& last = parts.back().uploads.back();
+    end = last.offset + last.host.size();
+  }
+  std::fill(region.begin() + static_cast<std::ptrdiff_t>(end), region.end(), std::byte{0});
+}
+
 Status DeviceTier::fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify,
                              int threads) const {
   if (region.size() != layout_.bytes) {
@@ -97,43 +131,17 @@ Status DeviceTier::fill_host(std::span<std::byte> region, const std::function<St
                                                        " bytes given for a " + std::to_string(layout_.bytes) +
                                                        "-byte region");
   }
-  // tier_layout places the buffers in increasing offsets: only the gaps before each, and the tail, are zeroed (the
-  // decoder reads up to kTierPayloadPad bytes past a payload), so each byte of the region is written once. Each held
-  // tensor owns the bytes from the end of the previous one's buffers to the end of its own: tensors are checked and
-  // copied on `threads` threads (the file's pages are read by as many), each writing only its own bytes.
-  struct Part {
-    std::size_t tensor = 0;
-    std::uint64_t from = 0;
-  };
-  std::vector<Part> parts;
-  std::uint64_t end = 0;
-  for (std::size_t i = 0; i < producers_.size(); ++i) {
-    if (!holds(i)) continue;
-    parts.push_back({i, end});
-    for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *layout_.tensors[i])) {
-      end = u.offset + u.host.size();
-    }
-  }
-  auto zero = [&](std::uint64_t from, std::uint64_t to) {
-    std::fill(region.begin() + static_cast<std::ptrdiff_t>(from), region.begin() + static_cast<std::ptrdiff_t>(to),
-              std::byte{0});
-  };
+  // Tensors are checked and copied on `threads` threads (the file's pages are read by as many).
+  const std::vector<HostPart> parts = host_parts();
   std::vector<Status> results(parts.size());
   parallel_for_blocks(parts.size(), 1, threads, [&](std::size_t begin, std::size_t stop) {
     for (std::size_t k = begin; k < stop; ++k) {
-      const std::size_t i = parts[k].tensor;
-      results[k] = verify(i);
-      if (!results[k]) continue;
-      std::uint64_t at = parts[k].from;
-      for (const Upload& u : lattice_uploads(lattice_[i].producer->stream(), *layout_.tensors[i])) {
-        zero(at, u.offset);
-        std::copy(u.host.begin(), u.host.end(), region.begin() + static_cast<std::ptrdiff_t>(u.offset));
-        at = u.offset + u.host.size();
-      }
+      results[k] = verify(parts[k].tensor);
+      if (results[k]) write_host_part(region, parts[k]);
     }
   });
   for (const Status& st : results) EPK_TRY(st);  // the first tensor refused, in file order
-  zero(end, region.size());
+  zero_host_tail(region, parts);
   return {};
 }
 

@@ -24,6 +24,7 @@
 // GPU thread), each enqueue() followed by a synchronisation of its stream before the next. Built with CUDA only.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -136,6 +137,18 @@ class DeviceTier {
   // threads (verify must be safe to call concurrently); the first tensor refused, in file order, is the error.
   Status fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify,
                    int threads = 1) const;
+  // fill_host in parts, for a host tier that serves while it is being filled: part k is one held tensor's stored
+  // buffers and the zeros between the previous part's end (`from`) and them, in tensor order; parts write disjoint
+  // bytes, so any thread may write any part at any time (write_host_part), the tail after the last part once
+  // (zero_host_tail). The uploads read the producers' bytes: valid while this tier's owner lives.
+  struct HostPart {
+    std::size_t tensor = 0;
+    std::uint64_t from = 0;
+    std::array<Upload, 4> uploads;
+  };
+  std::vector<HostPart> host_parts() const;
+  static void write_host_part(std::span<std::byte> region, const HostPart& part);
+  static void zero_host_tail(std::span<std::byte> region, const std::vector<HostPart>& parts);
 
   // Held tensor i's inputs as one span of the region: what a copy of [offset, offset + bytes) to a 256-aligned
   // device address A holds, A given to job() as inputs_at (a staged decode).

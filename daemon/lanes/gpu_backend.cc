@@ -121,7 +121,7 @@ class CudaBackend final : public GpuBackend {
     std::lock_guard<std::mutex> lock(mu_);
     auto m = models_.find(model_id);
     if (m == models_.end()) return {};
-    return {m->second.tier->device_region_bytes(), m->second.host ? m->second.host->memory.size() : 0};
+    return {m->second.tier->device_region_bytes(), m->second.host ? m->second.host->size() : 0};
   }
 
   Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
@@ -145,8 +145,9 @@ class CudaBackend final : public GpuBackend {
     const bool whole = tier->device_region_bytes() == tier->region_bytes();
     Status placed = [&]() -> Status {
       if (!whole) {
-        EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, *source, device_));
-        EPK_TRY(tier->bind_host(made.host->memory.bytes()));
+        // Filled in the background: each decode of a tensor not on the device waits for that tensor only.
+        EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, src, device_));
+        EPK_TRY(tier->bind_host(made.host->bytes()));
         if (device_bytes == 0) return {};  // all in host memory: nothing on the device until a decode needs it
       }
       if (device_bytes != 0) {
@@ -166,8 +167,8 @@ class CudaBackend final : public GpuBackend {
       tier_region_bytes_ -= std::min(tier_region_bytes_, device_bytes);
       return placed.error();
     }
-    TierAdded out{device_bytes, made.host ? made.host->memory.size() : 0, added};
-    if (made.host) host_tier_bytes_ += made.host->memory.size();
+    TierAdded out{device_bytes, made.host ? made.host->size() : 0, added};
+    if (made.host) host_tier_bytes_ += made.host->size();
     models_[model_id] = std::move(made);
     return out;
   }
@@ -181,7 +182,7 @@ class CudaBackend final : public GpuBackend {
         made = std::move(m->second);
         models_.erase(m);
         tier_region_bytes_ -= std::min(tier_region_bytes_, made.tier->device_region_bytes());
-        if (made.host) host_tier_bytes_ -= std::min(host_tier_bytes_, made.host->memory.size());
+        if (made.host) host_tier_bytes_ -= std::min(host_tier_bytes_, made.host->size());
       }
       if (auto b = model_bytes_.find(model_id); b != model_bytes_.end()) {
         freed = b->second;
@@ -201,12 +202,17 @@ class CudaBackend final : public GpuBackend {
                  bool* on_device, const std::function<void()>& on_enqueued) override {
     *on_device = false;
     std::shared_ptr<serve::DeviceTier> tier;
+    std::shared_ptr<HostTier> host;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto m = models_.find(model_id); m != models_.end() && tensor < m->second.tier->tensors()) {
         tier = m->second.tier;
+        host = m->second.host;
       }
     }
+    // A tensor decoded from the host tier: its bytes in place and checked first (filled here during the cold start
+    // if no filler has reached it); its checksum error otherwise, as the CPU path would give.
+    if (host && !tier->on_device(tensor)) EPK_TRY(host->ready(tensor));
     EPK_TRY(shm::make_device_current(device_));
     const DeviceAddress dst = pool_base_ + slot_offset;
     Status enqueued = [&]() -> Status {
@@ -361,9 +367,24 @@ class CudaBackend final : public GpuBackend {
     std::lock_guard<std::mutex> lock(mu_);
     auto m = models_.find(model_id);
     if (m == models_.end()) return std::nullopt;
-    if (m->second.host) return TierExport{m->second.host->memory.fd(), m->second.host->memory.size(), true};
+    if (m->second.host) {
+      // Only a sealed tier whose every tensor passed its checksum: a client reads it without checking.
+      if (!m->second.host->outcome()) return std::nullopt;
+      return TierExport{m->second.host->fd(), m->second.host->size(), true};
+    }
     if (!m->second.region) return std::nullopt;
     return TierExport{m->second.region->export_fd(), m->second.region->size(), false};
+  }
+
+  bool when_tier_ready(std::uint32_t model_id, std::function<void()> then) override {
+    std::shared_ptr<HostTier> host;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto m = models_.find(model_id); m != models_.end()) host = m->second.host;
+    }
+    if (!host || host->complete()) return false;
+    host->when_complete(std::move(then));  // runs it at once if the tier completed just now
+    return true;
   }
 
   // Places `tier`'s tensors (DeviceTier::place): all on the device where what the tier budget leaves holds the whole
@@ -424,7 +445,7 @@ class CudaBackend final : public GpuBackend {
   struct Model {
     std::shared_ptr<serve::DeviceTier> tier;
     std::shared_ptr<shm::DevicePool> region;  // the tier on the device
-    std::shared_ptr<const HostTier> host;     // or in the model's host tier
+    std::shared_ptr<HostTier> host;           // or in the model's host tier
   };
   std::unordered_map<std::uint32_t, Model> models_;
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)

@@ -91,6 +91,10 @@ class GpuBackend {
     bool host = false;
   };
   virtual std::optional<TierExport> tier(std::uint32_t model_id) const = 0;
+  // True when the model's tier here is a host tier still being filled (the cold start, daemon/lanes/host_tiers.h):
+  // tier() has nothing for clients yet, and `then` runs once it has (on the thread that completes it). False, with
+  // `then` dropped, when tier() answers now.
+  virtual bool when_tier_ready(std::uint32_t model_id, std::function<void()> then) = 0;
 
   // Fills [slot_offset, slot_offset + bytes) of the device pool with `tensor` of `model_id` in `layout` and records
   // event_for(slot_id). Called from one thread (the GPU scheduler's). `*on_device` says whether the kernel ran.

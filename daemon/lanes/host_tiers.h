@@ -1,17 +1,29 @@
 // Models' host tiers for epkd's device lanes (shm/host_tier.h): a lane whose tier budget (tier_budget_mb) leaves no
 // room for a model's compressed tier keeps it in host memory and decodes from it on the GPU, each decode first
 // copying its tensor's compressed bytes to the device (serve::DeviceTier::bind_host). One host tier per model, shared
-// by every lane that keeps the model there and by every client that decodes it itself (open_stored passes its fd):
-// made by the first lane that needs it (the model's stored buffers checksummed and copied on several threads: the
-// cold start reads the file with as many), page-locked with the driver once (portable: every device's context copies
-// from it at full speed), freed once no lane holds it (clients keep their own maps). CUDA builds only.
+// by every lane that keeps the model there and by every client that decodes it itself (open_stored passes its fd),
+// made by the first lane that needs it, freed once no lane holds it (clients keep their own maps). CUDA builds only.
+//
+// The cold start: a tier serves from the moment it is made. Its tensors are checksummed and copied in the background
+// in tensor (forward) order on `threads` threads (the file's pages read by as many); a decode that needs a tensor not
+// yet in place fills it on its own thread, or waits for the filler that has it (HostTier::ready), so an acquire waits
+// for its own tensor only and never decodes on the CPU. Once every tensor is in, the memfd is sealed, then page-locked
+// with the driver (portable: every device's context copies from it at full speed; until then copies run from pageable
+// memory): sealing must come first, since a memfd whose pages are pinned refuses F_SEAL_WRITE. Clients get the fd only
+// once it is sealed (when_complete).
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "codec/common/result.h"
 #include "codec/serve/device_tier.h"
@@ -21,26 +33,76 @@
 
 namespace epk::daemon {
 
-struct HostTier {
-  shm::HostTierMemory memory;  // sealed
-  // Empty where the driver refused the registration (said in the log): copies then run from pageable memory.
-  shm::HostRegistration registration;
+class HostTier {
+ public:
+  // Starts filling `memory` (a fresh memfd of the placement's region_bytes()) with `parts` (DeviceTier::host_parts of
+  // the model's placement) from `src`, each tensor checked by verify_stored first, on `threads` threads (0: none in
+  // the background, each tensor filled by the first ready() that needs it).
+  HostTier(std::uint32_t model_id, shm::HostTierMemory memory, std::vector<serve::DeviceTier::HostPart> parts,
+           std::shared_ptr<const ModelSource> src, int device, int threads);
+  ~HostTier();  // stops the fillers between tensors and joins them
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+
+  // The whole region, read-only: valid from the start (a tensor's bytes once ready() said so).
+  std::span<const std::byte> bytes() const { return memory_.bytes(); }
+  std::uint64_t size() const { return memory_.size(); }
+  int fd() const { return memory_.fd(); }
+
+  // Blocks until `tensor`'s stored buffers are in place and checked: fills them on this thread when no filler has
+  // taken them yet, else waits for the one that has. The tensor's checksum error (kChecksum naming it) if it was
+  // refused; its bytes are then never read. A tensor the tier does not hold: ok at once.
+  Status ready(std::size_t tensor);
+  // Every tensor in and the memfd sealed (then registered, or refused by the driver and said so in the log).
+  bool complete() const;
+  // After complete(): the first tensor refused (tensor order), or ok. A tier with a refused tensor is not passed to
+  // clients (they would read its zeros).
+  Status outcome() const;
+  // Runs `then` once complete(): here and now if it is, else on the thread that completes it.
+  void when_complete(std::function<void()> then);
+
+ private:
+  enum : std::uint8_t { kPending, kFilling, kDone };
+  void fill_loop();
+  Status fill(std::size_t part);
+  void finish();
+  Status outcome_now() const;  // every part done
+
+  const std::uint32_t model_id_;
+  const int device_;
+  const std::shared_ptr<const ModelSource> src_;  // the parts' uploads read its bytes
+  const std::vector<serve::DeviceTier::HostPart> parts_;
+  std::vector<std::int64_t> part_of_;  // tensor -> part, -1 where the tier does not hold it
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+
+  shm::HostTierMemory memory_;                       // sealed by finish()
+  shm::HostRegistration registration_;               // after the seal; empty where the driver refused
+  std::unique_ptr<std::atomic<std::uint8_t>[]> state_;  // per part
+  std::vector<Status> results_;                      // per part, written before its state turns kDone
+  std::atomic<std::size_t> next_{0};                 // the next part a filler takes
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::condition_variable filled_;
+  std::size_t done_ = 0;                             // under mu_
+  bool complete_ = false;                            // under mu_
+  std::vector<std::function<void()>> then_;          // under mu_
+  std::vector<std::thread> fillers_;                 // joined by the destructor before anything above goes
 };
 
 class HostTiers {
  public:
-  // `threads`: how many check and copy a tier's tensors (at least 1).
+  // `threads`: how many fill a tier (at least 1).
   explicit HostTiers(int threads) : threads_(threads < 1 ? 1 : threads) {}
 
   // Model `model_id`'s host tier, laid out as `placement` (a DeviceTier of the model's producers) and filled from
-  // `src` (each tensor checked by verify_stored first), registered on `device`; the one made before if it still lives.
-  Result<std::shared_ptr<const HostTier>> get(std::uint32_t model_id, const serve::DeviceTier& placement,
-                                              const ModelSource& src, int device);
+  // `src` in the background; registered on `device` once complete. The one made before if it still lives.
+  Result<std::shared_ptr<HostTier>> get(std::uint32_t model_id, const serve::DeviceTier& placement,
+                                              std::shared_ptr<const ModelSource> src, int device);
 
  private:
   const int threads_;
-  std::mutex mu_;  // held while a tier is made: two lanes adding one model make it once
-  std::unordered_map<std::uint32_t, std::weak_ptr<const HostTier>> tiers_;
+  std::mutex mu_;  // two lanes adding one model make it once
+  std::unordered_map<std::uint32_t, std::weak_ptr<HostTier>> tiers_;
 };
 
 }  // namespace epk::daemon

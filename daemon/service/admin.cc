@@ -1,6 +1,8 @@
 // Models and figures (daemon/service/service.h): opening models (at start and on SIGHUP), open_model, open_stored, stats and
 // the models list.
 #include <spdlog/spdlog.h>
+
+#include <boost/asio/post.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -264,6 +266,15 @@ void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStore
   if (model->retired.load()) return model_gone(s, req, *model);
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
+  // A host tier still being filled (the cold start) is passed once it is sealed: the request is answered then, from
+  // the start (the model may have gone meanwhile), on the session's own executor.
+  if (lane->gpu && lane->gpu->when_tier_ready(m.model_id, [this, weak = s.weak_from_this(), req, m] {
+        if (std::shared_ptr<Session> sp = weak.lock()) {
+          boost::asio::post(sp->executor(), [this, sp, req, m] { on_open_stored(*sp, req, m); });
+        }
+      })) {
+    return;
+  }
   std::optional<GpuBackend::TierExport> tier = lane->gpu ? lane->gpu->tier(m.model_id) : std::nullopt;
   const int file = model->source->file_fd();
   const bool host = tier && tier->host;

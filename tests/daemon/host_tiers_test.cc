@@ -1,7 +1,9 @@
 // daemon/lanes/host_tiers.h without a GPU: a model's host tier is made once from its file (every tensor checked),
-// holds exactly what DeviceTier::fill_host lays out, is sealed, is shared while any lane holds it and made anew after
-// the last let it go; a tensor whose stored bytes fail their checksum refuses the tier. (Here the driver is absent, so
-// the registration fails and the tier serves unregistered, as epkd's log says; the GPU tests cover registration.)
+// holds exactly what DeviceTier::fill_host lays out, is sealed once complete, is shared while any lane holds it and
+// made anew after the last let it go; a tensor serves before the rest are in (filled by the decode that needs it);
+// a tensor whose stored bytes fail their checksum is refused by name, and the tier is then not one to pass to
+// clients. (Here the driver is absent, so the registration fails and the tier serves unregistered, as epkd's log
+// says; the GPU tests cover registration.)
 #include "daemon/lanes/host_tiers.h"
 
 #include <fcntl.h>
@@ -9,6 +11,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
+#include <thread>
 
 #include "daemon/sources/epk_source.h"
 #include "tests/daemon/epk_test_models.h"
@@ -53,6 +57,22 @@ class HostTiersTest : public ::testing::Test {
   std::string path_;
 };
 
+std::size_t tensor_index(const ModelSource& src, const std::string& name) {
+  for (std::size_t i = 0; i < src.tensors().size(); ++i) {
+    if (src.tensors()[i].name == name) return i;
+  }
+  ADD_FAILURE() << name << " is not in the model";
+  return 0;
+}
+
+// Blocks until `tier` is complete (sealed), through when_complete.
+void wait_complete(HostTier& tier) {
+  std::promise<void> done;
+  tier.when_complete([&done] { done.set_value(); });
+  done.get_future().wait();
+  EXPECT_TRUE(tier.complete());
+}
+
 TEST_F(HostTiersTest, OneSealedTierPerModelWhileAnyoneHoldsIt) {
   auto src = open();
   ASSERT_TRUE(src);
@@ -62,28 +82,31 @@ TEST_F(HostTiersTest, OneSealedTierPerModelWhileAnyoneHoldsIt) {
   ASSERT_TRUE(tier->fill_host(want, [](std::size_t) { return Status{}; }));
 
   HostTiers tiers(3);
-  auto a = tiers.get(7, *tier, *src, 0);
+  auto a = tiers.get(7, *tier, src, 0);
   ASSERT_TRUE(a) << a.error().to_string();
-  const HostTier& t = **a;
-  EXPECT_TRUE(t.memory.sealed());
-  ASSERT_EQ(t.memory.size(), want.size());
-  EXPECT_TRUE(std::equal(want.begin(), want.end(), t.memory.bytes().begin()));
-  EXPECT_EQ(::fcntl(t.memory.fd(), F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);
+  HostTier& t = **a;
+  wait_complete(t);
+  EXPECT_TRUE(t.outcome()) << t.outcome().error().to_string();
+  ASSERT_EQ(t.size(), want.size());
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), t.bytes().begin()));
+  EXPECT_EQ(::fcntl(t.fd(), F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);
   // A second lane gets the same one; another model gets its own.
-  auto again = tiers.get(7, *tier, *src, 0);
+  auto again = tiers.get(7, *tier, src, 0);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->get(), a->get());
-  auto other = tiers.get(8, *tier, *src, 0);
+  auto other = tiers.get(8, *tier, src, 0);
   ASSERT_TRUE(other);
   EXPECT_NE(other->get(), a->get());
+  wait_complete(**other);
   // Once every holder let it go, the next lane gets a new one (the old memfd is freed: its fd number is reused).
-  const int old_fd = t.memory.fd();
+  const int old_fd = t.fd();
   *a = nullptr;
   *again = nullptr;
-  auto fresh = tiers.get(7, *tier, *src, 0);
+  auto fresh = tiers.get(7, *tier, src, 0);
   ASSERT_TRUE(fresh);
-  EXPECT_EQ(::fcntl(old_fd, F_GET_SEALS) >= 0, (*fresh)->memory.fd() == old_fd);
-  EXPECT_TRUE(std::equal(want.begin(), want.end(), (*fresh)->memory.bytes().begin()));
+  wait_complete(**fresh);
+  EXPECT_EQ(::fcntl(old_fd, F_GET_SEALS) >= 0, (*fresh)->fd() == old_fd);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), (*fresh)->bytes().begin()));
 }
 
 TEST_F(HostTiersTest, AStoredBufferThatFailsItsChecksumRefusesTheTier) {
@@ -94,10 +117,101 @@ TEST_F(HostTiersTest, AStoredBufferThatFailsItsChecksumRefusesTheTier) {
   ASSERT_TRUE(src);
   auto tier = placement(*src);
   HostTiers tiers(2);
-  auto made = tiers.get(1, *tier, *src, 0);
-  ASSERT_FALSE(made);
-  EXPECT_EQ(made.error().code, ErrorCode::kChecksum) << made.error().to_string();
-  EXPECT_NE(made.error().message.find("layers.4.w"), std::string::npos) << made.error().message;
+  auto made = tiers.get(1, *tier, src, 0);
+  ASSERT_TRUE(made) << made.error().to_string();
+  HostTier& t = **made;
+  const std::size_t bad = tensor_index(*src, "layers.4.w");
+  Status refused = t.ready(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kChecksum) << refused.error().to_string();
+  EXPECT_NE(refused.error().message.find("layers.4.w"), std::string::npos) << refused.error().message;
+  EXPECT_TRUE(t.ready(tensor_index(*src, "layers.0.w")));  // the others still serve
+  wait_complete(t);
+  Status outcome = t.outcome();
+  ASSERT_FALSE(outcome);  // not a tier to pass to a client
+  EXPECT_EQ(outcome.error().code, ErrorCode::kChecksum);
+}
+
+TEST_F(HostTiersTest, ATensorServesBeforeTheRestAreInAndTheSealWaitsForTheLast) {
+  // No background filler: each tensor is filled by the first ready() that needs it, the tier completes (and runs
+  // what waits on it) with the last one, and holds then exactly what fill_host lays out.
+  auto src = open();
+  ASSERT_TRUE(src);
+  auto tier = placement(*src);
+  std::vector<std::byte> want(tier->region_bytes());
+  ASSERT_TRUE(tier->fill_host(want, [](std::size_t) { return Status{}; }));
+  auto memory = shm::HostTierMemory::create(tier->region_bytes(), "host-tiers-test");
+  ASSERT_TRUE(memory) << memory.error().to_string();
+  HostTier t(3, std::move(*memory), tier->host_parts(), src, 0, 0);
+  int completions = 0;
+  t.when_complete([&completions] { ++completions; });
+  const std::vector<std::size_t> order = {tensor_index(*src, "layers.3.w"), tensor_index(*src, "layers.0.w"),
+                                          tensor_index(*src, "layers.4.w"), tensor_index(*src, "layers.1.w")};
+  for (std::size_t i : order) {
+    ASSERT_TRUE(t.ready(i));
+    const serve::DeviceTier::Span sp = tier->span(i);
+    EXPECT_TRUE(std::equal(want.begin() + static_cast<std::ptrdiff_t>(sp.offset),
+                           want.begin() + static_cast<std::ptrdiff_t>(sp.offset + sp.bytes),
+                           t.bytes().begin() + static_cast<std::ptrdiff_t>(sp.offset)))
+        << "tensor " << i;
+    EXPECT_FALSE(t.complete());
+    EXPECT_EQ(completions, 0);
+    EXPECT_LT(::fcntl(t.fd(), F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);  // not sealed: a client would refuse it
+  }
+  EXPECT_TRUE(t.ready(tensor_index(*src, "norm")));  // not in the tier: at once, and completes nothing
+  EXPECT_FALSE(t.complete());
+  ASSERT_TRUE(t.ready(tensor_index(*src, "layers.2.w")));  // the last one
+  EXPECT_TRUE(t.complete());
+  EXPECT_EQ(completions, 1);
+  EXPECT_TRUE(t.outcome());
+  EXPECT_EQ(::fcntl(t.fd(), F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), t.bytes().begin()));
+  EXPECT_TRUE(t.ready(order[0]));  // again: at once
+  t.when_complete([&completions] { ++completions; });  // complete: runs here and now
+  EXPECT_EQ(completions, 2);
+}
+
+TEST_F(HostTiersTest, DecodesAndFillersRacingForTheSameTensorsLeaveTheSameBytes) {
+  // Background fillers and four "lanes" asking for every tensor in different orders: each tensor is written once
+  // (by whoever took it first), every ready() returns ok with the tensor's bytes in place, and the tier completes
+  // once.
+  auto src = open();
+  ASSERT_TRUE(src);
+  auto tier = placement(*src);
+  std::vector<std::byte> want(tier->region_bytes());
+  ASSERT_TRUE(tier->fill_host(want, [](std::size_t) { return Status{}; }));
+  std::vector<std::size_t> held;
+  for (std::size_t i = 0; i < src->tensors().size(); ++i) {
+    if (tier->holds(i)) held.push_back(i);
+  }
+  for (int round = 0; round < 20; ++round) {
+    auto memory = shm::HostTierMemory::create(tier->region_bytes(), "host-tiers-test");
+    ASSERT_TRUE(memory) << memory.error().to_string();
+    HostTier t(static_cast<std::uint32_t>(round), std::move(*memory), tier->host_parts(), src, 0, 1 + round % 3);
+    std::atomic<int> completions{0}, bad{0};
+    t.when_complete([&completions] { ++completions; });
+    std::vector<std::thread> lanes;
+    for (int lane = 0; lane < 4; ++lane) {
+      lanes.emplace_back([&, lane] {
+        for (std::size_t j = 0; j < held.size(); ++j) {
+          const std::size_t i = held[(j * (lane + 1) + std::size_t(round)) % held.size()];
+          if (!t.ready(i)) ++bad;
+          const serve::DeviceTier::Span sp = tier->span(i);
+          if (!std::equal(want.begin() + static_cast<std::ptrdiff_t>(sp.offset),
+                          want.begin() + static_cast<std::ptrdiff_t>(sp.offset + sp.bytes),
+                          t.bytes().begin() + static_cast<std::ptrdiff_t>(sp.offset))) {
+            ++bad;
+          }
+        }
+      });
+    }
+    for (std::thread& l : lanes) l.join();
+    wait_complete(t);
+    EXPECT_EQ(bad.load(), 0) << "round " << round;
+    EXPECT_EQ(completions.load(), 1) << "round " << round;
+    EXPECT_TRUE(t.outcome());
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), t.bytes().begin())) << "round " << round;
+  }
 }
 
 }  // namespace

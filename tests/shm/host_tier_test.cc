@@ -44,6 +44,30 @@ TEST(HostTier, SealedItKeepsItsBytesAndRefusesEveryWrite) {
   EXPECT_EQ(m.bytes()[0], std::byte(1));
 }
 
+TEST(HostTier, ItsReadOnlyViewShowsWhatIsWrittenAndStaysPutAcrossTheSeal) {
+  // epkd decodes the parts of a host tier already filled while other parts are written: the read-only view exists
+  // from the start, shows each write at once, and keeps its address when the read-write mapping goes.
+  const std::uint64_t n = 2 * 4096 + 5;
+  auto m = HostTierMemory::create(n, "host-tier-test");
+  ASSERT_TRUE(m) << m.error().to_string();
+  const std::byte* view = m->bytes().data();
+  ASSERT_EQ(m->bytes().size(), n);
+  EXPECT_EQ(m->bytes()[4096], std::byte(0));
+  m->writable()[4096] = std::byte(0x5a);
+  EXPECT_EQ(view[4096], std::byte(0x5a));
+  ASSERT_TRUE(m->seal()) << m->seal().error().to_string();
+  EXPECT_TRUE(m->writable().empty());
+  EXPECT_EQ(m->bytes().data(), view);
+  EXPECT_EQ(view[4096], std::byte(0x5a));
+  EXPECT_EQ(view[n - 1], std::byte(0));
+  EXPECT_EQ(::fcntl(m->fd(), F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);
+  // The view is the shared one again: it cannot be made writable, and it shows the file itself.
+  EXPECT_NE(::mprotect(const_cast<std::byte*>(view), n, PROT_READ | PROT_WRITE), 0);
+  char b = 0;
+  ASSERT_EQ(::pread(m->fd(), &b, 1, 4096), 1);
+  EXPECT_EQ(b, 0x5a);
+}
+
 TEST(HostTier, AClientMapsTheSameBytesReadOnly) {
   const std::uint64_t n = 8192;
   HostTierMemory m = filled_and_sealed(n);
