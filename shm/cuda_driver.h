@@ -18,6 +18,7 @@ struct Driver {
   decltype(&cuDeviceGet) DeviceGet = nullptr;
   decltype(&cuDevicePrimaryCtxRetain) DevicePrimaryCtxRetain = nullptr;
   decltype(&cuCtxSetCurrent) CtxSetCurrent = nullptr;
+  decltype(&cuCtxGetCurrent) CtxGetCurrent = nullptr;
   decltype(&cuCtxSynchronize) CtxSynchronize = nullptr;
   decltype(&cuGetErrorName) GetErrorName = nullptr;
   decltype(&cuMemGetAllocationGranularity) MemGetAllocationGranularity = nullptr;

@@ -187,7 +187,14 @@ HostRegistration& HostRegistration::operator=(HostRegistration&& o) noexcept {
 }
 
 void HostRegistration::reset() {
-  if (p_ != nullptr && make_current(device_)) driver().MemHostUnregister(p_);
+  // The thread's current context is restored after: a lane of another device may drop the last hold of a host tier
+  // this one registered, and go on freeing its own device's objects.
+  if (p_ != nullptr) {
+    CUcontext before = nullptr;
+    const bool known = driver().CtxGetCurrent(&before) == CUDA_SUCCESS;
+    if (make_current(device_)) driver().MemHostUnregister(p_);
+    if (known && before != nullptr) driver().CtxSetCurrent(before);
+  }
   p_ = nullptr;
 }
 

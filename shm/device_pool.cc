@@ -28,6 +28,7 @@ const Driver& driver() {
     load(d.DeviceGet, "cuDeviceGet");
     load(d.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
     load(d.CtxSetCurrent, "cuCtxSetCurrent");
+    load(d.CtxGetCurrent, "cuCtxGetCurrent");
     load(d.CtxSynchronize, "cuCtxSynchronize");
     load(d.GetErrorName, "cuGetErrorName");
     load(d.MemGetAllocationGranularity, "cuMemGetAllocationGranularity");

@@ -13,6 +13,14 @@ namespace {
 // The seals seal() adds; a client refuses an fd lacking any of them.
 constexpr int kHostTierSeals = F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
+// A read-only mapping of the memfd `fd` through a read-only reopening of it (HostTierMemory's class comment).
+Result<Mapping> map_read_only(int fd, std::uint64_t bytes, const std::string& what) {
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  UniqueFd ro(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (ro.get() < 0) return make_errno_error(what + ": reopening the host tier read-only (" + path + ")", errno);
+  return Mapping::map_shared_readonly(ro.get(), bytes, "host tier");  // the map keeps the file; ro may close
+}
+
 }  // namespace
 
 Result<HostTierMemory> HostTierMemory::create(std::uint64_t bytes, const std::string& name) {
@@ -24,29 +32,28 @@ Result<HostTierMemory> HostTierMemory::create(std::uint64_t bytes, const std::st
   if (::ftruncate(m.fd_.get(), static_cast<off_t>(bytes)) != 0) {
     return make_errno_error("host tier '" + name + "': ftruncate to " + std::to_string(bytes), errno);
   }
-  EPK_TRY_ASSIGN(m.mapping_, Mapping::map_shared(m.fd_.get(), bytes, "host tier"));
+  EPK_TRY_ASSIGN(m.writable_, Mapping::map_shared(m.fd_.get(), bytes, "host tier"));
+  EPK_TRY_ASSIGN(m.mapping_, map_read_only(m.fd_.get(), bytes, "host tier '" + name + "'"));
   m.size_ = bytes;
+  m.filling_ = true;
   return m;
 }
 
 std::span<std::byte> HostTierMemory::writable() const {
-  if (!writable_) return {};
-  return {reinterpret_cast<std::byte*>(mapping_.data()), mapping_.size()};
+  if (!filling_) return {};
+  return {reinterpret_cast<std::byte*>(writable_.data()), writable_.size()};
 }
 
 Status HostTierMemory::seal() {
   if (sealed_) return {};
-  writable_ = false;
-  // Each MAP_FIXED map replaces the range's pages at once (a concurrent reader faults on the new map, which shows the
-  // same page-cache pages); mapping_ keeps owning the range.
-  auto remap = [&](int flags, const char* step) -> Status {
-    void* p = ::mmap(mapping_.data(), size_, PROT_READ, flags | MAP_FIXED, fd_.get(), 0);
-    if (p == MAP_FAILED) return make_errno_error(std::string("host tier: ") + step, errno);
-    return {};
-  };
-  EPK_TRY(remap(MAP_PRIVATE, "mapping the memfd read-only before the seal"));
-  if (::fcntl(fd_.get(), F_ADD_SEALS, kHostTierSeals) != 0) return make_errno_error("host tier: sealing the memfd", errno);
-  EPK_TRY(remap(MAP_SHARED, "mapping the sealed memfd shared"));
+  filling_ = false;
+  // F_SEAL_WRITE is refused while a writable shared mapping exists: the read-write map goes first. It also waits for
+  // pages something holds pinned (briefly: a driver's DMA) and then refuses with EBUSY: tried again a few times.
+  writable_ = Mapping();
+  int tries = 0;
+  while (::fcntl(fd_.get(), F_ADD_SEALS, kHostTierSeals) != 0) {
+    if (errno != EBUSY || ++tries == 3) return make_errno_error("host tier: sealing the memfd", errno);
+  }
   sealed_ = true;
   return {};
 }
@@ -64,7 +71,7 @@ Result<HostTierMemory> HostTierMemory::map(UniqueFd fd, std::uint64_t bytes, con
                                                 " bytes announced, the fd holds " + std::to_string(st.st_size));
   }
   HostTierMemory m;
-  EPK_TRY_ASSIGN(m.mapping_, Mapping::map_shared_readonly(fd.get(), bytes, "host tier"));
+  EPK_TRY_ASSIGN(m.mapping_, map_read_only(fd.get(), bytes, what));
   m.fd_ = std::move(fd);
   m.size_ = bytes;
   m.sealed_ = true;

@@ -20,22 +20,23 @@ class HostTierMemory {
  public:
   HostTierMemory() = default;
 
-  // epkd: a memfd of `bytes` (> 0) named `name`, mapped read-write here until seal(). Its pages read as zeros until
-  // written.
+  // epkd: a memfd of `bytes` (> 0) named `name`, mapped twice here: read-write until seal(), and read-only (bytes())
+  // from now on at one address, so decodes may read the parts already filled while others are written and while
+  // the memfd is sealed. Its pages read as zeros until written.
   static Result<HostTierMemory> create(std::uint64_t bytes, const std::string& name);
   // Before seal(): the bytes to fill.
   std::span<std::byte> writable() const;
-  // Seals the memfd (write, shrink, grow, seal) with the read-write mapping replaced by a read-only one at the same
-  // address, so bytes() stays valid throughout: epkd's decodes read the parts already filled while the last ones
-  // are written and the tier is sealed. F_SEAL_WRITE is refused while any shared mapping could write (before Linux
-  // 6.7 a read-only shared map of a read-write fd counts too), so the address is first held by a private read-only
-  // map of the same pages, then by the shared read-only one once sealed. After it writable() is empty, also when it
-  // failed.
+  // Drops the read-write mapping and seals the memfd (write, shrink, grow, seal); bytes() is unchanged. After it (also
+  // when it failed) writable() is empty.
   Status seal();
 
   // A client: maps `fd` read-only after checking that it is sealed as seal() leaves it and holds exactly `bytes`.
   // kBadInput naming what is wrong otherwise (an fd that could still change under this process is refused).
   static Result<HostTierMemory> map(UniqueFd fd, std::uint64_t bytes, const std::string& what);
+
+  // Every read-only view (epkd's and a client's) maps a read-only reopening of the memfd (/proc/self/fd): a shared
+  // map of a read-write fd, even PROT_READ, may be made writable, so it blocks F_SEAL_WRITE before the seal and,
+  // before Linux 6.7, is refused after it.
 
   std::span<const std::byte> bytes() const;
   std::uint64_t size() const { return size_; }
@@ -44,10 +45,11 @@ class HostTierMemory {
 
  private:
   UniqueFd fd_;
-  Mapping mapping_;
+  Mapping mapping_;   // read-only
+  Mapping writable_;  // until seal()
   std::uint64_t size_ = 0;
   bool sealed_ = false;
-  bool writable_ = true;  // until seal() starts
+  bool filling_ = false;  // created here, seal() not yet called
 };
 
 }  // namespace epk::shm

@@ -285,7 +285,9 @@ Result<DeviceWrite> DeviceTier::enqueue_lattice(std::size_t tensor, cuda::Output
   Lattice& t = lattice_[tensor];
   const std::uint32_t rows = t.producer->stream().rows;
   const DeviceWrite done{DevicePath::kLatticeDecode, DevicePath::kLatticeDecode, {}};
-  EPK_TRY(make_staging());  // before any plan: plans read their inputs at the staging buffer's address
+  // Before the plan of a tensor decoded from the host tier: it reads its inputs at the staging buffer's address. A
+  // tensor on the device needs none (a split tier whose host part is never decoded allocates none).
+  if (!on_device(tensor)) EPK_TRY(make_staging());
   if (shard.dim == ShardDim::kCols) {
     EPK_TRY_ASSIGN(Plan * p, plan_for(t, tensor, PlanKey{format, 0, rows}, stream));
     EPK_TRY(stage_inputs(tensor, stream));
@@ -322,7 +324,7 @@ Status DeviceTier::enqueue_format(std::size_t tensor, cuda::OutputFormat format,
     return make_error(ErrorCode::kUnsupported, "tensor " + std::to_string(tensor) + " is not in the device tier");
   }
   Lattice& t = lattice_[tensor];
-  EPK_TRY(make_staging());
+  if (!on_device(tensor)) EPK_TRY(make_staging());
   return enqueue_plan(t, tensor, PlanKey{format, 0, t.producer->stream().rows}, dst, bytes, stream);
 }
 

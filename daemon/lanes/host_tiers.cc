@@ -29,6 +29,15 @@ HostTier::HostTier(std::uint32_t model_id, shm::HostTierMemory memory, std::vect
 HostTier::~HostTier() {
   stop_.store(true);
   for (std::thread& t : fillers_) t.join();
+  if (finisher_.joinable()) finisher_.join();
+  // Gone before it completed (its model removed during the cold start): what waits on it is answered now, and finds
+  // the model gone.
+  std::vector<std::function<void()>> then;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!complete_) then.swap(then_);
+  }
+  for (std::function<void()>& f : then) f();
 }
 
 void HostTier::fill_loop() {
@@ -52,7 +61,9 @@ Status HostTier::fill(std::size_t k) {
     last = ++done_ == parts_.size();
   }
   filled_.notify_all();
-  if (last) finish();
+  // The seal and the registration (seconds for tens of GB) on a thread of their own, not on a lane's GPU thread
+  // that filled the last part for its decode. Only one caller completes the last part.
+  if (last) finisher_ = std::thread([this] { finish(); });
   return st;
 }
 
@@ -68,7 +79,7 @@ Status HostTier::ready(std::size_t tensor) {
   return results_[k];
 }
 
-// Once, on the thread that completed the last part (or the constructor's, for a tier of no tensor).
+// Once: on the finisher thread (or the constructor's, for a tier of no tensor).
 void HostTier::finish() {
   Status outcome = outcome_now();
   serve::DeviceTier::zero_host_tail(memory_.writable(), parts_);

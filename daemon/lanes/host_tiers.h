@@ -58,7 +58,8 @@ class HostTier {
   // After complete(): the first tensor refused (tensor order), or ok. A tier with a refused tensor is not passed to
   // clients (they would read its zeros).
   Status outcome() const;
-  // Runs `then` once complete(): here and now if it is, else on the thread that completes it.
+  // Runs `then` once complete(): here and now if it is, else on the thread that completes it; also when the tier is
+  // destroyed before it completed.
   void when_complete(std::function<void()> then);
 
  private:
@@ -87,6 +88,7 @@ class HostTier {
   bool complete_ = false;                            // under mu_
   std::vector<std::function<void()>> then_;          // under mu_
   std::vector<std::thread> fillers_;                 // joined by the destructor before anything above goes
+  std::thread finisher_;                             // runs finish(); started by whoever completes the last part
 };
 
 class HostTiers {

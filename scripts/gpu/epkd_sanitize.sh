@@ -5,10 +5,11 @@
 # every serving layout of a few tensors from both and compares the bytes; then epkd is stopped with SIGTERM so that
 # the sanitizer writes its summary. STAGE holds epkd/ (with lib/) and cli/ (epk, make_demo_model) as
 # scripts/gpu/stage.sh stages them. Prints the comparison, epkd's exit code, the sanitizer's summary and epkd's
-# path counts last.
-#   bash scripts/gpu/epkd_sanitize.sh STAGE
+# path counts last. EPKD_ARGS go to the sanitized epkd (`--tier-budget-mb 0`: every decode from its host tier).
+#   bash scripts/gpu/epkd_sanitize.sh STAGE [EPKD_ARGS...]
 set -uo pipefail
-stage="$(cd "${1:?usage: epkd_sanitize.sh STAGE}" && pwd)"
+stage="$(cd "${1:?usage: epkd_sanitize.sh STAGE [EPKD_ARGS...]}" && pwd)"
+shift
 root="$(pwd)"
 export LD_LIBRARY_PATH="$stage/epkd/lib"
 T=$(mktemp -d)
@@ -36,7 +37,7 @@ PY
 echo '{"bits": 4, "group_size": 64, "desc_act": false, "sym": false, "quant_method": "gptq"}' > g/quantize_config.json
 "$stage/cli/epk" import g -o q.epk | tail -1
 (timeout -k 5 300 compute-sanitizer --tool memcheck --error-exitcode 9 --log-file epkd_san.txt "$stage/epkd/epkd" \
-  --socket "$T/d.sock" --budget-mb 256 --model "m=$T/m.epk" --model "q=$T/q.epk" --devices 0 > epkd_d.txt 2>&1
+  --socket "$T/d.sock" --budget-mb 256 --model "m=$T/m.epk" --model "q=$T/q.epk" --devices 0 "$@" > epkd_d.txt 2>&1
  echo "sanitized epkd exit $?" > rc.txt) &
 "$stage/epkd/epkd" --socket "$T/h.sock" --budget-mb 256 --model "m=$T/m.epk" --model "q=$T/q.epk" --cpu \
   > epkd_h.txt 2>&1 &

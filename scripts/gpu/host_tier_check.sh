@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root of the copied tree: issue 32's host tier checked and timed. epkd's
 # device tests (scripts/gpu/epkd_gpu_check.sh: among them a model served from epkd's host tier, and client-side
-# decode from it), client-side decode from the host tier under compute-sanitizer memcheck, the uncached acquire
+# decode from it), client-side decode from the host tier and epkd's staged decodes under compute-sanitizer memcheck,
+# the uncached acquire
 # with the tier on the device and in host memory (gpu_acquire_bench --tier-budget-mb 0), the decoder reading a
 # tensor's inputs from pinned host memory in place against staged (bench/gpu_decode_bench, after the reference
 # streams scripts/gpu/make_bench_streams.py makes), and the package's host-tier tests with torch.
@@ -18,10 +19,13 @@ echo "== epkd's device tests"
 bash "$stage/epkd_gpu_check.sh" "$bin" --no-bench > "$out/epkd_tests.txt" 2>&1 || rc=1
 tail -4 "$out/epkd_tests.txt"
 if command -v compute-sanitizer >/dev/null; then
-  echo "== compute-sanitizer: client-side decode from epkd's host tier"
-  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/client_decode_gpu_test" --gtest_brief=1 \
-    --gtest_filter='*HostTier*' > "$out/sanitizer.txt" 2>&1 || rc=1
+  echo "== compute-sanitizer: client-side decode from epkd's host tier (the client process only)"
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes application-only \
+    "$bin/client_decode_gpu_test" --gtest_brief=1 --gtest_filter='*HostTier*' > "$out/sanitizer.txt" 2>&1 || rc=1
   tail -3 "$out/sanitizer.txt"
+  echo "== compute-sanitizer: epkd decoding every acquire from its host tier (staged), against a --cpu epkd"
+  bash scripts/gpu/epkd_sanitize.sh "$stage" --tier-budget-mb 0 > "$out/epkd_sanitizer.txt" 2>&1 || rc=1
+  tail -6 "$out/epkd_sanitizer.txt"
 fi
 echo "== uncached acquire, 10240x3840 at 4 bpp: the tier on the device, then in host memory"
 for tier in -1 0; do

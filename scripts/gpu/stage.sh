@@ -7,8 +7,8 @@ dest="${1:-/work/main/.gpu}"
 build="${EPK_BUILD_DIR:-$root/build/default}"
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/py" "$dest/data"
-# EPK_STAGE_EPKD_ONLY=1: only epkd's device path (the daemon, its tests and benches, the CLI for the epk get test) and
-# the latency script; the codec's CUDA tests and benches are left out (for a build of only those targets).
+# EPK_STAGE_EPKD_ONLY=1: only epkd's device path (the daemon, its tests and benches, the CLI for the epk get test,
+# what host_tier_check.sh runs) and the latency script; the codec's CUDA tests are left out.
 if [[ "${EPK_STAGE_EPKD_ONLY:-0}" != 1 ]]; then
   cp "$build/tests/codec/cuda/epk_cuda_decode_test" \
     "$build/tests/codec/cuda/epk_cuda_oracle_test" \
@@ -26,8 +26,13 @@ if [[ "${EPK_STAGE_EPKD_ONLY:-0}" != 1 ]]; then
   cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
   cp -r "$root/tests/data/cuda" "$dest/data/"
 else
+  # With the decode bench and its stream maker, and make_demo_model for epkd_sanitize.sh: what
+  # scripts/gpu/host_tier_check.sh runs.
   mkdir -p "$dest/cli"
   strip -o "$dest/cli/epk" "$build/tools/epk/epk"
+  strip -o "$dest/cli/make_demo_model" "$build/tools/demo/make_demo_model"
+  strip -o "$dest/bin/gpu_decode_bench" "$build/bench/gpu_decode_bench"
+  cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
 fi
 # epkd's device path (issue 6): the daemon, a client process, the device integration test and the acquire bench, with
 # the one shared library epkd needs beyond libc/libstdc++ (the device image may lack it).

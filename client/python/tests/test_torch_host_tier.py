@@ -50,7 +50,7 @@ def test_in_place_and_staged_decodes_give_epkds_bytes(bins, model):
                     batch.enqueue(stream.cuda_stream)
                     batch.check(stream.cuda_stream)
                     for n, o in zip(names, outs):
-                        with c.acquire(MODEL, n, layout) as lease:  # epkd decodes it on the CPU here
+                        with c.acquire(MODEL, n, layout) as lease:  # epkd decodes it from its host tier
                             values = as_bits(torch.from_dlpack(lease)).reshape(-1)
                         assert np.array_equal(o.cpu()[:values.size].numpy(), values), f"{n} {layout} {staged}"
                     batch.close()
