@@ -5,7 +5,7 @@
 namespace epk::daemon {
 
 HostTier::HostTier(std::uint32_t model_id, shm::HostTierMemory memory, std::vector<serve::DeviceTier::HostPart> parts,
-                   std::shared_ptr<const ModelSource> src, int device, int threads)
+                   std::shared_ptr<const ModelSource> src, int device)
     : model_id_(model_id),
       device_(device),
       src_(std::move(src)),
@@ -18,17 +18,10 @@ HostTier::HostTier(std::uint32_t model_id, shm::HostTierMemory memory, std::vect
     state_[k].store(kPending, std::memory_order_relaxed);
     part_of_[parts_[k].tensor] = static_cast<std::int64_t>(k);
   }
-  if (parts_.empty()) {
-    finish();
-    return;
-  }
-  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 0)), parts_.size());
-  for (std::size_t i = 0; i < n; ++i) fillers_.emplace_back([this] { fill_loop(); });
+  if (parts_.empty()) finish();
 }
 
 HostTier::~HostTier() {
-  stop_.store(true);
-  for (std::thread& t : fillers_) t.join();
   if (finisher_.joinable()) finisher_.join();
   // Gone before it completed (its model removed during the cold start): what waits on it is answered now, and finds
   // the model gone.
@@ -40,12 +33,15 @@ HostTier::~HostTier() {
   for (std::function<void()>& f : then) f();
 }
 
-void HostTier::fill_loop() {
-  while (!stop_.load(std::memory_order_relaxed)) {
+bool HostTier::fill_next() {
+  for (;;) {
     const std::size_t k = next_.fetch_add(1);
-    if (k >= parts_.size()) return;
+    if (k >= parts_.size()) return false;
     std::uint8_t pending = kPending;
-    if (state_[k].compare_exchange_strong(pending, kFilling)) (void)fill(k);
+    if (state_[k].compare_exchange_strong(pending, kFilling)) {
+      (void)fill(k);
+      return true;
+    }
   }
 }
 
@@ -101,8 +97,8 @@ void HostTier::finish() {
     }
   }
   using ms = std::chrono::duration<double, std::milli>;
-  spdlog::info("host_tier model_id={} bytes={} tensors={} threads={} fill_ms={:.1f} register_ms={:.1f} ok={}",
-               model_id_, all.size(), parts_.size(), fillers_.size(), ms(filled_at - started_).count(),
+  spdlog::info("host_tier model_id={} bytes={} tensors={} fill_ms={:.1f} register_ms={:.1f} ok={}", model_id_,
+               all.size(), parts_.size(), ms(filled_at - started_).count(),
                ms(std::chrono::steady_clock::now() - filled_at).count(), outcome ? "true" : "false");
   std::vector<std::function<void()>> then;
   {
@@ -153,10 +149,47 @@ Result<std::shared_ptr<HostTier>> HostTiers::get(std::uint32_t model_id, const s
   }
   EPK_TRY_ASSIGN(shm::HostTierMemory memory, shm::HostTierMemory::create(placement.region_bytes(),
                                                                          "epkd-host-tier-" + std::to_string(model_id)));
-  auto tier = std::make_shared<HostTier>(model_id, std::move(memory), placement.host_parts(), std::move(src), device,
-                                         threads_);
+  auto tier = std::make_shared<HostTier>(model_id, std::move(memory), placement.host_parts(), std::move(src), device);
   tiers_[model_id] = tier;
+  filling_.push_back(tier);
+  if (fillers_.empty()) {
+    for (int i = 0; i < threads_; ++i) fillers_.emplace_back([this] { fill_loop(); });
+  }
+  work_.notify_all();
   return tier;
+}
+
+HostTiers::~HostTiers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  for (std::thread& t : fillers_) t.join();
+}
+
+// One part at a time of the oldest tier with parts left. A tier is held only while a part is filled, so one its lanes
+// dropped goes (on this thread, outside the lock) and leaves the queue.
+void HostTiers::fill_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_.wait(lock, [&] { return stop_ || !filling_.empty(); });
+    if (stop_) return;
+    const std::weak_ptr<HostTier> front = filling_.front();
+    std::shared_ptr<HostTier> tier = front.lock();
+    bool filled = false;
+    if (tier) {
+      lock.unlock();
+      filled = tier->fill_next();
+      tier.reset();
+      lock.lock();
+    }
+    if (!filled) {  // every part taken (or the tier gone): out of the queue, wherever it is now
+      std::erase_if(filling_, [&](const std::weak_ptr<HostTier>& w) {
+        return !w.owner_before(front) && !front.owner_before(w);
+      });
+    }
+  }
 }
 
 }  // namespace epk::daemon

@@ -133,7 +133,7 @@ TEST_F(HostTiersTest, AStoredBufferThatFailsItsChecksumRefusesTheTier) {
 }
 
 TEST_F(HostTiersTest, ATensorServesBeforeTheRestAreInAndTheSealWaitsForTheLast) {
-  // No background filler: each tensor is filled by the first ready() that needs it, the tier completes (and runs
+  // No filler: each tensor is filled by the first ready() that needs it, the tier completes (and runs
   // what waits on it) with the last one, and holds then exactly what fill_host lays out.
   auto src = open();
   ASSERT_TRUE(src);
@@ -142,7 +142,7 @@ TEST_F(HostTiersTest, ATensorServesBeforeTheRestAreInAndTheSealWaitsForTheLast) 
   ASSERT_TRUE(tier->fill_host(want, [](std::size_t) { return Status{}; }));
   auto memory = shm::HostTierMemory::create(tier->region_bytes(), "host-tiers-test");
   ASSERT_TRUE(memory) << memory.error().to_string();
-  HostTier t(3, std::move(*memory), tier->host_parts(), src, 0, 0);
+  HostTier t(3, std::move(*memory), tier->host_parts(), src, 0);
   std::atomic<int> completions{0};
   t.when_complete([&completions] { ++completions; });
   const std::vector<std::size_t> order = {tensor_index(*src, "layers.3.w"), tensor_index(*src, "layers.0.w"),
@@ -172,7 +172,7 @@ TEST_F(HostTiersTest, ATensorServesBeforeTheRestAreInAndTheSealWaitsForTheLast) 
 }
 
 TEST_F(HostTiersTest, DecodesAndFillersRacingForTheSameTensorsLeaveTheSameBytes) {
-  // Background fillers and four "lanes" asking for every tensor in different orders: each tensor is written once
+  // Fillers (fill_next, as HostTiers' threads call it) and four "lanes" asking for every tensor in different orders: each tensor is written once
   // (by whoever took it first), every ready() returns ok with the tensor's bytes in place, and the tier completes
   // once.
   auto src = open();
@@ -187,10 +187,16 @@ TEST_F(HostTiersTest, DecodesAndFillersRacingForTheSameTensorsLeaveTheSameBytes)
   for (int round = 0; round < 20; ++round) {
     auto memory = shm::HostTierMemory::create(tier->region_bytes(), "host-tiers-test");
     ASSERT_TRUE(memory) << memory.error().to_string();
-    HostTier t(static_cast<std::uint32_t>(round), std::move(*memory), tier->host_parts(), src, 0, 1 + round % 3);
+    HostTier t(static_cast<std::uint32_t>(round), std::move(*memory), tier->host_parts(), src, 0);
     std::atomic<int> completions{0}, bad{0};
     t.when_complete([&completions] { ++completions; });
     std::vector<std::thread> lanes;
+    for (int filler = 0; filler < 1 + round % 3; ++filler) {  // as HostTiers' fill threads do
+      lanes.emplace_back([&t] {
+        while (t.fill_next()) {
+        }
+      });
+    }
     for (int lane = 0; lane < 4; ++lane) {
       lanes.emplace_back([&, lane] {
         for (std::size_t j = 0; j < held.size(); ++j) {
@@ -223,7 +229,7 @@ TEST_F(HostTiersTest, ATierGoneBeforeItCompletedStillAnswersWhatWaitsOnIt) {
   ASSERT_TRUE(memory) << memory.error().to_string();
   int answered = 0;
   {
-    HostTier t(4, std::move(*memory), tier->host_parts(), src, 0, 0);  // no filler: it never completes by itself
+    HostTier t(4, std::move(*memory), tier->host_parts(), src, 0);  // no filler: it never completes by itself
     ASSERT_TRUE(t.ready(tensor_index(*src, "layers.1.w")));
     t.when_complete([&answered] { ++answered; });
     EXPECT_EQ(answered, 0);
