@@ -13,12 +13,12 @@ bool in_device_region(const container::TensorEntry& entry) {
   return entry.encoding == container::Encoding::kLatticeRans;
 }
 
-Result<DeviceAddress> ColumnWork::reserve(std::uint64_t bytes) {
+Result<DeviceAddress> LaneBuffer::reserve(std::uint64_t bytes) {
   if (buf_.size() < bytes) {
     // The old buffer goes first (its bytes leave the count with it, whether or not the new one comes).
     account_(-static_cast<std::int64_t>(buf_.size()));
     buf_.reset();
-    EPK_TRY_ASSIGN(buf_, cuda::DeviceAllocation::create(bytes, device_, "column shard work"));
+    EPK_TRY_ASSIGN(buf_, cuda::DeviceAllocation::create(bytes, device_, what_));
     account_(static_cast<std::int64_t>(buf_.size()));
   }
   return buf_.address();
@@ -58,7 +58,7 @@ cuda::DeviceBuffers DeviceTier::inputs(std::size_t tensor) const {
   if (on_device(tensor)) return cuda::tier_buffers(base_, *device_layout_.tensors[tensor]);
   // From the host tier: the staging buffer holds span(tensor), so the region is seen shifted to put that span's
   // start there.
-  return cuda::tier_buffers(DeviceAddress(staging_.address().value - span(tensor).offset), *layout_.tensors[tensor]);
+  return cuda::tier_buffers(DeviceAddress(staging_.value - span(tensor).offset), *layout_.tensors[tensor]);
 }
 
 std::uint64_t DeviceTier::staging_bytes() const {
@@ -163,22 +163,33 @@ Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::fu
   return make_intq_forms(stream, verify, warnings);
 }
 
-Status DeviceTier::bind_host(std::span<const std::byte> host) {
+Status DeviceTier::bind_host(std::span<const std::byte> host, StagingArea& area) {
   if (host.size() != layout_.bytes || host.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "host tier: " + std::to_string(host.size()) +
                                                        " bytes given for a " + std::to_string(layout_.bytes) +
                                                        "-byte region");
   }
   host_ = host;
+  area_ = &area;
   return {};
 }
 
 Status DeviceTier::make_staging() {
-  if (!staged() || staging_.size() != 0) return {};
+  if (!staged()) return {};
   const std::uint64_t most = staging_bytes();
   if (most == 0) return {};  // every held tensor is on the device
-  EPK_TRY_ASSIGN(staging_, cuda::DeviceAllocation::create(most, device_, "host tier staging"));
-  account_(static_cast<std::int64_t>(staging_.size()));
+  EPK_TRY_ASSIGN(DeviceAddress at, area_->reserve(most));
+  if (at == staging_) return {};
+  // The area is new to this tier or another tier grew it (which moved it): the plans that read the old address go.
+  // Nothing uses them now (each enqueue is synchronised before the next).
+  for (std::size_t i = 0; i < lattice_.size(); ++i) {
+    if (!holds(i) || on_device(i)) continue;
+    for (const auto& [key, plan] : lattice_[i].plans) account_(-static_cast<std::int64_t>(plan.scratch.size()));
+    lattice_[i].plans.clear();
+    lattice_[i].range_plans.clear();
+  }
+  pending_ = nullptr;
+  staging_ = at;
   return {};
 }
 
@@ -215,7 +226,7 @@ Status DeviceTier::make_intq_forms(cuda::Stream stream, const std::function<Stat
 Status DeviceTier::stage_inputs(std::size_t tensor, cuda::Stream stream) {
   if (!staged() || on_device(tensor)) return {};
   const Span s = span(tensor);
-  EPK_TRY(cuda::copy_to_device_async(staging_.address(), host_.data() + s.offset, s.bytes, stream,
+  EPK_TRY(cuda::copy_to_device_async(staging_, host_.data() + s.offset, s.bytes, stream,
                                      "the host tier's copy of tensor '" + lattice_[tensor].producer->entry().name +
                                          "'"));
   staged_bytes_ += s.bytes;

@@ -60,17 +60,33 @@ using DeviceAccount = std::function<void(std::int64_t delta)>;
 // scratch outside any slot budget, and any client may ask for any row range, so the oldest goes past this.
 inline constexpr std::size_t kMaxRangePlans = 8;
 
-// A lane's work buffer for column shards (the whole decode they copy their columns from): grown to the largest
-// asked, kept, shared by every tier the lane serves. Same threading as DeviceTier::enqueue.
-class ColumnWork {
+// A device buffer of a lane grown to the largest size asked and kept (the old one freed first, so a growth may move
+// it), shared by every tier the lane serves. Same threading as DeviceTier::enqueue.
+class LaneBuffer {
  public:
-  ColumnWork(int device, DeviceAccount account) : device_(device), account_(std::move(account)) {}
+  LaneBuffer(int device, DeviceAccount account, const char* what)
+      : device_(device), account_(std::move(account)), what_(what) {}
   Result<DeviceAddress> reserve(std::uint64_t bytes);
 
  private:
   const int device_;
   const DeviceAccount account_;
+  const char* const what_;
   cuda::DeviceAllocation buf_;
+};
+
+// The work buffer for column shards (the whole decode they copy their columns from).
+class ColumnWork : public LaneBuffer {
+ public:
+  ColumnWork(int device, DeviceAccount account) : LaneBuffer(device, std::move(account), "column shard work") {}
+};
+
+// The staging buffer of the tiers a lane decodes from host memory (DeviceTier::bind_host): one tensor's compressed
+// inputs at a time, as large as the largest such tensor of any of them. A tier whose plans read it at an address it
+// has moved from rebuilds them (DeviceTier::make_staging).
+class StagingArea : public LaneBuffer {
+ public:
+  StagingArea(int device, DeviceAccount account) : LaneBuffer(device, std::move(account), "host tier staging") {}
 };
 
 struct DeviceWrite {
@@ -119,14 +135,14 @@ class DeviceTier {
   void bind(DeviceAddress base) { base_ = base; }
   // epkd's host tier: the whole region in host memory at `host` (region_bytes(), filled by fill_host, best registered
   // with the driver so that copies from it run at the copy engine's speed). Every decode of a held tensor that is not
-  // on the device first copies its span() into this tier's staging buffer (the largest such span of device memory,
-  // allocated at the first such decode and counted) on the decode's stream, then decodes from there: the decoder
-  // never reads host memory in place, and nothing decodes on the CPU. Nothing is allocated on the device here: those
-  // tensors' plans are built on first use. A tier with no tensor on the device makes no intq device forms either
-  // (upload() is not called: the host path serves intq tensors), so it takes no device memory until a decode needs it.
-  Status bind_host(std::span<const std::byte> host);
+  // on the device first copies its span() into the lane's staging area (grown to staging_bytes() at the first such
+  // decode; `area` outlives this tier) on the decode's stream, then decodes from there: the decoder never reads host
+  // memory in place, and nothing decodes on the CPU. Nothing is allocated on the device here: those tensors' plans
+  // are built on first use. A tier with no tensor on the device makes no intq device forms either (upload() is not
+  // called: the host path serves intq tensors), so it takes no device memory until a decode needs it.
+  Status bind_host(std::span<const std::byte> host, StagingArea& area);
   bool staged() const { return host_.data() != nullptr; }
-  // The largest span() of a held tensor not on the device (place()): the staging buffer's size.
+  // The largest span() of a held tensor not on the device (place()): what this tier needs of the staging area.
   std::uint64_t staging_bytes() const;
   // Bytes copied from the host tier to the staging buffer so far (same thread as enqueue()).
   std::uint64_t staged_bytes() const { return staged_bytes_; }
@@ -199,8 +215,9 @@ class DeviceTier {
   // The plan of `key` (built on first use) enqueued into [dst, dst + bytes), which must be what it writes.
   Status enqueue_plan(Lattice& t, std::size_t tensor, const PlanKey& key, DeviceAddress dst, std::uint64_t bytes,
                       cuda::Stream stream);
-  // A staged tier: the staging buffer, allocated at the first call (before any plan is built against it), and the
-  // copy of tensor's span into it on `stream` (nothing otherwise).
+  // A staged tier: the staging area reserved (before any plan is built against it; the plans built against an
+  // address it has since moved from are dropped, to be rebuilt), and the copy of tensor's span into it on `stream`
+  // (nothing otherwise).
   Status make_staging();
   Status stage_inputs(std::size_t tensor, cuda::Stream stream);
   Status make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream);
@@ -217,7 +234,8 @@ class DeviceTier {
   cuda::TierLayout device_layout_;   // those kept on the device (place()); layout_ by default
   DeviceAddress base_;                  // the region on the device (not staged)
   std::span<const std::byte> host_;     // staged: the host tier region
-  cuda::DeviceAllocation staging_;      // staged: one tensor's inputs at a time (from the first decode)
+  StagingArea* area_ = nullptr;         // staged: the lane's, one tensor's inputs at a time
+  DeviceAddress staging_;               // where this tier's staged plans read their inputs (from the first decode)
   std::uint64_t staged_bytes_ = 0;
   std::vector<Lattice> lattice_;                         // per tensor (producer null where not held)
   std::vector<std::unique_ptr<IntqDeviceForm>> intq_;   // per tensor (null: no device form)

@@ -78,7 +78,8 @@ class CudaBackend final : public GpuBackend {
         stream_(std::move(stream)),
         ring_(std::move(ring)),
         handles_(std::move(handles)),
-        work_(device, [this](std::int64_t delta) { account(std::nullopt, delta); }) {
+        work_(device, [this](std::int64_t delta) { account(std::nullopt, delta); }),
+        host_tier_staging_(device, [this](std::int64_t delta) { account(std::nullopt, delta); }) {
     auto markers = std::make_unique<CudaMarkers>(device_, kFenceMarkers);
     markers_ = markers.get();
     fences_ = FencePool::create(std::move(markers), kFenceMarkers, "CUDA device " + std::to_string(device_));
@@ -147,7 +148,7 @@ class CudaBackend final : public GpuBackend {
       if (!whole) {
         // Filled in the background: each decode of a tensor not on the device waits for that tensor only.
         EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, src, device_));
-        EPK_TRY(tier->bind_host(made.host->bytes()));
+        EPK_TRY(tier->bind_host(made.host->bytes(), host_tier_staging_));
         if (device_bytes == 0) return {};  // all in host memory: nothing on the device until a decode needs it
       }
       if (device_bytes != 0) {
@@ -438,6 +439,7 @@ class CudaBackend final : public GpuBackend {
   std::vector<shm::IpcEventHandle> handles_;
   shm::PinnedBuffer staging_;  // CPU fallback output, grown as needed (GPU thread only)
   serve::ColumnWork work_;  // column shards' whole decode, for every model of the lane (GPU thread only)
+  serve::StagingArea host_tier_staging_;  // host-tier decodes' inputs, for every model of the lane (GPU thread only)
   std::int64_t last_enqueued_ns_ = 0;       // GPU thread only
   mutable std::mutex mu_;      // models_, resident_bytes_, model_bytes_, clients_, retired_
   // A model's device tier and its region (null: no tensor of it is in a region); the tier is used by the GPU thread

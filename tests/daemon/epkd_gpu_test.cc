@@ -215,6 +215,55 @@ TEST_F(EpkdGpu, ASplitTierKeepsTheOuterTensorsAndFirstBlocksOnTheDevice) {
   }
 }
 
+// Two models in host tiers on one lane share its staging area: the larger model's first decode grows it (which moves
+// it), and the smaller model's next miss rebuilds the plans it had built against the old address; every tensor
+// arrives with the host path's bytes. A 4 MiB pool evicts the small model's first slot, so that its second acquire
+// is a miss again.
+TEST_F(EpkdGpu, ModelsInHostTiersShareTheLanesStagingArea) {
+  auto write_model = [&](const std::string& file, std::uint32_t rows, std::uint32_t cols, int tensors) {
+    auto w = container::Writer::create(file, {{"source", "epkd_gpu_test"}});
+    ASSERT_TRUE(w) << w.error().to_string();
+    for (int i = 0; i < tensors; ++i) {
+      auto enc = encode_f32(gaussian(rows, cols, 60 + i), rows, cols, 4.0);
+      ASSERT_TRUE(enc) << enc.error().to_string();
+      ASSERT_TRUE(write_lattice(*w, "w" + std::to_string(i), *enc));
+    }
+    ASSERT_TRUE(w->finish());
+  };
+  const std::string small = (dir_ / "small.epk").string(), big = (dir_ / "big.epk").string();
+  write_model(small, 96, 136, 1);
+  write_model(big, 1024, 800, 3);  // 1.6 MB each in bf16: three of them fill the 4 MiB pool past the small slot
+  DeviceAndHost both({"--model", "s=" + small, "--model", "b=" + big, "--devices", "0", "--tier-budget-mb", "0"},
+                     "s=" + small, "4");
+  ASSERT_TRUE(both.connect());
+  Epkd big_host({"--model", "b=" + big}, "16");
+  ASSERT_TRUE(big_host.running());
+  auto bh = Client::connect(big_host.socket());
+  ASSERT_TRUE(bh) << bh.error().to_string();
+  std::optional<Client>& g = both.on_device;
+  auto same = [&](Client& host, const std::string& model, const std::string& name) {
+    auto ht = host.acquire(model, name, shm::Layout::kDenseBF16);
+    auto gt = g->acquire(model, name, shm::Layout::kDenseBF16);
+    ASSERT_TRUE(ht) << ht.error().to_string();
+    ASSERT_TRUE(gt) << gt.error().to_string();
+    ASSERT_EQ(gt->bytes, ht->bytes);
+    auto got = host_bytes(*g, *gt);
+    EXPECT_EQ(std::memcmp(got.data(), ht->data, ht->bytes), 0) << model << " " << name;
+    EXPECT_TRUE(host.release(ht->handle));
+    EXPECT_TRUE(g->release(gt->handle));
+  };
+  auto misses = [&]() -> std::uint64_t {
+    auto st = g->stats();
+    EXPECT_TRUE(st && !st->pools.empty());
+    return st && !st->pools.empty() ? st->pools[0].misses : 0;
+  };
+  same(*both.on_host, "s", "w0");  // the area at the small model's size
+  for (const char* name : {"w0", "w1", "w2"}) same(*bh, "b", name);  // grown (moved); the small slot evicted
+  const std::uint64_t before = misses();
+  same(*both.on_host, "s", "w0");  // its plan rebuilt at the area's new address
+  EXPECT_EQ(misses(), before + 1) << "the small model's slot was not evicted: its plan was not exercised again";
+}
+
 TEST_F(EpkdGpu, CApiExposesTheEventAndCopiesBack) {
   GpuEpkd gpu("m=" + path_, "16");
   ASSERT_TRUE(gpu.running());
