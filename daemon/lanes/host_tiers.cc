@@ -22,7 +22,15 @@ HostTier::HostTier(std::uint32_t model_id, shm::HostTierMemory memory, std::vect
 }
 
 HostTier::~HostTier() {
-  if (finisher_.joinable()) finisher_.join();
+  abandoned_.store(true);  // a finish() under way skips the registration: no one will copy from this tier
+  if (finisher_.joinable()) {
+    // Never the finisher itself (a callback it runs holding the last reference): it ends right after.
+    if (finisher_.get_id() == std::this_thread::get_id()) {
+      finisher_.detach();
+    } else {
+      finisher_.join();
+    }
+  }
   // Gone before it completed (its model removed during the cold start): what waits on it is answered now, and finds
   // the model gone.
   std::vector<std::function<void()>> then;
@@ -86,7 +94,8 @@ void HostTier::finish() {
   }
   const auto filled_at = std::chrono::steady_clock::now();
   const std::span<const std::byte> all = memory_.bytes();
-  if (memory_.sealed()) {
+  // Registered even when the seal failed: epkd's own decodes copy from it (only clients need the seal).
+  if (!abandoned_.load()) {
     Result<shm::HostRegistration> reg = shm::HostRegistration::register_memory(all.data(), all.size(), true, device_);
     if (reg) {
       registration_ = std::move(*reg);

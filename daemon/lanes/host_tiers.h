@@ -89,6 +89,7 @@ class HostTier {
   std::size_t done_ = 0;                             // under mu_
   bool complete_ = false;                            // under mu_
   std::vector<std::function<void()>> then_;          // under mu_
+  std::atomic<bool> abandoned_{false};               // the destructor has begun
   std::thread finisher_;                             // runs finish(); started by whoever completes the last part
 };
 

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
@@ -121,6 +122,13 @@ void Session::close_with_error(std::uint32_t request_id, shm::WireStatus status,
   send_error(request_id, status, message);
   closing_ = true;
   if (!writing_) close_now();
+}
+
+void Session::post_guarded(const std::weak_ptr<Session>& weak, std::function<void(Session&)> f) {
+  std::shared_ptr<Session> self = weak.lock();
+  if (!self) return;
+  const Socket::executor_type ex = self->executor();
+  asio::post(ex, [self = std::move(self), f = std::move(f)] { self->guarded([&] { f(*self); }); });
 }
 
 void Session::stop() {

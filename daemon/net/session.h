@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -87,6 +88,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Shutdown: stop reading; queued replies still go out, then the socket closes.
   void stop();
+
+  // Runs f(session) later on the session's own thread, guarded as its requests are (an exception ends that session
+  // only), if the session still lives: for a reply that waits on something else (a host tier's seal). Callable from
+  // any thread; the queued handler holds the only reference it takes, so the session is never destroyed here.
+  static void post_guarded(const std::weak_ptr<Session>& weak, std::function<void(Session&)> f);
 
  private:
   // Handles every complete frame in the buffer, then reads more (or ends the session).

@@ -1,8 +1,6 @@
 // Models and figures (daemon/service/service.h): opening models (at start and on SIGHUP), open_model, open_stored, stats and
 // the models list.
 #include <spdlog/spdlog.h>
-
-#include <boost/asio/post.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -267,11 +265,9 @@ void Service::on_open_stored(Session& s, std::uint32_t req, const shm::OpenStore
   Lane* lane = lane_for_device(lanes_, s.domain(), m.device);
   if (lane == nullptr) return s.send_error(req, shm::WireStatus::kNotFound, device_not_served(m.device));
   // A host tier still being filled (the cold start) is passed once it is sealed: the request is answered then, from
-  // the start (the model may have gone meanwhile), on the session's own executor.
+  // the start (the model may have gone meanwhile), on the session's own thread.
   if (lane->gpu && lane->gpu->when_tier_ready(m.model_id, [this, weak = s.weak_from_this(), req, m] {
-        if (std::shared_ptr<Session> sp = weak.lock()) {
-          boost::asio::post(sp->executor(), [this, sp, req, m] { on_open_stored(*sp, req, m); });
-        }
+        Session::post_guarded(weak, [this, req, m](Session& again) { on_open_stored(again, req, m); });
       })) {
     return;
   }

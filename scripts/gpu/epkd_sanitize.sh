@@ -73,6 +73,10 @@ grep -E "ERROR SUMMARY" epkd_san.txt
 grep -B2 -A12 -E "Invalid|Leak|Uninit" epkd_san.txt | head -30
 grep -E "intq slots|shard slots" epkd_d.txt
 ok=1
+if [[ " $* " == *" --tier-budget-mb 0 "* ]]; then  # the staged path must have served: the model in its host tier
+  grep -E "model_resident model=m " epkd_d.txt | head -1
+  grep -qE "model_resident model=m where=host device=" epkd_d.txt || { echo "model m is not in epkd's host tier"; ok=0; }
+fi
 [[ $bad == 0 ]] || ok=0
 grep -q "ERROR SUMMARY: 0 errors" epkd_san.txt || ok=0
 grep -q "exit 0" rc.txt 2>/dev/null || ok=0

@@ -67,9 +67,11 @@ std::size_t tensor_index(const ModelSource& src, const std::string& name) {
 
 // Blocks until `tier` is complete (sealed), through when_complete.
 void wait_complete(HostTier& tier) {
-  std::promise<void> done;
-  tier.when_complete([&done] { done.set_value(); });
-  done.get_future().wait();
+  // Shared: set_value on the finisher may still be returning after this waiter has woken and gone.
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> ready = done->get_future();
+  tier.when_complete([done] { done->set_value(); });
+  ready.wait();
   EXPECT_TRUE(tier.complete());
 }
 
