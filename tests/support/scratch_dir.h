@@ -1,5 +1,6 @@
 // Temporary directories for tests. Each name carries the process id, so parallel ctest processes never share one, and
-// a directory is emptied before use, so a test never reads what an earlier run left behind.
+// a directory is emptied before use, so a test never reads what an earlier run left behind. Each is removed when the
+// test program that made it exits (not when a forked child exits: a death test's child runs exit handlers too).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,14 +8,32 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace epk::test {
+
+namespace detail {
+inline void remove_at_exit(const std::filesystem::path& dir) {
+  struct Made {
+    const pid_t owner = ::getpid();
+    std::vector<std::filesystem::path> dirs;
+    ~Made() {
+      if (::getpid() != owner) return;
+      std::error_code ec;  // one a test removed itself is fine
+      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Made made;
+  made.dirs.push_back(dir);
+}
+}  // namespace detail
 
 // <temp>/<name>_<pid>, empty.
 inline std::filesystem::path scratch_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
+  detail::remove_at_exit(d);
   return d;
 }
 
