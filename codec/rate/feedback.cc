@@ -21,7 +21,20 @@ constexpr std::size_t kRefitTileRows = 64;
 
 }  // namespace
 
-std::vector<double> damped_reversed_hessian(const HessianView& hv, std::vector<std::uint8_t>& dead, double& damp) {
+std::vector<std::uint32_t> block_order(const HessianView& hv) {
+  const std::size_t n = hv.cols, full = n / 8;
+  std::vector<double> energy(full, 0.0);
+  for (std::size_t b = 0; b < full; ++b)
+    for (std::size_t i = b * 8; i < b * 8 + 8; ++i) energy[b] += double(hv.h[i * n + i]);
+  std::vector<std::uint32_t> order((n + 7) / 8);
+  for (std::size_t b = 0; b < order.size(); ++b) order[b] = std::uint32_t(b);
+  std::stable_sort(order.begin(), order.begin() + full,
+                   [&](std::uint32_t a, std::uint32_t b) { return energy[a] > energy[b]; });
+  return order;
+}
+
+std::vector<double> damped_reversed_hessian(const HessianView& hv, const std::vector<std::uint32_t>& order,
+                                            std::vector<std::uint8_t>& dead, double& damp) {
   const std::size_t n = hv.cols;
   dead.assign(n, 0);
   std::vector<double> a(n * n);
@@ -33,7 +46,7 @@ std::vector<double> damped_reversed_hessian(const HessianView& hv, std::vector<s
   damp = kFeedbackDamping * diag_sum / double(n);
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = 0; j <= i; ++j) {
-      const std::size_t hi = n - 1 - i, hj = n - 1 - j;
+      const std::size_t hi = order_column(order, n - 1 - i), hj = order_column(order, n - 1 - j);
       double v = 0.5 * (double(hv.h[hi * n + hj]) + double(hv.h[hj * n + hi]));
       if (i == j) v = (dead[hi] ? 1.0 : v) + damp;
       a[i * n + j] = v;
@@ -47,10 +60,11 @@ Result<FeedbackFactor> make_feedback_factor(const HessianView& hv, std::string_v
   FeedbackFactor out;
   out.cols = hv.cols;
   out.h = &hv;
-  // A = J H J (J the reversal), symmetrised, with GPTQ's dead-column fix-up and damping. Its lower Cholesky factor
-  // L gives H = R R^T with R = J L J upper triangular, so H^-1 = R^-T R^-1 and U = R^-1 = J L^-1 J is H^-1's upper
-  // Cholesky factor: one factorisation and one triangular inverse instead of GPTQ's three steps.
-  std::vector<double> a = damped_reversed_hessian(hv, out.dead, out.damp);
+  out.order = block_order(hv);
+  // A = J H_P J (J the reversal), symmetrised, with GPTQ's dead-column fix-up and damping. Its lower Cholesky factor
+  // L gives H_P = R R^T with R = J L J upper triangular, so H_P^-1 = R^-T R^-1 and U = R^-1 = J L^-1 J is H_P^-1's
+  // upper Cholesky factor: one factorisation and one triangular inverse instead of GPTQ's three steps.
+  std::vector<double> a = damped_reversed_hessian(hv, out.order, out.dead, out.damp);
   // Cholesky in place (lower triangle), then M = L^-1, held transposed (column j at mt[j * n]): the blocked forms,
   // bit for bit the plain ones (codec/rate/cholesky.h), so the factor does not depend on the thread count.
   if (cholesky_lower_blocked(a.data(), n, threads) != n) {
@@ -89,15 +103,24 @@ void quantize_feedback(const float* x, std::size_t rows, std::uint32_t padded_co
   const std::size_t n = f.cols;
   const std::size_t vpr = padded_cols / 8;
   out.resize(rows * vpr);
-  std::vector<std::size_t> dead_cols;
-  for (std::size_t j = 0; j < n; ++j)
-    if (f.dead[j]) dead_cols.push_back(j);
+  // Each row is carried in processing order (position p holds column order_column(p); the padding after a partial
+  // last block, which stays last, keeps its place), and each vector is written at its own block's index.
+  std::vector<std::size_t> col(n), dead_pos;
+  for (std::size_t p = 0; p < n; ++p) {
+    col[p] = order_column(f.order, p);
+    if (f.dead[col[p]]) dead_pos.push_back(p);
+  }
   const std::size_t tiles = (rows + kTileRows - 1) / kTileRows;
   parallel_for_blocks(tiles, 1, threads, [&](std::size_t t0, std::size_t t1) {
     std::vector<float> w(kTileRows * padded_cols);
     for (std::size_t t = t0; t < t1; ++t) {
       const std::size_t r0 = t * kTileRows, r1 = std::min(rows, r0 + kTileRows);
-      std::copy(x + r0 * padded_cols, x + r1 * padded_cols, w.begin());
+      for (std::size_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * padded_cols;
+        float* wr = &w[(r - r0) * padded_cols];
+        for (std::size_t p = 0; p < n; ++p) wr[p] = xr[col[p]];
+        std::copy(xr + n, xr + padded_cols, wr + n);
+      }
       for (std::size_t v = 0; v < vpr; ++v) {
         const std::size_t b0 = v * 8;
         for (std::size_t r = r0; r < r1; ++r) {
@@ -105,16 +128,16 @@ void quantize_feedback(const float* x, std::size_t rows, std::uint32_t padded_co
           float y[8];
           for (int i = 0; i < 8; ++i) y[i] = wr[b0 + i] / scale;  // the quantizer's float32 division
           const lattice::E8Point p = lattice::nearest_e8(y);
-          const std::size_t vi = r * vpr + v;
+          const std::size_t vi = r * vpr + f.order[v];
           out.coset[vi] = p.c;
           lattice::point_to_fields(p, &out.fields[vi * lattice::kFields]);
           if (b0 + 8 >= n) continue;  // the last block: no column after it
           float e[8];
           for (int i = 0; i < 8; ++i) e[i] = wr[b0 + i] - scale * lattice::coordinate(p.z[i], p.c);
-          // w_rest -= e F_b, one pass over the row's remaining columns.
+          // w_rest -= e F_b, one pass over the row's remaining positions.
           feedback_update(wr, &f.f[b0 * n], n, e, b0 + 8, n);
           // A dead column stays zero, as GPTQ keeps it.
-          for (auto d = std::upper_bound(dead_cols.begin(), dead_cols.end(), b0 + 7); d != dead_cols.end(); ++d)
+          for (auto d = std::upper_bound(dead_pos.begin(), dead_pos.end(), b0 + 7); d != dead_pos.end(); ++d)
             wr[*d] = 0.0f;
         }
       }

@@ -4,10 +4,10 @@
 //
 // Model: at rate R the lattice quantizer leaves each 8-column block of a normalised row an error that is white with
 // variance s^2 ~ rms_row^2 * 2^(-2R) per weight. Plain rounding would cost s^2 tr(H) of output error per row. Error
-// feedback over the blocks in column order compensates each block's error with the columns after it, leaving only
-// what block b's inputs carry that the later columns' inputs do not: the Schur complement
-// S_b = H_bb - H_b,>b H_>b^-1 H_>b,b. A row's output error is then s^2 sum_b tr(S_b), and summed over the rows
-// energy * 2^(-2R) * gain * tokens with
+// feedback over the blocks in the encoder's order (block_order) compensates each block's error with the blocks
+// rounded after it, leaving only what block b's inputs carry that the later blocks' inputs do not: the Schur
+// complement S_b = H_bb - H_b,>b H_>b^-1 H_>b,b (">b": after b in that order). A row's output error is then
+// s^2 sum_b tr(S_b), and summed over the rows energy * 2^(-2R) * gain * tokens with
 //   gain = sum_b tr(S_b) / (cols * tokens).
 // S_b is taken from the matrix the encoder factors (damped, dead columns fixed up: damped_reversed_hessian), so the
 // model prices the objective the encoder minimises; a dead column's inputs were never seen and add nothing. With

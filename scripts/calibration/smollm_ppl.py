@@ -6,14 +6,17 @@ Steps, each result kept in OUT/results.json so that a rerun skips what is done (
   1. the calibration text (CALIB files concatenated) and the held-out evaluation text (EVAL files) into OUT;
   2. epk-calibrate (epk.calibrate.calibrate, on the CPU) -> OUT/stats.safetensors;
   3. perplexity of the original; of `epk compress --bpp R [--calibration STATS] --device cpu` then `epk decompress`
-     at each rate; of NF4, GPTQ and RTN (baselines.py) on the same tensors;
+     at each rate (with --budget also `--budget-bpp R --calibration STATS`: per-layer rates by the output-error
+     model, rows "epk calibrated-budget R"); of NF4, GPTQ and RTN (baselines.py) on the same tensors;
   4. the table (markdown) on stdout.
 Needs torch, transformers, safetensors and the epk Python package (for epk.calibrate) importable.
 
-Usage: python3 scripts/calibration/smollm_ppl.py EPK MODEL_DIR OUT [--rates 4.0 3.5 3.0] [--calib F...] [--eval F...]
+Usage: python3 scripts/calibration/smollm_ppl.py EPK MODEL_DIR OUT [--rates 4.0 3.5 3.0] [--budget] [--calib F...]
+       [--eval F...]
 """
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +51,8 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--max-windows", type=int, default=1000)
+    p.add_argument("--budget", action="store_true",
+                   help="also epk --budget-bpp R --calibration STATS (rows 'epk calibrated-budget R')")
     a = p.parse_args()
     out, model = a.out, a.model_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -88,22 +93,28 @@ def main() -> None:
         results["calibrate_secs"] = time.monotonic() - t
         save()
     for rate in a.rates:
-        for calibrated in (False, True):
-            name = f"epk {'calibrated' if calibrated else 'plain'} {rate}"
+        variants = ["plain", "calibrated"] + (["calibrated-budget"] if a.budget else [])
+        for variant in variants:
+            name = f"epk {variant} {rate}"
             if name in results:
                 continue
             packed = out / f"{name.replace(' ', '_')}.epk"
-            cmd = [a.epk, "compress", model / "model.safetensors", "-o", packed, "--bpp", rate, "--device", "cpu"]
-            if calibrated:
+            cmd = [a.epk, "compress", model / "model.safetensors", "-o", packed, "--device", "cpu"]
+            cmd += ["--budget-bpp" if variant == "calibrated-budget" else "--bpp", rate]
+            if variant != "plain":
                 cmd += ["--calibration", stats]
             t = time.monotonic()
-            (out / f"{packed.stem}.txt").write_text(run(cmd))
+            log = run(cmd)
             secs = time.monotonic() - t
+            (out / f"{packed.stem}.txt").write_text(log)
+            # compress's total line: "encoded N weights in X MiB = B bpp", the stored average over encoded tensors
+            stored = re.search(r"encoded \d+ weights in [\d.]+ \w+ = ([\d.]+) bpp", log)
             folder = out / packed.stem
             shutil.rmtree(folder, ignore_errors=True)
             shutil.copytree(model, folder)
             run([a.epk, "decompress", packed, "-o", folder / "model.safetensors"])
-            score(name, folder, bpp=rate, epk_bytes=packed.stat().st_size, compress_secs=secs)
+            score(name, folder, bpp=rate, stored_bpp=float(stored.group(1)) if stored else None,
+                  epk_bytes=packed.stat().st_size, compress_secs=secs)
             shutil.rmtree(folder)
         if rate == a.rates[0]:
             for method, bpp in (("nf4", 4.5), ("gptq", 4.25), ("rtn", 4.25)):
