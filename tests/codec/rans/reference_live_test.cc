@@ -60,7 +60,7 @@ TEST(ReferenceLive, ReferenceDecodesOurStreamsBitExact) {
                {"d", 1, 13, 6.0, 0},         {"e", 50, 200, 3.0, 2},       {"f", 24, 200, 10.0, 0},
                {"g", 37, 203, 4.0, 0, true}, {"h", 29, 99, 2.0, 1, true},  {"i", 1, 8, 5.0, 0, true},
                {"j", 48, 96, 4.0, 0, false, true},   {"k", 31, 101, 3.0, 0, false, true},
-               {"l", 20, 203, 2.5, 0, false, true},  {"m", 3, 17, 6.0, 0, false, true}};
+               {"l", 20, 203, 2.5, 0, false, true},  {"m", 6, 41, 6.0, 0, false, true}};
   const struct {
     const char* torch;
     const char* st;

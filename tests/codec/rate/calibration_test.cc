@@ -193,7 +193,9 @@ void expect_block_order(const std::vector<float>& h, std::uint32_t cols, const s
     ASSERT_LT(b, order.size());
     EXPECT_EQ(seen[b]++, 0u) << "block " << b << " twice";
   }
-  if (cols % 8) EXPECT_EQ(order.back(), full);
+  if (cols % 8) {
+    EXPECT_EQ(order.back(), full);
+  }
   auto energy = [&](std::uint32_t b) {
     double e = 0;
     for (std::uint32_t i = b * 8; i < b * 8 + 8; ++i) e += h[std::size_t(i) * cols + i];
@@ -545,7 +547,9 @@ TEST(Calibration, TheBudgetsOutputErrorModelTracksTheCalibratedError) {
     EXPECT_LE(std::abs(std::log(model)), std::abs(std::log(plain_model)) + 0.02) << label;
     EXPECT_GT(model, 0.9) << label;
     EXPECT_LT(model, 2.2) << label;
-    if (label == "shared across blocks" || label == "AR(1) 0.95") EXPECT_NEAR(model, 1.0, 0.15) << label;
+    if (label == "shared across blocks" || label == "AR(1) 0.95") {
+      EXPECT_NEAR(model, 1.0, 0.15) << label;
+    }
   }
 }
 }  // namespace
