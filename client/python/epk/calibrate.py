@@ -9,11 +9,16 @@ padding masked out). A forward pre-hook on every nn.Linear whose weight `epk com
 layer's inputs in F32 (on the model's device) and counts the tokens; the file is keyed by the checkpoint's tensor
 names (the safetensors headers in MODEL_DIR), so that `epk compress MODEL_DIR --calibration STATS` finds them.
 
-The whole model is loaded at once (on the GPU when there is one), as the class config.json's architectures names.
+The model is loaded as the class config.json's architectures names, whole on the device (the GPU when there is
+one) when its weights fit what the device has free (--max-memory-gb sets that budget instead); a larger model is
+calibrated block by block: accelerate places what does not fit in host memory, then in a temporary folder on disk,
+and moves each block's weights to the device while that block runs (needs accelerate).
 torch and transformers are needed here only; the rest of the package does not import them."""
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
@@ -40,10 +45,11 @@ class LinearHooks:
     by it; an input with another row count (a layer that sees a subset of the tokens, such as a routed expert) is
     taken whole. Linears sharing one weight (tied) share one accumulator: H is then the sum over both uses, the
     weight's output error over both. A linear whose weight matches no checkpoint tensor, or one of another shape,
-    is an error naming it: the statistics would not reach compress."""
+    is an error naming it: the statistics would not reach compress. Each H is summed on `device` (default: where
+    the layer's weight is; a model loaded block by block keeps its offloaded weights on the meta device)."""
 
     def __init__(self, model: Any, tensors: Dict[str, TensorInfo], include_embeddings: bool = False,
-                 log: Optional[Callable[[str], None]] = None):
+                 log: Optional[Callable[[str], None]] = None, device: Optional[Any] = None):
         torch = _need("torch")
         log = log or (lambda s: None)
         self.mask: Optional[Any] = None
@@ -79,8 +85,8 @@ class LinearHooks:
                     continue
                 acc = self.layers.get(key)
                 if acc is None:
-                    device = mod.weight.device
-                    h0 = torch.zeros((mod.in_features, mod.in_features), dtype=torch.float32, device=device)
+                    where = device if device is not None else mod.weight.device
+                    h0 = torch.zeros((mod.in_features, mod.in_features), dtype=torch.float32, device=where)
                     acc = self.layers[key] = HessianAccumulator(mod.in_features, h0)
                 self._hooks.append(mod.register_forward_pre_hook(self._hook(acc)))
         except BaseException:
@@ -96,6 +102,8 @@ class LinearHooks:
             mask = self.mask
             if mask is not None and x.numel() // acc.cols != mask.numel():
                 mask = None
+            if x.device != acc.h.device:
+                x = x.to(acc.h.device)
             if mask is not None and mask.device != x.device:
                 mask = mask.to(x.device)
             acc.add(x.detach(), mask)
@@ -125,12 +133,46 @@ def token_sequences(ids: Sequence[int], samples: int, seq: int, pad_id: int) -> 
     return out
 
 
-def _load(model_dir: str, device: str, log: Callable[[str], None]) -> Any:
+_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2}
+
+
+def checkpoint_bytes(tensors: Dict[str, TensorInfo]) -> int:
+    """The bytes of a checkpoint's tensors (a dtype not listed counts one byte an element)."""
+    total = 0
+    for dtype, shape in tensors.values():
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * _DTYPE_BYTES.get(dtype, 1)
+    return total
+
+
+def free_memory(device: str) -> int:
+    """What `device` has free now: the GPU's free memory, or the host's MemAvailable."""
+    if device == "cuda":
+        torch = _need("torch")
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _load(model_dir: str, device: str, log: Callable[[str], None], offload: Optional[Dict[str, Any]] = None) -> Any:
     """The class the checkpoint was saved from (config.json's architectures), so that every linear it has is the
     checkpoint's: an Auto class could add a head the checkpoint lacks (AutoModelForCausalLM makes a BERT encoder a
-    BertLMHeadModel with a new, unsaved transform layer). Without that entry: AutoModelForCausalLM, else AutoModel."""
+    BertLMHeadModel with a new, unsaved transform layer). Without that entry: AutoModelForCausalLM, else AutoModel.
+    `offload`: accelerate's max_memory and offload_folder, for a model loaded block by block (none: whole, on
+    `device`)."""
     transformers = _need("transformers")
-    kw = {"torch_dtype": "auto", "local_files_only": True}
+    kw: Dict[str, Any] = {"torch_dtype": "auto", "local_files_only": True}
+    if offload is not None:
+        _need("accelerate")
+        kw.update(device_map="auto", **offload)
     config = transformers.AutoConfig.from_pretrained(model_dir, local_files_only=True)
     names = [a for a in (getattr(config, "architectures", None) or []) if hasattr(transformers, a)]
     if names:
@@ -142,12 +184,15 @@ def _load(model_dir: str, device: str, log: Callable[[str], None]) -> Any:
         except ValueError as e:  # not a causal LM: the base model (its linears are the checkpoint's all the same)
             log(f"not a causal LM ({str(e).splitlines()[0]}): loading AutoModel")
             model = transformers.AutoModel.from_pretrained(model_dir, **kw)
-    return model.to(device).eval()
+    return (model if offload is not None else model.to(device)).eval()
 
 
 def calibrate(model_dir: str, output: str, text: str, samples: int, seq: int, batch: int, device: Optional[str],
-              include_embeddings: bool = False, err: TextIO = sys.stderr) -> Dict[str, np.ndarray]:
-    """Runs the calibration and writes `output`; returns the statistics written."""
+              include_embeddings: bool = False, err: TextIO = sys.stderr,
+              max_memory: Optional[int] = None) -> Dict[str, np.ndarray]:
+    """Runs the calibration and writes `output`; returns the statistics written. `max_memory`: the bytes the model's
+    weights may take on `device` (default: what it has free, less a tenth for the activations and H); a model whose
+    weights exceed it is loaded block by block."""
     torch = _need("torch")
     transformers = _need("transformers")
 
@@ -167,9 +212,32 @@ def calibrate(model_dir: str, output: str, text: str, samples: int, seq: int, ba
         raise SystemExit("epk-calibrate: --text: the text has no tokens")
     if len(seqs) < samples:
         log(f"the text has {len(ids)} tokens: {len(seqs)} sequences of {seq}, not {samples}")
+    weights = checkpoint_bytes(tensors)
+    budget = max_memory if max_memory is not None else int(free_memory(device) * 0.9)
+    offload_dir = None
+    offload = None
+    if weights > budget:
+        offload_dir = tempfile.TemporaryDirectory(prefix="epk-calibrate-offload-")
+        limits: Dict[Any, Any] = {0 if device == "cuda" else "cpu": budget}
+        if device == "cuda":
+            limits["cpu"] = int(free_memory("cpu") * 0.9)
+        offload = {"max_memory": limits, "offload_folder": offload_dir.name}
+        log(f"the weights ({weights / 2**30:.2f} GiB) exceed {budget / 2**30:.2f} GiB on {device}: calibrating block "
+            f"by block (accelerate keeps the rest in host memory or in {offload_dir.name})")
     log(f"loading {model_dir} on {device}")
-    model = _load(model_dir, device, log)
-    hooks = LinearHooks(model, tensors, include_embeddings, log)
+    try:
+        return _calibrate_loaded(model_dir, output, seqs, seq, batch, device, include_embeddings, tensors,
+                                 _load(model_dir, device, log, offload), log)
+    finally:
+        if offload_dir is not None:
+            offload_dir.cleanup()
+
+
+def _calibrate_loaded(model_dir: str, output: str, seqs: List[Any], seq: int, batch: int, device: str,
+                      include_embeddings: bool, tensors: Dict[str, TensorInfo], model: Any,
+                      log: Callable[[str], None]) -> Dict[str, np.ndarray]:
+    torch = _need("torch")
+    hooks = LinearHooks(model, tensors, include_embeddings, log, device=torch.device(device))
     if not hooks.layers:
         hooks.close()
         raise SystemExit(f"epk-calibrate: {model_dir}: no nn.Linear whose weight epk compress encodes")
@@ -209,10 +277,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--include-embeddings", action="store_true",
                    help="statistics for embedding tables used as linears (a tied LM head), as epk compress "
                         "--include-embeddings encodes them")
+    p.add_argument("--max-memory-gb", type=float, default=None,
+                   help="the memory the model's weights may take on the device (default: what it has free, less a "
+                        "tenth); a larger model is calibrated block by block (needs accelerate)")
     a = p.parse_args(argv)
     for flag, v in (("--samples", a.samples), ("--seq", a.seq), ("--batch", a.batch)):
         if v < 1:
             p.error(f"{flag} {v}: must be at least 1")
+    if a.max_memory_gb is not None and a.max_memory_gb <= 0:
+        p.error(f"--max-memory-gb {a.max_memory_gb}: must be above 0")
     if not Path(a.model_dir).is_dir():
         p.error(f"{a.model_dir}: not a folder")
     try:
@@ -220,7 +293,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (OSError, UnicodeDecodeError) as e:
         p.error(f"--text {a.text}: {e}")
     try:
-        calibrate(a.model_dir, a.output, text, a.samples, a.seq, a.batch, a.device, a.include_embeddings)
+        calibrate(a.model_dir, a.output, text, a.samples, a.seq, a.batch, a.device, a.include_embeddings,
+                  max_memory=None if a.max_memory_gb is None else int(a.max_memory_gb * 2**30))
     except ValueError as e:
         print(f"epk-calibrate: {e}", file=sys.stderr)
         return 1

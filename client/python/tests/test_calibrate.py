@@ -340,3 +340,45 @@ def test_the_model_loads_as_the_class_it_was_saved_from(tmp_path):
                                      num_key_value_heads=1, vocab_size=50)
     transformers.LlamaForCausalLM(llama).save_pretrained(tmp_path / "llama")
     assert type(_load(str(tmp_path / "llama"), "cpu", lambda s: None)).__name__ == "LlamaForCausalLM"
+
+
+def _tiny_llama_folder(path, layers=3):
+    """A small Llama checkpoint with a word-level tokenizer of its own (no download)."""
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    import torch
+
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=101,
+                                   tie_word_embeddings=False)
+    torch.manual_seed(3)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(path)
+    vocab = {"<unk>": 0, **{f"w{i}": i for i in range(1, 101)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<unk>").save_pretrained(
+        path)
+    return " ".join(f"w{(i * 37) % 100 + 1}" for i in range(90))
+
+
+def test_a_model_over_the_memory_budget_is_calibrated_block_by_block(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("accelerate")
+    import io
+    from epk.calibrate import calibrate, checkpoint_bytes
+
+    text = _tiny_llama_folder(tmp_path / "m")
+    whole = calibrate(str(tmp_path / "m"), str(tmp_path / "whole.safetensors"), text, samples=3, seq=32, batch=2,
+                      device="cpu", err=io.StringIO())
+    log = io.StringIO()
+    budget = checkpoint_bytes(checkpoint_tensors(tmp_path / "m")) // 4  # most blocks to disk
+    blocks = calibrate(str(tmp_path / "m"), str(tmp_path / "blocks.safetensors"), text, samples=3, seq=32,
+                       batch=2, device="cpu", err=log, max_memory=budget)
+    assert "block by block" in log.getvalue()
+    assert list(blocks) == list(whole) and len(whole) == 2 * (3 * 7 + 1)  # 7 linears a block and the head
+    for name, h in whole.items():
+        np.testing.assert_array_equal(blocks[name], h, err_msg=name)  # the same float operations, block by block
+    import re
+    offload = re.search(r"in (\S*epk-calibrate-offload-\S*?)\)", log.getvalue())
+    assert offload and not os.path.exists(offload.group(1))  # the offload folder went
+
