@@ -1,4 +1,4 @@
-"""On the GPU machine: calibrated against plain encoding on a real model, all-MiniLM-L6-v2 (BF16, staged by
+"""On the GPU machine (or, slower, on the CPU where torch sees no GPU): calibrated against plain encoding on a real model, all-MiniLM-L6-v2 (BF16, staged by
 scripts/gpu/calibration_stage.py). epk-calibrate measures H on CALIB_TEXT; then at each rate `epk compress` writes the
 model plain and with --calibration, `epk decompress` restores each, and sentence-transformers embeds held-out
 sentences with the original and both restored models; printed: each file's bytes and the embeddings' cosine to the
@@ -26,16 +26,17 @@ def main() -> None:
     import sentence_transformers as st
     from epk.calibrate import calibrate
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     out.mkdir(parents=True, exist_ok=True)
     stats = out / "stats.safetensors"
     t0 = time.monotonic()
-    calibrate(str(model), str(stats), calib_text.read_text(), samples=128, seq=256, batch=16, device="cuda")
+    calibrate(str(model), str(stats), calib_text.read_text(), samples=128, seq=256, batch=16, device=device)
     print(f"epk-calibrate: {time.monotonic() - t0:.1f} s")
     # Held-out sentences: the eval text's sentences of 6 words or more (none of them in the calibration text).
     calib = calib_text.read_text()
     sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", eval_text.read_text().replace("\n", " "))]
     sentences = [s for s in sentences if len(s.split()) >= 6 and s not in calib][:256]
-    original = st.SentenceTransformer(str(model), device="cuda")
+    original = st.SentenceTransformer(str(model), device=device)
     with torch.no_grad():
         ref = original.encode(sentences, convert_to_tensor=True).float()
     rows = []
@@ -53,7 +54,7 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
             shutil.copytree(model, folder)
             run([epk, "decompress", packed, "-o", folder / "model.safetensors"])
-            m = st.SentenceTransformer(str(folder), device="cuda")
+            m = st.SentenceTransformer(str(folder), device=device)
             with torch.no_grad():
                 e = m.encode(sentences, convert_to_tensor=True).float()
             cos = torch.nn.functional.cosine_similarity(e, ref)
