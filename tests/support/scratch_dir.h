@@ -1,6 +1,7 @@
 // Temporary directories for tests. Each name carries the process id, so parallel ctest processes never share one, and
 // a directory is emptied before use, so a test never reads what an earlier run left behind. Each is removed when the
-// test program that made it exits (not when a forked child exits: a death test's child runs exit handlers too).
+// test program that made it exits (not when a forked child exits: a death test's child runs exit handlers too), as
+// is each scratch file's path.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -46,9 +47,10 @@ inline std::filesystem::path test_scratch_dir(const std::string& prefix) {
 
 // <temp>/<prefix>_<running test's name>_<pid><extension>: the path of one test's file, not created.
 inline std::string test_scratch_file(const std::string& prefix, const std::string& extension) {
-  return (std::filesystem::temp_directory_path() /
-          (prefix + "_" + running_test_name() + "_" + std::to_string(::getpid()) + extension))
-      .string();
+  const auto path = std::filesystem::temp_directory_path() /
+                    (prefix + "_" + running_test_name() + "_" + std::to_string(::getpid()) + extension);
+  detail::remove_at_exit(path);  // whatever the test writes there
+  return path.string();
 }
 
 }  // namespace epk::test
