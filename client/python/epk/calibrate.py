@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
 import numpy as np
 
-from ._calibration import HessianAccumulator, TensorInfo, checkpoint_key, checkpoint_tensors, statistics_tensors
+from ._calibration import HessianAccumulator, TensorInfo, checkpoint_files, checkpoint_key, checkpoint_tensors
+from ._calibration import statistics_tensors
 from ._calibration import why_not_encoded
 from ._safetensors import write_safetensors
 
@@ -133,18 +134,9 @@ def token_sequences(ids: Sequence[int], samples: int, seq: int, pad_id: int) -> 
     return out
 
 
-_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2}
-
-
-def checkpoint_bytes(tensors: Dict[str, TensorInfo]) -> int:
-    """The bytes of a checkpoint's tensors (a dtype not listed counts one byte an element)."""
-    total = 0
-    for dtype, shape in tensors.values():
-        n = 1
-        for d in shape:
-            n *= d
-        total += n * _DTYPE_BYTES.get(dtype, 1)
-    return total
+def checkpoint_bytes(model_dir: str) -> int:
+    """The bytes of the checkpoint's safetensors files: what loading its weights takes."""
+    return sum(os.path.getsize(p) for p in checkpoint_files(model_dir))
 
 
 def free_memory(device: str) -> int:
@@ -212,7 +204,7 @@ def calibrate(model_dir: str, output: str, text: str, samples: int, seq: int, ba
         raise SystemExit("epk-calibrate: --text: the text has no tokens")
     if len(seqs) < samples:
         log(f"the text has {len(ids)} tokens: {len(seqs)} sequences of {seq}, not {samples}")
-    weights = checkpoint_bytes(tensors)
+    weights = checkpoint_bytes(model_dir)
     budget = max_memory if max_memory is not None else int(free_memory(device) * 0.9)
     offload_dir = None
     offload = None
