@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <optional>
 
 namespace epk::shm {
 namespace {
@@ -21,10 +23,31 @@ Result<Mapping> map_read_only(int fd, std::uint64_t bytes, const std::string& wh
   return Mapping::map_shared_readonly(ro.get(), bytes, "host tier");  // the map keeps the file; ro may close
 }
 
+// The kernel's estimate of memory that can be allocated without swapping (MemAvailable, in /proc/meminfo): free
+// memory plus what it can reclaim (page cache, the checkpoint files' pages among it). None where it cannot be read.
+std::optional<std::uint64_t> available_host_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<HostTierMemory> HostTierMemory::create(std::uint64_t bytes, const std::string& name) {
   if (bytes == 0) return make_error(ErrorCode::kInvalidArgument, "host tier '" + name + "': size 0");
+  // A memfd's pages are allocated as the fill writes them: a tier larger than the host can hold would otherwise
+  // meet the OOM killer halfway through its fill (epkd or another process killed), not a named error.
+  if (const std::optional<std::uint64_t> available = available_host_bytes(); available && bytes > *available) {
+    return make_error(ErrorCode::kNoSpace, "host tier '" + name + "': " + std::to_string(bytes) +
+                                               " bytes needed, the host has " + std::to_string(*available) +
+                                               " available (MemAvailable): refused before filling any");
+  }
   int raw = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (raw < 0) return make_errno_error("host tier '" + name + "': memfd_create", errno);
   HostTierMemory m;

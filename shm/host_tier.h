@@ -22,7 +22,9 @@ class HostTierMemory {
 
   // epkd: a memfd of `bytes` (> 0) named `name`, mapped twice here: read-write until seal(), and read-only (bytes())
   // from now on at one address, so decodes may read the parts already filled while others are written and while
-  // the memfd is sealed. Its pages read as zeros until written.
+  // the memfd is sealed. Its pages read as zeros until written. kNoSpace when `bytes` exceeds the host memory
+  // available now (MemAvailable): a later shortage (other processes growing during the fill) still meets the OOM
+  // killer, as any process's memory does.
   static Result<HostTierMemory> create(std::uint64_t bytes, const std::string& name);
   // Before seal(): the bytes to fill.
   std::span<std::byte> writable() const;

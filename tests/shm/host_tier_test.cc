@@ -105,5 +105,14 @@ TEST(HostTier, AClientRefusesAnUnsealedMemfdOrAnotherSize) {
 
 TEST(HostTier, SizeZeroIsRefused) { EXPECT_FALSE(HostTierMemory::create(0, "empty")); }
 
+// A memfd of any size is made at once (its pages come as written): a tier the host cannot hold is refused by name
+// before a byte is filled. 1 PiB: more than any host this runs on has.
+TEST(HostTier, MoreThanTheHostHasIsRefused) {
+  auto m = HostTierMemory::create(std::uint64_t{1} << 50, "too-large");
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().code, ErrorCode::kNoSpace);
+  EXPECT_NE(m.error().message.find("MemAvailable"), std::string::npos) << m.error().message;
+}
+
 }  // namespace
 }  // namespace epk::shm
