@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "codec/common/parallel.h"
 #include "codec/serve/intq_device_form.h"
 #include "codec/serve/intq_producer.h"
 #include "codec/serve/lattice_rans_producer.h"
@@ -122,27 +121,6 @@ void DeviceTier::zero_host_tail(std::span<std::byte> region, const std::vector<H
     end = last.offset + last.host.size();
   }
   std::fill(region.begin() + static_cast<std::ptrdiff_t>(end), region.end(), std::byte{0});
-}
-
-Status DeviceTier::fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify,
-                             int threads) const {
-  if (region.size() != layout_.bytes) {
-    return make_error(ErrorCode::kInvalidArgument, "host tier: " + std::to_string(region.size()) +
-                                                       " bytes given for a " + std::to_string(layout_.bytes) +
-                                                       "-byte region");
-  }
-  // Tensors are checked and copied on `threads` threads (the file's pages are read by as many).
-  const std::vector<HostPart> parts = host_parts();
-  std::vector<Status> results(parts.size());
-  parallel_for_blocks(parts.size(), 1, threads, [&](std::size_t begin, std::size_t stop) {
-    for (std::size_t k = begin; k < stop; ++k) {
-      results[k] = verify(parts[k].tensor);
-      if (results[k]) write_host_part(region, parts[k]);
-    }
-  });
-  for (const Status& st : results) EPK_TRY(st);  // the first tensor refused, in file order
-  zero_host_tail(region, parts);
-  return {};
 }
 
 Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,

@@ -133,8 +133,8 @@ class DeviceTier {
                 std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
   // A region another process filled by upload() from the same file (client-side decode); builds nothing.
   void bind(DeviceAddress base) { base_ = base; }
-  // epkd's host tier: the whole region in host memory at `host` (region_bytes(), filled by fill_host, best registered
-  // with the driver so that copies from it run at the copy engine's speed). Every decode of a held tensor that is not
+  // epkd's host tier: the whole region in host memory at `host` (region_bytes(), laid out as host_parts() says, best
+  // registered with the driver so that copies from it run at the copy engine's speed). Every decode of a held tensor that is not
   // on the device first copies its span() into the lane's staging area (grown to staging_bytes() at the first such
   // decode; `area` outlives this tier) on the decode's stream, then decodes from there: the decoder never reads host
   // memory in place, and nothing decodes on the CPU. Nothing is allocated on the device here: those tensors' plans
@@ -146,17 +146,12 @@ class DeviceTier {
   std::uint64_t staging_bytes() const;
   // Bytes copied from the host tier to the staging buffer so far (same thread as enqueue()).
   std::uint64_t staged_bytes() const { return staged_bytes_; }
-  // The region's bytes in host memory (epkd's host tier, daemon/lanes/host_tiers.h):
-  // zeros, then each held tensor's stored buffers after verify(i), exactly as upload() lays them on a device.
-  // region.size() must be region_bytes(). Then bind() the region's device-visible address (pinned host memory is
-  // one under unified addressing) for decodes that read it in place. verify(i) and the copies run on `threads`
-  // threads (verify must be safe to call concurrently); the first tensor refused, in file order, is the error.
-  Status fill_host(std::span<std::byte> region, const std::function<Status(std::size_t)>& verify,
-                   int threads = 1) const;
-  // fill_host in parts, for a host tier that serves while it is being filled: part k is one held tensor's stored
-  // buffers and the zeros between the previous part's end (`from`) and them, in tensor order; parts write disjoint
-  // bytes, so any thread may write any part at any time (write_host_part), the tail after the last part once
-  // (zero_host_tail). The uploads read the producers' bytes: valid while this tier's owner lives.
+  // The region's bytes in host memory (epkd's host tier, daemon/lanes/host_tiers.h), for a host tier that serves
+  // while it is being filled: zeros, then each held tensor's stored buffers exactly as upload() lays them on a
+  // device. Part k is one held tensor's stored buffers and the zeros between the previous part's end (`from`) and
+  // them, in tensor order; parts write disjoint bytes, so any thread may write any part at any time
+  // (write_host_part, after the tensor's checksum), the tail after the last part once (zero_host_tail). `region`
+  // is region_bytes() long. The uploads read the producers' bytes: valid while this tier's owner lives.
   struct HostPart {
     std::size_t tensor = 0;
     std::uint64_t from = 0;

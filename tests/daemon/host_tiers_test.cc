@@ -1,5 +1,5 @@
 // daemon/lanes/host_tiers.h without a GPU: a model's host tier is made once from its file (every tensor checked),
-// holds exactly what DeviceTier::fill_host lays out, is sealed once complete, is shared while any lane holds it and
+// holds exactly what DeviceTier's host parts written in order hold, is sealed once complete, is shared while any lane holds it and
 // made anew after the last let it go; a tensor serves before the rest are in (filled by the decode that needs it);
 // a tensor whose stored bytes fail their checksum is refused by name, and the tier is then not one to pass to
 // clients. (Here the driver is absent, so the registration fails and the tier serves unregistered, as epkd's log
@@ -75,13 +75,21 @@ void wait_complete(HostTier& tier) {
   EXPECT_TRUE(tier.complete());
 }
 
+// What a complete host tier holds: its parts written in tensor order, then the tail.
+std::vector<std::byte> region_in_order(const serve::DeviceTier& tier) {
+  std::vector<std::byte> region(tier.region_bytes());
+  const std::vector<serve::DeviceTier::HostPart> parts = tier.host_parts();
+  for (const serve::DeviceTier::HostPart& part : parts) serve::DeviceTier::write_host_part(region, part);
+  serve::DeviceTier::zero_host_tail(region, parts);
+  return region;
+}
+
 TEST_F(HostTiersTest, OneSealedTierPerModelWhileAnyoneHoldsIt) {
   auto src = open();
   ASSERT_TRUE(src);
   auto tier = placement(*src);
   ASSERT_GT(tier->region_bytes(), 0u);
-  std::vector<std::byte> want(tier->region_bytes());
-  ASSERT_TRUE(tier->fill_host(want, [](std::size_t) { return Status{}; }));
+  const std::vector<std::byte> want = region_in_order(*tier);
 
   HostTiers tiers(3);
   auto a = tiers.get(7, *tier, src, 0);
@@ -136,12 +144,11 @@ TEST_F(HostTiersTest, AStoredBufferThatFailsItsChecksumRefusesTheTier) {
 
 TEST_F(HostTiersTest, ATensorServesBeforeTheRestAreInAndTheSealWaitsForTheLast) {
   // No filler: each tensor is filled by the first ready() that needs it, the tier completes (and runs
-  // what waits on it) with the last one, and holds then exactly what fill_host lays out.
+  // what waits on it) with the last one, and holds then exactly what its parts written in order hold.
   auto src = open();
   ASSERT_TRUE(src);
   auto tier = placement(*src);
-  std::vector<std::byte> want(tier->region_bytes());
-  ASSERT_TRUE(tier->fill_host(want, [](std::size_t) { return Status{}; }));
+  const std::vector<std::byte> want = region_in_order(*tier);
   auto memory = shm::HostTierMemory::create(tier->region_bytes(), "host-tiers-test");
   ASSERT_TRUE(memory) << memory.error().to_string();
   HostTier t(3, std::move(*memory), tier->host_parts(), src, 0);
@@ -180,8 +187,7 @@ TEST_F(HostTiersTest, DecodesAndFillersRacingForTheSameTensorsLeaveTheSameBytes)
   auto src = open();
   ASSERT_TRUE(src);
   auto tier = placement(*src);
-  std::vector<std::byte> want(tier->region_bytes());
-  ASSERT_TRUE(tier->fill_host(want, [](std::size_t) { return Status{}; }));
+  const std::vector<std::byte> want = region_in_order(*tier);
   std::vector<std::size_t> held;
   for (std::size_t i = 0; i < src->tensors().size(); ++i) {
     if (tier->holds(i)) held.push_back(i);

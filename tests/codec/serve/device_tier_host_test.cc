@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <mutex>
+#include <thread>
 
 #include "codec/container/writer.h"
 #include "codec/serve/lattice_rans_producer.h"
@@ -106,15 +106,22 @@ TEST_F(DeviceTierHostTest, TheBatchJobOfAHeldTensorIsTheServingLayersAndOthersAr
   EXPECT_NE(packed.error().message.find("'a'"), std::string::npos) << packed.error().message;
 }
 
+// The region written part by part in `order` (indices into host_parts()), then its tail, over stale bytes.
+std::vector<std::byte> write_parts(const DeviceTier& tier, const std::vector<std::size_t>& order, std::byte stale) {
+  std::vector<std::byte> region(tier.region_bytes(), stale);
+  const std::vector<DeviceTier::HostPart> parts = tier.host_parts();
+  for (std::size_t k : order) DeviceTier::write_host_part(region, parts[k]);
+  DeviceTier::zero_host_tail(region, parts);
+  return region;
+}
+
 TEST_F(DeviceTierHostTest, TheHostTierHoldsEachBufferAtItsPlaceAndZerosElsewhere) {
   DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
-  std::vector<std::byte> region(tier.region_bytes(), std::byte{0xA5});  // stale bytes: every one must be written
-  std::vector<std::size_t> verified;
-  ASSERT_TRUE(tier.fill_host(region, [&](std::size_t i) {
-    verified.push_back(i);
-    return Status{};
-  }));
-  EXPECT_EQ(verified, (std::vector<std::size_t>{0, 2}));
+  const std::vector<DeviceTier::HostPart> parts = tier.host_parts();
+  ASSERT_EQ(parts.size(), 2u);  // one part per held tensor, in tensor order
+  EXPECT_EQ(parts[0].tensor, 0u);
+  EXPECT_EQ(parts[1].tensor, 2u);
+  const std::vector<std::byte> region = write_parts(tier, {0, 1}, std::byte{0xA5});  // stale: all must be written
   const rans::LatticeRansStream* streams[] = {&producers_[0]->lattice_rans()->stream(), nullptr,
                                               &producers_[2]->lattice_rans()->stream()};
   const cuda::TierLayout layout = cuda::tier_layout(streams);
@@ -129,44 +136,24 @@ TEST_F(DeviceTierHostTest, TheHostTierHoldsEachBufferAtItsPlaceAndZerosElsewhere
     EXPECT_EQ(span.offset + span.bytes, layout.tensors[i]->scales + streams[i]->scales.size_bytes()) << i;
   }
   EXPECT_TRUE(region == want);
-  // A verify failure stops the fill and is returned.
-  auto refused = tier.fill_host(region, [](std::size_t) { return Status(make_error(ErrorCode::kChecksum, "x")); });
-  ASSERT_FALSE(refused);
-  EXPECT_EQ(refused.error().code, ErrorCode::kChecksum);
-  std::vector<std::byte> short_region(region.size() - 1);
-  EXPECT_FALSE(tier.fill_host(short_region, [](std::size_t) { return Status{}; }));
 }
 
-// epkd fills its host tier on several threads: the same bytes as one thread, each held tensor checked once, and the
-// first tensor refused in file order is the error whichever thread met it first.
-TEST_F(DeviceTierHostTest, AHostTierFilledOnThreadsIsTheSameAndNamesTheFirstRefusal) {
+// epkd's fillers and decodes write the parts in whatever order they reach them: every order, and the parts on
+// threads of their own, give the same bytes, since parts write disjoint bytes.
+TEST_F(DeviceTierHostTest, HostPartsWrittenInAnyOrderGiveTheSameRegion) {
   DeviceTier tier(nullptr, views(), 0, [](std::int64_t) {});
-  std::vector<std::byte> one(tier.region_bytes(), std::byte{0x5A});
-  ASSERT_TRUE(tier.fill_host(one, [](std::size_t) { return Status{}; }));
-  for (int threads : {2, 3, 8}) {
-    std::vector<std::byte> many(tier.region_bytes(), std::byte{0xC3});
-    std::mutex mu;
-    std::vector<std::size_t> verified;
-    ASSERT_TRUE(tier.fill_host(
-        many,
-        [&](std::size_t i) {
-          std::lock_guard<std::mutex> lock(mu);
-          verified.push_back(i);
-          return Status{};
-        },
-        threads));
-    std::sort(verified.begin(), verified.end());
-    EXPECT_EQ(verified, (std::vector<std::size_t>{0, 2})) << threads;
-    EXPECT_TRUE(many == one) << threads;
-    auto refused = tier.fill_host(
-        many,
-        [](std::size_t i) {
-          return Status(make_error(ErrorCode::kChecksum, i == 0 ? "tensor zero" : "tensor two"));
-        },
-        threads);
-    ASSERT_FALSE(refused);
-    EXPECT_EQ(refused.error().message, "tensor zero") << threads;
+  const std::vector<std::byte> in_order = write_parts(tier, {0, 1}, std::byte{0x5A});
+  EXPECT_TRUE(write_parts(tier, {1, 0}, std::byte{0xC3}) == in_order);
+  std::vector<std::byte> threaded(tier.region_bytes(), std::byte{0x3C});
+  const std::vector<DeviceTier::HostPart> parts = tier.host_parts();
+  {
+    std::vector<std::jthread> writers;
+    for (const DeviceTier::HostPart& part : parts) {
+      writers.emplace_back([&threaded, &part] { DeviceTier::write_host_part(threaded, part); });
+    }
   }
+  DeviceTier::zero_host_tail(threaded, parts);
+  EXPECT_TRUE(threaded == in_order);
   EXPECT_EQ(tier.staging_bytes(), 0u);  // every held tensor is on the device: nothing to stage
   EXPECT_FALSE(tier.staged());
 }
