@@ -50,6 +50,33 @@ void DeviceAllocation::reset() {
   size_ = 0;
 }
 
+PinnedAllocation& PinnedAllocation::operator=(PinnedAllocation&& o) noexcept {
+  if (this == &o) return *this;
+  reset();
+  data_ = std::exchange(o.data_, nullptr);
+  size_ = std::exchange(o.size_, 0);
+  return *this;
+}
+
+Result<PinnedAllocation> PinnedAllocation::create(std::uint64_t bytes, std::string_view what) {
+  PinnedAllocation out;
+  if (bytes == 0) return out;
+  void* p = nullptr;
+  if (cudaError_t e = cudaMallocHost(&p, bytes); e != cudaSuccess) {
+    return cuda_error(what, ("cudaMallocHost of " + std::to_string(bytes) + " bytes").c_str(), e);
+  }
+  out.data_ = static_cast<std::byte*>(p);
+  out.size_ = bytes;
+  return out;
+}
+
+void PinnedAllocation::reset() {
+  if (data_ == nullptr) return;
+  (void)cudaFreeHost(data_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
 Status set_device(int device) {
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
     return cuda_error("device " + std::to_string(device), "cudaSetDevice", e);

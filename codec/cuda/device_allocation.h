@@ -3,6 +3,7 @@
 // (the runtime API is behind it, in device_allocation.cc).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "codec/common/device_address.h"
@@ -31,6 +32,28 @@ class DeviceAllocation {
   DeviceAddress address_;
   std::uint64_t size_ = 0;
   int device_ = -1;
+};
+
+// Page-locked host memory (cudaMallocHost: portable under unified addressing), freed when the object goes: the
+// source of copies that run at the copy engine's speed. Empty: a null data().
+class PinnedAllocation {
+ public:
+  PinnedAllocation() = default;
+  PinnedAllocation(PinnedAllocation&& o) noexcept { *this = static_cast<PinnedAllocation&&>(o); }
+  PinnedAllocation& operator=(PinnedAllocation&& o) noexcept;
+  PinnedAllocation(const PinnedAllocation&) = delete;
+  PinnedAllocation& operator=(const PinnedAllocation&) = delete;
+  ~PinnedAllocation() { reset(); }
+
+  // `bytes` of it (0: an empty allocation, no call). kCuda naming `what` when the host cannot pin them.
+  static Result<PinnedAllocation> create(std::uint64_t bytes, std::string_view what);
+  std::byte* data() const { return data_; }
+  std::uint64_t size() const { return size_; }
+  void reset();
+
+ private:
+  std::byte* data_ = nullptr;
+  std::uint64_t size_ = 0;
 };
 
 // Makes `device` current on this thread (cudaSetDevice: its primary context, the one epkd's driver-API code uses).

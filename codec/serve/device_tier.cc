@@ -29,24 +29,50 @@ DeviceTier::DeviceTier(std::shared_ptr<const void> owner, std::vector<const Prod
   const std::size_t n = producers_.size();
   lattice_ = std::vector<Lattice>(n);  // in place: a Lattice holds move-only plans
   intq_.resize(n);
+  intq_placed_.assign(n, 0);
+  intq_refused_.assign(n, 0);
   std::vector<const rans::LatticeRansStream*> streams(n, nullptr);
   for (std::size_t i = 0; i < n; ++i) {
     lattice_[i].producer = producers_[i] != nullptr ? producers_[i]->lattice_rans() : nullptr;
     if (lattice_[i].producer != nullptr) streams[i] = &lattice_[i].producer->stream();
+    const IntqProducer* iq = producers_[i] != nullptr ? producers_[i]->intq() : nullptr;
+    intq_placed_[i] = iq != nullptr && iq->header() != nullptr ? 1 : 0;
   }
   layout_ = cuda::tier_layout(streams);
   device_layout_ = layout_;
 }
 
 std::uint64_t DeviceTier::footprint(std::size_t tensor) const {
-  if (!holds(tensor)) return 0;
-  return (span(tensor).bytes + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign;
+  if (holds(tensor)) return (span(tensor).bytes + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign;
+  const IntqProducer* iq = producers_[tensor] != nullptr ? producers_[tensor]->intq() : nullptr;
+  if (iq != nullptr && iq->header() != nullptr) return IntqDeviceForm::stored_bytes(*iq->header());
+  return 0;
+}
+
+std::uint64_t DeviceTier::tier_bytes() const {
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i < producers_.size(); ++i) n += footprint(i);
+  return n;
+}
+
+std::uint64_t DeviceTier::device_tier_bytes() const {
+  std::uint64_t n = device_region_bytes();
+  for (std::size_t i = 0; i < producers_.size(); ++i) {
+    if (intq_on_device(i)) n += footprint(i);
+  }
+  return n;
+}
+
+bool DeviceTier::intq_on_device(std::size_t tensor) const {
+  return tensor < intq_placed_.size() && intq_placed_[tensor] != 0;
 }
 
 void DeviceTier::place(std::vector<bool> on_device) {
   std::vector<const rans::LatticeRansStream*> streams(producers_.size(), nullptr);
   for (std::size_t i = 0; i < streams.size(); ++i) {
-    if (holds(i) && i < on_device.size() && on_device[i]) streams[i] = &lattice_[i].producer->stream();
+    const bool kept = i < on_device.size() && on_device[i];
+    if (holds(i) && kept) streams[i] = &lattice_[i].producer->stream();
+    if (!holds(i) && footprint(i) != 0) intq_placed_[i] = kept ? 1 : 0;
   }
   device_layout_ = cuda::tier_layout(streams);
 }
@@ -141,14 +167,19 @@ Status DeviceTier::upload(DeviceAddress base, cuda::Stream stream, const std::fu
   return make_intq_forms(stream, verify, warnings);
 }
 
-Status DeviceTier::bind_host(std::span<const std::byte> host, StagingArea& area) {
-  if (host.size() != layout_.bytes || host.empty()) {
+Status DeviceTier::bind_host(std::span<const std::byte> host, StagingArea& area,
+                             std::function<Status(std::size_t)> verify) {
+  bool held_in_host = false;
+  for (std::size_t i = 0; i < producers_.size(); ++i) held_in_host = held_in_host || (holds(i) && !on_device(i));
+  const std::uint64_t want = held_in_host ? layout_.bytes : 0;
+  if (host.size() != want) {
     return make_error(ErrorCode::kInvalidArgument, "host tier: " + std::to_string(host.size()) +
-                                                       " bytes given for a " + std::to_string(layout_.bytes) +
-                                                       "-byte region");
+                                                       " bytes given where " + std::to_string(want) +
+                                                       " are in host memory");
   }
   host_ = host;
   area_ = &area;
+  verify_ = std::move(verify);
   return {};
 }
 
@@ -183,8 +214,8 @@ Status DeviceTier::make_ready_plans(std::optional<cuda::OutputFormat> ready, cud
 Status DeviceTier::make_intq_forms(cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                                    std::vector<std::string>* warnings) {
   for (std::size_t i = 0; i < producers_.size(); ++i) {
-    const IntqProducer* iq = producers_[i] != nullptr ? producers_[i]->intq() : nullptr;
-    if (iq == nullptr || iq->header() == nullptr) continue;
+    if (!intq_on_device(i)) continue;  // no form to make, or (staged) made in host memory at its first decode
+    const IntqProducer* iq = producers_[i]->intq();
     EPK_TRY(verify(i));
     Result<std::unique_ptr<IntqDeviceForm>> form = IntqDeviceForm::make(*iq, device_, stream);
     if (!form) {
@@ -199,6 +230,27 @@ Status DeviceTier::make_intq_forms(cuda::Stream stream, const std::function<Stat
     intq_[i] = std::move(*form);
   }
   return {};
+}
+
+IntqDeviceForm* DeviceTier::intq_form(std::size_t tensor, cuda::Stream stream, std::string* note) {
+  if (intq_[tensor] || !staged() || intq_on_device(tensor) || intq_refused_[tensor] != 0) return intq_[tensor].get();
+  const IntqProducer* iq = producers_[tensor] != nullptr ? producers_[tensor]->intq() : nullptr;
+  if (iq == nullptr || iq->header() == nullptr) return nullptr;
+  Result<std::unique_ptr<IntqDeviceForm>> form = [&]() -> Result<std::unique_ptr<IntqDeviceForm>> {
+    EPK_TRY(verify_(tensor));
+    return IntqDeviceForm::make(*iq, device_, stream, area_);
+  }();
+  if (!form) {
+    // Not tried again (a checksum or the host's pinned memory): the host path serves it, and says what is wrong.
+    intq_refused_[tensor] = 1;
+    *note = "intq tensor '" + iq->entry().name + "': its form in host memory could not be made (" +
+            form.error().to_string() + "); the host path serves it";
+    return nullptr;
+  }
+  account_(static_cast<std::int64_t>((*form)->bytes()));
+  intq_host_bytes_.fetch_add((*form)->host_bytes(), std::memory_order_relaxed);
+  intq_[tensor] = std::move(*form);
+  return intq_[tensor].get();
 }
 
 Status DeviceTier::stage_inputs(std::size_t tensor, cuda::Stream stream) {
@@ -248,22 +300,29 @@ Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const
     if (!format) return DeviceWrite{DevicePath::kHost, DevicePath::kLatticeDecode, {}};
     return enqueue_lattice(tensor, *format, shard, dst, bytes, work, stream);
   }
-  IntqDeviceForm* q = intq_[tensor].get();
-  if (q == nullptr) return DeviceWrite{};
+  if (!shard.whole()) {  // the kernels write whole tensors only
+    return DeviceWrite{DevicePath::kHost, intq_[tensor] ? DevicePath::kIntqKernels : DevicePath::kHost, {}};
+  }
   DeviceWrite w{DevicePath::kHost, DevicePath::kIntqKernels, {}};
-  if (!shard.whole()) return w;  // the kernels write whole tensors only
+  IntqDeviceForm* q = intq_form(tensor, stream, &w.note);
+  if (q == nullptr) {
+    if (w.note.empty()) w.form = DevicePath::kHost;
+    return w;
+  }
   std::uint64_t added = 0;
+  const std::uint64_t host_before = q->host_bytes();
   // A layout the kernels cannot be set up for (its padded variant does not fit the device, say) goes to the host
   // path like any layout they do not cover.
   Result<bool> covered = q->covers(layout, stream, &added);
   if (added != 0) account_(static_cast<std::int64_t>(added));
+  intq_host_bytes_.fetch_add(q->host_bytes() - host_before, std::memory_order_relaxed);
   if (!covered) {
     w.note = "intq tensor '" + producers_[tensor]->entry().name + "': the kernels' setup failed (" +
              covered.error().to_string() + "); the host path serves it";
     return w;
   }
   if (!*covered) return w;
-  EPK_TRY(q->produce(layout, dst, bytes, stream));
+  EPK_TRY(q->produce(layout, dst, bytes, stream, &staged_bytes_));
   w.path = DevicePath::kIntqKernels;
   return w;
 }

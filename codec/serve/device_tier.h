@@ -25,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -110,16 +111,23 @@ class DeviceTier {
   std::uint64_t region_bytes() const { return layout_.bytes; }
   // Whether tensor i's stored buffers are in the region.
   bool holds(std::size_t tensor) const { return tensor < layout_.tensors.size() && layout_.tensors[tensor]; }
-  // The bytes held tensor i takes in a region, alignment included: a device region of some held tensors takes the
-  // sum of theirs.
+  // The bytes tensor i's compressed form takes on the device: a held tensor's in a region, alignment included (a
+  // device region of some held tensors takes the sum of theirs); an intq "int" tensor's device form, its stored
+  // padding (IntqDeviceForm::stored_bytes: an upper bound); 0 for the others.
   std::uint64_t footprint(std::size_t tensor) const;
+  // The footprints of every tensor, and of those on the device (place()).
+  std::uint64_t tier_bytes() const;
+  std::uint64_t device_tier_bytes() const;
 
-  // epkd's split of a model between the device and its host tier: only the held tensors with on_device[i] keep their
-  // inputs in the device region, placed compactly in tensor order (device_region_bytes()); the others are decoded
-  // from the host tier (bind_host). Before upload() or bind_host(); by default every held tensor is on the device
-  // and the device region is the whole region (the only form a client binds).
+  // epkd's split of a model between the device and host memory: only the tensors with on_device[i] keep their
+  // compressed form on the device: held tensors their inputs in the device region, placed compactly in tensor order
+  // (device_region_bytes()), intq tensors their device forms (upload()); the others are decoded from host memory
+  // (bind_host). Before upload() or bind_host(); by default every tensor is on the device and the device region is
+  // the whole region (the only form a client binds).
   void place(std::vector<bool> on_device);
   bool on_device(std::size_t tensor) const { return holds(tensor) && device_layout_.tensors[tensor].has_value(); }
+  // Whether tensor i has an intq device form to make (kind "int") and place() kept it on the device.
+  bool intq_on_device(std::size_t tensor) const;
   std::uint64_t device_region_bytes() const { return device_layout_.bytes; }
   std::size_t tensors() const { return producers_.size(); }
 
@@ -133,19 +141,22 @@ class DeviceTier {
                 std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
   // A region another process filled by upload() from the same file (client-side decode); builds nothing.
   void bind(DeviceAddress base) { base_ = base; }
-  // epkd's host tier: the whole region in host memory at `host` (region_bytes(), laid out as host_parts() says, best
-  // registered with the driver so that copies from it run at the copy engine's speed). Every decode of a held tensor that is not
-  // on the device first copies its span() into the lane's staging area (grown to staging_bytes() at the first such
-  // decode; `area` outlives this tier) on the decode's stream, then decodes from there: the decoder never reads host
-  // memory in place, and nothing decodes on the CPU. Nothing is allocated on the device here: those tensors' plans
-  // are built on first use. A tier with no tensor on the device makes no intq device forms either (upload() is not
-  // called: the host path serves intq tensors), so it takes no device memory until a decode needs it.
-  Status bind_host(std::span<const std::byte> host, StagingArea& area);
-  bool staged() const { return host_.data() != nullptr; }
+  // epkd's tier with tensors place() left in host memory. `host`: the model's host tier, the whole region in host
+  // memory (region_bytes(), laid out as host_parts() says, best registered with the driver so that copies from it run
+  // at the copy engine's speed), empty when every held tensor is on the device. Every decode of a held tensor that
+  // is not on the device first copies its span() into the lane's staging area (grown to staging_bytes() at the first
+  // such decode; `area` outlives this tier) on the decode's stream, then decodes from there: the decoder never reads
+  // host memory in place. An intq tensor not on the device gets its form in pinned host memory at its first decode
+  // (verify(i) first), copied into the same area before each (intq_device_form.h). Nothing decodes on the CPU, and
+  // nothing is allocated on the device here: those tensors' plans are built on first use.
+  Status bind_host(std::span<const std::byte> host, StagingArea& area, std::function<Status(std::size_t)> verify);
+  bool staged() const { return area_ != nullptr; }
   // The largest span() of a held tensor not on the device (place()): what this tier needs of the staging area.
   std::uint64_t staging_bytes() const;
-  // Bytes copied from the host tier to the staging buffer so far (same thread as enqueue()).
+  // Bytes copied from host memory to the staging buffer so far (same thread as enqueue()).
   std::uint64_t staged_bytes() const { return staged_bytes_; }
+  // The pinned host bytes of the intq forms made in host memory so far (any thread).
+  std::uint64_t intq_host_bytes() const { return intq_host_bytes_.load(std::memory_order_relaxed); }
   // The region's bytes in host memory (epkd's host tier, daemon/lanes/host_tiers.h), for a host tier that serves
   // while it is being filled: zeros, then each held tensor's stored buffers exactly as upload() lays them on a
   // device. Part k is one held tensor's stored buffers and the zeros between the previous part's end (`from`) and
@@ -218,6 +229,9 @@ class DeviceTier {
   Status make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream);
   Status make_intq_forms(cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                          std::vector<std::string>* warnings);
+  // Tensor's intq form, made in host memory at its first decode when it has none on the device (null: the host path
+  // serves it; *note says why when the making failed).
+  IntqDeviceForm* intq_form(std::size_t tensor, cuda::Stream stream, std::string* note);
   Result<DeviceWrite> enqueue_lattice(std::size_t tensor, cuda::OutputFormat format, const ShardRange& shard,
                                       DeviceAddress dst, std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
 
@@ -233,7 +247,11 @@ class DeviceTier {
   DeviceAddress staging_;               // where this tier's staged plans read their inputs (from the first decode)
   std::uint64_t staged_bytes_ = 0;
   std::vector<Lattice> lattice_;                         // per tensor (producer null where not held)
-  std::vector<std::unique_ptr<IntqDeviceForm>> intq_;   // per tensor (null: no device form)
+  std::vector<std::unique_ptr<IntqDeviceForm>> intq_;   // per tensor (null: no form made)
+  std::vector<std::uint8_t> intq_placed_;               // per tensor: 1 where an intq form goes on the device
+  std::vector<std::uint8_t> intq_refused_;              // per tensor: 1 where making its host form failed
+  std::function<Status(std::size_t)> verify_;           // staged: checks a tensor before its host form is made
+  std::atomic<std::uint64_t> intq_host_bytes_{0};
   Plan* pending_ = nullptr;                              // whose status the last enqueue copied back
 };
 

@@ -1,25 +1,21 @@
 #include "codec/serve/intq_device_form.h"
 
+#include <cstring>
 #include <optional>
 #include <span>
 
+#include "codec/cuda/decode/tier_layout.h"
 #include "codec/cuda/intq/intq_repack.h"
 #include "codec/layouts/convert.h"
 #include "codec/layouts/intq_io.h"
 #include "codec/layouts/pack_bits.h"
+#include "codec/serve/device_tier.h"
 
 namespace epk::serve {
 
 namespace {
 
 namespace ci = cuda::intq;
-
-template <class T>
-Result<cuda::DeviceAllocation> put(std::span<const T> v, int device, cuda::Stream stream, std::string_view what) {
-  EPK_TRY_ASSIGN(cuda::DeviceAllocation b, cuda::DeviceAllocation::create(v.size_bytes(), device, what));
-  EPK_TRY(cuda::copy_to_device_async(b.address(), v.data(), v.size_bytes(), stream, what));
-  return b;
-}
 
 template <class T>
 const T* as(const cuda::DeviceAllocation& b) {
@@ -42,9 +38,30 @@ std::uint64_t IntqDeviceForm::bytes() const {
   return n;
 }
 
-Result<std::unique_ptr<IntqDeviceForm>> IntqDeviceForm::make(const IntqProducer& p, int device, cuda::Stream stream) {
+std::uint64_t IntqDeviceForm::host_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& v : variants_) n += v->host.size();
+  return n;
+}
+
+std::uint64_t IntqDeviceForm::stored_bytes(const layouts::intq::IntHeader& h) {
+  const layouts::QuantTensor& t = h.shape;
+  const auto rows = static_cast<std::uint64_t>(t.padded_rows), cols = static_cast<std::uint64_t>(t.padded_cols);
+  const auto groups = static_cast<std::uint64_t>(t.num_groups), bits = static_cast<std::uint64_t>(t.bits);
+  auto packed = [bits](std::uint64_t n) { return (n * bits + 31) / 32 * 4; };
+  auto block = [](std::uint64_t n) { return (n + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign; };
+  std::uint64_t n = block(packed(rows * cols)) + block(groups * cols * 4);
+  if (!h.symmetric) n += block(packed(groups * cols));
+  if (h.has_g_idx) n += block(rows * 4);
+  if (h.has_perm) n += 2 * block(rows * 4);   // perm and its inverse
+  if (h.has_g_idx || h.has_perm) n += rows * 4;  // the group order
+  return n;
+}
+
+Result<std::unique_ptr<IntqDeviceForm>> IntqDeviceForm::make(const IntqProducer& p, int device, cuda::Stream stream,
+                                                             StagingArea* staging) {
   EPK_TRY_ASSIGN(layouts::QuantTensor q, p.read());
-  std::unique_ptr<IntqDeviceForm> t(new IntqDeviceForm(p, device));
+  std::unique_ptr<IntqDeviceForm> t(new IntqDeviceForm(p, device, staging));
   t->dense_ = p.entry().dtype;
   t->scale_ = q.scale_dtype;
   t->bits_ = q.bits;
@@ -55,13 +72,17 @@ Result<std::unique_ptr<IntqDeviceForm>> IntqDeviceForm::make(const IntqProducer&
   return t;
 }
 
-ci::DeviceIntq IntqDeviceForm::view(const Variant& v) const {
+ci::DeviceIntq IntqDeviceForm::view(const Variant& v, DeviceAddress staged_at) const {
+  auto at = [&](Buffer b) -> DeviceAddress {
+    if (!staged()) return v.device[b].address();
+    return v.at[b] == kAbsent ? DeviceAddress() : staged_at + v.at[b];
+  };
   ci::DeviceIntq d;
-  d.codes = as<std::uint32_t>(v.codes);
-  d.scales = as<float>(v.scales);
-  d.zeros = as<std::uint32_t>(v.zeros);
-  d.g_idx = as<std::int32_t>(v.g_idx);
-  d.perm = as<std::int32_t>(v.perm);
+  d.codes = at(kCodes).as<const std::uint32_t>();
+  d.scales = at(kScales).as<const float>();
+  d.zeros = at(kZeros).as<const std::uint32_t>();
+  d.g_idx = at(kGIdx).as<const std::int32_t>();
+  d.perm = at(kPerm).as<const std::int32_t>();
   d.bits = bits_;
   d.rows = rows_;
   d.cols = cols_;
@@ -70,6 +91,13 @@ ci::DeviceIntq IntqDeviceForm::view(const Variant& v) const {
   d.group_size = group_size_;
   d.num_groups = v.num_groups;
   return d;
+}
+
+Result<DeviceAddress> IntqDeviceForm::stage(const Variant& v, cuda::Stream stream) const {
+  EPK_TRY_ASSIGN(DeviceAddress at, staging_->reserve(v.host.size()));
+  EPK_TRY(cuda::copy_to_device_async(at, v.host.data(), v.host.size(), stream,
+                                     "intq tensor '" + producer_.entry().name + "': its staged copy"));
+  return at;
 }
 
 Status IntqDeviceForm::add_variant(const layouts::QuantTensor& q, const IntqKernelTraits& traits,
@@ -81,23 +109,43 @@ Status IntqDeviceForm::add_variant(const layouts::QuantTensor& q, const IntqKern
   static_cast<IntqKernelTraits&>(*v) = traits;
   std::vector<std::uint32_t> words(layouts::packed_words(q.codes.size(), q.bits));
   EPK_TRY(layouts::pack_bits(q.codes, q.bits, words));
-  EPK_TRY_ASSIGN(v->codes, put(std::span<const std::uint32_t>(words), device_, stream, what));
-  EPK_TRY_ASSIGN(v->scales, put(std::span<const float>(q.scales), device_, stream, what));
   std::vector<std::uint32_t> zwords;
   if (!layouts::is_symmetric(q)) {  // symmetric: the kernels take 2^(bits-1), as the CPU writers do
     std::vector<std::uint8_t> z8(q.zeros.begin(), q.zeros.end());
     zwords.resize(layouts::packed_words(z8.size(), q.bits));
     EPK_TRY(layouts::pack_bits(z8, q.bits, zwords));
-    EPK_TRY_ASSIGN(v->zeros, put(std::span<const std::uint32_t>(zwords), device_, stream, what));
   }
-  if (!v->static_groups) {
-    EPK_TRY_ASSIGN(v->g_idx, put(std::span<const std::int32_t>(q.g_idx), device_, stream, what));
-  }
-  if (v->has_perm) {
-    EPK_TRY_ASSIGN(v->perm, put(std::span<const std::int32_t>(q.perm), device_, stream, what));
+  std::array<std::span<const std::byte>, kBuffers> parts;
+  parts[kCodes] = std::as_bytes(std::span<const std::uint32_t>(words));
+  parts[kScales] = std::as_bytes(std::span<const float>(q.scales));
+  parts[kZeros] = std::as_bytes(std::span<const std::uint32_t>(zwords));
+  if (!v->static_groups) parts[kGIdx] = std::as_bytes(std::span<const std::int32_t>(q.g_idx));
+  if (v->has_perm) parts[kPerm] = std::as_bytes(std::span<const std::int32_t>(q.perm));
+  DeviceAddress staged_at;
+  if (!staged()) {
+    for (std::size_t b = 0; b < kBuffers; ++b) {
+      if (parts[b].empty()) continue;
+      EPK_TRY_ASSIGN(v->device[b], cuda::DeviceAllocation::create(parts[b].size(), device_, what));
+      EPK_TRY(cuda::copy_to_device_async(v->device[b].address(), parts[b].data(), parts[b].size(), stream, what));
+    }
+  } else {
+    // One block, each buffer 256-byte aligned in it (the kernels' loads want no less than the codes' alignment).
+    std::uint64_t end = 0;
+    for (std::size_t b = 0; b < kBuffers; ++b) {
+      v->at[b] = parts[b].empty() ? kAbsent : end;
+      if (!parts[b].empty()) end = (end + parts[b].size() + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign;
+    }
+    EPK_TRY_ASSIGN(v->host, cuda::PinnedAllocation::create(end, what + ": pinned host copy"));
+    std::memset(v->host.data(), 0, end);
+    for (std::size_t b = 0; b < kBuffers; ++b) {
+      if (!parts[b].empty()) std::memcpy(v->host.data() + v->at[b], parts[b].data(), parts[b].size());
+    }
+    if (v->has_perm || !v->static_groups) {  // the row maps are computed from a copy on the device
+      EPK_TRY_ASSIGN(staged_at, stage(*v, stream));
+    }
   }
   const std::uint64_t map_bytes = static_cast<std::uint64_t>(q.padded_rows) * 4;
-  const ci::DeviceIntq d = view(*v);
+  const ci::DeviceIntq d = view(*v, staged_at);
   if (v->has_perm) {
     EPK_TRY_ASSIGN(v->inv_perm, cuda::DeviceAllocation::create(map_bytes, device_, what));
     EPK_TRY(ci::invert_perm(d, v->inv_perm.address().as<std::int32_t>(), stream));
@@ -158,13 +206,23 @@ Result<bool> IntqDeviceForm::covers(Layout layout, cuda::Stream stream, std::uin
   return intq_kernels_write(*v, layout, g);
 }
 
-Status IntqDeviceForm::produce(Layout layout, DeviceAddress dst, std::uint64_t bytes, cuda::Stream s) const {
+Status IntqDeviceForm::produce(Layout layout, DeviceAddress dst, std::uint64_t bytes, cuda::Stream s,
+                               std::uint64_t* staged_bytes) const {
   const std::string& name = producer_.entry().name;
+  // The variant's buffers where the kernels read them: a staged one copied in first (each produce is synchronised
+  // before the next, so the staging area holds one copy at a time).
+  auto device_view = [&](const Variant& v) -> Result<ci::DeviceIntq> {
+    if (!staged()) return view(v);
+    EPK_TRY_ASSIGN(DeviceAddress at, stage(v, s));
+    if (staged_bytes != nullptr) *staged_bytes += v.host.size();
+    return view(v, at);
+  };
   if (std::optional<ci::DenseType> d = dense_layout(layout)) {
     if (static_cast<std::uint64_t>(rows_) * static_cast<std::uint64_t>(cols_) * 2 != bytes) {
       return make_error(ErrorCode::kInternal, "tensor '" + name + "': dense intq slot size");
     }
-    return ci::dequantize_dense(view(*variants_[0]), *d, dst.as<void>(), s);
+    EPK_TRY_ASSIGN(const ci::DeviceIntq dense, device_view(*variants_[0]));
+    return ci::dequantize_dense(dense, *d, dst.as<void>(), s);
   }
   EPK_TRY_ASSIGN(PackedPlan plan, producer_.packed_plan(layout));
   const Variant* v = find(plan.geometry.padded_rows, plan.geometry.padded_cols);
@@ -177,7 +235,7 @@ Status IntqDeviceForm::produce(Layout layout, DeviceAddress dst, std::uint64_t b
     const std::uint64_t next = i + 1 < plan.count ? plan.parts[i + 1].offset : plan.bytes;
     if (next > end) EPK_TRY(cuda::zero_async(dst + end, next - end, s, "tensor '" + name + "': part gap"));
   }
-  const ci::DeviceIntq d = view(*v);
+  EPK_TRY_ASSIGN(const ci::DeviceIntq d, device_view(*v));
   const ci::DenseType st = *dense_type(scale_);
   auto part = [&](std::size_t i) { return dst + plan.parts[i].offset; };
   auto* inv = v->has_perm ? v->inv_perm.address().as<const std::int32_t>() : nullptr;

@@ -115,14 +115,17 @@ class CudaBackend final : public GpuBackend {
   }
   std::uint64_t host_tier_bytes() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return host_tier_bytes_;
+    std::uint64_t n = 0;
+    for (const auto& [id, m] : models_) n += (m.host ? m.host->size() : 0) + m.tier->intq_host_bytes();
+    return n;
   }
   std::uint64_t staged_bytes() const override { return staged_bytes_.load(std::memory_order_relaxed); }
   ModelTier model_tier(std::uint32_t model_id) const override {
     std::lock_guard<std::mutex> lock(mu_);
     auto m = models_.find(model_id);
     if (m == models_.end()) return {};
-    return {m->second.tier->device_region_bytes(), m->second.host ? m->second.host->size() : 0};
+    const Model& made = m->second;
+    return {made.tier->device_tier_bytes(), (made.host ? made.host->size() : 0) + made.tier->intq_host_bytes()};
   }
 
   Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
@@ -140,16 +143,20 @@ class CudaBackend final : public GpuBackend {
     std::vector<std::string> warnings;
     Model made;
     made.tier = tier;
-    // The tensors whose inputs stay on the device (all where the budget has room for the whole region); their region
-    // bytes are taken from the budget now, before the region is made.
-    const std::uint64_t device_bytes = reserve_tier_region(*tier, *source);
-    const bool whole = tier->device_region_bytes() == tier->region_bytes();
+    // The tensors whose compressed form stays on the device (all where the budget has room for the whole tier);
+    // their bytes are taken from the budget now, before the region is made.
+    const std::uint64_t tier_device_bytes = reserve_tier(*tier, *source);
+    const std::uint64_t device_bytes = tier->device_region_bytes();
     Status placed = [&]() -> Status {
-      if (!whole) {
-        // Filled in the background: each decode of a tensor not on the device waits for that tensor only.
-        EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, src, device_));
-        EPK_TRY(tier->bind_host(made.host->bytes(), host_tier_staging_));
-        if (device_bytes == 0) return {};  // all in host memory: nothing on the device until a decode needs it
+      if (tier_device_bytes != tier->tier_bytes()) {
+        // Held tensors left in host memory: the model's host tier, filled in the background (each decode of one
+        // waits for that tensor only); intq tensors left there: their forms in pinned memory at their first decode.
+        if (device_bytes != tier->region_bytes()) {
+          EPK_TRY_ASSIGN(made.host, host_tiers_->get(model_id, *tier, src, device_));
+        }
+        EPK_TRY(tier->bind_host(made.host ? made.host->bytes() : std::span<const std::byte>(), host_tier_staging_,
+                                verify));
+        if (tier_device_bytes == 0) return {};  // all in host memory: nothing on the device until a decode needs it
       }
       if (device_bytes != 0) {
         EPK_TRY_ASSIGN(std::unique_ptr<shm::DevicePool> pool, shm::DevicePool::create(device_, device_bytes));
@@ -165,11 +172,10 @@ class CudaBackend final : public GpuBackend {
     if (!placed) {
       resident_bytes_ -= std::min(resident_bytes_, added);
       model_bytes_.erase(model_id);
-      tier_region_bytes_ -= std::min(tier_region_bytes_, device_bytes);
+      tier_region_bytes_ -= std::min(tier_region_bytes_, tier_device_bytes);
       return placed.error();
     }
-    TierAdded out{device_bytes, made.host ? made.host->size() : 0, added};
-    if (made.host) host_tier_bytes_ += made.host->size();
+    TierAdded out{tier_device_bytes, made.host ? made.host->size() : 0, added};
     models_[model_id] = std::move(made);
     return out;
   }
@@ -182,8 +188,7 @@ class CudaBackend final : public GpuBackend {
       if (auto m = models_.find(model_id); m != models_.end()) {
         made = std::move(m->second);
         models_.erase(m);
-        tier_region_bytes_ -= std::min(tier_region_bytes_, made.tier->device_region_bytes());
-        if (made.host) host_tier_bytes_ -= std::min(host_tier_bytes_, made.host->size());
+        tier_region_bytes_ -= std::min(tier_region_bytes_, made.tier->device_tier_bytes());
       }
       if (auto b = model_bytes_.find(model_id); b != model_bytes_.end()) {
         freed = b->second;
@@ -389,14 +394,14 @@ class CudaBackend final : public GpuBackend {
   }
 
   // Places `tier`'s tensors (DeviceTier::place): all on the device where what the tier budget leaves holds the whole
-  // region, else those daemon/lanes/tier_placement.h picks within it. Takes their device region's bytes from the
+  // tier, else those daemon/lanes/tier_placement.h picks within it. Takes the bytes of those on the device from the
   // budget before the region is made (two models added at once never both take the last room) and returns them.
-  std::uint64_t reserve_tier_region(serve::DeviceTier& tier, const ModelSource& src) {
+  std::uint64_t reserve_tier(serve::DeviceTier& tier, const ModelSource& src) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::uint64_t left = tier_budget_ == kNoTierBudget ? kNoTierBudget
                                : tier_region_bytes_ >= tier_budget_ ? 0
                                                                     : tier_budget_ - tier_region_bytes_;
-    if (tier.region_bytes() > left) {
+    if (tier.tier_bytes() > left) {
       std::vector<std::string> names(tier.tensors());
       std::vector<std::uint64_t> footprint(tier.tensors());
       for (std::size_t i = 0; i < tier.tensors(); ++i) {
@@ -405,8 +410,8 @@ class CudaBackend final : public GpuBackend {
       }
       tier.place(place_tier(names, footprint, left));
     }
-    tier_region_bytes_ += tier.device_region_bytes();
-    return tier.device_region_bytes();
+    tier_region_bytes_ += tier.device_tier_bytes();
+    return tier.device_tier_bytes();
   }
 
   // Resident bytes of `model` (or the lane's own: nullopt) changed by delta.
@@ -453,8 +458,7 @@ class CudaBackend final : public GpuBackend {
   std::atomic<std::uint64_t> intq_kernel_slots_{0}, intq_host_slots_{0};  // written on the GPU thread (exit log)
   std::atomic<std::uint64_t> host_shard_slots_{0};  // shards the CPU path produced (exit log)
   std::uint64_t resident_bytes_ = 0;
-  std::uint64_t tier_region_bytes_ = 0;  // device regions of models_ and of those being made (the tier budget's)
-  std::uint64_t host_tier_bytes_ = 0;    // the host tiers of models_
+  std::uint64_t tier_region_bytes_ = 0;  // device tiers of models_ and of those being made (the tier budget's)
   std::atomic<std::uint64_t> staged_bytes_{0};
   std::unordered_map<std::uint32_t, std::uint64_t> model_bytes_;  // resident_bytes_ by model
   // A client's release events, each opened once, with the side stream that waits on it.

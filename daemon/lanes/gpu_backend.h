@@ -56,14 +56,15 @@ class GpuBackend {
     return static_cast<std::uint32_t>(slot_id % event_handles().size());
   }
 
-  // Makes `src`'s lattice-rans tensors servable on the GPU (model `model_id`): their tier on the device where this
-  // lane's tier budget (tier_budget_mb) has room for it; else the model's host tier (daemon/lanes/host_tiers.h) with
-  // what the budget leaves kept on the device (daemon/lanes/tier_placement.h), each decode of another tensor copying
-  // its compressed bytes to the device first. The intq "int" tensors' device forms, unless no tensor is on the device.
+  // Makes `src`'s compressed tier servable on the GPU (model `model_id`): its lattice-rans tensors' stored buffers and
+  // its intq "int" tensors' device forms, on the device where this lane's tier budget (tier_budget_mb) has room for
+  // them all; else those daemon/lanes/tier_placement.h picks within it stay on the device and the others in host
+  // memory: lattice-rans tensors in the model's host tier (daemon/lanes/host_tiers.h), intq forms in pinned memory
+  // made at their first decode; each decode of one copies its compressed bytes to the device first.
   // Returns the bytes each side holds.
   struct TierAdded {
-    std::uint64_t tier_on_device = 0;  // the device region: the tier's tensors kept on the device
-    std::uint64_t host_bytes = 0;      // the host tier's size (0: none; the whole tier is on the device)
+    std::uint64_t tier_on_device = 0;  // the tier's tensors kept on the device (region and intq forms' stored bytes)
+    std::uint64_t host_bytes = 0;      // the host tier's size (0: none; every lattice-rans tensor is on the device)
     std::uint64_t device_bytes = 0;    // all device memory added (the region, plans, intq forms)
   };
   virtual Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) = 0;
@@ -73,12 +74,15 @@ class GpuBackend {
   // lives). Returns the resident bytes freed.
   virtual std::uint64_t remove_model(std::uint32_t model_id) = 0;
   virtual std::uint64_t resident_bytes() const = 0;
-  // Where model `model_id`'s tier is on this lane: its device region's bytes and its host tier's (0, 0: none here).
+  // Where model `model_id`'s tier is on this lane: its bytes kept on the device (the region and the intq forms placed
+  // there, as the budget counts them) and in host memory (its host tier and the intq forms made there so far);
+  // 0, 0: none here.
   struct ModelTier {
     std::uint64_t device = 0, host = 0;
   };
   virtual ModelTier model_tier(std::uint32_t model_id) const = 0;
-  // Host tiers this lane decodes from, and the bytes its decodes copied from them to the device so far.
+  // Host memory this lane decodes from (host tiers and intq forms made there), and the bytes its decodes copied from
+  // it to the device so far.
   virtual std::uint64_t host_tier_bytes() const = 0;
   virtual std::uint64_t staged_bytes() const = 0;
   // The model's compressed tier on this device, for clients that decode in their own context: the region's fd (owned

@@ -89,8 +89,12 @@ class EpkdGpuIntq : public ::testing::Test {
   std::vector<IntqCase> cases_;
 };
 
-TEST_F(EpkdGpuIntq, EveryIntqLayoutFromTheDeviceKernelsIsTheCpuPathsBytes) {
-  DeviceAndHost both({"--model", "q=" + path_, "--devices", "0"}, "q=" + path_, "64");
+// Every layout of every case from the device epkd started with `device_args` against the --cpu epkd's bytes; the
+// slots the kernels wrote counted as epkd's exit line says.
+void every_layout_is_the_cpu_paths(const std::vector<IntqCase>& cases_, const std::string& path_,
+                                   std::vector<std::string> device_args, bool staged) {
+  device_args.insert(device_args.end(), {"--model", "q=" + path_, "--devices", "0"});
+  DeviceAndHost both(device_args, "q=" + path_, "64");
   ASSERT_TRUE(both.connect());
   std::optional<Client>& g = both.on_device;
   std::optional<Client>& h = both.on_host;
@@ -133,12 +137,33 @@ TEST_F(EpkdGpuIntq, EveryIntqLayoutFromTheDeviceKernelsIsTheCpuPathsBytes) {
   }
   EXPECT_GE(packed, 20);
   EXPECT_GE(compared, 50);
+  // Forms in host memory: copied to the device at each slot they wrote (one copy per slot, and the act-order ones
+  // once more for their row maps); none otherwise.
+  auto st = g->stats();
+  ASSERT_TRUE(st && !st->pools.empty());
+  if (staged) {
+    EXPECT_GT(st->pools[0].host_tier_bytes, 0u);
+    EXPECT_GT(st->pools[0].staged_bytes, 0u);
+  } else {
+    EXPECT_EQ(st->pools[0].host_tier_bytes, 0u);
+    EXPECT_EQ(st->pools[0].staged_bytes, 0u);
+  }
   // The CPU path taken silently would pass the byte comparison: epkd's exit line says which path each slot took.
   ASSERT_EQ(both.device.terminate(), 0);
   std::string log = read_file(both.device.log_path());
   const std::string want = "intq slots: " + std::to_string(by_kernels) + " by the device kernels, " +
                            std::to_string(compared - by_kernels) + " by the CPU path";
   EXPECT_NE(log.find(want), std::string::npos) << "want \"" << want << "\" in epkd's log:\n" << log;
+}
+
+TEST_F(EpkdGpuIntq, EveryIntqLayoutFromTheDeviceKernelsIsTheCpuPathsBytes) {
+  every_layout_is_the_cpu_paths(cases_, path_, {}, false);
+}
+
+// With no tier budget the forms are made in pinned host memory at each tensor's first decode and copied to the
+// device before the kernels read them: the same kernels, the same bytes, nothing more on the CPU path.
+TEST_F(EpkdGpuIntq, FromHostMemoryTheKernelsWriteTheSameBytes) {
+  every_layout_is_the_cpu_paths(cases_, path_, {"--tier-budget-mb", "0"}, true);
 }
 
 // A packed layout the kernels refuse for a tensor (GPTQ v1 of a tensor with a zero point of 0: v1 cannot store it)

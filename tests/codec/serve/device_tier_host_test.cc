@@ -10,7 +10,9 @@
 #include <thread>
 
 #include "codec/container/writer.h"
+#include "codec/layouts/intq_io.h"
 #include "codec/serve/lattice_rans_producer.h"
+#include "tests/codec/layouts/intq_test_util.h"
 #include "tests/codec/serve/serve_test_files.h"
 #include "tests/support/scratch_dir.h"
 
@@ -206,6 +208,53 @@ TEST_F(DeviceTierHostTest, AStagedJobReadsTheCopyOfItsSpan) {
   auto unaligned = tier.job(2, Layout::kDenseBF16, DeviceAddress(4096), DeviceAddress((1 << 24) + 16));
   ASSERT_FALSE(unaligned);
   EXPECT_EQ(unaligned.error().code, ErrorCode::kInvalidArgument);
+}
+
+// intq "int" tensors are placed like held ones, by their device form's stored padding: codes, float32 scales and
+// (act-order) g_idx with its group order, each rounded to 256 bytes; a tensor place() leaves off the device is
+// counted in tier_bytes() only.
+TEST(DeviceTierIntq, AnIntqTensorIsPlacedByItsFormsStoredBytes) {
+  const fs::path dir = test::scratch_dir("epk_device_tier_intq");
+  const std::string path = (dir / "m.epk").string();
+  {
+    auto writer = container::Writer::create(path, {{"source", "device_tier_host_test"}});
+    ASSERT_TRUE(writer) << writer.error().to_string();
+    ASSERT_TRUE(testing::add_lattice(*writer, "a", 29, 77, 1));
+    // 4-bit, 256 in x 64 out, groups of 64, symmetric, act-order (g_idx), no perm.
+    const layouts::QuantTensor q = layouts::testing::random_intq_tensor(4, 256, 64, 64, true, true, false, 5);
+    auto e = layouts::intq::encode_int(q, "q", DType::kBF16, "gptq", layouts::intq::CodeForm::kPacked);
+    ASSERT_TRUE(e) << e.error().to_string();
+    ASSERT_TRUE(writer->add_tensor(e->spec, e->buffers()));
+    ASSERT_TRUE(writer->finish());
+  }
+  auto reader = container::Reader::open(path);
+  ASSERT_TRUE(reader) << reader.error().to_string();
+  std::vector<std::unique_ptr<Producer>> producers;
+  std::vector<const Producer*> views;
+  for (const auto& e : reader->tensors()) {
+    auto p = make_producer(*reader, e, path);
+    ASSERT_TRUE(p) << p.error().to_string();
+    views.push_back(p->get());
+    producers.push_back(std::move(*p));
+  }
+  DeviceTier tier(nullptr, views, 0, [](std::int64_t) {});
+  EXPECT_FALSE(tier.holds(1));
+  const std::uint64_t codes = 256 * 64 / 2, scales = 4 * 64 * 4, g_idx = 256 * 4, order = 256 * 4;
+  EXPECT_EQ(tier.footprint(1), codes + scales + g_idx + order);  // each a multiple of 256 already
+  EXPECT_EQ(tier.tier_bytes(), tier.footprint(0) + tier.footprint(1));
+  EXPECT_EQ(tier.device_tier_bytes(), tier.tier_bytes());
+  EXPECT_TRUE(tier.intq_on_device(1));
+  EXPECT_FALSE(tier.intq_on_device(0));
+
+  tier.place({true, false});
+  EXPECT_FALSE(tier.intq_on_device(1));
+  EXPECT_EQ(tier.device_tier_bytes(), tier.footprint(0));
+  EXPECT_EQ(tier.tier_bytes(), tier.footprint(0) + tier.footprint(1));
+  EXPECT_EQ(tier.staging_bytes(), 0u);  // the lattice tensor stays: nothing of the region in host memory
+  tier.place({false, true});
+  EXPECT_TRUE(tier.intq_on_device(1));
+  EXPECT_EQ(tier.device_tier_bytes(), tier.footprint(1));
+  fs::remove_all(dir);
 }
 
 // Requests no device path covers return kHost before anything touches a device (this machine may have none).
