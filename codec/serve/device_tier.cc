@@ -44,6 +44,7 @@ DeviceTier::DeviceTier(std::shared_ptr<const void> owner, std::vector<const Prod
 
 std::uint64_t DeviceTier::footprint(std::size_t tensor) const {
   if (holds(tensor)) return (span(tensor).bytes + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign;
+  if (tensor >= producers_.size()) return 0;
   const IntqProducer* iq = producers_[tensor] != nullptr ? producers_[tensor]->intq() : nullptr;
   if (iq != nullptr && iq->header() != nullptr) return IntqDeviceForm::stored_bytes(*iq->header());
   return 0;
@@ -232,17 +233,19 @@ Status DeviceTier::make_intq_forms(cuda::Stream stream, const std::function<Stat
   return {};
 }
 
-IntqDeviceForm* DeviceTier::intq_form(std::size_t tensor, cuda::Stream stream, std::string* note) {
+IntqDeviceForm* DeviceTier::intq_form(std::size_t tensor, Layout layout, cuda::Stream stream, std::string* note) {
   if (intq_[tensor] || !staged() || intq_on_device(tensor) || intq_refused_[tensor] != 0) return intq_[tensor].get();
   const IntqProducer* iq = producers_[tensor] != nullptr ? producers_[tensor]->intq() : nullptr;
-  if (iq == nullptr || iq->header() == nullptr) return nullptr;
+  // None made for a layout only the host path writes: a model read only as fp32, say, pins nothing.
+  if (iq == nullptr || !IntqDeviceForm::may_cover(*iq, layout)) return nullptr;
   Result<std::unique_ptr<IntqDeviceForm>> form = [&]() -> Result<std::unique_ptr<IntqDeviceForm>> {
     EPK_TRY(verify_(tensor));
     return IntqDeviceForm::make(*iq, device_, stream, area_);
   }();
   if (!form) {
-    // Not tried again (a checksum or the host's pinned memory): the host path serves it, and says what is wrong.
-    intq_refused_[tensor] = 1;
+    // The host path serves it and says what is wrong. Not tried again unless the device or the host's pinned memory
+    // was short (kCuda), which may pass.
+    if (form.error().code != ErrorCode::kCuda) intq_refused_[tensor] = 1;
     *note = "intq tensor '" + iq->entry().name + "': its form in host memory could not be made (" +
             form.error().to_string() + "); the host path serves it";
     return nullptr;
@@ -300,15 +303,12 @@ Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const
     if (!format) return DeviceWrite{DevicePath::kHost, DevicePath::kLatticeDecode, {}};
     return enqueue_lattice(tensor, *format, shard, dst, bytes, work, stream);
   }
-  if (!shard.whole()) {  // the kernels write whole tensors only
-    return DeviceWrite{DevicePath::kHost, intq_[tensor] ? DevicePath::kIntqKernels : DevicePath::kHost, {}};
-  }
-  DeviceWrite w{DevicePath::kHost, DevicePath::kIntqKernels, {}};
-  IntqDeviceForm* q = intq_form(tensor, stream, &w.note);
-  if (q == nullptr) {
-    if (w.note.empty()) w.form = DevicePath::kHost;
-    return w;
-  }
+  // An intq "int" tensor has a device form, on the device or (staged) made in host memory at its first decode.
+  const DevicePath kind = footprint(tensor) != 0 ? DevicePath::kIntqKernels : DevicePath::kHost;
+  DeviceWrite w{DevicePath::kHost, kind, {}};
+  if (!shard.whole()) return w;  // the kernels write whole tensors only
+  IntqDeviceForm* q = intq_form(tensor, layout, stream, &w.note);
+  if (q == nullptr) return w;
   std::uint64_t added = 0;
   const std::uint64_t host_before = q->host_bytes();
   // A layout the kernels cannot be set up for (its padded variant does not fit the device, say) goes to the host

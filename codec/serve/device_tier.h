@@ -134,8 +134,8 @@ class DeviceTier {
   // Fills the device region at `base` (device memory of device_region_bytes() on this tier's device): zeros, then each
   // tensor on the device's stored buffers after verify(i) (epkd's checksum: device decodes skip the host path's after-decode
   // check), with its whole-tensor plan in format `ready` built now when given (epkd: bf16, so that the first acquire
-  // only patches and launches; other plans are built on first use); then every intq "int" tensor's device form
-  // (verify(i) first). A tensor whose device form cannot be made (no device memory) keeps the host path: a line
+  // only patches and launches; other plans are built on first use); then the device form of every intq "int" tensor
+  // on the device (verify(i) first). A tensor whose device form cannot be made (no device memory) keeps the host path: a line
   // naming it goes to *warnings. Synchronises `stream` before it returns (the copies read the producers' host bytes).
   Status upload(DeviceAddress base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                 std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
@@ -229,9 +229,9 @@ class DeviceTier {
   Status make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream);
   Status make_intq_forms(cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                          std::vector<std::string>* warnings);
-  // Tensor's intq form, made in host memory at its first decode when it has none on the device (null: the host path
-  // serves it; *note says why when the making failed).
-  IntqDeviceForm* intq_form(std::size_t tensor, cuda::Stream stream, std::string* note);
+  // Tensor's intq form, made in host memory at its first decode in a layout the kernels may write when it has none
+  // on the device (null: the host path serves it; *note says why when the making failed).
+  IntqDeviceForm* intq_form(std::size_t tensor, Layout layout, cuda::Stream stream, std::string* note);
   Result<DeviceWrite> enqueue_lattice(std::size_t tensor, cuda::OutputFormat format, const ShardRange& shard,
                                       DeviceAddress dst, std::uint64_t bytes, ColumnWork& work, cuda::Stream stream);
 
@@ -249,7 +249,7 @@ class DeviceTier {
   std::vector<Lattice> lattice_;                         // per tensor (producer null where not held)
   std::vector<std::unique_ptr<IntqDeviceForm>> intq_;   // per tensor (null: no form made)
   std::vector<std::uint8_t> intq_placed_;               // per tensor: 1 where an intq form goes on the device
-  std::vector<std::uint8_t> intq_refused_;              // per tensor: 1 where making its host form failed
+  std::vector<std::uint8_t> intq_refused_;              // per tensor: 1 where its host form cannot be made
   std::function<Status(std::size_t)> verify_;           // staged: checks a tensor before its host form is made
   std::atomic<std::uint64_t> intq_host_bytes_{0};
   Plan* pending_ = nullptr;                              // whose status the last enqueue copied back

@@ -44,6 +44,13 @@ std::uint64_t IntqDeviceForm::host_bytes() const {
   return n;
 }
 
+bool IntqDeviceForm::may_cover(const IntqProducer& p, Layout layout) {
+  const layouts::intq::IntHeader* h = p.header();
+  if (h == nullptr) return false;
+  if (!is_packed_int(layout)) return intq_kernel_dense(layout, p.entry().dtype).has_value();
+  return dense_type(h->shape.scale_dtype).has_value();
+}
+
 std::uint64_t IntqDeviceForm::stored_bytes(const layouts::intq::IntHeader& h) {
   const layouts::QuantTensor& t = h.shape;
   const auto rows = static_cast<std::uint64_t>(t.padded_rows), cols = static_cast<std::uint64_t>(t.padded_cols);
@@ -75,7 +82,7 @@ Result<std::unique_ptr<IntqDeviceForm>> IntqDeviceForm::make(const IntqProducer&
 ci::DeviceIntq IntqDeviceForm::view(const Variant& v, DeviceAddress staged_at) const {
   auto at = [&](Buffer b) -> DeviceAddress {
     if (!staged()) return v.device[b].address();
-    return v.at[b] == kAbsent ? DeviceAddress() : staged_at + v.at[b];
+    return v.at[b] == kAbsent || !staged_at ? DeviceAddress() : staged_at + v.at[b];
   };
   ci::DeviceIntq d;
   d.codes = at(kCodes).as<const std::uint32_t>();
@@ -136,7 +143,7 @@ Status IntqDeviceForm::add_variant(const layouts::QuantTensor& q, const IntqKern
       if (!parts[b].empty()) end = (end + parts[b].size() + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign;
     }
     EPK_TRY_ASSIGN(v->host, cuda::PinnedAllocation::create(end, what + ": pinned host copy"));
-    std::memset(v->host.data(), 0, end);
+    if (end != 0) std::memset(v->host.data(), 0, end);
     for (std::size_t b = 0; b < kBuffers; ++b) {
       if (!parts[b].empty()) std::memcpy(v->host.data() + v->at[b], parts[b].data(), parts[b].size());
     }
@@ -146,15 +153,21 @@ Status IntqDeviceForm::add_variant(const layouts::QuantTensor& q, const IntqKern
   }
   const std::uint64_t map_bytes = static_cast<std::uint64_t>(q.padded_rows) * 4;
   const ci::DeviceIntq d = view(*v, staged_at);
-  if (v->has_perm) {
-    EPK_TRY_ASSIGN(v->inv_perm, cuda::DeviceAllocation::create(map_bytes, device_, what));
-    EPK_TRY(ci::invert_perm(d, v->inv_perm.address().as<std::int32_t>(), stream));
-  }
-  if (!v->static_groups || v->has_perm) {
-    EPK_TRY_ASSIGN(v->order, cuda::DeviceAllocation::create(map_bytes, device_, what));
-    EPK_TRY(ci::group_order(d, v->order.address().as<std::int32_t>(), nullptr, stream));
-  }
-  EPK_TRY(cuda::synchronize(stream, what));  // words, zwords and q's vectors are read by the copies
+  Status maps = [&]() -> Status {
+    if (v->has_perm) {
+      EPK_TRY_ASSIGN(v->inv_perm, cuda::DeviceAllocation::create(map_bytes, device_, what));
+      EPK_TRY(ci::invert_perm(d, v->inv_perm.address().as<std::int32_t>(), stream));
+    }
+    if (!v->static_groups || v->has_perm) {
+      EPK_TRY_ASSIGN(v->order, cuda::DeviceAllocation::create(map_bytes, device_, what));
+      EPK_TRY(ci::group_order(d, v->order.address().as<std::int32_t>(), nullptr, stream));
+    }
+    return {};
+  }();
+  // Always: the copies read words, zwords, q's vectors and v's pinned block, which go with this scope or with v.
+  Status synced = cuda::synchronize(stream, what);
+  EPK_TRY(maps);
+  EPK_TRY(synced);
   variants_.push_back(std::move(v));
   return {};
 }

@@ -48,6 +48,10 @@ class IntqDeviceForm {
   // memory when staged), from the params alone: what a tier budget counts for it before it is read.
   static std::uint64_t stored_bytes(const layouts::intq::IntHeader& h);
 
+  // Whether the kernels may write `layout` of p's tensor, from its params alone (dense bf16/fp16, packed layouts with
+  // bf16/fp16 scales): false for certain before a form is made, so none is made for a layout only the host path
+  // writes. covers() has the final word.
+  static bool may_cover(const IntqProducer& p, Layout layout);
   // Whether the kernels write `layout` (false: the host path). For packed layouts it may add a variant (reading the
   // tensor again); *added receives the device bytes that took.
   Result<bool> covers(Layout layout, cuda::Stream stream, std::uint64_t* added);

@@ -125,7 +125,7 @@ class CudaBackend final : public GpuBackend {
     auto m = models_.find(model_id);
     if (m == models_.end()) return {};
     const Model& made = m->second;
-    return {made.tier->device_tier_bytes(), (made.host ? made.host->size() : 0) + made.tier->intq_host_bytes()};
+    return {made.tier->device_tier_bytes(), made.host ? made.host->size() : 0, made.tier->intq_host_bytes()};
   }
 
   Result<TierAdded> add_model(std::uint32_t model_id, std::shared_ptr<const ModelSource> src) override {
@@ -175,7 +175,7 @@ class CudaBackend final : public GpuBackend {
       tier_region_bytes_ -= std::min(tier_region_bytes_, tier_device_bytes);
       return placed.error();
     }
-    TierAdded out{tier_device_bytes, made.host ? made.host->size() : 0, added};
+    TierAdded out{tier->tier_bytes(), tier_device_bytes, made.host ? made.host->size() : 0, added};
     models_[model_id] = std::move(made);
     return out;
   }

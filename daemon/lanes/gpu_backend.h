@@ -6,8 +6,9 @@
 //   (outside the slot budget) with its bf16 plan's scratch uploaded, and every intq "int" tensor's device form.
 //   Plans for other formats and row shards are built on first use and kept. An uncached acquire of a lattice-rans
 //   tensor then costs a 16-byte descriptor patch (the slot's address) and one kernel. Where the lane's tier budget
-//   (tier_budget_mb) has no room for the region, the region is the model's host tier instead
-//   (daemon/lanes/host_tiers.h) and each such acquire first copies the tensor's compressed bytes to the device.
+//   (tier_budget_mb) has no room for all of it, what daemon/lanes/tier_placement.h leaves out is in host memory
+//   instead (the model's host tier, daemon/lanes/host_tiers.h; intq forms in pinned memory) and each acquire of it
+//   first copies the tensor's compressed bytes to the device.
 // - produce() runs on the GPU scheduler's single thread (a DecodeScheduler with one worker: acquire outranks
 //   prefetch, promote as on the CPU path). The device tier writes the slot where a device path covers the request;
 //   everything else (raw tensors, shards of intq tensors, layouts no kernel writes) is produced by the tensor's host
@@ -63,7 +64,8 @@ class GpuBackend {
   // made at their first decode; each decode of one copies its compressed bytes to the device first.
   // Returns the bytes each side holds.
   struct TierAdded {
-    std::uint64_t tier_on_device = 0;  // the tier's tensors kept on the device (region and intq forms' stored bytes)
+    std::uint64_t tier_bytes = 0;      // the whole tier (region and intq forms' stored bytes)
+    std::uint64_t tier_on_device = 0;  // what of it is kept on the device
     std::uint64_t host_bytes = 0;      // the host tier's size (0: none; every lattice-rans tensor is on the device)
     std::uint64_t device_bytes = 0;    // all device memory added (the region, plans, intq forms)
   };
@@ -75,10 +77,10 @@ class GpuBackend {
   virtual std::uint64_t remove_model(std::uint32_t model_id) = 0;
   virtual std::uint64_t resident_bytes() const = 0;
   // Where model `model_id`'s tier is on this lane: its bytes kept on the device (the region and the intq forms placed
-  // there, as the budget counts them) and in host memory (its host tier and the intq forms made there so far);
-  // 0, 0: none here.
+  // there, as the budget counts them), its host tier (one per model, shared by the lanes) and this lane's own intq
+  // forms in host memory, made so far; all 0: none here.
   struct ModelTier {
-    std::uint64_t device = 0, host = 0;
+    std::uint64_t device = 0, host = 0, lane_host = 0;
   };
   virtual ModelTier model_tier(std::uint32_t model_id) const = 0;
   // Host memory this lane decodes from (host tiers and intq forms made there), and the bytes its decodes copied from

@@ -103,7 +103,8 @@ std::string metrics_text(const MetricsInput& in) {
       {"epkd_pool_prefetched_bytes", "gauge", "Bytes of tensors a prefetch decoded that no client has acquired yet.",
        &shm::PoolStats::prefetched_bytes},
       {"epkd_pool_host_tier_bytes", "gauge",
-       "Bytes of compressed tiers the pool's device decodes from host memory (tier_budget_mb).",
+       "Bytes of compressed tiers the pool's device decodes from host memory (tier_budget_mb): host tiers "
+       "and intq forms.",
        &shm::PoolStats::host_tier_bytes},
       {"epkd_pool_staged_bytes_total", "counter",
        "Bytes the pool's decodes copied from host tiers to the device.", &shm::PoolStats::staged_bytes},
@@ -145,7 +146,8 @@ std::string metrics_text(const MetricsInput& in) {
        [](const shm::ModelInfo& m) { return m.pinned_slots; }},
       {"epkd_model_tier_device_bytes", "The model's compressed tier kept on the devices, over every pool.",
        [](const shm::ModelInfo& m) { return m.tier_device_bytes; }},
-      {"epkd_model_tier_host_bytes", "The model's compressed tier in host memory (its host tier).",
+      {"epkd_model_tier_host_bytes",
+       "The model's compressed tier in host memory (its host tier and its intq forms there).",
        [](const shm::ModelInfo& m) { return m.tier_host_bytes; }},
   };
   for (const ModelMetric& m : kModel) {

@@ -147,7 +147,9 @@ bool Service::add_model(const ModelSpec& spec, std::shared_ptr<const ModelSource
       spdlog::error("model_resident model={} device={} ok=false fallback=cpu error={}", kv(name), l.gpu->device(),
                     kv(added.error().to_string()));
     } else {
-      const char* where = added->host_bytes == 0 ? "device" : added->tier_on_device == 0 ? "host" : "split";
+      const char* where = added->tier_on_device == added->tier_bytes ? "device"
+                          : added->tier_on_device == 0                ? "host"
+                                                                      : "split";
       spdlog::info("model_resident model={} where={} device={} tier_on_device={} host_bytes={} device_bytes={}",
                    kv(name), where, l.gpu->device(), added->tier_on_device, added->host_bytes, added->device_bytes);
     }
@@ -393,6 +395,7 @@ shm::ModelsReply Service::models_info(const PeerCredentials* peer, bool restrict
     r.models.back().tensors = e.tensor_count;
   }
   r.total = static_cast<std::uint32_t>(r.models.size());
+  std::vector<std::uint64_t> shared_host(registry_.size(), 0);
   for (const Lane& l : lanes_) {
     std::lock_guard<LaneLock> ll(lane_mu(l));
     l.cache->for_each_slot([&](const Slot& slot) {
@@ -408,8 +411,12 @@ shm::ModelsReply Service::models_info(const PeerCredentials* peer, bool restrict
       shm::ModelInfo& m = r.models[static_cast<std::size_t>(index[id])];
       const GpuBackend::ModelTier t = l.gpu->model_tier(id);
       m.tier_device_bytes += t.device;
-      m.tier_host_bytes = std::max(m.tier_host_bytes, t.host);  // one host tier per model, shared by the lanes
+      shared_host[id] = std::max(shared_host[id], t.host);  // one host tier per model, shared by the lanes
+      m.tier_host_bytes += t.lane_host;                      // each lane's own intq forms
     }
+  }
+  for (std::uint32_t id = 0; id < index.size(); ++id) {
+    if (index[id] >= 0) r.models[static_cast<std::size_t>(index[id])].tier_host_bytes += shared_host[id];
   }
   return r;
 }

@@ -15,7 +15,8 @@
 #                   (--time-decompressed): compute-only measured
 #   fit-bf16        random untied BF16 models of --fit-layers layers (default 10,20), timed: compute-only estimated
 #                   as a line in the layer count read at 80
-#   epk-client-host the .epk under the cap (default 24 GiB, headroom 6: max_gpu_gb 18)
+#   epk-client-host the .epk under the cap (default 24 GiB, headroom 8: max_gpu_gb 16; with 6 the 16384-token
+#                   activations beside a 3.4 GB decode buffer went 1.5 GB over, docs/measurements/prefill.md)
 # Usage: bash scripts/gpu/prefill70b_run.sh STAGE [OUT] [prepare|run|all] [--evict-8b] [DRIVER ARGS...]
 #   --evict-8b: the disk (64 GiB) does not hold both this and prefill_run.sh's 8B folder (36 GB): remove
 #   /tmp/epk-prefill's model files (src, decompressed, model.epk; its results and the built package are kept)
@@ -25,7 +26,7 @@
 # 128 GiB is enough.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[[ $# -ge 1 ]] || { sed -n '2,25p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,26p' "$0"; exit 2; }
 stage="$(cd "$1" && pwd)"
 shift
 out="${OUT:-/tmp/epk-prefill70b-out}"
@@ -132,7 +133,7 @@ if [[ $phase == run || $phase == all ]]; then
   t_run=$SECONDS
   left=$((limit - SECONDS - 10))
   "$py" "$bench" drive --workdir "$work" --out "$out" --deadline-s "$left" \
-    --setups decompressed,fit-bf16,epk-client-host --time-decompressed --cap-gb 24 --cap-headroom-gb 6 "$@" || rc=$?
+    --setups decompressed,fit-bf16,epk-client-host --time-decompressed --cap-gb 24 --cap-headroom-gb 8 "$@" || rc=$?
   echo "== run phase: $((SECONDS - t_run)) s (driver exit $rc: 0 all done, 2 setups left for another call)"
 fi
 exit "$rc"

@@ -137,8 +137,7 @@ void every_layout_is_the_cpu_paths(const std::vector<IntqCase>& cases_, const st
   }
   EXPECT_GE(packed, 20);
   EXPECT_GE(compared, 50);
-  // Forms in host memory: copied to the device at each slot they wrote (one copy per slot, and the act-order ones
-  // once more for their row maps); none otherwise.
+  // Forms in host memory: copied to the device at each slot they wrote; none otherwise.
   auto st = g->stats();
   ASSERT_TRUE(st && !st->pools.empty());
   if (staged) {
@@ -160,7 +159,7 @@ TEST_F(EpkdGpuIntq, EveryIntqLayoutFromTheDeviceKernelsIsTheCpuPathsBytes) {
   every_layout_is_the_cpu_paths(cases_, path_, {}, false);
 }
 
-// With no tier budget the forms are made in pinned host memory at each tensor's first decode and copied to the
+// With a tier budget of 0 the forms are made in pinned host memory at each tensor's first decode and copied to the
 // device before the kernels read them: the same kernels, the same bytes, nothing more on the CPU path.
 TEST_F(EpkdGpuIntq, FromHostMemoryTheKernelsWriteTheSameBytes) {
   every_layout_is_the_cpu_paths(cases_, path_, {"--tier-budget-mb", "0"}, true);

@@ -11,6 +11,8 @@
 
 #include "codec/container/writer.h"
 #include "codec/layouts/intq_io.h"
+#include "codec/serve/intq_device_form.h"
+#include "codec/serve/intq_producer.h"
 #include "codec/serve/lattice_rans_producer.h"
 #include "tests/codec/layouts/intq_test_util.h"
 #include "tests/codec/serve/serve_test_files.h"
@@ -254,6 +256,19 @@ TEST(DeviceTierIntq, AnIntqTensorIsPlacedByItsFormsStoredBytes) {
   tier.place({false, true});
   EXPECT_TRUE(tier.intq_on_device(1));
   EXPECT_EQ(tier.device_tier_bytes(), tier.footprint(1));
+
+  // A form is made only for a layout the kernels may write (fp32 dense is the host path's), and a shard of it goes
+  // to the host path (the kernels write whole tensors) while naming the form the tensor has.
+  const IntqProducer& iq = *producers[1]->intq();
+  EXPECT_TRUE(IntqDeviceForm::may_cover(iq, Layout::kDenseBF16));
+  EXPECT_TRUE(IntqDeviceForm::may_cover(iq, Layout::kGptq));
+  EXPECT_FALSE(IntqDeviceForm::may_cover(iq, Layout::kDenseF32));
+  ColumnWork work(0, [](std::int64_t) { ADD_FAILURE() << "no work buffer"; });
+  auto shard = tier.enqueue(1, Layout::kDenseBF16, ShardRange{ShardDim::kRows, 0, 128}, DeviceAddress(4096),
+                            128 * 64 * 2, work, nullptr);
+  ASSERT_TRUE(shard) << shard.error().to_string();
+  EXPECT_EQ(shard->path, DevicePath::kHost);
+  EXPECT_EQ(shard->form, DevicePath::kIntqKernels);
   fs::remove_all(dir);
 }
 
