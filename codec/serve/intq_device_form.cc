@@ -17,11 +17,6 @@ namespace {
 
 namespace ci = cuda::intq;
 
-template <class T>
-const T* as(const cuda::DeviceAllocation& b) {
-  return b.address() ? b.address().as<const T>() : nullptr;
-}
-
 std::optional<ci::DenseType> dense_type(DType d) {
   if (d == DType::kBF16) return ci::DenseType::kBf16;
   if (d == DType::kF16) return ci::DenseType::kFp16;
