@@ -21,7 +21,7 @@ Setups, in the order they run:
   epk-daemon      epk.torch.load(decode="daemon", prefetch=2): epkd decodes in its own CUDA context
   epk-daemon-mps  the same under the CUDA MPS control daemon (epkd and the client both its clients)
   epk-client-host epkd keeps the tier in its host tier (tier_budget_mb = 0); the client maps it and decodes under
-                  max_gpu_gb = cap - headroom; run once per --cap-gb cap (results/epk-client-host@CAP.json)
+                  max_gpu_gb = cap - headroom; run once per --cap-gb cap (results/epk-client-host_capCAP.json)
   epk-daemon-host epk-daemon with tier_budget_mb = 0: epkd decodes every miss on the GPU from its host tier (each
                   tensor's compressed bytes copied first); its GPU memory is epkd's pool (--budget-mb) and the
                   client's, whatever the cap: run once, judged against each cap

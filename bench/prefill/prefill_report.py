@@ -42,13 +42,14 @@ def median(xs: Sequence[float]) -> float:
 
 
 def run_key(setup: str, cap_gb: Optional[float] = None) -> str:
-    """The name of one run's result: the setup, and for a setup run once per cap, the cap in GiB
-    (epk-client-host@6, accelerate@12.5)."""
-    return setup if cap_gb is None else f"{setup}@{cap_gb:g}"
+    """The name of one run's result (and of its files): the setup, and for a setup run once per cap, the cap in GiB
+    (epk-client-host_cap6, accelerate_cap12.5). Letters, digits, '-', '_' and '.' only: the device tool returns no
+    file whose name holds anything else."""
+    return setup if cap_gb is None else f"{setup}_cap{cap_gb:g}"
 
 
 def split_key(key: str) -> Tuple[str, Optional[float]]:
-    setup, _, cap = key.partition("@")
+    setup, _, cap = key.partition("_cap")
     return setup, (float(cap) if cap else None)
 
 

@@ -131,12 +131,13 @@ class DeviceTier {
   std::uint64_t device_region_bytes() const { return device_layout_.bytes; }
   std::size_t tensors() const { return producers_.size(); }
 
-  // Fills the device region at `base` (device memory of device_region_bytes() on this tier's device): zeros, then each
-  // tensor on the device's stored buffers after verify(i) (epkd's checksum: device decodes skip the host path's after-decode
-  // check), with its whole-tensor plan in format `ready` built now when given (epkd: bf16, so that the first acquire
-  // only patches and launches; other plans are built on first use); then the device form of every intq "int" tensor
-  // on the device (verify(i) first). A tensor whose device form cannot be made (no device memory) keeps the host path: a line
-  // naming it goes to *warnings. Synchronises `stream` before it returns (the copies read the producers' host bytes).
+  // Fills the device region at `base` (device memory of device_region_bytes() on this tier's device): zeros, then
+  // each tensor on the device's stored buffers after verify(i) (epkd's checksum: device decodes skip the host path's
+  // after-decode check), with its whole-tensor plan in format `ready` built now when given (epkd: bf16, so that the
+  // first acquire only patches and launches; other plans are built on first use); then the device form of every
+  // intq "int" tensor on the device (verify(i) first). A tensor whose device form cannot be made (no device memory)
+  // keeps the host path: a line naming it goes to *warnings. Synchronises `stream` before it returns (the copies read
+  // the producers' host bytes).
   Status upload(DeviceAddress base, cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                 std::optional<cuda::OutputFormat> ready, std::vector<std::string>* warnings);
   // A region another process filled by upload() from the same file (client-side decode); builds nothing.

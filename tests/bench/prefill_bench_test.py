@@ -186,10 +186,10 @@ class CapSweep(unittest.TestCase):
         return {
             "resident": result("resident", {1024: 30.0, 4096: 120.0, 16384: 580.0}, {"client_bytes": 19000 * MIB},
                                generate=gen),
-            "epk-client-host@4": result("epk-client-host", {1024: 80.0, 4096: 150.0, 16384: 600.0},
+            "epk-client-host_cap4": result("epk-client-host", {1024: 80.0, 4096: 150.0, 16384: 600.0},
                                         {"sum_bytes": 5000 * MIB}, {"vs_decompressed": eq},
                                         params={"max_gpu_gb": 1.5, "cap_bytes": 4 << 30}),
-            "epk-client-host@6": result("epk-client-host", {1024: 60.0, 4096: 130.0, 16384: 585.0},
+            "epk-client-host_cap6": result("epk-client-host", {1024: 60.0, 4096: 130.0, 16384: 585.0},
                                         {"sum_bytes": 6000 * MIB}, {"vs_decompressed": eq},
                                         {"prompt": 1024, "new_tokens": 32, "times_ms": [2000.0], "median_ms": 2000.0},
                                         params={"max_gpu_gb": 2.0, "cap_bytes": 6 << 30}),
@@ -198,19 +198,19 @@ class CapSweep(unittest.TestCase):
                                    {"vs_decompressed": {"equal": False, "max_abs_diff": 8.0}},
                                    {"prompt": 1024, "new_tokens": 32, "times_ms": [8000.0], "median_ms": 8000.0}),
             "nf4": result("nf4", {1024: 40.0}, {"client_bytes": 7000 * MIB, "sum_bytes": 7000 * MIB}),
-            "accelerate@6": result("accelerate", {1024: 1100.0}, params={"gpu_bytes": 2 << 30},
+            "accelerate_cap6": result("accelerate", {1024: 1100.0}, params={"gpu_bytes": 2 << 30},
                                    device_map_counts={"gpu": 3, "cpu": 33}),
         }
 
     def test_keys(self):
-        self.assertEqual(pr.run_key("epk-client-host", 6.0), "epk-client-host@6")
-        self.assertEqual(pr.run_key("accelerate", 12.5), "accelerate@12.5")
+        self.assertEqual(pr.run_key("epk-client-host", 6.0), "epk-client-host_cap6")
+        self.assertEqual(pr.run_key("accelerate", 12.5), "accelerate_cap12.5")
         self.assertEqual(pr.run_key("resident"), "resident")
-        self.assertEqual(pr.split_key("accelerate@12.5"), ("accelerate", 12.5))
+        self.assertEqual(pr.split_key("accelerate_cap12.5"), ("accelerate", 12.5))
         self.assertEqual(pr.split_key("nf4"), ("nf4", None))
-        keys = ["accelerate@4", "epk-client-host@12", "resident", "epk-client-host@4", "decompressed"]
-        self.assertEqual(sorted(keys, key=pr.key_order),
-                         ["decompressed", "resident", "epk-client-host@4", "epk-client-host@12", "accelerate@4"])
+        keys = ["accelerate_cap4", "epk-client-host_cap12", "resident", "epk-client-host_cap4", "decompressed"]
+        self.assertEqual(sorted(keys, key=pr.key_order), ["decompressed", "resident", "epk-client-host_cap4",
+                                                          "epk-client-host_cap12", "accelerate_cap4"])
 
     def test_one_row_per_setup_and_cap(self):
         rows = pt.cap_table(self.results(), [1024, 4096, 16384])
@@ -241,7 +241,7 @@ class CapSweep(unittest.TestCase):
         self.assertIn("- epk-client-host at 4 GiB, GPU memory: does not fit: peak 5000 MiB > cap 4096 MiB", lines)
         t = pb.format_tables(self.results(), [1024, 4096, 16384])
         self.assertIn("## Under a GPU memory cap (issue 32): one row per setup and cap", t)
-        self.assertIn("- accelerate@6: max_memory GPU 2048 MiB", t)
+        self.assertIn("- accelerate_cap6: max_memory GPU 2048 MiB", t)
 
     def test_a_result_from_before_the_sweep_keeps_its_cap(self):
         r = {"epk-client-host": result("epk-client-host", {1024: 60.0}, params={"cap_bytes": 6 << 30})}
@@ -268,7 +268,7 @@ class ComputeOnly(unittest.TestCase):
                      generate={"prompt": 1024, "new_tokens": 32, "times_ms": [960.0], "median_ms": 960.0})
         host = result("epk-client-host", {4096: 1250.0, 16384: 4900.0}, params={"cap_bytes": 24 << 30},
                       generate={"prompt": 1024, "new_tokens": 32, "times_ms": [12800.0], "median_ms": 12800.0})
-        return {"decompressed": dec, "fit-bf16": fit, "epk-client-host@24": host}
+        return {"decompressed": dec, "fit-bf16": fit, "epk-client-host_cap24": host}
 
     def test_estimate_is_intercept_plus_layers_times_slope(self):
         e = pt.fit_estimate(self.results()["fit-bf16"], 4096)
@@ -279,10 +279,10 @@ class ComputeOnly(unittest.TestCase):
 
     def test_targets_judged_on_both_figures(self):
         lines = pt.compute_only_lines(self.results(), [4096, 16384])
-        self.assertIn("  - epk-client-host@24: 1250.0 ms = 1.106x measured (target 1.15x: met), 1.106x fit (target "
+        self.assertIn("  - epk-client-host_cap24: 1250.0 ms = 1.106x measured (target 1.15x: met), 1.106x fit (target "
                       "1.15x: met)", lines)
-        self.assertIn("  - epk-client-host@24: 4900.0 ms = 1.043x measured (target 1.05x: met)", lines)
-        self.assertIn("- epk-client-host@24 generation: 400.0 ms/token (compute-only, the decompressed model: 30.0 "
+        self.assertIn("  - epk-client-host_cap24: 4900.0 ms = 1.043x measured (target 1.05x: met)", lines)
+        self.assertIn("- epk-client-host_cap24 generation: 400.0 ms/token (compute-only, the decompressed model: 30.0 "
                       "ms/token)", lines)
         self.assertTrue(any("80 layers tied to the 2 decoded layers" in x for x in lines), lines)
         self.assertEqual(pt.compute_only_lines({"resident": result("resident", {4096: 1.0})}, [4096]), [])
@@ -353,8 +353,8 @@ class Cli(unittest.TestCase):
         work = pb.Work("/w")
         p = pb.child_params(args, work, "epk-client-host", "/s", 4.0)
         self.assertEqual((p["key"], p["max_gpu_gb"], p["cap_bytes"], p["result"]),
-                         ("epk-client-host@4", 0.0, 4 << 30,
-                          str(work.result("epk-client-host@4"))))
+                         ("epk-client-host_cap4", 0.0, 4 << 30,
+                          str(work.result("epk-client-host_cap4"))))
         p = pb.child_params(args, work, "epk-client-host", "/s", 8.0)
         self.assertEqual(p["max_gpu_gb"], 5.5)  # 8 - 2.5: the headrooms go with --cap-gb's order
         self.assertEqual(pb.accelerate_gpu_bytes(args, work, 8.0)[0], int(5.5 * 2**30))
@@ -501,7 +501,7 @@ class Driver(unittest.TestCase):
     def test_a_cap_sweep_keys_its_runs_by_cap(self):
         rc, out = self.drive("--setups", "epk-client-host,offload-bf16", "--cap-gb", "4,6", "--cap-headroom-gb", "2")
         self.assertEqual(rc, 0, out)
-        for key, gb in (("epk-client-host@4", 2.0), ("epk-client-host@6", 4.0)):
+        for key, gb in (("epk-client-host_cap4", 2.0), ("epk-client-host_cap6", 4.0)):
             r = self.result(key)
             self.assertEqual((r["status"], r["cap_gb"], r["params"]["max_gpu_gb"]), ("done", float(key[-1]), gb))
             self.assertIn("budget 64 MiB", (self.work.logs / f"epkd-{key}.log").read_text())  # one epkd per run
@@ -511,7 +511,7 @@ class Driver(unittest.TestCase):
         self.assertEqual(len([x for x in out.splitlines() if x.startswith("| offload-bf16 | ")]), 2 + 1 + 2)
         rc, out = self.drive("--setups", "epk-client-host", "--cap-gb", "4,6")
         self.assertEqual(rc, 0, out)
-        self.assertIn("epk-client-host@6: done in an earlier call", out)
+        self.assertIn("epk-client-host_cap6: done in an earlier call", out)
 
     def test_accelerate_needs_a_gpu_figure(self):
         rc, out = self.drive("--setups", "accelerate")

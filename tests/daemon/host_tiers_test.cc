@@ -1,9 +1,9 @@
 // daemon/lanes/host_tiers.h without a GPU: a model's host tier is made once from its file (every tensor checked),
-// holds exactly what DeviceTier's host parts written in order hold, is sealed once complete, is shared while any lane holds it and
-// made anew after the last let it go; a tensor serves before the rest are in (filled by the decode that needs it);
-// a tensor whose stored bytes fail their checksum is refused by name, and the tier is then not one to pass to
-// clients. (Here the driver is absent, so the registration fails and the tier serves unregistered, as epkd's log
-// says; the GPU tests cover registration.)
+// holds exactly what DeviceTier's host parts written in order hold, is sealed once complete, is shared while any
+// lane holds it and made anew after the last let it go; a tensor serves before the rest are in (filled by the
+// decode that needs it); a tensor whose stored bytes fail their checksum is refused by name, and the tier is then
+// not one to pass to clients. (Here the driver is absent, so the registration fails and the tier serves
+// unregistered, as epkd's log says; the GPU tests cover registration.)
 #include "daemon/lanes/host_tiers.h"
 
 #include <fcntl.h>
