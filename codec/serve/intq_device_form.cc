@@ -184,8 +184,8 @@ std::optional<ci::DenseType> IntqDeviceForm::dense_layout(Layout layout) const {
 
 Result<bool> IntqDeviceForm::covers(Layout layout, cuda::Stream stream, std::uint64_t* added) {
   *added = 0;
-  if (!is_packed_int(layout)) return dense_layout(layout).has_value();
-  if (producer_.header() == nullptr || !dense_type(scale_)) return false;
+  if (!may_cover(producer_, layout)) return false;  // from the params: a dense type or scales the kernels lack
+  if (!is_packed_int(layout)) return true;
   const std::uint32_t layout_bit = 1u << static_cast<std::uint32_t>(layout);
   static_assert(kLayoutCount <= 32);
   if ((refused_ & layout_bit) != 0) return false;

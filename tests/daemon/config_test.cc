@@ -5,24 +5,17 @@
 
 #include <filesystem>
 #include <fstream>
-#include <vector>
+
+#include "tests/support/scratch_dir.h"
 
 namespace epk::daemon {
 namespace {
 
 // A config file in the temporary directory, removed when the test program exits (every test that writes one).
 std::string write_temp(const std::string& name, const std::string& text) {
-  struct Written {
-    std::vector<std::filesystem::path> paths;
-    ~Written() {
-      std::error_code ec;  // a file a test removed itself is fine
-      for (const auto& p : paths) std::filesystem::remove(p, ec);
-    }
-  };
-  static Written written;
   auto path = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << text;
-  written.paths.push_back(path);
+  epk::test::remove_at_exit(path);
   return path.string();
 }
 

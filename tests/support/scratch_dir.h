@@ -13,28 +13,27 @@
 
 namespace epk::test {
 
-namespace detail {
-inline void remove_at_exit(const std::filesystem::path& dir) {
+// `path` (a file or a directory) removed when this test program exits: not when a forked child exits.
+inline void remove_at_exit(const std::filesystem::path& path) {
   struct Made {
     const pid_t owner = ::getpid();
-    std::vector<std::filesystem::path> dirs;
+    std::vector<std::filesystem::path> paths;
     ~Made() {
       if (::getpid() != owner) return;
       std::error_code ec;  // one a test removed itself is fine
-      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+      for (const auto& p : paths) std::filesystem::remove_all(p, ec);
     }
   };
   static Made made;
-  made.dirs.push_back(dir);
+  made.paths.push_back(path);
 }
-}  // namespace detail
 
 // <temp>/<name>_<pid>, empty.
 inline std::filesystem::path scratch_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
-  detail::remove_at_exit(d);
+  remove_at_exit(d);
   return d;
 }
 
@@ -49,7 +48,7 @@ inline std::filesystem::path test_scratch_dir(const std::string& prefix) {
 inline std::string test_scratch_file(const std::string& prefix, const std::string& extension) {
   const auto path = std::filesystem::temp_directory_path() /
                     (prefix + "_" + running_test_name() + "_" + std::to_string(::getpid()) + extension);
-  detail::remove_at_exit(path);  // whatever the test writes there
+  remove_at_exit(path);  // whatever the test writes there
   return path.string();
 }
 

@@ -50,15 +50,17 @@ std::string write_stats(const std::string& file, const std::vector<Stat>& stats)
   return path;
 }
 
-// H = X^T X of `tokens` inputs whose coordinates have log-normal scales and are mixed by a random map (correlated).
-std::vector<float> anisotropic_h(std::uint32_t cols, std::uint32_t tokens, std::uint32_t seed) {
+// H = X^T X of `tokens` inputs mixed by a random map (correlated: `mixes` random terms per coordinate) whose
+// coordinates then have log-normal scales, one per run of `scale_run` coordinates (8: one per E8 block).
+std::vector<float> anisotropic_h(std::uint32_t cols, std::uint32_t tokens, std::uint32_t seed,
+                                 std::uint32_t scale_run = 1, int mixes = 4) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> scale(cols), mix(std::size_t(cols) * cols, 0.0f);
-  for (auto& s : scale) s = std::exp(1.5f * n(rng));
+  std::vector<float> run_scale((cols + scale_run - 1) / scale_run), mix(std::size_t(cols) * cols, 0.0f);
+  for (auto& s : run_scale) s = std::exp(1.5f * n(rng));
   for (std::uint32_t i = 0; i < cols; ++i) {
     mix[std::size_t(i) * cols + i] = 1.0f;
-    for (int k = 0; k < 4; ++k) mix[std::size_t(i) * cols + rng() % cols] += 0.5f * n(rng);
+    for (int k = 0; k < mixes; ++k) mix[std::size_t(i) * cols + rng() % cols] += 0.5f * n(rng);
   }
   std::vector<double> h(std::size_t(cols) * cols, 0.0);
   std::vector<float> z(cols), x(cols);
@@ -67,7 +69,7 @@ std::vector<float> anisotropic_h(std::uint32_t cols, std::uint32_t tokens, std::
     for (std::uint32_t j = 0; j < cols; ++j) {
       double acc = 0;
       for (std::uint32_t i = 0; i < cols; ++i) acc += double(z[i]) * mix[std::size_t(i) * cols + j];
-      x[j] = float(acc) * scale[j];
+      x[j] = float(acc) * run_scale[j / scale_run];
     }
     for (std::uint32_t i = 0; i < cols; ++i)
       for (std::uint32_t j = 0; j < cols; ++j) h[std::size_t(i) * cols + j] += double(x[i]) * x[j];
@@ -249,34 +251,15 @@ TEST(Calibration, EqualBlockEnergiesKeepTheStoredOrder) {
 // order, i.e. the encoder without act-order), both at the same scale on the same normalised rows.
 TEST(Calibration, BlockActOrderLowersTheWeightedErrorOnAnisotropicBlockEnergies) {
   const std::uint32_t rows = 256, cols = 256, tokens = 2048;
-  std::mt19937 rng(21);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> block_scale(cols / 8);
-  for (auto& s : block_scale) s = std::exp(1.5f * n(rng));
-  std::vector<float> mix(std::size_t(cols) * cols, 0.0f);
-  for (std::uint32_t i = 0; i < cols; ++i) {
-    mix[std::size_t(i) * cols + i] = 1.0f;
-    for (int k = 0; k < 6; ++k) mix[std::size_t(i) * cols + rng() % cols] += 0.5f * n(rng);
-  }
-  std::vector<double> hd(std::size_t(cols) * cols, 0.0);
-  std::vector<float> z(cols), xin(cols);
-  for (std::uint32_t t = 0; t < tokens; ++t) {
-    for (auto& v : z) v = n(rng);
-    for (std::uint32_t j = 0; j < cols; ++j) {
-      double acc = 0;
-      for (std::uint32_t i = 0; i < cols; ++i) acc += double(z[i]) * mix[std::size_t(i) * cols + j];
-      xin[j] = float(acc) * block_scale[j / 8];
-    }
-    for (std::uint32_t i = 0; i < cols; ++i)
-      for (std::uint32_t j = 0; j < cols; ++j) hd[std::size_t(i) * cols + j] += double(xin[i]) * xin[j];
-  }
-  const std::vector<float> h(hd.begin(), hd.end());
+  const std::vector<float> h = anisotropic_h(cols, tokens, 21, 8, 6);
   const HessianView hv{h, cols, double(tokens)};
   auto act = make_feedback_factor(hv, "w", 2);
   ASSERT_TRUE(act.has_value()) << act.error().to_string();
   FeedbackFactor stored = *act;
   for (std::uint32_t b = 0; b < stored.order.size(); ++b) stored.order[b] = b;
   stored.f = reference_factor(h, cols, stored.order);
+  std::mt19937 rng(22);
+  std::normal_distribution<float> n(0.0f, 1.0f);
   std::vector<float> x(std::size_t(rows) * cols);
   for (auto& v : x) v = n(rng);
   for (const float scale : {0.25f, 0.4f}) {  // about 4 and 3.3 bits per weight
