@@ -1,5 +1,5 @@
-"""On the GPU machine (or, slower, on the CPU where torch sees no GPU): calibrated against plain encoding on a real model, all-MiniLM-L6-v2 (BF16, staged by
-scripts/gpu/calibration_stage.py). epk-calibrate measures H on CALIB_TEXT; then at each rate `epk compress` writes the
+"""On the GPU machine (or, slower, on the CPU where torch sees no GPU): calibrated against plain encoding on a real
+model, all-MiniLM-L6-v2 (BF16, staged by scripts/gpu/calibration_stage.py). epk-calibrate measures H on CALIB_TEXT; then at each rate `epk compress` writes the
 model plain and with --calibration, `epk decompress` restores each, and sentence-transformers embeds held-out
 sentences with the original and both restored models; printed: each file's bytes and the embeddings' cosine to the
 original's (mean, min), a table last.
