@@ -477,13 +477,15 @@ def _setups(s: str) -> List[str]:
     return out
 
 
-def _gib_list(s: str) -> List[float]:
+def _gib_list(s: str, distinct: bool) -> List[float]:
     try:
         out = [float(x) for x in s.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{s}': expected comma-separated GiB such as 4,6,8,12")
-    if not out or any(v <= 0 for v in out) or len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"'{s}': GiB must be > 0 and distinct")
+    if not out or any(v <= 0 for v in out):
+        raise argparse.ArgumentTypeError(f"'{s}': GiB must be > 0")
+    if distinct and len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"'{s}': each cap once")
     return out
 
 
@@ -537,11 +539,11 @@ def parser() -> argparse.ArgumentParser:
     dr.add_argument("--client-prefetch", type=_prefetch, default=None, help="epk-client's prefetch (default auto)")
     dr.add_argument("--daemon-prefetch", type=_prefetch, default=2)
     dr.add_argument("--max-decoded-gb", type=float, default=None)
-    dr.add_argument("--cap-gb", type=_gib_list, default=None,
+    dr.add_argument("--cap-gb", type=lambda s: _gib_list(s, distinct=True), default=None,
                     help="the GPU memory caps (GiB, comma-separated: a sweep) of the capped setups (issue 32): "
                          "epk-client-host and accelerate run once per cap, offload-bf16 and nf4 once, judged at each; "
                          "default 6 for epk-client-host, accelerate then uncapped")
-    dr.add_argument("--cap-headroom-gb", type=_gib_list, default=[2.0],
+    dr.add_argument("--cap-headroom-gb", type=lambda s: _gib_list(s, distinct=False), default=[2.0],
                     help="what a capped run leaves of the cap beside its weights (activations, CUDA contexts, epkd): "
                          "one value, or one per cap")
     dr.add_argument("--time-decompressed", action="store_true",

@@ -100,6 +100,13 @@ def _load_model(p: dict, work: Work, res: dict):
         res["device_map"] = {k: str(v) for k, v in device_map.items()}
         if counts["disk"]:
             raise RuntimeError(f"accelerate put {counts['disk']} modules on disk: more CPU memory is needed")
+        if counts["gpu"] == 0:
+            # Under a small cap infer_auto_device_map places nothing on the GPU (it keeps room for the largest layer
+            # it will offload), and dispatch_model then runs the model on the CPU. accelerate's own API for that
+            # case keeps every weight in CPU memory and moves each module's weights to the GPU for its forward.
+            res["accelerate_api"] = "cpu_offload"
+            return accelerate.cpu_offload(model, execution_device=torch.device("cuda", 0)), None
+        res["accelerate_api"] = "dispatch_model"
         model = dispatch_model(model, device_map=device_map,
                                skip_keys=list(getattr(model, "_skip_keys_device_placement", None) or []))
         return model, None

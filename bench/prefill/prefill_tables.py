@@ -144,7 +144,9 @@ def format_tables(results: Dict[str, dict], lengths: Sequence[int]) -> str:
         if acc and (res.get("setup") or split_key(key)[0]) == "accelerate":
             out.append(f"- {key}: max_memory GPU {_mib((res.get('params') or {}).get('gpu_bytes'))} MiB "
                        f"({(res.get('params') or {}).get('gpu_bytes_from', '')}); modules on the GPU {acc.get('gpu')}, "
-                       f"offloaded to the CPU {acc.get('cpu')}")
+                       f"offloaded to the CPU {acc.get('cpu')}"
+                       + (" (none on the GPU: accelerate.cpu_offload, each module's weights moved to the GPU for its "
+                          "forward)" if res.get("accelerate_api") == "cpu_offload" else ""))
     return "\n".join(out)
 
 
@@ -228,7 +230,8 @@ def _share_text(setup: str, res: dict) -> str:
     if setup == "accelerate" and p.get("gpu_bytes"):
         c = res.get("device_map_counts") or {}
         return (f"max_memory {_mib(p['gpu_bytes'])} MiB" + (f", {c.get('gpu')} of {c.get('gpu', 0) + c.get('cpu', 0)} "
-                                                            f"modules on the GPU" if c else ""))
+                                                            f"modules on the GPU" if c else "")
+                + (", cpu_offload" if res.get("accelerate_api") == "cpu_offload" else ""))
     if setup == "offload-bf16":
         return "fixed: embedding, head, 2 block slots (not capped)"
     if setup == "nf4":

@@ -227,6 +227,13 @@ class CapSweep(unittest.TestCase):
         acc = [r for r in rows if r.startswith("| accelerate |")]
         self.assertEqual(len(acc), 1)  # run at 6 GiB only: no row at 4
         self.assertIn("| accelerate | 6 | max_memory 2048 MiB, 3 of 36 modules on the GPU | 1100 (36.67x) |", acc[0])
+        # A cap under which accelerate's device map holds nothing for the GPU runs through cpu_offload, and says so.
+        results = self.results()
+        results["accelerate_cap4"] = result("accelerate", {1024: 1500.0}, params={"gpu_bytes": 1536 * MIB},
+                                            device_map_counts={"gpu": 0, "cpu": 1}, accelerate_api="cpu_offload")
+        acc = [r for r in pt.cap_table(results, [1024]) if r.startswith("| accelerate | 4 |")]
+        self.assertEqual(len(acc), 1)
+        self.assertIn("| max_memory 1536 MiB, 0 of 1 modules on the GPU, cpu_offload | 1500 (50.00x) |", acc[0])
 
     def test_targets_per_cap(self):
         lines = pt.capped_targets(self.results())
@@ -365,6 +372,9 @@ class Cli(unittest.TestCase):
         self.assertEqual(pb.plan(args), [("epk-client-host", 6.0), ("accelerate", None)])
         with self.assertRaises(SystemExit):
             pb.main(["drive", "--workdir", "/w", "--cap-gb", "4,6,8", "--cap-headroom-gb", "1,2"])
+        # Caps are distinct; their headrooms need not be.
+        args = pb.parser().parse_args(["drive", "--workdir", "/w", "--cap-gb", "4,6,8", "--cap-headroom-gb", "2.5,4,4"])
+        self.assertEqual(args.cap_headroom_gb, [2.5, 4.0, 4.0])
 
     def test_bad_arguments(self):
         for argv in (["--lengths", "10x"], ["--lengths", "0"], ["--setups", "resident,gpu"],
