@@ -9,7 +9,15 @@
 // count and finds the lattice scale at which the remaining count meets the target, and reports the relative L2 error
 // there (nearest-point quantisation and row refit, as the encoder without RDO): "error if every overhead from this
 // row down were zero". One thread.
+// --native: issue 31's metadata levers, counted exactly on the same encode at several tile sizes: each final state in
+// 4 + floor(log2 X) bits (its bit length, then the bits below the leading one), each tile's word count in a
+// fixed width per tensor, frequencies and table bounds in Elias gamma codes, row scales as fp16 under one
+// power-of-two shift per tensor (the error counts their rounding), four 32-bit params and the two coset counts;
+// the same payload words. It reports the error where that count meets the target: what a stream with that metadata
+// would give, before any format exists.
 #include <algorithm>
+#include <bit>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +26,8 @@
 #include <vector>
 
 #include "bench/bench_layers.h"
+#include "codec/common/float_convert.h"
+#include "codec/lattice/e8.h"
 #include "codec/model/tables.h"
 #include "codec/rans/encoder.h"
 #include "codec/rans/reference_format.h"
@@ -75,7 +85,61 @@ struct Eval {
   double state_info_bits = 0.0;
   std::uint64_t alphabet_entries = 0;
   std::uint64_t tiles = 0;
+  // --native's count (bits) and error (row scales rounded to fp16), and its parts.
+  double native_bits = 0.0;
+  double native_rel_l2 = 0.0;
+  double native_states = 0.0;
+  double native_counts = 0.0;
+  double native_tables = 0.0;
+  double native_scales = 0.0;
 };
+
+// Bits of the Elias gamma code of n >= 1.
+double gamma_bits(std::uint64_t n) { return 2.0 * double(std::bit_width(n) - 1) + 1.0; }
+
+// The sum of squared errors the row scales add when stored as fp16 under one power-of-two shift per tensor (the
+// largest scale in [2^14, 2^15)): the refit scale s* minimises the row's error, so a scale s adds (s - s*)^2 sum p^2.
+double f16_scales_extra_sse(const Layer& l, const lattice::QuantizedFields& q, const std::vector<float>& scales) {
+  float top = 0.0f;
+  for (float v : scales) top = std::max(top, v);
+  const int shift = top > 0.0f ? std::ilogb(top) - 14 : 0;
+  const std::size_t per_row = l.padded / 8;
+  double extra = 0.0;
+  for (std::size_t r = 0; r < l.rows; ++r) {
+    double p2 = 0.0;
+    for (std::size_t v = r * per_row; v < (r + 1) * per_row; ++v) {
+      const lattice::E8Point pt = lattice::fields_to_point(q.coset[v], &q.fields[v * lattice::kFields]);
+      for (int i = 0; i < lattice::kDim; ++i) {
+        const double c = double(lattice::coordinate(pt.z[i], pt.c));
+        p2 += c * c;
+      }
+    }
+    const float stored = std::ldexp(float_from_f16(f16_from_float(std::ldexp(scales[r], -shift))), shift);
+    const double d = double(stored) - double(scales[r]);
+    extra += d * d * p2;
+  }
+  return extra;
+}
+
+void count_native(const Layer& l, const lattice::QuantizedFields& q, const std::vector<float>& scales,
+                  const rans::EncodedTensor& enc, double total_sse, Eval& e) {
+  for (std::uint32_t x : enc.states) e.native_states += 4.0 + double(std::bit_width(x) - 1);
+  std::uint32_t widest = 0;
+  for (std::size_t t = 0; t + 1 < enc.offsets.size(); ++t) widest = std::max(widest, enc.offsets[t + 1] - enc.offsets[t]);
+  e.native_counts = 5.0 + double(e.tiles) * double(std::bit_width(widest));
+  for (const rans::TableMeta& meta : enc.tables) {
+    e.native_tables += gamma_bits(std::uint64_t(meta.alphabet) + 1);
+    if (meta.alphabet == 0) continue;
+    // sym_min zigzagged, then each frequency + 1.
+    const std::int64_t m = meta.sym_min;
+    e.native_tables += gamma_bits(std::uint64_t(m >= 0 ? 2 * m : -2 * m - 1) + 1);
+    for (std::int32_t i = 0; i < meta.alphabet; ++i)
+      e.native_tables += gamma_bits(std::uint64_t(enc.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
+  }
+  e.native_scales = 8.0 + 16.0 * double(scales.size());
+  e.native_bits = e.payload_bits + e.native_states + e.native_counts + e.native_tables + e.native_scales + 4 * 32 + 2 * 32;
+  e.native_rel_l2 = std::sqrt((total_sse + f16_scales_extra_sse(l, q, scales)) / l.energy);
+}
 
 Eval evaluate(const Layer& l, double scale, int prob_bits, std::uint32_t tile_symbols) {
   Eval e;
@@ -126,6 +190,7 @@ Eval evaluate(const Layer& l, double scale, int prob_bits, std::uint32_t tile_sy
   double sum = 0.0;
   for (int p = 0; p < kMetaHeader; ++p) sum += e.bits[p];
   e.bits[kMetaHeader] = blob_bits - sum;
+  count_native(l, q, enc->scales, *enc, total_sse, e);
   return e;
 }
 
@@ -135,14 +200,15 @@ double level_bits(const Eval& e, int level) {
   return s;
 }
 
-// The scale where level_bits meets target_bits (secant in log scale), and the error there (interpolated between
-// the last two evaluations).
-Eval solve(const Layer& l, int level, double target_bits, double start, int prob_bits, std::uint32_t tile_symbols) {
+// The scale where count(e) meets target_bits (secant in log scale), and the error there (interpolated between
+// the last two evaluations in log space). The error is rel_l2, or native_rel_l2 with native.
+Eval solve_count(const Layer& l, const std::function<double(const Eval&)>& count, bool native, double target_bits,
+                 double start, int prob_bits, std::uint32_t tile_symbols) {
   Eval a = evaluate(l, start, prob_bits, tile_symbols);
-  Eval b = evaluate(l, start * (level_bits(a, level) > target_bits ? 1.01 : 0.99), prob_bits, tile_symbols);
+  Eval b = evaluate(l, start * (count(a) > target_bits ? 1.01 : 0.99), prob_bits, tile_symbols);
   for (int it = 0; it < 8; ++it) {
-    const double fa = level_bits(a, level) - target_bits;
-    const double fb = level_bits(b, level) - target_bits;
+    const double fa = count(a) - target_bits;
+    const double fb = count(b) - target_bits;
     if (std::fabs(fb) < 1e-4 * target_bits || fa == fb) break;
     const double la = std::log(a.scale);
     const double lb = std::log(b.scale);
@@ -150,16 +216,24 @@ Eval solve(const Layer& l, int level, double target_bits, double start, int prob
     a = b;
     b = evaluate(l, std::exp(std::clamp(next, lb - 0.3, lb + 0.3)), prob_bits, tile_symbols);
   }
-  // Interpolate scale and error in log space to the exact target between a and b.
-  const double fa = level_bits(a, level) - target_bits;
-  const double fb = level_bits(b, level) - target_bits;
+  const double fa = count(a) - target_bits;
+  const double fb = count(b) - target_bits;
   Eval out = b;
   if (fa != fb) {
     const double t = fb / (fb - fa);  // weight of a
+    const double ea = native ? a.native_rel_l2 : a.rel_l2;
+    const double eb = native ? b.native_rel_l2 : b.rel_l2;
     out.scale = std::exp(std::log(b.scale) + t * (std::log(a.scale) - std::log(b.scale)));
-    out.rel_l2 = std::exp(std::log(b.rel_l2) + t * (std::log(a.rel_l2) - std::log(b.rel_l2)));
+    out.rel_l2 = std::exp(std::log(eb) + t * (std::log(ea) - std::log(eb)));
+  } else if (native) {
+    out.rel_l2 = b.native_rel_l2;
   }
   return out;
+}
+
+Eval solve(const Layer& l, int level, double target_bits, double start, int prob_bits, std::uint32_t tile_symbols) {
+  return solve_count(l, [level](const Eval& e) { return level_bits(e, level); }, false, target_bits, start,
+                     prob_bits, tile_symbols);
 }
 
 }  // namespace
@@ -172,6 +246,7 @@ int main(int argc, char** argv) {
   double target = 4.0;
   std::uint32_t tile_symbols = 0;
   int prob_bits = 0;
+  std::string native_multiples;  // --native 1,2,4: tile sizes as multiples of the encoder's
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--rows") rows = std::uint32_t(std::atoi(argv[i + 1]));
@@ -181,6 +256,7 @@ int main(int argc, char** argv) {
     else if (a == "--target") target = std::atof(argv[i + 1]);
     else if (a == "--tile-symbols") tile_symbols = std::uint32_t(std::atoi(argv[i + 1]));
     else if (a == "--prob-bits") prob_bits = std::atoi(argv[i + 1]);
+    else if (a == "--native") native_multiples = argv[i + 1];
   }
   std::vector<float> w;
   if (input.empty()) {
@@ -234,5 +310,26 @@ int main(int argc, char** argv) {
   const Eval full = solve(l, kParts - 1, target * nw, rep.scale, pb, ts);
   std::printf("| all (stored) | %.0f | %.4f | 100%% | at exactly %.3f bpp stored: %.3f%% (scale %.5g) |\n",
               stored / 8, stored / nw, target, 100 * full.rel_l2, full.scale);
+  if (native_multiples.empty()) return 0;
+  std::printf("\nnative metadata levers (bpp at the encoder's scale; error where the count meets %.3f bpp)\n", target);
+  std::printf("| tile symbols | tiles | chains | symbols a chain | states | word counts | tables | scales (fp16) | "
+              "native total | reference total | native error | reference error |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const double symbols = double(rows) * (l.padded / 8) * 9;
+  for (std::size_t pos = 0; pos < native_multiples.size();) {
+    const std::size_t comma = std::min(native_multiples.find(',', pos), native_multiples.size());
+    const std::uint32_t ts_k = ts * std::uint32_t(std::atoi(native_multiples.substr(pos, comma - pos).c_str()));
+    pos = comma + 1;
+    const Eval k = evaluate(l, rep.scale, pb, ts_k);
+    double ref_total = 0.0;
+    for (double b : k.bits) ref_total += b;
+    const Eval nat = solve_count(l, [](const Eval& e) { return e.native_bits; }, true, target * nw, rep.scale, pb, ts_k);
+    const Eval ref = solve(l, kParts - 1, target * nw, rep.scale, pb, ts_k);
+    std::printf("| %u | %llu | %llu | %.0f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.3f%% | %.3f%% |\n", ts_k,
+                (unsigned long long)k.tiles, (unsigned long long)(k.tiles * rans::kLanes),
+                symbols / double(k.tiles * rans::kLanes), k.native_states / nw, k.native_counts / nw,
+                k.native_tables / nw, k.native_scales / nw, k.native_bits / nw, ref_total / nw, 100 * nat.rel_l2,
+                100 * ref.rel_l2);
+  }
   return 0;
 }
