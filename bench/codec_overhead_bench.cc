@@ -17,11 +17,11 @@
 // would give, before any format exists.
 #include <algorithm>
 #include <bit>
-#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -125,7 +125,9 @@ void count_native(const Layer& l, const lattice::QuantizedFields& q, const std::
                   const rans::EncodedTensor& enc, double total_sse, Eval& e) {
   for (std::uint32_t x : enc.states) e.native_states += 4.0 + double(std::bit_width(x) - 1);
   std::uint32_t widest = 0;
-  for (std::size_t t = 0; t + 1 < enc.offsets.size(); ++t) widest = std::max(widest, enc.offsets[t + 1] - enc.offsets[t]);
+  for (std::size_t t = 0; t + 1 < enc.offsets.size(); ++t) {
+    widest = std::max(widest, enc.offsets[t + 1] - enc.offsets[t]);
+  }
   e.native_counts = 5.0 + double(e.tiles) * double(std::bit_width(widest));
   for (const rans::TableMeta& meta : enc.tables) {
     e.native_tables += gamma_bits(std::uint64_t(meta.alphabet) + 1);
@@ -137,7 +139,8 @@ void count_native(const Layer& l, const lattice::QuantizedFields& q, const std::
       e.native_tables += gamma_bits(std::uint64_t(enc.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
   }
   e.native_scales = 8.0 + 16.0 * double(scales.size());
-  e.native_bits = e.payload_bits + e.native_states + e.native_counts + e.native_tables + e.native_scales + 4 * 32 + 2 * 32;
+  constexpr double kParamsBits = 4 * 32 + 2 * 32;  // rows, cols, prob bits, tile symbols; the two coset counts
+  e.native_bits = e.payload_bits + e.native_states + e.native_counts + e.native_tables + e.native_scales + kParamsBits;
   e.native_rel_l2 = std::sqrt((total_sse + f16_scales_extra_sse(l, q, scales)) / l.energy);
 }
 
@@ -323,7 +326,8 @@ int main(int argc, char** argv) {
     const Eval k = evaluate(l, rep.scale, pb, ts_k);
     double ref_total = 0.0;
     for (double b : k.bits) ref_total += b;
-    const Eval nat = solve_count(l, [](const Eval& e) { return e.native_bits; }, true, target * nw, rep.scale, pb, ts_k);
+    const Eval nat =
+        solve_count(l, [](const Eval& e) { return e.native_bits; }, true, target * nw, rep.scale, pb, ts_k);
     const Eval ref = solve(l, kParts - 1, target * nw, rep.scale, pb, ts_k);
     std::printf("| %u | %llu | %llu | %.0f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.3f%% | %.3f%% |\n", ts_k,
                 (unsigned long long)k.tiles, (unsigned long long)(k.tiles * rans::kLanes),
