@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "codec/container/reader.h"
 #include "codec/container/writer.h"
 #include "codec/rans/encoded_tensor.h"
+#include "codec/rans/native_format.h"
 
 namespace epk::rans {
 
@@ -23,6 +25,18 @@ inline constexpr std::string_view kStreamMetaBuffer = "stream_meta";
 inline constexpr std::string_view kFreqTablesBuffer = "freq_tables";
 inline constexpr std::string_view kScalesBuffer = "scales";
 inline constexpr int kStoredBuffers = 6;
+// The native profile's buffers (docs/STREAM.md section 9), in the order they are written.
+inline constexpr std::string_view kWordCountsBuffer = "word_counts";
+inline constexpr std::string_view kPackedStatesBuffer = "packed_states";
+inline constexpr std::string_view kPackedTablesBuffer = "packed_tables";
+inline constexpr std::string_view kF16ScalesBuffer = "f16_scales";
+inline constexpr int kNativeBuffers = 5;
+
+// How a tensor's stream metadata is stored: the reference package's six buffers, or the native profile's lighter
+// form (params `profile` = "native"; a file without the key is the reference profile). Both decode through the same
+// LatticeRansStream arrays.
+enum class StreamProfile : std::uint8_t { kReference, kNative };
+std::string_view profile_name(StreamProfile p);
 
 // What params_json records beyond the stream geometry: how the tensor was made.
 struct EncodingInfo {
@@ -37,13 +51,17 @@ struct EncodingInfo {
   bool calibrated = false;
   std::string origin = "epk";  // "epk" or "entropack" (imported)
   std::string entropack_key;   // the state_dict key an imported blob came from (export writes it back)
+  StreamProfile profile = StreamProfile::kReference;
 };
 
-// A stored tensor seen through the container: geometry and buffers as views into the reader's map (no copy).
+// A stored tensor seen through the container: geometry and buffers as views into the reader's map (no copy). A
+// native tensor's payload is a view too; its other arrays are expanded at open and owned here (`expanded`), so they
+// live as long as any copy of this StoredStream (the serving layer keeps one per tensor in its producer).
 struct StoredStream {
   LatticeRansStream stream;
   DType dtype = DType::kF32;  // source dtype
   EncodingInfo info;
+  std::shared_ptr<const ExpandedMetadata> expanded;  // native only
 };
 
 // The container form of t: spec (name, shape [rows, cols], dtype, encoding lattice-rans, params_json) and the six
@@ -53,9 +71,18 @@ struct ContainerForm {
   std::vector<container::BufferData> buffers;
 };
 ContainerForm to_container(const EncodedTensor& t, std::string name, const EncodingInfo& info);
+// The native profile's container form of t, whose scales are on the native grid (round_scales_to_native); the
+// packed buffers are owned by the form (`native`), the payload views t's. Errors: pack_native's. info.profile is
+// ignored (the form says native).
+struct NativeContainerForm {
+  ContainerForm form;
+  std::shared_ptr<const NativeMetadata> native;
+};
+Result<NativeContainerForm> to_native_container(const EncodedTensor& t, std::string name, EncodingInfo info);
 
-// params_json of a lattice-rans tensor (compact, keys sorted).
-std::string params_json(const LatticeRansStream& s, const EncodingInfo& info);
+// params_json of a lattice-rans tensor (compact, keys sorted); a native tensor's also carries its packed form's
+// three params (`native`).
+std::string params_json(const LatticeRansStream& s, const EncodingInfo& info, const NativeMetadata* native = nullptr);
 
 // Reads entry e of reader r: params_json parsed and every field checked (present, integral, in range, consistent
 // with the shape and with the buffers' sizes and alignment), buffers present with the right sizes, then the stream

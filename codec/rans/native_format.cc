@@ -31,25 +31,36 @@ Error bad(std::string_view where, const std::string& what) {
 
 }  // namespace
 
+std::int32_t native_scale_shift(std::span<const float> scales) {
+  if (scales.empty()) return 0;
+  return std::ilogb(*std::max_element(scales.begin(), scales.end())) - kScaleTopExponent;
+}
+
 Result<std::int32_t> round_scales_to_native(std::vector<float>& scales) {
-  float top = 0.0f;
   for (std::size_t r = 0; r < scales.size(); ++r) {
     if (!std::isfinite(scales[r]) || !(scales[r] > 0.0f)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "row " + std::to_string(r) + ": scale " + std::to_string(scales[r]) + " is not finite and positive");
+      return make_error(ErrorCode::kInvalidArgument, "row " + std::to_string(r) + ": scale " +
+                                                         std::to_string(scales[r]) + " is not finite and positive");
     }
-    top = std::max(top, scales[r]);
   }
-  if (scales.empty()) return 0;
-  const std::int32_t shift = std::ilogb(top) - kScaleTopExponent;
-  for (std::size_t r = 0; r < scales.size(); ++r) {
-    const float y = std::ldexp(scales[r], -shift);
-    if (y < kF16MinNormal) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "row " + std::to_string(r) + ": scale " + std::to_string(scales[r]) + " is more than 2^28 below the "
-                        "largest (" + std::to_string(top) + "): below fp16's normal range under the tensor's shift");
+  // The largest may round up to the next power of two, which moves the shift by one: round again under it (values
+  // already on the grid stay), so that native_scale_shift of the rounded scales is the shift they are on.
+  std::int32_t shift = native_scale_shift(scales);
+  for (int pass = 0; pass < 2; ++pass) {
+    const float top = std::ldexp(1.0f, shift + kScaleTopExponent);
+    for (std::size_t r = 0; r < scales.size(); ++r) {
+      const float y = std::ldexp(scales[r], -shift);
+      if (y < kF16MinNormal) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "row " + std::to_string(r) + ": scale " + std::to_string(scales[r]) +
+                              " is more than 2^28 below the largest (about " + std::to_string(top) +
+                              "): below fp16's normal range under the tensor's shift");
+      }
+      scales[r] = native_scale(f16_from_float(y), shift);
     }
-    scales[r] = native_scale(f16_from_float(y), shift);
+    const std::int32_t after = native_scale_shift(scales);
+    if (after == shift) break;
+    shift = after;
   }
   return shift;
 }

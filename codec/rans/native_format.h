@@ -33,9 +33,13 @@ struct NativeMetadata {
   std::uint64_t coset1_vectors = 0;       // the vectors whose coset is 1: n_symbols of tables 2, 4, .., 16
 };
 
+// The shift of a tensor's scales: the largest lands in [2^14, 2^15) (0 for no rows).
+std::int32_t native_scale_shift(std::span<const float> scales);
+
 // Rounds `scales` in place to the native grid (each the nearest fp16 value times 2^shift, ties to even) and returns
-// the shift. Refuses, naming the first such row, a scale that is not finite and positive or that would fall below
-// fp16's normal range under the shift (more than 2^29 below the largest): such a tensor keeps the reference profile.
+// the shift, which is native_scale_shift of the rounded scales. Refuses, naming the first such row, a scale that is
+// not finite and positive or that would fall below fp16's normal range under the shift (about 2^28 below the
+// largest): such a tensor keeps the reference profile.
 Result<std::int32_t> round_scales_to_native(std::vector<float>& scales);
 
 // Packs t, whose scales are on the native grid for `scale_shift` (round_scales_to_native's result). Errors
