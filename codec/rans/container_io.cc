@@ -56,8 +56,6 @@ constexpr std::uint64_t kAny = std::numeric_limits<std::uint64_t>::max();
 
 }  // namespace
 
-std::string_view profile_name(StreamProfile p) { return p == StreamProfile::kNative ? "native" : "reference"; }
-
 std::string params_json(const LatticeRansStream& s, const EncodingInfo& info, const NativeMetadata* native) {
   nlohmann::json j = {
       {"rows", s.rows},
@@ -103,11 +101,14 @@ ContainerForm to_container(const EncodedTensor& t, std::string name, const Encod
   return f;
 }
 
-Result<NativeContainerForm> to_native_container(const EncodedTensor& t, std::string name, EncodingInfo info) {
+Result<OwnedContainerForm> to_container_as(const EncodedTensor& t, std::string name, const EncodingInfo& info) {
+  OwnedContainerForm out;
+  if (info.profile == StreamProfile::kReference) {
+    out.form = to_container(t, std::move(name), info);
+    return out;
+  }
   EPK_TRY_ASSIGN(NativeMetadata m, pack_native(t, native_scale_shift(t.scales)));
   auto native = std::make_shared<const NativeMetadata>(std::move(m));
-  info.profile = StreamProfile::kNative;
-  NativeContainerForm out;
   out.native = native;
   ContainerForm& f = out.form;
   f.spec.name = std::move(name);
@@ -123,6 +124,30 @@ Result<NativeContainerForm> to_native_container(const EncodedTensor& t, std::str
       {std::string(kF16ScalesBuffer), as_u8(native->scales)},
   };
   return out;
+}
+
+std::uint64_t stored_bytes_as(const EncodedTensor& t, std::string_view name, const EncodingInfo& info) {
+  if (info.profile == StreamProfile::kReference) {
+    const ContainerForm f = to_container(t, std::string(name), info);
+    std::uint64_t b = index_entry_bytes(f.spec, f.buffers);
+    for (const auto& buf : f.buffers) b += buf.bytes.size();
+    return b;
+  }
+  const NativeSizes z = native_sizes(t);
+  NativeMetadata params;  // the params_json fields only
+  params.count_bits = z.count_bits;
+  params.scale_shift = z.scale_shift;
+  params.coset1_vectors = z.coset1_vectors;
+  container::TensorSpec spec{std::string(name), {t.rows, t.cols}, t.dtype, container::Encoding::kLatticeRans,
+                             params_json(t.view(), info, &params)};
+  const std::vector<std::uint8_t> none;
+  std::vector<container::BufferData> names;
+  for (std::string_view n : {kPayloadBuffer, kWordCountsBuffer, kPackedStatesBuffer, kPackedTablesBuffer,
+                             kF16ScalesBuffer}) {
+    names.push_back({std::string(n), none});
+  }
+  // index_entry_bytes counts the buffer table, not the contents: empty views stand in for the bytes.
+  return index_entry_bytes(spec, names) + 2 * t.payload.size() + z.word_counts + z.states + z.tables + z.scales;
 }
 
 Status parse_params(std::string_view json, std::string_view where, LatticeRansStream* s, EncodingInfo* info) {

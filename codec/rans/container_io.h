@@ -14,6 +14,7 @@
 #include "codec/container/writer.h"
 #include "codec/rans/encoded_tensor.h"
 #include "codec/rans/native_format.h"
+#include "codec/rans/profile.h"
 
 namespace epk::rans {
 
@@ -32,11 +33,6 @@ inline constexpr std::string_view kPackedTablesBuffer = "packed_tables";
 inline constexpr std::string_view kF16ScalesBuffer = "f16_scales";
 inline constexpr int kNativeBuffers = 5;
 
-// How a tensor's stream metadata is stored: the reference package's six buffers, or the native profile's lighter
-// form (params `profile` = "native"; a file without the key is the reference profile). Both decode through the same
-// LatticeRansStream arrays.
-enum class StreamProfile : std::uint8_t { kReference, kNative };
-std::string_view profile_name(StreamProfile p);
 
 // What params_json records beyond the stream geometry: how the tensor was made.
 struct EncodingInfo {
@@ -71,14 +67,19 @@ struct ContainerForm {
   std::vector<container::BufferData> buffers;
 };
 ContainerForm to_container(const EncodedTensor& t, std::string name, const EncodingInfo& info);
-// The native profile's container form of t, whose scales are on the native grid (round_scales_to_native); the
-// packed buffers are owned by the form (`native`), the payload views t's. Errors: pack_native's. info.profile is
-// ignored (the form says native).
-struct NativeContainerForm {
+// A container form with whatever it views beyond the tensor: the native profile's packed buffers.
+struct OwnedContainerForm {
   ContainerForm form;
-  std::shared_ptr<const NativeMetadata> native;
+  std::shared_ptr<const NativeMetadata> native;  // native only
 };
-Result<NativeContainerForm> to_native_container(const EncodedTensor& t, std::string name, EncodingInfo info);
+// The container form of t in info.profile: to_container's for the reference profile; for the native one the packed
+// buffers (owned by the form) and t's payload, t's scales on the native grid (round_scales_to_native). Errors:
+// pack_native's.
+Result<OwnedContainerForm> to_container_as(const EncodedTensor& t, std::string name, const EncodingInfo& info);
+
+// Buffers plus index entry of t in info.profile, computed without packing (t's scales need not be on the grid: the
+// rate search calls it on samples): what to_container_as's form stores.
+std::uint64_t stored_bytes_as(const EncodedTensor& t, std::string_view name, const EncodingInfo& info);
 
 // params_json of a lattice-rans tensor (compact, keys sorted); a native tensor's also carries its packed form's
 // three params (`native`).

@@ -118,6 +118,37 @@ std::uint64_t native_metadata_bytes(const NativeMetadata& m) {
   return m.word_counts.size() + m.states.size() + m.tables.size() + 2 * m.scales.size();
 }
 
+namespace {
+std::uint64_t gamma_bits(std::uint64_t n) { return 2 * std::uint64_t(std::bit_width(n) - 1) + 1; }
+std::uint64_t bytes_of_bits(std::uint64_t bits) { return (bits + 7) / 8; }
+}  // namespace
+
+NativeSizes native_sizes(const EncodedTensor& t) {
+  NativeSizes z;
+  const std::uint64_t tiles = t.offsets.empty() ? 0 : t.offsets.size() - 1;
+  std::uint32_t widest = 0;
+  for (std::uint64_t i = 0; i < tiles; ++i) widest = std::max(widest, t.offsets[i + 1] - t.offsets[i]);
+  z.count_bits = std::uint32_t(std::bit_width(widest));
+  z.word_counts = bytes_of_bits(tiles * z.count_bits);
+  std::uint64_t bits = 0;
+  for (std::uint32_t x : t.states) bits += kStateLengthBits + std::uint64_t(std::bit_width(x | kStateLow) - 1);
+  z.states = bytes_of_bits(bits);
+  bits = 0;
+  for (const TableMeta& meta : t.tables) {
+    bits += gamma_bits(std::uint64_t(meta.alphabet) + 1);
+    if (meta.alphabet <= 0) continue;
+    bits += gamma_bits(zigzag(meta.sym_min) + 1);
+    for (std::int32_t i = 0; i < meta.alphabet; ++i) {
+      bits += gamma_bits(std::uint64_t(t.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
+    }
+  }
+  z.tables = bytes_of_bits(bits);
+  z.scales = 2 * std::uint64_t(t.scales.size());
+  z.scale_shift = native_scale_shift(t.scales);
+  z.coset1_vectors = t.tables.size() > 2 ? std::uint64_t(std::max(t.tables[2].n_symbols, 0)) : 0;
+  return z;
+}
+
 Result<ExpandedMetadata> expand_native(const NativeView& v, const LatticeRansStream& g, std::string_view where) {
   const std::uint64_t vectors = g.vectors();
   const std::uint64_t tiles = tiles_for_vectors(vectors, g.tile_symbols);

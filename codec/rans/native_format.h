@@ -49,6 +49,16 @@ Result<NativeMetadata> pack_native(const EncodedTensor& t, std::int32_t scale_sh
 // Bytes the four packed buffers take (the payload and the index entry come on top).
 std::uint64_t native_metadata_bytes(const NativeMetadata& m);
 
+// What pack_native(t, native_scale_shift(t.scales)) would store, without packing (t's scales need not be on the
+// grid): each packed buffer's bytes and the three params.
+struct NativeSizes {
+  std::uint64_t word_counts = 0, states = 0, tables = 0, scales = 0;
+  std::uint32_t count_bits = 0;
+  std::int32_t scale_shift = 0;
+  std::uint64_t coset1_vectors = 0;
+};
+NativeSizes native_sizes(const EncodedTensor& t);
+
 // A stored native tensor's packed buffers (views into the file).
 struct NativeView {
   std::span<const std::uint8_t> word_counts;

@@ -270,7 +270,9 @@ class NativeContainer : public ::testing::Test {
   void TearDown() override { std::remove(path_.c_str()); }
 
   Result<container::Reader> write(const std::function<void(ContainerForm&)>& mutate = {}) {
-    auto native = to_native_container(tensor_, "blk.0.w", EncodingInfo{});
+    EncodingInfo info;
+    info.profile = StreamProfile::kNative;
+    auto native = to_container_as(tensor_, "blk.0.w", info);
     EXPECT_TRUE(native) << native.error().to_string();
     ContainerForm& form = native->form;
     if (mutate) mutate(form);
@@ -307,6 +309,11 @@ TEST_F(NativeContainer, DecodesAsTheReferenceFormOfTheSameTensor) {
   std::uint64_t ref_bytes = index_entry_bytes(ref.spec, ref.buffers);
   for (const auto& b : ref.buffers) ref_bytes += b.bytes.size();
   EXPECT_LT(stored_bytes(e), ref_bytes);
+  // The rate search's count is the file's, in both profiles.
+  EncodingInfo native_info;
+  native_info.profile = StreamProfile::kNative;
+  EXPECT_EQ(stored_bytes_as(tensor_, "blk.0.w", native_info), stored_bytes(e));
+  EXPECT_EQ(stored_bytes_as(tensor_, "blk.0.w", EncodingInfo{}), ref_bytes);
   // A copy of the stream outlives the first StoredStream's other copies through its shared arrays.
   StoredStream kept = *s;
   s = make_error(ErrorCode::kInternal, "dropped");

@@ -47,8 +47,17 @@ std::vector<float> decode_f32(const LatticeRansStream& s) {
 void expect_round_trip(EncodedTensor& t) {
   auto shift = round_scales_to_native(t.scales);
   ASSERT_TRUE(shift.has_value()) << shift.error().to_string();
+  EXPECT_EQ(*shift, native_scale_shift(t.scales));
   auto m = pack_native(t, *shift);
   ASSERT_TRUE(m.has_value()) << m.error().to_string();
+  const NativeSizes z = native_sizes(t);
+  EXPECT_EQ(z.word_counts, m->word_counts.size());
+  EXPECT_EQ(z.states, m->states.size());
+  EXPECT_EQ(z.tables, m->tables.size());
+  EXPECT_EQ(z.scales, 2 * m->scales.size());
+  EXPECT_EQ(z.count_bits, m->count_bits);
+  EXPECT_EQ(z.scale_shift, m->scale_shift);
+  EXPECT_EQ(z.coset1_vectors, m->coset1_vectors);
   auto e = expand_native(view_of(*m), t.view(), "w");
   ASSERT_TRUE(e.has_value()) << e.error().to_string();
   EXPECT_EQ(e->offsets, t.offsets);
