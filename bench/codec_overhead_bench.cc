@@ -9,27 +9,24 @@
 // count and finds the lattice scale at which the remaining count meets the target, and reports the relative L2 error
 // there (nearest-point quantisation and row refit, as the encoder without RDO): "error if every overhead from this
 // row down were zero". One thread.
-// --native: issue 31's metadata levers, counted exactly on the same encode at several tile sizes: each final state in
-// 4 + floor(log2 X) bits (its bit length, then the bits below the leading one), each tile's word count in a
-// fixed width per tensor, frequencies and table bounds in Elias gamma codes, row scales as fp16 under one
-// power-of-two shift per tensor (the error counts their rounding), four 32-bit params and the two coset counts;
-// the same payload words. It reports the error where that count meets the target: what a stream with that metadata
-// would give, before any format exists.
+// --native: the native stream profile (codec/rans/native_format.h) counted on the same encode at several tile sizes:
+// its packed buffers, the same payload words, four 32-bit params and the two coset counts; the error counts the
+// row scales' rounding to its fp16 grid. It reports the error where that count meets the target.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "bench/bench_layers.h"
-#include "codec/common/float_convert.h"
 #include "codec/lattice/e8.h"
 #include "codec/model/tables.h"
 #include "codec/rans/encoder.h"
+#include "codec/rans/native_format.h"
 #include "codec/rans/reference_format.h"
 #include "codec/rate/encode.h"
 #include "codec/rate/refit.h"
@@ -94,15 +91,11 @@ struct Eval {
   double native_scales = 0.0;
 };
 
-// Bits of the Elias gamma code of n >= 1.
-double gamma_bits(std::uint64_t n) { return 2.0 * double(std::bit_width(n) - 1) + 1.0; }
-
-// The sum of squared errors the row scales add when stored as fp16 under one power-of-two shift per tensor (the
-// largest scale in [2^14, 2^15)): the refit scale s* minimises the row's error, so a scale s adds (s - s*)^2 sum p^2.
-double f16_scales_extra_sse(const Layer& l, const lattice::QuantizedFields& q, const std::vector<float>& scales) {
-  float top = 0.0f;
-  for (float v : scales) top = std::max(top, v);
-  const int shift = top > 0.0f ? std::ilogb(top) - 14 : 0;
+// The sum of squared errors the row scales add when stored on the native grid (rans::round_scales_to_native): the
+// refit scale s* minimises the row's error, so a scale s adds (s - s*)^2 sum p^2.
+double native_scales_extra_sse(const Layer& l, const lattice::QuantizedFields& q, const std::vector<float>& scales) {
+  std::vector<float> stored = scales;
+  if (!rans::round_scales_to_native(stored)) return std::numeric_limits<double>::infinity();
   const std::size_t per_row = l.padded / 8;
   double extra = 0.0;
   for (std::size_t r = 0; r < l.rows; ++r) {
@@ -114,34 +107,24 @@ double f16_scales_extra_sse(const Layer& l, const lattice::QuantizedFields& q, c
         p2 += c * c;
       }
     }
-    const float stored = std::ldexp(float_from_f16(f16_from_float(std::ldexp(scales[r], -shift))), shift);
-    const double d = double(stored) - double(scales[r]);
+    const double d = double(stored[r]) - double(scales[r]);
     extra += d * d * p2;
   }
   return extra;
 }
 
-void count_native(const Layer& l, const lattice::QuantizedFields& q, const std::vector<float>& scales,
-                  const rans::EncodedTensor& enc, double total_sse, Eval& e) {
-  for (std::uint32_t x : enc.states) e.native_states += 4.0 + double(std::bit_width(x) - 1);
-  std::uint32_t widest = 0;
-  for (std::size_t t = 0; t + 1 < enc.offsets.size(); ++t) {
-    widest = std::max(widest, enc.offsets[t + 1] - enc.offsets[t]);
-  }
-  e.native_counts = 5.0 + double(e.tiles) * double(std::bit_width(widest));
-  for (const rans::TableMeta& meta : enc.tables) {
-    e.native_tables += gamma_bits(std::uint64_t(meta.alphabet) + 1);
-    if (meta.alphabet == 0) continue;
-    // sym_min zigzagged, then each frequency + 1.
-    const std::int64_t m = meta.sym_min;
-    e.native_tables += gamma_bits(std::uint64_t(m >= 0 ? 2 * m : -2 * m - 1) + 1);
-    for (std::int32_t i = 0; i < meta.alphabet; ++i)
-      e.native_tables += gamma_bits(std::uint64_t(enc.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
-  }
-  e.native_scales = 8.0 + 16.0 * double(scales.size());
+// The native profile's count: its packed buffers (rans::native_sizes), the payload, and the params as four 32-bit
+// values and two coset counts (the container's index entry is left out, as for the reference's blob its JSON).
+void count_native(const Layer& l, const lattice::QuantizedFields& q, const rans::EncodedTensor& enc,
+                  double total_sse, Eval& e) {
+  const rans::NativeSizes z = rans::native_sizes(enc);
+  e.native_states = 8.0 * double(z.states);
+  e.native_counts = 8.0 * double(z.word_counts);
+  e.native_tables = 8.0 * double(z.tables);
+  e.native_scales = 8.0 * double(z.scales);
   constexpr double kParamsBits = 4 * 32 + 2 * 32;  // rows, cols, prob bits, tile symbols; the two coset counts
   e.native_bits = e.payload_bits + e.native_states + e.native_counts + e.native_tables + e.native_scales + kParamsBits;
-  e.native_rel_l2 = std::sqrt((total_sse + f16_scales_extra_sse(l, q, scales)) / l.energy);
+  e.native_rel_l2 = std::sqrt((total_sse + native_scales_extra_sse(l, q, enc.scales)) / l.energy);
 }
 
 Eval evaluate(const Layer& l, double scale, int prob_bits, std::uint32_t tile_symbols) {
@@ -193,7 +176,7 @@ Eval evaluate(const Layer& l, double scale, int prob_bits, std::uint32_t tile_sy
   double sum = 0.0;
   for (int p = 0; p < kMetaHeader; ++p) sum += e.bits[p];
   e.bits[kMetaHeader] = blob_bits - sum;
-  count_native(l, q, enc->scales, *enc, total_sse, e);
+  count_native(l, q, *enc, total_sse, e);
   return e;
 }
 

@@ -17,9 +17,8 @@ Result<TensorDetails> lattice_rans(const container::Reader& reader, const contai
   EPK_TRY(rans::parse_entry_params(reader, t, &s, &info));
   const std::uint64_t stored = rans::stored_bytes(t);
   const std::uint64_t n = t.element_count();
-  std::uint32_t tiles = 0;
-  for (const auto& b : t.buffers)
-    if (b.name == rans::kOffsetsBuffer && b.size >= 4) tiles = std::uint32_t(b.size / 4 - 1);
+  // From the geometry, in either profile (from_container holds params.tiles and the buffers to it).
+  const auto tiles = std::uint32_t(rans::tiles_for_vectors(s.vectors(), s.tile_symbols));
   const nlohmann::json j{{"target_bpp", info.target_bpp},
                          {"stored_bytes", stored},
                          {"stored_bpp", n ? 8.0 * double(stored) / double(n) : 0.0},
@@ -30,12 +29,14 @@ Result<TensorDetails> lattice_rans(const container::Reader& reader, const contai
                          {"rdo_sweeps", info.rdo_sweeps},
                          {"scale", info.scale},
                          {"coarsened", info.coarsened},
-                         {"origin", info.origin}};
+                         {"origin", info.origin},
+                         {"profile", rans::profile_name(info.profile)}};
   char target[32] = "-";
   if (info.target_bpp > 0) std::snprintf(target, sizeof target, "%.3f", info.target_bpp);
   char line[256];
-  std::snprintf(line, sizeof line, "target %s bpp, prob bits %u, %u tiles of %u symbols, rdo %d, %s", target,
-                unsigned(s.prob_bits), tiles, unsigned(s.tile_symbols), int(info.rdo_sweeps),
+  std::snprintf(line, sizeof line, "target %s bpp, prob bits %u, %u tiles of %u symbols, rdo %d, %s profile, %s",
+                target, unsigned(s.prob_bits), tiles, unsigned(s.tile_symbols), int(info.rdo_sweeps),
+                std::string(rans::profile_name(info.profile)).c_str(),
                 info.origin == "entropack" ? "imported from entropack" : "encoded by epk");
   return TensorDetails{"lattice_rans", j.dump(), line};
 }

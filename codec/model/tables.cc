@@ -1,6 +1,7 @@
 #include "codec/model/tables.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <queue>
@@ -215,7 +216,8 @@ std::uint32_t default_tile_symbols(double target_bpp) {
   return 4096;
 }
 
-double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint32_t tile_symbols) {
+double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint32_t tile_symbols,
+                            TableCost table_cost) {
   const std::uint32_t table_size = 1u << prob_bits;
   // The rate search estimates every step's counts: nothing allocated after a thread's first call.
   thread_local NormalizeScratch scratch;
@@ -223,7 +225,7 @@ double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint3
   const std::vector<double>& log2_of = log2_table();
   double bits = 0.0;
   double overflow_bits = 0.0;
-  std::uint64_t frequency_bytes = 0;
+  double frequency_bytes = 0.0;
   for (const TableCounts& t : counts) {
     if (t.total == 0) continue;
     if (t.alphabet() > table_size) {
@@ -236,11 +238,12 @@ double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint3
       continue;
     }
     for (std::size_t i = 0; i < t.counts.size(); ++i) {
+      if (table_cost == TableCost::kGammaCoded) frequency_bytes += double(2 * std::bit_width(freq[i] + 1u) - 1) / 8.0;
       if (t.counts[i] == 0) continue;
       const double lg = freq[i] < log2_of.size() ? log2_of[freq[i]] : std::log2(double(freq[i]));
       bits += double(t.counts[i]) * (double(prob_bits) - lg);
     }
-    frequency_bytes += std::uint64_t(t.alphabet()) * 2;
+    if (table_cost == TableCost::kTwoBytesAnEntry) frequency_bytes += double(t.alphabet()) * 2.0;
   }
   const std::uint64_t tiles = rans::tiles_for_vectors(counts[0].total, tile_symbols);
   const double residual_bits = double(tiles * kLanes * 16);

@@ -46,10 +46,15 @@ Result<std::vector<std::uint16_t>> normalize_frequencies(std::span<const std::ui
 int initial_prob_bits(double target_bpp);
 std::uint32_t default_tile_symbols(double target_bpp);
 
+// How the frequency tables are stored: 2 bytes an entry (the reference profile), or each entry's frequency + 1 in an
+// Elias gamma code (the native profile, codec/rans/native_format.h; its two bound codes a table are left out).
+enum class TableCost : std::uint8_t { kTwoBytesAnEntry, kGammaCoded };
+
 // Coded bytes without encoding: the cross-entropy of the counts under their normalised tables, less the bits the
 // final states hold (tiles * 32 * 16), rounded up to 16-bit words; plus states, offsets and frequency tables.
 // A table whose alphabet exceeds 2^pb is priced at pb bits a symbol. Tiles follow the coset count.
-double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint32_t tile_symbols);
+double estimate_coded_bytes(const FieldCounts& counts, int prob_bits, std::uint32_t tile_symbols,
+                            TableCost table_cost = TableCost::kTwoBytesAnEntry);
 // The whole stored tensor as the reference's eager search prices it: coded bytes + 4 per row + a fixed 856 for layout,
 // stream metadata and header.
 double estimate_stored_bytes(const FieldCounts& counts, std::uint64_t rows, int prob_bits, std::uint32_t tile_symbols);

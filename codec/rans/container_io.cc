@@ -56,7 +56,7 @@ constexpr std::uint64_t kAny = std::numeric_limits<std::uint64_t>::max();
 
 }  // namespace
 
-std::string params_json(const LatticeRansStream& s, const EncodingInfo& info) {
+std::string params_json(const LatticeRansStream& s, const EncodingInfo& info, const NativeMetadata* native) {
   nlohmann::json j = {
       {"rows", s.rows},
       {"cols", s.cols},
@@ -75,6 +75,13 @@ std::string params_json(const LatticeRansStream& s, const EncodingInfo& info) {
   };
   if (info.calibrated) j["encoder"]["calibrated"] = true;
   if (!info.entropack_key.empty()) j["entropack_key"] = info.entropack_key;
+  if (native != nullptr) {
+    // Written only for the native profile, so a reference file is byte for byte what it was before the key existed.
+    j["profile"] = profile_name(StreamProfile::kNative);
+    j["count_bits"] = native->count_bits;
+    j["scale_shift"] = native->scale_shift;
+    j["coset1_vectors"] = native->coset1_vectors;
+  }
   return j.dump();  // nlohmann's object is a std::map: keys sorted
 }
 
@@ -94,6 +101,55 @@ ContainerForm to_container(const EncodedTensor& t, std::string name, const Encod
   return f;
 }
 
+Result<OwnedContainerForm> to_container_as(const EncodedTensor& t, std::string name, const EncodingInfo& info) {
+  OwnedContainerForm out;
+  if (info.profile == StreamProfile::kReference) {
+    out.form = to_container(t, std::move(name), info);
+    return out;
+  }
+  EPK_TRY_ASSIGN(NativeMetadata m, pack_native(t, native_scale_shift(t.scales)));
+  auto native = std::make_shared<const NativeMetadata>(std::move(m));
+  out.native = native;
+  ContainerForm& f = out.form;
+  f.spec.name = std::move(name);
+  f.spec.shape = {t.rows, t.cols};
+  f.spec.dtype = t.dtype;
+  f.spec.encoding = container::Encoding::kLatticeRans;
+  f.spec.params_json = params_json(t.view(), info, native.get());
+  f.buffers = {
+      {std::string(kPayloadBuffer), as_u8(t.payload)},
+      {std::string(kWordCountsBuffer), as_u8(native->word_counts)},
+      {std::string(kPackedStatesBuffer), as_u8(native->states)},
+      {std::string(kPackedTablesBuffer), as_u8(native->tables)},
+      {std::string(kF16ScalesBuffer), as_u8(native->scales)},
+  };
+  return out;
+}
+
+std::uint64_t stored_bytes_as(const EncodedTensor& t, std::string_view name, const EncodingInfo& info) {
+  if (info.profile == StreamProfile::kReference) {
+    const ContainerForm f = to_container(t, std::string(name), info);
+    std::uint64_t b = index_entry_bytes(f.spec, f.buffers);
+    for (const auto& buf : f.buffers) b += buf.bytes.size();
+    return b;
+  }
+  const NativeSizes z = native_sizes(t);
+  NativeMetadata params;  // the params_json fields only
+  params.count_bits = z.count_bits;
+  params.scale_shift = z.scale_shift;
+  params.coset1_vectors = z.coset1_vectors;
+  container::TensorSpec spec{std::string(name), {t.rows, t.cols}, t.dtype, container::Encoding::kLatticeRans,
+                             params_json(t.view(), info, &params)};
+  const std::vector<std::uint8_t> none;
+  std::vector<container::BufferData> names;
+  for (std::string_view n : {kPayloadBuffer, kWordCountsBuffer, kPackedStatesBuffer, kPackedTablesBuffer,
+                             kF16ScalesBuffer}) {
+    names.push_back({std::string(n), none});
+  }
+  // index_entry_bytes counts the buffer table, not the contents: empty views stand in for the bytes.
+  return index_entry_bytes(spec, names) + 2 * t.payload.size() + z.word_counts + z.states + z.tables + z.scales;
+}
+
 Status parse_params(std::string_view json, std::string_view where, LatticeRansStream* s, EncodingInfo* info) {
   auto j = nlohmann::json::parse(json.begin(), json.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return bad(where, "params", "is not a JSON object");
@@ -109,8 +165,15 @@ Status parse_params(std::string_view json, std::string_view where, LatticeRansSt
     return bad(where, "params.padded_cols", std::to_string(s->padded_cols) + " is not cols rounded up to 8");
   if (s->prob_bits < 1 || s->prob_bits > 15) return bad(where, "params.prob_bits", "is outside [1, 15]");
   if (s->tile_symbols == 0) return bad(where, "params.tile_symbols", "is 0");
+  StreamProfile profile = StreamProfile::kReference;
+  if (auto it = j.find("profile"); it != j.end()) {
+    if (!it->is_string() || (*it != "native" && *it != "reference"))
+      return bad(where, "params.profile", "is not \"native\" or \"reference\": " + it->dump());
+    if (*it == "native") profile = StreamProfile::kNative;
+  }
   if (info) {
     *info = EncodingInfo{};
+    info->profile = profile;
     if (auto it = j.find("target_bpp"); it != j.end()) {
       if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
         return bad(where, "params.target_bpp", "is not a non-negative number");
@@ -166,6 +229,53 @@ Status parse_entry_params(const container::Reader& r, const container::TensorEnt
   return {};
 }
 
+namespace {
+
+Result<std::int64_t> get_i64(const nlohmann::json& j, std::string_view where, const char* key, std::int64_t lo,
+                             std::int64_t hi) {
+  auto it = j.find(key);
+  if (it == j.end()) return bad(where, std::string("params.") + key, "is missing");
+  if (!it->is_number_integer()) return bad(where, std::string("params.") + key, "is not an integer: " + it->dump());
+  const std::int64_t v = it->get<std::int64_t>();
+  if (v < lo || v > hi) {
+    return bad(where, std::string("params.") + key,
+               it->dump() + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+// The native profile's buffers, expanded into arrays `out` owns, then validated as any stream.
+Result<StoredStream> native_from_container(const container::Reader& r, const container::TensorEntry& e,
+                                           StoredStream out, const std::string& where) {
+  LatticeRansStream& s = out.stream;
+  if (e.buffers.size() != kNativeBuffers)
+    return bad(where, "buffers", "count is " + std::to_string(e.buffers.size()) + ", expected 5 (native profile)");
+  const auto j = nlohmann::json::parse(e.params_json, nullptr, false);  // parse_entry_params parsed it already
+  NativeView v;
+  EPK_TRY_ASSIGN(const std::int64_t count_bits, get_i64(j, where, "count_bits", 0, 32));
+  EPK_TRY_ASSIGN(const std::int64_t shift, get_i64(j, where, "scale_shift", -300, 300));
+  EPK_TRY_ASSIGN(const std::int64_t coset1, get_i64(j, where, "coset1_vectors", 0, std::int64_t(1) << 62));
+  v.count_bits = std::uint32_t(count_bits);
+  v.scale_shift = std::int32_t(shift);
+  v.coset1_vectors = std::uint64_t(coset1);
+  const std::uint64_t tiles = tiles_for_vectors(s.vectors(), s.tile_symbols);
+  if (j.value("tiles", std::uint64_t(0)) != tiles)
+    return bad(where, "params.tiles", "does not match the geometry (" + std::to_string(tiles) + " tiles)");
+  EPK_TRY_ASSIGN(s.payload, typed<std::uint16_t>(r, e, kPayloadBuffer, kAny, where));
+  EPK_TRY_ASSIGN(v.word_counts, typed<std::uint8_t>(r, e, kWordCountsBuffer, kAny, where));
+  EPK_TRY_ASSIGN(v.states, typed<std::uint8_t>(r, e, kPackedStatesBuffer, kAny, where));
+  EPK_TRY_ASSIGN(v.tables, typed<std::uint8_t>(r, e, kPackedTablesBuffer, kAny, where));
+  EPK_TRY_ASSIGN(v.scales, typed<std::uint16_t>(r, e, kF16ScalesBuffer, s.rows, where));
+  EPK_TRY_ASSIGN(ExpandedMetadata expanded, expand_native(v, s, where + ": native profile"));
+  auto owned = std::make_shared<const ExpandedMetadata>(std::move(expanded));
+  s = with_expanded(s, *owned);
+  out.expanded = std::move(owned);
+  EPK_TRY(validate_stream(s, where));
+  return out;
+}
+
+}  // namespace
+
 Result<StoredStream> from_container(const container::Reader& r, const container::TensorEntry& e) {
   const std::string where = where_of(r, e);
   if (e.encoding != container::Encoding::kLatticeRans)
@@ -179,6 +289,7 @@ Result<StoredStream> from_container(const container::Reader& r, const container:
   out.dtype = e.dtype;
   LatticeRansStream& s = out.stream;
   EPK_TRY(parse_entry_params(r, e, &s, &out.info));
+  if (out.info.profile == StreamProfile::kNative) return native_from_container(r, e, std::move(out), where);
   if (e.buffers.size() != kStoredBuffers)
     return bad(where, "buffers", "count is " + std::to_string(e.buffers.size()) + ", expected 6");
   EPK_TRY_ASSIGN(s.payload, typed<std::uint16_t>(r, e, kPayloadBuffer, kAny, where));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "codec/container/reader.h"
 #include "codec/container/writer.h"
 #include "codec/rans/encoded_tensor.h"
+#include "codec/rans/native_format.h"
+#include "codec/rans/profile.h"
 
 namespace epk::rans {
 
@@ -23,6 +26,13 @@ inline constexpr std::string_view kStreamMetaBuffer = "stream_meta";
 inline constexpr std::string_view kFreqTablesBuffer = "freq_tables";
 inline constexpr std::string_view kScalesBuffer = "scales";
 inline constexpr int kStoredBuffers = 6;
+// The native profile's buffers (docs/STREAM.md section 9), in the order they are written.
+inline constexpr std::string_view kWordCountsBuffer = "word_counts";
+inline constexpr std::string_view kPackedStatesBuffer = "packed_states";
+inline constexpr std::string_view kPackedTablesBuffer = "packed_tables";
+inline constexpr std::string_view kF16ScalesBuffer = "f16_scales";
+inline constexpr int kNativeBuffers = 5;
+
 
 // What params_json records beyond the stream geometry: how the tensor was made.
 struct EncodingInfo {
@@ -37,13 +47,17 @@ struct EncodingInfo {
   bool calibrated = false;
   std::string origin = "epk";  // "epk" or "entropack" (imported)
   std::string entropack_key;   // the state_dict key an imported blob came from (export writes it back)
+  StreamProfile profile = StreamProfile::kReference;
 };
 
-// A stored tensor seen through the container: geometry and buffers as views into the reader's map (no copy).
+// A stored tensor seen through the container: geometry and buffers as views into the reader's map (no copy). A
+// native tensor's payload is a view too; its other arrays are expanded at open and owned here (`expanded`), so they
+// live as long as any copy of this StoredStream (the serving layer keeps one per tensor in its producer).
 struct StoredStream {
   LatticeRansStream stream;
   DType dtype = DType::kF32;  // source dtype
   EncodingInfo info;
+  std::shared_ptr<const ExpandedMetadata> expanded;  // native only
 };
 
 // The container form of t: spec (name, shape [rows, cols], dtype, encoding lattice-rans, params_json) and the six
@@ -53,9 +67,23 @@ struct ContainerForm {
   std::vector<container::BufferData> buffers;
 };
 ContainerForm to_container(const EncodedTensor& t, std::string name, const EncodingInfo& info);
+// A container form with whatever it views beyond the tensor: the native profile's packed buffers.
+struct OwnedContainerForm {
+  ContainerForm form;
+  std::shared_ptr<const NativeMetadata> native;  // native only
+};
+// The container form of t in info.profile: to_container's for the reference profile; for the native one the packed
+// buffers (owned by the form) and t's payload, t's scales on the native grid (round_scales_to_native). Errors:
+// pack_native's.
+Result<OwnedContainerForm> to_container_as(const EncodedTensor& t, std::string name, const EncodingInfo& info);
 
-// params_json of a lattice-rans tensor (compact, keys sorted).
-std::string params_json(const LatticeRansStream& s, const EncodingInfo& info);
+// Buffers plus index entry of t in info.profile, computed without packing (t's scales need not be on the grid: the
+// rate search calls it on samples): what to_container_as's form stores.
+std::uint64_t stored_bytes_as(const EncodedTensor& t, std::string_view name, const EncodingInfo& info);
+
+// params_json of a lattice-rans tensor (compact, keys sorted); a native tensor's also carries its packed form's
+// three params (`native`).
+std::string params_json(const LatticeRansStream& s, const EncodingInfo& info, const NativeMetadata* native = nullptr);
 
 // Reads entry e of reader r: params_json parsed and every field checked (present, integral, in range, consistent
 // with the shape and with the buffers' sizes and alignment), buffers present with the right sizes, then the stream

@@ -9,6 +9,7 @@
 
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/decoder.h"
+#include "codec/rans/native_format.h"
 
 namespace epk::rate {
 namespace {
@@ -24,14 +25,6 @@ std::string fixed3(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", v);
   return buf;
-}
-
-// Buffers plus index entry of the lattice-rans form of e under info.
-std::uint64_t lattice_stored_bytes(const rans::EncodedTensor& e, std::string_view name, const rans::EncodingInfo& info) {
-  auto form = rans::to_container(e, std::string(name), info);
-  std::uint64_t b = rans::index_entry_bytes(form.spec, form.buffers);
-  for (const auto& buf : form.buffers) b += buf.bytes.size();
-  return b;
 }
 
 }  // namespace
@@ -86,6 +79,8 @@ struct Trial {
   std::optional<ReconstructionError> error;  // measured by the encoder
   Candidate candidate;  // target_bpp: the user's target, not the trial's
   std::uint64_t lattice_bytes = 0;
+  rans::StreamProfile profile = rans::StreamProfile::kReference;
+  std::string profile_note;
 };
 
 // Encodes at `trial_target`, the encoder's calibration counting the .epk form (buffers plus the index entry info's
@@ -102,14 +97,30 @@ Result<Trial> try_lattice(TensorEncoder& encoder, std::span<const std::byte> wei
   probe.target_bpp = trial_target;
   probe.scale = 0.123456789012345;
   options.stored_bytes = [probe, tensor_name = std::string(name)](const rans::EncodedTensor& e) {
-    return lattice_stored_bytes(e, tensor_name, probe);
+    return rans::stored_bytes_as(e, tensor_name, probe);
   };
+  options.profile = info.profile;
   EPK_TRY_ASSIGN(t.lattice, encoder.encode(weights, rows, cols, dtype, options, name, &t.report, &t.error));
   rans::EncodingInfo final_info = info;
   final_info.target_bpp = trial_target;
   final_info.scale = t.report.scale;
   final_info.coarsened = t.report.coarsened;
-  t.lattice_bytes = lattice_stored_bytes(t.lattice, name, final_info);
+  if (info.profile == rans::StreamProfile::kNative) {
+    // The native profile stores the row scales as fp16 under one shift: rounded here, so that the error below is
+    // the stored tensor's (the encoder's own measure, if it made one, was of the float32 scales). A tensor whose
+    // scales span more than fp16 holds keeps the reference profile, and the pack says so.
+    std::vector<float> rounded = t.lattice.scales;
+    auto shift = rans::round_scales_to_native(rounded);
+    if (shift) {
+      t.lattice.scales = std::move(rounded);
+      t.error.reset();
+    } else {
+      final_info.profile = rans::StreamProfile::kReference;
+      t.profile_note = "kept the reference profile: " + shift.error().message;
+    }
+  }
+  t.profile = final_info.profile;
+  t.lattice_bytes = rans::stored_bytes_as(t.lattice, name, final_info);
 
   // The decoded weights are measured here when the encoder measured nothing, and always with calibration
   // statistics (the H-weighted error needs the reconstruction).
@@ -186,6 +197,8 @@ Result<Packed> pack_tensor(TensorEncoder& encoder, std::span<const std::byte> we
     p.rel_l2 = 0.0;
   } else {
     p.lattice = std::move(t.lattice);
+    p.profile = t.profile;
+    p.profile_note = std::move(t.profile_note);
     p.stored_bytes = t.lattice_bytes;
     p.rel_l2 = p.candidate.lattice_rel_l2;
   }

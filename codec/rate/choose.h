@@ -76,6 +76,10 @@ struct Packed {
   Choice choice;
   Candidate candidate;
   rans::EncodedTensor lattice;   // meaningful when choice.form == kLatticeRans
+  // The profile it is stored in (info.profile's, unless a native tensor's scales did not fit fp16: then the
+  // reference one, and profile_note says why). Its scales are on the native grid when native.
+  rans::StreamProfile profile = rans::StreamProfile::kReference;
+  std::string profile_note;
   EncodeReport report;           // the lattice candidate's encoder report
   std::uint64_t stored_bytes = 0;  // of the chosen form (buffers + index entry)
   double stored_bpp = 0;           // of the chosen form

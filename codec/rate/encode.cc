@@ -299,7 +299,7 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
     if (o.calibrate_rate) {
       auto sample_code = [&](float s) { return steps.sample_code(s, cols, bits, tile_symbols); };
       out.cal = calibrate_scale(sample_counts, sample_code, sample.size(), cols, target, bits, tile_symbols,
-                                out.scale, o.stored_bytes);
+                                out.scale, o.stored_bytes, o.profile);
       out.scale = out.cal.scale;
       if (measured) {
         out.scale = measured_scale(sample_code, o.stored_bytes, rows, cols, target, out.scale, out.cal.slope,

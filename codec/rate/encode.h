@@ -12,6 +12,7 @@
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
 #include "codec/rans/encoded_tensor.h"
+#include "codec/rans/profile.h"
 #include "codec/rate/calibration.h"
 
 namespace epk::rate {
@@ -36,6 +37,9 @@ struct EncodeOptions {
   bool calibrate_rate = true;       // correct the size model by the coder's measured overhead (search.h); false
                                     // keeps the reference's search exactly
   StoredBytes stored_bytes;         // with calibrate_rate: what the target counts (empty: the reference's blob)
+  // How the tensor will be stored: the calibration prices its coded bytes and row scales in that form (search.h).
+  // The encoder's output is the same either way; the native profile's scales are rounded by whoever packs it.
+  rans::StreamProfile profile = rans::StreamProfile::kReference;
   // Beyond the reference (docs/measurements/cpu-codec-error.md): entropy-constrained choice of each vector's lattice
   // point under the tensor's own tables (codec/rate/ecvq.h), iterated with the table fit, the scale then re-searched
   // on the whole tensor so the stored rate still meets the target.

@@ -9,6 +9,7 @@
 
 #include "codec/common/parallel.h"
 #include "codec/rans/encoder.h"
+#include "codec/rans/native_format.h"
 #include "codec/rans/reference_format.h"
 
 namespace epk::rate {
@@ -88,27 +89,35 @@ std::uint64_t stored_size(const StoredBytes& stored, const rans::EncodedTensor& 
 
 double calibrated_bpp(const model::FieldCounts& counts, std::uint64_t rows, std::uint32_t cols, int prob_bits,
                       std::uint32_t tile_symbols, const Calibration& cal) {
-  const double coded = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
+  const double coded = model::estimate_coded_bytes(counts, prob_bits, tile_symbols, cal.table_cost);
   return 8.0 * (coded * cal.coder_ratio + cal.fixed + cal.fixed_per_row * double(rows)) /
          (double(rows) * double(cols));
 }
 
 Calibration calibrate_scale(const SampleCounts& sample_counts, const SampleCode& code, std::uint64_t sample_rows,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale, const StoredBytes& stored) {
+                            double scale, const StoredBytes& stored, rans::StreamProfile profile) {
   Calibration out;
   out.scale = scale;
   auto enc = code(float(scale));
   if (!enc) return out;
   const model::FieldCounts& counts = enc->counts;
   const rans::EncodedTensor& coded = enc->coded;
-  const double actual = double(coded.payload.size() * 2 + coded.states.size() * 4 + coded.offsets.size() * 4 +
-                               coded.freq_tables.size() * 2);
-  const double modelled = model::estimate_coded_bytes(counts, prob_bits, tile_symbols);
+  double actual = 0.0;
+  if (profile == rans::StreamProfile::kNative) {
+    const rans::NativeSizes z = rans::native_sizes(coded);
+    actual = double(coded.payload.size() * 2 + z.word_counts + z.states + z.tables);
+    out.fixed_per_row = 2.0;
+    out.table_cost = model::TableCost::kGammaCoded;
+  } else {
+    actual = double(coded.payload.size() * 2 + coded.states.size() * 4 + coded.offsets.size() * 4 +
+                    coded.freq_tables.size() * 2);
+  }
+  const double modelled = model::estimate_coded_bytes(counts, prob_bits, tile_symbols, out.table_cost);
   if (!(modelled > 0.0)) return out;
   out.coder_ratio = actual / modelled;
-  // Everything in the stored form that is not coded bytes: 4 bytes a row of scales, the rest fixed.
-  out.fixed = double(stored_size(stored, coded)) - actual - 4.0 * double(sample_rows);
+  // Everything in the stored form that is not coded bytes: the row scales, the rest fixed.
+  out.fixed = double(stored_size(stored, coded)) - actual - out.fixed_per_row * double(sample_rows);
   auto excess = [&](const model::FieldCounts& c) {
     return calibrated_bpp(c, sample_rows, cols, prob_bits, tile_symbols, out) - target_bpp;
   };
@@ -175,13 +184,14 @@ Result<SampleCoded> code_sample(const float* sample, std::uint64_t sample_rows, 
 
 Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale, int threads, const StoredBytes& stored) {
+                            double scale, int threads, const StoredBytes& stored, rans::StreamProfile profile) {
   const std::size_t n = std::size_t(sample_rows) * (padded_cols / 8);
   auto counts = [&](float s) { return quantize_counts(sample, n, s, threads); };
   auto code = [&](float s) {
     return code_sample(sample, sample_rows, padded_cols, cols, s, prob_bits, tile_symbols, threads);
   };
-  return calibrate_scale(counts, code, sample_rows, cols, target_bpp, prob_bits, tile_symbols, scale, stored);
+  return calibrate_scale(counts, code, sample_rows, cols, target_bpp, prob_bits, tile_symbols, scale, stored,
+                         profile);
 }
 
 }  // namespace epk::rate

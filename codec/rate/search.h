@@ -62,17 +62,23 @@ struct Calibration {
   double fixed_per_row = 4.0;        // real bytes beside the coded ones: row scales ...
   double fixed = 856.0;              // ... and the rest (tables metadata, layout, JSON header, alignment)
   double slope = -1.0 / 0.6931471805599453;  // d(bpp) / d(ln scale), measured by the secant when it ran
+  model::TableCost table_cost = model::TableCost::kTwoBytesAnEntry;  // the profile's (calibrate_scale's `profile`)
 };
 // The target is met over the logical columns (cols), as the reference's actual_bpp counts, and with the real
 // overhead of the stored form (`stored` of the coded sample, less its coded bytes and row scales; the reference's
-// blob when `stored` is empty) instead of the model's fixed 856 bytes.
+// blob when `stored` is empty) instead of the model's fixed 856 bytes. `profile` says how the coded bytes and the row
+// scales are stored: the native profile's packed states and word counts grow with the tensor as its payload does, so
+// the coder ratio takes them; its gamma-coded tables do not (a sample's tables are about the whole tensor's), so the
+// model prices them as stored (model::TableCost); its row scales take 2 bytes.
 Calibration calibrate_scale(const float* sample, std::uint64_t sample_rows, std::uint32_t padded_cols,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale, int threads, const StoredBytes& stored = {});
+                            double scale, int threads, const StoredBytes& stored = {},
+                            rans::StreamProfile profile = rans::StreamProfile::kReference);
 // The same on a backend's sample operations.
 Calibration calibrate_scale(const SampleCounts& counts, const SampleCode& code, std::uint64_t sample_rows,
                             std::uint32_t cols, double target_bpp, int prob_bits, std::uint32_t tile_symbols,
-                            double scale, const StoredBytes& stored = {});
+                            double scale, const StoredBytes& stored = {},
+                            rans::StreamProfile profile = rans::StreamProfile::kReference);
 
 // When the sample is the whole tensor, coding it codes the tensor's own fields (the row refit changes the row
 // scales, 4 bytes a row either way, not the fields), so its stored rate can be measured instead of modelled:

@@ -59,6 +59,19 @@ inline Status write_lattice(container::Writer& w, const std::string& name, const
   return w.add_tensor(form.spec, form.buffers);
 }
 
+// t in the given stream profile; a native tensor's scales are rounded to the native grid first (a copy), so it
+// decodes to the bytes of that rounded copy.
+inline Status write_lattice(container::Writer& w, const std::string& name, const rans::EncodedTensor& t,
+                            rans::StreamProfile profile) {
+  if (profile == rans::StreamProfile::kReference) return write_lattice(w, name, t);
+  rans::EncodedTensor rounded = t;
+  EPK_TRY(rans::round_scales_to_native(rounded.scales));
+  rans::EncodingInfo info;
+  info.profile = profile;
+  EPK_TRY_ASSIGN(auto f, rans::to_container_as(rounded, name, info));
+  return w.add_tensor(f.form.spec, f.form.buffers);
+}
+
 inline Status write_raw(container::Writer& w, const std::string& name, DType dtype, std::vector<std::uint64_t> shape,
                         std::span<const std::uint8_t> bytes) {
   container::TensorSpec spec{name, std::move(shape), dtype, container::Encoding::kRaw, "{}"};

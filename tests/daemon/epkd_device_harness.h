@@ -72,7 +72,8 @@ struct DeviceAndHost {
 };
 
 // A fresh directory per test holding m.epk: five lattice-rans tensors (w0 129 x 67; w1..w4 384 x 320, four of which
-// in fp32, 480 KiB each, fill a 2 MiB pool) and a raw "norm" of five floats with edge values. Skips without a device.
+// in fp32, 480 KiB each, fill a 2 MiB pool; w3 in the native stream profile, so that every device test serves one)
+// and a raw "norm" of five floats with edge values. Skips without a device.
 class DeviceModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -88,7 +89,8 @@ class DeviceModelTest : public ::testing::Test {
       auto e = test_models::encode_f32(test_models::gaussian(rows, cols, 200 + i), rows, cols,
                                        2.0 + 0.5 * static_cast<double>(i % 3));
       ASSERT_TRUE(e) << e.error().to_string();
-      ASSERT_TRUE(test_models::write_lattice(*w, "w" + std::to_string(i), *e));
+      ASSERT_TRUE(test_models::write_lattice(*w, "w" + std::to_string(i), *e,
+                                             i == 3 ? rans::StreamProfile::kNative : rans::StreamProfile::kReference));
     }
     norm_ = {0.5f, 1.0f, -1.25f, 3.0e38f, -0.0f};
     ASSERT_TRUE(test_models::write_raw(*w, "norm", DType::kF32, {5}, test_models::bytes_of(norm_)));

@@ -92,6 +92,51 @@ TEST_F(EpkdEpk, ServesLatticeTensorsDecodedAndRawTensorsAsStored) {
   EXPECT_EQ(d.terminate(), 0);
 }
 
+// A model in the native stream profile (docs/STREAM.md section 9) serves the bytes its expanded streams decode to,
+// read from the file or from memory read at open, in the dense and the rowwise layouts.
+TEST_F(EpkdEpk, NativeProfileTensorsServeWhatTheyDecodeTo) {
+  std::vector<rans::EncodedTensor> native = encoded_;
+  const std::string path = (dir_ / "native.epk").string();
+  {
+    auto w = container::Writer::create(path, {});
+    ASSERT_TRUE(w);
+    rans::EncodingInfo info;
+    info.profile = rans::StreamProfile::kNative;
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(rans::round_scales_to_native(native[i].scales));
+      auto f = rans::to_container_as(native[i], "layers." + std::to_string(i) + ".w", info);
+      ASSERT_TRUE(f) << f.error().to_string();
+      ASSERT_TRUE(w->add_tensor(f->form.spec, f->form.buffers));
+    }
+    ASSERT_TRUE(w->finish());
+  }
+  for (bool resident : {false, true}) {
+    std::vector<std::string> args = {"--model", "m=" + path};
+    if (resident) args.push_back("--resident-compressed");
+    Epkd d(args, "4");
+    auto c = d.connect();
+    ASSERT_TRUE(c) << c.error().to_string();
+    for (int i = 0; i < 2; ++i) {
+      auto t = c->acquire("m", "layers." + std::to_string(i) + ".w", shm::Layout::kDenseBF16);
+      ASSERT_TRUE(t) << t.error().to_string();
+      std::vector<std::byte> want(std::size_t(kRows) * kCols * 2);
+      ASSERT_TRUE(rans::decode(native[i].view(), "ref", DType::kBF16, want));
+      ASSERT_EQ(t->bytes, want.size());
+      EXPECT_EQ(std::memcmp(t->data, want.data(), want.size()), 0) << i << " resident " << resident;
+      EXPECT_TRUE(c->release(t->handle));
+    }
+    auto r = c->acquire("m", "layers.1.w", shm::Layout::kRowwiseI8);
+    ASSERT_TRUE(r) << r.error().to_string();
+    std::vector<std::byte> values(std::size_t(kRows) * kCols);
+    std::vector<float> scales(kRows);
+    ASSERT_TRUE(rans::decode_rowwise(native[1].view(), "ref", rans::RowwiseType::kInt8, values, scales, 0, kRows));
+    EXPECT_EQ(std::memcmp(r->data, values.data(), values.size()), 0);
+    EXPECT_EQ(std::memcmp(r->row_scales, scales.data(), kRows * 4), 0);
+    EXPECT_TRUE(c->release(r->handle));
+    EXPECT_EQ(d.terminate(), 0);
+  }
+}
+
 TEST_F(EpkdEpk, ResidentCompressedServesFromMemoryReadAtOpen) {
   Epkd d({"--model", "m=" + good_, "--resident-compressed"}, "4");
   ASSERT_TRUE(d.running());

@@ -167,8 +167,10 @@ TEST_F(EpkdGpu, FromTheHostTierTheGpuServesTheSameBytes) {
 
 // A tier budget that holds part of a model: the outer tensor and the first block stay on the device (their misses
 // copy nothing), the last block is decoded from the host tier (its misses are staged), and every tensor arrives with
-// the host path's bytes.
-TEST_F(EpkdGpu, ASplitTierKeepsTheOuterTensorsAndFirstBlocksOnTheDevice) {
+// the host path's bytes. In both stream profiles: a native model's tier holds its expanded arrays.
+class EpkdGpuProfiles : public EpkdGpu, public ::testing::WithParamInterface<rans::StreamProfile> {};
+
+TEST_P(EpkdGpuProfiles, ASplitTierKeepsTheOuterTensorsAndFirstBlocksOnTheDevice) {
   const std::string split = (dir_ / "split.epk").string();
   {
     auto w = container::Writer::create(split, {{"source", "epkd_gpu_test"}});
@@ -179,7 +181,7 @@ TEST_F(EpkdGpu, ASplitTierKeepsTheOuterTensorsAndFirstBlocksOnTheDevice) {
     for (int i = 0; i < 3; ++i) {
       auto enc = encode_f32(gaussian(1024, 800, 40 + i), 1024, 800, 4.0);
       ASSERT_TRUE(enc) << enc.error().to_string();
-      ASSERT_TRUE(write_lattice(*w, names[i], *enc));
+      ASSERT_TRUE(write_lattice(*w, names[i], *enc, GetParam()));
     }
     ASSERT_TRUE(w->finish());
   }
@@ -214,6 +216,10 @@ TEST_F(EpkdGpu, ASplitTierKeepsTheOuterTensorsAndFirstBlocksOnTheDevice) {
     EXPECT_TRUE(g->release(gt->handle));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Profiles, EpkdGpuProfiles,
+                         ::testing::Values(rans::StreamProfile::kReference, rans::StreamProfile::kNative),
+                         [](const auto& p) { return std::string(rans::profile_name(p.param)); });
 
 // Two models in host tiers on one lane share its staging area: the larger model's first decode grows it (which moves
 // it), and the smaller model's next miss rebuilds the plans it had built against the old address; every tensor

@@ -204,7 +204,11 @@ def encode(dtype, value):
 
 def decode_values(blob):
     """Sections 2, 4 and 6: the float32 weights, row-major, logical columns."""
-    rows, cols, padded_cols, prob_bits, tile_symbols, b = parse_blob(blob)
+    return decode_parts(*parse_blob(blob))
+
+
+def decode_parts(rows, cols, padded_cols, prob_bits, tile_symbols, b):
+    """decode_values on section 1's arrays (b: payload, offsets, states, stream_meta, freq_tables, scales)."""
     vectors, v, tiles, meta = validate(rows, cols, padded_cols, prob_bits, tile_symbols, b)
     tables = slot_tables(meta, b["freq_tables"], prob_bits)
     vpr = padded_cols // 8

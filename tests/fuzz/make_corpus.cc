@@ -106,6 +106,17 @@ void epk_seeds(const std::vector<std::uint8_t>& gguf_file) {
     must(w.finish(), "finish");
     move_seed("epk_reader", "lattice_rans", tmp);
   }
+  {  // lattice-rans in the native profile (packed metadata, docs/STREAM.md section 9)
+    auto w = must(container::Writer::create(tmp.string(), {}), "create");
+    auto t = gaussian_stream(5, 40, 3.0, DType::kF32, 7);
+    must(rans::round_scales_to_native(t.scales), "round scales");
+    rans::EncodingInfo info;
+    info.profile = rans::StreamProfile::kNative;
+    auto f = must(rans::to_container_as(t, "n1", info), "native form");
+    must(w.add_tensor(f.form.spec, f.form.buffers), "add");
+    must(w.finish(), "finish");
+    move_seed("epk_reader", "lattice_rans_native", tmp);
+  }
   {  // intq: packed codes, rANS codes, a GGUF block tensor
     auto w = must(container::Writer::create(tmp.string(), {}), "create");
     std::mt19937 rng(6);

@@ -115,6 +115,40 @@ TEST_F(EpkCompress, RdoStreamsVerifyAndLowerTheError) {
   EXPECT_LT(sq[1], sq[0]);
 }
 
+// --profile native: the same tensors at the same stored rate with less error; inspect names the profile; verify
+// and decompress read it.
+TEST_F(EpkCompress, NativeProfileStoresLessErrorAtTheSameRate) {
+  double sq[2] = {0, 0};
+  int index = 0;
+  for (const std::string profile : {"reference", "native"}) {
+    const std::string e = path(profile + ".epk");
+    auto r = epk("compress " + model() + " -o " + e + " --bpp 4 --threads 2 --profile " + profile);
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = epk("verify " + e + " --against " + model() + " --json", false);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = parse(r.out);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_TRUE(j["ok"].get<bool>());
+    int encoded = 0;
+    for (const auto& t : j["tensors"]) {
+      if (t["encoding"] != "lattice-rans") continue;
+      ++encoded;
+      EXPECT_NEAR(t["stored_bpp"].get<double>() / 4.0, 1.0, 0.005) << t["name"] << " " << profile;
+      sq[index] += t["rel_l2"].get<double>() * t["rel_l2"].get<double>();
+    }
+    EXPECT_GE(encoded, 14);
+    j = parse(epk("inspect --json " + e, false).out);
+    for (const auto& t : j["tensors"]) {
+      if (t["encoding"] != "lattice-rans") continue;
+      EXPECT_EQ(t["lattice_rans"]["profile"], profile) << t["name"];
+    }
+    ASSERT_EQ(epk("decompress " + e + " -o " + path(profile + ".safetensors") + " --device cpu").status, 0);
+    ++index;
+  }
+  EXPECT_LT(sq[1], sq[0]);
+  EXPECT_NE(epk("compress " + model() + " -o " + path("x.epk") + " --bpp 4 --profile fast").status, 0);
+}
+
 TEST_F(EpkCompress, DecompressDtypeAppliesToEveryFloatTensor) {
   const std::string e = path("m.epk");
   ASSERT_EQ(epk("compress " + model() + " -o " + e + " --bpp 3").status, 0);

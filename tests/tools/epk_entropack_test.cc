@@ -124,23 +124,29 @@ TEST_F(EpkEntropack, ATruncatedOrAlteredBlobIsRefusedNamingTheTensor) {
 }
 
 TEST_F(EpkEntropack, CompressedTensorsExportAndReimport) {
-  // Our own streams in the reference's form: export, import again, decode identically.
-  ASSERT_EQ(epk("compress " + model() + " -o " + path("m.epk") + " --bpp 4").status, 0);
-  ASSERT_EQ(epk("export-entropack " + path("m.epk") + " -o " + path("x.safetensors")).status, 0);
-  auto x = epk::safetensors::File::open(path("x.safetensors"));
-  ASSERT_TRUE(x);
-  EXPECT_NE(x->find("model.layers.0.mlp.up_proj.weight.entropack_quant_state"), nullptr);
-  ASSERT_EQ(epk("import-entropack " + path("x.safetensors") + " -o " + path("y.epk")).status, 0);
-  ASSERT_EQ(epk("decompress " + path("m.epk") + " -o " + path("a.safetensors") + " --device cpu").status, 0);
-  ASSERT_EQ(epk("decompress " + path("y.epk") + " -o " + path("b.safetensors") + " --device cpu").status, 0);
-  auto a = epk::safetensors::File::open(path("a.safetensors"));
-  auto b = epk::safetensors::File::open(path("b.safetensors"));
-  ASSERT_TRUE(a && b);
-  ASSERT_EQ(a->tensors().size(), b->tensors().size());
-  for (const auto& t : a->tensors()) {
-    const auto* u = b->find(t.name);
-    ASSERT_NE(u, nullptr) << t.name;
-    EXPECT_TRUE(std::equal(t.data.begin(), t.data.end(), u->data.begin(), u->data.end())) << t.name;
+  // Our own streams in the reference's form: export, import again, decode identically. A native-profile file
+  // exports its streams expanded to the reference's buffers (the same tiles, payload and tables; its fp16 scales as
+  // the float32 values they stand for), so they decode identically too.
+  for (const std::string profile : {"reference", "native"}) {
+    const std::string m = path(profile + ".epk");
+    ASSERT_EQ(epk("compress " + model() + " -o " + m + " --bpp 4 --profile " + profile).status, 0);
+    ASSERT_EQ(epk("export-entropack " + m + " -o " + path("x.safetensors")).status, 0);
+    auto x = epk::safetensors::File::open(path("x.safetensors"));
+    ASSERT_TRUE(x);
+    EXPECT_NE(x->find("model.layers.0.mlp.up_proj.weight.entropack_quant_state"), nullptr);
+    ASSERT_EQ(epk("import-entropack " + path("x.safetensors") + " -o " + path("y.epk")).status, 0);
+    ASSERT_EQ(epk("decompress " + m + " -o " + path("a.safetensors") + " --device cpu").status, 0);
+    ASSERT_EQ(epk("decompress " + path("y.epk") + " -o " + path("b.safetensors") + " --device cpu").status, 0);
+    auto a = epk::safetensors::File::open(path("a.safetensors"));
+    auto b = epk::safetensors::File::open(path("b.safetensors"));
+    ASSERT_TRUE(a && b);
+    ASSERT_EQ(a->tensors().size(), b->tensors().size());
+    for (const auto& t : a->tensors()) {
+      const auto* u = b->find(t.name);
+      ASSERT_NE(u, nullptr) << t.name;
+      EXPECT_TRUE(std::equal(t.data.begin(), t.data.end(), u->data.begin(), u->data.end())) << t.name << " "
+                                                                                           << profile;
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 // epk compress IN -o OUT.epk --bpp R [--rdo N] [--rule PATTERN=R]... [--budget-bpp R] [--max-error E] [--threads N]
-//   [--include-embeddings] [--device cpu|cuda] [--calibration STATS]: 2-D linear weights become lattice-rans tensors,
-//   the rest stays raw. With --calibration, the weights that have statistics (docs/FORMAT.md 12) are rounded with
+//   [--include-embeddings] [--device cpu|cuda] [--calibration STATS] [--profile reference|native]: 2-D linear
+//   weights become lattice-rans tensors (in the stream profile given), the rest stays raw. With --calibration, the weights that have statistics (docs/FORMAT.md 12) are rounded with
 //   Hessian-aware error feedback (codec/rate/feedback.h) on the CPU encoder; the others encode as without it. Under
 //   --budget-bpp those weights are priced by their estimated output error (codec/rate/output_error.h).
 // A weight whose lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor,
@@ -55,6 +55,7 @@ struct CompressArgs {
   bool include_embeddings = false;
   std::string device;
   std::string calibration;
+  std::string profile = "reference";
 };
 
 // Device encoders packing tensors together (EncodePipeline): one leaves the GPU mostly idle between its steps' syncs
@@ -199,6 +200,7 @@ Status run_compress(const CompressArgs& args) {
   auto info_of = [&](double target, std::size_t i) {
     rans::EncodingInfo info = rate::packer_encoding_info(target, args.rdo);
     info.calibrated = stats_of(i) != nullptr;
+    info.profile = args.profile == "native" ? rans::StreamProfile::kNative : rans::StreamProfile::kReference;
     return info;
   };
   rate::ChoicePolicy policy;
@@ -265,15 +267,24 @@ Status run_compress(const CompressArgs& args) {
       if (packed.choice.form == rate::Form::kLatticeRans) {
         info.scale = packed.report.scale;
         info.coarsened = packed.report.coarsened;
-        auto form = rans::to_container(packed.lattice, t.name, info);
+        info.profile = packed.profile;
+        EPK_TRY_ASSIGN(rans::OwnedContainerForm owned, rans::to_container_as(packed.lattice, t.name, info));
+        rans::ContainerForm& form = owned.form;
         row.stored = rans::index_entry_bytes(form.spec, form.buffers);
         for (const auto& b : form.buffers) row.stored += b.bytes.size();
         row.encoded = true;
         row.rel_l2 = packed.rel_l2;
         // The device encoder hands calibrated tensors to the CPU encoder (codec/cuda/encode/encode.h): say so.
         if (stats_of(i)) row.note = device == Device::kCuda ? "calibrated, CPU encoder" : "calibrated";
-        // The pool owns the result from here on and frees it once written: nothing below may read `packed`.
-        EPK_TRY(writes.add(form.spec, std::move(form.buffers), std::move(kept)));
+        if (!packed.profile_note.empty()) row.note += (row.note.empty() ? "" : "; ") + packed.profile_note;
+        // The pool owns the result (and a native form's packed buffers) from here on and frees them once written:
+        // nothing below may read `packed`.
+        struct Kept {
+          std::shared_ptr<rate::Packed> packed;
+          std::shared_ptr<const rans::NativeMetadata> native;
+        };
+        auto keep = std::make_shared<const Kept>(Kept{std::move(kept), std::move(owned.native)});
+        EPK_TRY(writes.add(form.spec, std::move(form.buffers), std::move(keep)));
         row.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       } else {
         store_raw = true;
@@ -380,6 +391,10 @@ void add_compress_command(CLI::App& app, int* exit_code) {
                   "rounded Hessian-aware, on the CPU encoder");
   cmd->add_option("--device", args->device,
                   "cpu or cuda (default: cuda when a GPU is present); both write the same file");
+  cmd->add_option("--profile", args->profile,
+                  "reference (the reference package's stream, exported byte for byte) or native (the same payload "
+                  "with lighter metadata: less error at the same stored rate; docs/STREAM.md section 9)")
+      ->check(CLI::IsMember({"reference", "native"}));
   cmd->callback([args, exit_code] {
     auto st = run_compress(*args);
     *exit_code = st ? kExitOk : report("compress", st.error());

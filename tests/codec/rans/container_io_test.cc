@@ -96,6 +96,23 @@ TEST_F(ContainerIo, RoundTripIsAViewIntoTheMappedFile) {
   EXPECT_EQ(owned.scales, tensor_.scales);
 }
 
+TEST_F(ContainerIo, ProfileIsReferenceUnlessTheParamsSayNative) {
+  auto r = write();
+  auto s = from_container(r, r.tensors()[0]);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->info.profile, StreamProfile::kReference);
+  EXPECT_EQ(r.tensors()[0].params_json.find("profile"), std::string::npos);  // reference files are unchanged
+  auto named = write([](ContainerForm& f) {
+    auto j = nlohmann::json::parse(f.spec.params_json);
+    j["profile"] = "reference";
+    f.spec.params_json = j.dump();
+  });
+  s = from_container(named, named.tensors()[0]);
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->info.profile, StreamProfile::kReference);
+  EXPECT_EQ(decode_f32(s->stream), decode_f32(tensor_.view()));
+}
+
 TEST_F(ContainerIo, IndexEntryBytesIsWhatTheIndexSpends) {
   auto r = write();
   const auto& e = r.tensors()[0];
@@ -233,6 +250,106 @@ TEST_F(ContainerIo, ARawTensorIsNotALatticeRansOne) {
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, ErrorCode::kUnsupported);
   EXPECT_NE(s.error().message.find("norm"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace epk::rans
+
+namespace epk::rans {
+namespace {
+
+// The native profile through a real file: written, read, expanded, decoded like the reference form of the same
+// tensor; its params and buffers refused by name when malformed.
+class NativeContainer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = epk::test::test_scratch_file("epk_native_container", ".epk");
+    tensor_ = encode_gaussian(37, 61, 4.0, 7);
+    ASSERT_TRUE(round_scales_to_native(tensor_.scales).has_value());
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+
+  Result<container::Reader> write(const std::function<void(ContainerForm&)>& mutate = {}) {
+    EncodingInfo info;
+    info.profile = StreamProfile::kNative;
+    auto native = to_container_as(tensor_, "blk.0.w", info);
+    EXPECT_TRUE(native) << native.error().to_string();
+    ContainerForm& form = native->form;
+    if (mutate) mutate(form);
+    auto w = container::Writer::create(path_, {});
+    EXPECT_TRUE(w);
+    EXPECT_TRUE(w->add_tensor(form.spec, form.buffers));
+    EXPECT_TRUE(w->finish());
+    return container::Reader::open(path_);
+  }
+
+  std::string path_;
+  EncodedTensor tensor_;
+};
+
+TEST_F(NativeContainer, DecodesAsTheReferenceFormOfTheSameTensor) {
+  auto r = write();
+  ASSERT_TRUE(r) << r.error().to_string();
+  const auto& e = r->tensors()[0];
+  EXPECT_EQ(e.buffers.size(), std::size_t(kNativeBuffers));
+  auto s = from_container(*r, e);
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->info.profile, StreamProfile::kNative);
+  ASSERT_NE(s->expanded, nullptr);
+  // The payload is still a view of the file; the rest is owned.
+  EXPECT_EQ(static_cast<const void*>(s->stream.payload.data()), static_cast<const void*>(r->buffer(e, 0).data()));
+  EXPECT_EQ(static_cast<const void*>(s->stream.states.data()), static_cast<const void*>(s->expanded->states.data()));
+  EXPECT_EQ(decode_f32(s->stream), decode_f32(tensor_.view()));
+  const EncodedTensor owned = to_owned(*s);  // export's reference form
+  EXPECT_EQ(owned.offsets, tensor_.offsets);
+  EXPECT_EQ(owned.states, tensor_.states);
+  EXPECT_EQ(owned.scales, tensor_.scales);
+  // Lighter than the reference form of the same tensor.
+  const ContainerForm ref = to_container(tensor_, "blk.0.w", EncodingInfo{});
+  std::uint64_t ref_bytes = index_entry_bytes(ref.spec, ref.buffers);
+  for (const auto& b : ref.buffers) ref_bytes += b.bytes.size();
+  EXPECT_LT(stored_bytes(e), ref_bytes);
+  // The rate search's count is the file's, in both profiles.
+  EncodingInfo native_info;
+  native_info.profile = StreamProfile::kNative;
+  EXPECT_EQ(stored_bytes_as(tensor_, "blk.0.w", native_info), stored_bytes(e));
+  EXPECT_EQ(stored_bytes_as(tensor_, "blk.0.w", EncodingInfo{}), ref_bytes);
+  // A copy of the stream outlives the first StoredStream's other copies through its shared arrays.
+  StoredStream kept = *s;
+  s = make_error(ErrorCode::kInternal, "dropped");
+  EXPECT_EQ(decode_f32(kept.stream), decode_f32(tensor_.view()));
+}
+
+TEST_F(NativeContainer, MalformedParamsAndBuffersAreNamed) {
+  auto expect_bad = [&](const std::function<void(ContainerForm&)>& mutate, const std::string& what) {
+    auto r = write(mutate);
+    ASSERT_TRUE(r) << r.error().to_string();
+    auto s = from_container(*r, r->tensors()[0]);
+    ASSERT_FALSE(s) << what;
+    EXPECT_EQ(s.error().code, ErrorCode::kBadInput);
+    EXPECT_NE(s.error().message.find(path_), std::string::npos);
+    EXPECT_NE(s.error().message.find(what), std::string::npos) << s.error().message;
+  };
+  auto set_param = [](const char* key, nlohmann::json v) {
+    return [key, v](ContainerForm& f) {
+      auto j = nlohmann::json::parse(f.spec.params_json);
+      j[key] = v;
+      f.spec.params_json = j.dump();
+    };
+  };
+  expect_bad(set_param("profile", "fast"), "params.profile");
+  expect_bad(set_param("count_bits", 40), "params.count_bits");
+  expect_bad(set_param("scale_shift", "x"), "params.scale_shift");
+  expect_bad(set_param("coset1_vectors", 1 << 20), "coset1_vectors");
+  expect_bad(set_param("tiles", 99), "params.tiles");
+  expect_bad([](ContainerForm& f) {
+    auto j = nlohmann::json::parse(f.spec.params_json);
+    j.erase("count_bits");
+    f.spec.params_json = j.dump();
+  }, "params.count_bits");
+  expect_bad([](ContainerForm& f) { f.buffers.pop_back(); }, "buffers");
+  expect_bad([](ContainerForm& f) { f.buffers[2].bytes = f.buffers[2].bytes.first(f.buffers[2].bytes.size() - 1); },
+             "states");
 }
 
 }  // namespace

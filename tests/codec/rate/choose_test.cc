@@ -169,34 +169,64 @@ TEST(PackTensor, OneEncodeMeetsTheTargetAsTheContainerCountsIt) {
     std::vector<std::uint16_t> w(std::size_t(c.rows) * c.cols);
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(g(rng) * (i % c.cols < 3 ? 20.0f : 1.0f));
     for (double bpp : {2.0, 4.0, 6.0, 8.0}) {
-      EncodeOptions o;
-      o.target_bpp = bpp;
-      o.threads = 2;
-      o.search_max_vectors = c.search_max_vectors;
-      rans::EncodingInfo info;
-      info.target_bpp = bpp;
-      CountingEncoder enc;
-      ChoicePolicy policy;
-      policy.max_rel_l2 = 1.0;  // the rate is under test, not the ceiling
-      auto p = pack_tensor(enc, std::as_bytes(std::span(w)), c.rows, c.cols, DType::kBF16, o, policy, info,
-                           "layer.w");
-      ASSERT_TRUE(p) << p.error().to_string();
-      EXPECT_EQ(enc.calls, 1);
-      ASSERT_EQ(p->choice.form, Form::kLatticeRans) << c.rows << "x" << c.cols << " at " << bpp << ": " << p->choice.reason;
-      // stored_bpp is the container's count (buffers plus the index entry of the params written).
-      auto form = rans::to_container(p->lattice, "layer.w",
-                                     [&] {
-                                       rans::EncodingInfo i = info;
-                                       i.scale = p->report.scale;
-                                       i.coarsened = p->report.coarsened;
-                                       return i;
-                                     }());
-      std::uint64_t bytes = rans::index_entry_bytes(form.spec, form.buffers);
-      for (const auto& b : form.buffers) bytes += b.bytes.size();
-      EXPECT_EQ(p->stored_bytes, bytes);
-      EXPECT_NEAR(p->stored_bpp / bpp, 1.0, 0.005) << c.rows << "x" << c.cols << " at " << bpp;
+      double error_of[2] = {0, 0};
+      for (rans::StreamProfile profile : {rans::StreamProfile::kReference, rans::StreamProfile::kNative}) {
+        EncodeOptions o;
+        o.target_bpp = bpp;
+        o.threads = 2;
+        o.search_max_vectors = c.search_max_vectors;
+        rans::EncodingInfo info;
+        info.target_bpp = bpp;
+        info.profile = profile;
+        CountingEncoder enc;
+        ChoicePolicy policy;
+        policy.max_rel_l2 = 1.0;  // the rate is under test, not the ceiling
+        auto p = pack_tensor(enc, std::as_bytes(std::span(w)), c.rows, c.cols, DType::kBF16, o, policy, info,
+                             "layer.w");
+        ASSERT_TRUE(p) << p.error().to_string();
+        const std::string what = std::to_string(c.rows) + "x" + std::to_string(c.cols) + " at " +
+                                 std::to_string(bpp) + ", " + std::string(rans::profile_name(profile));
+        EXPECT_EQ(enc.calls, 1);
+        ASSERT_EQ(p->choice.form, Form::kLatticeRans) << what << ": " << p->choice.reason;
+        EXPECT_EQ(p->profile, profile) << p->profile_note;
+        // stored_bpp is the container's count (buffers plus the index entry of the params written).
+        rans::EncodingInfo written = info;
+        written.scale = p->report.scale;
+        written.coarsened = p->report.coarsened;
+        auto form = rans::to_container_as(p->lattice, "layer.w", written);
+        ASSERT_TRUE(form) << form.error().to_string();
+        std::uint64_t bytes = rans::index_entry_bytes(form->form.spec, form->form.buffers);
+        for (const auto& b : form->form.buffers) bytes += b.bytes.size();
+        EXPECT_EQ(p->stored_bytes, bytes) << what;
+        EXPECT_NEAR(p->stored_bpp / bpp, 1.0, 0.005) << what;
+        error_of[int(profile)] = p->rel_l2;
+      }
+      // The native profile's lighter metadata buys less error at the same stored rate.
+      EXPECT_LT(error_of[1], error_of[0]) << c.rows << "x" << c.cols << " at " << bpp;
     }
   }
+}
+
+// A tensor whose row scales span more than the native profile's fp16 scales hold keeps the reference profile, and
+// the pack says why.
+TEST(PackTensor, ScalesBeyondFp16KeepTheReferenceProfile) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const std::uint32_t rows = 16, cols = 256;
+  std::vector<float> w(std::size_t(rows) * cols);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = g(rng) * (i / cols == 3 ? 1e-12f : 1.0f);
+  EncodeOptions o;
+  o.target_bpp = 4.0;
+  rans::EncodingInfo info;
+  info.target_bpp = 4.0;
+  info.profile = rans::StreamProfile::kNative;
+  ChoicePolicy policy;
+  policy.max_rel_l2 = 1.0;
+  auto p = pack_tensor(std::as_bytes(std::span(w)), rows, cols, DType::kF32, o, policy, info, "w");
+  ASSERT_TRUE(p) << p.error().to_string();
+  ASSERT_EQ(p->choice.form, Form::kLatticeRans) << p->choice.reason;
+  EXPECT_EQ(p->profile, rans::StreamProfile::kReference);
+  EXPECT_NE(p->profile_note.find("row 3"), std::string::npos) << p->profile_note;
 }
 
 INSTANTIATE_TEST_SUITE_P(
