@@ -47,6 +47,18 @@ class EpkCompress : public ::testing::Test {
     if (!with_stderr) r = run(tool() + " " + args, false);
     return r;
   }
+  // `epk verify E --against` the model `--json`, which must exit 0 and report ok: its report (discarded JSON, after
+  // a failed expectation, when it did not).
+  nlohmann::json verified(const std::string& e) const {
+    auto r = epk("verify " + e + " --against " + model() + " --json", false);
+    EXPECT_EQ(r.status, 0) << r.out;
+    auto j = parse(r.out);
+    EXPECT_FALSE(j.is_discarded()) << r.out;
+    if (!j.is_discarded()) {
+      EXPECT_TRUE(j.value("ok", false)) << r.out;
+    }
+    return j;
+  }
   fs::path dir_;
 };
 

@@ -41,11 +41,8 @@ TEST_F(EpkCompress, RoundTripMeetsTheRateAndErrorFallsWithRate) {
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("total:"), std::string::npos) << r.out;
     const std::string table = r.out;
-    r = epk("verify " + e + " --against " + model() + " --json", false);
-    ASSERT_EQ(r.status, 0) << r.out;
-    auto j = parse(r.out);
-    ASSERT_FALSE(j.is_discarded()) << r.out;
-    EXPECT_TRUE(j["ok"].get<bool>());
+    auto j = verified(e);
+    ASSERT_FALSE(j.is_discarded());
     int encoded = 0;
     for (const auto& t : j["tensors"]) {
       ASSERT_TRUE(t.contains("rel_l2")) << t.dump();
@@ -101,11 +98,8 @@ TEST_F(EpkCompress, RdoStreamsVerifyAndLowerTheError) {
     const std::string e = path("r" + std::to_string(rdo) + ".epk");
     auto r = epk("compress " + model() + " -o " + e + " --bpp 4 --rdo " + std::to_string(rdo) + " --threads 2");
     ASSERT_EQ(r.status, 0) << r.out;
-    r = epk("verify " + e + " --against " + model() + " --json", false);
-    ASSERT_EQ(r.status, 0) << r.out;
-    auto j = parse(r.out);
-    ASSERT_FALSE(j.is_discarded()) << r.out;
-    EXPECT_TRUE(j["ok"].get<bool>());
+    auto j = verified(e);
+    ASSERT_FALSE(j.is_discarded());
     for (const auto& t : j["tensors"]) {
       if (t["encoding"] != "lattice-rans") continue;
       EXPECT_NEAR(t["stored_bpp"].get<double>() / 4.0, 1.0, 0.01) << t["name"] << " rdo " << rdo;
@@ -124,11 +118,8 @@ TEST_F(EpkCompress, NativeProfileStoresLessErrorAtTheSameRate) {
     const std::string e = path(profile + ".epk");
     auto r = epk("compress " + model() + " -o " + e + " --bpp 4 --threads 2 --profile " + profile);
     ASSERT_EQ(r.status, 0) << r.out;
-    r = epk("verify " + e + " --against " + model() + " --json", false);
-    ASSERT_EQ(r.status, 0) << r.out;
-    auto j = parse(r.out);
-    ASSERT_FALSE(j.is_discarded()) << r.out;
-    EXPECT_TRUE(j["ok"].get<bool>());
+    auto j = verified(e);
+    ASSERT_FALSE(j.is_discarded());
     int encoded = 0;
     for (const auto& t : j["tensors"]) {
       if (t["encoding"] != "lattice-rans") continue;

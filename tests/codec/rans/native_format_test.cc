@@ -43,6 +43,22 @@ std::vector<float> decode_f32(const LatticeRansStream& s) {
   return out;
 }
 
+// t's scales rounded to the native grid, then t packed.
+NativeMetadata pack_rounded(EncodedTensor& t) {
+  auto shift = round_scales_to_native(t.scales);
+  EXPECT_TRUE(shift.has_value()) << shift.error().to_string();
+  auto m = pack_native(t, shift.has_value() ? *shift : 0);
+  EXPECT_TRUE(m.has_value()) << m.error().to_string();
+  return m.has_value() ? std::move(m).value() : NativeMetadata{};
+}
+
+// The bits section 9 gives t's states: a 4-bit length code and the bits below each state's leading one.
+std::uint64_t state_bits(const EncodedTensor& t) {
+  std::uint64_t bits = 0;
+  for (std::uint32_t x : t.states) bits += 4 + std::uint64_t(std::bit_width(x) - 1);
+  return bits;
+}
+
 // Packs t (scales rounded first) and expands it; the expanded arrays must equal t's.
 void expect_round_trip(EncodedTensor& t) {
   auto shift = round_scales_to_native(t.scales);
@@ -88,18 +104,13 @@ TEST(NativeFormat, StatesTakeTheirBitLength) {
   ASSERT_GE(t.states.size(), 2u);
   t.states[0] = kStateLow;             // the shortest: 4 + 15 bits
   t.states[1] = 0x7fffffffu;           // the longest: 4 + 30 bits
-  auto shift = round_scales_to_native(t.scales);
-  ASSERT_TRUE(shift.has_value());
-  auto m = pack_native(t, *shift);
-  ASSERT_TRUE(m.has_value());
-  std::uint64_t bits = 0;
-  for (std::uint32_t x : t.states) bits += 4 + std::uint64_t(std::bit_width(x) - 1);
-  EXPECT_EQ(m->states.size(), (bits + 7) / 8);
-  auto e = expand_native(view_of(*m), t.view(), "w");
+  const NativeMetadata m = pack_rounded(t);
+  EXPECT_EQ(m.states.size(), (state_bits(t) + 7) / 8);
+  auto e = expand_native(view_of(m), t.view(), "w");
   ASSERT_TRUE(e.has_value()) << e.error().to_string();
   EXPECT_EQ(e->states, t.states);
   t.states[2] = kStateLow - 1;
-  EXPECT_FALSE(pack_native(t, *shift).has_value());
+  EXPECT_FALSE(pack_native(t, m.scale_shift).has_value());
 }
 
 TEST(NativeFormat, ScalesRoundToFp16UnderOneShift) {
@@ -149,12 +160,9 @@ TEST(NativeFormat, ScalesOutsideTheGridAreRefusedNamingTheRow) {
 template <typename Change>
 void expect_refused(const char* what, Change change) {
   EncodedTensor t = encode_gaussian(50, 300, 4.0, 7);
-  auto shift = round_scales_to_native(t.scales);
-  ASSERT_TRUE(shift.has_value());
-  auto m = pack_native(t, *shift);
-  ASSERT_TRUE(m.has_value());
-  change(*m);
-  auto e = expand_native(view_of(*m), t.view(), "f.epk: tensor 'w'");
+  NativeMetadata m = pack_rounded(t);
+  change(m);
+  auto e = expand_native(view_of(m), t.view(), "f.epk: tensor 'w'");
   ASSERT_FALSE(e.has_value()) << what;
   EXPECT_EQ(e.error().code, ErrorCode::kBadInput);
   EXPECT_NE(e.error().message.find("f.epk: tensor 'w'"), std::string::npos);
@@ -180,15 +188,10 @@ TEST(NativeFormat, CorruptMetadataIsRefusedNamingTheBuffer) {
 TEST(NativeFormat, PaddingBitsMustBeZero) {
   // A tensor whose states do not end on a byte boundary: set a bit in the last byte's padding.
   EncodedTensor t = encode_gaussian(50, 300, 4.0, 8);
-  auto shift = round_scales_to_native(t.scales);
-  ASSERT_TRUE(shift.has_value());
-  auto m = pack_native(t, *shift);
-  ASSERT_TRUE(m.has_value());
-  std::uint64_t bits = 0;
-  for (std::uint32_t x : t.states) bits += 4 + std::uint64_t(std::bit_width(x) - 1);
-  if (bits % 8 == 0) GTEST_SKIP() << "the states end on a byte boundary for this seed";
-  m->states.back() = std::uint8_t(m->states.back() | 0x80);
-  auto e = expand_native(view_of(*m), t.view(), "w");
+  NativeMetadata m = pack_rounded(t);
+  ASSERT_NE(state_bits(t) % 8, 0u) << "the states end on a byte boundary for this seed: pick another";
+  m.states.back() = std::uint8_t(m.states.back() | 0x80);
+  auto e = expand_native(view_of(m), t.view(), "w");
   ASSERT_FALSE(e.has_value());
   EXPECT_NE(e.error().message.find("states"), std::string::npos);
 }
