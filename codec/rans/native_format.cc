@@ -108,14 +108,12 @@ Result<NativeMetadata> pack_native(const EncodedTensor& t, std::int32_t scale_sh
     tables.gamma(std::uint64_t(meta.alphabet) + 1);
     if (meta.alphabet == 0) continue;
     tables.gamma(zigzag(meta.sym_min) + 1);
-    for (std::int32_t i = 0; i < meta.alphabet; ++i) tables.gamma(std::uint64_t(t.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
+    for (std::int32_t i = 0; i < meta.alphabet; ++i) {
+      tables.gamma(std::uint64_t(t.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
+    }
   }
   m.tables = tables.take();
   return m;
-}
-
-std::uint64_t native_metadata_bytes(const NativeMetadata& m) {
-  return m.word_counts.size() + m.states.size() + m.tables.size() + 2 * m.scales.size();
 }
 
 namespace {

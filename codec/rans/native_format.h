@@ -46,9 +46,6 @@ Result<std::int32_t> round_scales_to_native(std::vector<float>& scales);
 // (kInvalidArgument): a scale off that grid, a state outside [2^15, 2^31), buffers that disagree with the geometry.
 Result<NativeMetadata> pack_native(const EncodedTensor& t, std::int32_t scale_shift);
 
-// Bytes the four packed buffers take (the payload and the index entry come on top).
-std::uint64_t native_metadata_bytes(const NativeMetadata& m);
-
 // What pack_native(t, native_scale_shift(t.scales)) would store, without packing (t's scales need not be on the
 // grid): each packed buffer's bytes and the three params.
 struct NativeSizes {

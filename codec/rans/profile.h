@@ -10,6 +10,8 @@ namespace epk::rans {
 
 enum class StreamProfile : std::uint8_t { kReference, kNative };
 
-constexpr std::string_view profile_name(StreamProfile p) { return p == StreamProfile::kNative ? "native" : "reference"; }
+constexpr std::string_view profile_name(StreamProfile p) {
+  return p == StreamProfile::kNative ? "native" : "reference";
+}
 
 }  // namespace epk::rans

@@ -1,8 +1,9 @@
 // epk compress IN -o OUT.epk --bpp R [--rdo N] [--rule PATTERN=R]... [--budget-bpp R] [--max-error E] [--threads N]
 //   [--include-embeddings] [--device cpu|cuda] [--calibration STATS] [--profile reference|native]: 2-D linear
-//   weights become lattice-rans tensors (in the stream profile given), the rest stays raw. With --calibration, the weights that have statistics (docs/FORMAT.md 12) are rounded with
-//   Hessian-aware error feedback (codec/rate/feedback.h) on the CPU encoder; the others encode as without it. Under
-//   --budget-bpp those weights are priced by their estimated output error (codec/rate/output_error.h).
+//   weights become lattice-rans tensors (in the stream profile given), the rest stays raw. With --calibration, the
+//   weights that have statistics (docs/FORMAT.md 12) are rounded with Hessian-aware error feedback
+//   (codec/rate/feedback.h) on the CPU encoder; the others encode as without it. Under --budget-bpp those weights are
+//   priced by their estimated output error (codec/rate/output_error.h).
 // A weight whose lattice-rans form misses the rate or the error ceiling is stored raw instead (rate::pack_tensor,
 // codec/rate/choose.h), and the table says why. One tensor at a time is held in memory beyond the mapped input.
 // --device cuda (the default where a GPU is visible) encodes on the GPU (codec/cuda/encode/encode.h): the same streams, so
