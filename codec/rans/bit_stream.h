@@ -37,6 +37,18 @@ class BitWriter {
   std::uint64_t count_ = 0;
 };
 
+// BitWriter's interface, counting the bits instead of writing them: what a writer would take.
+class BitCounter {
+ public:
+  void bits(std::uint32_t, int n) { count_ += std::uint64_t(n); }
+  void gamma(std::uint64_t n) { count_ += 2 * std::uint64_t(std::bit_width(n) - 1) + 1; }
+  std::uint64_t bit_count() const { return count_; }
+  std::uint64_t byte_count() const { return (count_ + 7) / 8; }
+
+ private:
+  std::uint64_t count_ = 0;
+};
+
 class BitReader {
  public:
   explicit BitReader(std::span<const std::uint8_t> bytes) : bytes_(bytes) {}

@@ -65,6 +65,45 @@ Result<std::int32_t> round_scales_to_native(std::vector<float>& scales) {
   return shift;
 }
 
+namespace {
+
+// The three bit streams of section 9, into any sink with BitWriter's interface (BitWriter to pack, BitCounter to
+// size): one traversal for both, so a size is what packing writes. States must be in [2^15, 2^31) (pack_native
+// checks; a stray lower one is sized as 2^15).
+std::uint32_t widest_count(const EncodedTensor& t) {
+  std::uint32_t widest = 0;
+  for (std::size_t i = 0; i + 1 < t.offsets.size(); ++i) widest = std::max(widest, t.offsets[i + 1] - t.offsets[i]);
+  return widest;
+}
+template <class Sink>
+void emit_word_counts(const EncodedTensor& t, std::uint32_t count_bits, Sink& out) {
+  for (std::size_t i = 0; i + 1 < t.offsets.size(); ++i) out.bits(t.offsets[i + 1] - t.offsets[i], int(count_bits));
+}
+template <class Sink>
+void emit_states(const EncodedTensor& t, Sink& out) {
+  for (std::uint32_t x : t.states) {
+    const int length = std::bit_width(x | kStateLow) - 1;  // 15..30
+    out.bits(std::uint32_t(length - 15), kStateLengthBits);
+    out.bits(x, length);
+  }
+}
+template <class Sink>
+void emit_tables(const EncodedTensor& t, Sink& out) {
+  for (const TableMeta& meta : t.tables) {
+    out.gamma(std::uint64_t(meta.alphabet) + 1);
+    if (meta.alphabet <= 0) continue;
+    out.gamma(zigzag(meta.sym_min) + 1);
+    for (std::int32_t i = 0; i < meta.alphabet; ++i) {
+      out.gamma(std::uint64_t(t.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
+    }
+  }
+}
+std::uint64_t coset1_vectors(const EncodedTensor& t) {
+  return t.tables.size() > 2 ? std::uint64_t(std::max(t.tables[2].n_symbols, 0)) : 0;
+}
+
+}  // namespace
+
 Result<NativeMetadata> pack_native(const EncodedTensor& t, std::int32_t scale_shift) {
   const LatticeRansStream g = t.view();
   const std::uint64_t tiles = tiles_for_vectors(g.vectors(), t.tile_symbols);
@@ -74,9 +113,15 @@ Result<NativeMetadata> pack_native(const EncodedTensor& t, std::int32_t scale_sh
                                                        std::to_string(tiles) + " tiles, " + std::to_string(t.rows) +
                                                        " rows)");
   }
+  for (std::uint32_t x : t.states) {
+    if (x < kStateLow || x >= (1u << 31)) {
+      return make_error(ErrorCode::kInvalidArgument, "pack_native: state " + std::to_string(x) +
+                                                         " outside [2^15, 2^31)");
+    }
+  }
   NativeMetadata m;
   m.scale_shift = scale_shift;
-  m.coset1_vectors = std::uint64_t(std::max(t.tables[2].n_symbols, 0));
+  m.coset1_vectors = coset1_vectors(t);
   m.scales.resize(t.scales.size());
   for (std::size_t r = 0; r < t.scales.size(); ++r) {
     m.scales[r] = f16_from_float(std::ldexp(t.scales[r], -scale_shift));
@@ -86,64 +131,30 @@ Result<NativeMetadata> pack_native(const EncodedTensor& t, std::int32_t scale_sh
                                                          " is not on the native grid (round_scales_to_native first)");
     }
   }
-  std::uint32_t widest = 0;
-  for (std::uint64_t i = 0; i < tiles; ++i) widest = std::max(widest, t.offsets[i + 1] - t.offsets[i]);
-  m.count_bits = std::uint32_t(std::bit_width(widest));
-  BitWriter counts;
-  for (std::uint64_t i = 0; i < tiles; ++i) counts.bits(t.offsets[i + 1] - t.offsets[i], int(m.count_bits));
+  m.count_bits = std::uint32_t(std::bit_width(widest_count(t)));
+  BitWriter counts, states, tables;
+  emit_word_counts(t, m.count_bits, counts);
+  emit_states(t, states);
+  emit_tables(t, tables);
   m.word_counts = counts.take();
-  BitWriter states;
-  for (std::uint32_t x : t.states) {
-    if (x < kStateLow || x >= (1u << 31)) {
-      return make_error(ErrorCode::kInvalidArgument, "pack_native: state " + std::to_string(x) +
-                                                         " outside [2^15, 2^31)");
-    }
-    const int length = std::bit_width(x) - 1;  // 15..30
-    states.bits(std::uint32_t(length - 15), kStateLengthBits);
-    states.bits(x, length);
-  }
   m.states = states.take();
-  BitWriter tables;
-  for (const TableMeta& meta : t.tables) {
-    tables.gamma(std::uint64_t(meta.alphabet) + 1);
-    if (meta.alphabet == 0) continue;
-    tables.gamma(zigzag(meta.sym_min) + 1);
-    for (std::int32_t i = 0; i < meta.alphabet; ++i) {
-      tables.gamma(std::uint64_t(t.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
-    }
-  }
   m.tables = tables.take();
   return m;
 }
 
-namespace {
-std::uint64_t gamma_bits(std::uint64_t n) { return 2 * std::uint64_t(std::bit_width(n) - 1) + 1; }
-std::uint64_t bytes_of_bits(std::uint64_t bits) { return (bits + 7) / 8; }
-}  // namespace
-
 NativeSizes native_sizes(const EncodedTensor& t) {
   NativeSizes z;
-  const std::uint64_t tiles = t.offsets.empty() ? 0 : t.offsets.size() - 1;
-  std::uint32_t widest = 0;
-  for (std::uint64_t i = 0; i < tiles; ++i) widest = std::max(widest, t.offsets[i + 1] - t.offsets[i]);
-  z.count_bits = std::uint32_t(std::bit_width(widest));
-  z.word_counts = bytes_of_bits(tiles * z.count_bits);
-  std::uint64_t bits = 0;
-  for (std::uint32_t x : t.states) bits += kStateLengthBits + std::uint64_t(std::bit_width(x | kStateLow) - 1);
-  z.states = bytes_of_bits(bits);
-  bits = 0;
-  for (const TableMeta& meta : t.tables) {
-    bits += gamma_bits(std::uint64_t(meta.alphabet) + 1);
-    if (meta.alphabet <= 0) continue;
-    bits += gamma_bits(zigzag(meta.sym_min) + 1);
-    for (std::int32_t i = 0; i < meta.alphabet; ++i) {
-      bits += gamma_bits(std::uint64_t(t.freq_tables[std::size_t(meta.freq_offset + i)]) + 1);
-    }
-  }
-  z.tables = bytes_of_bits(bits);
+  z.count_bits = std::uint32_t(std::bit_width(widest_count(t)));
+  BitCounter counts, states, tables;
+  emit_word_counts(t, z.count_bits, counts);
+  emit_states(t, states);
+  emit_tables(t, tables);
+  z.word_counts = counts.byte_count();
+  z.states = states.byte_count();
+  z.tables = tables.byte_count();
   z.scales = 2 * std::uint64_t(t.scales.size());
   z.scale_shift = native_scale_shift(t.scales);
-  z.coset1_vectors = t.tables.size() > 2 ? std::uint64_t(std::max(t.tables[2].n_symbols, 0)) : 0;
+  z.coset1_vectors = coset1_vectors(t);
   return z;
 }
 

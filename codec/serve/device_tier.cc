@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "codec/common/bytes.h"
+
 #include "codec/serve/intq_device_form.h"
 #include "codec/serve/intq_producer.h"
 #include "codec/serve/lattice_rans_producer.h"
@@ -35,19 +37,22 @@ DeviceTier::DeviceTier(std::shared_ptr<const void> owner, std::vector<const Prod
   for (std::size_t i = 0; i < n; ++i) {
     lattice_[i].producer = producers_[i] != nullptr ? producers_[i]->lattice_rans() : nullptr;
     if (lattice_[i].producer != nullptr) streams[i] = &lattice_[i].producer->stream();
-    const IntqProducer* iq = producers_[i] != nullptr ? producers_[i]->intq() : nullptr;
-    intq_placed_[i] = iq != nullptr && iq->header() != nullptr ? 1 : 0;
+    intq_placed_[i] = intq_int(i) != nullptr ? 1 : 0;
   }
   layout_ = cuda::tier_layout(streams);
   device_layout_ = layout_;
 }
 
 std::uint64_t DeviceTier::footprint(std::size_t tensor) const {
-  if (holds(tensor)) return (span(tensor).bytes + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign;
-  if (tensor >= producers_.size()) return 0;
-  const IntqProducer* iq = producers_[tensor] != nullptr ? producers_[tensor]->intq() : nullptr;
-  if (iq != nullptr && iq->header() != nullptr) return IntqDeviceForm::stored_bytes(*iq->header());
-  return 0;
+  if (holds(tensor)) return align_up(span(tensor).bytes, cuda::kTierAlign);
+  const IntqProducer* iq = intq_int(tensor);
+  return iq != nullptr ? IntqDeviceForm::stored_bytes(*iq->header()) : 0;
+}
+
+const IntqProducer* DeviceTier::intq_int(std::size_t tensor) const {
+  if (tensor >= producers_.size() || producers_[tensor] == nullptr) return nullptr;
+  const IntqProducer* iq = producers_[tensor]->intq();
+  return iq != nullptr && iq->header() != nullptr ? iq : nullptr;
 }
 
 std::uint64_t DeviceTier::tier_bytes() const {
@@ -216,7 +221,7 @@ Status DeviceTier::make_intq_forms(cuda::Stream stream, const std::function<Stat
                                    std::vector<std::string>* warnings) {
   for (std::size_t i = 0; i < producers_.size(); ++i) {
     if (!intq_on_device(i)) continue;  // no form to make, or (staged) made in host memory at its first decode
-    const IntqProducer* iq = producers_[i]->intq();
+    const IntqProducer* iq = intq_int(i);
     EPK_TRY(verify(i));
     Result<std::unique_ptr<IntqDeviceForm>> form = IntqDeviceForm::make(*iq, device_, stream);
     if (!form) {
@@ -235,7 +240,7 @@ Status DeviceTier::make_intq_forms(cuda::Stream stream, const std::function<Stat
 
 IntqDeviceForm* DeviceTier::intq_form(std::size_t tensor, Layout layout, cuda::Stream stream, std::string* note) {
   if (intq_[tensor] || !staged() || intq_on_device(tensor) || intq_refused_[tensor] != 0) return intq_[tensor].get();
-  const IntqProducer* iq = producers_[tensor] != nullptr ? producers_[tensor]->intq() : nullptr;
+  const IntqProducer* iq = intq_int(tensor);
   // None made for a layout only the host path writes: a model read only as fp32, say, pins nothing.
   if (iq == nullptr || !IntqDeviceForm::may_cover(*iq, layout)) return nullptr;
   Result<std::unique_ptr<IntqDeviceForm>> form = [&]() -> Result<std::unique_ptr<IntqDeviceForm>> {
@@ -304,7 +309,7 @@ Result<DeviceWrite> DeviceTier::enqueue(std::size_t tensor, Layout layout, const
     return enqueue_lattice(tensor, *format, shard, dst, bytes, work, stream);
   }
   // An intq "int" tensor has a device form, on the device or (staged) made in host memory at its first decode.
-  const DevicePath kind = footprint(tensor) != 0 ? DevicePath::kIntqKernels : DevicePath::kHost;
+  const DevicePath kind = intq_int(tensor) != nullptr ? DevicePath::kIntqKernels : DevicePath::kHost;
   DeviceWrite w{DevicePath::kHost, kind, {}};
   if (!shard.whole()) return w;  // the kernels write whole tensors only
   IntqDeviceForm* q = intq_form(tensor, layout, stream, &w.note);

@@ -230,6 +230,8 @@ class DeviceTier {
   Status make_ready_plans(std::optional<cuda::OutputFormat> ready, cuda::Stream stream);
   Status make_intq_forms(cuda::Stream stream, const std::function<Status(std::size_t)>& verify,
                          std::vector<std::string>* warnings);
+  // Tensor i's producer when it is an intq "int" tensor (the kind with a device form), else null.
+  const IntqProducer* intq_int(std::size_t tensor) const;
   // Tensor's intq form, made in host memory at its first decode in a layout the kernels may write when it has none
   // on the device (null: the host path serves it; *note says why when the making failed).
   IntqDeviceForm* intq_form(std::size_t tensor, Layout layout, cuda::Stream stream, std::string* note);

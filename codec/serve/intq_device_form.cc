@@ -4,6 +4,7 @@
 #include <optional>
 #include <span>
 
+#include "codec/common/bytes.h"
 #include "codec/cuda/decode/tier_layout.h"
 #include "codec/cuda/intq/intq_repack.h"
 #include "codec/layouts/convert.h"
@@ -51,7 +52,7 @@ std::uint64_t IntqDeviceForm::stored_bytes(const layouts::intq::IntHeader& h) {
   const auto rows = static_cast<std::uint64_t>(t.padded_rows), cols = static_cast<std::uint64_t>(t.padded_cols);
   const auto groups = static_cast<std::uint64_t>(t.num_groups), bits = static_cast<std::uint64_t>(t.bits);
   auto packed = [bits](std::uint64_t n) { return (n * bits + 31) / 32 * 4; };
-  auto block = [](std::uint64_t n) { return (n + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign; };
+  auto block = [](std::uint64_t n) { return align_up(n, cuda::kTierAlign); };
   std::uint64_t n = block(packed(rows * cols)) + block(groups * cols * 4);
   if (!h.symmetric) n += block(packed(groups * cols));
   if (h.has_g_idx) n += block(rows * 4);
@@ -135,7 +136,7 @@ Status IntqDeviceForm::add_variant(const layouts::QuantTensor& q, const IntqKern
     std::uint64_t end = 0;
     for (std::size_t b = 0; b < kBuffers; ++b) {
       v->at[b] = parts[b].empty() ? kAbsent : end;
-      if (!parts[b].empty()) end = (end + parts[b].size() + cuda::kTierAlign - 1) / cuda::kTierAlign * cuda::kTierAlign;
+      if (!parts[b].empty()) end = align_up(end + parts[b].size(), cuda::kTierAlign);
     }
     EPK_TRY_ASSIGN(v->host, cuda::PinnedAllocation::create(end, what + ": pinned host copy"));
     if (end != 0) std::memset(v->host.data(), 0, end);

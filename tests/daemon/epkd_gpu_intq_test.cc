@@ -91,16 +91,16 @@ class EpkdGpuIntq : public ::testing::Test {
 
 // Every layout of every case from the device epkd started with `device_args` against the --cpu epkd's bytes; the
 // slots the kernels wrote counted as epkd's exit line says.
-void every_layout_is_the_cpu_paths(const std::vector<IntqCase>& cases_, const std::string& path_,
+void every_layout_is_the_cpu_paths(const std::vector<IntqCase>& cases, const std::string& path,
                                    std::vector<std::string> device_args, bool staged) {
-  device_args.insert(device_args.end(), {"--model", "q=" + path_, "--devices", "0"});
-  DeviceAndHost both(device_args, "q=" + path_, "64");
+  device_args.insert(device_args.end(), {"--model", "q=" + path, "--devices", "0"});
+  DeviceAndHost both(device_args, "q=" + path, "64");
   ASSERT_TRUE(both.connect());
   std::optional<Client>& g = both.on_device;
   std::optional<Client>& h = both.on_host;
   using shm::Layout;
   int compared = 0, by_kernels = 0, packed = 0;
-  for (const IntqCase& c : cases_) {
+  for (const IntqCase& c : cases) {
     for (Layout l : {Layout::kStored, Layout::kDenseBF16, Layout::kDenseF16, Layout::kDenseF32, Layout::kGptq,
                      Layout::kGptqV2, Layout::kAwq, Layout::kMarlin}) {
       const std::string what = c.name + " " + std::string(shm::layout_name(l));

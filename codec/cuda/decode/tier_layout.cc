@@ -1,9 +1,11 @@
 #include "codec/cuda/decode/tier_layout.h"
 
+#include "codec/common/bytes.h"
+
 namespace epk::cuda {
 namespace {
 
-std::uint64_t align_up(std::uint64_t v) { return (v + kTierAlign - 1) / kTierAlign * kTierAlign; }
+std::uint64_t align_up(std::uint64_t v) { return epk::align_up(v, kTierAlign); }
 
 }  // namespace
 
