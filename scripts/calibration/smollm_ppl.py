@@ -12,7 +12,7 @@ Steps, each result kept in OUT/results.json so that a rerun skips what is done (
 Needs torch, transformers, safetensors and the epk Python package (for epk.calibrate) importable.
 
 Usage: python3 scripts/calibration/smollm_ppl.py EPK MODEL_DIR OUT [--rates 4.0 3.5 3.0] [--budget] [--calib F...]
-       [--eval F...]
+       [--eval F...] [--profile reference|native]
 """
 import argparse
 import json
@@ -51,6 +51,8 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--max-windows", type=int, default=1000)
+    p.add_argument("--profile", choices=["reference", "native"], default="reference",
+                   help="the stream profile epk compress writes (rows of the native profile are named '... native')")
     p.add_argument("--budget", action="store_true",
                    help="also epk --budget-bpp R --calibration STATS (rows 'epk calibrated-budget R')")
     a = p.parse_args()
@@ -95,11 +97,12 @@ def main() -> None:
     for rate in a.rates:
         variants = ["plain", "calibrated"] + (["calibrated-budget"] if a.budget else [])
         for variant in variants:
-            name = f"epk {variant} {rate}"
+            name = f"epk {variant} {rate}" + (" native" if a.profile == "native" else "")
             if name in results:
                 continue
             packed = out / f"{name.replace(' ', '_')}.epk"
-            cmd = [a.epk, "compress", model / "model.safetensors", "-o", packed, "--device", "cpu"]
+            cmd = [a.epk, "compress", model / "model.safetensors", "-o", packed, "--device", "cpu",
+                   "--profile", a.profile]
             cmd += ["--budget-bpp" if variant == "calibrated-budget" else "--bpp", rate]
             if variant != "plain":
                 cmd += ["--calibration", stats]

@@ -20,6 +20,7 @@
 #include "codec/rate/encode.h"
 #include "codec/rate/encode_steps.h"
 #include "codec/rate/search.h"
+#include "codec/rans/profile.h"
 
 namespace epk {
 namespace {
@@ -234,31 +235,42 @@ TEST_F(DeviceEncode, StreamsAreTheCpuEncodersByteForByte) {
   }
 }
 
-// pack_tensor with the device encoder: the same form and stream, the error measured on the device within 1e-9 of
-// the host decode's (only the summation order differs).
+// pack_tensor with the device encoder, in both stream profiles: the same form, profile and stream, the error
+// measured on the device within 1e-9 of the host decode's (only the summation order differs; the native profile's
+// error is measured on the host after its scales are rounded, for both encoders).
 TEST_F(DeviceEncode, PackTensorChoosesTheSameForm) {
   auto dev = cuda::DeviceEncoder::create(0);
   ASSERT_TRUE(dev) << dev.error().message;
-  for (const Case& c : cases()) {
-    if (std::uint64_t(c.rows) * c.cols > (1u << 24)) continue;
-    SCOPED_TRACE(name_of(c));
-    const auto w = make_tensor(c.rows, c.cols, c.dtype, c.kind, c.rows * 131ull + c.cols);
-    rate::EncodeOptions o;
-    o.target_bpp = c.bpp;
-    o.threads = threads();
-    rans::EncodingInfo info;
-    info.target_bpp = c.bpp;
-    auto a = rate::pack_tensor(w, c.rows, c.cols, c.dtype, o, rate::ChoicePolicy{}, info, "t");
-    auto b = rate::pack_tensor(**dev, w, c.rows, c.cols, c.dtype, o, rate::ChoicePolicy{}, info, "t");
-    ASSERT_TRUE(a && b);
-    EXPECT_EQ(a->choice.form, b->choice.form) << a->choice.reason << " / " << b->choice.reason;
-    EXPECT_EQ(a->stored_bytes, b->stored_bytes);
-    EXPECT_NEAR(a->candidate.lattice_rel_l2, b->candidate.lattice_rel_l2,
-                1e-9 * std::max(1.0, std::fabs(a->candidate.lattice_rel_l2)));
-    EXPECT_EQ(a->candidate.lattice_zero, b->candidate.lattice_zero);
-    EXPECT_EQ(a->candidate.source_zero, b->candidate.source_zero);
-    if (a->choice.form == rate::Form::kLatticeRans) {
-      EXPECT_EQ(tensor_diff(a->lattice, b->lattice), "");
+  for (const rans::StreamProfile profile : {rans::StreamProfile::kReference, rans::StreamProfile::kNative}) {
+    int native_tensors = 0;
+    for (const Case& c : cases()) {
+      if (std::uint64_t(c.rows) * c.cols > (1u << 24)) continue;
+      SCOPED_TRACE(name_of(c) + " " + std::string(rans::profile_name(profile)));
+      const auto w = make_tensor(c.rows, c.cols, c.dtype, c.kind, c.rows * 131ull + c.cols);
+      rate::EncodeOptions o;
+      o.target_bpp = c.bpp;
+      o.threads = threads();
+      rans::EncodingInfo info;
+      info.target_bpp = c.bpp;
+      info.profile = profile;
+      auto a = rate::pack_tensor(w, c.rows, c.cols, c.dtype, o, rate::ChoicePolicy{}, info, "t");
+      auto b = rate::pack_tensor(**dev, w, c.rows, c.cols, c.dtype, o, rate::ChoicePolicy{}, info, "t");
+      ASSERT_TRUE(a && b);
+      EXPECT_EQ(a->choice.form, b->choice.form) << a->choice.reason << " / " << b->choice.reason;
+      EXPECT_EQ(a->stored_bytes, b->stored_bytes);
+      EXPECT_NEAR(a->candidate.lattice_rel_l2, b->candidate.lattice_rel_l2,
+                  1e-9 * std::max(1.0, std::fabs(a->candidate.lattice_rel_l2)));
+      EXPECT_EQ(a->candidate.lattice_zero, b->candidate.lattice_zero);
+      EXPECT_EQ(a->candidate.source_zero, b->candidate.source_zero);
+      EXPECT_EQ(a->profile, b->profile);
+      if (a->choice.form == rate::Form::kLatticeRans) {
+        EXPECT_EQ(tensor_diff(a->lattice, b->lattice), "");
+        native_tensors += b->profile == rans::StreamProfile::kNative;
+      }
+    }
+    // Both encoders ignoring the profile would pass the comparisons above.
+    if (profile == rans::StreamProfile::kNative) {
+      EXPECT_GT(native_tensors, 0);
     }
   }
 }
