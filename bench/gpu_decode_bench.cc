@@ -5,8 +5,9 @@
 // time (ref_times.txt from the same script). Also a 32-layer 8B-class stack decoded layer by layer, and two tensors'
 // inputs read from pinned host memory in place and staged (the host tier's two reads).
 //
-// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR]
-//   --quick: a shorter stack; --only: that tensor in bf16, no stack (for profilers).
+// Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,W,..]]
+//   --quick: a shorter stack; --only: that tensor in bf16, no stack (for profilers); --max-warps: that tensor again
+//   with the work split capped at each W warps a block (more rounds of fewer warps), beside the plan's own.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "codec/cuda/decode/decode.h"
+#include "codec/cuda/decode/plan_overrides.h"
 #include "tests/codec/cuda/device_stream.h"
 #include "tests/codec/cuda/raw_stream_file.h"
 
@@ -109,8 +111,9 @@ double stored_bpp(const RawStream& r) {
 }
 
 // One tensor, several copies (rotated so inputs + outputs exceed L2), each output format.
+// `max_warps` 0: the plan's own work split; else at most that many warps a block.
 void bench_tensor(const std::string& name, const RawStream& raw, const std::vector<OutputFormat>& formats, int runs,
-                  double ref_us, std::size_t l2, cudaStream_t stream) {
+                  double ref_us, std::size_t l2, cudaStream_t stream, std::uint32_t max_warps = 0) {
   const epk::rans::LatticeRansStream s = raw.view();
   const std::size_t in_bytes = raw.payload.size() * 2 + raw.states.size() * 4;
   const std::size_t out_max = std::size_t{s.rows} * s.cols * 4;
@@ -128,7 +131,9 @@ void bench_tensor(const std::string& name, const RawStream& raw, const std::vect
     std::vector<DeviceBuffer> scratch;
     for (int c = 0; c < copies; ++c) {
       DecodeJob job{name, &s, devs[c]->buffers(), 0, 0, format, outs[c].get(), scales[c].get<float>()};
-      auto plan = DecodePlan::create({&job, 1});
+      epk::cuda::detail::PlanOverrides overrides;
+      if (max_warps > 0) overrides.max_warps_per_block = max_warps;
+      auto plan = DecodePlan::create({&job, 1}, {}, overrides);
       if (!plan) die(plan.error());
       scratch.emplace_back(plan->scratch_bytes());
       if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) {
@@ -319,13 +324,14 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   int runs = 100;
   bool quick = false;
   std::string only;  // --only NAME: just that tensor, bf16, no stack (for profilers)
+  std::vector<std::uint32_t> max_warps;  // --max-warps W,..: with --only, the tensor again at each cap
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
@@ -333,9 +339,20 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
+    } else if (std::strcmp(argv[i], "--max-warps") == 0 && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string w; std::getline(list, w, ',');) {
+        const int v = std::atoi(w.c_str());
+        if (v < 1 || v > 32) {
+          std::fprintf(stderr, "--max-warps: %s is not in 1..32\n", w.c_str());
+          return 2;
+        }
+        max_warps.push_back(static_cast<std::uint32_t>(v));
+      }
     } else {
-      std::fprintf(stderr, "unknown argument %s\nusage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR]\n", argv[i],
-                   argv[0]);
+      std::fprintf(stderr,
+                   "unknown argument %s\nusage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n",
+                   argv[i], argv[0]);
       return 2;
     }
   }
@@ -367,9 +384,14 @@ int main(int argc, char** argv) {
 
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
 
+  if (!max_warps.empty() && only.empty()) {
+    std::fprintf(stderr, "--max-warps needs --only TENSOR\n");
+    return 2;
+  }
   if (!only.empty()) {
     if (const RawStream* r = load(only)) {
       bench_tensor(only, *r, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream);
+      for (std::uint32_t w : max_warps) bench_tensor(only, *r, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream, w);
     }
     return 0;
   }
