@@ -112,34 +112,37 @@ void quantize_feedback(const float* x, std::size_t rows, std::uint32_t padded_co
   }
   const std::size_t tiles = (rows + kTileRows - 1) / kTileRows;
   parallel_for_blocks(tiles, 1, threads, [&](std::size_t t0, std::size_t t1) {
-    std::vector<float> w(kTileRows * padded_cols);
+    std::vector<float> w(kTileRows * padded_cols), e(kTileRows * 8);
+    std::vector<float*> rows_w(kTileRows);
+    for (std::size_t r = 0; r < kTileRows; ++r) rows_w[r] = &w[r * padded_cols];
     for (std::size_t t = t0; t < t1; ++t) {
       const std::size_t r0 = t * kTileRows, r1 = std::min(rows, r0 + kTileRows);
       for (std::size_t r = r0; r < r1; ++r) {
         const float* xr = x + r * padded_cols;
-        float* wr = &w[(r - r0) * padded_cols];
+        float* wr = rows_w[r - r0];
         for (std::size_t p = 0; p < n; ++p) wr[p] = xr[col[p]];
         std::copy(xr + n, xr + padded_cols, wr + n);
       }
       for (std::size_t v = 0; v < vpr; ++v) {
         const std::size_t b0 = v * 8;
+        // Each row's block is rounded from the row as every earlier block's feedback left it; the rows are
+        // independent, so the tile's rows are rounded first and their feedback applied together.
         for (std::size_t r = r0; r < r1; ++r) {
-          float* wr = &w[(r - r0) * padded_cols];
+          const float* wr = rows_w[r - r0];
           float y[8];
           for (int i = 0; i < 8; ++i) y[i] = wr[b0 + i] / scale;  // the quantizer's float32 division
           const lattice::E8Point p = lattice::nearest_e8(y);
           const std::size_t vi = r * vpr + f.order[v];
           out.coset[vi] = p.c;
           lattice::point_to_fields(p, &out.fields[vi * lattice::kFields]);
-          if (b0 + 8 >= n) continue;  // the last block: no column after it
-          float e[8];
-          for (int i = 0; i < 8; ++i) e[i] = wr[b0 + i] - scale * lattice::coordinate(p.z[i], p.c);
-          // w_rest -= e F_b, one pass over the row's remaining positions.
-          feedback_update(wr, &f.f[b0 * n], n, e, b0 + 8, n);
-          // A dead column stays zero, as GPTQ keeps it.
-          for (auto d = std::upper_bound(dead_pos.begin(), dead_pos.end(), b0 + 7); d != dead_pos.end(); ++d)
-            wr[*d] = 0.0f;
+          for (int i = 0; i < 8; ++i) e[(r - r0) * 8 + i] = wr[b0 + i] - scale * lattice::coordinate(p.z[i], p.c);
         }
+        if (b0 + 8 >= n) continue;  // the last block: no column after it
+        // w_rest -= e F_b, one pass over the tile's remaining positions.
+        feedback_update_rows(rows_w.data(), &f.f[b0 * n], n, e.data(), r1 - r0, b0 + 8, n);
+        // A dead column stays zero, as GPTQ keeps it.
+        for (auto d = std::upper_bound(dead_pos.begin(), dead_pos.end(), b0 + 7); d != dead_pos.end(); ++d)
+          for (std::size_t r = r0; r < r1; ++r) rows_w[r - r0][*d] = 0.0f;
       }
     }
   });

@@ -7,8 +7,9 @@ namespace {
 
 using simd::v8f;
 
-EPK_SIMD_INLINE void feedback_update_body(float* w, const float* f, std::size_t stride, const float* e,
-                                          std::size_t j0, std::size_t j1) {
+// One row: the plain order, eight columns a step.
+EPK_SIMD_INLINE void feedback_update_row(float* w, const float* f, std::size_t stride, const float* e, std::size_t j0,
+                                         std::size_t j1) {
   std::size_t j = j0;
   for (; j + 8 <= j1; j += 8) {
     v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -20,6 +21,34 @@ EPK_SIMD_INLINE void feedback_update_body(float* w, const float* f, std::size_t 
     for (std::size_t k = 0; k < 8; ++k) acc += e[k] * f[k * stride + j];
     w[j] -= acc;
   }
+}
+
+// Four rows a pass: each load of f serves four accumulators (f's block is far larger than L1, so its reads bound the
+// one-row loop), each accumulator summing its row's eight products in the plain order.
+EPK_SIMD_INLINE void feedback_update_rows_body(float* const* w, const float* f, std::size_t stride, const float* e,
+                                               std::size_t rows, std::size_t j0, std::size_t j1) {
+  std::size_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    float *w0 = w[r], *w1 = w[r + 1], *w2 = w[r + 2], *w3 = w[r + 3];
+    const float *e0 = e + 8 * r, *e1 = e0 + 8, *e2 = e0 + 16, *e3 = e0 + 24;
+    std::size_t j = j0;
+    for (; j + 8 <= j1; j += 8) {
+      v8f a0 = {0, 0, 0, 0, 0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
+      for (std::size_t k = 0; k < 8; ++k) {
+        const v8f fk = simd::load8(f + k * stride + j);
+        a0 += e0[k] * fk;
+        a1 += e1[k] * fk;
+        a2 += e2[k] * fk;
+        a3 += e3[k] * fk;
+      }
+      simd::store8(w0 + j, simd::load8(w0 + j) - a0);
+      simd::store8(w1 + j, simd::load8(w1 + j) - a1);
+      simd::store8(w2 + j, simd::load8(w2 + j) - a2);
+      simd::store8(w3 + j, simd::load8(w3 + j) - a3);
+    }
+    for (std::size_t q = 0; q < 4; ++q) feedback_update_row(w[r + q], f, stride, e + 8 * (r + q), j, j1);
+  }
+  for (; r < rows; ++r) feedback_update_row(w[r], f, stride, e + 8 * r, j0, j1);
 }
 
 // Four rows of H per pass over g (fewer loads and stores of g), each row's multiply and add in turn.
@@ -56,18 +85,18 @@ EPK_SIMD_INLINE void axpy_rows_body(const float* a, const float* const* h, std::
   }
 }
 
-void feedback_update_baseline(float* w, const float* f, std::size_t stride, const float* e, std::size_t j0,
-                              std::size_t j1) {
-  feedback_update_body(w, f, stride, e, j0, j1);
+void feedback_update_rows_baseline(float* const* w, const float* f, std::size_t stride, const float* e,
+                                   std::size_t rows, std::size_t j0, std::size_t j1) {
+  feedback_update_rows_body(w, f, stride, e, rows, j0, j1);
 }
 void axpy_rows_baseline(const float* a, const float* const* h, std::size_t count, float* g,
                         std::size_t len) {
   axpy_rows_body(a, h, count, g, len);
 }
 #if EPK_SIMD_DISPATCH
-EPK_TARGET_AVX2 void feedback_update_avx2(float* w, const float* f, std::size_t stride, const float* e,
-                                          std::size_t j0, std::size_t j1) {
-  feedback_update_body(w, f, stride, e, j0, j1);
+EPK_TARGET_AVX2 void feedback_update_rows_avx2(float* const* w, const float* f, std::size_t stride, const float* e,
+                                               std::size_t rows, std::size_t j0, std::size_t j1) {
+  feedback_update_rows_body(w, f, stride, e, rows, j0, j1);
 }
 EPK_TARGET_AVX2 void axpy_rows_avx2(const float* a, const float* const* h, std::size_t count,
                                     float* g, std::size_t len) {
@@ -77,19 +106,22 @@ EPK_TARGET_AVX2 void axpy_rows_avx2(const float* a, const float* const* h, std::
 
 }  // namespace
 
-void feedback_update(float* w, const float* f, std::size_t stride, const float* e, std::size_t j0, std::size_t j1) {
+void feedback_update_rows(float* const* w, const float* f, std::size_t stride, const float* e, std::size_t rows,
+                          std::size_t j0, std::size_t j1) {
 #if EPK_SIMD_DISPATCH
-  if (simd::have_avx2()) return feedback_update_avx2(w, f, stride, e, j0, j1);
+  if (simd::have_avx2()) return feedback_update_rows_avx2(w, f, stride, e, rows, j0, j1);
 #endif
-  feedback_update_baseline(w, f, stride, e, j0, j1);
+  feedback_update_rows_baseline(w, f, stride, e, rows, j0, j1);
 }
 
-void feedback_update_reference(float* w, const float* f, std::size_t stride, const float* e, std::size_t j0,
-                               std::size_t j1) {
-  for (std::size_t j = j0; j < j1; ++j) {
-    float acc = 0.0f;
-    for (int k = 0; k < 8; ++k) acc += e[k] * f[std::size_t(k) * stride + j];
-    w[j] -= acc;
+void feedback_update_rows_reference(float* const* w, const float* f, std::size_t stride, const float* e,
+                                    std::size_t rows, std::size_t j0, std::size_t j1) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t j = j0; j < j1; ++j) {
+      float acc = 0.0f;
+      for (int k = 0; k < 8; ++k) acc += e[8 * r + k] * f[std::size_t(k) * stride + j];
+      w[r][j] -= acc;
+    }
   }
 }
 

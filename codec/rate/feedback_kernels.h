@@ -7,11 +7,13 @@
 
 namespace epk::rate {
 
-// w[j] -= ((0 + e[0] f[j]) + e[1] f[stride + j]) + ... + e[7] f[7 * stride + j] for j in [j0, j1): one block's
-// error feedback onto a row's later columns (f: the block's 8 update rows).
-void feedback_update(float* w, const float* f, std::size_t stride, const float* e, std::size_t j0, std::size_t j1);
-void feedback_update_reference(float* w, const float* f, std::size_t stride, const float* e, std::size_t j0,
-                               std::size_t j1);
+// For each of `rows` rows r: w[r][j] -= ((0 + e[8r] f[j]) + e[8r + 1] f[stride + j]) + ... + e[8r + 7] f[7 * stride +
+// j] for j in [j0, j1): one block's error feedback onto the rows' later columns (f: the block's 8 update rows, e: each
+// row's 8 errors). The fast form reads each chunk of f once for four rows; every row's sum keeps the plain order.
+void feedback_update_rows(float* const* w, const float* f, std::size_t stride, const float* e, std::size_t rows,
+                          std::size_t j0, std::size_t j1);
+void feedback_update_rows_reference(float* const* w, const float* f, std::size_t stride, const float* e,
+                                    std::size_t rows, std::size_t j0, std::size_t j1);
 
 // g[j] += a[0] h[0][j], then += a[1] h[1][j], ... up to m = count - 1, for j < len: the multiply-adds of one output
 // row against rows of H, in the order given.

@@ -128,18 +128,30 @@ TEST(FeedbackKernels, UpdateEqualsThePlainLoopBitForBit) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const bool avx2 : {true, false}) {
     Avx2Allowed allowed(avx2);
-    for (const std::size_t n : {9u, 16u, 37u, 1000u}) {
-      std::vector<float> f(8 * n), w(n), e(8);
-      for (auto& v : f) v = nd(rng);
-      for (auto& v : w) v = nd(rng);
-      for (auto& v : e) v = nd(rng);
-      e[2] = -0.0f;
-      for (const std::size_t j0 : {std::size_t(0), std::size_t(1), n / 2, n - 1}) {
-        std::vector<float> got = w, want = w;
-        feedback_update(got.data(), f.data(), n, e.data(), j0, n);
-        feedback_update_reference(want.data(), f.data(), n, e.data(), j0, n);
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << n << " " << j0;
-        EXPECT_NE(std::memcmp(got.data(), w.data(), n * sizeof(float)), 0) << "the update changed nothing";
+    // Row counts around the four-row pass, column counts around the vector width.
+    for (const std::size_t rows : {1u, 3u, 4u, 5u, 9u, 16u}) {
+      for (const std::size_t n : {9u, 16u, 37u, 1000u}) {
+        std::vector<float> f(8 * n), w(rows * n), e(rows * 8);
+        for (auto& v : f) v = nd(rng);
+        for (auto& v : w) v = nd(rng);
+        for (auto& v : e) v = nd(rng);
+        e[2] = -0.0f;
+        e[rows * 8 - 1] = 0.0f;
+        for (const std::size_t j0 : {std::size_t(0), std::size_t(1), n / 2, n - 1}) {
+          std::vector<float> got = w, want = w;
+          std::vector<float*> got_rows(rows), want_rows(rows);
+          for (std::size_t r = 0; r < rows; ++r) {
+            got_rows[r] = &got[r * n];
+            want_rows[r] = &want[r * n];
+          }
+          feedback_update_rows(got_rows.data(), f.data(), n, e.data(), rows, j0, n);
+          feedback_update_rows_reference(want_rows.data(), f.data(), n, e.data(), rows, j0, n);
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), rows * n * sizeof(float)), 0) << rows << " " << n << " " << j0;
+          for (std::size_t r = 0; r < rows; ++r) {
+            EXPECT_NE(std::memcmp(&got[r * n + j0], &w[r * n + j0], (n - j0) * sizeof(float)), 0)
+                << "the update changed nothing in row " << r;
+          }
+        }
       }
     }
   }
