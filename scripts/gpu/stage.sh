@@ -27,11 +27,13 @@ if [[ "${EPK_STAGE_EPKD_ONLY:-0}" != 1 ]]; then
   cp -r "$root/tests/data/cuda" "$dest/data/"
 else
   # With the decode bench and its stream maker, and make_demo_model for epkd_sanitize.sh: what
-  # scripts/gpu/host_tier_check.sh runs.
+  # scripts/gpu/host_tier_check.sh runs; and the device encoder's test (both stream profiles: `epk compress` encodes
+  # on the GPU where there is one).
   mkdir -p "$dest/cli"
   strip -o "$dest/cli/epk" "$build/tools/epk/epk"
   strip -o "$dest/cli/make_demo_model" "$build/tools/demo/make_demo_model"
   strip -o "$dest/bin/gpu_decode_bench" "$build/bench/gpu_decode_bench"
+  strip -o "$dest/bin/epk_cuda_encode_test" "$build/tests/codec/cuda/epk_cuda_encode_test"
   cp "$root/scripts/gpu/make_bench_streams.py" "$root/scripts/testdata/epkraw.py" "$dest/py/"
 fi
 # epkd's device path (issue 6): the daemon, a client process, the device integration test and the acquire bench, with
