@@ -52,7 +52,8 @@ class CalibrationSet {
 };
 
 // g_r = H v_r for rows r0..r1 of v (row stride `stride` floats; the first h.cols entries of a row are used), into
-// g ((r1 - r0) x h.cols). Each row's arithmetic is the same whatever rows it is computed with.
+// g ((r1 - r0) x h.cols). Each row's arithmetic is the same whatever rows it is computed with. H must be finite (as
+// CalibrationSet::open ensures): the fast form then equals the reference bit for bit.
 void h_times_rows(const float* v, std::size_t r0, std::size_t r1, std::size_t stride, const HessianView& h, float* g);
 // The plain form h_times_rows equals bit for bit: an axpy of each H row in turn per row, zeros of v skipped.
 void h_times_rows_reference(const float* v, std::size_t r0, std::size_t r1, std::size_t stride, const HessianView& h,

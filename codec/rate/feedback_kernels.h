@@ -15,10 +15,13 @@ void feedback_update_rows(float* const* w, const float* f, std::size_t stride, c
 void feedback_update_rows_reference(float* const* w, const float* f, std::size_t stride, const float* e,
                                     std::size_t rows, std::size_t j0, std::size_t j1);
 
-// g[j] += a[0] h[0][j], then += a[1] h[1][j], ... up to m = count - 1, for j < len: the multiply-adds of one output
-// row against rows of H, in the order given.
-void axpy_rows(const float* a, const float* const* h, std::size_t count, float* g, std::size_t len);
-void axpy_rows_reference(const float* a, const float* const* h, std::size_t count, float* g,
-                         std::size_t len);
+// For r < rows and j < len: g[r * g_stride + j] += v[r * v_stride + m] * h[m * h_stride + j] for m = 0, 1, ..,
+// count - 1 in turn (a multiply, then an add, per term): a block of the product V H accumulated into g. The fast
+// form keeps a 4-row, 16-column block of g in registers across the m loop.
+void rows_times_matrix(const float* v, std::size_t v_stride, std::size_t rows, const float* h, std::size_t h_stride,
+                       std::size_t count, float* g, std::size_t g_stride, std::size_t len);
+void rows_times_matrix_reference(const float* v, std::size_t v_stride, std::size_t rows, const float* h,
+                                 std::size_t h_stride, std::size_t count, float* g, std::size_t g_stride,
+                                 std::size_t len);
 
 }  // namespace epk::rate

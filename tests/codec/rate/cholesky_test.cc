@@ -162,20 +162,27 @@ TEST(FeedbackKernels, HTimesRowsEqualsThePlainFormBitForBit) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const bool avx2 : {true, false}) {
     Avx2Allowed allowed(avx2);
-    // Column counts across the kernels' chunks (1024 columns, 64 rows of H) and vector tails.
-    for (const std::uint32_t n : {7u, 64u, 200u, 1100u}) {
+    // Column counts across the blocks (256 x 256 of H), the 16- and 8-column strips and scalar tails; row counts
+    // across the 4-row groups.
+    for (const std::uint32_t n : {7u, 64u, 200u, 257u, 1100u}) {
       std::vector<float> h(std::size_t(n) * n);
       for (std::uint32_t i = 0; i < n; ++i)
         for (std::uint32_t j = 0; j <= i; ++j) h[std::size_t(i) * n + j] = h[std::size_t(j) * n + i] = nd(rng);
+      // Signed zeros in H meet the zeros of v: the reference skips those terms, the fast form adds them as +-0.
+      for (std::uint32_t i = 0; i < n; i += 3) h[std::size_t(i) * n + (i * 7) % n] = (i % 2) ? -0.0f : 0.0f;
       const HessianView hv{h, n, 1.0};
-      const std::size_t rows = 11, stride = n + 3;
-      std::vector<float> v(rows * stride);
-      for (auto& x : v) x = nd(rng) > 0.5f ? 0.0f : nd(rng);  // zeros skipped in both forms
-      for (std::size_t r = 0; r < rows; ++r) v[r * stride + n / 2] = -0.0f;
-      std::vector<float> got((rows - 2) * n), want((rows - 2) * n);
-      h_times_rows(v.data(), 2, rows, stride, hv, got.data());
-      h_times_rows_reference(v.data(), 2, rows, stride, hv, want.data());
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << n;
+      for (const std::size_t rows : {3u, 7u, 11u}) {
+        const std::size_t stride = n + 3;
+        std::vector<float> v(rows * stride);
+        for (auto& x : v) x = nd(rng) > 0.5f ? 0.0f : nd(rng);
+        for (std::size_t r = 0; r < rows; ++r) v[r * stride + n / 2] = -0.0f;
+        // A row of zeros only: its products are exactly +0 in both forms.
+        std::fill(v.begin() + std::ptrdiff_t(2 * stride), v.begin() + std::ptrdiff_t(3 * stride), 0.0f);
+        std::vector<float> got((rows - 2) * n), want((rows - 2) * n);
+        h_times_rows(v.data(), 2, rows, stride, hv, got.data());
+        h_times_rows_reference(v.data(), 2, rows, stride, hv, want.data());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << n << " " << rows;
+      }
     }
   }
 }
