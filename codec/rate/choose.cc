@@ -9,7 +9,6 @@
 
 #include "codec/decode/decode_tensor.h"
 #include "codec/rans/decoder.h"
-#include "codec/rans/native_format.h"
 
 namespace epk::rate {
 namespace {
@@ -105,19 +104,12 @@ Result<Trial> try_lattice(TensorEncoder& encoder, std::span<const std::byte> wei
   final_info.target_bpp = trial_target;
   final_info.scale = t.report.scale;
   final_info.coarsened = t.report.coarsened;
-  if (info.profile == rans::StreamProfile::kNative) {
-    // The native profile stores the row scales as fp16 under one shift: rounded here, so that the error below is
-    // the stored tensor's (the encoder's own measure, if it made one, was of the float32 scales). A tensor whose
-    // scales span more than fp16 holds keeps the reference profile, and the pack says so.
-    std::vector<float> rounded = t.lattice.scales;
-    auto shift = rans::round_scales_to_native(rounded);
-    if (shift) {
-      t.lattice.scales = std::move(rounded);
-      t.error.reset();
-    } else {
-      final_info.profile = rans::StreamProfile::kReference;
-      t.profile_note = "kept the reference profile: " + shift.error().message;
-    }
+  // The encoder put a native tensor's scales on the profile's grid (EncodeOptions::profile), so any error it measured
+  // is the stored tensor's; a tensor whose scales span more than fp16 holds keeps the reference profile, and the
+  // pack says so.
+  if (info.profile == rans::StreamProfile::kNative && !t.report.profile_note.empty()) {
+    final_info.profile = rans::StreamProfile::kReference;
+    t.profile_note = t.report.profile_note;
   }
   t.profile = final_info.profile;
   t.lattice_bytes = rans::stored_bytes_as(t.lattice, name, final_info);

@@ -16,6 +16,7 @@
 #include "codec/rans/decoder.h"
 #include "codec/model/tables.h"
 #include "codec/rans/encoder.h"
+#include "codec/rans/native_format.h"
 #include "codec/rate/ecvq.h"
 #include "codec/rate/feedback.h"
 #include "codec/rate/encode_steps.h"
@@ -436,6 +437,15 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
     }
   }
 
+  std::string profile_note;
+  if (o.profile == rans::StreamProfile::kNative) {
+    std::vector<float> rounded = scales;
+    if (auto shift = rans::round_scales_to_native(rounded)) {
+      scales = std::move(rounded);
+    } else {
+      profile_note = "kept the reference profile: " + shift.error().message;
+    }
+  }
   rans::EncodeGeometry g{rows, cols, std::uint32_t(prob_bits), tile_symbols, dtype};
   EPK_TRY_ASSIGN(rans::EncodedTensor out, steps.code(std::move(scales), g));
   if (report) {
@@ -447,6 +457,7 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
     report->ecvq_lambda = ecvq_report.lambda;
     report->ecvq_changed = ecvq_report.changed;
     report->pruned_entries = ecvq_report.pruned_entries;
+    report->profile_note = std::move(profile_note);
   }
   return out;
 }

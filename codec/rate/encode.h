@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 
 #include "codec/common/dtype.h"
 #include "codec/common/result.h"
@@ -38,7 +39,10 @@ struct EncodeOptions {
                                     // keeps the reference's search exactly
   StoredBytes stored_bytes;         // with calibrate_rate: what the target counts (empty: the reference's blob)
   // How the tensor will be stored: the calibration prices its coded bytes and row scales in that form (search.h).
-  // The encoder's output is the same either way; the native profile's scales are rounded by whoever packs it.
+  // For the native profile the encoder also rounds its final row scales onto that profile's grid
+  // (rans::round_scales_to_native) before coding them, so that any error measured of its output (a device encoder
+  // measures its own) is the stored tensor's; scales that cannot be rounded (a span beyond fp16's under one shift)
+  // are left as they are and EncodeReport::profile_note says why (the tensor then keeps the reference profile).
   rans::StreamProfile profile = rans::StreamProfile::kReference;
   // Beyond the reference (docs/measurements/cpu-codec-error.md): entropy-constrained choice of each vector's lattice
   // point under the tensor's own tables (codec/rate/ecvq.h), iterated with the table fit, the scale then re-searched
@@ -65,6 +69,7 @@ struct EncodeReport {
   double ecvq_lambda = 0.0;             // with ecvq: lambda in lattice units per bit
   std::uint64_t ecvq_changed = 0;       // vectors not at their nearest point
   std::uint64_t pruned_entries = 0;     // table entries pruned
+  std::string profile_note;             // non-empty: the native profile was asked for and could not take the scales
 };
 
 // Input dtypes: F32, BF16, F16, F8_E4M3, F8_E5M2, I8 (weights is rows * cols elements, row-major, little-endian).

@@ -236,8 +236,8 @@ TEST_F(DeviceEncode, StreamsAreTheCpuEncodersByteForByte) {
 }
 
 // pack_tensor with the device encoder, in both stream profiles: the same form, profile and stream, the error
-// measured on the device within 1e-9 of the host decode's (only the summation order differs; the native profile's
-// error is measured on the host after its scales are rounded, for both encoders).
+// measured on the device within 1e-9 of the host decode's (only the summation order differs; in the native profile
+// both encoders code scales already on its grid, so the device measures the stored tensor).
 TEST_F(DeviceEncode, PackTensorChoosesTheSameForm) {
   auto dev = cuda::DeviceEncoder::create(0);
   ASSERT_TRUE(dev) << dev.error().message;
