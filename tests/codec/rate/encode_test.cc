@@ -9,6 +9,7 @@
 
 #include "codec/common/float_convert.h"
 #include "codec/rans/decoder.h"
+#include "codec/rans/native_format.h"
 #include "codec/rans/reference_format.h"
 #include "codec/rate/rdo.h"
 #include "codec/rate/search.h"
@@ -88,6 +89,36 @@ TEST(Encode, ThreadCountDoesNotChangeTheStream) {
   EXPECT_EQ(a->payload, b->payload);
   EXPECT_EQ(a->scales, b->scales);
   EXPECT_EQ(a->states, b->states);
+}
+
+// The native profile: the encoder codes row scales already on the profile's grid (rounding them again changes
+// nothing), the same fields as the reference profile's at that scale; scales that cannot go on it are left and
+// the report says why.
+TEST(Encode, TheNativeProfileCodesScalesOnItsGrid) {
+  const auto w = layer(300, 136, 5, false);
+  EncodeOptions o;
+  o.target_bpp = 4.0;
+  o.threads = 2;
+  o.profile = rans::StreamProfile::kNative;
+  EncodeReport report;
+  auto native = encode(bytes_of(w), 300, 136, DType::kF32, o, "w", &report);
+  ASSERT_TRUE(native) << native.error().to_string();
+  EXPECT_EQ(report.profile_note, "");
+  std::vector<float> again = native->scales;
+  ASSERT_TRUE(rans::round_scales_to_native(again));
+  EXPECT_EQ(again, native->scales);
+  o.profile = rans::StreamProfile::kReference;
+  auto reference = encode(bytes_of(w), 300, 136, DType::kF32, o, "w");
+  ASSERT_TRUE(reference);
+  EXPECT_NE(reference->scales, native->scales) << "the reference profile keeps its float32 scales";
+
+  // Rows 2^40 apart: no one shift holds both in fp16's normal range.
+  auto wide = w;
+  for (std::uint32_t c = 0; c < 136; ++c) wide[3 * 136 + c] *= 0x1p-40f;
+  o.profile = rans::StreamProfile::kNative;
+  auto kept = encode(bytes_of(wide), 300, 136, DType::kF32, o, "w", &report);
+  ASSERT_TRUE(kept) << kept.error().to_string();
+  EXPECT_NE(report.profile_note.find("kept the reference profile"), std::string::npos) << report.profile_note;
 }
 
 TEST(Encode, AcceptsNarrowInputsAndReconstructsInThem) {
