@@ -17,6 +17,9 @@ namespace {
 // tile: at 16 rows a tile that read bounds the product (16 G multiply-adds a second on one core of the build VM's
 // Zen 3, against 30 at 64 and 33 at 128); 64 keeps a tensor of a few hundred rows spread over the threads.
 constexpr std::size_t kTileRows = 64;
+// The energy's partial sums are kept per group of this many rows, whatever the tile, so the double sum (and the
+// error figures reported from it) does not depend on kTileRows.
+constexpr std::size_t kSumRows = 16;
 
 Error bad(const std::string& path, const std::string& tensor, const std::string& what) {
   return make_error(ErrorCode::kBadInput, path + ": tensor '" + tensor + "': " + what);
@@ -148,8 +151,9 @@ void h_times_rows_reference(const float* v, std::size_t r0, std::size_t r1, std:
 void h_times_rows(const float* v, std::size_t r0, std::size_t r1, std::size_t stride, const HessianView& hv, float* g) {
   // The reference's sums as a blocked product: for each entry of g the terms still come in H's row order. The
   // reference skips the zeros of v; here they are multiplied in, which changes no bit: H is finite (CalibrationSet
-  // refuses anything else), so a skipped term is +-0, and an entry of g, which starts at +0, is never -0 (a sum is
-  // -0 only when both terms are), so adding +-0 leaves it as it was. Blocks of H (kRowChunk x kColChunk floats)
+  // refuses anything else), so a skipped term is +-0, and an entry of g, which starts at +0, is never -0 (rounding
+  // to nearest, with gradual underflow and no fused multiply-add, which codec/ is built without: a sum is -0 only
+  // when both terms are), so adding +-0 leaves it as it was. Blocks of H (kRowChunk x kColChunk floats)
   // stay in L2 while every row of the call passes over them.
   constexpr std::size_t kColChunk = 256, kRowChunk = 256;
   const std::size_t n = hv.cols;
@@ -166,20 +170,20 @@ void h_times_rows(const float* v, std::size_t r0, std::size_t r1, std::size_t st
 double h_weighted_energy(const float* v, std::size_t rows, std::size_t stride, const HessianView& hv, int threads) {
   const std::size_t n = hv.cols;
   const std::size_t tiles = (rows + kTileRows - 1) / kTileRows;
-  std::vector<double> per_tile(tiles, 0.0);
+  std::vector<double> per_group((rows + kSumRows - 1) / kSumRows, 0.0);
   parallel_for_blocks(tiles, 1, threads, [&](std::size_t t0, std::size_t t1) {
     std::vector<float> g(kTileRows * n);
     for (std::size_t t = t0; t < t1; ++t) {
       const std::size_t r0 = t * kTileRows, r1 = std::min(rows, r0 + kTileRows);
       h_times_rows(v, r0, r1, stride, hv, g.data());
-      double sum = 0.0;
-      for (std::size_t r = r0; r < r1; ++r)
+      for (std::size_t r = r0; r < r1; ++r) {
+        double& sum = per_group[r / kSumRows];
         for (std::size_t j = 0; j < n; ++j) sum += double(v[r * stride + j]) * double(g[(r - r0) * n + j]);
-      per_tile[t] = sum;
+      }
     }
   });
   double total = 0.0;
-  for (const double s : per_tile) total += s;
+  for (const double s : per_group) total += s;
   return total;
 }
 

@@ -6,6 +6,7 @@
 
 #include "codec/common/parallel.h"
 #include "codec/lattice/e8.h"
+#include "codec/lattice/quantize.h"
 #include "codec/rate/cholesky.h"
 #include "codec/rate/feedback_kernels.h"
 
@@ -112,7 +113,9 @@ void quantize_feedback(const float* x, std::size_t rows, std::uint32_t padded_co
   }
   const std::size_t tiles = (rows + kTileRows - 1) / kTileRows;
   parallel_for_blocks(tiles, 1, threads, [&](std::size_t t0, std::size_t t1) {
-    std::vector<float> w(kTileRows * padded_cols), e(kTileRows * 8);
+    std::vector<float> w(kTileRows * padded_cols), e(kTileRows * 8), block(kTileRows * 8);
+    std::vector<std::uint8_t> block_coset(kTileRows);
+    std::vector<std::int32_t> block_fields(kTileRows * lattice::kFields);
     std::vector<float*> rows_w(kTileRows);
     for (std::size_t r = 0; r < kTileRows; ++r) rows_w[r] = &w[r * padded_cols];
     for (std::size_t t = t0; t < t1; ++t) {
@@ -126,20 +129,22 @@ void quantize_feedback(const float* x, std::size_t rows, std::uint32_t padded_co
       for (std::size_t v = 0; v < vpr; ++v) {
         const std::size_t b0 = v * 8;
         // Each row's block is rounded from the row as every earlier block's feedback left it; the rows are
-        // independent, so the tile's rows are rounded first and their feedback applied together.
-        for (std::size_t r = r0; r < r1; ++r) {
-          const float* wr = rows_w[r - r0];
-          float y[8];
-          for (int i = 0; i < 8; ++i) y[i] = wr[b0 + i] / scale;  // the quantizer's float32 division
-          const lattice::E8Point p = lattice::nearest_e8(y);
-          const std::size_t vi = r * vpr + f.order[v];
-          out.coset[vi] = p.c;
-          lattice::point_to_fields(p, &out.fields[vi * lattice::kFields]);
-          for (int i = 0; i < 8; ++i) e[(r - r0) * 8 + i] = wr[b0 + i] - scale * lattice::coordinate(p.z[i], p.c);
+        // independent, so the tile's rows are rounded together (quantize_vectors: x / scale in float32, the
+        // nearest point, its fields) and their feedback applied together.
+        const std::size_t tile_rows = r1 - r0;
+        for (std::size_t r = 0; r < tile_rows; ++r) std::copy_n(rows_w[r] + b0, 8, &block[r * 8]);
+        lattice::quantize_vectors(block.data(), tile_rows, scale, block_coset.data(), block_fields.data());
+        for (std::size_t r = 0; r < tile_rows; ++r) {
+          const std::int32_t* fields = &block_fields[r * lattice::kFields];
+          const std::size_t vi = (r0 + r) * vpr + f.order[v];
+          out.coset[vi] = block_coset[r];
+          std::copy_n(fields, lattice::kFields, &out.fields[vi * lattice::kFields]);
+          const lattice::E8Point p = lattice::fields_to_point(block_coset[r], fields);
+          for (int i = 0; i < 8; ++i) e[r * 8 + i] = block[r * 8 + i] - scale * lattice::coordinate(p.z[i], p.c);
         }
         if (b0 + 8 >= n) continue;  // the last block: no column after it
         // w_rest -= e F_b, one pass over the tile's remaining positions.
-        feedback_update_rows(rows_w.data(), &f.f[b0 * n], n, e.data(), r1 - r0, b0 + 8, n);
+        feedback_update_rows(rows_w.data(), &f.f[b0 * n], n, e.data(), tile_rows, b0 + 8, n);
         // A dead column stays zero, as GPTQ keeps it.
         for (auto d = std::upper_bound(dead_pos.begin(), dead_pos.end(), b0 + 7); d != dead_pos.end(); ++d)
           for (std::size_t r = r0; r < r1; ++r) rows_w[r - r0][*d] = 0.0f;

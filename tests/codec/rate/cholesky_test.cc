@@ -157,6 +157,35 @@ TEST(FeedbackKernels, UpdateEqualsThePlainLoopBitForBit) {
   }
 }
 
+// The product kernel alone, with more terms than one packed chunk of h holds (256) and every tail of rows
+// (groups of 4) and columns (strips of 16 and 8), accumulating into a g that is not zero.
+TEST(FeedbackKernels, RowsTimesMatrixEqualsThePlainLoopBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const bool avx2 : {true, false}) {
+    Avx2Allowed allowed(avx2);
+    for (const std::size_t count : {1u, 255u, 256u, 257u, 600u}) {
+      for (const std::size_t rows : {1u, 4u, 6u}) {
+        for (const std::size_t len : {5u, 16u, 24u, 37u}) {
+          const std::size_t v_stride = count + 1, h_stride = len + 3, g_stride = len + 2;
+          std::vector<float> v(rows * v_stride), h(count * h_stride), g(rows * g_stride);
+          for (auto& x : v) x = nd(rng) > 1.0f ? 0.0f : nd(rng);
+          for (std::size_t r = 0; r < rows; ++r) v[r * v_stride] = 1.0f + float(r);  // every row adds something
+          for (auto& x : h) x = nd(rng);
+          for (auto& x : g) x = nd(rng);
+          std::vector<float> got = g, want = g;
+          rows_times_matrix(v.data(), v_stride, rows, h.data(), h_stride, count, got.data(), g_stride, len);
+          rows_times_matrix_reference(v.data(), v_stride, rows, h.data(), h_stride, count, want.data(), g_stride,
+                                      len);
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+              << count << " " << rows << " " << len;
+          EXPECT_NE(std::memcmp(got.data(), g.data(), got.size() * sizeof(float)), 0) << "nothing accumulated";
+        }
+      }
+    }
+  }
+}
+
 TEST(FeedbackKernels, HTimesRowsEqualsThePlainFormBitForBit) {
   std::mt19937 rng(4);
   std::normal_distribution<float> nd(0.0f, 1.0f);

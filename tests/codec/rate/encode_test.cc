@@ -92,8 +92,7 @@ TEST(Encode, ThreadCountDoesNotChangeTheStream) {
 }
 
 // The native profile: the encoder codes row scales already on the profile's grid (rounding them again changes
-// nothing), the same fields as the reference profile's at that scale; scales that cannot go on it are left and
-// the report says why.
+// nothing); scales that cannot go on it are left and the report says why.
 TEST(Encode, TheNativeProfileCodesScalesOnItsGrid) {
   const auto w = layer(300, 136, 5, false);
   EncodeOptions o;
