@@ -25,8 +25,8 @@ EPK_SIMD_INLINE void feedback_update_row(float* w, const float* f, std::size_t s
   }
 }
 
-// Four rows a pass: each load of f serves four accumulators (f's block is far larger than L1, so its reads bound the
-// one-row loop), each accumulator summing its row's eight products in the plain order.
+// Four rows a pass: each load of f serves four accumulators (in a wide layer f's 8 rows are larger than L1 and their
+// reads bound the one-row loop), each accumulator summing its row's eight products in the plain order.
 EPK_SIMD_INLINE void feedback_update_rows_body(float* const* w, const float* f, std::size_t stride, const float* e,
                                                std::size_t rows, std::size_t j0, std::size_t j1) {
   std::size_t r = 0;
