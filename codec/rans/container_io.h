@@ -33,7 +33,6 @@ inline constexpr std::string_view kPackedTablesBuffer = "packed_tables";
 inline constexpr std::string_view kF16ScalesBuffer = "f16_scales";
 inline constexpr int kNativeBuffers = 5;
 
-
 // What params_json records beyond the stream geometry: how the tensor was made.
 struct EncodingInfo {
   double target_bpp = 0.0;  // 0: unknown (imported streams)

@@ -98,6 +98,15 @@ void emit_tables(const EncodedTensor& t, Sink& out) {
     }
   }
 }
+// All three streams; returns the word counts' field width (count_bits).
+template <class Sink>
+std::uint32_t emit_metadata(const EncodedTensor& t, Sink& counts, Sink& states, Sink& tables) {
+  const auto count_bits = std::uint32_t(std::bit_width(widest_count(t)));
+  emit_word_counts(t, count_bits, counts);
+  emit_states(t, states);
+  emit_tables(t, tables);
+  return count_bits;
+}
 std::uint64_t coset1_vectors(const EncodedTensor& t) {
   return t.tables.size() > 2 ? std::uint64_t(std::max(t.tables[2].n_symbols, 0)) : 0;
 }
@@ -131,11 +140,8 @@ Result<NativeMetadata> pack_native(const EncodedTensor& t, std::int32_t scale_sh
                                                          " is not on the native grid (round_scales_to_native first)");
     }
   }
-  m.count_bits = std::uint32_t(std::bit_width(widest_count(t)));
   BitWriter counts, states, tables;
-  emit_word_counts(t, m.count_bits, counts);
-  emit_states(t, states);
-  emit_tables(t, tables);
+  m.count_bits = emit_metadata(t, counts, states, tables);
   m.word_counts = counts.take();
   m.states = states.take();
   m.tables = tables.take();
@@ -144,11 +150,8 @@ Result<NativeMetadata> pack_native(const EncodedTensor& t, std::int32_t scale_sh
 
 NativeSizes native_sizes(const EncodedTensor& t) {
   NativeSizes z;
-  z.count_bits = std::uint32_t(std::bit_width(widest_count(t)));
   BitCounter counts, states, tables;
-  emit_word_counts(t, z.count_bits, counts);
-  emit_states(t, states);
-  emit_tables(t, tables);
+  z.count_bits = emit_metadata(t, counts, states, tables);
   z.word_counts = counts.byte_count();
   z.states = states.byte_count();
   z.tables = tables.byte_count();
