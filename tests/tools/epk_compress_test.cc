@@ -37,7 +37,10 @@ TEST_F(EpkCompress, RoundTripMeetsTheRateAndErrorFallsWithRate) {
   std::map<std::string, std::map<double, double>> err;  // tensor -> rate -> rel_l2
   for (double bpp : {2.0, 4.0, 6.0}) {
     const std::string e = path("m" + std::to_string(int(bpp)) + ".epk");
-    auto r = epk("compress " + model() + " -o " + e + " --bpp " + std::to_string(bpp) + " --threads 2");
+    // At 6 bpp a ceiling of 3% sends the four 50x200 k/v projections (~4.1%: 200-wide rows pay the most for
+    // their scales) to the raw fallback, and no other weight.
+    const std::string ceiling = bpp == 6.0 ? " --max-error 0.03" : "";
+    auto r = epk("compress " + model() + " -o " + e + " --bpp " + std::to_string(bpp) + " --threads 2" + ceiling);
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("total:"), std::string::npos) << r.out;
     const std::string table = r.out;
@@ -57,7 +60,7 @@ TEST_F(EpkCompress, RoundTripMeetsTheRateAndErrorFallsWithRate) {
       EXPECT_GT(t["tiles"].get<int>(), 0);
       err[t["name"]][bpp] = t["rel_l2"].get<double>();
     }
-    // 14 weights; at 6 bpp the four 50x200 k/v projections (5.5% against a ceiling of 4.69%) are stored raw.
+    // 14 weights; at 6 bpp the four k/v projections are stored raw (the ceiling above).
     EXPECT_GE(encoded, bpp < 6 ? 14 : 10);
     if (bpp == 6.0) {
       EXPECT_NE(table.find("raw*"), std::string::npos) << table;

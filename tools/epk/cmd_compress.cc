@@ -56,7 +56,7 @@ struct CompressArgs {
   bool include_embeddings = false;
   std::string device;
   std::string calibration;
-  std::string profile = "reference";
+  std::string profile = "native";
 };
 
 // Device encoders packing tensors together (EncodePipeline): one leaves the GPU mostly idle between its steps' syncs
@@ -393,8 +393,9 @@ void add_compress_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--device", args->device,
                   "cpu or cuda (default: cuda when a GPU is present); both write the same file");
   cmd->add_option("--profile", args->profile,
-                  "reference (the reference package's stream, exported byte for byte) or native (the same payload "
-                  "with lighter metadata: less error at the same stored rate; docs/STREAM.md section 9)")
+                  "native (default: the reference's payload with lighter metadata, so less error at the same stored "
+                  "rate; docs/STREAM.md section 9) or reference (the reference package's stream, exported byte for "
+                  "byte)")
       ->check(CLI::IsMember({"reference", "native"}));
   cmd->callback([args, exit_code] {
     auto st = run_compress(*args);
