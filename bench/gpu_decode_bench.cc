@@ -6,23 +6,36 @@
 // inputs read from pinned host memory in place and staged (the host tier's two reads).
 //
 // Usage: gpu_decode_bench DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,W,..]]
+//        gpu_decode_bench --tile-multiples M,M,.. [--bpp R] [--runs N]
 //   --quick: a shorter stack; --only: that tensor in bf16, no stack (for profilers); --max-warps: that tensor again
 //   with the work split capped at each W warps a block (more rounds of fewer warps), beside the plan's own.
+//   --tile-multiples: no reference streams; seeded N(0, 0.02) bf16 tensors (4096x4096, 10240x3840, 14336x4096,
+//   28672x8192, and the 8B-class layer stack) encoded here by the device encoder in the native profile at R bpp
+//   (default 4) with tiles M times the default length at that rate, each decoded and checked against the CPU
+//   decoder: what a tile length costs in decode time and buys in error.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codec/cuda/decode/decode.h"
+#include "codec/cuda/decode/decode_desc.h"
 #include "codec/cuda/decode/plan_overrides.h"
+#include "codec/cuda/encode/encode.h"
+#include "codec/model/tables.h"
+#include "codec/rans/decoder.h"
+#include "codec/rate/choose.h"
+#include "codec/rate/compress_plan.h"
 #include "tests/codec/cuda/device_stream.h"
 #include "tests/codec/cuda/raw_stream_file.h"
 
@@ -111,9 +124,10 @@ double stored_bpp(const RawStream& r) {
 }
 
 // One tensor, several copies (rotated so inputs + outputs exceed L2), each output format.
-// `max_warps` 0: the plan's own work split; else at most that many warps a block.
+// `overrides`: the plan's own choices by default; a forced placement the tensor does not fit is reported and skipped.
 void bench_tensor(const std::string& name, const RawStream& raw, const std::vector<OutputFormat>& formats, int runs,
-                  double ref_us, std::size_t l2, cudaStream_t stream, std::uint32_t max_warps = 0) {
+                  double ref_us, std::size_t l2, cudaStream_t stream,
+                  const epk::cuda::detail::PlanOverrides& overrides = {}) {
   const epk::rans::LatticeRansStream s = raw.view();
   const std::size_t in_bytes = raw.payload.size() * 2 + raw.states.size() * 4;
   const std::size_t out_max = std::size_t{s.rows} * s.cols * 4;
@@ -131,9 +145,11 @@ void bench_tensor(const std::string& name, const RawStream& raw, const std::vect
     std::vector<DeviceBuffer> scratch;
     for (int c = 0; c < copies; ++c) {
       DecodeJob job{name, &s, devs[c]->buffers(), 0, 0, format, outs[c].get(), scales[c].get<float>()};
-      epk::cuda::detail::PlanOverrides overrides;
-      if (max_warps > 0) overrides.max_warps_per_block = max_warps;
       auto plan = DecodePlan::create({&job, 1}, {}, overrides);
+      if (!plan && overrides.lut_mode >= 0) {
+        std::printf("%-22s forced placement %d: %s\n", name.c_str(), overrides.lut_mode, plan.error().message.c_str());
+        return;
+      }
       if (!plan) die(plan.error());
       scratch.emplace_back(plan->scratch_bytes());
       if (auto st = epk::cuda::upload(*plan, scratch.back().get(), scratch.back().bytes(), stream); !st) {
@@ -306,7 +322,7 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
     }
   }
   const double total = median(whole);
-  std::printf("stack 32x7 (8B-class, 4 bpp): %.3f ms total (median of %d passes), %.1f GB/s bf16 out, %.1f GB/s "
+  std::printf("stack 32x7 (8B-class): %.3f ms total (median of %d passes), %.1f GB/s bf16 out, %.1f GB/s "
               "compressed in, per layer median %.1f us (%d tiles/layer, %zu blocks, w%u, %s)\n",
               total / 1000.0, passes, out_bytes / (total * 1e3), in_bytes / (total * 1e3), median(per_layer),
               static_cast<int>(plans[0].tiles()), plans[0].blocks(), plans[0].warps_per_block(),
@@ -320,19 +336,129 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
   g_rows.push_back(r);
 }
 
+// Seeded N(0, 0.02) weights rounded to bf16 (Box-Muller on a counter hash, so any size is the same for a seed).
+std::vector<std::byte> gaussian_bf16(std::uint32_t rows, std::uint32_t cols, std::uint64_t seed) {
+  const std::uint64_t n = std::uint64_t(rows) * cols;
+  std::vector<std::byte> out(n * 2);
+  auto mix = [](std::uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+  };
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (std::uint64_t i = t; i < n; i += threads) {
+        const std::uint64_t h = mix(seed * 0x9e3779b97f4a7c15ull + i);
+        const double u1 = (double((h >> 40) & 0xffffff) + 1.0) / 16777217.0;
+        const double u2 = double((h >> 16) & 0xffffff) / 16777216.0;
+        const float g = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) * 0.02);
+        std::uint32_t bits;
+        std::memcpy(&bits, &g, 4);
+        const auto b = std::uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
+        std::memcpy(out.data() + i * 2, &b, 2);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  return out;
+}
+
+// One tensor encoded by the device encoder in the native profile at `bpp` with tiles `multiple` times the default
+// length; its bf16 decode by the CPU decoder is the output the GPU's is checked against.
+RawStream encode_native(epk::rate::TensorEncoder& encoder, const std::string& name, std::uint32_t rows,
+                        std::uint32_t cols, double bpp, std::uint32_t multiple, std::uint64_t seed) {
+  const auto weights = gaussian_bf16(rows, cols, seed);
+  const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  epk::rate::EncodeOptions o = epk::rate::packer_encode_options(bpp, 0, threads);
+  o.tile_symbols = epk::model::default_tile_symbols(bpp) * multiple;
+  epk::rans::EncodingInfo info = epk::rate::packer_encoding_info(bpp, 0);
+  info.profile = epk::rans::StreamProfile::kNative;
+  auto p = epk::rate::pack_tensor(encoder, weights, rows, cols, epk::DType::kBF16, o, epk::rate::ChoicePolicy{}, info,
+                                  name);
+  if (!p) die(p.error());
+  if (p->choice.form != epk::rate::Form::kLatticeRans) {
+    std::fprintf(stderr, "%s: stored raw (%s)\n", name.c_str(), p->choice.reason.c_str());
+    std::exit(1);
+  }
+  RawStream r;
+  static_cast<epk::rans::EncodedTensor&>(r) = std::move(p->lattice);
+  std::vector<std::uint8_t> want(std::size_t{rows} * cols * 2);
+  if (auto st = epk::rans::decode(r.view(), name, epk::DType::kBF16, std::as_writable_bytes(std::span(want)), threads);
+      !st) {
+    die(st.error());
+  }
+  r.outputs[static_cast<std::uint32_t>(OutputFormat::kBf16)] = std::move(want);
+  std::printf("%-22s x%u: %u symbols a tile, %zu tiles, stored %.4f bpp (native), rel_l2 %.4f%%\n", name.c_str(),
+              multiple, r.tile_symbols, r.offsets.size() - 1, p->stored_bpp, 100.0 * p->rel_l2);
+  std::fflush(stdout);
+  return r;
+}
+
+// --tile-multiples: each tensor and the 8B-class stack at each tile length.
+int bench_tile_lengths(const std::vector<std::uint32_t>& multiples, double bpp, int runs, std::size_t l2,
+                       cudaStream_t stream) {
+  auto encoder = epk::cuda::DeviceEncoder::create(0);
+  if (!encoder) die(encoder.error());
+  struct Shape {
+    const char* name;
+    std::uint32_t rows, cols;
+  };
+  const Shape tensors[] = {{"q4096x4096", 4096, 4096}, {"l10240x3840", 10240, 3840}, {"up14336x4096", 14336, 4096},
+                           {"up28672x8192", 28672, 8192}};
+  const Shape layer[] = {{"q4096x4096_4bpp", 4096, 4096},         {"k1024x4096_4bpp", 1024, 4096},
+                         {"v1024x4096_4bpp", 1024, 4096},         {"o4096x4096_4bpp", 4096, 4096},
+                         {"gate14336x4096_4bpp", 14336, 4096},    {"up14336x4096_4bpp", 14336, 4096},
+                         {"down4096x14336_4bpp", 4096, 14336}};
+  for (std::uint32_t m : multiples) {
+    for (std::size_t i = 0; i < std::size(tensors); ++i) {
+      const Shape& t = tensors[i];
+      const RawStream r = encode_native(**encoder, t.name, t.rows, t.cols, bpp, m, 1 + i);
+      const std::string name = std::string(t.name) + "_x" + std::to_string(m);
+      bench_tensor(name, r, {OutputFormat::kBf16}, runs, 0, l2, stream);
+      if (r.prob_bits > 11) {
+        // Where packed tables do not hold the alphabets: the global tables, and two-level at fewer warps a block.
+        epk::cuda::detail::PlanOverrides forced;
+        forced.lean = false;
+        forced.lut_mode = epk::cuda::detail::kWideGlobal;
+        bench_tensor(name, r, {OutputFormat::kBf16}, runs, 0, l2, stream, forced);
+        forced.lut_mode = epk::cuda::detail::kTwoLevelShared;
+        for (std::uint32_t w : {24u, 16u, 8u, 4u}) {
+          forced.max_warps_per_block = w;
+          bench_tensor(name, r, {OutputFormat::kBf16}, runs, 0, l2, stream, forced);
+        }
+      }
+    }
+    std::map<std::string, RawStream> parts;
+    for (std::size_t i = 0; i < std::size(layer); ++i) {
+      parts[layer[i].name] = encode_native(**encoder, layer[i].name, layer[i].rows, layer[i].cols, bpp, m, 11 + i);
+    }
+    std::printf("tile length x%u at %.2f bpp: ", m, bpp);
+    bench_stack(parts, 10, stream);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n       %s --tile-multiples M,.. [--bpp R] [--runs N]\n", argv[0], argv[0]);
     return 2;
   }
-  const std::string dir = argv[1];
+  // DATA_DIR is not needed by --tile-multiples, which encodes its own tensors.
+  const bool has_dir = std::strncmp(argv[1], "--", 2) != 0;
+  const std::string dir = has_dir ? argv[1] : "";
   int runs = 100;
+  std::vector<std::uint32_t> tile_multiples;
+  double tile_bpp = 4.0;
   bool quick = false;
   std::string only;  // --only NAME: just that tensor, bf16, no stack (for profilers)
   std::vector<std::uint32_t> max_warps;  // --max-warps W,..: with --only, the tensor again at each cap
-  for (int i = 2; i < argc; ++i) {
+  for (int i = has_dir ? 2 : 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--quick") == 0) {
@@ -349,12 +475,33 @@ int main(int argc, char** argv) {
         }
         max_warps.push_back(static_cast<std::uint32_t>(v));
       }
+    } else if (std::strcmp(argv[i], "--bpp") == 0 && i + 1 < argc) {
+      tile_bpp = std::atof(argv[++i]);
+      if (!(tile_bpp >= 1.0 && tile_bpp <= 8.0)) {
+        std::fprintf(stderr, "--bpp: %s is not in [1, 8]\n", argv[i]);
+        return 2;
+      }
+    } else if (std::strcmp(argv[i], "--tile-multiples") == 0 && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string m; std::getline(list, m, ',');) {
+        const int v = std::atoi(m.c_str());
+        if (v < 1 || v > 16) {
+          std::fprintf(stderr, "--tile-multiples: %s is not in 1..16\n", m.c_str());
+          return 2;
+        }
+        tile_multiples.push_back(static_cast<std::uint32_t>(v));
+      }
     } else {
       std::fprintf(stderr,
-                   "unknown argument %s\nusage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n",
-                   argv[i], argv[0]);
+                   "unknown argument %s\nusage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n"
+                   "       %s --tile-multiples M,.. [--bpp R] [--runs N]\n",
+                   argv[i], argv[0], argv[0]);
       return 2;
     }
+  }
+  if (!has_dir && tile_multiples.empty()) {
+    std::fprintf(stderr, "DATA_DIR is needed unless --tile-multiples is given\n");
+    return 2;
   }
   if (epk::cuda::device_count() == 0) {
     std::printf("no CUDA device: skipped\n");
@@ -383,6 +530,7 @@ int main(int argc, char** argv) {
   };
 
   const std::size_t l2 = static_cast<std::size_t>(prop.l2CacheSize);
+  if (!tile_multiples.empty()) return bench_tile_lengths(tile_multiples, tile_bpp, runs, l2, stream);
 
   if (!max_warps.empty() && only.empty()) {
     std::fprintf(stderr, "--max-warps needs --only TENSOR\n");
@@ -391,7 +539,11 @@ int main(int argc, char** argv) {
   if (!only.empty()) {
     if (const RawStream* r = load(only)) {
       bench_tensor(only, *r, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream);
-      for (std::uint32_t w : max_warps) bench_tensor(only, *r, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream, w);
+      for (std::uint32_t w : max_warps) {
+        epk::cuda::detail::PlanOverrides capped;
+        capped.max_warps_per_block = w;
+        bench_tensor(only, *r, {OutputFormat::kBf16}, runs, ref_of(only), l2, stream, capped);
+      }
     }
     return 0;
   }

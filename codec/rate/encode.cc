@@ -23,6 +23,7 @@
 #include "codec/rate/rdo.h"
 #include "codec/rate/refit.h"
 #include "codec/rate/search.h"
+#include "codec/rate/tile_length.h"
 
 namespace epk::rate {
 
@@ -279,7 +280,8 @@ Result<rans::EncodedTensor> encode_with(EncodeSteps& steps, std::span<const std:
   }
   int prob_bits = o.prob_bits ? o.prob_bits : model::initial_prob_bits(target);
   const bool auto_bits = o.prob_bits == 0;
-  const std::uint32_t tile_symbols = o.tile_symbols ? o.tile_symbols : model::default_tile_symbols(target);
+  const std::uint32_t tile_symbols =
+      o.tile_symbols ? o.tile_symbols : tile_symbols_for(target, std::uint64_t(rows) * padded / 8, o.profile);
   const std::vector<std::uint32_t> sample = sample_rows(rows, padded, o.search_max_vectors);
   EPK_TRY_ASSIGN(const SampleStats sampled, steps.load(weights, rows, cols, dtype, sample));
 

@@ -32,7 +32,7 @@ struct EncodeOptions {
   double rdo_ratio_high = 1.45;
   int threads = 1;                  // worker threads within this tensor
   int prob_bits = 0;                // 0: 11 up to 7 bpp else 12, raised to 15 while an alphabet overflows
-  std::uint32_t tile_symbols = 0;   // 0: by target (32768 / 16384 / 8192 / 4096)
+  std::uint32_t tile_symbols = 0;   // 0: by target and profile (rate::tile_symbols_for, codec/rate/tile_length.h)
   int search_iterations = 12;       // bisection steps
   std::uint64_t search_max_vectors = 262144;  // sample budget of the search, in 8-weight vectors
   bool calibrate_rate = true;       // correct the size model by the coder's measured overhead (search.h); false

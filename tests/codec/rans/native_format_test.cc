@@ -19,13 +19,14 @@ namespace epk::rans {
 namespace {
 
 EncodedTensor encode_gaussian(std::uint32_t rows, std::uint32_t cols, double bpp, std::uint32_t seed,
-                              bool unequal_rows = false) {
+                              bool unequal_rows = false, std::uint32_t tile_symbols = 0) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.0f, 0.02f);
   std::vector<float> w(std::size_t(rows) * cols);
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = d(rng) * (unequal_rows ? float(1 + (i / cols) % 7) : 1.0f);
   rate::EncodeOptions o;
   o.target_bpp = bpp;
+  o.tile_symbols = tile_symbols;
   auto e = rate::encode({reinterpret_cast<const std::byte*>(w.data()), w.size() * 4}, rows, cols, DType::kF32, o,
                         "w");
   EXPECT_TRUE(e.has_value()) << e.error().to_string();
@@ -97,6 +98,11 @@ TEST(NativeFormat, RoundTripsEncodedTensorsBitForBit) {
   EncodedTensor eight = encode_gaussian(64, 77, 8.0, 4);  // prob bits 12
   EXPECT_EQ(eight.prob_bits, 12u);
   expect_round_trip(eight);
+  // The longest tiles the encoder chooses for the native profile (4 times the default at 4 bpp: codec/rate/
+  // tile_length.h), several of them and a partial last one: larger word counts in the one width.
+  EncodedTensor long_tiles = encode_gaussian(403, 1000, 4.0, 5, false, 65536);
+  EXPECT_EQ(long_tiles.offsets.size() - 1, 7u);  // 50,375 vectors at 7,281 a tile
+  expect_round_trip(long_tiles);
 }
 
 TEST(NativeFormat, StatesTakeTheirBitLength) {
