@@ -10,9 +10,10 @@
 //   --quick: a shorter stack; --only: that tensor in bf16, no stack (for profilers); --max-warps: that tensor again
 //   with the work split capped at each W warps a block (more rounds of fewer warps), beside the plan's own.
 //   --tile-multiples: no reference streams; seeded N(0, 0.02) bf16 tensors (4096x4096, 10240x3840, 14336x4096,
-//   28672x8192, and the 8B-class layer stack) encoded here by the device encoder in the native profile at R bpp
-//   (default 4) with tiles M times the default length at that rate, each decoded and checked against the CPU
-//   decoder: what a tile length costs in decode time and buys in error.
+//   28672x8192, and the 8B-class layer stack) encoded here by the device encoder at R bpp (default 4), in the
+//   reference profile and then in the native one with tiles M times the default length at that rate, each decoded
+//   and checked against the CPU decoder: the two profiles side by side, and what a tile length costs in decode time
+//   and buys in error.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -367,16 +368,17 @@ std::vector<std::byte> gaussian_bf16(std::uint32_t rows, std::uint32_t cols, std
   return out;
 }
 
-// One tensor encoded by the device encoder in the native profile at `bpp` with tiles `multiple` times the default
-// length; its bf16 decode by the CPU decoder is the output the GPU's is checked against.
-RawStream encode_native(epk::rate::TensorEncoder& encoder, const std::string& name, std::uint32_t rows,
-                        std::uint32_t cols, double bpp, std::uint32_t multiple, std::uint64_t seed) {
+// One tensor encoded by the device encoder in `profile` at `bpp` with tiles `multiple` times the default length; its
+// bf16 decode by the CPU decoder is the output the GPU's is checked against.
+RawStream encode_as(epk::rate::TensorEncoder& encoder, const std::string& name, std::uint32_t rows, std::uint32_t cols,
+                    double bpp, epk::rans::StreamProfile profile, std::uint32_t multiple, std::uint64_t seed) {
   const auto weights = gaussian_bf16(rows, cols, seed);
   const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   epk::rate::EncodeOptions o = epk::rate::packer_encode_options(bpp, 0, threads);
   o.tile_symbols = epk::model::default_tile_symbols(bpp) * multiple;
   epk::rans::EncodingInfo info = epk::rate::packer_encoding_info(bpp, 0);
-  info.profile = epk::rans::StreamProfile::kNative;
+  o.profile = profile;
+  info.profile = profile;
   auto p = epk::rate::pack_tensor(encoder, weights, rows, cols, epk::DType::kBF16, o, epk::rate::ChoicePolicy{}, info,
                                   name);
   if (!p) die(p.error());
@@ -392,13 +394,15 @@ RawStream encode_native(epk::rate::TensorEncoder& encoder, const std::string& na
     die(st.error());
   }
   r.outputs[static_cast<std::uint32_t>(OutputFormat::kBf16)] = std::move(want);
-  std::printf("%-22s x%u: %u symbols a tile, %zu tiles, stored %.4f bpp (native), rel_l2 %.4f%%\n", name.c_str(),
-              multiple, r.tile_symbols, r.offsets.size() - 1, p->stored_bpp, 100.0 * p->rel_l2);
+  std::printf("%-22s x%u: %u symbols a tile, %zu tiles, stored %.4f bpp (%s), rel_l2 %.4f%%\n", name.c_str(),
+              multiple, r.tile_symbols, r.offsets.size() - 1, p->stored_bpp,
+              std::string(epk::rans::profile_name(p->profile)).c_str(), 100.0 * p->rel_l2);
   std::fflush(stdout);
   return r;
 }
 
-// --tile-multiples: each tensor and the 8B-class stack at each tile length.
+// --tile-multiples: each tensor and the 8B-class stack in the reference profile, then in the native one at each
+// tile length.
 int bench_tile_lengths(const std::vector<std::uint32_t>& multiples, double bpp, int runs, std::size_t l2,
                        cudaStream_t stream) {
   auto encoder = epk::cuda::DeviceEncoder::create(0);
@@ -413,11 +417,12 @@ int bench_tile_lengths(const std::vector<std::uint32_t>& multiples, double bpp, 
                          {"v1024x4096_4bpp", 1024, 4096},         {"o4096x4096_4bpp", 4096, 4096},
                          {"gate14336x4096_4bpp", 14336, 4096},    {"up14336x4096_4bpp", 14336, 4096},
                          {"down4096x14336_4bpp", 4096, 14336}};
-  for (std::uint32_t m : multiples) {
+  auto pass = [&](epk::rans::StreamProfile profile, std::uint32_t m) {
+    const std::string suffix = profile == epk::rans::StreamProfile::kReference ? "_ref" : "_x" + std::to_string(m);
     for (std::size_t i = 0; i < std::size(tensors); ++i) {
       const Shape& t = tensors[i];
-      const RawStream r = encode_native(**encoder, t.name, t.rows, t.cols, bpp, m, 1 + i);
-      const std::string name = std::string(t.name) + "_x" + std::to_string(m);
+      const RawStream r = encode_as(**encoder, t.name, t.rows, t.cols, bpp, profile, m, 1 + i);
+      const std::string name = std::string(t.name) + suffix;
       bench_tensor(name, r, {OutputFormat::kBf16}, runs, 0, l2, stream);
       if (r.prob_bits > 11) {
         // Where packed tables do not hold the alphabets: the global tables, and two-level at fewer warps a block.
@@ -434,11 +439,13 @@ int bench_tile_lengths(const std::vector<std::uint32_t>& multiples, double bpp, 
     }
     std::map<std::string, RawStream> parts;
     for (std::size_t i = 0; i < std::size(layer); ++i) {
-      parts[layer[i].name] = encode_native(**encoder, layer[i].name, layer[i].rows, layer[i].cols, bpp, m, 11 + i);
+      parts[layer[i].name] = encode_as(**encoder, layer[i].name, layer[i].rows, layer[i].cols, bpp, profile, m, 11 + i);
     }
-    std::printf("tile length x%u at %.2f bpp: ", m, bpp);
+    std::printf("%s, tile length x%u at %.2f bpp: ", std::string(epk::rans::profile_name(profile)).c_str(), m, bpp);
     bench_stack(parts, 10, stream);
-  }
+  };
+  pass(epk::rans::StreamProfile::kReference, 1);
+  for (std::uint32_t m : multiples) pass(epk::rans::StreamProfile::kNative, m);
   return 0;
 }
 
@@ -446,7 +453,10 @@ int bench_tile_lengths(const std::vector<std::uint32_t>& multiples, double bpp, 
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n       %s --tile-multiples M,.. [--bpp R] [--runs N]\n", argv[0], argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n"
+                 "       %s --tile-multiples M,.. [--bpp R] [--runs N]\n",
+                 argv[0], argv[0]);
     return 2;
   }
   // DATA_DIR is not needed by --tile-multiples, which encodes its own tensors.

@@ -299,19 +299,42 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   while (per_block < max_tensor_tiles && blocks_for(per_block) > sms) ++per_block;
   per_block =
       std::max<std::uint64_t>(per_block, std::min<std::uint64_t>(overrides.min_tiles_per_block, max_tensor_tiles));
-  const std::uint64_t rounds = (per_block + max_warps - 1) / max_warps;
-  plan.warps_per_block_ = static_cast<std::uint32_t>((per_block + rounds - 1) / rounds);
-  const std::size_t ring_bytes = std::size_t{plan.warps_per_block_} * detail::kRingBytes;
-  // Dynamic shared memory: tables, 2 KiB alignment slack, the rings, the descriptor and the tile counter.
-  const std::size_t fixed_shared = detail::kRingBytes + ring_bytes + 256;
-  const bool shared_fits = all_pack && lut_bytes_max + fixed_shared + 1024 <= limits.max_shared_per_block;
+  // Whole rounds of at most `cap` warps: the fewest rounds, then the fewest warps that take them.
+  auto warps_for = [&](std::uint64_t cap) {
+    const std::uint64_t rounds = (per_block + cap - 1) / cap;
+    return static_cast<std::uint32_t>((per_block + rounds - 1) / rounds);
+  };
+  // Dynamic shared memory besides the tables: 2 KiB alignment slack, one word ring a warp, the descriptor and the
+  // tile counter; and what a placement of `table_bytes` needs with `warps` warps a block.
+  auto fixed_shared_for = [](std::uint32_t warps) {
+    return std::size_t{detail::kRingBytes} * (1 + std::size_t{warps}) + 256;
+  };
+  auto fits = [&](std::size_t table_bytes, std::uint32_t warps) {
+    return table_bytes + fixed_shared_for(warps) + 1024 <= limits.max_shared_per_block;
+  };
+  plan.warps_per_block_ = warps_for(max_warps);
+  const bool shared_fits = all_pack && fits(lut_bytes_max, plan.warps_per_block_);
   std::size_t two_level_max = 0;
   bool two_level_ok = true;  // symbol indices fit u16 and frequencies fit 16 bits
   for (std::size_t t = 0; t < jobs.size(); ++t) {
     two_level_max = std::max(two_level_max, two_level_bytes(jobs[t].stream->prob_bits, checked[t].total_symbols));
     two_level_ok = two_level_ok && checked[t].total_symbols < 65535 && jobs[t].stream->prob_bits <= 15;
   }
-  const bool two_level_fits = two_level_ok && two_level_max + fixed_shared + 1024 <= limits.max_shared_per_block;
+  bool two_level_fits = two_level_ok && fits(two_level_max, plan.warps_per_block_);
+  // Two-level tables that the rings of every warp leave no room for take fewer warps (more rounds) before the
+  // 64-bit entries through L1 do: at 8 bpp a finer scale's wider alphabets can pass the fit, and 14336x4096 then
+  // decoded through the global tables in 400 us against 126 us two-level at 31 warps with slightly narrower tables,
+  // while a second round costs 1.2-1.35x (docs/measurements/gpu-decode.md, "Tile length", "The work split").
+  // Not below kMinTwoLevelWarps (two rounds at most of a full block).
+  if (overrides.lut_mode < 0 && !shared_fits && !two_level_fits && two_level_ok) {
+    std::uint32_t cap = plan.warps_per_block_;
+    while (cap > detail::kMinTwoLevelWarps && !fits(two_level_max, cap)) --cap;
+    if (fits(two_level_max, cap)) {
+      plan.warps_per_block_ = warps_for(cap);
+      two_level_fits = true;
+    }
+  }
+  const std::size_t fixed_shared = fixed_shared_for(plan.warps_per_block_);
   // The first placement that holds the whole batch, fastest first (packed shared ahead of two-level at 4 bpp; where
   // packed entries do not fit, two-level far ahead of 64-bit entries through L1: docs/measurements/gpu-decode.md).
   switch (overrides.lut_mode) {

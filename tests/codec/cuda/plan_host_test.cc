@@ -133,6 +133,66 @@ TEST(DecodePlanChoice, LeanBf16StoreOnlyWhereItIsExact) {
   }
 }
 
+// 64x2048 Gaussian weights at 8 bpp, prob_bits 12 (37 tiles), with eight spikes a row of up to 8 * spike sigma:
+// the larger the spikes, the wider the alphabets, so the larger the two-level tables.
+rans::EncodedTensor encode_spiked(float spike) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  const std::uint32_t rows = 64, cols = 2048;
+  std::vector<float> w(std::size_t{rows} * cols);
+  for (float& v : w) v = g(rng);
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    for (std::uint32_t k = 0; k < 8; ++k) {
+      w[r * cols + (r * 131 + k * 257) % cols] = spike * 0.02f * float(k + 1) * (k % 2 ? 1.0f : -1.0f);
+    }
+  }
+  rate::EncodeOptions options;
+  options.target_bpp = 8.0;
+  options.prob_bits = 12;
+  auto enc = rate::encode(std::as_bytes(std::span(w)), rows, cols, DType::kF32, options, "spiked");
+  EXPECT_TRUE(enc) << enc.error().to_string();
+  return enc ? std::move(*enc) : rans::EncodedTensor{};
+}
+
+// Two-level tables that do not fit beside every warp's word ring take fewer warps a block (more rounds), down to
+// kMinTwoLevelWarps; tables too wide for that take the global placement with the usual warps. On the test's device
+// (227 KiB a block), with 32 tiles a block (32 warps, one round), two-level tables fit up to ~8,100 symbols, and up
+// to ~16,300 at 16 warps (two rounds).
+TEST(DecodePlanChoice, TwoLevelTablesTakeFewerWarpsBeforeTheGlobalOnes) {
+  struct Case {
+    float spike;
+    std::uint32_t min_symbols, max_symbols;  // the window the case is meant for (tables 1..16)
+    int lut_mode;
+    std::uint32_t warps;
+  };
+  ASSERT_EQ(detail::kMinTwoLevelWarps, 16u);
+  for (const Case& c : {Case{0.0f, 0, 8000, detail::kTwoLevelShared, 32},
+                        Case{4.0f, 8300, 16000, detail::kTwoLevelShared, 16},
+                        Case{8.0f, 16600, 65534, detail::kWideGlobal, 32}}) {
+    const rans::EncodedTensor enc = encode_spiked(c.spike);
+    const rans::LatticeRansStream s = enc.view();
+    std::uint32_t symbols = 0;
+    for (std::size_t t = 1; t < s.tables.size(); ++t) symbols += static_cast<std::uint32_t>(s.tables[t].alphabet);
+    ASSERT_GE(symbols, c.min_symbols) << c.spike;
+    ASSERT_LE(symbols, c.max_symbols) << c.spike;
+    ASSERT_EQ(s.offsets.size(), 38u);
+    const DecodeJob job = job_for(s, OutputFormat::kBf16);
+    PlanOverrides full_blocks;
+    full_blocks.min_tiles_per_block = 32;
+    auto plan = DecodePlan::create({&job, 1}, {}, full_blocks);
+    ASSERT_TRUE(plan) << plan.error().to_string();
+    EXPECT_EQ(plan->lut_mode(), c.lut_mode) << c.spike << ": " << plan->kernel_name();
+    EXPECT_EQ(plan->warps_per_block(), c.warps) << c.spike;
+    EXPECT_EQ(plan->blocks(), 2u);
+    if (c.lut_mode == detail::kTwoLevelShared && c.warps < 32) {
+      // At 32 warps the two-level placement does not fit: forcing it there is refused.
+      PlanOverrides forced = full_blocks;
+      forced.lut_mode = detail::kTwoLevelShared;
+      EXPECT_FALSE(DecodePlan::create({&job, 1}, {}, forced)) << c.spike;
+    }
+  }
+}
+
 // The work split the GPU tests rely on: tiles per block at least min_tiles_per_block, warps per block dividing them
 // into whole rounds of at most max_warps_per_block.
 TEST(DecodePlanChoice, WorkSplitFollowsTheOverrides) {
