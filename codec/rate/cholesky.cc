@@ -41,16 +41,24 @@ template <int R, int C>
 EPK_SIMD_INLINE void lanes_tile(const double* const* x, const double* const* y, std::size_t k0, std::size_t k1,
                                 double* lanes, std::size_t lanes_stride) {
   v4d s[R][C];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) s[r][c] = simd::load4(lanes + 4 * (r * lanes_stride + c));
   for (std::size_t k = k0; k < k1; k += 4) {
     v4d xv[R], yv[C];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) xv[r] = simd::load4(x[r] + k);
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) yv[c] = simd::load4(y[c] + k);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
       for (int c = 0; c < C; ++c) s[r][c] += xv[r] * yv[c];
   }
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
     for (int c = 0; c < C; ++c) simd::store4(lanes + 4 * (r * lanes_stride + c), s[r][c]);
 }
 
@@ -133,10 +141,12 @@ EPK_SIMD_INLINE void inverse_group_body(const double* l, std::size_t n, std::siz
   std::size_t i0 = j0;
   for (; i0 + 4 <= n; i0 += 4) {
     v4d lo[4], hi[4];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) lo[r] = hi[r] = v4d{0.0, 0.0, 0.0, 0.0};
     const double* li[4] = {l + i0 * n, l + (i0 + 1) * n, l + (i0 + 2) * n, l + (i0 + 3) * n};
     for (std::size_t k = j0; k < i0; ++k) {
       const v4d mlo = simd::load4(buf + (k - j0) * W), mhi = simd::load4(buf + (k - j0) * W + 4);
+#pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
         const double b = li[r][k];
         lo[r] -= b * mlo;
