@@ -449,6 +449,20 @@ int bench_tile_lengths(const std::vector<std::uint32_t>& multiples, double bpp, 
   return 0;
 }
 
+// A comma-separated list of integers in 1..max into out; false (named on stderr) on any other entry.
+bool parse_list(const char* option, const char* text, int max, std::vector<std::uint32_t>& out) {
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    const int v = std::atoi(item.c_str());
+    if (v < 1 || v > max) {
+      std::fprintf(stderr, "%s: %s is not in 1..%d\n", option, item.c_str(), max);
+      return false;
+    }
+    out.push_back(static_cast<std::uint32_t>(v));
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -476,15 +490,7 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else if (std::strcmp(argv[i], "--max-warps") == 0 && i + 1 < argc) {
-      std::stringstream list(argv[++i]);
-      for (std::string w; std::getline(list, w, ',');) {
-        const int v = std::atoi(w.c_str());
-        if (v < 1 || v > 32) {
-          std::fprintf(stderr, "--max-warps: %s is not in 1..32\n", w.c_str());
-          return 2;
-        }
-        max_warps.push_back(static_cast<std::uint32_t>(v));
-      }
+      if (!parse_list("--max-warps", argv[++i], 32, max_warps)) return 2;
     } else if (std::strcmp(argv[i], "--bpp") == 0 && i + 1 < argc) {
       tile_bpp = std::atof(argv[++i]);
       if (!(tile_bpp >= 1.0 && tile_bpp <= 8.0)) {
@@ -492,15 +498,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (std::strcmp(argv[i], "--tile-multiples") == 0 && i + 1 < argc) {
-      std::stringstream list(argv[++i]);
-      for (std::string m; std::getline(list, m, ',');) {
-        const int v = std::atoi(m.c_str());
-        if (v < 1 || v > 16) {
-          std::fprintf(stderr, "--tile-multiples: %s is not in 1..16\n", m.c_str());
-          return 2;
-        }
-        tile_multiples.push_back(static_cast<std::uint32_t>(v));
-      }
+      if (!parse_list("--tile-multiples", argv[++i], 16, tile_multiples)) return 2;
     } else {
       std::fprintf(stderr,
                    "unknown argument %s\nusage: %s DATA_DIR [--runs N] [--quick] [--only TENSOR [--max-warps W,..]]\n"
