@@ -32,7 +32,8 @@ TEST(TileLength, NativeTilesGrowOnlyWhileTheTensorStillFillsAGpuAndOnlyUpTo7Bpp)
   // 2 bpp's default tiles are twice as long (32768 symbols): 28672x8192 has 8066, so it doubles once.
   EXPECT_EQ(tile_symbols_for(2.0, vectors_of(14336, 4096), StreamProfile::kNative), 32768u);
   EXPECT_EQ(tile_symbols_for(2.0, vectors_of(28672, 8192), StreamProfile::kNative), 65536u);
-  // 7 bpp is the last rate of prob_bits 11 (8192 symbols a tile); above it the default at any size.
+  // 7 bpp is the last rate of prob_bits 11 (8192 symbols a tile: 14336x4096 has 8066, so it doubles once); above it
+  // the default at any size.
   EXPECT_EQ(tile_symbols_for(7.0, vectors_of(14336, 4096), StreamProfile::kNative), 16384u);
   EXPECT_EQ(tile_symbols_for(7.5, vectors_of(28672, 8192), StreamProfile::kNative), 4096u);
   EXPECT_EQ(tile_symbols_for(8.0, vectors_of(28672, 8192), StreamProfile::kNative), 4096u);
