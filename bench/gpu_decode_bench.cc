@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -29,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/gaussian_bf16.h"
 #include "codec/cuda/decode/decode.h"
 #include "codec/cuda/decode/decode_desc.h"
 #include "codec/cuda/decode/plan_overrides.h"
@@ -337,29 +337,16 @@ void bench_stack(const std::map<std::string, RawStream>& parts, int passes, cuda
   g_rows.push_back(r);
 }
 
-// Seeded N(0, 0.02) weights rounded to bf16 (Box-Muller on a counter hash, so any size is the same for a seed).
+// The tensor of `seed` (bench/gaussian_bf16.h) as little-endian bf16 bytes, on the host's threads.
 std::vector<std::byte> gaussian_bf16(std::uint32_t rows, std::uint32_t cols, std::uint64_t seed) {
   const std::uint64_t n = std::uint64_t(rows) * cols;
   std::vector<std::byte> out(n * 2);
-  auto mix = [](std::uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-  };
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       for (std::uint64_t i = t; i < n; i += threads) {
-        const std::uint64_t h = mix(seed * 0x9e3779b97f4a7c15ull + i);
-        const double u1 = (double((h >> 40) & 0xffffff) + 1.0) / 16777217.0;
-        const double u2 = double((h >> 16) & 0xffffff) / 16777216.0;
-        const float g = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2) * 0.02);
-        std::uint32_t bits;
-        std::memcpy(&bits, &g, 4);
-        const auto b = std::uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
+        const std::uint16_t b = epk::bench::gaussian_bf16_at(seed, i);
         std::memcpy(out.data() + i * 2, &b, 2);
       }
     });

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/gaussian_bf16.h"
 #include "codec/common/checksum.h"
 #include "codec/cuda/encode/encode.h"
 #include "codec/cuda/encode/encode_steps.h"
@@ -34,25 +35,11 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-__device__ std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
-
-// Gaussian bf16 (sigma 0.02, Box-Muller on a counter hash).
+// The tensor of `seed` (bench/gaussian_bf16.h), generated on the device.
 __global__ void gaussian_bf16(std::uint16_t* out, std::uint64_t n, std::uint64_t seed) {
   for (std::uint64_t i = blockIdx.x * std::uint64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::uint64_t(gridDim.x) * blockDim.x) {
-    const std::uint64_t h = mix(seed * 0x9e3779b97f4a7c15ull + i);
-    const float u1 = (float((h >> 40) & 0xffffff) + 1.0f) / 16777217.0f;
-    const float u2 = float((h >> 16) & 0xffffff) / 16777216.0f;
-    const float g = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2) * 0.02f;
-    const std::uint32_t bits = __float_as_uint(g);
-    out[i] = std::uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
+    out[i] = epk::bench::gaussian_bf16_at(seed, i);
   }
 }
 

@@ -22,7 +22,9 @@ inline constexpr std::uint32_t kMaxTileMultiple = 4;  // the longest measured
 // small to fill a GPU keeps the default, since its decode time follows the length of one tile's chains. Above 7 bpp
 // (prob_bits 12, two-level tables) the default: longer tiles there were slower even at 5402 tiles (10240x3840 at
 // 8 bpp: 92.4 against 99.6 us), and a finer scale's wider alphabets can leave the tables no room beside the rings.
-// `vectors`: the tensor's E8 vectors (rows * padded_cols / 8).
+// `vectors`: the tensor's E8 vectors (rows * padded_cols / 8). A native tensor whose scales do not fit the profile
+// (EncodeReport::profile_note) is stored in the reference profile with the length it was coded with: the reference
+// stream records tile_symbols, so its decoders read any length.
 std::uint32_t tile_symbols_for(double target_bpp, std::uint64_t vectors, rans::StreamProfile profile);
 
 }  // namespace epk::rate

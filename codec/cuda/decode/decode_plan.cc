@@ -324,7 +324,8 @@ Result<DecodePlan> DecodePlan::create(std::span<const DecodeJob> jobs, const Dec
   // Two-level tables that the rings of every warp leave no room for take fewer warps (more rounds) before the
   // 64-bit entries through L1 do: at 8 bpp a finer scale's wider alphabets can pass the fit, and 14336x4096 then
   // decoded through the global tables in 400 us against 126 us two-level at 31 warps with slightly narrower tables,
-  // while a second round costs 1.2-1.35x (docs/measurements/gpu-decode.md, "Tile length", "The work split, swept").
+  // while a second round cost 1.2-1.35x on the lean kernel at 4 bpp (docs/measurements/gpu-decode.md, "Tile
+  // length", "The work split, swept"; two-level at fewer warps is not yet timed).
   // Not below kMinTwoLevelWarps (two rounds at most of a full block).
   if (overrides.lut_mode < 0 && !shared_fits && !two_level_fits && two_level_ok) {
     std::uint32_t cap = plan.warps_per_block_;
